@@ -1,0 +1,56 @@
+"""Shared fixtures: stores on real SQLite files and generated runs/ trees."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from zlstore import Store
+from zlstore import testing as generator
+
+
+@pytest.fixture(scope="session")
+def example_source(tmp_path_factory):
+    """The example tree, generated once per session, with its manifest."""
+    dest = tmp_path_factory.mktemp("example") / "runs"
+    manifest = generator.make_example_tree(dest)
+    return dest, manifest
+
+
+@pytest.fixture
+def example_tree(example_source, tmp_path):
+    """A private copy of the example tree that a test may change."""
+    source, manifest = example_source
+    dest = tmp_path / "runs"
+    shutil.copytree(source, dest)
+    return dest, manifest
+
+
+@pytest.fixture(scope="session")
+def example_store_path(example_source, tmp_path_factory):
+    """A database holding the example tree, ingested once per session (read-only use)."""
+    source, _ = example_source
+    path = tmp_path_factory.mktemp("store") / "example.db"
+    with Store(path) as store:
+        store.ingest(source)
+    return path
+
+
+@pytest.fixture
+def example_store(example_store_path, tmp_path):
+    """A private copy of the ingested example database that a test may change."""
+    path = tmp_path / "example.db"
+    with Store(example_store_path) as source:
+        source.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    shutil.copy(example_store_path, path)
+    with Store(path) as store:
+        yield store
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store(tmp_path / "test.db") as store:
+        yield store
+
+
+SAMPLES = Path(__file__).parent / "samples"

@@ -1,0 +1,201 @@
+"""Connections, the schema and migrations.
+
+Several processes write one database at once (a writer per card, an ingest,
+datasette reading), so every connection is set up the same way here: WAL,
+a long busy timeout, foreign keys on, and write transactions that take the
+write lock at their start (BEGIN IMMEDIATE) with a bounded retry."""
+
+import contextlib
+import hashlib
+import random
+import re
+import sqlite3
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Callable, Dict, Iterator, List
+
+import sqlite_utils
+
+from . import caliber, judge
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 60_000
+WRITE_ATTEMPTS = 10
+
+
+class SchemaError(Exception):
+    """The database cannot be used by this release."""
+
+
+class BusyStats:
+    """How often SQLite still answered busy after its own timeout (benchmarks print it)."""
+
+    retries = 0
+
+
+def schema_source() -> str:
+    """The text of schema.sql: shipped inside the wheel, or the checkout's top-level file."""
+    packaged = resources.files("zlstore").joinpath("schema.sql")
+    if packaged.is_file():
+        return packaged.read_text(encoding="utf-8")
+    return (Path(__file__).resolve().parent.parent / "schema.sql").read_text(encoding="utf-8")
+
+
+_MACRO = re.compile(r"\[\[(caliber|verdict|reason)(?: ([^:\]]*?))?(?:: (.*?))?\]\]")
+
+
+def render_schema(text: str) -> str:
+    """Expand the macros that keep caliber fields and verdict names defined once."""
+
+    def expand(match):
+        kind, arg, template = match.group(1), match.group(2), match.group(3)
+        if kind == "caliber":
+            sep = " " + arg.strip() + " " if arg else ", "
+            return sep.join(template.replace("{f}", name) for name in caliber.NAMES)
+        names = judge.VERDICT_NAMES if kind == "verdict" else judge.REASON_NAMES
+        if arg not in names:
+            raise SchemaError(f"schema.sql names unknown {kind} {arg!r}; known: {', '.join(names)}")
+        return "'" + arg + "'"
+
+    return _MACRO.sub(expand, text)
+
+
+def split_statements(sql: str) -> List[str]:
+    """Split a script into statements without executescript(), which would
+    commit the surrounding BEGIN IMMEDIATE transaction."""
+    statements, buffer = [], ""
+    for line in sql.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            if buffer.strip():
+                statements.append(buffer.strip())
+            buffer = ""
+    if buffer.strip() and not all(
+        l.strip().startswith("--") or not l.strip() for l in buffer.splitlines()
+    ):
+        raise SchemaError("schema.sql ends in an incomplete statement: " + buffer.strip()[:80])
+    return statements
+
+
+def schema_parts() -> Dict[str, str]:
+    """The rendered schema split at its section markers: tables and views."""
+    text = render_schema(schema_source())
+    _, _, rest = text.partition("\n-- @tables\n")
+    tables, _, views = rest.partition("\n-- @views\n")
+    return {"tables": tables, "views": views, "hash": hashlib.sha256(text.encode()).hexdigest()}
+
+
+def connect(path) -> sqlite_utils.Database:
+    """Open (or create) a store's database with the settings every writer relies on."""
+    conn = sqlite3.connect(
+        str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
+    )
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL"))
+    conn.execute("PRAGMA synchronous = NORMAL")
+    return sqlite_utils.Database(conn)
+
+
+def _is_busy(error: sqlite3.OperationalError) -> bool:
+    message = str(error).lower()
+    return "locked" in message or "busy" in message
+
+
+def retry_busy(operation: Callable, attempts: int = WRITE_ATTEMPTS):
+    """Run operation, retrying with jittered backoff where SQLite answers busy
+    even after its busy timeout (a checkpoint, a schema change elsewhere)."""
+    delay = 0.05
+    for attempt in range(attempts):
+        try:
+            return operation()
+        except sqlite3.OperationalError as error:
+            if not _is_busy(error) or attempt == attempts - 1:
+                raise
+            BusyStats.retries += 1
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 2.0)
+
+
+@contextlib.contextmanager
+def write_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """A write transaction that holds the write lock from its first statement:
+    a deferred one would fail with 'database is locked' when it tries to
+    upgrade while another writer holds the lock. Rolls back on any exception,
+    KeyboardInterrupt included; a kill -9 is SQLite's journal's business."""
+    retry_busy(lambda: conn.execute("BEGIN IMMEDIATE"))
+    try:
+        yield conn
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    else:
+        retry_busy(lambda: conn.execute("COMMIT"))
+
+
+# Migrations bring a database made by an older release up to SCHEMA_VERSION.
+# MIGRATIONS[n] takes a database at version n - 1 to version n. A new
+# database gets the current schema.sql directly and SCHEMA_VERSION.
+MIGRATIONS: Dict[int, Callable[[sqlite3.Connection], None]] = {}
+
+
+def migration(version: int):
+    """Register the function that takes a database to `version`."""
+
+    def register(fn):
+        MIGRATIONS[version] = fn
+        return fn
+
+    return register
+
+
+def _user_version(conn) -> int:
+    return conn.execute("PRAGMA user_version").fetchone()[0]
+
+
+def _stored_schema_hash(conn):
+    try:
+        row = conn.execute("SELECT value FROM settings WHERE key = 'schema_hash'").fetchone()
+    except sqlite3.OperationalError:
+        return None
+    return row[0] if row else None
+
+
+def ensure_schema(db: sqlite_utils.Database, defaults: Dict[str, str] = None) -> int:
+    """Create or upgrade the schema; recreate the views when schema.sql changed.
+    Returns the schema version. Safe when several processes open a new
+    database at once: all of it happens inside one BEGIN IMMEDIATE."""
+    conn = db.conn
+    parts = schema_parts()
+    if _user_version(conn) == SCHEMA_VERSION and _stored_schema_hash(conn) == parts["hash"]:
+        return SCHEMA_VERSION
+    with write_transaction(conn):
+        version = _user_version(conn)
+        if version > SCHEMA_VERSION:
+            raise SchemaError(
+                f"database schema version {version} is newer than this zlstore "
+                f"(version {SCHEMA_VERSION}): upgrade zlstore"
+            )
+        existing = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if version > 0 or "cells" in existing:
+            for target in range(max(version, 1) + 1, SCHEMA_VERSION + 1):
+                MIGRATIONS[target](conn)
+        for statement in split_statements(parts["tables"]):
+            conn.execute(statement)
+        if _stored_schema_hash(conn) != parts["hash"]:
+            views = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'view'")]
+            for view in views:
+                conn.execute(f"DROP VIEW IF EXISTS [{view}]")
+            for statement in split_statements(parts["views"]):
+                conn.execute(statement)
+        conn.execute(
+            "INSERT INTO settings (key, value) VALUES ('schema_hash', ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (parts["hash"],),
+        )
+        for key, value in (defaults or {}).items():
+            conn.execute("INSERT OR IGNORE INTO settings (key, value) VALUES (?, ?)", (key, value))
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    return SCHEMA_VERSION

@@ -1,0 +1,524 @@
+"""Walking runs/ trees into the store, one transaction per cell.
+
+A cell is stored whole or not at all: everything is read and parsed first,
+then written inside one BEGIN IMMEDIATE transaction. Re-ingesting is cheap:
+a cell whose files have the same names, sizes and mtimes is skipped without
+reading them; where those changed, a content hash decides."""
+
+import datetime
+import hashlib
+import json
+import os
+import sqlite3
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
+
+from . import caliber, judge, layout, runlog, ttgir
+from .db import write_transaction
+from .layout import Problem
+
+# What a summary reports, in the order it is printed.
+COUNTS = (
+    "roots", "cells_added", "cells_replaced", "cells_unchanged", "cells_unfinished",
+    "cells_failed", "rows_added", "kernels_added", "ir_texts_added",
+)
+
+MEASUREMENT_COLUMNS = (
+    "cell_id", "line", "record", "idx", "op_name", "dtype", "mode", "level", "shape",
+) + tuple(f for f in runlog.KNOWN_FIELDS if f != "shape_detail") + (
+    "extra", "counted", "not_counted_reason", "fallback",
+)
+_JSON_FIELDS = {"legacy_shape"}
+RECORDED_VERDICT_COLUMNS = (
+    "root_id", "file", "line", "op", "dtype", "verdict", "raw_verdict", "cl_before", "cl_after",
+    "fp_before", "fp_after", "elapsed_before", "elapsed_after", "rc_before", "rc_after",
+) + caliber.NAMES + ("extra",)
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass
+class Summary:
+    counts: Dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTS, 0))
+    problems: List[Problem] = field(default_factory=list)
+    unfinished: List[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {**self.counts, "problems": [p.as_dict() for p in self.problems],
+                "unfinished": self.unfinished}
+
+    def line(self) -> str:
+        c = self.counts
+        return (
+            f"{c['roots']} roots, cells: {c['cells_added']} added, {c['cells_replaced']} replaced, "
+            f"{c['cells_unchanged']} unchanged"
+            + (f", {c['cells_unfinished']} unfinished" if c["cells_unfinished"] else "")
+            + (f", {c['cells_failed']} failed" if c["cells_failed"] else "")
+            + f"; {c['rows_added']} rows, {c['kernels_added']} kernels, "
+            f"{c['ir_texts_added']} new IR texts; {len(self.problems)} problems"
+        )
+
+
+@dataclass
+class CellFiles:
+    """A cell directory's relevant files and their stat signature."""
+
+    path: Path
+    stats: List[Tuple[str, int, int]]
+    ttgir: List[Tuple[str, str]]          # (relpath, kernel name)
+    meta_json: Dict[str, str]              # ttgir relpath -> sibling .json relpath
+
+    @property
+    def stat_sig(self) -> str:
+        text = "\n".join(f"{p}\0{s}\0{m}" for p, s, m in self.stats)
+        return hashlib.sha1(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def scan_cell(cell: Path) -> CellFiles:
+    """List what feeds the store: cell.env, run.log, index.tsv, and inside
+    triton_cache/ every .ttgir with its sibling .json. Interrupted compiles
+    (tmp.pid_*), group files (__grp__*.json) and launcher directories with
+    no .ttgir play no part."""
+    stats, kernels, meta = [], [], {}
+    for name in (layout.CELL_ENV, layout.RUN_LOG, layout.INDEX_TSV):
+        try:
+            st = os.stat(cell / name)
+        except FileNotFoundError:
+            continue
+        stats.append((name, st.st_size, st.st_mtime_ns))
+    cache = cell / layout.TRITON_CACHE
+    if cache.is_dir():
+        for directory, subdirs, files in os.walk(cache):
+            subdirs[:] = sorted(d for d in subdirs if not d.startswith("tmp.pid_"))
+            stems = {f[:-6] for f in files if f.endswith(".ttgir")}
+            if not stems:
+                continue
+            rel_dir = os.path.relpath(directory, cell)
+            for name in sorted(files):
+                stem, ext = os.path.splitext(name)
+                if ext == ".ttgir" or (ext == ".json" and stem in stems and not name.startswith("__grp__")):
+                    rel = os.path.join(rel_dir, name)
+                    st = os.stat(os.path.join(directory, name))
+                    stats.append((rel, st.st_size, st.st_mtime_ns))
+                    if ext == ".ttgir":
+                        kernels.append((rel, stem))
+            for rel, stem in kernels:
+                sibling = os.path.join(rel_dir, stem + ".json")
+                if os.path.dirname(rel) == rel_dir and stem in stems and os.path.exists(cell / sibling):
+                    meta[rel] = sibling
+    stats.sort()
+    return CellFiles(cell, stats, kernels, meta)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _kernel_meta(data: bytes) -> Tuple[Optional[int], Optional[int]]:
+    try:
+        meta = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return None, None
+    if not isinstance(meta, dict):
+        return None, None
+
+    def as_int(value):
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    return as_int(meta.get("num_warps")), as_int(meta.get("num_stages"))
+
+
+@dataclass
+class ParsedCell:
+    files: CellFiles
+    root: layout.Root
+    ref: layout.RootRef
+    env: Optional[Dict[str, str]]
+    values: Dict[str, object]
+    log: runlog.RunLog
+    kernels: List[dict]                     # name, cache_dir, ir_hash, convert_layouts, warps, stages
+    texts: Dict[str, Tuple[bytes, str]]     # ir_hash -> (raw bytes, text)
+    index: Optional[Tuple[str, bytes]]
+    content_sig: str
+    problems: List[Problem]
+
+
+class Ingester:
+    """One ingest or record run over one store."""
+
+    def __init__(self, store, command: str = "ingest"):
+        self.store = store
+        self.conn: sqlite3.Connection = store.db.conn
+        self.command = command
+        self.summary = Summary()
+        self.root_refs: Dict[Path, frozenset] = {}
+        self.roots: Dict[Path, Tuple[layout.Root, int]] = {}
+        self.cells: Dict[str, Tuple[int, str, str]] = {
+            path: (cell_id, stat_sig, content_sig)
+            for cell_id, path, stat_sig, content_sig in self.conn.execute(
+                "SELECT id, path, stat_sig, content_sig FROM cells"
+            )
+        }
+        self.blobs = {h for (h,) in self.conn.execute("SELECT hash FROM blobs")}
+        self.pending_blobs: Dict[str, str] = {}  # written in the open transaction: known once it commits
+        self.caliber_ids: Dict[tuple, int] = {}
+        self.digests: Dict[Tuple[str, str], str] = {}
+        self.layout_counts: Dict[str, int] = {}
+        self.run_id: Optional[int] = None
+
+    # -- the run -----------------------------------------------------------
+
+    def run(self, paths: Iterable, progress: Optional[Callable[[int, int], None]] = None,
+            require_finished: bool = False) -> Summary:
+        paths = [Path(p).resolve() for p in paths]
+        with write_transaction(self.conn):
+            self.run_id = self.conn.execute(
+                "INSERT INTO ingest_runs (started_at, command, paths) VALUES (?, ?, ?)",
+                (now(), self.command, json.dumps([str(p) for p in paths])),
+            ).lastrowid
+        cells: List[Path] = []
+        for path in paths:
+            if not path.exists():
+                self.problem(Problem(str(path), None, "no such file or directory"))
+                continue
+            found = list(layout.find_cell_dirs(path))
+            if not found:
+                self.problem(Problem(str(path), None, "no cell directories found (no run.log or cell.env)"))
+            cells.extend(found)
+        for done, cell in enumerate(cells, 1):
+            self.cell(cell, require_finished)
+            if progress:
+                progress(done, len(cells))
+        self.summary.counts["roots"] = len(self.roots)
+        with write_transaction(self.conn):
+            self.conn.execute(
+                "UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?",
+                (now(), json.dumps(self.summary.as_dict()), self.run_id),
+            )
+        return self.summary
+
+    def problem(self, problem: Problem, store: bool = True):
+        self.summary.problems.append(problem)
+        if store and self.run_id is not None:
+            with write_transaction(self.conn):
+                self._store_problems([problem])
+
+    def _store_problems(self, problems: List[Problem]):
+        self.conn.executemany(
+            "INSERT INTO ingest_problems (run_id, file, line, message) VALUES (?, ?, ?, ?)",
+            [(self.run_id, p.file, p.line, p.message) for p in problems],
+        )
+
+    # -- one cell ----------------------------------------------------------
+
+    def cell(self, cell: Path, require_finished: bool = False) -> str:
+        """Store one cell; returns what happened: added, replaced, unchanged,
+        unfinished or failed."""
+        try:
+            return self._cell(cell, require_finished)
+        except (KeyboardInterrupt, SystemExit):
+            self._forget_uncommitted()
+            raise
+        except Exception as error:  # one bad cell never stops the run
+            self._forget_uncommitted()
+            self.summary.counts["cells_failed"] += 1
+            self.problem(Problem(str(cell), None, f"not stored: {type(error).__name__}: {error}"))
+            return "failed"
+
+    def _cell(self, cell: Path, require_finished: bool) -> str:
+        ref = layout.locate_root(cell, self.root_refs)
+        root, root_id = self.root(ref)
+        files = scan_cell(cell)
+        key = str(cell)
+        known = self.cells.get(key)
+        stat_sig = files.stat_sig + root.files_sig
+        if require_finished and not self._finished(cell):
+            self.summary.counts["cells_unfinished"] += 1
+            self.summary.unfinished.append(key)
+            return "unfinished"
+        if known and known[1] == stat_sig:
+            self.summary.counts["cells_unchanged"] += 1
+            return "unchanged"
+        parsed = self.parse(files, ref, root)
+        if known and known[2] == parsed.content_sig:
+            with write_transaction(self.conn):
+                self.conn.execute("UPDATE cells SET stat_sig = ? WHERE id = ?", (stat_sig, known[0]))
+            self.cells[key] = (known[0], stat_sig, known[2])
+            self.summary.counts["cells_unchanged"] += 1
+            return "unchanged"
+        with write_transaction(self.conn):
+            # Another writer may have stored this cell since we looked.
+            row = self.conn.execute("SELECT id, content_sig FROM cells WHERE path = ?", (key,)).fetchone()
+            if row and row[1] == parsed.content_sig:
+                outcome = "unchanged"
+                self.conn.execute("UPDATE cells SET stat_sig = ? WHERE id = ?", (stat_sig, row[0]))
+                cell_id = row[0]
+            else:
+                if row:
+                    self.conn.execute("DELETE FROM cells WHERE id = ?", (row[0],))
+                cell_id = self._insert(parsed, root_id, stat_sig)
+                outcome = "replaced" if row else "added"
+        self._committed()
+        self.cells[key] = (cell_id, stat_sig, parsed.content_sig)
+        self.summary.counts["cells_" + outcome] += 1
+        if outcome != "unchanged":
+            self.summary.counts["rows_added"] += len(parsed.log.rows)
+            self.summary.counts["kernels_added"] += len(parsed.kernels)
+        self.summary.problems.extend(parsed.problems)
+        return outcome
+
+    def _forget_uncommitted(self):
+        """A rolled-back transaction takes its blobs and calibers with it."""
+        self.pending_blobs.clear()
+        self.caliber_ids.clear()
+
+    def _committed(self):
+        for digest, kind in self.pending_blobs.items():
+            self.blobs.add(digest)
+            if kind == "ttgir":
+                self.summary.counts["ir_texts_added"] += 1
+        self.pending_blobs.clear()
+
+    @staticmethod
+    def _finished(cell: Path) -> bool:
+        """The harness writes cell.env last, with RC: before that the cell is still running."""
+        env = layout.read_env(cell / layout.CELL_ENV, [])
+        return bool(env) and (env.get("RC") or "").strip() != ""
+
+    # -- roots -------------------------------------------------------------
+
+    def root(self, ref: layout.RootRef) -> Tuple[layout.Root, int]:
+        if ref.path in self.roots:
+            return self.roots[ref.path]
+        root = layout.load_root(ref)
+        select = "SELECT id, files_sig FROM roots WHERE path = ?"
+        row = self.conn.execute(select, (str(ref.path),)).fetchone()
+        if row and row[1] == root.files_sig:
+            root_id = row[0]
+        else:
+            with write_transaction(self.conn):
+                row = self.conn.execute(select, (str(ref.path),)).fetchone()  # another writer may have been first
+                if row and row[1] == root.files_sig:
+                    root_id = row[0]
+                else:
+                    root_id = self._upsert_root(root, row[0] if row else None)
+                    self._store_problems(root.problems)
+                    self.summary.problems.extend(root.problems)
+        self.roots[ref.path] = (root, root_id)
+        return root, root_id
+
+    def _upsert_root(self, root: layout.Root, root_id: Optional[int]) -> int:
+        env = root.env
+        values = dict(
+            path=str(root.path), name=root.name, kind=root.kind, switch=env.get("SWITCH"),
+            host=env.get("HOST"), started_at=env.get("STARTED_AT"),
+            rounds=layout._int(env.get("ROUNDS")), cards=layout._int(env.get("CARDS")),
+            screen_root=env.get("SCREEN_ROOT"), caliber_id=self.caliber_id(caliber.complete(root.caliber())),
+            env_file=root.env_file, env=json.dumps(env, sort_keys=True) if root.env_file else None,
+            files_sig=root.files_sig, ingested_at=now(),
+        )
+        if root_id is None:
+            columns = ", ".join(values)
+            root_id = self.conn.execute(
+                f"INSERT INTO roots ({columns}) VALUES ({', '.join('?' * len(values))})",
+                tuple(values.values()),
+            ).lastrowid
+        else:
+            assignments = ", ".join(f"{k} = ?" for k in values)
+            self.conn.execute(f"UPDATE roots SET {assignments} WHERE id = ?", (*values.values(), root_id))
+            self.conn.execute("DELETE FROM recorded_verdicts WHERE root_id = ?", (root_id,))
+            self.conn.execute("DELETE FROM partitions WHERE root_id = ?", (root_id,))
+        for file_name, rows in ((layout.SCREEN_TSV, root.screen), (layout.SCREEN_TSV_ORIG, root.screen_orig)):
+            self.conn.executemany(
+                f"INSERT INTO recorded_verdicts ({', '.join(RECORDED_VERDICT_COLUMNS)}) "
+                f"VALUES ({', '.join('?' * len(RECORDED_VERDICT_COLUMNS))})",
+                [self._verdict_row(root_id, file_name, line, row) for line, row in rows if row.get("op")],
+            )
+        self.conn.executemany(
+            "INSERT INTO partitions (root_id, line, card, op, dtype, weight_min) VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                (root_id, line, layout._int(row.get("card")), row["op"], row.get("dtype") or "",
+                 layout._float(row.get("weight_min")))
+                for line, row in root.partition if row.get("op")
+            ],
+        )
+        return root_id
+
+    @staticmethod
+    def _verdict_row(root_id, file_name, line, row):
+        known = set(layout.SCREEN_COLUMNS)
+        extra = {k: v for k, v in row.items() if k not in known}
+        raw = row.get("verdict")
+        return (
+            root_id, file_name, line, row["op"], row.get("dtype") or "",
+            judge.canonical_verdict(raw), raw or None,
+            layout._int(row.get("cl_before")), layout._int(row.get("cl_after")),
+            row.get("fp_before") or None, row.get("fp_after") or None,
+            layout._float(row.get("elapsed_before")), layout._float(row.get("elapsed_after")),
+            layout._int(row.get("rc_before")), layout._int(row.get("rc_after")),
+            *[(row.get(n) or None) for n in caliber.NAMES],
+            json.dumps(extra) if extra else None,
+        )
+
+    def caliber_id(self, values: Optional[tuple]) -> Optional[int]:
+        """The id of a complete caliber, created on first use; None stays None."""
+        if values is None:
+            return None
+        if values not in self.caliber_ids:
+            where = " AND ".join(f"{n} = ?" for n in caliber.NAMES)
+            row = self.conn.execute(f"SELECT id FROM calibers WHERE {where}", values).fetchone()
+            if row is None:
+                in_txn = self.conn.in_transaction
+                insert = (f"INSERT OR IGNORE INTO calibers ({', '.join(caliber.NAMES)}) "
+                          f"VALUES ({', '.join('?' * len(values))})")
+                if in_txn:
+                    self.conn.execute(insert, values)
+                else:
+                    with write_transaction(self.conn):
+                        self.conn.execute(insert, values)
+                row = self.conn.execute(f"SELECT id FROM calibers WHERE {where}", values).fetchone()
+            self.caliber_ids[values] = row[0]
+        return self.caliber_ids[values]
+
+    # -- parsing (no writes) -----------------------------------------------
+
+    def parse(self, files: CellFiles, ref: layout.RootRef, root: layout.Root) -> ParsedCell:
+        cell = files.path
+        problems: List[Problem] = []
+        env = layout.read_env(cell / layout.CELL_ENV, problems)
+        values = layout.resolve_cell(ref, root, env)
+        content = hashlib.sha256(root.files_sig.encode())
+
+        def add_content(name: str, digest: str):
+            content.update(f"{name}\0{digest}\n".encode("utf-8", "surrogateescape"))
+
+        if env is not None:
+            add_content(layout.CELL_ENV, _sha256((cell / layout.CELL_ENV).read_bytes()))
+        try:
+            log_bytes = (cell / layout.RUN_LOG).read_bytes()
+        except FileNotFoundError:
+            log_bytes = None
+            problems.append(Problem(str(cell / layout.RUN_LOG), None, "missing: the cell has no run.log"))
+        if log_bytes is not None:
+            add_content(layout.RUN_LOG, _sha256(log_bytes))
+            log = runlog.parse_runlog(log_bytes)
+            problems.extend(Problem(str(cell / layout.RUN_LOG), p.line, p.message) for p in log.problems)
+        else:
+            log = runlog.RunLog(rows=[], problems=[], records=0, lines=0)
+        index = None
+        try:
+            index_bytes = (cell / layout.INDEX_TSV).read_bytes()
+            index = (_sha256(index_bytes), index_bytes)
+            add_content(layout.INDEX_TSV, index[0])
+        except FileNotFoundError:
+            pass
+        kernels, texts = [], {}
+        for rel, name in files.ttgir:
+            raw = (cell / rel).read_bytes()
+            ir_hash = _sha256(raw)
+            add_content(rel, ir_hash)
+            if ir_hash not in texts:
+                texts[ir_hash] = (raw, raw.decode("utf-8", "surrogateescape"))
+            if ir_hash not in self.layout_counts:
+                self.layout_counts[ir_hash] = ttgir.count_convert_layouts(texts[ir_hash][1])
+            warps = stages = None
+            if rel in files.meta_json:
+                meta_bytes = (cell / files.meta_json[rel]).read_bytes()
+                add_content(files.meta_json[rel], _sha256(meta_bytes))
+                warps, stages = _kernel_meta(meta_bytes)
+            kernels.append(dict(
+                name=name, cache_dir=os.path.dirname(rel), ir_hash=ir_hash,
+                convert_layouts=self.layout_counts[ir_hash], num_warps=warps, num_stages=stages,
+            ))
+        return ParsedCell(files, root, ref, env, values, log, kernels, texts, index,
+                          content.hexdigest(), problems)
+
+    def digest(self, rule: ttgir.Rule, ir_hash: str, text: str) -> str:
+        key = (ir_hash, rule.name)
+        if key not in self.digests:
+            self.digests[key] = ttgir.text_digest(rule, text)
+        return self.digests[key]
+
+    # -- writing (inside the cell's transaction) ---------------------------
+
+    def _insert(self, parsed: ParsedCell, root_id: int, stat_sig: str) -> int:
+        v, rows = parsed.values, parsed.log.rows
+        caliber_id = self.caliber_id(v["caliber"])
+        if parsed.index and parsed.index[0] not in self.blobs and parsed.index[0] not in self.pending_blobs:
+            self._insert_blob(parsed.index[0], "index.tsv", parsed.index[1])
+        cell_id = self.conn.execute(
+            """INSERT INTO cells (root_id, path, relpath, repeat_dir, card, op, dtype, side, round, rc,
+                elapsed_s, started_at, nodeid, switch, switch_value, cell_timeout, caliber_id,
+                caliber_missing, card_source, op_source, dtype_source, side_source, round_source,
+                rc_source, elapsed_source, caliber_source, provenance, n_records, n_rows, n_counted,
+                n_kernels, convert_layouts, index_hash, n_problems, stat_sig, content_sig, ingested_at)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
+                       ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+            (
+                root_id, str(parsed.files.path), "/".join(parsed.ref.parts), v["repeat_dir"], v["card"],
+                v["op"], v["dtype"], v["side"], v["round"], v["rc"], v["elapsed_s"], v["started_at"],
+                v["nodeid"], v["switch"], v["switch_value"], v["cell_timeout"], caliber_id,
+                v["caliber_missing"], *(v["sources"].get(k) for k in ("card", "op", "dtype", "side", "round", "rc", "elapsed")),
+                v["caliber_source"], layout.provenance_json(v["sources"]), parsed.log.records, len(rows),
+                sum(1 for r in rows if r.counted), len(parsed.kernels),
+                sum(k["convert_layouts"] for k in parsed.kernels),
+                parsed.index[0] if parsed.index else None, len(parsed.problems), stat_sig, parsed.content_sig, now(),
+            ),
+        ).lastrowid
+        self.conn.executemany(
+            f"INSERT INTO measurements ({', '.join(MEASUREMENT_COLUMNS)}) "
+            f"VALUES ({', '.join('?' * len(MEASUREMENT_COLUMNS))})",
+            [self._measurement(cell_id, row) for row in rows],
+        )
+        for ir_hash, (raw, _) in parsed.texts.items():
+            if ir_hash not in self.blobs and ir_hash not in self.pending_blobs:
+                self._insert_blob(ir_hash, "ttgir", raw)
+        self.conn.executemany(
+            "INSERT INTO kernels (cell_id, name, cache_dir, ir_hash, convert_layouts, num_warps, num_stages) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(cell_id, k["name"], k["cache_dir"], k["ir_hash"], k["convert_layouts"], k["num_warps"], k["num_stages"])
+             for k in parsed.kernels],
+        )
+        fingerprints, digests = [], []
+        for rule in ttgir.RULES.values():
+            pairs = []
+            for k in parsed.kernels:
+                digest = self.digest(rule, k["ir_hash"], parsed.texts[k["ir_hash"]][1])
+                pairs.append((k["name"], digest))
+            for ir_hash, (_, text) in parsed.texts.items():
+                digests.append((ir_hash, rule.name, self.digest(rule, ir_hash, text)))
+            index_digest = parsed.index[0] if (rule.hashes_index and parsed.index) else None
+            fingerprints.append((cell_id, rule.name, ttgir.combine(rule, pairs, index_digest)))
+        self.conn.executemany("INSERT OR IGNORE INTO ir_digests (ir_hash, rule, digest) VALUES (?, ?, ?)", digests)
+        self.conn.executemany("INSERT INTO fingerprints (cell_id, rule, fingerprint) VALUES (?, ?, ?)", fingerprints)
+        if parsed.problems:
+            self._store_problems(parsed.problems)
+        return cell_id
+
+    def _insert_blob(self, digest: str, kind: str, raw: bytes):
+        self.conn.execute(
+            "INSERT OR IGNORE INTO blobs (hash, kind, size, data) VALUES (?, ?, ?, ?)",
+            (digest, kind, len(raw), zlib.compress(raw, 6)),
+        )
+        self.pending_blobs[digest] = kind
+
+    @staticmethod
+    def _measurement(cell_id: int, row: "runlog.Row") -> tuple:
+        values = []
+        for name in runlog.KNOWN_FIELDS:
+            if name == "shape_detail":
+                continue
+            value = row.values.get(name)
+            if name in _JSON_FIELDS or isinstance(value, (list, dict)):
+                value = None if value is None else json.dumps(value, sort_keys=True)
+            values.append(value)
+        return (
+            cell_id, row.line, row.record, row.index, row.op_name, row.dtype, row.mode, row.level,
+            row.shape_key, *values, json.dumps(row.extra, sort_keys=True, default=str) if row.extra else None,
+            1 if row.counted else 0, row.not_counted_reason, 1 if row.fallback else 0,
+        )
+

@@ -1,0 +1,365 @@
+"""Finding roots and cells on disk, and inferring each cell's values.
+
+A value comes from the cell's own cell.env, then its path, then the root's
+env file, then the root's screen.tsv row (or a campaign's partition.tsv row);
+a value none of them gives stays unknown, and every value records its source."""
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Tuple
+
+from . import caliber, judge
+
+SIDES = ("before", "after")
+TORCH_DTYPES = frozenset(
+    """float16 bfloat16 float32 float64 half float double complex32 complex64
+    complex128 int8 int16 int32 int64 uint8 uint16 uint32 uint64 bool
+    float8_e4m3fn float8_e5m2 float8_e4m3fnuz float8_e5m2fnuz""".split()
+)
+ROOT_ENV, CAMPAIGN_ENV = "root.env", "campaign.env"
+SCREEN_TSV, SCREEN_TSV_ORIG, PARTITION_TSV = "screen.tsv", "screen.tsv.orig", "partition.tsv"
+ROOT_FILES = (ROOT_ENV, CAMPAIGN_ENV, SCREEN_TSV, SCREEN_TSV_ORIG, PARTITION_TSV)
+CELL_ENV, RUN_LOG, INDEX_TSV, TRITON_CACHE = "cell.env", "run.log", "index.tsv", "triton_cache"
+
+# The screen.tsv columns in the harness's order (ARTIFACTS.md).
+SCREEN_COLUMNS = (
+    "op", "dtype", "verdict", "cl_before", "cl_after", "fp_before", "fp_after",
+    "elapsed_before", "elapsed_after", "rc_before", "rc_after",
+) + caliber.NAMES
+PARTITION_COLUMNS = ("card", "op", "dtype", "weight_min")
+
+_ROUND = re.compile(r"^r(\d+)$")
+_CARD = re.compile(r"^card(\d+)$")
+
+
+@dataclass
+class Problem:
+    file: str
+    line: Optional[int]
+    message: str
+
+    def as_dict(self):
+        return {"file": self.file, "line": self.line, "message": self.message}
+
+    def __str__(self):
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        return f"{where}: {self.message}"
+
+
+def read_env(path: Path, problems: List[Problem]) -> Optional[Dict[str, str]]:
+    """KEY=VALUE lines as the harness writes them (shell quoting, `export`,
+    comments, CRLF tolerated). None when the file does not exist."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        problems.append(Problem(str(path), None, f"cannot read: {error}"))
+        return None
+    env = {}
+    for number, raw in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[len("export "):].lstrip()
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            problems.append(Problem(str(path), number, f"not a KEY=VALUE line: {raw[:80]!r}"))
+            continue
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        env[key] = value
+    return env
+
+
+def read_tsv(path: Path, problems: List[Problem]) -> Optional[List[Tuple[int, Dict[str, str]]]]:
+    """A harness TSV with a header row, columns matched by name: (line, row) pairs."""
+    try:
+        text = path.read_bytes().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return None
+    lines = text.splitlines()
+    if not lines:
+        return []
+    header = [h.strip() for h in lines[0].split("\t")]
+    rows = []
+    for number, raw in enumerate(lines[1:], 2):
+        if not raw.strip():
+            continue
+        values = [v.strip() for v in raw.split("\t")]
+        if len(values) != len(header):
+            problems.append(
+                Problem(str(path), number, f"{len(values)} fields where the header has {len(header)}")
+            )
+        rows.append((number, dict(zip(header, values))))
+    return rows
+
+
+def split_screen_name(name: str) -> Optional[Tuple[str, str, str]]:
+    """`<op>[_<dtype>]_<side>` -> (op, dtype, side); dtype '' for the op's
+    default set. Op names contain underscores, so only a torch dtype name
+    counts as a dtype suffix."""
+    for side in SIDES:
+        if name.endswith("_" + side):
+            stem = name[: -len(side) - 1]
+            if not stem:
+                return None
+            op, sep, last = stem.rpartition("_")
+            if sep and op and last in TORCH_DTYPES:
+                return op, last, side
+            return stem, "", side
+    return None
+
+
+def is_cell_dir(path: Path) -> bool:
+    return (path / RUN_LOG).is_file() or (path / CELL_ENV).is_file()
+
+
+def find_cell_dirs(top: Path) -> Iterator[Path]:
+    """Every cell directory under top (or top itself), sorted, never entering
+    a cell's own triton_cache."""
+    if is_cell_dir(top):
+        yield top
+        return
+    try:
+        entries = sorted(os.scandir(top), key=lambda e: e.name)
+    except (NotADirectoryError, FileNotFoundError, PermissionError):
+        return
+    names = {e.name for e in entries}
+    if RUN_LOG in names or CELL_ENV in names:
+        yield top
+        return
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False) and entry.name != TRITON_CACHE:
+            yield from find_cell_dirs(Path(entry.path))
+
+
+@dataclass
+class RootRef:
+    """Where a cell's root is, what kind it is, and the cell's path inside it."""
+
+    path: Path
+    kind: str
+    parts: Tuple[str, ...]
+
+
+def _markers(directory: Path, cache: Dict[Path, frozenset]) -> frozenset:
+    if directory not in cache:
+        cache[directory] = frozenset(n for n in ROOT_FILES if (directory / n).is_file())
+    return cache[directory]
+
+
+def locate_root(cell: Path, cache: Optional[Dict[Path, frozenset]] = None) -> RootRef:
+    """The root a cell belongs to. A campaign cell belongs to the campaign
+    directory, not to its card's repeat run; without marker files the
+    layout's shape decides."""
+    cache = {} if cache is None else cache
+    ancestors = list(cell.parents)[:6]
+    for ancestor in ancestors:
+        if CAMPAIGN_ENV in _markers(ancestor, cache):
+            return RootRef(ancestor, "campaign", cell.relative_to(ancestor).parts)
+    for ancestor in ancestors:
+        markers = _markers(ancestor, cache)
+        if markers:
+            kind = "screen" if (SCREEN_TSV in markers or SCREEN_TSV_ORIG in markers) else None
+            if kind is None:
+                kind = _kind_from_shape(cell.relative_to(ancestor).parts)
+            return RootRef(ancestor, kind, cell.relative_to(ancestor).parts)
+    # No marker files: an older root; the directory shape says what it is.
+    if len(ancestors) >= 5 and _CARD.match(cell.parents[3].name) and _ROUND.match(cell.parent.name):
+        return RootRef(cell.parents[4], "campaign", cell.relative_to(cell.parents[4]).parts)
+    if len(ancestors) >= 3 and _ROUND.match(cell.parent.name) and cell.name in SIDES:
+        return RootRef(cell.parents[2], "repeat", cell.relative_to(cell.parents[2]).parts)
+    return RootRef(cell.parent, "screen", (cell.name,))
+
+
+def _kind_from_shape(parts: Tuple[str, ...]) -> str:
+    if len(parts) >= 3 and _ROUND.match(parts[-2]):
+        return "repeat"
+    return "screen"
+
+
+def path_values(ref: RootRef) -> Dict[str, object]:
+    """What a cell's path inside its root says: op, dtype, side, round, card,
+    and for a campaign the card's repeat directory."""
+    parts = ref.parts
+    values: Dict[str, object] = {}
+    if len(parts) == 1:
+        split = split_screen_name(parts[0])
+        if split:
+            values.update(op=split[0], dtype=split[1], side=split[2], round=0)
+        return values
+    if len(parts) >= 3 and _ROUND.match(parts[-2]) and parts[-1] in SIDES:
+        values.update(op=parts[-3], round=int(_ROUND.match(parts[-2]).group(1)), side=parts[-1])
+        leading = parts[:-3]
+        if leading and _CARD.match(leading[0]):
+            values["card"] = int(_CARD.match(leading[0]).group(1))
+            if len(leading) >= 2:
+                values["repeat_dir"] = leading[1]
+        elif leading:
+            values["repeat_dir"] = leading[-1]
+    return values
+
+
+@dataclass
+class Root:
+    """A root's own files, read once for all its cells."""
+
+    path: Path
+    kind: str
+    env_file: Optional[str] = None
+    env: Dict[str, str] = field(default_factory=dict)
+    screen: List[Tuple[int, Dict[str, str]]] = field(default_factory=list)
+    screen_orig: List[Tuple[int, Dict[str, str]]] = field(default_factory=list)
+    partition: List[Tuple[int, Dict[str, str]]] = field(default_factory=list)
+    files_sig: str = ""
+    problems: List[Problem] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def caliber(self) -> Dict[str, str]:
+        return caliber.from_env(self.env)
+
+    def screen_row(self, op: Optional[str], dtype: Optional[str]) -> Optional[Dict[str, str]]:
+        """The screen.tsv row for (op, dtype); with the dtype unknown, only
+        when the root has exactly one row for the op."""
+        return _row_for(self.screen, op, dtype)
+
+    def partition_row(self, op: Optional[str], dtype: Optional[str]) -> Optional[Dict[str, str]]:
+        return _row_for(self.partition, op, dtype)
+
+
+def _row_for(rows, op, dtype):
+    if op is None:
+        return None
+    matches = [row for _, row in rows if row.get("op") == op]
+    if dtype is not None:
+        exact = [row for row in matches if (row.get("dtype") or "") == dtype]
+        return exact[0] if len(exact) == 1 else None
+    return matches[0] if len(matches) == 1 else None
+
+
+def load_root(ref: RootRef) -> Root:
+    root = Root(path=ref.path, kind=ref.kind)
+    digest = hashlib.sha256()
+    for name in ROOT_FILES:
+        path = ref.path / name
+        try:
+            data = path.read_bytes()
+        except (FileNotFoundError, IsADirectoryError):
+            continue
+        digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    root.files_sig = digest.hexdigest()
+    for env_name in (CAMPAIGN_ENV, ROOT_ENV):
+        env = read_env(ref.path / env_name, root.problems)
+        if env is not None:
+            root.env_file, root.env = env_name, env
+            break
+    kind = (root.env.get("KIND") or "").strip().lower()
+    if ref.kind != "campaign" and kind in ("screen", "repeat"):
+        root.kind = kind
+    root.screen = read_tsv(ref.path / SCREEN_TSV, root.problems) or []
+    root.screen_orig = read_tsv(ref.path / SCREEN_TSV_ORIG, root.problems) or []
+    root.partition = read_tsv(ref.path / PARTITION_TSV, root.problems) or []
+    return root
+
+
+def _int(value) -> Optional[int]:
+    try:
+        return int(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+
+
+def _float(value) -> Optional[float]:
+    try:
+        return float(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+
+
+def resolve_cell(ref: RootRef, root: Root, cell_env: Optional[Dict[str, str]]) -> Dict[str, object]:
+    """A cell's values, each with its source, by the order ARTIFACTS.md gives:
+    cell.env, path, root env file, screen.tsv (partition.tsv in a campaign)."""
+    env = cell_env or {}
+    from_path = path_values(ref)
+    values: Dict[str, object] = {"repeat_dir": from_path.get("repeat_dir")}
+    sources: Dict[str, str] = {}
+
+    def take(name, candidates):
+        for source, value in candidates:
+            if value is not None and value != "":
+                values[name], sources[name] = value, source
+                return
+        values[name] = None
+
+    take("op", [(CELL_ENV, env.get("OP")), ("path", from_path.get("op"))])
+    take("side", [(CELL_ENV, env.get("SIDE")), ("path", from_path.get("side"))])
+    take("round", [(CELL_ENV, _int(env.get("ROUND"))), ("path", from_path.get("round"))])
+    take("card", [(CELL_ENV, _int(env.get("CARD"))), ("path", from_path.get("card"))])
+    if root.kind == "screen" and values["card"] is None:
+        values["card"], sources["card"] = 0, "path"
+    # An empty DTYPE in cell.env is a value: the operator's own default set.
+    if "DTYPE" in env:
+        values["dtype"], sources["dtype"] = env["DTYPE"].strip().removeprefix("torch."), CELL_ENV
+    elif "dtype" in from_path:
+        values["dtype"], sources["dtype"] = from_path["dtype"], "path"
+    else:
+        values["dtype"] = None
+    if values["side"] not in SIDES and values["side"] is not None:
+        values["side"] = None
+
+    table_name, table_row = None, None
+    if root.kind == "screen":
+        table_name, table_row = SCREEN_TSV, root.screen_row(values["op"], values["dtype"])
+    elif root.kind == "campaign":
+        table_name, table_row = PARTITION_TSV, root.partition_row(values["op"], values["dtype"])
+    if values["dtype"] is None and table_row is not None:
+        values["dtype"], sources["dtype"] = (table_row.get("dtype") or ""), table_name
+
+    side = values["side"]
+    screen_row = table_row if table_name == SCREEN_TSV else None
+    take("rc", [(CELL_ENV, _int(env.get("RC")))]
+         + ([(SCREEN_TSV, _int(screen_row.get(f"rc_{side}")))] if screen_row and side else []))
+    take("elapsed_s", [(CELL_ENV, _float(env.get("ELAPSED_S")))]
+         + ([(SCREEN_TSV, _float(screen_row.get(f"elapsed_{side}")))] if screen_row and side else []))
+    if "elapsed_s" in sources:
+        sources["elapsed"] = sources.pop("elapsed_s")
+    take("started_at", [(CELL_ENV, env.get("STARTED_AT"))])
+    take("nodeid", [(CELL_ENV, env.get("NODEID"))])
+    take("switch", [(CELL_ENV, env.get("SWITCH")), (root.env_file, root.env.get("SWITCH"))])
+    take("switch_value", [(CELL_ENV, env.get("SWITCH_VALUE"))])
+    take("cell_timeout", [(CELL_ENV, _float(env.get("CELL_TIMEOUT")))])
+
+    fields: Dict[str, str] = {}
+    layers = [(CELL_ENV, caliber.from_env(env)), (root.env_file, root.caliber())]
+    if screen_row:
+        layers.append((SCREEN_TSV, {n: screen_row[n].strip() for n in caliber.NAMES if (screen_row.get(n) or "").strip()}))
+    for name in caliber.NAMES:
+        for source, layer in layers:
+            if source and name in layer:
+                fields[name], sources[name] = layer[name], source
+                break
+    values["caliber"] = caliber.complete(fields)
+    values["caliber_fields"] = fields
+    values["caliber_missing"] = ",".join(n for n in caliber.NAMES if n not in fields) or None
+    used = []
+    for name in caliber.NAMES:
+        if name in sources and sources[name] not in used:
+            used.append(sources[name])
+    values["caliber_source"] = "+".join(used) or None
+    values["sources"] = sources
+    return values
+
+
+def provenance_json(sources: Dict[str, str]) -> str:
+    return json.dumps(sources, sort_keys=True)

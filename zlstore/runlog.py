@@ -1,0 +1,471 @@
+"""Reading FlagGems run.log measurement records.
+
+A run.log is mostly noise (pytest output, test-driver progress, colour codes)
+with, here and there, one `[INFO] {json}` line per (op, dtype) benchmark. This
+module finds those records, tolerates what real logs do to them (CRLF, ANSI
+colours, Python dict reprs, records cut off by a timeout kill or split over
+lines, bytes that are not UTF-8) and says, in `counted`, what counts as a
+measurement. It never raises on the content of a log: what it cannot read
+becomes a `Problem` with a line number, and the rest of the file still parses.
+
+Pure parsing, stdlib only: ingest, views and CLI build on it.
+"""
+
+from __future__ import annotations
+
+import ast
+import codecs
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, List, Optional, Tuple
+
+# Why a row is stored but does not count as a measurement; `counted` returns
+# only these names, and the schema and views take them from here.
+NOT_COUNTED_REASONS = (
+    "ERROR_MSG",
+    "LATENCY_MISSING",
+    "LATENCY_NOT_POSITIVE",
+    "LATENCY_NOT_FINITE",
+)
+
+# The fields of a FlagGems result row this project knows by name; any other
+# key a newer FlagGems adds goes to Row.extra instead of being dropped.
+KNOWN_FIELDS = (
+    "legacy_shape",
+    "shape_detail",
+    "latency_base",
+    "latency",
+    "speedup",
+    "gbps_base",
+    "gbps",
+    "accuracy",
+    "tflops",
+    "utilization",
+    "compared_speedup",
+    "error_msg",
+)
+
+# Record-level keys read into Row attributes; other record keys go to
+# Row.extra["_record"].
+RECORD_FIELDS = ("op_name", "dtype", "mode", "level", "result")
+
+# A line holding this says the next measurement record was timed by the
+# direct fallback rather than under a CUDA graph: a different timing regime.
+FALLBACK_MARKER = b"BENCHMARK_DIRECT_NO_CUDAGRAPH"
+
+# How far a record that does not parse on its first line may be continued
+# before it is given up: a runaway never costs more than this.
+MAX_RECORD_LINES = 2000
+MAX_RECORD_BYTES = 8 * 1024 * 1024
+
+_KNOWN_SET = frozenset(KNOWN_FIELDS)
+_RECORD_SET = frozenset(RECORD_FIELDS)
+
+
+@dataclass
+class Row:
+    """One element of a record's `result` list: one measured shape. Stored
+    whether or not it counts, so an incomplete pairing can say why."""
+
+    line: int                   # 1-based line where its [INFO] record starts
+    record: int                 # 0-based index of the record in the file
+    index: int                  # 0-based position in the record's result list
+    op_name: Optional[str]
+    dtype: Optional[str]        # without "torch.": "float16"
+    mode: Optional[str]         # as written: "kernel", "operator", "cuda", ...
+    level: Optional[str]
+    shape_key: str              # canonical_shape(shape_detail); "null" if absent
+    values: dict                # KNOWN_FIELDS -> value, in that order; missing -> None
+    extra: dict                 # other row keys; other record keys under "_record"
+    counted: bool
+    not_counted_reason: Optional[str]  # one of NOT_COUNTED_REASONS, or None
+    fallback: bool              # a BENCHMARK_DIRECT_NO_CUDAGRAPH line preceded the record
+
+
+@dataclass
+class Problem:
+    """Something in a run.log that could not be read as written; the parse
+    goes on, and the caller decides whether to warn or to refuse."""
+
+    line: int                   # 1-based
+    message: str
+
+
+@dataclass
+class RunLog:
+    rows: List[Row] = field(default_factory=list)
+    problems: List[Problem] = field(default_factory=list)
+    records: int = 0            # measurement records read (objects with "result")
+    lines: int = 0
+
+
+# ---------------------------------------------------------------- values
+
+
+def counted(values: dict) -> Tuple[bool, Optional[str]]:
+    """The one definition of 'a counted measurement': (True, None), or False
+    with the first reason that applies, checked in the order ERROR_MSG,
+    LATENCY_MISSING, LATENCY_NOT_FINITE, LATENCY_NOT_POSITIVE (so -inf is
+    NOT_FINITE).
+
+    Only a real int or float latency counts: booleans and numeric strings such
+    as "0.02" are LATENCY_MISSING, so a counted row's latency can always be
+    divided by without conversion. An error_msg is empty when it is None, a
+    blank string, or any other falsy value (False, 0, [], {})."""
+    err = values.get("error_msg")
+    if err is not None:
+        if isinstance(err, str):
+            if err.strip():
+                return False, "ERROR_MSG"
+        elif _truthy(err):
+            return False, "ERROR_MSG"
+    lat = values.get("latency")
+    if isinstance(lat, bool) or not isinstance(lat, (int, float)):
+        return False, "LATENCY_MISSING"
+    if isinstance(lat, float) and not math.isfinite(lat):
+        return False, "LATENCY_NOT_FINITE"
+    if lat <= 0:
+        return False, "LATENCY_NOT_POSITIVE"
+    return True, None
+
+
+def _truthy(v: Any) -> bool:
+    try:
+        return bool(v)
+    except Exception:  # an object whose truth is undefined is not "empty"
+        return True
+
+
+_CANON = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=True
+)
+
+
+def canonical_shape(shape_detail: Any) -> str:
+    """The form in which a row's shape is compared across cells: a list, a
+    nested list, an object (keys sorted at every depth) or a scalar all get
+    one spelling; absent or None is "null"."""
+    try:
+        return _CANON.encode(shape_detail)
+    except (TypeError, ValueError, RecursionError):
+        # Non-string or mixed keys, tuples as keys, sets: spell them as JSON
+        # would rather than fail to give the row an identity.
+        try:
+            return _CANON.encode(_jsonable(shape_detail))
+        except (TypeError, ValueError, RecursionError):
+            return json.dumps(repr(shape_detail), ensure_ascii=False)
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {_key(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, (set, frozenset)):
+        return sorted((_jsonable(x) for x in v), key=canonical_shape)
+    if v is None or isinstance(v, (str, int, float)):
+        return v
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    return str(v)
+
+
+def _key(k: Any) -> str:
+    if isinstance(k, str):
+        return k
+    try:
+        return _CANON.encode(_jsonable(k))
+    except (TypeError, ValueError, RecursionError):
+        return str(k)
+
+
+def strip_torch_prefix(dtype: Any) -> Optional[str]:
+    """Dtypes are stored as "float16", the way cell directories and cell.env
+    spell them, not "torch.float16" as run.log records do; absent or blank is
+    None."""
+    if dtype is None:
+        return None
+    s = (dtype if isinstance(dtype, str) else str(dtype)).strip()
+    if s.startswith("torch."):
+        s = s[6:]
+    return s or None
+
+
+def _text(v: Any) -> Optional[str]:
+    if v is None or isinstance(v, str):
+        return v
+    return str(v)
+
+
+# ---------------------------------------------------------------- lines
+
+_ANSI = rb"\x1b\[[0-?]*[ -/]*[@-~]"
+_PAD = rb"(?:\s|" + _ANSI + rb")*"
+_TAG = rb"\[(?:" + _ANSI + rb")*INFO(?:" + _ANSI + rb")*\]"
+_PREFIX = re.compile(_PAD + _TAG + _PAD)
+# A carriage return redraws the terminal line (progress bars printed to the
+# same stream): what follows the last one is the line a reader saw.
+_PREFIX_AFTER_CR = re.compile(rb"[^\n]*\r" + _PAD + _TAG + _PAD)
+_ANSI_AT = re.compile(_ANSI)
+
+
+def _body_start(line: bytes) -> Optional[int]:
+    """Where the text after an `[INFO]` prefix starts, or None when the line
+    is not an [INFO] line; only whitespace and colour codes may precede it."""
+    m = _PREFIX.match(line)
+    if m is None and b"\r" in line:
+        m = _PREFIX_AFTER_CR.match(line)
+    return None if m is None else m.end()
+
+
+def _is_info_line(line: bytes) -> bool:
+    return b"INFO" in line and _body_start(line) is not None
+
+
+def _rstrip_noise(b: bytes) -> bytes:
+    """Trailing whitespace (the CR of CRLF too) and colour resets never belong
+    to a record."""
+    while True:
+        b = b.rstrip()
+        i = b.rfind(b"\x1b", max(0, len(b) - 24))
+        if i >= 0:
+            m = _ANSI_AT.match(b, i)
+            if m is not None and m.end() == len(b):
+                b = b[:i]
+                continue
+        return b
+
+
+def _strip_cr(b: bytes) -> bytes:
+    return b[:-1] if b.endswith(b"\r") else b
+
+
+# ---------------------------------------------------------------- bodies
+
+_FAIL = object()
+_DECODER = json.JSONDecoder()
+
+# A string literal (left alone) or a bare nan/inf token that literal_eval
+# does not accept.
+_PY_TOKEN = re.compile(
+    r"""('(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*")"""
+    r"""|(?<![\w.])(-\s*)?(nan|NaN|inf|Infinity)(?![\w.(])"""
+)
+_NAN_SENTINEL = "\x00zlstore-nan\x00"
+
+
+def _py_token(m: "re.Match[str]") -> str:
+    if m.group(1) is not None:
+        return m.group(1)
+    if m.group(3) in ("nan", "NaN"):
+        return repr(_NAN_SENTINEL)  # literal_eval cannot spell NaN; mark it
+    return "-1e999" if m.group(2) else "1e999"
+
+
+def _from_py(v: Any) -> Any:
+    """A dict repr read like the JSON it stands for: tuples as lists, keys as
+    strings, the NaN mark back to float NaN."""
+    if isinstance(v, dict):
+        return {_key(k): _from_py(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_from_py(x) for x in v]
+    if isinstance(v, str) and v == _NAN_SENTINEL:
+        return math.nan
+    if isinstance(v, (set, frozenset, bytes, complex)):
+        return _jsonable(v)
+    return v
+
+
+def _literal(text: str) -> Any:
+    """FlagGems `--query` mode logs `str(dict)`: single quotes, None,
+    True/False and bare nan/inf, which json refuses."""
+    if "nan" in text or "inf" in text or "NaN" in text or "Infinity" in text:
+        text = _PY_TOKEN.sub(_py_token, text)
+    try:
+        return _from_py(ast.literal_eval(text))
+    except Exception:  # SyntaxError, ValueError, MemoryError, RecursionError ...
+        return _FAIL
+
+
+def _parse_body(b: bytes) -> Tuple[Any, bool, bool]:
+    """(object or _FAIL, text followed the object, bytes were not UTF-8)."""
+    try:
+        text = b.decode("utf-8")
+        bad = False
+    except UnicodeDecodeError:
+        text = b.decode("utf-8", "replace")
+        bad = True
+    try:
+        return json.loads(text), False, bad
+    except (ValueError, RecursionError):
+        pass
+    try:
+        obj, _ = _DECODER.raw_decode(text)
+        return obj, True, bad
+    except (ValueError, RecursionError):
+        pass
+    return _literal(text), False, bad
+
+
+# ---------------------------------------------------------------- the log
+
+
+def parse_runlog(data: bytes) -> RunLog:
+    """Every measurement record of a run.log as rows, and whatever could not
+    be read as problems. Works on bytes and decodes only candidate lines, so
+    a large log of noise costs little more than splitting it into lines."""
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogateescape")
+    elif not isinstance(data, bytes):
+        data = bytes(data)
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8):]
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    out = RunLog(lines=len(lines))
+    has_marker = FALLBACK_MARKER in data
+    pending_fallback = False
+    n = len(lines)
+    i = 0
+    while i < n:
+        line = lines[i]
+        if b"{" not in line or b"INFO" not in line:
+            if has_marker and FALLBACK_MARKER in line:
+                pending_fallback = True
+            i += 1
+            continue
+        start = _body_start(line)
+        if start is None or line[start:start + 1] != b"{":
+            if has_marker and FALLBACK_MARKER in line:
+                pending_fallback = True
+            i += 1
+            continue
+
+        obj, trailing, bad_lines, end, why = _read_candidate(lines, i, start)
+        if obj is _FAIL:
+            out.problems.append(Problem(i + 1, why))
+            if has_marker and FALLBACK_MARKER in line:
+                pending_fallback = True
+            i += 1  # the lines it swallowed are not [INFO] lines: rescan them
+            continue
+        if not isinstance(obj, dict) or "result" not in obj:
+            # Some other [INFO] object: noise, unless it carries the marker.
+            if has_marker and any(FALLBACK_MARKER in x for x in lines[i:end]):
+                pending_fallback = True
+            i = end
+            continue
+
+        for j in bad_lines:
+            out.problems.append(Problem(j + 1, "invalid UTF-8 bytes replaced"))
+        if trailing:
+            out.problems.append(
+                Problem(i + 1, "text after the record's closing brace ignored")
+            )
+        _add_record(out, obj, i + 1, pending_fallback)
+        pending_fallback = False
+        i = end
+    return out
+
+
+def _read_candidate(lines: List[bytes], i: int, start: int):
+    """Read the record starting at lines[i][start:], continuing onto the
+    following lines when it does not parse alone (pretty-printed JSON, or a
+    record split by a stray newline). Returns (object or _FAIL, trailing,
+    indexes of lines with invalid UTF-8, index after the last line used,
+    problem message)."""
+    first = lines[i][start:]
+    obj, trailing, bad = _parse_body(_rstrip_noise(first))
+    if obj is not _FAIL:
+        return obj, trailing, [i] if bad else [], i + 1, None
+
+    # Pieces are joined with nothing between them: a stray newline inside a
+    # string then leaves the string as it was, and the newlines of a
+    # pretty-printed record were only whitespace between tokens.
+    pieces = [_strip_cr(first)]
+    size = len(pieces[0])
+    n = len(lines)
+    j = i + 1
+    while True:
+        if j >= n:
+            why = "record cut off mid-JSON (timeout kill?)"
+            break
+        if j - i >= MAX_RECORD_LINES or size > MAX_RECORD_BYTES:
+            why = (
+                "unparseable [INFO] record (no end within "
+                f"{MAX_RECORD_LINES} lines / {MAX_RECORD_BYTES // (1024 * 1024)} MB)"
+            )
+            break
+        nxt = lines[j]
+        if _is_info_line(nxt):
+            why = "unparseable [INFO] record"
+            break
+        piece = _strip_cr(nxt)
+        pieces.append(piece)
+        size += len(piece)
+        j += 1
+        if _rstrip_noise(piece).endswith(b"}"):
+            obj, trailing, bad = _parse_body(_rstrip_noise(b"".join(pieces)))
+            if obj is not _FAIL:
+                bad_lines = []
+                if bad:
+                    for k, p in enumerate(pieces):
+                        try:
+                            p.decode("utf-8")
+                        except UnicodeDecodeError:
+                            bad_lines.append(i + k)
+                return obj, trailing, bad_lines, j, None
+    return _FAIL, False, [], j, why
+
+
+def _add_record(out: RunLog, obj: dict, line: int, fallback: bool) -> None:
+    record = out.records
+    out.records += 1
+    op_name = _text(obj.get("op_name"))
+    dtype = strip_torch_prefix(obj.get("dtype"))
+    mode = _text(obj.get("mode"))
+    level = _text(obj.get("level"))
+    rec_extra = {k: v for k, v in obj.items() if k not in _RECORD_SET}
+    result = obj["result"]
+    if not isinstance(result, list):
+        out.problems.append(Problem(
+            line,
+            f"record {record} ({op_name}): 'result' is "
+            f"{type(result).__name__}, not a list; no rows read",
+        ))
+        return
+    append = out.rows.append
+    for index, r in enumerate(result):
+        if not isinstance(r, dict):
+            out.problems.append(Problem(
+                line,
+                f"record {record} ({op_name}): result[{index}] is "
+                f"{type(r).__name__}, not an object; skipped",
+            ))
+            continue
+        # The hot loop of an ingest: C-level building where it is free.
+        values = dict(zip(KNOWN_FIELDS, map(r.get, KNOWN_FIELDS)))
+        if r.keys() <= _KNOWN_SET:
+            extra = {}
+        else:
+            extra = {k: v for k, v in r.items() if k not in _KNOWN_SET}
+        if rec_extra:
+            extra["_record"] = dict(rec_extra)
+        ok, reason = counted(values)
+        append(Row(
+            line, record, index, op_name, dtype, mode, level,
+            canonical_shape(values["shape_detail"]),
+            values, extra, ok, reason, fallback,
+        ))
+
+
+def read_runlog(path) -> RunLog:
+    """A cell without a run.log is a fact to record (no rows), not an error."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return RunLog()
+    return parse_runlog(data)

@@ -1,0 +1,501 @@
+"""IR fingerprint rules: how a cell's Triton GPU IR (``.ttgir``) becomes one hash.
+
+A cell's fingerprint is a hash over the *multiset* of its kernels: for every
+``.ttgir`` file, the kernel name (the file stem) and the digest of its
+normalized text; sorted; hashed.  The cache directory a file sits in is never
+part of it: Triton's cache key changes with the switch's environment even when
+the IR does not, so the ``before`` and ``after`` sides of a pair always compile
+into differently named directories.
+
+The normalization has changed over time and every rule ever used must stay
+computable from what is stored (a screening root is re-judged against the
+current rule in seconds; re-running it takes over an hour):
+
+* ``v1``: the raw ``.ttgir`` texts plus the raw bytes of ``index.tsv``.  Made
+  every op look changed: ``index.tsv`` lists cache hashes, which differ by side.
+* ``v2``: the raw ``.ttgir`` texts.
+* ``v3`` (current): v2 with every ``ttg.rlc-*`` annotation removed.  The switch
+  stamps these into the IR even where it changed nothing.
+* ``v4``: v3 with MLIR location information removed.  FlagGems writes its
+  generated kernels under its own cache directory, so two runs with separate
+  caches give the same IR different ``loc`` paths.
+
+Adding a rule is one normalize function and one line in ``RULES``.  This
+module is stdlib only and every function in it is pure.
+
+The layout-conversion count (:func:`count_convert_layouts`) says what *kind* of
+change a fingerprint difference is.  It is not the criterion: equal counts do
+not mean equal code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Callable, Iterable, Optional, Union
+
+__all__ = [
+    "Rule",
+    "RULES",
+    "DEFAULT_RULE",
+    "get_rule",
+    "digest",
+    "text_digest",
+    "combine",
+    "fingerprint",
+    "count_convert_layouts",
+    "strip_rlc_annotations",
+    "strip_locations",
+    "normalize_v1",
+    "normalize_v2",
+    "normalize_v3",
+    "normalize_v4",
+]
+
+
+# ---------------------------------------------------------------------------
+# Lexical pieces shared by the scanners.  MLIR's printer never puts a raw
+# newline inside a string literal (it escapes it), so a string never spans a
+# line; an unterminated quote is simply not a string and is left alone.
+
+_STRING = r'"(?:[^"\\\n]|\\.)*"'
+
+_RLC_PREFIX = "ttg.rlc-"
+_HSPACE = " \t"
+_WS = " \t\r\n"
+
+
+# ---------------------------------------------------------------------------
+# v3: ttg.rlc-* annotations
+#
+# Only lines that contain "ttg.rlc-" are looked at (the printer keeps every
+# attribute dictionary on one line).  On such a line each "{" outside a string
+# is tried as an attribute dictionary: entries are `key`, `key = value`, keys
+# bare or quoted, values skipped with string literals and bracket depth
+# tracked (nested dictionaries are parsed recursively, so an rlc entry inside
+# one goes too).  A "{" that does not parse as a dictionary on that line (a
+# region opener) is left alone.  Changes are collected as (start, end, repl)
+# edits and applied once per line.
+
+_DICT_KEY = re.compile(_STRING + r"|[A-Za-z_][\w.$\-]*")
+_DICT_OPEN = re.compile(_STRING + r"|\{")
+_VALUE_TOKEN = re.compile(_STRING + r"|->|[{}\[\]()<>,]")
+
+_Edit = tuple  # (start, end, replacement)
+
+
+def _skip_ws(s: str, i: int) -> int:
+    n = len(s)
+    while i < n and s[i] in _WS:
+        i += 1
+    return i
+
+
+def _parse_dict(s: str, open_pos: int):
+    """Parse the attribute dictionary whose "{" is at open_pos.
+
+    Returns (close_pos, edits, emptied) or None when it is not a well-formed
+    dictionary on this line.  ``emptied``: it had entries and all were rlc
+    annotations; the caller decides what an empty dictionary means in its
+    position.  ``edits`` never cover a removed entry's interior."""
+    n = len(s)
+    p = open_pos + 1
+    entries = []  # (start, end, is_rlc, inner_edits)
+    while True:
+        p = _skip_ws(s, p)
+        if p >= n:
+            return None
+        if s[p] == "}":
+            break
+        m = _DICT_KEY.match(s, p)
+        if m is None:
+            return None
+        key = m.group()
+        name = key[1:-1] if key[0] == '"' else key
+        start = p
+        inner: list = []
+        q = _skip_ws(s, m.end())
+        if q < n and s[q] == "=":
+            end = _skip_value(s, q + 1, inner)
+            if end is None:
+                return None
+        else:
+            end = q
+        stop = end  # the "," or "}" after the entry
+        while end > start and s[end - 1] in _WS:
+            end -= 1
+        entries.append((start, end, name.startswith(_RLC_PREFIX), inner))
+        if stop >= n:
+            return None
+        if s[stop] == ",":
+            p = stop + 1
+            continue
+        if s[stop] == "}":
+            p = stop
+            break
+        return None
+    close = p
+
+    kept = [i for i, e in enumerate(entries) if not e[2]]
+    edits: list = []
+    for i in kept:
+        edits.extend(entries[i][3])
+    if len(kept) == len(entries):
+        return close, edits, False
+    if not kept:
+        return close, [], True
+    # Keep each kept entry with the separator that followed it in the
+    # original; the last kept entry is followed by the original trailing
+    # whitespace.  Everything between is deleted.
+    first = kept[0]
+    if first > 0:
+        edits.append((entries[0][0], entries[first][0], ""))
+    for a, b in zip(kept, kept[1:]):
+        if b > a + 1:
+            edits.append((entries[a + 1][0], entries[b][0], ""))
+    last = kept[-1]
+    if last < len(entries) - 1:
+        edits.append((entries[last][1], entries[-1][1], ""))
+    return close, edits, False
+
+
+def _skip_value(s: str, p: int, edits: list) -> Optional[int]:
+    """Skip an attribute value starting at p; return the position of the ","
+    or "}" that ends it, or None.  Nested dictionaries are parsed (their edits
+    appended); an emptied nested dictionary stays as "{}" (it is a value)."""
+    stack: list = []
+    while True:
+        m = _VALUE_TOKEN.search(s, p)
+        if m is None:
+            return None
+        t = m.group()
+        st = m.start()
+        p = m.end()
+        c = t[0]
+        if c == '"' or t == "->":
+            continue
+        if c == "{":
+            res = _parse_dict(s, st)
+            if res is None:
+                return None
+            close, inner, emptied = res
+            edits.extend([(st + 1, close, "")] if emptied else inner)
+            p = close + 1
+        elif c in "([<":
+            stack.append(c)
+        elif c == ">":
+            if stack and stack[-1] == "<":
+                stack.pop()
+        elif c in ")]":
+            want = "(" if c == ")" else "["
+            while stack and stack[-1] == "<":
+                stack.pop()
+            if not stack or stack[-1] != want:
+                return None
+            stack.pop()
+        elif c == ",":
+            if not stack:
+                return st
+        else:  # "}"
+            while stack and stack[-1] == "<":
+                stack.pop()
+            if stack:
+                return None
+            return st
+
+
+def _drop_dict(s: str, open_pos: int, close_pos: int) -> _Edit:
+    """The edit removing a top-level dictionary left empty: with its `<{ }>`
+    wrapper, an `attributes` keyword before it, and the space before it."""
+    start, end = open_pos, close_pos + 1
+    if start > 0 and s[start - 1] == "<" and end < len(s) and s[end] == ">":
+        start -= 1
+        end += 1
+    k = start
+    while k > 0 and s[k - 1] in _HSPACE:
+        k -= 1
+    kw = "attributes"
+    if s.endswith(kw, 0, k) and (k == len(kw) or s[k - len(kw) - 1] in _WS):
+        k -= len(kw)
+        while k > 0 and s[k - 1] in _HSPACE:
+            k -= 1
+    if k == 0 or s[k - 1] == "\n":
+        k = start  # nothing before it on the line: keep the indentation
+    return (k, end, "")
+
+
+def _apply(s: str, edits: list) -> str:
+    if not edits:
+        return s
+    edits.sort()
+    out = []
+    pos = 0
+    for start, end, repl in edits:
+        out.append(s[pos:start])
+        out.append(repl)
+        pos = end
+    out.append(s[pos:])
+    return "".join(out)
+
+
+def _strip_rlc_line(line: str) -> str:
+    edits: list = []
+    p = 0
+    while True:
+        m = _DICT_OPEN.search(line, p)
+        if m is None:
+            break
+        if m.group() != "{":
+            p = m.end()
+            continue
+        res = _parse_dict(line, m.start())
+        if res is None:
+            p = m.end()
+            continue
+        close, inner, emptied = res
+        if emptied:
+            edits.append(_drop_dict(line, m.start(), close))
+        else:
+            edits.extend(inner)
+        p = close + 1
+    return _apply(line, edits)
+
+
+def strip_rlc_annotations(text: str) -> str:
+    """Remove every ``ttg.rlc-*`` attribute entry (and a dictionary it leaves
+    empty) from an IR text; everything else stays byte-identical."""
+    pos = text.find(_RLC_PREFIX)
+    if pos < 0:
+        return text
+    out = []
+    last = 0
+    n = len(text)
+    while pos >= 0:
+        ls = text.rfind("\n", 0, pos) + 1
+        le = text.find("\n", pos)
+        if le < 0:
+            le = n
+        line = text[ls:le]
+        new = _strip_rlc_line(line)
+        if new != line:
+            out.append(text[last:ls])
+            out.append(new)
+            last = le
+        pos = text.find(_RLC_PREFIX, le)
+    if not out:
+        return text
+    out.append(text[last:])
+    return "".join(out)
+
+
+# ---------------------------------------------------------------------------
+# v4: MLIR locations
+#
+# One scan over the text with three alternatives: a `#loc... = loc(` definition
+# at the start of a line (the whole line goes), a string literal (skipped, so
+# "loc(" inside an assert message or a path is never touched), and a `loc(`
+# suffix (the horizontal whitespace before it goes too).  The `loc(...)` body
+# is matched with balanced parentheses, strings inside it respected: by the
+# regex itself up to two levels deep (`loc("x"(callsite(#loc1 at #loc2)))`,
+# the common case), by a scanner beyond that.
+
+_LOC_ATOM = r'[^()"\n]|' + _STRING
+_LOC_BODY = (r"(?:" + _LOC_ATOM + r"|\((?:" + _LOC_ATOM + r"|\((?:" + _LOC_ATOM
+             + r")*\))*\))*\)")
+_LOC_SCAN = re.compile(
+    r"(?P<defn>^\#loc[\w.$\-]*[ \t]*=[ \t]*loc\((?P<dbody>" + _LOC_BODY + r")?)"
+    r"|" + _STRING
+    + r"|(?P<use>(?<![\w.$#\-])loc\((?P<ubody>" + _LOC_BODY + r")?)",
+    re.MULTILINE,
+)
+_PAREN = re.compile(_STRING + r"|[()]")
+
+
+def _close_paren(s: str, p: int) -> int:
+    """Position just after the ")" balancing an already-open "(" before p,
+    or -1."""
+    depth = 1
+    while True:
+        m = _PAREN.search(s, p)
+        if m is None:
+            return -1
+        t = m.group()
+        p = m.end()
+        if t == "(":
+            depth += 1
+        elif t == ")":
+            depth -= 1
+            if depth == 0:
+                return p
+
+
+def strip_locations(text: str) -> str:
+    """Remove ``#loc... = loc(...)`` definition lines (including the newline)
+    and every `` loc(...)`` suffix from an IR text."""
+    if "loc(" not in text:
+        return text
+    out = []
+    last = 0
+    p = 0
+    n = len(text)
+    while True:
+        m = _LOC_SCAN.search(text, p)
+        if m is None:
+            break
+        start = m.start()
+        if m.group("use") is not None:
+            end = m.end() if m.group("ubody") is not None else _close_paren(text, m.end())
+            if end < 0:
+                p = m.end()
+                continue
+            while start > last and text[start - 1] in _HSPACE:
+                start -= 1  # the space before the suffix goes with it
+        elif m.group("defn") is not None:
+            end = m.end() if m.group("dbody") is not None else _close_paren(text, m.end())
+            if end < 0:
+                p = m.end()
+                continue
+            nl = text.find("\n", end)
+            end = n if nl < 0 else nl + 1
+        else:  # a string literal
+            p = m.end()
+            continue
+        out.append(text[last:start])
+        last = p = end
+    if not out:
+        return text
+    out.append(text[last:])
+    return "".join(out)
+
+
+# ---------------------------------------------------------------------------
+# The rules
+
+
+def normalize_v1(text: str) -> str:
+    """v1: the raw text (index.tsv is added by combine())."""
+    return text
+
+
+def normalize_v2(text: str) -> str:
+    """v2: the raw text."""
+    return text
+
+
+def normalize_v3(text: str) -> str:
+    """v3: the raw text without ttg.rlc-* annotations."""
+    return strip_rlc_annotations(text)
+
+
+def normalize_v4(text: str) -> str:
+    """v4: v3 without location information."""
+    return strip_locations(strip_rlc_annotations(text))
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str                        # "v1"
+    normalize: Callable[[str], str]  # text -> normalized text
+    hashes_index: bool               # index.tsv raw bytes are part of the fingerprint
+    description: str                 # one line, shown to users
+
+
+RULES: dict = {
+    r.name: r
+    for r in (
+        Rule("v1", normalize_v1, True,
+             "raw .ttgir texts plus the raw bytes of index.tsv"),
+        Rule("v2", normalize_v2, False,
+             "raw .ttgir texts"),
+        Rule("v3", normalize_v3, False,
+             ".ttgir texts without the switch's ttg.rlc-* annotations"),
+        Rule("v4", normalize_v4, False,
+             ".ttgir texts without ttg.rlc-* annotations and without loc() location information"),
+    )
+}
+
+DEFAULT_RULE = "v3"
+
+RuleLike = Union[Rule, str]
+
+
+def get_rule(name: RuleLike) -> Rule:
+    """The rule of that name (a Rule is returned as is); ValueError naming the
+    known rules otherwise."""
+    if isinstance(name, Rule):
+        return name
+    try:
+        return RULES[name]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"unknown fingerprint rule {name!r}; known rules: {', '.join(RULES)}"
+        ) from None
+
+
+def digest(data: Union[bytes, str]) -> str:
+    """sha256 hex of bytes, or of a str encoded as UTF-8 with surrogateescape
+    (so a text decoded with surrogateescape hashes as its original bytes)."""
+    if isinstance(data, str):
+        try:
+            data = data.encode("utf-8", errors="surrogateescape")
+        except UnicodeEncodeError:  # a lone surrogate surrogateescape cannot map
+            data = data.encode("utf-8", errors="surrogatepass")
+    return hashlib.sha256(data).hexdigest()
+
+
+def text_digest(rule: RuleLike, text: str) -> str:
+    """digest(rule.normalize(text)): the per-text part of a fingerprint."""
+    return digest(get_rule(rule).normalize(text))
+
+
+def combine(rule: RuleLike, kernel_digests: Iterable[tuple],
+            index_digest: Optional[str] = None) -> str:
+    """A cell's fingerprint from its (kernel name, text_digest) pairs.
+
+    The pairs are a multiset (the same kernel may have been compiled into two
+    cache directories: both count), sorted, serialized as canonical JSON and
+    hashed.  For a rule that hashes_index, index_digest (or None: the cell has
+    no index.tsv) is part of it; for any other rule it is ignored.  Cache
+    directory names never enter.  A cell without kernels gets a fixed
+    fingerprint."""
+    r = get_rule(rule)
+    doc: dict = {"kernels": sorted([str(n), str(d)] for n, d in kernel_digests)}
+    if r.hashes_index:
+        doc["index"] = index_digest
+    blob = json.dumps(doc, ensure_ascii=True, sort_keys=True, separators=(",", ":"))
+    return digest(blob.encode("ascii"))
+
+
+def fingerprint(rule: RuleLike, kernels: Iterable[tuple],
+                index_bytes: Optional[bytes] = None) -> str:
+    """A cell's fingerprint from its (kernel name, IR text) pairs and the raw
+    bytes of its index.tsv (None: it has none)."""
+    r = get_rule(rule)
+    idx = digest(index_bytes) if r.hashes_index and index_bytes is not None else None
+    return combine(r, [(name, text_digest(r, text)) for name, text in kernels], idx)
+
+
+# ---------------------------------------------------------------------------
+# convert_layout count
+#
+# An operation is `= ttg.convert_layout ` (custom form) or
+# `= "ttg.convert_layout"(` (generic form), with `triton_gpu.` for older
+# Triton.  String literals are consumed as a whole alternative, so a mention in
+# a loc path, a named location (`loc("ttg.convert_layout"(#loc))`, no "=" in
+# front) or an annotation's string value never counts.
+
+_CONVERT_SCAN = re.compile(
+    r"(?P<op>=[ \t]*(?:\"(?:ttg|triton_gpu)\.convert_layout\"\("
+    r"|(?:ttg|triton_gpu)\.convert_layout(?=\s)))"
+    r"|" + _STRING
+)
+
+
+def count_convert_layouts(text: str) -> int:
+    """Number of ttg.convert_layout (or triton_gpu.convert_layout) operations
+    in an IR text."""
+    if "convert_layout" not in text:
+        return 0
+    return sum(1 for m in _CONVERT_SCAN.finditer(text) if m.lastgroup == "op")
