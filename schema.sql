@@ -12,6 +12,10 @@
 --   "caliber SEP: TEMPLATE": the same, joined with SEP
 --   "verdict NAME" / "reason NAME": the quoted name; an unknown name is an
 --       error when the schema is applied
+--   "verdicts: TEMPLATE" / "reasons: TEMPLATE": TEMPLATE once per verdict
+--       (reason) in judge.py's order, joined with ", "; {position} is 1, 2,
+--       ..., and each field of judge.Verdict ({name}, {when}, {licenses},
+--       {range_label}) or judge.Reason ({name}, {meaning}) is an SQL literal
 --
 -- Statements are separated by ";" at the end of a line. Section markers
 -- ("-- @tables", "-- @views") tell db.py what is recreated on upgrade: views
@@ -259,3 +263,484 @@ SELECT
 FROM cells
 JOIN roots ON roots.id = cells.root_id
 LEFT JOIN calibers ON calibers.id = cells.caliber_id;
+
+-- ---------------------------------------------------------------------------
+-- Judging (issue 3). Every number below is either a finding with its
+-- evidence or labelled as something else. Ratio = latency before / latency
+-- after (above 1: the switch made it faster). Median = the middle value, or
+-- the mean of the two middle values for an even count.
+
+-- The verdicts in the order they are decided (the first that applies wins),
+-- what each licenses, and what a speedup range of such a pair is
+-- (range_label NULL: no range is ever shown). From judge.VERDICTS.
+CREATE VIEW verdict_kinds (position, verdict, decided_when, licenses, range_label) AS
+VALUES [[verdicts: ({position}, {name}, {when}, {licenses}, {range_label})]];
+
+-- Why a measured row did not become an A/B pair, in order of precedence
+-- (the first that applies is the row's reason). From judge.REASONS.
+CREATE VIEW rejection_reasons (position, reason, meaning) AS
+VALUES [[reasons: ({position}, {name}, {meaning})]];
+
+-- Every before/after cell with the id of its round: the cells of one op and
+-- dtype in one round on one card of one root (and one campaign repeat
+-- directory) share a pair_id. Licenses nothing by itself.
+CREATE VIEW ab_cells AS
+SELECT
+    cells.id AS cell_id,
+    min(cells.id) OVER (
+        PARTITION BY cells.root_id, cells.card, cells.repeat_dir, cells.op, cells.dtype, cells.round
+    ) AS pair_id,
+    cells.root_id, cells.card, cells.repeat_dir, cells.op, cells.dtype, cells.round,
+    cells.side, cells.caliber_id
+FROM cells
+WHERE cells.side IN ('before', 'after');
+
+-- The two cells of each round (NULL where a side has no cell). Licenses
+-- nothing by itself: ab_pairs and ab_rejected build on it.
+CREATE VIEW ab_cell_pairs AS
+SELECT
+    pair_id, root_id, card, repeat_dir, op, dtype, round,
+    max(CASE WHEN side = 'before' THEN cell_id END) AS before_cell_id,
+    max(CASE WHEN side = 'after' THEN cell_id END) AS after_cell_id,
+    count(CASE WHEN side = 'before' THEN 1 END) AS n_before_cells,
+    count(CASE WHEN side = 'after' THEN 1 END) AS n_after_cells
+FROM ab_cells
+GROUP BY pair_id;
+
+-- One row per measured row identity in a round, both sides side by side:
+-- the row's own op, dtype and canonical shape, and its occurrence (the n-th
+-- record of that identity in its cell pairs with the n-th on the other
+-- side). `paired` is the one definition of an A/B pair: present and counted
+-- on both sides, both cells of the same known caliber. ab_pairs is
+-- paired = 1, ab_rejected paired = 0: together they are every row.
+CREATE VIEW ab_slots AS
+WITH sided AS (
+    SELECT
+        ab_cells.pair_id, ab_cells.side, m.cell_id, m.id AS measurement_id,
+        m.op_name, m.dtype, m.shape, m.counted, m.not_counted_reason, m.latency, m.fallback,
+        row_number() OVER (
+            PARTITION BY ab_cells.pair_id, ab_cells.side, m.op_name, m.dtype, m.shape
+            ORDER BY m.cell_id, m.record, m.idx, m.id
+        ) AS occurrence
+    FROM measurements m
+    JOIN ab_cells ON ab_cells.cell_id = m.cell_id
+),
+slots AS (
+    SELECT
+        pair_id, op_name, dtype, shape, occurrence,
+        max(CASE WHEN side = 'before' THEN cell_id END) AS before_row_cell_id,
+        max(CASE WHEN side = 'after' THEN cell_id END) AS after_row_cell_id,
+        max(CASE WHEN side = 'before' THEN measurement_id END) AS before_measurement_id,
+        max(CASE WHEN side = 'after' THEN measurement_id END) AS after_measurement_id,
+        max(CASE WHEN side = 'before' THEN counted END) AS before_counted,
+        max(CASE WHEN side = 'after' THEN counted END) AS after_counted,
+        max(CASE WHEN side = 'before' THEN not_counted_reason END) AS before_not_counted,
+        max(CASE WHEN side = 'after' THEN not_counted_reason END) AS after_not_counted,
+        max(CASE WHEN side = 'before' THEN latency END) AS latency_before,
+        max(CASE WHEN side = 'after' THEN latency END) AS latency_after,
+        max(CASE WHEN side = 'before' THEN fallback END) AS before_fallback,
+        max(CASE WHEN side = 'after' THEN fallback END) AS after_fallback
+    FROM sided
+    GROUP BY pair_id, op_name, dtype, shape, occurrence
+),
+located AS (
+    SELECT
+        slots.*,
+        p.root_id, p.card, p.repeat_dir, p.op AS cell_op, p.dtype AS cell_dtype, p.round,
+        coalesce(slots.before_row_cell_id, p.before_cell_id) AS before_cell_id,
+        coalesce(slots.after_row_cell_id, p.after_cell_id) AS after_cell_id
+    FROM slots
+    JOIN ab_cell_pairs p ON p.pair_id = slots.pair_id
+)
+SELECT
+    roots.name AS root,
+    roots.kind AS root_kind,
+    located.card,
+    located.op_name AS op,
+    located.dtype,
+    located.shape,
+    located.round,
+    located.occurrence,
+    located.repeat_dir,
+    located.cell_op,
+    located.cell_dtype,
+    located.before_cell_id,
+    located.after_cell_id,
+    cb.caliber_id AS before_caliber_id,
+    ca.caliber_id AS after_caliber_id,
+    cb.caliber_missing AS before_caliber_missing,
+    ca.caliber_missing AS after_caliber_missing,
+    located.before_measurement_id,
+    located.after_measurement_id,
+    located.before_counted,
+    located.after_counted,
+    located.before_not_counted,
+    located.after_not_counted,
+    located.latency_before,
+    located.latency_after,
+    located.before_fallback,
+    located.after_fallback,
+    CASE WHEN located.before_measurement_id IS NOT NULL
+          AND located.after_measurement_id IS NOT NULL
+          AND located.before_counted = 1 AND located.after_counted = 1
+          AND cb.caliber_id IS NOT NULL AND cb.caliber_id = ca.caliber_id
+         THEN 1 ELSE 0 END AS paired,
+    located.root_id,
+    located.pair_id
+FROM located
+JOIN roots ON roots.id = located.root_id
+LEFT JOIN cells cb ON cb.id = located.before_cell_id
+LEFT JOIN cells ca ON ca.id = located.after_cell_id;
+
+-- One row per paired measurement: the same row (its own op, dtype and
+-- canonical shape) counted on both sides of one round, both cells of the
+-- same known caliber. Licenses comparing latency_before with latency_after;
+-- ratio = before / after; fallback = 1 when either side was timed by the
+-- direct fallback (BENCHMARK_DIRECT_NO_CUDAGRAPH), a different regime.
+-- A cross-caliber or unknown-caliber row never appears here.
+CREATE VIEW ab_pairs AS
+SELECT
+    ab_slots.root,
+    ab_slots.card,
+    ab_slots.op,
+    ab_slots.dtype,
+    ab_slots.shape,
+    ab_slots.round,
+    ab_slots.latency_before,
+    ab_slots.latency_after,
+    ab_slots.latency_before / ab_slots.latency_after AS ratio,
+    max(ab_slots.before_fallback, ab_slots.after_fallback) AS fallback,
+    ab_slots.root_kind,
+    ab_slots.repeat_dir,
+    ab_slots.cell_op,
+    ab_slots.cell_dtype,
+    ab_slots.occurrence,
+    ab_slots.before_caliber_id AS caliber_id,
+    [[caliber: calibers.{f}]],
+    ab_slots.before_cell_id,
+    ab_slots.after_cell_id,
+    ab_slots.before_measurement_id,
+    ab_slots.after_measurement_id,
+    ab_slots.root_id
+FROM ab_slots
+JOIN calibers ON calibers.id = ab_slots.before_caliber_id
+WHERE ab_slots.paired = 1;
+
+-- One row per row identity in a round that did not pair, with why; licenses
+-- nothing except knowing a range is incomplete. sides: before, after, or
+-- both (present on both sides, yet not paired). reason, the first that
+-- applies (rejection_reasons): CALIBER_UNKNOWN (a side's cell has no known
+-- caliber; `fields` names the fields nothing established), CALIBER_MISMATCH
+-- (the two cells' calibers differ; `fields` names the differing caliber
+-- fields, `differences` gives field: before/after),
+-- MISSING_SIDE (the row, or the whole cell, exists on one side only),
+-- NOT_COUNTED (error_msg, or a missing/zero/negative/non-finite latency on
+-- a side; `not_counted` says which and why). Caliber first: a row under
+-- an unknown or different caliber could never pair, whatever else holds.
+CREATE VIEW ab_rejected AS
+SELECT
+    s.root,
+    s.card,
+    s.op,
+    s.dtype,
+    s.shape,
+    s.round,
+    CASE WHEN s.before_measurement_id IS NOT NULL AND s.after_measurement_id IS NOT NULL THEN 'both'
+         WHEN s.before_measurement_id IS NOT NULL THEN 'before'
+         ELSE 'after' END AS sides,
+    CASE
+        WHEN s.unknown THEN [[reason CALIBER_UNKNOWN]]
+        WHEN s.before_caliber_id <> s.after_caliber_id THEN [[reason CALIBER_MISMATCH]]
+        WHEN s.before_measurement_id IS NULL OR s.after_measurement_id IS NULL THEN [[reason MISSING_SIDE]]
+        ELSE [[reason NOT_COUNTED]]
+    END AS reason,
+    CASE
+        WHEN s.unknown THEN nullif(substr(
+            [[caliber ||: CASE WHEN instr(',' || coalesce(s.before_caliber_missing, '') || ',' || coalesce(s.after_caliber_missing, '') || ',', ',{f},') THEN ', {f}' ELSE '' END]], 3), '')
+        WHEN s.before_caliber_id <> s.after_caliber_id THEN substr(
+            [[caliber ||: CASE WHEN cb.{f} IS NOT ca.{f} THEN ', {f}' ELSE '' END]], 3)
+    END AS fields,
+    CASE
+        WHEN s.unknown THEN nullif(substr(
+            CASE WHEN s.before_cell_id IS NOT NULL AND s.before_caliber_id IS NULL
+                 THEN '; before: no ' || coalesce(replace(s.before_caliber_missing, ',', ', no '), 'known caliber') ELSE '' END
+            || CASE WHEN s.after_cell_id IS NOT NULL AND s.after_caliber_id IS NULL
+                 THEN '; after: no ' || coalesce(replace(s.after_caliber_missing, ',', ', no '), 'known caliber') ELSE '' END,
+            3), '')
+        WHEN s.before_caliber_id <> s.after_caliber_id THEN substr(
+            [[caliber ||: CASE WHEN cb.{f} IS NOT ca.{f} THEN ', {f}: ' || cb.{f} || ' before, ' || ca.{f} || ' after' ELSE '' END]], 3)
+    END AS differences,
+    nullif(
+        CASE WHEN s.before_counted = 0 THEN 'before: ' || coalesce(s.before_not_counted, 'not counted') ELSE '' END
+        || CASE WHEN s.before_counted = 0 AND s.after_counted = 0 THEN '; ' ELSE '' END
+        || CASE WHEN s.after_counted = 0 THEN 'after: ' || coalesce(s.after_not_counted, 'not counted') ELSE '' END,
+        '') AS not_counted,
+    s.root_kind,
+    s.repeat_dir,
+    s.cell_op,
+    s.cell_dtype,
+    s.occurrence,
+    s.before_cell_id,
+    s.after_cell_id,
+    s.before_caliber_id,
+    s.after_caliber_id,
+    s.before_measurement_id,
+    s.after_measurement_id,
+    s.root_id
+FROM (
+    SELECT ab_slots.*,
+        (before_cell_id IS NOT NULL AND before_caliber_id IS NULL)
+        OR (after_cell_id IS NOT NULL AND after_caliber_id IS NULL) AS unknown
+    FROM ab_slots
+) s
+LEFT JOIN calibers cb ON cb.id = s.before_caliber_id
+LEFT JOIN calibers ca ON ca.id = s.after_caliber_id
+WHERE s.paired = 0;
+
+-- One row per (root, op, dtype) screening pair under every fingerprint rule
+-- the store holds (so rules can be compared in SQL); `verdicts` is this
+-- under the current rule. verdict: the first that applies of verdict_kinds
+-- (TRUNCATED: either rc 124/137; NO_ROWS: a side missing or without a
+-- counted row; NO_TRITON: neither side compiled a .ttgir; IR_CHANGED /
+-- NO_IR_DIFF: the fingerprints under the rule differ / are equal; NULL
+-- only when a fingerprint under the rule was never computed, see `note`).
+-- What it licenses is in `licenses`. The speedup range (n_rows, min,
+-- median, max over the pair's paired rows) is given only where range_label
+-- is: 'result' for IR_CHANGED, 'noise floor' (not a result) for
+-- NO_IR_DIFF; TRUNCATED, NO_ROWS and NO_TRITON have no range.
+-- recorded_verdict / orig_verdict: what the harness wrote in screen.tsv /
+-- screen.tsv.orig (NO_KERNEL read as NO_TRITON). The caliber is the pair's
+-- common caliber (NULL when unknown or when the sides differ; see note).
+CREATE VIEW verdicts_by_rule AS
+WITH pair_keys AS (
+    SELECT cells.root_id, cells.op, cells.dtype
+    FROM cells JOIN roots ON roots.id = cells.root_id
+    WHERE roots.kind = 'screen' AND cells.side IN ('before', 'after')
+    UNION
+    SELECT recorded_verdicts.root_id, recorded_verdicts.op, recorded_verdicts.dtype
+    FROM recorded_verdicts JOIN roots ON roots.id = recorded_verdicts.root_id
+    WHERE roots.kind = 'screen'
+),
+pairs AS (
+    SELECT
+        k.root_id, k.op, k.dtype,
+        (SELECT max(c.id) FROM cells c WHERE c.root_id = k.root_id AND c.op IS k.op
+            AND c.dtype IS k.dtype AND c.side = 'before') AS before_cell_id,
+        (SELECT max(c.id) FROM cells c WHERE c.root_id = k.root_id AND c.op IS k.op
+            AND c.dtype IS k.dtype AND c.side = 'after') AS after_cell_id,
+        (SELECT rv.verdict FROM recorded_verdicts rv WHERE rv.root_id = k.root_id
+            AND rv.file = 'screen.tsv' AND rv.op IS k.op AND rv.dtype IS k.dtype
+            ORDER BY rv.line LIMIT 1) AS recorded_verdict,
+        (SELECT rv.verdict FROM recorded_verdicts rv WHERE rv.root_id = k.root_id
+            AND rv.file = 'screen.tsv.orig' AND rv.op IS k.op AND rv.dtype IS k.dtype
+            ORDER BY rv.line LIMIT 1) AS orig_verdict
+    FROM pair_keys k
+),
+rules AS (
+    SELECT DISTINCT rule FROM fingerprints
+    UNION
+    SELECT value FROM settings WHERE key = 'current_rule'
+),
+ratios AS (
+    SELECT
+        before_cell_id, after_cell_id, ratio, fallback,
+        row_number() OVER (PARTITION BY before_cell_id, after_cell_id ORDER BY ratio) AS position,
+        count(*) OVER (PARTITION BY before_cell_id, after_cell_id) AS n
+    FROM ab_pairs
+    WHERE root_kind = 'screen'
+),
+ranges AS (
+    SELECT
+        before_cell_id, after_cell_id,
+        count(*) AS n_rows,
+        min(ratio) AS min,
+        avg(CASE WHEN position IN ((n + 1) / 2, (n + 2) / 2) THEN ratio END) AS median,
+        max(ratio) AS max,
+        max(fallback) AS fallback
+    FROM ratios
+    GROUP BY before_cell_id, after_cell_id
+),
+judged AS (
+    SELECT
+        pairs.*,
+        rules.rule,
+        b.rc AS rc_before, a.rc AS rc_after,
+        fb.fingerprint AS fp_before, fa.fingerprint AS fp_after,
+        CASE
+            WHEN b.rc IN (124, 137) OR a.rc IN (124, 137) THEN [[verdict TRUNCATED]]
+            WHEN b.id IS NULL OR a.id IS NULL OR b.n_counted = 0 OR a.n_counted = 0 THEN [[verdict NO_ROWS]]
+            WHEN b.n_kernels = 0 AND a.n_kernels = 0 THEN [[verdict NO_TRITON]]
+            WHEN fb.fingerprint <> fa.fingerprint THEN [[verdict IR_CHANGED]]
+            WHEN fb.fingerprint = fa.fingerprint THEN [[verdict NO_IR_DIFF]]
+        END AS verdict,
+        CASE
+            WHEN b.id IS NULL THEN a.caliber_id
+            WHEN a.id IS NULL THEN b.caliber_id
+            WHEN b.caliber_id = a.caliber_id THEN b.caliber_id
+        END AS caliber_id,
+        nullif(substr(
+            CASE WHEN b.id IS NULL AND a.id IS NULL THEN '; no cell stored for either side'
+                 WHEN b.id IS NULL THEN '; no before cell'
+                 WHEN a.id IS NULL THEN '; no after cell' ELSE '' END
+            || CASE WHEN b.rc IN (124, 137) THEN '; before killed at its timeout (rc ' || b.rc || ')' ELSE '' END
+            || CASE WHEN a.rc IN (124, 137) THEN '; after killed at its timeout (rc ' || a.rc || ')' ELSE '' END
+            || CASE WHEN b.n_counted = 0 THEN '; before has no counted row' ELSE '' END
+            || CASE WHEN a.n_counted = 0 THEN '; after has no counted row' ELSE '' END
+            || CASE WHEN (b.id IS NOT NULL AND fb.fingerprint IS NULL) OR (a.id IS NOT NULL AND fa.fingerprint IS NULL)
+                    THEN '; fingerprint under ' || rules.rule || ' not computed' ELSE '' END
+            || CASE WHEN b.caliber_id <> a.caliber_id THEN '; calibers differ between the sides' ELSE '' END
+            || CASE WHEN (b.id IS NOT NULL AND b.caliber_id IS NULL) OR (a.id IS NOT NULL AND a.caliber_id IS NULL)
+                    THEN '; caliber unknown' ELSE '' END,
+            3), '') AS note,
+        b.convert_layouts AS cl_before, a.convert_layouts AS cl_after,
+        b.elapsed_s AS elapsed_before, a.elapsed_s AS elapsed_after
+    FROM pairs
+    CROSS JOIN rules
+    LEFT JOIN cells b ON b.id = pairs.before_cell_id
+    LEFT JOIN cells a ON a.id = pairs.after_cell_id
+    LEFT JOIN fingerprints fb ON fb.cell_id = pairs.before_cell_id AND fb.rule = rules.rule
+    LEFT JOIN fingerprints fa ON fa.cell_id = pairs.after_cell_id AND fa.rule = rules.rule
+)
+SELECT
+    roots.name AS root,
+    judged.op,
+    judged.dtype,
+    judged.rule,
+    judged.verdict,
+    judged.recorded_verdict,
+    judged.orig_verdict,
+    judged.cl_before,
+    judged.cl_after,
+    judged.fp_before,
+    judged.fp_after,
+    judged.elapsed_before,
+    judged.elapsed_after,
+    judged.rc_before,
+    judged.rc_after,
+    [[caliber: calibers.{f}]],
+    CASE WHEN kinds.range_label IS NOT NULL THEN coalesce(ranges.n_rows, 0) END AS n_rows,
+    CASE WHEN kinds.range_label IS NOT NULL THEN ranges.min END AS min,
+    CASE WHEN kinds.range_label IS NOT NULL THEN ranges.median END AS median,
+    CASE WHEN kinds.range_label IS NOT NULL THEN ranges.max END AS max,
+    kinds.range_label,
+    CASE WHEN kinds.range_label IS NOT NULL THEN coalesce(ranges.fallback, 0) END AS fallback,
+    judged.note,
+    kinds.licenses,
+    kinds.position AS verdict_position,
+    roots.path AS root_path,
+    judged.caliber_id,
+    judged.before_cell_id,
+    judged.after_cell_id,
+    judged.root_id
+FROM judged
+JOIN roots ON roots.id = judged.root_id
+LEFT JOIN verdict_kinds kinds ON kinds.verdict = judged.verdict
+LEFT JOIN calibers ON calibers.id = judged.caliber_id
+LEFT JOIN ranges
+    ON ranges.before_cell_id = judged.before_cell_id AND ranges.after_cell_id = judged.after_cell_id;
+
+-- The screening verdicts under the current rule (settings 'current_rule',
+-- default v3: switching it is instant). Same columns and meaning as
+-- verdicts_by_rule; this is the table `zlstore screen` prints.
+CREATE VIEW verdicts AS
+SELECT * FROM verdicts_by_rule
+WHERE rule = (SELECT value FROM settings WHERE key = 'current_rule');
+
+-- Per (row op, row dtype, caliber): how far one measurement of that
+-- operator wanders on this machine: floor = max |ratio - 1| over the paired
+-- rows of every NO_IR_DIFF pair under the current rule (the same code
+-- measured twice), n = the rows it rests on, roots = where they came from.
+-- A noise floor, never a result: a campaign range means something only
+-- where it clears the floor of its operator.
+CREATE VIEW noise_floors AS
+SELECT
+    p.op,
+    p.dtype,
+    [[caliber: p.{f}]],
+    count(*) AS n,
+    max(abs(p.ratio - 1)) AS floor,
+    group_concat(DISTINCT p.root) AS roots,
+    (SELECT range_label FROM verdict_kinds WHERE verdict = [[verdict NO_IR_DIFF]]) AS label,
+    sum(p.fallback) AS fallback_rows,
+    min(v.rule) AS rule,
+    p.caliber_id
+FROM verdicts v
+JOIN ab_pairs p ON p.before_cell_id = v.before_cell_id AND p.after_cell_id = v.after_cell_id
+WHERE v.verdict = [[verdict NO_IR_DIFF]]
+GROUP BY p.op, p.dtype, p.caliber_id;
+
+-- Per (root, row op, dtype, shape, caliber) of every repeat run and
+-- campaign: the range of the ratio over the paired rounds. Licenses a
+-- result where it clears its op's noise floor. A screening root's ranges
+-- are in verdicts, labelled by verdict (a TRUNCATED or NO_TRITON pair has
+-- none); its rows are in ab_pairs / ab_rejected like any other. `rejected` counts the rows of that (root, op,
+-- dtype, shape) that did not pair (ab_rejected), so an incomplete pairing
+-- never looks complete; a key with no pair at all is listed with rounds 0.
+-- fallback = 1: at least one paired row was timed by the direct fallback.
+-- noise_floor: the op's floor under the same caliber (noise_floors);
+-- clears_floor = 1 when the whole range lies outside 1 +- floor, 0 when
+-- it does not (then it is not a result), NULL when no floor is known.
+CREATE VIEW ab_ranges AS
+WITH ranked AS (
+    SELECT
+        ab_pairs.*,
+        row_number() OVER (
+            PARTITION BY root_id, op, dtype, shape, caliber_id ORDER BY ratio
+        ) AS position,
+        count(*) OVER (PARTITION BY root_id, op, dtype, shape, caliber_id) AS n
+    FROM ab_pairs
+    WHERE root_kind <> 'screen'
+),
+ranges AS (
+    SELECT
+        root_id, root, root_kind, op, dtype, shape, caliber_id,
+        [[caliber: {f}]],
+        count(*) AS rounds,
+        min(ratio) AS min,
+        avg(CASE WHEN position IN ((n + 1) / 2, (n + 2) / 2) THEN ratio END) AS median,
+        max(ratio) AS max,
+        max(fallback) AS fallback,
+        sum(fallback) AS fallback_rows,
+        count(DISTINCT card) AS cards
+    FROM ranked
+    GROUP BY root_id, op, dtype, shape, caliber_id
+),
+rejected AS (
+    SELECT root_id, root, root_kind, op, dtype, shape, count(*) AS rejected,
+           group_concat(DISTINCT reason) AS rejected_reasons
+    FROM ab_rejected
+    WHERE root_kind <> 'screen'
+    GROUP BY root_id, op, dtype, shape
+)
+SELECT
+    ranges.root, ranges.op, ranges.dtype, ranges.shape, ranges.rounds,
+    ranges.min, ranges.median, ranges.max, ranges.fallback, ranges.fallback_rows,
+    coalesce(rejected.rejected, 0) AS rejected, rejected.rejected_reasons,
+    noise_floors.floor AS noise_floor,
+    CASE WHEN noise_floors.floor IS NOT NULL
+         THEN (ranges.min > 1 + noise_floors.floor OR ranges.max < 1 - noise_floors.floor) END AS clears_floor,
+    ranges.cards, ranges.root_kind, ranges.caliber_id,
+    [[caliber: ranges.{f}]],
+    ranges.root_id
+FROM ranges
+LEFT JOIN rejected
+    ON rejected.root_id = ranges.root_id AND rejected.op IS ranges.op
+   AND rejected.dtype IS ranges.dtype AND rejected.shape = ranges.shape
+LEFT JOIN noise_floors
+    ON noise_floors.op IS ranges.op AND noise_floors.dtype IS ranges.dtype
+   AND noise_floors.caliber_id = ranges.caliber_id
+UNION ALL
+SELECT
+    rejected.root, rejected.op, rejected.dtype, rejected.shape, 0,
+    NULL, NULL, NULL, 0, 0,
+    rejected.rejected, rejected.rejected_reasons,
+    NULL, NULL,
+    0, rejected.root_kind, NULL,
+    [[caliber: NULL]],
+    rejected.root_id
+FROM rejected
+WHERE NOT EXISTS (
+    SELECT 1 FROM ranges
+    WHERE ranges.root_id = rejected.root_id AND ranges.op IS rejected.op
+      AND ranges.dtype IS rejected.dtype AND ranges.shape = rejected.shape
+);

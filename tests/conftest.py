@@ -6,12 +6,13 @@ from pathlib import Path
 import pytest
 
 from zlstore import Store
-from zlstore import testing as generator
 
 
 @pytest.fixture(scope="session")
 def example_source(tmp_path_factory):
     """The example tree, generated once per session, with its manifest."""
+    from zlstore import testing as generator
+
     dest = tmp_path_factory.mktemp("example") / "runs"
     manifest = generator.make_example_tree(dest)
     return dest, manifest

@@ -210,10 +210,11 @@ def test_ansi_colours_and_leading_space_around_prefix():
         "\x1b[32m[INFO]\x1b[0m " + rec,
         "  [\x1b[1;32mINFO\x1b[0m] " + rec + "\x1b[0m",
         "\t\x1b[0m[INFO]\x1b[0m\t" + rec + "  ",
+        "\x1b[32m[INFO] " + rec + "\x1b[0m \x1b[K \r",
         "\x1b[35mSYMBOL_REWRITE \x1b[0m\x1b[32mtorch success\x1b[0m",
     )
     log = parse_runlog(data)
-    assert log.problems == [] and log.records == 3
+    assert log.problems == [] and log.records == 4
     for r in log.rows:
         assert r.op_name == "topk" and r.dtype == "float16" and r.level == "core"
         assert "\x1b" not in repr(r)
@@ -469,3 +470,15 @@ def test_strip_torch_prefix():
 def test_utf8_bom_at_start_does_not_hide_the_first_record():
     log = parse_runlog(b"\xef\xbb\xbf" + _log(_rec()))
     assert log.records == 1 and log.problems == []
+
+
+def test_runaway_record_is_bounded(monkeypatch):
+    """A record that never closes must not swallow the rest of a huge log."""
+    import zlstore.runlog as runlog
+
+    monkeypatch.setattr(runlog, "MAX_RECORD_LINES", 5)
+    data = _log(_rec(op="a")[:40], *["x" * 10] * 20, _rec(op="b"))
+    log = parse_runlog(data)
+    assert [r.op_name for r in log.rows] == ["b"]
+    assert [p.line for p in log.problems] == [1]
+    assert "no end within 5 lines" in log.problems[0].message

@@ -169,6 +169,10 @@ def test_v3_splat_example_exact():
     # nested: an rlc entry inside another attribute's dictionary value; that dict stays (it is a value)
     ("%6 = tt.foo %5 {a = {ttg.rlc-q = 1}, b = [{c = 2, ttg.rlc-s = 3}]} : f16",
      "%6 = tt.foo %5 {a = {}, b = [{c = 2}]} : f16"),
+    # an scf.for's attributes follow its region's closing brace
+    ("    } {tt.num_stages = 3 : i32, ttg.rlc-pipelined = 2 : i32} loc(#loc7)",
+     "    } {tt.num_stages = 3 : i32} loc(#loc7)"),
+    ("    } {ttg.rlc-pipelined = 2 : i32} loc(#loc7)", "    } loc(#loc7)"),
     # odd spacing elsewhere is kept byte for byte
     ("%7 = tt.foo %5 {a  =  1 ,  ttg.rlc-x = 2 ,b=3} : f16", "%7 = tt.foo %5 {a  =  1 ,  b=3} : f16"),
 ])
@@ -249,6 +253,16 @@ def test_v4_respects_parentheses_and_loc_inside_strings():
     assert "copy" not in out
     line = 'tt.assert %6, "bad index loc(3) (see \\"loc(x)\\")" : tensor<1024xi1, #blocked> loc(#loc6)\n'
     assert ttgir.normalize_v4(line) == 'tt.assert %6, "bad index loc(3) (see \\"loc(x)\\")" : tensor<1024xi1, #blocked>\n'
+
+
+def test_v4_deeper_nesting_and_lookalikes():
+    """Nesting beyond the common two levels is balanced by the scanner; a
+    name merely ending in `loc(` is not a location."""
+    text = ('%0 = tt.foo %a : i32 loc(fused[callsite(callsite(#loc1 at callsite(#loc2 at #loc3)) at #loc4),'
+            ' "n(a)me"(callsite("(("(#loc5) at #loc6))])\n'
+            "#loc7 = loc(callsite(callsite(callsite(#loc1 at #loc2) at #loc3) at #loc4))\n"
+            "%1 = tt.call @my.loc(%0) : (i32) -> i32 loc(#loc7)\n")
+    assert ttgir.normalize_v4(text) == "%0 = tt.foo %a : i32\n%1 = tt.call @my.loc(%0) : (i32) -> i32\n"
 
 
 def test_v4_crlf_definition_lines_go_whole():

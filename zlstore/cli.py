@@ -89,6 +89,34 @@ def init(store):
     click.echo(f"{store.path}\tschema version {store.schema_version}")
 
 
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind; anything but loopback exposes the SQL page to the network.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8001, show_default=True)
+@click.option("--open", "open_browser", is_flag=True, help="Open a browser on the index page.")
+@click.option("--get", "get_path", default=None, metavar="PATH",
+              help="Answer one request (e.g. /zlstore/verdicts.json) without a server, print it and exit.")
+@db_option
+def serve(store, host, port, open_browser, get_path):
+    """Browse the store in datasette: views, canned questions, charts.
+
+    Live: cells recorded while it runs show on the next page load.
+    With --get, exit status 0 when the answer is 200, else 1.
+
+    Example:
+
+        zlstore serve --db campaign.db --open
+        zlstore serve --get '/zlstore/verdicts.json?_shape=array'
+    """
+    from . import serve as serving
+
+    if get_path is not None:
+        status, text = serving.get(serving.datasette_app(store.path), get_path)
+        click.echo(text)
+        sys.exit(EXIT_OK if status == 200 else EXIT_PROBLEMS)
+    serving.serve(store.path, host=host, port=port, open_browser=open_browser)
+
+
 def report_summary(summary, as_json):
     for problem in summary.problems:
         click.echo(f"problem: {problem}", err=True)
@@ -124,3 +152,242 @@ def ingest(store, paths, as_json):
         finish()
     report_summary(summary, as_json)
     sys.exit(EXIT_PROBLEMS if summary.problems else EXIT_OK)
+
+
+# -- live writing: record, plan, run (issue 4) ----------------------------------
+
+EXIT_UNFINISHED, EXIT_INTERRUPTED = 3, 130
+
+
+@cli.command()
+@click.argument("cell_dirs", nargs=-1, required=True, type=click.Path())
+@db_option
+@json_option
+def record(store, cell_dirs, as_json):
+    """Store finished cells now: the line a harness adds after each cell.
+
+    A cell is finished when its cell.env exists with RC (the harness writes
+    it last); an unfinished cell is named on stderr and nothing of it is
+    stored. Each cell is one short write transaction, so eight of these (one
+    per card), an ingest and a datasette reader can share one database.
+
+    Exit status: 0 every cell stored (or already stored); 1 some input had
+    problems (everything readable was stored); 2 usage error; 3 some cell is
+    unfinished (nothing of it was stored).
+
+    Example:
+
+        zlstore record "$OUT_DIR" --db /data/zlstore.db
+    """
+    summary = store.ingest_summary(cell_dirs, command="record", require_finished=True)
+    for path in summary.unfinished:
+        click.echo(f"unfinished: {path}: no cell.env with RC yet; nothing stored", err=True)
+    report_summary(summary, as_json)
+    if summary.unfinished:
+        sys.exit(EXIT_UNFINISHED)
+    sys.exit(EXIT_PROBLEMS if summary.problems else EXIT_OK)
+
+
+def plan_options(fn):
+    """The options that choose and weigh a campaign's ops (plan, run campaign)."""
+    for option in reversed((
+        click.option("--ops", default=None, help="Ops to plan, op[:dtype] comma-separated "
+                     "(default: the root's IR_CHANGED pairs under the current rule)."),
+        click.option("--cards", type=click.IntRange(min=1), default=8, show_default=True),
+        click.option("--rounds", type=click.IntRange(min=1), default=6, show_default=True,
+                     help="Repeat rounds: an op weighs (elapsed_before + elapsed_after) x rounds."),
+        click.option("--extra-ops", default=None,
+                     help="Ops added after the plan, each to the lightest card by weight."),
+    )):
+        fn = option(fn)
+    return fn
+
+
+@cli.command()
+@click.argument("screen_root")
+@plan_options
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the plan as partition.tsv (card op dtype weight_min).")
+@db_option
+@json_option
+def plan(store, screen_root, ops, cards, rounds, extra_ops, out_path, as_json):
+    """Partition a screening root's ops across cards, longest first.
+
+    Each op weighs its screening pair's time (elapsed_before + elapsed_after,
+    from the cells, else from screen.tsv) times --rounds, and goes to the
+    currently lightest card. Prints each card's ops and weight, the critical
+    path, the heaviest single op (the floor no plan can beat), the ideal
+    share (total / cards) and a plain hash partition's critical path. An op
+    with no screening time is an error that names it.
+
+    Exit status: 0 planned; 1 the plan cannot be made (the message says why).
+
+    Example:
+
+        zlstore plan ab_rlc_20261012_101500 --cards 8 --rounds 6 --out partition.tsv
+    """
+    from . import plan as planmod
+    from .runner import plan_from_store
+
+    try:
+        the_plan, _ = plan_from_store(store, screen_root, cards, rounds, ops, extra_ops)
+    except (LookupError, ValueError) as error:
+        raise click.ClickException(str(error).strip("'\""))
+    if out_path:
+        planmod.write_partition_tsv(the_plan, out_path)
+    click.echo(output.to_json(the_plan.as_dict()) if as_json else planmod.describe(the_plan))
+
+
+@cli.group()
+def run():
+    """Run a screening pass or a campaign, recording each cell as it ends.
+
+    Example:
+
+        zlstore run screen --ops topk,fft:complex64 --switch FLAGTREE_MUSA_RLC_ENHANCE --command 'bash cell.sh'
+    """
+
+
+@run.command("screen")
+@click.option("--ops", required=True, help="op[:dtype] comma-separated; no dtype: the op's own set.")
+@click.option("--command", "command", required=True,
+              help="Cell command template; {op} {dtype} {side} {out_dir} {card} {switch} {switch_value}.")
+@click.option("--switch", required=True, help="The switch under test, e.g. FLAGTREE_MUSA_RLC_ENHANCE.")
+@click.option("--cell-timeout", type=click.FloatRange(min=0, min_open=True), default=2400, show_default=True,
+              help="Seconds per side; a side that hits it is killed with its children, RC 124.")
+@click.option("--root", "root_dir", type=click.Path(file_okay=False), default=None,
+              help="The screening root to create (default: runs/screen_<timestamp>).")
+@click.option("--card", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--backend", default=None, help="Names the visible-devices variable (default: $ZL_BACKEND, else cuda).")
+@db_option
+def run_screen(store, ops, command, switch, cell_timeout, root_dir, card, backend):
+    """Screen ops: one pair each, before (switch 0) then after (switch 1).
+
+    Each side runs --command with OUT_DIR (root/<op>[_<dtype>]_<side>), OP,
+    DTYPE, SIDE, SWITCH, SWITCH_VALUE and the switch variable itself set;
+    its stdout and stderr are appended to OUT_DIR/run.log. zlstore then writes
+    the cell's cell.env (RC, ELAPSED_S, STARTED_AT, the caliber variables of
+    its environment) last and records it; at the end it writes the root's
+    screen.tsv from the verdicts view.
+
+    Exit status: 0 screened; 1 it could not start; 130 interrupted (the
+    running side is killed with its children).
+
+    Example:
+
+        zlstore run screen --ops topk:float16,fft:complex64,rand \\
+            --switch FLAGTREE_MUSA_RLC_ENHANCE --command 'bash run_cell.sh {op} {dtype}'
+    """
+    from pathlib import Path
+
+    from . import layout, plan as planmod, runner
+
+    try:
+        pairs = [(op, dtype or "") for op, dtype in planmod.parse_op_spec(ops)]
+        config = runner.ScreenConfig(
+            root=root_dir or f"runs/screen_{runner.timestamp()}", ops=pairs, command=command,
+            switch=switch, cell_timeout=cell_timeout, card=card,
+            backend=backend or runner.default_backend())
+        runner.visible_devices_var(config.backend)
+        result = runner.run_screen(store, config, report=lambda line: click.echo(line, err=True))
+    except (runner.RunError, ValueError) as error:
+        raise click.ClickException(str(error))
+    except KeyboardInterrupt:
+        click.echo("interrupted: the running side was killed; finished cells are recorded", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    rows = layout.read_tsv(Path(result["screen_tsv"]), []) or []
+    columns = ["op", "dtype", "verdict", "elapsed_before", "elapsed_after", "rc_before", "rc_after"]
+    if rows:
+        click.echo(output.table([row for _, row in rows], columns))
+    click.echo(f"{result['root']}: {result['sides']} cells recorded; verdicts in {result['screen_tsv']}")
+
+
+@run.command("campaign")
+@click.option("--plan", "plan_path", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="A partition.tsv to run (else the plan is computed as `zlstore plan` does).")
+@click.option("--screen-root", default=None, help="The screening root to plan from (with --ops etc.).")
+@plan_options
+@click.option("--command", "command", default=None,
+              help="Op command template; {op} {dtype} {card} {rounds}. Required unless --resume.")
+@click.option("--root", "root_dir", type=click.Path(file_okay=False), default=None,
+              help="The campaign root (default: runs/campaign_<timestamp>); with --resume, the one to continue.")
+@click.option("--resume", is_flag=True, help="Continue --root: skip ops whose 2 x rounds cells are all recorded.")
+@click.option("--switch", default=None, help="For campaign.env (default: the screening root's).")
+@click.option("--backend", default=None, help="Names the visible-devices variable (default: $ZL_BACKEND, else cuda).")
+@click.option("--devices", default=None, help="Device ids for cards 0..N-1, comma-separated (default: the card number).")
+@click.option("--poll", type=click.FloatRange(min=0.05), default=0.5, show_default=True,
+              help="Seconds between looks for finished cells.")
+@click.option("--status-every", type=click.FloatRange(min=0.1), default=30, show_default=True,
+              help="Seconds between status tables when stderr is not a terminal.")
+@db_option
+def run_campaign(store, plan_path, screen_root, ops, cards, rounds, extra_ops, command, root_dir, resume,
+                 switch, backend, devices, poll, status_every):
+    """Run a plan: one worker process per card, ops in turn within a card.
+
+    Each op runs --command with AB_ROOT = <root>/card<N>, ROUNDS,
+    ZL_ISOLATE_TUNER_CACHE=1 (forced), the card made visible through the
+    backend's variable (CUDA_VISIBLE_DEVICES, MUSA_VISIBLE_DEVICES, ...) and
+    ZLSTORE_DB; every cell is recorded as soon as its cell.env has RC. The
+    root gets campaign.env and partition.tsv; op output goes to <root>/logs/.
+    A live display shows each card's current op, ops done and left, elapsed
+    time and an estimate from the weights. An op that fails is logged (the
+    ingest_problems table) and the card goes on. Ctrl-C stops every worker
+    and its commands and keeps every recorded cell; --resume continues.
+
+    Exit status: 0 every op ran cleanly; 1 some op failed or it could not
+    start; 130 interrupted (continue with --resume --root ROOT).
+
+    Example:
+
+        zlstore plan ab_rlc_20261012_101500 --cards 8 --rounds 6 --out partition.tsv
+        zlstore run campaign --plan partition.tsv --rounds 6 --command 'bash ab_repeat.sh {op} {dtype}'
+    """
+    from . import runner
+    from .plan import read_partition_tsv
+
+    try:
+        screen_row = None
+        if resume:
+            if not root_dir:
+                raise runner.RunError("--resume needs --root: the campaign root to continue")
+            env, the_plan = runner.read_campaign(root_dir)
+            rounds = int(env.get("ROUNDS") or rounds)
+            command = command or env.get("COMMAND")
+            switch = switch or env.get("SWITCH") or None
+            screen_root = screen_root or env.get("SCREEN_ROOT") or None
+        elif plan_path:
+            the_plan = read_partition_tsv(plan_path)
+        elif screen_root:
+            the_plan, screen_row = runner.plan_from_store(store, screen_root, cards, rounds, ops, extra_ops)
+        else:
+            raise runner.RunError("give --plan partition.tsv, or --screen-root to plan from (or --resume --root)")
+        if not command:
+            raise runner.RunError("--command is required: the op command template, e.g. 'bash ab_repeat.sh {op} {dtype}'")
+        if screen_row is None and screen_root and not resume:
+            try:
+                screen_row = store.root(screen_root)
+            except LookupError:
+                pass
+        config = runner.CampaignConfig(
+            root=root_dir or f"runs/campaign_{runner.timestamp()}", plan=the_plan, command=command,
+            rounds=rounds, switch=switch or (screen_row or {}).get("switch"),
+            screen_root=(screen_row or {}).get("path") or screen_root,
+            backend=backend or runner.default_backend(),
+            devices=[d.strip() for d in devices.split(",")] if devices else None,
+            poll_s=poll, resume=resume, status_every_s=status_every)
+        result = runner.run_campaign(store.path, config, stream=sys.stderr)
+    except (runner.RunError, LookupError, ValueError) as error:
+        raise click.ClickException(str(error).strip("'\""))
+    summary = result.as_dict()
+    done = sum(c["done"] for c in summary["cards"])
+    skipped = sum(c["skipped"] for c in summary["cards"])
+    cells = sum(c["cells"] for c in summary["cards"])
+    click.echo(f"{result.root}: {done} ops run, {skipped} skipped as complete, {len(result.failed)} failed; "
+               f"{cells} cells recorded")
+    for failure in result.failed:
+        click.echo(f"failed: {failure}")
+    if result.interrupted:
+        click.echo(f"interrupted: continue with zlstore run campaign --resume --root {result.root}")
+        sys.exit(EXIT_INTERRUPTED)
+    click.echo(f"next: zlstore ab {result.root}")
+    sys.exit(EXIT_PROBLEMS if result.failed else EXIT_OK)

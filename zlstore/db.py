@@ -42,7 +42,23 @@ def schema_source() -> str:
     return (Path(__file__).resolve().parent.parent / "schema.sql").read_text(encoding="utf-8")
 
 
-_MACRO = re.compile(r"\[\[(caliber|verdict|reason)(?: ([^:\]]*?))?(?:: (.*?))?\]\]")
+_MACRO = re.compile(r"\[\[(caliber|verdicts|verdict|reasons|reason)(?: ([^:\]]*?))?(?:: (.*?))?\]\]")
+
+
+def _sql_literal(value) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def _fill(template: str, item, position: int) -> str:
+    """TEMPLATE with {position} and each of item's fields as SQL literals."""
+    text = template.replace("{position}", str(position))
+    for name, value in item._asdict().items():
+        text = text.replace("{" + name + "}", _sql_literal(value))
+    return text
 
 
 def render_schema(text: str) -> str:
@@ -53,6 +69,10 @@ def render_schema(text: str) -> str:
         if kind == "caliber":
             sep = " " + arg.strip() + " " if arg else ", "
             return sep.join(template.replace("{f}", name) for name in caliber.NAMES)
+        if kind in ("verdicts", "reasons"):
+            items = judge.VERDICTS if kind == "verdicts" else judge.REASONS
+            sep = " " + arg.strip() + " " if arg else ", "
+            return sep.join(_fill(template, item, n) for n, item in enumerate(items, 1))
         names = judge.VERDICT_NAMES if kind == "verdict" else judge.REASON_NAMES
         if arg not in names:
             raise SchemaError(f"schema.sql names unknown {kind} {arg!r}; known: {', '.join(names)}")

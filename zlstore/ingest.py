@@ -230,16 +230,16 @@ class Ingester:
             return "failed"
 
     def _cell(self, cell: Path, require_finished: bool) -> str:
-        ref = layout.locate_root(cell, self.root_refs)
-        root, root_id = self.root(ref)
-        files = scan_cell(cell)
         key = str(cell)
-        known = self.cells.get(key)
-        stat_sig = files.stat_sig + root.files_sig
-        if require_finished and not self._finished(cell):
+        if require_finished and not self._finished(cell):  # before the root: store nothing at all
             self.summary.counts["cells_unfinished"] += 1
             self.summary.unfinished.append(key)
             return "unfinished"
+        ref = layout.locate_root(cell, self.root_refs)
+        root, root_id = self.root(ref)
+        files = scan_cell(cell)
+        known = self.cells.get(key)
+        stat_sig = files.stat_sig + root.files_sig
         if known and known[1] == stat_sig:
             self.summary.counts["cells_unchanged"] += 1
             return "unchanged"
@@ -431,7 +431,7 @@ class Ingester:
                 add_content(files.meta_json[rel], _sha256(meta_bytes))
                 warps, stages = _kernel_meta(meta_bytes)
             kernels.append(dict(
-                name=name, cache_dir=os.path.dirname(rel), ir_hash=ir_hash,
+                name=name, cache_dir=os.path.relpath(os.path.dirname(rel), layout.TRITON_CACHE), ir_hash=ir_hash,
                 convert_layouts=self.layout_counts[ir_hash], num_warps=warps, num_stages=stages,
             ))
         return ParsedCell(files, root, ref, env, values, log, kernels, texts, index,

@@ -50,11 +50,13 @@ class Reason(NamedTuple):
     meaning: str
 
 
-# Why a measured row did not become an A/B pair.
+# Why a measured row did not become an A/B pair, in order of precedence: a
+# row gets the first that applies. Caliber first: a row under an unknown or
+# different caliber could never pair, whatever else holds.
 REASONS = (
-    Reason("MISSING_SIDE", "the row exists on one side of the round only"),
-    Reason("NOT_COUNTED", "the row is not a counted measurement on at least one side"),
-    Reason("CALIBER_MISMATCH", "the two cells were measured under different calibers"),
     Reason("CALIBER_UNKNOWN", "at least one cell's caliber could not be established"),
+    Reason("CALIBER_MISMATCH", "the two cells were measured under different calibers"),
+    Reason("MISSING_SIDE", "the row (or its whole cell) exists on one side of the round only"),
+    Reason("NOT_COUNTED", "the row is not a counted measurement on at least one side"),
 )
 REASON_NAMES = tuple(r.name for r in REASONS)

@@ -352,11 +352,8 @@ def resolve_cell(ref: RootRef, root: Root, cell_env: Optional[Dict[str, str]]) -
     values["caliber"] = caliber.complete(fields)
     values["caliber_fields"] = fields
     values["caliber_missing"] = ",".join(n for n in caliber.NAMES if n not in fields) or None
-    used = []
-    for name in caliber.NAMES:
-        if name in sources and sources[name] not in used:
-            used.append(sources[name])
-    values["caliber_source"] = "+".join(used) or None
+    used = {sources[name] for name in caliber.NAMES if name in sources}
+    values["caliber_source"] = "+".join(source for source, _ in layers if source in used) or None
     values["sources"] = sources
     return values
 

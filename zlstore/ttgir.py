@@ -60,11 +60,26 @@ __all__ = [
 # newline inside a string literal (it escapes it), so a string never spans a
 # line; an unterminated quote is simply not a string and is left alone.
 
-_STRING = r'"(?:[^"\\\n]|\\.)*"'
+_STRING = r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"'  # unrolled: no backtracking
+_STRING_RE = re.compile(_STRING)
 
 _RLC_PREFIX = "ttg.rlc-"
 _HSPACE = " \t"
 _WS = " \t\r\n"
+
+
+def _inside_string(text: str, pos: int) -> bool:
+    """Whether pos (not itself a quote) lies inside a string literal of its line."""
+    p = text.rfind("\n", 0, pos) + 1
+    if text.find('"', p, pos) < 0:
+        return False
+    while True:
+        m = _STRING_RE.search(text, p)
+        if m is None or m.start() >= pos:
+            return False
+        if m.end() > pos:
+            return True
+        p = m.end()
 
 
 # ---------------------------------------------------------------------------
@@ -293,29 +308,35 @@ def strip_rlc_annotations(text: str) -> str:
 # ---------------------------------------------------------------------------
 # v4: MLIR locations
 #
-# One scan over the text with three alternatives: a `#loc... = loc(` definition
-# at the start of a line (the whole line goes), a string literal (skipped, so
-# "loc(" inside an assert message or a path is never touched), and a `loc(`
-# suffix (the horizontal whitespace before it goes too).  The `loc(...)` body
-# is matched with balanced parentheses, strings inside it respected: by the
-# regex itself up to two levels deep (`loc("x"(callsite(#loc1 at #loc2)))`,
-# the common case), by a scanner beyond that.
+# Driven by the occurrences of "loc(" (found by str.find, so the op lines
+# cost little).  For each: if its line is a `#loc... = loc(...)` definition,
+# the whole line goes, newline included; if it sits inside a string literal of
+# its line (an assert message, a path) it stays; if it is preceded by a name
+# character (`foo.loc(`) it stays; otherwise `loc(...)` goes with the
+# horizontal whitespace before it.  The body is matched with balanced
+# parentheses, strings inside it respected: by one regex up to two levels deep
+# (`loc("x"(callsite(#loc1 at #loc2)))`, the common case), by a scanner beyond.
 
-_LOC_ATOM = r'[^()"\n]|' + _STRING
-_LOC_BODY = (r"(?:" + _LOC_ATOM + r"|\((?:" + _LOC_ATOM + r"|\((?:" + _LOC_ATOM
-             + r")*\))*\))*\)")
-_LOC_SCAN = re.compile(
-    r"(?P<defn>^\#loc[\w.$\-]*[ \t]*=[ \t]*loc\((?P<dbody>" + _LOC_BODY + r")?)"
-    r"|" + _STRING
-    + r"|(?P<use>(?<![\w.$#\-])loc\((?P<ubody>" + _LOC_BODY + r")?)",
-    re.MULTILINE,
-)
+# Unrolled loops (a run of plain characters, then a string or a nested group,
+# then a run ...) so that a failing match cannot backtrack.
+_LOC_PLAIN = r'[^()"\n]*'
+_LOC_L0 = r"\(" + _LOC_PLAIN + r"(?:" + _STRING + _LOC_PLAIN + r")*\)"
+_LOC_L1 = (r"\(" + _LOC_PLAIN + r"(?:(?:" + _STRING + r"|" + _LOC_L0 + r")"
+           + _LOC_PLAIN + r")*\)")
+# what follows a `loc(` up to its balancing ")"
+_LOC_BODY = re.compile(
+    _LOC_PLAIN + r"(?:(?:" + _STRING + r"|" + _LOC_L1 + r")" + _LOC_PLAIN + r")*\)")
+_LOC_DEFN = re.compile(r"\#loc[\w.$\-]*[ \t]*=[ \t]*loc\(")
 _PAREN = re.compile(_STRING + r"|[()]")
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.$#-")
 
 
 def _close_paren(s: str, p: int) -> int:
     """Position just after the ")" balancing an already-open "(" before p,
     or -1."""
+    m = _LOC_BODY.match(s, p)
+    if m is not None:
+        return m.end()
     depth = 1
     while True:
         m = _PAREN.search(s, p)
@@ -334,36 +355,37 @@ def _close_paren(s: str, p: int) -> int:
 def strip_locations(text: str) -> str:
     """Remove ``#loc... = loc(...)`` definition lines (including the newline)
     and every `` loc(...)`` suffix from an IR text."""
-    if "loc(" not in text:
+    i = text.find("loc(")
+    if i < 0:
         return text
     out = []
-    last = 0
-    p = 0
-    n = len(text)
-    while True:
-        m = _LOC_SCAN.search(text, p)
-        if m is None:
-            break
-        start = m.start()
-        if m.group("use") is not None:
-            end = m.end() if m.group("ubody") is not None else _close_paren(text, m.end())
-            if end < 0:
-                p = m.end()
-                continue
-            while start > last and text[start - 1] in _HSPACE:
-                start -= 1  # the space before the suffix goes with it
-        elif m.group("defn") is not None:
-            end = m.end() if m.group("dbody") is not None else _close_paren(text, m.end())
-            if end < 0:
-                p = m.end()
-                continue
-            nl = text.find("\n", end)
-            end = n if nl < 0 else nl + 1
-        else:  # a string literal
-            p = m.end()
+    last = 0  # text[:last] is done
+    while i >= 0:
+        ls = text.rfind("\n", 0, i) + 1
+        if ls >= last and text.startswith("#loc", ls):
+            m = _LOC_DEFN.match(text, ls)
+            if m is not None and m.end() == i + 4:
+                end = _close_paren(text, m.end())
+                if end >= 0:
+                    nl = text.find("\n", end)
+                    end = len(text) if nl < 0 else nl + 1
+                    out.append(text[last:ls])
+                    last = end
+                    i = text.find("loc(", end)
+                    continue
+        if _inside_string(text, i) or (i > 0 and text[i - 1] in _NAME_CHARS):
+            i = text.find("loc(", i + 4)
             continue
+        end = _close_paren(text, i + 4)
+        if end < 0:
+            i = text.find("loc(", i + 4)
+            continue
+        start = i
+        while start > last and text[start - 1] in _HSPACE:
+            start -= 1  # the space before the suffix goes with it
         out.append(text[last:start])
-        last = p = end
+        last = end
+        i = text.find("loc(", end)
     if not out:
         return text
     out.append(text[last:])
@@ -482,14 +504,13 @@ def fingerprint(rule: RuleLike, kernels: Iterable[tuple],
 #
 # An operation is `= ttg.convert_layout ` (custom form) or
 # `= "ttg.convert_layout"(` (generic form), with `triton_gpu.` for older
-# Triton.  String literals are consumed as a whole alternative, so a mention in
-# a loc path, a named location (`loc("ttg.convert_layout"(#loc))`, no "=" in
-# front) or an annotation's string value never counts.
+# Triton, and not inside a string literal of its line.  So a mention in a loc
+# path, in a named location (`loc("ttg.convert_layout"(#loc))`: no "=" in
+# front) or in an annotation's string value never counts.
 
-_CONVERT_SCAN = re.compile(
-    r"(?P<op>=[ \t]*(?:\"(?:ttg|triton_gpu)\.convert_layout\"\("
-    r"|(?:ttg|triton_gpu)\.convert_layout(?=\s)))"
-    r"|" + _STRING
+_CONVERT_OP = re.compile(
+    r"=[ \t]*(?:\"(?:ttg|triton_gpu)\.convert_layout\"\("
+    r"|(?:ttg|triton_gpu)\.convert_layout(?=\s))"
 )
 
 
@@ -498,4 +519,4 @@ def count_convert_layouts(text: str) -> int:
     in an IR text."""
     if "convert_layout" not in text:
         return 0
-    return sum(1 for m in _CONVERT_SCAN.finditer(text) if m.lastgroup == "op")
+    return sum(1 for m in _CONVERT_OP.finditer(text) if not _inside_string(text, m.start()))

@@ -1,0 +1,33 @@
+"""Every command teaches: --help works and ends with an example, and the
+README documents it."""
+
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from zlstore.cli import cli
+
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+
+
+def all_commands(group=cli, prefix=()):
+    for name, command in sorted(group.commands.items()):
+        if getattr(command, "hidden", False):
+            continue
+        yield prefix + (name,), command
+        if isinstance(command, click.Group):
+            yield from all_commands(command, prefix + (name,))
+
+
+@pytest.mark.parametrize("path", [p for p, _ in all_commands()], ids=" ".join)
+def test_help_has_an_example(path):
+    result = CliRunner().invoke(cli, [*path, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Example" in result.output
+
+
+@pytest.mark.parametrize("path", [p for p, _ in all_commands()], ids=" ".join)
+def test_readme_documents_command(path):
+    assert "zlstore " + " ".join(path) in README

@@ -1,0 +1,74 @@
+"""A kill -9 in the middle of an ingest leaves only whole cells, and the next
+ingest completes the job."""
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+from zlstore import Store, ttgir
+
+from .test_ingest import IR, record, write_cell, write_root_env
+
+CELLS = 600
+
+
+def make_tree(root):
+    write_root_env(root)
+    rows = tuple((n, 0.01 + n / 1e6) for n in range(1, 120))
+    for n in range(CELLS // 2):
+        for side in ("before", "after"):
+            write_cell(root / f"op{n:04d}_float16_{side}", record(f"op{n:04d}", latencies=rows),
+                       env={"RC": 0}, kernels={f"h{n}{side}/k{n}.ttgir": IR + f"// {n}\n"})
+
+
+def stored_cells(db_path):
+    try:
+        conn = sqlite3.connect(db_path, timeout=5)
+        try:
+            return conn.execute("SELECT count(*) FROM cells").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.OperationalError:
+        return 0
+
+
+def test_kill_9_mid_ingest_leaves_whole_cells(tmp_path):
+    root = tmp_path / "ab_rlc_big"
+    make_tree(root)
+    db_path = tmp_path / "crash.db"
+    Store(db_path).close()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "zlstore", "ingest", str(root), "--db", str(db_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 60
+    while stored_cells(db_path) < 10 and time.time() < deadline and process.poll() is None:
+        time.sleep(0.01)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL
+
+    with Store(db_path) as store:
+        conn = store.conn
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+        stored = conn.execute("SELECT count(*) FROM cells").fetchone()[0]
+        assert 0 < stored < CELLS, "the kill must land mid-ingest"
+        # Every stored cell is whole: its rows, kernels and fingerprints are all there.
+        partial = conn.execute(
+            """SELECT cells.id FROM cells
+               WHERE n_rows != (SELECT count(*) FROM measurements m WHERE m.cell_id = cells.id)
+                  OR n_kernels != (SELECT count(*) FROM kernels k WHERE k.cell_id = cells.id)
+                  OR (SELECT count(*) FROM fingerprints f WHERE f.cell_id = cells.id) != ?
+                  OR n_rows != 119""",
+            (len(ttgir.RULES),),
+        ).fetchall()
+        assert partial == []
+        summary = store.ingest(root)
+        assert summary["cells_added"] == CELLS - stored
+        assert summary["cells_unchanged"] == stored
+        assert conn.execute("SELECT count(*) FROM cells").fetchone()[0] == CELLS
+        assert conn.execute("SELECT count(*) FROM measurements").fetchone()[0] == CELLS * 119

@@ -1,0 +1,274 @@
+"""Ingest: every artifact exactly once, whole cells only, problems named by
+file and line, provenance recorded."""
+
+import json
+import shutil
+import sqlite3
+
+import pytest
+from click.testing import CliRunner
+
+from zlstore import Store
+from zlstore.cli import cli
+
+from .conftest import SAMPLES
+
+CALIBER_ENV = {
+    "ZL_BACKEND": "musa", "BENCH_LEVEL": "core", "ZL_ENABLE_CUDAGRAPH": "1",
+    "ZL_ISOLATE_TUNER_CACHE": "0", "ZL_DIRECT_REPEAT": "100", "SHAPE_MODE": "file", "USE_FLAGTUNE": "0",
+}
+IR = 'module {\n  %1 = ttg.convert_layout %0 : tensor<1xf16> -> tensor<1xf16> loc(#loc1)\n}\n#loc1 = loc("/a/k.py":1:0)\n'
+
+
+def record(op="topk", dtype="float16", latencies=((64, 0.02),)):
+    result = [
+        {"shape_detail": [[n]], "latency_base": 0.03, "latency": lat, "error_msg": None}
+        for n, lat in latencies
+    ]
+    return "[INFO] " + json.dumps({"op_name": op, "dtype": "torch." + dtype, "mode": "kernel",
+                                    "level": "core", "result": result})
+
+
+def write_cell(path, run_log="", env=None, kernels=None, index=None):
+    """A cell the way the harness leaves it: run.log, triton_cache, index.tsv, then cell.env."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "run.log").write_text(run_log)
+    for rel, text in (kernels or {}).items():
+        (path / "triton_cache" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (path / "triton_cache" / rel).write_text(text)
+    if index is not None:
+        (path / "index.tsv").write_text(index)
+    if env is not None:
+        (path / "cell.env").write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+    return path
+
+
+def write_root_env(root, **extra):
+    root.mkdir(parents=True, exist_ok=True)
+    env = {"KIND": "screen", "SWITCH": "FLAGTREE_MUSA_RLC_ENHANCE", **CALIBER_ENV, **extra}
+    (root / "root.env").write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+
+
+def count(store, sql, params=()):
+    return store.conn.execute(sql, params).fetchone()[0]
+
+
+def independent_counts(path):
+    """Records and rows counted the plain way, to check the parser against."""
+    records = rows = 0
+    for line in path.read_text().splitlines():
+        if line.startswith("[INFO] {"):
+            records += 1
+            rows += len(json.loads(line[len("[INFO] "):])["result"])
+    return records, rows
+
+
+def test_samples_ingest_with_every_record(store, tmp_path):
+    root = tmp_path / "runs" / "ab_rlc_samples"
+    write_root_env(root)
+    expected_records = expected_rows = 0
+    for n, sample in enumerate(sorted(SAMPLES.glob("*.log"))):
+        cell = root / f"op{n}_before"
+        cell.mkdir(parents=True)
+        shutil.copy(sample, cell / "run.log")
+        records, rows = independent_counts(sample)
+        expected_records += records
+        expected_rows += rows
+    assert expected_rows > 100  # the samples really hold records
+    summary = store.ingest(tmp_path / "runs")
+    assert summary["problems"] == []
+    assert summary["rows_added"] == expected_rows
+    assert count(store, "SELECT count(*) FROM measurements") == expected_rows
+    assert count(store, "SELECT sum(n_records) FROM cells") == expected_records
+    # shape_detail objects are keyed canonically: sorted keys, no spaces.
+    shapes = [r[0] for r in store.conn.execute("SELECT shape FROM measurements WHERE op_name = 'logspace'")]
+    assert shapes and all(s.startswith('{"base":') and ": " not in s for s in shapes)
+
+
+def test_reingest_adds_nothing_and_changed_cell_is_replaced(store, tmp_path):
+    root = tmp_path / "ab_rlc_1"
+    write_root_env(root)
+    for side in ("before", "after"):
+        write_cell(root / f"topk_float16_{side}", record(latencies=((64, 0.02), (128, 0.04))),
+                   env={"RC": 0}, kernels={f"h{side}/topk.ttgir": IR})
+    first = store.ingest(root)
+    assert (first["cells_added"], first["rows_added"]) == (2, 4)
+    again = store.ingest(root)
+    assert (again["cells_added"], again["cells_replaced"], again["cells_unchanged"], again["rows_added"]) == (0, 0, 2, 0)
+    # Touched but identical: the content hash says unchanged.
+    (root / "topk_float16_after" / "run.log").write_text(record(latencies=((64, 0.02), (128, 0.04))))
+    touched = store.ingest(root)
+    assert touched["cells_unchanged"] == 2 and touched["cells_replaced"] == 0
+    # Really changed: replaced whole, never duplicated.
+    (root / "topk_float16_after" / "run.log").write_text(record(latencies=((64, 0.01),)))
+    changed = store.ingest(root)
+    assert (changed["cells_replaced"], changed["cells_unchanged"], changed["rows_added"]) == (1, 1, 1)
+    assert count(store, "SELECT count(*) FROM cells") == 2
+    assert count(store, "SELECT count(*) FROM measurements") == 3
+    assert count(store, "SELECT count(*) FROM measurements m JOIN cells c ON c.id = m.cell_id "
+                        "WHERE c.side = 'after'") == 1
+    assert count(store, "SELECT count(*) FROM fingerprints") == 2 * 4
+    assert count(store, "SELECT count(*) FROM kernels") == 2
+
+
+def test_values_come_from_cell_env_then_path_then_root_then_screen_tsv(store, tmp_path):
+    root = tmp_path / "ab_rlc_2"
+    write_root_env(root, SHAPE_MODE="")  # the root leaves one caliber field to screen.tsv
+    header = "op\tdtype\tverdict\telapsed_before\telapsed_after\trc_before\trc_after\tshape_mode\n"
+    (root / "screen.tsv").write_text(header + "argmax\tfloat16\tNO_IR_DIFF\t12.5\t13.0\t0\t0\tdefault\r\n")
+    write_cell(root / "argmax_float16_before", record("argmax"))  # an older cell: no cell.env
+    write_cell(root / "argmax_float16_after", record("argmax"),
+               env={"RC": "0\r", "ELAPSED_S": "9.5", "SHAPE_MODE": "file", "OP": "argmax"})
+    store.ingest(root)
+    cells = {r["side"]: r for r in store.db.query("SELECT * FROM cell_summary")}
+    before, after = cells["before"], cells["after"]
+    assert (before["op"], before["dtype"], before["round"], before["card"]) == ("argmax", "float16", 0, 0)
+    assert before["op_source"] == "path" and before["side_source"] == "path"
+    assert (before["rc"], before["elapsed_s"]) == (0, 12.5)
+    assert before["shape_mode"] == "default" and before["caliber_source"] == "root.env+screen.tsv"
+    provenance = json.loads(store.conn.execute(
+        "SELECT provenance FROM cells WHERE side = 'before'").fetchone()[0])
+    assert provenance["elapsed"] == "screen.tsv" and provenance["backend"] == "root.env"
+    # cell.env wins over everything, and a CRLF never reaches a value.
+    assert (after["rc"], after["elapsed_s"], after["shape_mode"]) == (0, 9.5, "file")
+    assert after["op_source"] == "cell.env" and after["caliber_source"] == "cell.env+root.env"
+    recorded = store.conn.execute("SELECT verdict, shape_mode, rc_after FROM recorded_verdicts").fetchone()
+    assert recorded == ("NO_IR_DIFF", "default", 0)
+
+
+def test_unknown_caliber_is_stored_and_named(store, tmp_path):
+    root = tmp_path / "ab_rlc_3"
+    root.mkdir()
+    env = dict(CALIBER_ENV, RC=0)
+    del env["USE_FLAGTUNE"]
+    write_cell(root / "topk_before", record(), env=env)
+    store.ingest(root)
+    row = store.conn.execute("SELECT caliber_id, caliber_missing, n_rows FROM cells").fetchone()
+    assert row == (None, "flagtune", 1)
+
+
+def test_repeat_and_campaign_paths(store, tmp_path):
+    campaign = tmp_path / "campaign_1"
+    campaign.mkdir()
+    (campaign / "campaign.env").write_text("KIND=campaign\nROUNDS=2\nCARDS=2\n")
+    (campaign / "partition.tsv").write_text("card\top\tdtype\tweight_min\n1\tslice_scatter\tbfloat16\t3.5\n")
+    cell = write_cell(campaign / "card1" / "ab_20261013_090001" / "slice_scatter" / "r2" / "after",
+                      record("slice_scatter", "bfloat16"), env={"RC": 0, **CALIBER_ENV})
+    store.ingest(tmp_path)
+    row = store.db.execute(
+        "SELECT r.name, r.kind, c.card, c.op, c.dtype, c.side, c.round, c.repeat_dir, c.dtype_source "
+        "FROM cells c JOIN roots r ON r.id = c.root_id").fetchone()
+    assert row == ("campaign_1", "campaign", 1, "slice_scatter", "bfloat16", "after", 2,
+                   "ab_20261013_090001", "partition.tsv")
+    assert store.record(cell)["cells_unchanged"] == 1
+
+
+def test_screen_dir_names_with_underscores(store, tmp_path):
+    root = tmp_path / "ab_rlc_4"
+    write_root_env(root)
+    for name in ("slice_scatter_before", "slice_scatter_float16_after", "fft_complex64_before"):
+        write_cell(root / name, record())
+    store.ingest(root)
+    got = {tuple(r) for r in store.conn.execute("SELECT op, dtype, side FROM cells")}
+    assert got == {("slice_scatter", "", "before"), ("slice_scatter", "float16", "after"),
+                   ("fft", "complex64", "before")}
+
+
+def test_triton_cache_only_ttgir_counts(store, tmp_path):
+    root = tmp_path / "ab_rlc_5"
+    write_root_env(root)
+    write_cell(root / "topk_before", record(), env={"RC": 0}, kernels={
+        "aaa/topk_kernel.ttgir": IR,
+        "aaa/topk_kernel.json": '{"num_warps": 8, "num_stages": 3}',
+        "aaa/__grp__topk_kernel.json": '{"child_paths": {}}',
+        "tmp.pid_123_456/topk_kernel.ttgir": "half-written",
+        "launcher/cuda_utils.so": "",
+        "launcher/__grp__launcher.json": "{}",
+    }, index="topk_kernel\taaa\t/x/aaa/topk_kernel.ttgir\n")
+    # The same IR under another cache directory name: the fingerprint ignores it.
+    write_cell(root / "topk_after", record(), env={"RC": 0}, kernels={"zzz/topk_kernel.ttgir": IR},
+               index="topk_kernel\tzzz\t/x/zzz/topk_kernel.ttgir\n")
+    store.ingest(root)
+    kernels = store.conn.execute("SELECT name, cache_dir, convert_layouts, num_warps, num_stages FROM kernels "
+                                 "ORDER BY cache_dir").fetchall()
+    assert kernels == [("topk_kernel", "aaa", 1, 8, 3), ("topk_kernel", "zzz", 1, None, None)]
+    fingerprints = dict(store.conn.execute(
+        "SELECT rule, count(DISTINCT fingerprint) FROM fingerprints GROUP BY rule").fetchall())
+    assert fingerprints == {"v1": 2, "v2": 1, "v3": 1, "v4": 1}  # only v1 hashes index.tsv
+    assert count(store, "SELECT count(*) FROM blobs WHERE kind = 'ttgir'") == 1  # stored once
+
+
+def test_bad_input_is_named_and_the_rest_goes_on(tmp_path):
+    root = tmp_path / "ab_rlc_6"
+    write_root_env(root)
+    good = record(latencies=((64, 0.02),))
+    write_cell(root / "topk_before", good + "\n" + good[:40] + "\n", env={"RC": 124})
+    write_cell(root / "topk_after", good, env={"RC": 0})
+    broken = write_cell(root / "sort_before", good, env={"RC": 0})
+    (broken / "run.log").unlink()
+    (broken / "run.log").mkdir()  # a directory where the log belongs: the cell cannot be read
+    (root / "cell.env.bak").write_text("x")
+    db = tmp_path / "z.db"
+    result = CliRunner().invoke(cli, ["ingest", str(root), "--db", str(db), "--json"])
+    assert result.exit_code == 1
+    summary = json.loads(result.stdout)
+    problems = {(p["file"], p["line"]) for p in summary["problems"]}
+    assert (str(root / "topk_before" / "run.log"), 2) in problems
+    assert any(f == str(broken) for f, _ in problems)
+    assert str(root / "topk_before" / "run.log") + ":2:" in result.stderr
+    assert (summary["cells_added"], summary["cells_failed"]) == (2, 1)
+    with Store(db) as store:
+        assert count(store, "SELECT count(*) FROM cells WHERE op = 'sort'") == 0  # not half-written
+        assert count(store, "SELECT count(*) FROM ingest_problems") == len(summary["problems"])
+        assert count(store, "SELECT count(*) FROM measurements") == 2
+
+
+def test_fingerprints_for_a_new_rule_come_from_the_store_alone(example_store_path, tmp_path):
+    path = tmp_path / "copy.db"
+    shutil.copy(example_store_path, path)
+    for suffix in ("-wal", "-shm"):
+        if (example_store_path.parent / (example_store_path.name + suffix)).exists():
+            shutil.copy(example_store_path.parent / (example_store_path.name + suffix), str(path) + suffix)
+    with Store(path) as store:
+        before = dict(store.conn.execute("SELECT cell_id, fingerprint FROM fingerprints WHERE rule = 'v4'"))
+        assert before
+        store.conn.execute("DELETE FROM fingerprints WHERE rule = 'v4'")
+        store.conn.execute("DELETE FROM ir_digests WHERE rule = 'v4'")
+        computed = store.compute_fingerprints("v4")
+        after = dict(store.conn.execute("SELECT cell_id, fingerprint FROM fingerprints WHERE rule = 'v4'"))
+    assert computed == len(before) and after == before
+
+
+def test_cli_ingest_json_summary_keys(example_source, tmp_path):
+    source, manifest = example_source
+    result = CliRunner().invoke(cli, ["ingest", str(source), "--db", str(tmp_path / "x.db"), "--json"])
+    summary = json.loads(result.stdout)
+    for key in ("cells_added", "cells_replaced", "cells_unchanged", "rows_added", "problems"):
+        assert key in summary
+    assert summary["cells_added"] == manifest["cells"]
+    assert summary["rows_added"] == manifest["rows"]
+    assert all(set(p) == {"file", "line", "message"} for p in summary["problems"])
+
+
+def test_missing_path_is_a_problem_not_a_crash(tmp_path):
+    result = CliRunner().invoke(cli, ["ingest", str(tmp_path / "nope"), "--db", str(tmp_path / "x.db")])
+    assert result.exit_code == 1
+    assert "no such file or directory" in result.stderr
+
+
+def test_default_database_from_environment(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["init"])
+    assert result.exit_code == 0 and (tmp_path / "zlstore.db").exists()
+    monkeypatch.setenv("ZLSTORE_DB", str(tmp_path / "env.db"))
+    result = CliRunner().invoke(cli, ["init"])
+    assert result.output.startswith(str(tmp_path / "env.db")) and "schema version 1" in result.output
+
+
+def test_record_refuses_unfinished_cell(store, tmp_path):
+    root = tmp_path / "ab_rlc_7"
+    write_root_env(root)
+    running = write_cell(root / "topk_before", record(), env={"OP": "topk"})  # no RC yet
+    summary = store.record(running)
+    assert summary["cells_unfinished"] == 1 and summary["cells_added"] == 0
+    assert count(store, "SELECT count(*) FROM cells") == 0

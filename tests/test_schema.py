@@ -1,0 +1,134 @@
+"""The schema: one definition of the caliber, versioned, migratable, safe to
+create from several processes at once, shipped inside the wheel."""
+
+import sqlite3
+import subprocess
+import sys
+import zipfile
+
+import pytest
+from click.testing import CliRunner
+
+from zlstore import Store, caliber, db, judge
+from zlstore.cli import cli
+
+
+def columns(store, table):
+    return [r[1] for r in store.conn.execute(f"PRAGMA table_info([{table}])")]
+
+
+def test_new_database_settings(store):
+    conn = store.conn
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] >= 10_000
+    assert store.current_rule == "v3"
+
+
+def test_caliber_columns_derive_from_the_one_definition(store):
+    assert columns(store, "calibers")[1:] == list(caliber.NAMES)
+    assert [c for c in columns(store, "cell_summary") if c in caliber.NAMES] == list(caliber.NAMES)
+    assert [c for c in columns(store, "recorded_verdicts") if c in caliber.NAMES] == list(caliber.NAMES)
+
+
+def test_schema_refuses_names_that_judge_does_not_define():
+    assert db.render_schema("SELECT [[verdict NO_IR_DIFF]], [[reason CALIBER_UNKNOWN]]") == \
+        "SELECT 'NO_IR_DIFF', 'CALIBER_UNKNOWN'"
+    with pytest.raises(db.SchemaError, match="NO_KERNEL"):
+        db.render_schema("SELECT [[verdict NO_KERNEL]]")
+    assert set(judge.VERDICT_NAMES) == {"TRUNCATED", "NO_ROWS", "NO_TRITON", "IR_CHANGED", "NO_IR_DIFF"}
+
+
+def test_caliber_macro_with_separator():
+    rendered = db.render_schema("[[caliber ||: a.{f}]]")
+    assert rendered == " || ".join(f"a.{name}" for name in caliber.NAMES)
+
+
+def test_newer_database_is_refused(tmp_path):
+    path = tmp_path / "future.db"
+    Store(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {db.SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(db.SchemaError, match="newer"):
+        Store(path)
+    result = CliRunner().invoke(cli, ["init", "--db", str(path)])
+    assert result.exit_code == 1 and "upgrade zlstore" in result.output
+
+
+def test_migrations_run_in_order_from_an_older_version(tmp_path, monkeypatch):
+    path = tmp_path / "old.db"
+    Store(path).close()
+    ran = []
+
+    def m002_add_note(conn):
+        ran.append(2)
+        conn.execute("ALTER TABLE roots ADD COLUMN note TEXT")
+
+    def m003_fill_note(conn):
+        ran.append(3)
+        conn.execute("UPDATE roots SET note = 'migrated'")
+
+    monkeypatch.setattr(db, "SCHEMA_VERSION", 3)
+    monkeypatch.setitem(db.MIGRATIONS, 3, m003_fill_note)
+    monkeypatch.setitem(db.MIGRATIONS, 2, m002_add_note)
+    with Store(path) as store:
+        assert ran == [2, 3]
+        assert "note" in columns(store, "roots")
+        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == 3
+    with Store(path):
+        assert ran == [2, 3]  # applied once
+
+
+def test_views_are_recreated_when_the_schema_changes(tmp_path, monkeypatch):
+    path = tmp_path / "v.db"
+    Store(path).close()
+    original = db.schema_source()
+    monkeypatch.setattr(db, "schema_source", lambda: original + "\nCREATE VIEW extra_view AS SELECT 1 AS one;\n")
+    with Store(path) as store:
+        assert store.conn.execute("SELECT one FROM extra_view").fetchone() == (1,)
+
+
+def test_concurrent_creation_of_a_new_database(tmp_path):
+    path = tmp_path / "race.db"
+    processes = [
+        subprocess.Popen([sys.executable, "-m", "zlstore", "init", "--db", str(path)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(6)
+    ]
+    results = [(p.wait(timeout=60), p.stderr.read()) for p in processes]
+    assert all(code == 0 for code, _ in results), results
+    with Store(path) as store:
+        assert store.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert "cell_summary" in store.db.view_names()
+
+
+def test_wheel_ships_schema_sql(tmp_path):
+    pytest.importorskip("hatchling")
+    from pathlib import Path
+
+    project = Path(__file__).resolve().parent.parent
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(project)],
+        check=True, capture_output=True,
+    )
+    wheel = next(tmp_path.glob("zlstore-*.whl"))
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = archive.read("zlstore/schema.sql").decode()
+    assert shipped == (project / "schema.sql").read_text()
+
+
+def test_a_database_made_by_release_1_opens(tmp_path):
+    """tests/data/store-v1.db was made by schema version 1 and is never
+    regenerated: every later release must open it and answer every view."""
+    import shutil
+    from pathlib import Path
+
+    path = tmp_path / "old.db"
+    shutil.copy(Path(__file__).parent / "data" / "store-v1.db", path)
+    with Store(path) as store:
+        assert store.conn.execute("SELECT count(*) FROM cells").fetchone()[0] == 8
+        for view in store.db.view_names():
+            store.conn.execute(f"SELECT * FROM [{view}] LIMIT 1").fetchall()
+        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION

@@ -1,0 +1,823 @@
+"""Running a screening pass and a campaign, writing into the store as each
+cell ends.
+
+A screen runs one pair per op, before then after, each side one process
+capped by CELL_TIMEOUT; zlstore writes the cell's cell.env last and records
+it. A campaign runs a plan: one worker process per card (each with its own
+Store), ops one after another within a card, each op the user's command with
+the card's own AB_ROOT; the worker records every cell of the op as soon as
+its cell.env has RC. Every command runs in its own process group, so a
+timeout or a Ctrl-C kills it with its children."""
+
+import datetime
+import json
+import multiprocessing
+import os
+import queue as queue_mod
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, IO, List, Optional, Sequence, Tuple
+
+from . import caliber, judge, layout
+from . import plan as planmod
+from .db import write_transaction
+from .ingest import now as utc_now
+from .plan import Op, Plan, PlanError
+
+DEFAULT_CELL_TIMEOUT = 2400.0
+DEFAULT_ROUNDS = 6
+TIMEOUT_RC = 124            # what a cell killed at CELL_TIMEOUT is recorded with
+INTERRUPTED_EXIT = 130      # 128 + SIGINT
+KILL_GRACE_S = 3.0          # SIGTERM, then this long, then SIGKILL
+
+# The environment variable that makes one card visible, per backend: the one place.
+VISIBLE_DEVICES = {
+    "cuda": "CUDA_VISIBLE_DEVICES",
+    "musa": "MUSA_VISIBLE_DEVICES",
+    "rocm": "HIP_VISIBLE_DEVICES",
+    "hip": "HIP_VISIBLE_DEVICES",
+    "npu": "ASCEND_RT_VISIBLE_DEVICES",
+    "mlu": "MLU_VISIBLE_DEVICES",
+    "xpu": "ZE_AFFINITY_MASK",
+}
+
+
+class RunError(Exception):
+    """A run cannot start as asked."""
+
+
+def visible_devices_var(backend: str) -> str:
+    try:
+        return VISIBLE_DEVICES[backend.strip().lower()]
+    except KeyError:
+        raise RunError(f"unknown backend {backend!r}; known: {', '.join(sorted(VISIBLE_DEVICES))}") from None
+
+
+def default_backend() -> str:
+    return (os.environ.get("ZL_BACKEND") or "cuda").strip().lower()
+
+
+def timestamp() -> str:
+    return datetime.datetime.now().strftime("%Y%m%d_%H%M%S")
+
+
+def local_now() -> str:
+    return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def fill(template: str, values: Dict[str, object]) -> str:
+    """The command template with {name} placeholders replaced by shell-quoted
+    values (an empty dtype becomes ''); any other braces (${VAR}) stay."""
+    text = template
+    for name, value in values.items():
+        text = text.replace("{" + name + "}", shlex.quote(str(value)))
+    return text
+
+
+def env_text(items: Sequence[Tuple[str, object]]) -> str:
+    """KEY=VALUE lines; values with shell metacharacters are quoted."""
+    lines = []
+    for key, value in items:
+        value = "" if value is None else str(value)
+        safe = all(c.isalnum() or c in "_./:,+@%-" for c in value)
+        lines.append(f"{key}={value if safe else shlex.quote(value)}\n")
+    return "".join(lines)
+
+
+def write_atomic(path: Path, text: str):
+    """Write a file whole or not at all: a reader never sees half of it."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def caliber_items(env: Dict[str, str]) -> List[Tuple[str, str]]:
+    """The caliber variables an environment sets, by zlstore.caliber's one list."""
+    return [(f.env, env[f.env].strip()) for f in caliber.CALIBER_FIELDS
+            if (env.get(f.env) or "").strip()]
+
+
+# -- process groups --------------------------------------------------------
+
+
+def start_group(command: str, env: Dict[str, str], stdout: IO, cwd=None) -> subprocess.Popen:
+    """Start a shell command as the leader of its own process group (and session)."""
+    return subprocess.Popen(
+        ["/bin/sh", "-c", command], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+        stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def group_alive(pgid: int) -> bool:
+    return _signal_group(pgid, 0)
+
+
+def kill_group(proc: subprocess.Popen, grace: float = KILL_GRACE_S):
+    """SIGTERM the whole group, SIGKILL whatever is left after grace, reap the leader."""
+    pgid = proc.pid
+    _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if proc.poll() is not None and not group_alive(pgid):
+            break
+        time.sleep(0.05)
+    _signal_group(pgid, signal.SIGKILL)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def shell_rc(returncode: int) -> int:
+    """A return code as a shell reports it: killed by signal n is 128 + n."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+# -- weights from the store (plan.py stays pure) -----------------------------
+
+
+def screen_pairs(store, screen_root: str) -> Tuple[dict, Dict[Tuple[str, str], dict]]:
+    """A screening root and its pairs: (op, dtype) -> elapsed_before/after, from
+    the cells, falling back to the values screen.tsv recorded."""
+    root = store.root(screen_root)
+    if root["kind"] != "screen":
+        raise PlanError(f"{root['name']} is a {root['kind']} root, not a screening root")
+    pairs: Dict[Tuple[str, str], dict] = {}
+    for op, dtype, before, after in store.conn.execute(
+        """SELECT op, dtype, elapsed_before, elapsed_after FROM recorded_verdicts
+           WHERE root_id = ? AND file = 'screen.tsv' ORDER BY line""", (root["id"],)):
+        pairs[(op, dtype or "")] = {"before": before, "after": after}
+    for op, dtype, side, elapsed in store.conn.execute(
+        """SELECT op, COALESCE(dtype, ''), side, elapsed_s FROM cells
+           WHERE root_id = ? AND op IS NOT NULL AND side IS NOT NULL ORDER BY id""", (root["id"],)):
+        pair = pairs.setdefault((op, dtype), {"before": None, "after": None})
+        if elapsed is not None:
+            pair[side] = elapsed
+    return root, pairs
+
+
+def ir_changed_ops(store, root: dict) -> List[Tuple[str, str]]:
+    """The pairs the verdicts view judges IR_CHANGED under the current rule."""
+    rows = store.conn.execute(
+        "SELECT op, COALESCE(dtype, '') FROM verdicts WHERE root = ? AND verdict = 'IR_CHANGED' ORDER BY op, dtype",
+        (root["name"],),
+    ).fetchall()
+    return [(op, dtype) for op, dtype in rows]
+
+
+def resolve_ops(pairs: Dict[Tuple[str, str], dict], specs, root_name: str) -> List[Tuple[str, str]]:
+    """`op` or `op:dtype` specs against the root's pairs; a bare op needs the
+    root to have exactly one pair for it."""
+    chosen = []
+    for op, dtype in specs:
+        if dtype is not None:
+            if (op, dtype) not in pairs:
+                raise PlanError(f"op {op}:{dtype} has no screening pair in {root_name}"
+                                + _known(pairs, op))
+            chosen.append((op, dtype))
+            continue
+        matches = sorted(d for (o, d) in pairs if o == op)
+        if len(matches) != 1:
+            what = "no screening pair" if not matches else f"{len(matches)} pairs ({', '.join(op + ':' + d for d in matches)}); name the dtype"
+            raise PlanError(f"op {op} has {what} in {root_name}" + (_known(pairs, op) if not matches else ""))
+        chosen.append((op, matches[0]))
+    return chosen
+
+
+def _known(pairs, op) -> str:
+    labels = sorted(f"{o}:{d}" if d else o for (o, d) in pairs)
+    return "; the root has: " + (", ".join(labels) if labels else "no pairs")
+
+
+def weighted_ops(pairs, chosen, rounds: int, root_name: str) -> List[Op]:
+    """Each chosen pair with its weight: (elapsed_before + elapsed_after) x rounds.
+    A pair missing either time is an error that names it, never a weight of zero."""
+    ops = []
+    for op, dtype in chosen:
+        pair = pairs.get((op, dtype), {})
+        missing = [s for s in ("before", "after") if not (pair.get(s) or 0) > 0]
+        if missing:
+            label = f"{op}:{dtype}" if dtype else op
+            raise PlanError(f"op {label} has no screening time ({' and '.join('elapsed_' + s for s in missing)} "
+                            f"unknown in {root_name}); it cannot be weighed")
+        ops.append(Op(op, dtype, (pair["before"] + pair["after"]) * rounds))
+    return ops
+
+
+def plan_from_store(store, screen_root: str, cards: int, rounds: int,
+                    ops: Optional[str] = None, extra_ops: Optional[str] = None) -> Tuple[Plan, dict]:
+    """The longest-first plan for a screening root's ops (default: its
+    IR_CHANGED pairs under the current rule). Returns (plan, root row)."""
+    if rounds < 1:
+        raise PlanError(f"--rounds must be at least 1, not {rounds}")
+    root, pairs = screen_pairs(store, screen_root)
+    if ops:
+        chosen = resolve_ops(pairs, planmod.parse_op_spec(ops), root["name"])
+    else:
+        chosen = ir_changed_ops(store, root)
+        if not chosen:
+            raise PlanError(f"{root['name']} has no IR_CHANGED pair under the current rule; name ops with --ops")
+    extra = resolve_ops(pairs, planmod.parse_op_spec(extra_ops), root["name"]) if extra_ops else []
+    plan = planmod.make_plan(weighted_ops(pairs, chosen, rounds, root["name"]), cards,
+                             weighted_ops(pairs, extra, rounds, root["name"]))
+    return plan, root
+
+
+def log_problem(store, command: str, paths: List[str], file: str, message: str):
+    """A problem outside any cell (a failed op command) in the ingest log."""
+    conn = store.conn
+    with write_transaction(conn):
+        run_id = conn.execute(
+            "INSERT INTO ingest_runs (started_at, finished_at, command, paths, summary) VALUES (?, ?, ?, ?, ?)",
+            (utc_now(), utc_now(), command, json.dumps(paths), json.dumps({"problems": [message]})),
+        ).lastrowid
+        conn.execute("INSERT INTO ingest_problems (run_id, file, line, message) VALUES (?, ?, NULL, ?)",
+                     (run_id, file, message))
+
+
+# == screen ===================================================================
+
+
+@dataclass
+class ScreenConfig:
+    root: Path
+    ops: List[Tuple[str, str]]
+    command: str
+    switch: str
+    cell_timeout: float = DEFAULT_CELL_TIMEOUT
+    card: int = 0
+    backend: str = field(default_factory=default_backend)
+    device: Optional[str] = None
+    grace: float = KILL_GRACE_S
+
+
+@dataclass
+class SideResult:
+    op: str
+    dtype: str
+    side: str
+    rc: int
+    elapsed_s: float
+    timed_out: bool
+    path: Path
+
+
+def run_screen(store, config: ScreenConfig, report: Callable[[str], None] = lambda line: None) -> dict:
+    """The screening pass: for each op one pair, before then after, each side
+    capped by the cell timeout; each cell recorded as it ends; the root's
+    screen.tsv written from the verdicts view at the end."""
+    root = Path(config.root).resolve()
+    if root.exists() and any(root.iterdir()):
+        raise RunError(f"{root} exists and is not empty: a screening root is written once; choose another --root")
+    if not config.ops:
+        raise RunError("no ops to screen")
+    visible = visible_devices_var(config.backend)
+    root.mkdir(parents=True, exist_ok=True)
+    started = local_now()
+    write_atomic(root / layout.ROOT_ENV, env_text(
+        [("KIND", "screen"), ("SWITCH", config.switch), ("HOST", socket.gethostname()),
+         ("STARTED_AT", started), ("CELL_TIMEOUT", _num(config.cell_timeout))]
+        + caliber_items(dict(os.environ))))
+    results: List[SideResult] = []
+    for op, dtype in config.ops:
+        for value, side in enumerate(layout.SIDES):
+            result = _screen_side(store, config, root, op, dtype, side, value, visible)
+            results.append(result)
+            label = f"{op}:{dtype}" if dtype else op
+            how = f"killed at the {_num(config.cell_timeout)} s timeout, RC {result.rc}" if result.timed_out else f"RC {result.rc}"
+            report(f"{label} {side}: {how}, {result.elapsed_s:.1f} s, recorded")
+    screen_tsv = judge.write_screen_tsv(store, str(root))
+    return {"root": str(root), "sides": len(results), "screen_tsv": str(screen_tsv or root / layout.SCREEN_TSV),
+            "timed_out": [f"{r.op}:{r.dtype}:{r.side}" for r in results if r.timed_out]}
+
+
+def _num(value: float) -> str:
+    return format(value, "g")
+
+
+def _screen_side(store, config: ScreenConfig, root: Path, op: str, dtype: str, side: str,
+                 value: int, visible: str) -> SideResult:
+    out = root / _cell_name(op, dtype, side)
+    out.mkdir(parents=True)
+    env = dict(os.environ)
+    env.update({
+        "OUT_DIR": str(out), "OP": op, "DTYPE": dtype, "SIDE": side, "ROUND": "0",
+        "CARD": str(config.card), "SWITCH": config.switch, "SWITCH_VALUE": str(value),
+        config.switch: str(value), "CELL_TIMEOUT": _num(config.cell_timeout),
+        visible: str(config.device if config.device is not None else config.card),
+        "ZLSTORE_DB": str(Path(store.path).resolve()),
+    })
+    command = fill(config.command, {"op": op, "dtype": dtype, "side": side, "out_dir": out,
+                                    "card": config.card, "switch": config.switch, "switch_value": value})
+    started_at, t0 = local_now(), time.monotonic()
+    timed_out = False
+    with open(out / layout.RUN_LOG, "ab") as log:
+        proc = start_group(command, env, log, cwd=out)
+        try:
+            proc.wait(timeout=config.cell_timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            kill_group(proc, config.grace)
+        except BaseException:
+            kill_group(proc, config.grace)
+            raise
+        else:
+            if group_alive(proc.pid):  # stragglers the command left behind would hold the card
+                kill_group(proc, config.grace)
+    elapsed = time.monotonic() - t0
+    rc = TIMEOUT_RC if timed_out else shell_rc(proc.returncode)
+    items = [("OP", op), ("DTYPE", dtype), ("SIDE", side), ("ROUND", 0), ("CARD", config.card),
+             ("STARTED_AT", started_at), ("SWITCH", config.switch), ("SWITCH_VALUE", value),
+             ("CELL_TIMEOUT", _num(config.cell_timeout))]
+    items += caliber_items(env)
+    items += [("ELAPSED_S", f"{elapsed:.3f}"), ("RC", rc)]  # RC last: the cell is finished
+    write_atomic(out / layout.CELL_ENV, env_text(items))
+    store.record([out])
+    return SideResult(op, dtype, side, rc, elapsed, timed_out, out)
+
+
+def _cell_name(op: str, dtype: str, side: str) -> str:
+    return f"{op}_{dtype}_{side}" if dtype else f"{op}_{side}"
+
+
+# == campaign =================================================================
+
+
+@dataclass
+class CampaignConfig:
+    root: Path
+    plan: Plan
+    command: str
+    rounds: int = DEFAULT_ROUNDS
+    switch: Optional[str] = None
+    screen_root: Optional[str] = None
+    backend: str = field(default_factory=default_backend)
+    devices: Optional[List[str]] = None   # card N -> devices[N]; default the card number
+    poll_s: float = 0.5
+    grace: float = KILL_GRACE_S
+    resume: bool = False
+    status_every_s: float = 30.0
+
+
+def op_label(op: str, dtype: str) -> str:
+    return f"{op}:{dtype}" if dtype else op
+
+
+def prepare_campaign(config: CampaignConfig) -> Path:
+    """A new campaign root with campaign.env and partition.tsv (refusing an
+    existing one), or, with resume, the existing root as it is."""
+    root = Path(config.root).resolve()
+    if config.resume:
+        if not (root / layout.CAMPAIGN_ENV).is_file():
+            raise RunError(f"--resume: {root} has no {layout.CAMPAIGN_ENV}; is it a campaign root?")
+        return root
+    if root.exists() and any(root.iterdir()):
+        raise RunError(f"{root} exists and is not empty; continue it with --resume, or choose another --root")
+    root.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, ZL_ISOLATE_TUNER_CACHE="1")
+    items = [("KIND", "campaign"), ("ROUNDS", config.rounds), ("CARDS", len(config.plan.cards)),
+             ("SWITCH", config.switch or ""), ("SCREEN_ROOT", config.screen_root or ""),
+             ("HOST", socket.gethostname()), ("STARTED_AT", local_now()),
+             ("BACKEND_VISIBLE_DEVICES", visible_devices_var(config.backend)),
+             ("COMMAND", config.command)]
+    items += caliber_items(env)
+    planmod.write_partition_tsv(config.plan, root / layout.PARTITION_TSV)
+    write_atomic(root / layout.CAMPAIGN_ENV, env_text(items))
+    return root
+
+
+def read_campaign(root: Path) -> Tuple[Dict[str, str], Plan]:
+    """A campaign root's campaign.env and partition.tsv, for --resume."""
+    root = Path(root)
+    env = layout.read_env(root / layout.CAMPAIGN_ENV, []) or {}
+    try:
+        line = next(l for l in (root / layout.CAMPAIGN_ENV).read_text().splitlines() if l.startswith("COMMAND="))
+        words = shlex.split(line[len("COMMAND="):])
+        env["COMMAND"] = words[0] if len(words) == 1 else " ".join(words)
+    except (StopIteration, ValueError, FileNotFoundError):
+        env.pop("COMMAND", None)
+    if not (root / layout.PARTITION_TSV).is_file():
+        raise RunError(f"{root} has no {layout.PARTITION_TSV}")
+    return env, planmod.read_partition_tsv(root / layout.PARTITION_TSV)
+
+
+def card_dir(root: Path, card: int) -> Path:
+    return Path(root) / f"card{card}"
+
+
+def _log_name(card: int, op: str, dtype: str) -> str:
+    return f"card{card}_{op}{'_' + dtype if dtype else ''}.log"
+
+
+def complete_ops(store, root: Path, rounds: int) -> set:
+    """(op, dtype) pairs with all 2 x rounds cells of the campaign recorded."""
+    rows = store.conn.execute(
+        """SELECT cells.op, COALESCE(cells.dtype, ''), COUNT(DISTINCT cells.round || ':' || cells.side)
+           FROM cells JOIN roots ON roots.id = cells.root_id
+           WHERE roots.path = ? AND cells.round BETWEEN 1 AND ? AND cells.side IN ('before', 'after')
+             AND cells.rc IS NOT NULL
+           GROUP BY cells.op, COALESCE(cells.dtype, '')""",
+        (str(Path(root).resolve()), rounds),
+    ).fetchall()
+    return {(op, dtype) for op, dtype, n in rows if n >= 2 * rounds}
+
+
+class _Recorder:
+    """Records a card's finished cells, each once, as they appear."""
+
+    def __init__(self, store, directory: Path):
+        self.store, self.directory = store, Path(directory)
+        self.seen = {p for (p,) in store.conn.execute(
+            "SELECT path FROM cells WHERE path LIKE ?", (str(self.directory) + os.sep + "%",))}
+
+    def sweep(self, final: bool = False) -> Tuple[int, List[str]]:
+        """Record every finished cell not yet recorded; with final (the
+        command has returned, nothing will finish them), the unfinished too.
+        Returns (cells recorded, the unfinished ones stored as they are)."""
+        new = [c for c in layout.find_cell_dirs(self.directory) if str(c) not in self.seen]
+        if not new:
+            return 0, []
+        finished = [c for c in new if _finished(c)]
+        recorded, leftovers = 0, []
+        if finished:
+            summary = self.store.record(finished)
+            unfinished = set(summary["unfinished"])
+            self.seen.update(str(c) for c in finished if str(c) not in unfinished)
+            recorded += sum(summary[k] for k in ("cells_added", "cells_replaced", "cells_unchanged"))
+        if final:
+            rest = [c for c in new if str(c) not in self.seen]
+            if rest:
+                summary = self.store.ingest_summary(rest, command="record").as_dict()
+                self.seen.update(str(c) for c in rest)
+                recorded += sum(summary[k] for k in ("cells_added", "cells_replaced", "cells_unchanged"))
+                leftovers = [str(c) for c in rest]
+        return recorded, leftovers
+
+
+def _finished(cell: Path) -> bool:
+    env = layout.read_env(cell / layout.CELL_ENV, [])
+    return bool(env) and (env.get("RC") or "").strip() != ""
+
+
+def card_worker(spec: dict, events) -> None:
+    """One card: its ops one after another, each op's cells recorded as they
+    finish. Runs in its own process with its own Store. SIGINT / SIGTERM
+    kill the current op's process group and end the worker."""
+    state = {"stopping": False}
+
+    def on_signal(signum, frame):
+        if not state["stopping"]:
+            state["stopping"] = True
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    from .store import Store  # here: the spawned process opens its own connection
+
+    card = spec["card"]
+    proc = None
+    store = None
+    try:
+        store = Store(spec["db"])
+        directory = Path(spec["card_dir"])
+        directory.mkdir(parents=True, exist_ok=True)
+        recorder = _Recorder(store, directory)
+        n, _ = recorder.sweep()  # cells a previous run finished but did not record
+        if n:
+            events.put(("cells", card, n))
+        done = complete_ops(store, spec["root"], spec["rounds"]) if spec["resume"] else set()
+        for op, dtype, weight in spec["ops"]:
+            if (op, dtype) in done:
+                events.put(("skip", card, op, dtype))
+                continue
+            env = dict(os.environ)
+            env.update(spec["env"])
+            env.update({"OP": op, "DTYPE": dtype})
+            command = fill(spec["command"], {"op": op, "dtype": dtype, "card": card, "rounds": spec["rounds"]})
+            log_path = Path(spec["log_dir"]) / _log_name(card, op, dtype)
+            t0 = time.monotonic()
+            with open(log_path, "ab") as log:
+                proc = start_group(command, env, log, cwd=spec["root"])
+                events.put(("start", card, op, dtype, proc.pid))
+                while proc.poll() is None:
+                    time.sleep(spec["poll_s"])
+                    n, _ = recorder.sweep()
+                    if n:
+                        events.put(("cells", card, n))
+            if group_alive(proc.pid):  # stragglers would compete with the next op for the card
+                kill_group(proc, spec["grace"])
+            rc = shell_rc(proc.returncode)
+            proc = None
+            n, leftovers = recorder.sweep(final=True)
+            if n:
+                events.put(("cells", card, n))
+            problems = []
+            if rc != 0:
+                problems.append(f"op {op_label(op, dtype)} on card {card}: command exited with status {rc}")
+            if leftovers:
+                problems.append(f"op {op_label(op, dtype)} on card {card}: {len(leftovers)} cells had no cell.env "
+                                f"with RC when the command returned; stored as they are: {', '.join(leftovers[:3])}")
+            for message in problems:
+                log_problem(store, f"run campaign card {card}", [str(directory)], str(log_path), message)
+            events.put(("done", card, op, dtype, rc, time.monotonic() - t0, problems))
+        events.put(("finished", card))
+    except KeyboardInterrupt:
+        if proc is not None:
+            kill_group(proc, spec["grace"])
+        events.put(("interrupted", card))
+        sys.exit(INTERRUPTED_EXIT)
+    finally:
+        if store is not None:
+            store.close()
+
+
+@dataclass
+class CardState:
+    card: int
+    ops: List[Op]
+    current: Optional[Op] = None
+    current_since: Optional[float] = None
+    pgid: Optional[int] = None
+    done: int = 0
+    skipped: int = 0
+    failed: List[str] = field(default_factory=list)
+    cells: int = 0
+    started: Optional[float] = None
+    finished: Optional[float] = None
+    interrupted: bool = False
+    remaining: List[Op] = field(default_factory=list)
+
+    def estimate_s(self, now: float) -> Optional[float]:
+        """Weight still ahead: ops not started plus what is left of the current one."""
+        total = sum(op.weight_s for op in self.remaining)
+        if self.current is not None:
+            total += max(0.0, self.current.weight_s - (now - (self.current_since or now)))
+        return total if total == total else None  # NaN: a plan without weights
+
+
+def _clock(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "?"
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}"
+
+
+class Display:
+    """The live view: redrawn in place on a terminal; otherwise a line per
+    event and the status table every status_every_s seconds."""
+
+    def __init__(self, title: str, cards: List[CardState], stream: IO, status_every_s: float = 30.0):
+        self.title, self.cards, self.stream = title, cards, stream
+        self.tty = hasattr(stream, "isatty") and stream.isatty()
+        self.start = time.monotonic()
+        self.drawn = 0
+        self.last_status = self.start
+        self.status_every_s = status_every_s
+
+    def screen(self) -> List[str]:
+        now = time.monotonic()
+        estimates = [c.estimate_s(now) for c in self.cards]
+        eta = None if any(e is None for e in estimates) else max(estimates, default=0.0)
+        lines = [f"{self.title}: {len(self.cards)} cards, elapsed {_clock(now - self.start)}, "
+                 f"est. {_clock(eta)} left"]
+        header = ("card", "current op", "done", "left", "failed", "cells", "elapsed", "est. left")
+        rows = []
+        for c, estimate in zip(self.cards, estimates):
+            if c.current is not None:
+                current = c.current.label
+            elif c.interrupted:
+                current = "(interrupted)"
+            elif c.finished is not None:
+                current = "(finished)"
+            elif c.started is None:
+                current = "(starting)" if c.ops else "(idle)"
+            else:
+                current = "-"
+            left = len(c.remaining) + (1 if c.current is not None else 0)
+            end = c.finished if c.finished is not None else now
+            elapsed = (end - c.started) if c.started is not None else 0.0
+            rows.append((str(c.card), current, str(c.done + c.skipped), str(left), str(len(c.failed)),
+                         str(c.cells), _clock(elapsed), _clock(estimate)))
+        widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+        fmt = lambda values: "  ".join(v.ljust(w) if i == 1 else v.rjust(w)
+                                       for i, (v, w) in enumerate(zip(values, widths))).rstrip()
+        lines.append(fmt(header))
+        lines.extend(fmt(r) for r in rows)
+        for c in self.cards:
+            for failure in c.failed:
+                lines.append(f"  failed: {failure}")
+        return lines
+
+    def event(self, text: str):
+        if not self.tty:
+            self.stream.write(f"[{_clock(time.monotonic() - self.start)}] {text}\n")
+            self.stream.flush()
+
+    def refresh(self, force: bool = False):
+        now = time.monotonic()
+        if self.tty:
+            lines = self.screen()
+            if self.drawn:
+                self.stream.write(f"\x1b[{self.drawn}F\x1b[J")
+            self.stream.write("\n".join(lines) + "\n")
+            self.stream.flush()
+            self.drawn = len(lines)
+        elif force or now - self.last_status >= self.status_every_s:
+            self.stream.write("\n".join(self.screen()) + "\n")
+            self.stream.flush()
+            self.last_status = now
+
+    def final(self) -> List[str]:
+        lines = self.screen()
+        if self.tty:
+            self.refresh()
+        else:
+            self.stream.write("\n".join(lines) + "\n")
+            self.stream.flush()
+        return lines
+
+
+@dataclass
+class CampaignResult:
+    root: Path
+    interrupted: bool
+    cards: List[CardState]
+    last_screen: List[str]
+
+    @property
+    def failed(self) -> List[str]:
+        return [f for c in self.cards for f in c.failed]
+
+    def as_dict(self) -> dict:
+        return {
+            "root": str(self.root), "interrupted": self.interrupted,
+            "cards": [{"card": c.card, "done": c.done, "skipped": c.skipped, "failed": c.failed,
+                       "cells": c.cells, "left": len(c.remaining) + (1 if c.current else 0)} for c in self.cards],
+            "failed": self.failed,
+        }
+
+
+def run_campaign(store_path, config: CampaignConfig, stream: IO = sys.stderr) -> CampaignResult:
+    """Run a plan with one worker process per card; returns when every card
+    is done, or after Ctrl-C / SIGTERM has stopped every worker and command."""
+    root = prepare_campaign(config)
+    plan = config.plan
+    visible = visible_devices_var(config.backend)
+    log_dir = root / "logs"
+    log_dir.mkdir(exist_ok=True)
+    devices = config.devices
+    if devices is not None and len(devices) < len(plan.cards):
+        raise RunError(f"--devices names {len(devices)} devices for {len(plan.cards)} cards")
+    store_path = str(Path(store_path).resolve())
+    states = [CardState(c.card, list(c.ops), remaining=list(c.ops)) for c in plan.cards]
+    display = Display(root.name, states, stream, config.status_every_s)
+    ctx = multiprocessing.get_context("spawn")
+    events = ctx.Queue()
+    workers: Dict[int, multiprocessing.Process] = {}
+    interrupted = False
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def to_interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, to_interrupt)
+    try:
+        for card in plan.cards:
+            if not card.ops:
+                continue
+            directory = card_dir(root, card.card)
+            directory.mkdir(parents=True, exist_ok=True)
+            env = {
+                "AB_ROOT": str(directory), "ZL_ISOLATE_TUNER_CACHE": "1", "ROUNDS": str(config.rounds),
+                "CARD": str(card.card), visible: str(devices[card.card] if devices else card.card),
+                "ZLSTORE_DB": store_path, "CAMPAIGN_ROOT": str(root),
+            }
+            if config.switch:
+                env["SWITCH"] = config.switch
+            spec = {
+                "card": card.card, "ops": [(o.op, o.dtype, o.weight_s) for o in card.ops],
+                "db": store_path, "root": str(root), "card_dir": str(directory), "log_dir": str(log_dir),
+                "command": config.command, "rounds": config.rounds, "env": env, "poll_s": config.poll_s,
+                "grace": config.grace, "resume": config.resume,
+            }
+            worker = ctx.Process(target=card_worker, args=(spec, events), name=f"zlstore-card{card.card}")
+            worker.start()
+            workers[card.card] = worker
+            states[card.card].started = time.monotonic()
+        _pump(events, workers, states, display)
+    except KeyboardInterrupt:
+        interrupted = True
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _stop(events, workers, states, display, config.grace)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    last = display.final()
+    return CampaignResult(root, interrupted, states, last)
+
+
+def _apply(event, states: List[CardState], display: Display):
+    kind, card = event[0], event[1]
+    state = states[card]
+    now = time.monotonic()
+    if kind == "start":
+        _, _, op, dtype, pgid = event
+        match = next((o for o in state.remaining if (o.op, o.dtype) == (op, dtype)), Op(op, dtype, float("nan")))
+        if match in state.remaining:
+            state.remaining.remove(match)
+        state.current, state.current_since, state.pgid = match, now, pgid
+        display.event(f"card {card}: {match.label} started")
+    elif kind == "skip":
+        _, _, op, dtype = event
+        state.remaining = [o for o in state.remaining if (o.op, o.dtype) != (op, dtype)]
+        state.skipped += 1
+        display.event(f"card {card}: {op_label(op, dtype)} already complete in the store, skipped")
+    elif kind == "cells":
+        state.cells += event[2]
+    elif kind == "done":
+        _, _, op, dtype, rc, elapsed, problems = event
+        state.current, state.pgid = None, None
+        state.done += 1
+        if rc != 0:
+            state.failed.append(f"card {card} {op_label(op, dtype)}: exit status {rc}")
+        display.event(f"card {card}: {op_label(op, dtype)} done, exit status {rc}, {elapsed:.1f} s")
+        for problem in problems:
+            display.event("problem: " + problem)
+    elif kind == "finished":
+        state.finished = now
+        display.event(f"card {card}: finished")
+    elif kind == "interrupted":
+        state.interrupted, state.current, state.pgid = True, None, None
+        state.finished = now
+
+
+def _drain(events, states, display, timeout: float) -> bool:
+    try:
+        event = events.get(timeout=timeout)
+    except queue_mod.Empty:
+        return False
+    _apply(event, states, display)
+    return True
+
+
+def _pump(events, workers, states, display):
+    """Apply the workers' events until every worker has ended."""
+    while any(w.is_alive() for w in workers.values()):
+        if _drain(events, states, display, 0.25):
+            continue
+        display.refresh()
+    while _drain(events, states, display, 0.1):
+        pass
+    for card, worker in workers.items():
+        worker.join()
+        state = states[card]
+        if state.finished is None:  # died without saying so
+            state.finished = time.monotonic()
+            state.failed.append(f"card {card}: worker ended with exit code {worker.exitcode}")
+            if state.pgid:
+                _signal_group(state.pgid, signal.SIGKILL)
+    display.refresh(force=True)
+
+
+def _stop(events, workers, states, display, grace: float):
+    """Ctrl-C: every worker kills its op's process group and ends; a worker
+    that does not end in time is killed, and so is its op's group."""
+    display.event("interrupted: stopping every card")
+    for worker in workers.values():
+        if worker.is_alive():
+            try:
+                os.kill(worker.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + grace + 15
+    while any(w.is_alive() for w in workers.values()) and time.monotonic() < deadline:
+        _drain(events, states, display, 0.1)
+    for card, worker in workers.items():
+        if worker.is_alive():
+            worker.kill()
+        worker.join(timeout=5)
+        if states[card].pgid:
+            _signal_group(states[card].pgid, signal.SIGKILL)
+    while _drain(events, states, display, 0.05):
+        pass
+    for state in states:
+        if state.finished is None:
+            state.interrupted, state.current = True, None
