@@ -12,6 +12,7 @@
 --   "caliber SEP: TEMPLATE": the same, joined with SEP
 --   "verdict NAME" / "reason NAME": the quoted name; an unknown name is an
 --       error when the schema is applied
+--   "timeout_rcs": the exit statuses of a cell killed at its timeout
 --   "verdicts: TEMPLATE" / "reasons: TEMPLATE": TEMPLATE once per verdict
 --       (reason) in judge.py's order, joined with ", "; {position} is 1, 2,
 --       ..., and each field of judge.Verdict ({name}, {when}, {licenses},
@@ -281,116 +282,97 @@ VALUES [[verdicts: ({position}, {name}, {when}, {licenses}, {range_label})]];
 CREATE VIEW rejection_reasons (position, reason, meaning) AS
 VALUES [[reasons: ({position}, {name}, {meaning})]];
 
--- Every before/after cell with the id of its round: the cells of one op and
--- dtype in one round on one card of one root (and one campaign repeat
--- directory) share a pair_id. Licenses nothing by itself.
-CREATE VIEW ab_cells AS
-SELECT
-    cells.id AS cell_id,
-    min(cells.id) OVER (
-        PARTITION BY cells.root_id, cells.card, cells.repeat_dir, cells.op, cells.dtype, cells.round
-    ) AS pair_id,
-    cells.root_id, cells.card, cells.repeat_dir, cells.op, cells.dtype, cells.round,
-    cells.side, cells.caliber_id
-FROM cells
-WHERE cells.side IN ('before', 'after');
-
--- The two cells of each round (NULL where a side has no cell). Licenses
--- nothing by itself: ab_pairs and ab_rejected build on it.
-CREATE VIEW ab_cell_pairs AS
-SELECT
-    pair_id, root_id, card, repeat_dir, op, dtype, round,
-    max(CASE WHEN side = 'before' THEN cell_id END) AS before_cell_id,
-    max(CASE WHEN side = 'after' THEN cell_id END) AS after_cell_id,
-    count(CASE WHEN side = 'before' THEN 1 END) AS n_before_cells,
-    count(CASE WHEN side = 'after' THEN 1 END) AS n_after_cells
-FROM ab_cells
-GROUP BY pair_id;
-
--- One row per measured row identity in a round, both sides side by side:
--- the row's own op, dtype and canonical shape, and its occurrence (the n-th
--- record of that identity in its cell pairs with the n-th on the other
--- side). `paired` is the one definition of an A/B pair: present and counted
--- on both sides, both cells of the same known caliber. ab_pairs is
--- paired = 1, ab_rejected paired = 0: together they are every row.
+-- One row per measured row identity in a round, both sides side by side.
+-- A round is the before and after cell of one cell op and dtype in one
+-- round on one card of one root (and one campaign repeat directory); a row
+-- identity is the row's own op, dtype and canonical shape, plus its
+-- occurrence (the n-th row of that identity in its cell pairs with the
+-- n-th on the other side). `reason` is the one definition of an A/B pair:
+-- NULL when the row is present and counted on both sides and both cells
+-- have the same known caliber; otherwise why not, the first that applies
+-- of rejection_reasons (caliber first: a row under an unknown or different
+-- caliber could never pair, whatever else holds). ab_pairs is reason IS
+-- NULL, ab_rejected the rest: together, every row. Licenses nothing itself.
 CREATE VIEW ab_slots AS
-WITH sided AS (
-    SELECT
-        ab_cells.pair_id, ab_cells.side, m.cell_id, m.id AS measurement_id,
-        m.op_name, m.dtype, m.shape, m.counted, m.not_counted_reason, m.latency, m.fallback,
-        row_number() OVER (
-            PARTITION BY ab_cells.pair_id, ab_cells.side, m.op_name, m.dtype, m.shape
-            ORDER BY m.cell_id, m.record, m.idx, m.id
-        ) AS occurrence
-    FROM measurements m
-    JOIN ab_cells ON ab_cells.cell_id = m.cell_id
-),
-slots AS (
-    SELECT
-        pair_id, op_name, dtype, shape, occurrence,
-        max(CASE WHEN side = 'before' THEN cell_id END) AS before_row_cell_id,
-        max(CASE WHEN side = 'after' THEN cell_id END) AS after_row_cell_id,
-        max(CASE WHEN side = 'before' THEN measurement_id END) AS before_measurement_id,
-        max(CASE WHEN side = 'after' THEN measurement_id END) AS after_measurement_id,
-        max(CASE WHEN side = 'before' THEN counted END) AS before_counted,
-        max(CASE WHEN side = 'after' THEN counted END) AS after_counted,
-        max(CASE WHEN side = 'before' THEN not_counted_reason END) AS before_not_counted,
-        max(CASE WHEN side = 'after' THEN not_counted_reason END) AS after_not_counted,
-        max(CASE WHEN side = 'before' THEN latency END) AS latency_before,
-        max(CASE WHEN side = 'after' THEN latency END) AS latency_after,
-        max(CASE WHEN side = 'before' THEN fallback END) AS before_fallback,
-        max(CASE WHEN side = 'after' THEN fallback END) AS after_fallback
-    FROM sided
-    GROUP BY pair_id, op_name, dtype, shape, occurrence
-),
-located AS (
-    SELECT
-        slots.*,
-        p.root_id, p.card, p.repeat_dir, p.op AS cell_op, p.dtype AS cell_dtype, p.round,
-        coalesce(slots.before_row_cell_id, p.before_cell_id) AS before_cell_id,
-        coalesce(slots.after_row_cell_id, p.after_cell_id) AS after_cell_id
-    FROM slots
-    JOIN ab_cell_pairs p ON p.pair_id = slots.pair_id
-)
 SELECT
-    roots.name AS root,
-    roots.kind AS root_kind,
-    located.card,
-    located.op_name AS op,
-    located.dtype,
-    located.shape,
-    located.round,
-    located.occurrence,
-    located.repeat_dir,
-    located.cell_op,
-    located.cell_dtype,
-    located.before_cell_id,
-    located.after_cell_id,
+    slots.root,
+    slots.root_kind,
+    slots.card,
+    slots.op,
+    slots.dtype,
+    slots.shape,
+    slots.round,
+    slots.occurrence,
+    slots.repeat_dir,
+    slots.cell_op,
+    slots.cell_dtype,
+    cb.id AS before_cell_id,
+    ca.id AS after_cell_id,
     cb.caliber_id AS before_caliber_id,
     ca.caliber_id AS after_caliber_id,
     cb.caliber_missing AS before_caliber_missing,
     ca.caliber_missing AS after_caliber_missing,
-    located.before_measurement_id,
-    located.after_measurement_id,
-    located.before_counted,
-    located.after_counted,
-    located.before_not_counted,
-    located.after_not_counted,
-    located.latency_before,
-    located.latency_after,
-    located.before_fallback,
-    located.after_fallback,
-    CASE WHEN located.before_measurement_id IS NOT NULL
-          AND located.after_measurement_id IS NOT NULL
-          AND located.before_counted = 1 AND located.after_counted = 1
-          AND cb.caliber_id IS NOT NULL AND cb.caliber_id = ca.caliber_id
-         THEN 1 ELSE 0 END AS paired,
-    located.root_id,
-    located.pair_id
-FROM located
-JOIN roots ON roots.id = located.root_id
-LEFT JOIN cells cb ON cb.id = located.before_cell_id
-LEFT JOIN cells ca ON ca.id = located.after_cell_id;
+    slots.before_measurement_id,
+    slots.after_measurement_id,
+    slots.before_counted,
+    slots.after_counted,
+    slots.before_not_counted,
+    slots.after_not_counted,
+    slots.latency_before,
+    slots.latency_after,
+    slots.before_fallback,
+    slots.after_fallback,
+    CASE
+        WHEN slots.before_measurement_id IS NOT NULL AND slots.after_measurement_id IS NOT NULL
+         AND slots.before_counted = 1 AND slots.after_counted = 1
+         AND cb.caliber_id = ca.caliber_id
+            THEN NULL
+        WHEN (cb.id IS NOT NULL AND cb.caliber_id IS NULL) OR (ca.id IS NOT NULL AND ca.caliber_id IS NULL)
+            THEN [[reason CALIBER_UNKNOWN]]
+        WHEN cb.caliber_id <> ca.caliber_id THEN [[reason CALIBER_MISMATCH]]
+        WHEN slots.before_measurement_id IS NULL OR slots.after_measurement_id IS NULL
+            THEN [[reason MISSING_SIDE]]
+        ELSE [[reason NOT_COUNTED]]
+    END AS reason,
+    slots.root_id
+FROM (
+    SELECT
+        roots.id AS root_id, roots.name AS root, roots.kind AS root_kind,
+        c.card, c.repeat_dir, c.op AS cell_op, c.dtype AS cell_dtype, c.round,
+        m.op_name AS op, m.dtype, m.shape,
+        1 + (SELECT count(*) FROM measurements d
+             WHERE d.cell_id = m.cell_id AND d.op_name IS m.op_name AND d.dtype IS m.dtype
+               AND d.shape = m.shape AND d.id < m.id) AS occurrence,
+        max(CASE WHEN c.side = 'before' THEN c.id END) AS before_row_cell_id,
+        max(CASE WHEN c.side = 'after' THEN c.id END) AS after_row_cell_id,
+        max(CASE WHEN c.side = 'before' THEN m.id END) AS before_measurement_id,
+        max(CASE WHEN c.side = 'after' THEN m.id END) AS after_measurement_id,
+        max(CASE WHEN c.side = 'before' THEN m.counted END) AS before_counted,
+        max(CASE WHEN c.side = 'after' THEN m.counted END) AS after_counted,
+        max(CASE WHEN c.side = 'before' THEN m.not_counted_reason END) AS before_not_counted,
+        max(CASE WHEN c.side = 'after' THEN m.not_counted_reason END) AS after_not_counted,
+        max(CASE WHEN c.side = 'before' THEN m.latency END) AS latency_before,
+        max(CASE WHEN c.side = 'after' THEN m.latency END) AS latency_after,
+        max(CASE WHEN c.side = 'before' THEN m.fallback END) AS before_fallback,
+        max(CASE WHEN c.side = 'after' THEN m.fallback END) AS after_fallback
+    FROM cells c
+    JOIN roots ON roots.id = c.root_id
+    JOIN measurements m ON m.cell_id = c.id
+    WHERE c.side IN ('before', 'after')
+    GROUP BY roots.id, roots.name, roots.kind, c.card, c.repeat_dir, c.op, c.dtype, c.round,
+             m.op_name, m.dtype, m.shape, occurrence
+) slots
+-- where a side has no such row, its cell is the round's cell of that side
+LEFT JOIN cells cb ON cb.id = coalesce(slots.before_row_cell_id, (
+    SELECT max(c.id) FROM cells c
+    WHERE c.root_id = slots.root_id AND c.op IS slots.cell_op AND c.dtype IS slots.cell_dtype
+      AND c.round IS slots.round AND c.side = 'before'
+      AND c.card IS slots.card AND c.repeat_dir IS slots.repeat_dir))
+LEFT JOIN cells ca ON ca.id = coalesce(slots.after_row_cell_id, (
+    SELECT max(c.id) FROM cells c
+    WHERE c.root_id = slots.root_id AND c.op IS slots.cell_op AND c.dtype IS slots.cell_dtype
+      AND c.round IS slots.round AND c.side = 'after'
+      AND c.card IS slots.card AND c.repeat_dir IS slots.repeat_dir));
 
 -- One row per paired measurement: the same row (its own op, dtype and
 -- canonical shape) counted on both sides of one round, both cells of the
@@ -424,19 +406,19 @@ SELECT
     ab_slots.root_id
 FROM ab_slots
 JOIN calibers ON calibers.id = ab_slots.before_caliber_id
-WHERE ab_slots.paired = 1;
+WHERE ab_slots.reason IS NULL;
 
 -- One row per row identity in a round that did not pair, with why; licenses
 -- nothing except knowing a range is incomplete. sides: before, after, or
 -- both (present on both sides, yet not paired). reason, the first that
--- applies (rejection_reasons): CALIBER_UNKNOWN (a side's cell has no known
--- caliber; `fields` names the fields nothing established), CALIBER_MISMATCH
--- (the two cells' calibers differ; `fields` names the differing caliber
--- fields, `differences` gives field: before/after),
--- MISSING_SIDE (the row, or the whole cell, exists on one side only),
+-- applies, in this precedence (rejection_reasons): CALIBER_UNKNOWN (a
+-- side's cell has no known caliber; `fields` names the fields nothing
+-- established), CALIBER_MISMATCH (the two cells' calibers differ; `fields`
+-- names the differing caliber fields, `differences` their values),
+-- MISSING_SIDE (the row, or its whole cell, exists on one side only),
 -- NOT_COUNTED (error_msg, or a missing/zero/negative/non-finite latency on
--- a side; `not_counted` says which and why). Caliber first: a row under
--- an unknown or different caliber could never pair, whatever else holds.
+-- a side; `not_counted` says which side and why). Caliber first: a row
+-- under an unknown or different caliber could never pair, whatever else.
 CREATE VIEW ab_rejected AS
 SELECT
     s.root,
@@ -448,26 +430,21 @@ SELECT
     CASE WHEN s.before_measurement_id IS NOT NULL AND s.after_measurement_id IS NOT NULL THEN 'both'
          WHEN s.before_measurement_id IS NOT NULL THEN 'before'
          ELSE 'after' END AS sides,
+    s.reason,
     CASE
-        WHEN s.unknown THEN [[reason CALIBER_UNKNOWN]]
-        WHEN s.before_caliber_id <> s.after_caliber_id THEN [[reason CALIBER_MISMATCH]]
-        WHEN s.before_measurement_id IS NULL OR s.after_measurement_id IS NULL THEN [[reason MISSING_SIDE]]
-        ELSE [[reason NOT_COUNTED]]
-    END AS reason,
-    CASE
-        WHEN s.unknown THEN nullif(substr(
+        WHEN s.reason = [[reason CALIBER_UNKNOWN]] THEN nullif(substr(
             [[caliber ||: CASE WHEN instr(',' || coalesce(s.before_caliber_missing, '') || ',' || coalesce(s.after_caliber_missing, '') || ',', ',{f},') THEN ', {f}' ELSE '' END]], 3), '')
-        WHEN s.before_caliber_id <> s.after_caliber_id THEN substr(
+        WHEN s.reason = [[reason CALIBER_MISMATCH]] THEN substr(
             [[caliber ||: CASE WHEN cb.{f} IS NOT ca.{f} THEN ', {f}' ELSE '' END]], 3)
     END AS fields,
     CASE
-        WHEN s.unknown THEN nullif(substr(
+        WHEN s.reason = [[reason CALIBER_UNKNOWN]] THEN nullif(substr(
             CASE WHEN s.before_cell_id IS NOT NULL AND s.before_caliber_id IS NULL
                  THEN '; before: no ' || coalesce(replace(s.before_caliber_missing, ',', ', no '), 'known caliber') ELSE '' END
             || CASE WHEN s.after_cell_id IS NOT NULL AND s.after_caliber_id IS NULL
                  THEN '; after: no ' || coalesce(replace(s.after_caliber_missing, ',', ', no '), 'known caliber') ELSE '' END,
             3), '')
-        WHEN s.before_caliber_id <> s.after_caliber_id THEN substr(
+        WHEN s.reason = [[reason CALIBER_MISMATCH]] THEN substr(
             [[caliber ||: CASE WHEN cb.{f} IS NOT ca.{f} THEN ', {f}: ' || cb.{f} || ' before, ' || ca.{f} || ' after' ELSE '' END]], 3)
     END AS differences,
     nullif(
@@ -487,15 +464,10 @@ SELECT
     s.before_measurement_id,
     s.after_measurement_id,
     s.root_id
-FROM (
-    SELECT ab_slots.*,
-        (before_cell_id IS NOT NULL AND before_caliber_id IS NULL)
-        OR (after_cell_id IS NOT NULL AND after_caliber_id IS NULL) AS unknown
-    FROM ab_slots
-) s
+FROM ab_slots s
 LEFT JOIN calibers cb ON cb.id = s.before_caliber_id
 LEFT JOIN calibers ca ON ca.id = s.after_caliber_id
-WHERE s.paired = 0;
+WHERE s.reason IS NOT NULL;
 
 -- One row per (root, op, dtype) screening pair under every fingerprint rule
 -- the store holds (so rules can be compared in SQL); `verdicts` is this
@@ -567,7 +539,7 @@ judged AS (
         b.rc AS rc_before, a.rc AS rc_after,
         fb.fingerprint AS fp_before, fa.fingerprint AS fp_after,
         CASE
-            WHEN b.rc IN (124, 137) OR a.rc IN (124, 137) THEN [[verdict TRUNCATED]]
+            WHEN b.rc IN ([[timeout_rcs]]) OR a.rc IN ([[timeout_rcs]]) THEN [[verdict TRUNCATED]]
             WHEN b.id IS NULL OR a.id IS NULL OR b.n_counted = 0 OR a.n_counted = 0 THEN [[verdict NO_ROWS]]
             WHEN b.n_kernels = 0 AND a.n_kernels = 0 THEN [[verdict NO_TRITON]]
             WHEN fb.fingerprint <> fa.fingerprint THEN [[verdict IR_CHANGED]]
@@ -582,8 +554,8 @@ judged AS (
             CASE WHEN b.id IS NULL AND a.id IS NULL THEN '; no cell stored for either side'
                  WHEN b.id IS NULL THEN '; no before cell'
                  WHEN a.id IS NULL THEN '; no after cell' ELSE '' END
-            || CASE WHEN b.rc IN (124, 137) THEN '; before killed at its timeout (rc ' || b.rc || ')' ELSE '' END
-            || CASE WHEN a.rc IN (124, 137) THEN '; after killed at its timeout (rc ' || a.rc || ')' ELSE '' END
+            || CASE WHEN b.rc IN ([[timeout_rcs]]) THEN '; before killed at its timeout (rc ' || b.rc || ')' ELSE '' END
+            || CASE WHEN a.rc IN ([[timeout_rcs]]) THEN '; after killed at its timeout (rc ' || a.rc || ')' ELSE '' END
             || CASE WHEN b.n_counted = 0 THEN '; before has no counted row' ELSE '' END
             || CASE WHEN a.n_counted = 0 THEN '; after has no counted row' ELSE '' END
             || CASE WHEN (b.id IS NOT NULL AND fb.fingerprint IS NULL) OR (a.id IS NOT NULL AND fa.fingerprint IS NULL)
@@ -653,6 +625,14 @@ WHERE rule = (SELECT value FROM settings WHERE key = 'current_rule');
 -- A noise floor, never a result: a campaign range means something only
 -- where it clears the floor of its operator.
 CREATE VIEW noise_floors AS
+WITH quiet AS MATERIALIZED (
+    SELECT before_cell_id, after_cell_id, rule
+    FROM verdicts
+    WHERE verdict = [[verdict NO_IR_DIFF]]
+),
+screened AS MATERIALIZED (
+    SELECT * FROM ab_pairs WHERE root_kind = 'screen'
+)
 SELECT
     p.op,
     p.dtype,
@@ -662,39 +642,45 @@ SELECT
     group_concat(DISTINCT p.root) AS roots,
     (SELECT range_label FROM verdict_kinds WHERE verdict = [[verdict NO_IR_DIFF]]) AS label,
     sum(p.fallback) AS fallback_rows,
-    min(v.rule) AS rule,
+    min(quiet.rule) AS rule,
     p.caliber_id
-FROM verdicts v
-JOIN ab_pairs p ON p.before_cell_id = v.before_cell_id AND p.after_cell_id = v.after_cell_id
-WHERE v.verdict = [[verdict NO_IR_DIFF]]
+FROM screened p
+JOIN quiet ON quiet.before_cell_id = p.before_cell_id AND quiet.after_cell_id = p.after_cell_id
 GROUP BY p.op, p.dtype, p.caliber_id;
 
 -- Per (root, row op, dtype, shape, caliber) of every repeat run and
 -- campaign: the range of the ratio over the paired rounds. Licenses a
 -- result where it clears its op's noise floor. A screening root's ranges
 -- are in verdicts, labelled by verdict (a TRUNCATED or NO_TRITON pair has
--- none); its rows are in ab_pairs / ab_rejected like any other. `rejected` counts the rows of that (root, op,
--- dtype, shape) that did not pair (ab_rejected), so an incomplete pairing
--- never looks complete; a key with no pair at all is listed with rounds 0.
+-- none); its rows are in ab_pairs / ab_rejected like any other.
+-- `rejected` counts the rows of that (root, op, dtype, shape) that did not
+-- pair (ab_rejected), so an incomplete pairing never looks complete; a key
+-- with no pair at all is listed with rounds 0.
 -- fallback = 1: at least one paired row was timed by the direct fallback.
 -- noise_floor: the op's floor under the same caliber (noise_floors);
 -- clears_floor = 1 when the whole range lies outside 1 +- floor, 0 when
 -- it does not (then it is not a result), NULL when no floor is known.
 CREATE VIEW ab_ranges AS
-WITH ranked AS (
+WITH slots AS MATERIALIZED (
     SELECT
-        ab_pairs.*,
-        row_number() OVER (
-            PARTITION BY root_id, op, dtype, shape, caliber_id ORDER BY ratio
-        ) AS position,
-        count(*) OVER (PARTITION BY root_id, op, dtype, shape, caliber_id) AS n
-    FROM ab_pairs
+        root_id, root, root_kind, op, dtype, shape, card, reason,
+        before_caliber_id AS caliber_id,
+        CASE WHEN reason IS NULL THEN latency_before / latency_after END AS ratio,
+        max(before_fallback, after_fallback) AS fallback
+    FROM ab_slots
     WHERE root_kind <> 'screen'
+),
+ranked AS (
+    SELECT
+        slots.*,
+        row_number() OVER (PARTITION BY root_id, op, dtype, shape, caliber_id ORDER BY ratio) AS position,
+        count(*) OVER (PARTITION BY root_id, op, dtype, shape, caliber_id) AS n
+    FROM slots
+    WHERE reason IS NULL
 ),
 ranges AS (
     SELECT
         root_id, root, root_kind, op, dtype, shape, caliber_id,
-        [[caliber: {f}]],
         count(*) AS rounds,
         min(ratio) AS min,
         avg(CASE WHEN position IN ((n + 1) / 2, (n + 2) / 2) THEN ratio END) AS median,
@@ -705,30 +691,33 @@ ranges AS (
     FROM ranked
     GROUP BY root_id, op, dtype, shape, caliber_id
 ),
-rejected AS (
+rejected AS MATERIALIZED (
     SELECT root_id, root, root_kind, op, dtype, shape, count(*) AS rejected,
            group_concat(DISTINCT reason) AS rejected_reasons
-    FROM ab_rejected
-    WHERE root_kind <> 'screen'
+    FROM slots
+    WHERE reason IS NOT NULL
     GROUP BY root_id, op, dtype, shape
+),
+floors AS MATERIALIZED (
+    SELECT op, dtype, caliber_id, floor FROM noise_floors
 )
 SELECT
     ranges.root, ranges.op, ranges.dtype, ranges.shape, ranges.rounds,
     ranges.min, ranges.median, ranges.max, ranges.fallback, ranges.fallback_rows,
     coalesce(rejected.rejected, 0) AS rejected, rejected.rejected_reasons,
-    noise_floors.floor AS noise_floor,
-    CASE WHEN noise_floors.floor IS NOT NULL
-         THEN (ranges.min > 1 + noise_floors.floor OR ranges.max < 1 - noise_floors.floor) END AS clears_floor,
+    floors.floor AS noise_floor,
+    CASE WHEN floors.floor IS NOT NULL
+         THEN (ranges.min > 1 + floors.floor OR ranges.max < 1 - floors.floor) END AS clears_floor,
     ranges.cards, ranges.root_kind, ranges.caliber_id,
-    [[caliber: ranges.{f}]],
+    [[caliber: calibers.{f}]],
     ranges.root_id
 FROM ranges
+JOIN calibers ON calibers.id = ranges.caliber_id
 LEFT JOIN rejected
     ON rejected.root_id = ranges.root_id AND rejected.op IS ranges.op
    AND rejected.dtype IS ranges.dtype AND rejected.shape = ranges.shape
-LEFT JOIN noise_floors
-    ON noise_floors.op IS ranges.op AND noise_floors.dtype IS ranges.dtype
-   AND noise_floors.caliber_id = ranges.caliber_id
+LEFT JOIN floors
+    ON floors.op IS ranges.op AND floors.dtype IS ranges.dtype AND floors.caliber_id = ranges.caliber_id
 UNION ALL
 SELECT
     rejected.root, rejected.op, rejected.dtype, rejected.shape, 0,

@@ -10,6 +10,7 @@ cell.env last), with chosen latencies, sleeps, failures and hangs.
 
 Controls (environment):
     FAKE_SLEEP      seconds each cell takes (spent in a child process), default 0
+    FAKE_SLOW       ops whose cells take FAKE_SLOW_SLEEP seconds instead (default 3)
     FAKE_LATENCY    FlagGems latency of the before side in ms, default 0.02
     FAKE_SPEEDUP    before / after latency ratio where the IR changed, default 1.25
     FAKE_SAME_IR    ops (comma-separated) whose after side compiles the same IR
@@ -30,7 +31,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from zlstore.caliber import CALIBER_FIELDS  # noqa: E402
-from zlstore.testing import CellSpec, RowSpec, render_run_log, ttgir_text, write_cell, cache_hash  # noqa: E402
+from zlstore.testing import (  # noqa: E402
+    CellSpec, RowSpec, cache_hash, cell_env_items, render_run_log, ttgir_text, write_cell,
+)
 
 SHAPES = ([64, 1024], [256, 1024], [1024, 4096])
 
@@ -62,6 +65,12 @@ def _hang():
         time.sleep(1000)
 
 
+def cell_sleep(op):
+    if op in _items("FAKE_SLOW"):
+        return float(os.environ.get("FAKE_SLOW_SLEEP", "3"))
+    return float(os.environ.get("FAKE_SLEEP", "0"))
+
+
 @functools.lru_cache(maxsize=256)
 def kernels(op, side):
     """The after side compiles different IR unless FAKE_SAME_IR lists the op;
@@ -74,7 +83,7 @@ def kernels(op, side):
 def rows(op, side, round_):
     base = float(os.environ.get("FAKE_LATENCY", "0.02"))
     speedup = 1.0 if op in _items("FAKE_SAME_IR") else float(os.environ.get("FAKE_SPEEDUP", "1.25"))
-    jitter = 1.0 + 0.01 * ((round_ * 7 + len(op)) % 5 - 2)
+    jitter = 1.0 + 0.01 * ((round_ * 7 + len(op) + (3 if side == "after" else 0)) % 5 - 2)
     out = []
     for n, shape in enumerate(SHAPES):
         latency = base * (n + 1) * jitter
@@ -103,7 +112,11 @@ def repeat(op, dtype):
     root = Path(os.environ["AB_ROOT"])
     rounds = int(os.environ.get("ROUNDS", "1"))
     card = int(os.environ.get("CARD", "0"))
-    sleep = float(os.environ.get("FAKE_SLEEP", "0"))
+    sleep = cell_sleep(op)
+    print(f"fake_bench repeat {op} {dtype!r}: AB_ROOT={root} ROUNDS={rounds} CARD={card} "
+          f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')} "
+          f"MUSA_VISIBLE_DEVICES={os.environ.get('MUSA_VISIBLE_DEVICES')} "
+          f"ZL_ISOLATE_TUNER_CACHE={os.environ.get('ZL_ISOLATE_TUNER_CACHE')}", flush=True)
     run_dir = root / datetime.datetime.now().strftime("ab_%Y%m%d_%H%M%S")
     for round_ in range(1, rounds + 1):
         for side in ("before", "after"):
@@ -127,7 +140,7 @@ def cell():
         sys.stdout.write("[INFO] Benchmark record logger enabled\n")
         sys.stdout.flush()
         _hang()
-    _spend(float(os.environ.get("FAKE_SLEEP", "0")))
+    _spend(cell_sleep(op))
     one = spec(op, dtype, side, 0, int(os.environ.get("CARD", "0")), 0.0)
     sys.stdout.buffer.write(render_run_log(one))
     sys.stdout.flush()
@@ -136,6 +149,17 @@ def cell():
         directory.mkdir(parents=True, exist_ok=True)
         (directory / f"{name}.ttgir").write_text(text)
     return 0
+
+
+def write_light_cell(cell, one):
+    """A cell with only what zlstore reads (run.log, the .ttgir, cell.env last):
+    quicker to write in bulk than write_cell's full Triton cache."""
+    for name, text in one.kernels.items():
+        directory = cell / "triton_cache" / cache_hash(name, one.side, text)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / f"{name}.ttgir").write_text(text)
+    (cell / "run.log").write_bytes(render_run_log(one))
+    (cell / "cell.env").write_text("".join(f"{k}={v}\n" for k, v in cell_env_items(one)))
 
 
 def make_campaign_tree(root, cards, ops_per_card, rounds, caliber=None):
@@ -159,7 +183,7 @@ def make_campaign_tree(root, cards, ops_per_card, rounds, caliber=None):
                 for round_ in range(1, rounds + 1):
                     for side in ("before", "after"):
                         cell = root / f"card{card}" / "ab_fake" / op / f"r{round_}" / side
-                        write_cell(cell, spec(op, "float16", side, round_, card, 1.0))
+                        write_light_cell(cell, spec(op, "float16", side, round_, card, 1.0))
                         cells.append(cell)
             per_card.append(cells)
         return per_card

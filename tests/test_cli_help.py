@@ -31,3 +31,12 @@ def test_help_has_an_example(path):
 @pytest.mark.parametrize("path", [p for p, _ in all_commands()], ids=" ".join)
 def test_readme_documents_command(path):
     assert "zlstore " + " ".join(path) in README
+
+
+@pytest.mark.parametrize("path,command", list(all_commands()), ids=[" ".join(p) for p, _ in all_commands()])
+def test_examples_are_printed_as_written(path, command):
+    """Click rewraps paragraphs; an example joined onto one line teaches nothing."""
+    written = [line.strip() for line in command.help.split("Example")[-1].splitlines()
+               if line.strip().startswith("zlstore")]
+    printed = [line.strip() for line in CliRunner().invoke(cli, [*path, "--help"]).output.splitlines()]
+    assert written and all(line in printed for line in written)

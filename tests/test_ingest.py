@@ -122,7 +122,8 @@ def test_values_come_from_cell_env_then_path_then_root_then_screen_tsv(store, tm
     store.ingest(root)
     cells = {r["side"]: r for r in store.db.query("SELECT * FROM cell_summary")}
     before, after = cells["before"], cells["after"]
-    assert (before["op"], before["dtype"], before["round"], before["card"]) == ("argmax", "float16", 0, 0)
+    assert (before["op"], before["dtype"], before["round"], before["card"]) == ("argmax", "float16", 0, None)
+    assert before["card_source"] is None  # nothing on disk says which card: unknown, not guessed
     assert before["op_source"] == "path" and before["side_source"] == "path"
     assert (before["rc"], before["elapsed_s"]) == (0, 12.5)
     assert before["shape_mode"] == "default" and before["caliber_source"] == "root.env+screen.tsv"

@@ -1,12 +1,15 @@
 """The zlstore command line: click wiring over the library, nothing more."""
 
+import contextlib
 import functools
+import itertools
 import json
 import sys
+from pathlib import Path
 
 import click
 
-from . import output
+from . import caliber, judge, layout, output, ttgir
 from .db import SchemaError
 from .store import Store, default_db_path
 
@@ -73,6 +76,7 @@ def cli():
 
     Example:
 
+        \b
         zlstore ingest runs/ && zlstore screen
     """
 
@@ -84,6 +88,7 @@ def init(store):
 
     Example:
 
+        \b
         zlstore init --db campaign.db
     """
     click.echo(f"{store.path}\tschema version {store.schema_version}")
@@ -105,6 +110,7 @@ def serve(store, host, port, open_browser, get_path):
 
     Example:
 
+        \b
         zlstore serve --db campaign.db --open
         zlstore serve --get '/zlstore/verdicts.json?_shape=array'
     """
@@ -143,6 +149,7 @@ def ingest(store, paths, as_json):
 
     Example:
 
+        \b
         zlstore ingest runs/ --db zlstore.db
     """
     update, finish = progress_reporter("ingesting")
@@ -177,6 +184,7 @@ def record(store, cell_dirs, as_json):
 
     Example:
 
+        \b
         zlstore record "$OUT_DIR" --db /data/zlstore.db
     """
     summary = store.ingest_summary(cell_dirs, command="record", require_finished=True)
@@ -224,6 +232,7 @@ def plan(store, screen_root, ops, cards, rounds, extra_ops, out_path, as_json):
 
     Example:
 
+        \b
         zlstore plan ab_rlc_20261012_101500 --cards 8 --rounds 6 --out partition.tsv
     """
     from . import plan as planmod
@@ -244,6 +253,7 @@ def run():
 
     Example:
 
+        \b
         zlstore run screen --ops topk,fft:complex64 --switch FLAGTREE_MUSA_RLC_ENHANCE --command 'bash cell.sh'
     """
 
@@ -275,6 +285,7 @@ def run_screen(store, ops, command, switch, cell_timeout, root_dir, card, backen
 
     Example:
 
+        \b
         zlstore run screen --ops topk:float16,fft:complex64,rand \\
             --switch FLAGTREE_MUSA_RLC_ENHANCE --command 'bash run_cell.sh {op} {dtype}'
     """
@@ -339,6 +350,7 @@ def run_campaign(store, plan_path, screen_root, ops, cards, rounds, extra_ops, c
 
     Example:
 
+        \b
         zlstore plan ab_rlc_20261012_101500 --cards 8 --rounds 6 --out partition.tsv
         zlstore run campaign --plan partition.tsv --rounds 6 --command 'bash ab_repeat.sh {op} {dtype}'
     """
@@ -391,3 +403,317 @@ def run_campaign(store, plan_path, screen_root, ops, cards, rounds, extra_ops, c
         sys.exit(EXIT_INTERRUPTED)
     click.echo(f"next: zlstore ab {result.root}")
     sys.exit(EXIT_PROBLEMS if result.failed else EXIT_OK)
+
+
+# -- judging: thin wrappers over judge.py; the judgement itself is in the views --
+
+RULE_CHOICE = click.Choice(sorted(ttgir.RULES))
+
+
+class Refusal(click.ClickException):
+    """A request refused on principle, e.g. comparing across calibers: exit status 2."""
+
+    exit_code = EXIT_USAGE
+
+
+@contextlib.contextmanager
+def judge_errors():
+    """A root that is not there is a usage error; a refused judgement exits 2 too."""
+    try:
+        yield
+    except judge.JudgeError as error:
+        raise Refusal(str(error))
+    except LookupError as error:
+        if type(error) is not LookupError:  # a KeyError or IndexError is a bug, not a usage error
+            raise
+        raise click.UsageError(str(error))
+
+
+def range_text(row, count="n_rows", unit="rows"):
+    """min .. median .. max over n, or why there is none."""
+    if not row.get(count):
+        return f"none: no row paired (zlstore ab {row['root']} --rejected says why)"
+    numbers = " .. ".join(output.cell_text(row[k]) for k in ("min", "median", "max"))
+    return f"{numbers}  (min .. median .. max of before/after over {row[count]} {unit})"
+
+
+def caliber_text(row):
+    return " ".join(f"{name}={row.get(name)}" for name in caliber.NAMES) if row.get("caliber_id") else "unknown"
+
+
+def _grouped(rows, key="root"):
+    return itertools.groupby(rows, key=lambda r: r[key])
+
+
+@cli.command()
+@click.argument("root", required=False)
+@click.option("--rule", type=RULE_CHOICE, default=None,
+              help="Judge under this fingerprint rule without making it the current one.")
+@db_option
+@json_option
+def screen(store, root, rule, as_json):
+    """The screening verdicts: one line per (op, dtype) pair of ROOT (a
+    directory name or path; default: every screening root) under the current
+    fingerprint rule.
+
+    A speedup range (before / after latency, min .. median .. max) follows
+    only the pairs that have one, with what it is spelled out: a result for
+    IR_CHANGED, the noise floor (not a result) for NO_IR_DIFF; never one for
+    TRUNCATED, NO_ROWS or NO_TRITON. `recorded` is the harness's own
+    screen.tsv verdict. The table ends with the count of each verdict.
+
+    Example:
+
+        \b
+        zlstore screen ab_rlc_20261012_101500
+
+        zlstore screen --rule v2 --json
+    """
+    with judge_errors():
+        rule_name = judge.resolve_rule(store, rule)
+        rows = judge.verdicts(store, root, rule_name)
+    if as_json:
+        click.echo(output.to_json(rows))
+        return
+    if not rows:
+        click.echo("(no screening pairs: ingest a screening root first)", err=True)
+        return
+    columns = ["op", "dtype", "verdict", "recorded_verdict", "cl_before", "cl_after", "rc_before", "rc_after",
+               "elapsed_before", "elapsed_after", "note"]
+    headers = ["op", "dtype", "verdict", "recorded", "cl_before", "cl_after", "rc_before", "rc_after",
+               "elapsed_before", "elapsed_after", "note"]
+    for name, group in _grouped(rows):
+        group = list(group)
+        calibers = {caliber_text(r) for r in group}
+        click.echo(f"{name}  (rule {rule_name}; caliber: {' | '.join(sorted(calibers))})")
+        lines = output.table(group, columns, headers).split("\n")
+        click.echo("\n".join(lines[:2]))
+        for row, line in zip(group, lines[2:]):
+            click.echo(line)
+            if row["range_label"] is not None:
+                label = row["range_label"] if row["range_label"] == "result" else f"{row['range_label']}, not a result"
+                fallback = ("; includes rows timed by the direct fallback (BENCHMARK_DIRECT_NO_CUDAGRAPH)"
+                            if row["fallback"] else "")
+                click.echo(f"    speedup range ({label}): {range_text(row)}{fallback}")
+        click.echo()
+    counts = judge.verdict_counts(rows)
+    click.echo(f"{len(rows)} pairs under rule {rule_name}: "
+               + ", ".join(f"{n} {name}" for name, n in counts.items()))
+
+
+@cli.command()
+@click.argument("root", required=False)
+@click.option("--rule", type=RULE_CHOICE, default=None,
+              help="Rescore under this rule, and make it the current rule.")
+@click.option("--write", is_flag=True,
+              help="Rewrite screen.tsv in each root from the verdicts, keeping the replaced file as "
+                   "screen.tsv.orig (an existing .orig is never overwritten); the root is then ingested again.")
+@db_option
+@json_option
+def rescore(store, root, rule, write, as_json):
+    """Re-judge screening roots under a fingerprint rule (default: the
+    current one) against the harness's original judgement: screen.tsv.orig
+    where the root has one, else screen.tsv. Prints the pairs whose verdict
+    moved and the count of each move; NO_KERNEL and NO_TRITON are one
+    verdict and never a move. --json gives the moved pairs.
+
+    Example:
+
+        \b
+        zlstore rescore ab_rlc_20261012_101500 --rule v3 --write
+    """
+    with judge_errors():
+        if root is not None:
+            found = store.root(root)
+        if rule is not None:
+            store.set_rule(rule)
+        result = judge.rescore(store, root)
+        if write:
+            targets = [found] if root is not None else store.roots(kind="screen")
+            missing = [t["path"] for t in targets if not Path(t["path"]).is_dir()]
+            if missing:
+                raise judge.JudgeError("cannot write screen.tsv: no such root directory: " + ", ".join(missing))
+            for target in targets:
+                path = judge.write_screen_tsv(store, target)
+                click.echo(f"wrote {path} (the original is {path.name}.orig)", err=True)
+            if targets:
+                store.ingest([t["path"] for t in targets])
+    if as_json:
+        click.echo(output.to_json(result["moved"]))
+        return
+    if result["moved"]:
+        click.echo(output.table(result["moved"], ["root", "op", "dtype", "from", "to"]))
+        click.echo()
+        for count in result["counts"]:
+            click.echo(f"{count['from']} -> {count['to']}: {count['n']}")
+    click.echo(f"rule {result['rule']}: {result['pairs']} pairs, {len(result['moved'])} moved, "
+               f"{result['unchanged']} unchanged, {result['without_original']} without a harness verdict")
+
+
+@cli.command()
+@click.argument("root", required=False)
+@click.option("--rejected", is_flag=True, help="List the rows that did not pair, and why.")
+@db_option
+@json_option
+def ab(store, root, rejected, as_json):
+    """A/B ranges of repeat runs and campaigns: per (root, row op, dtype,
+    shape), the ratio latency before / latency after (above 1: faster with
+    the switch) over the paired rounds, min .. median .. max.
+
+    A row pairs only when it is counted on both sides of its round and both
+    cells have the same known caliber. Each line says how many rows of that
+    key did not pair, whether a paired row was timed by the direct fallback
+    (a different timing regime), and whether the range clears the op's noise
+    floor (zlstore noise). A screening root's ranges are in zlstore screen.
+
+    --rejected lists every row that did not pair with its reason, the first
+    that applies of: CALIBER_UNKNOWN (a cell's caliber is not known; the
+    missing fields are named), CALIBER_MISMATCH (the cells' calibers differ;
+    the differing fields are named), MISSING_SIDE (the row or its cell exists
+    on one side only), NOT_COUNTED (error_msg or an unusable latency).
+
+    Example:
+
+        \b
+        zlstore ab campaign_20261013_090000
+
+        zlstore ab campaign_20261013_090000 --rejected
+    """
+    with judge_errors():
+        found = store.root(root) if root is not None else None
+        rows = judge.ab_rejected(store, found) if rejected else judge.ab_ranges(store, found)
+    if as_json:
+        click.echo(output.to_json(rows))
+        return
+    if rejected:
+        for row in rows:
+            row["detail"] = row["differences"] or row["not_counted"] or ""
+        echo_rows(rows, False, ["root", "card", "round", "op", "dtype", "shape", "sides", "reason", "fields", "detail"],
+                  empty="(every row paired)")
+        return
+    if not rows:
+        if found is not None and found["kind"] == "screen":
+            click.echo(f"{found['name']} is a screening root: its ranges are in zlstore screen {found['name']}, "
+                       f"labelled by verdict; zlstore ab {found['name']} --rejected lists its unpaired rows", err=True)
+        else:
+            click.echo("(no A/B ranges: no repeat run or campaign rows stored)", err=True)
+        return
+    for row in rows:
+        notes = []
+        if row["rounds"] == 0:
+            notes.append("no row paired")
+        if row["rejected"]:
+            notes.append(f"{row['rejected']} row{'s' if row['rejected'] != 1 else ''} did not pair "
+                         f"({row['rejected_reasons']}; see --rejected)")
+        if row["fallback"]:
+            notes.append(f"{row['fallback_rows']} paired row(s) timed by the direct fallback, a different regime")
+        if row["clears_floor"] is not None:
+            floor = output.cell_text(row["noise_floor"])
+            notes.append(f"clears the noise floor +-{floor}" if row["clears_floor"]
+                         else f"within the noise floor +-{floor}: not a result")
+        row["note"] = "; ".join(notes)
+    for name, group in _grouped(rows):
+        click.echo(f"{name}  (ratio = latency before / after)")
+        click.echo(output.table(list(group), ["op", "dtype", "shape", "rounds", "min", "median", "max", "note"]))
+        click.echo()
+    incomplete = sum(1 for r in rows if r["rejected"])
+    click.echo(f"{len(rows)} ranges, {incomplete} with rows that did not pair, "
+               f"{sum(1 for r in rows if r['fallback'])} with direct-fallback rows; "
+               f"{sum(1 for r in rows if r['clears_floor'] == 1)} clear their op's noise floor, "
+               f"{sum(1 for r in rows if r['clears_floor'] == 0)} do not, "
+               f"{sum(1 for r in rows if r['clears_floor'] is None)} have no noise floor under their caliber "
+               "(zlstore noise)")
+
+
+@cli.command()
+@click.option("--op", default=None, help="Only this row op.")
+@db_option
+@json_option
+def noise(store, op, as_json):
+    """Noise floors: per (row op, dtype, caliber), floor = max |before/after
+    - 1| over the paired rows of every NO_IR_DIFF screening pair under the
+    current rule (the same code measured twice), with the number of rows it
+    rests on and the roots they came from. A noise floor, not a result: an
+    A/B range means something only where it clears its op's floor.
+
+    Example:
+
+        \b
+        zlstore noise --op softmax
+    """
+    rows = judge.noise_floors(store, op)
+    if as_json:
+        click.echo(output.to_json(rows))
+        return
+    for row in rows:
+        row["caliber"] = "/".join(str(row[name]) for name in caliber.NAMES)
+    click.echo(f"noise floors, not results (caliber = {'/'.join(caliber.NAMES)})")
+    echo_rows(rows, False, ["op", "dtype", "n", "floor", "label", "roots", "caliber"],
+              empty="(no noise floor: no NO_IR_DIFF pair with paired rows)")
+
+
+@cli.command()
+@click.argument("root_a")
+@click.argument("root_b")
+@click.option("--rule", type=RULE_CHOICE, default=None, help="Judge under this rule (default: the current one).")
+@db_option
+@json_option
+def compare(store, root_a, root_b, rule, as_json):
+    """Two screening roots side by side: verdict and speedup range per (op,
+    dtype). Only when both were measured under one and the same known
+    caliber; otherwise refuses (exit status 2) and names every caliber field
+    that differs, with its value in each root.
+
+    Example:
+
+        \b
+        zlstore compare ab_rlc_20261012_101500 ab_rlc_20261014_083000
+    """
+    try:
+        with judge_errors():
+            result = judge.compare(store, root_a, root_b, rule)
+    except Refusal as refusal:
+        raise Refusal("refusing to compare: " + refusal.message)
+    rows = result["rows"]
+    if as_json:
+        click.echo(output.to_json(rows))
+        return
+
+    def cell(row, side):
+        if row[f"range_label_{side}"] is None:
+            return ""
+        if not row[f"n_rows_{side}"]:
+            return f"({row[f'range_label_{side}']}: no row paired)"
+        numbers = "..".join(output.cell_text(row[f"{k}_{side}"]) for k in ("min", "median", "max"))
+        return f"{numbers} ({row[f'range_label_{side}']})"
+
+    for row in rows:
+        row["range_a"], row["range_b"] = cell(row, "a"), cell(row, "b")
+    click.echo(f"A = {result['a']}, B = {result['b']}  (rule {result['rule']}; caliber: "
+               + " ".join(f"{k}={v}" for k, v in result["caliber"].items()) + ")")
+    click.echo(output.table(rows, ["op", "dtype", "verdict_a", "verdict_b", "range_a", "range_b"],
+                            ["op", "dtype", "verdict A", "verdict B", "range A (min..median..max)", "range B"]))
+
+
+@cli.command()
+@click.argument("root")
+@click.option("--format", "fmt", type=click.Choice(["tsv", "csv", "json"]), default="tsv", show_default=True)
+@click.option("--rule", type=RULE_CHOICE, default=None, help="Judge under this rule (default: the current one).")
+@db_option
+def export(store, root, fmt, rule):
+    """A screening root's verdict table in the harness's screen.tsv column
+    order, for people and scripts that still read that file.
+
+    Example:
+
+        \b
+        zlstore export ab_rlc_20261012_101500 --format csv > screen.csv
+    """
+    with judge_errors():
+        rows = judge.export_rows(store, root, rule)
+    if fmt == "json":
+        click.echo(output.to_json(rows))
+    elif fmt == "csv":
+        click.echo(output.to_delimited(rows, layout.SCREEN_COLUMNS), nl=False)
+    else:
+        click.echo(judge.screen_tsv_text(rows), nl=False)

@@ -42,7 +42,7 @@ def schema_source() -> str:
     return (Path(__file__).resolve().parent.parent / "schema.sql").read_text(encoding="utf-8")
 
 
-_MACRO = re.compile(r"\[\[(caliber|verdicts|verdict|reasons|reason)(?: ([^:\]]*?))?(?:: (.*?))?\]\]")
+_MACRO = re.compile(r"\[\[(caliber|verdicts|verdict|reasons|reason|timeout_rcs)(?: ([^:\]]*?))?(?:: (.*?))?\]\]")
 
 
 def _sql_literal(value) -> str:
@@ -66,6 +66,8 @@ def render_schema(text: str) -> str:
 
     def expand(match):
         kind, arg, template = match.group(1), match.group(2), match.group(3)
+        if kind == "timeout_rcs":
+            return ", ".join(str(rc) for rc in judge.TIMEOUT_RCS)
         if kind == "caliber":
             sep = " " + arg.strip() + " " if arg else ", "
             return sep.join(template.replace("{f}", name) for name in caliber.NAMES)

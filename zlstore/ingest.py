@@ -31,6 +31,8 @@ MEASUREMENT_COLUMNS = (
     "extra", "counted", "not_counted_reason", "fallback",
 )
 _JSON_FIELDS = {"legacy_shape"}
+_STORED_FIELDS = tuple(f for f in runlog.KNOWN_FIELDS if f != "shape_detail")
+_JSON_POSITIONS = frozenset(i for i, f in enumerate(_STORED_FIELDS) if f in _JSON_FIELDS)
 RECORDED_VERDICT_COLUMNS = (
     "root_id", "file", "line", "op", "dtype", "verdict", "raw_verdict", "cl_before", "cl_after",
     "fp_before", "fp_after", "elapsed_before", "elapsed_after", "rc_before", "rc_after",
@@ -84,38 +86,88 @@ def scan_cell(cell: Path) -> CellFiles:
     (tmp.pid_*), group files (__grp__*.json) and launcher directories with
     no .ttgir play no part."""
     stats, kernels, meta = [], [], {}
+    # One listing per directory and a stat per relevant file: this walk is
+    # all a re-ingest of an unchanged tree does, cell after cell.
+    top = str(cell)
+    entries = _listing(top)
     for name in (layout.CELL_ENV, layout.RUN_LOG, layout.INDEX_TSV):
+        entry = entries.get(name)
+        if entry is None:
+            continue
         try:
-            st = os.stat(cell / name)
+            st = entry.stat()
         except FileNotFoundError:
             continue
         stats.append((name, st.st_size, st.st_mtime_ns))
-    cache = cell / layout.TRITON_CACHE
-    if cache.is_dir():
-        for directory, subdirs, files in os.walk(cache):
-            subdirs[:] = sorted(d for d in subdirs if not d.startswith("tmp.pid_"))
+    cache = entries.get(layout.TRITON_CACHE)
+    if cache is not None and _is_dir(cache):
+        pending = [(cache.path, layout.TRITON_CACHE)]
+        while pending:  # depth first, sorted: the order os.walk gave
+            directory, rel_dir = pending.pop()
+            listing = _listing(directory)
+            files = {n: e for n, e in listing.items() if not _is_dir(e)}
+            pending.extend(sorted(
+                ((e.path, rel_dir + "/" + n) for n, e in listing.items()
+                 if n not in files and not n.startswith("tmp.pid_") and not e.is_symlink()),
+                reverse=True,
+            ))
             stems = {f[:-6] for f in files if f.endswith(".ttgir")}
             if not stems:
                 continue
-            rel_dir = os.path.relpath(directory, cell)
+            found = []
             for name in sorted(files):
+                if not (name.endswith(".ttgir") or name.endswith(".json")):
+                    continue
                 stem, ext = os.path.splitext(name)
                 if ext == ".ttgir" or (ext == ".json" and stem in stems and not name.startswith("__grp__")):
-                    rel = os.path.join(rel_dir, name)
-                    st = os.stat(os.path.join(directory, name))
+                    rel = rel_dir + "/" + name
+                    st = files[name].stat()
                     stats.append((rel, st.st_size, st.st_mtime_ns))
                     if ext == ".ttgir":
-                        kernels.append((rel, stem))
-            for rel, stem in kernels:
-                sibling = os.path.join(rel_dir, stem + ".json")
-                if os.path.dirname(rel) == rel_dir and stem in stems and os.path.exists(cell / sibling):
-                    meta[rel] = sibling
+                        found.append((rel, stem))
+            kernels.extend(found)
+            for rel, stem in found:
+                sibling = stem + ".json"
+                # A sibling .json listed here was stat'ed above unless it is a group file.
+                if ((sibling in files and not sibling.startswith("__grp__"))
+                        or os.path.exists(os.path.join(directory, sibling))):
+                    meta[rel] = rel_dir + "/" + sibling
     stats.sort()
     return CellFiles(cell, stats, kernels, meta)
 
 
+def _listing(directory: str) -> dict:
+    """name -> DirEntry; an unreadable directory lists nothing (as os.walk)."""
+    try:
+        with os.scandir(directory) as it:
+            return {e.name: e for e in it}
+    except OSError:
+        return {}
+
+
+def _is_dir(entry) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _cache_dir(rel: str) -> str:
+    """The directory of a triton_cache/... relpath, relative to triton_cache."""
+    directory = os.path.dirname(rel)
+    prefix = layout.TRITON_CACHE + "/"
+    if directory.startswith(prefix) and "/." not in directory and "//" not in directory:
+        return directory[len(prefix):]
+    return os.path.relpath(directory, layout.TRITON_CACHE)
 
 
 def _kernel_meta(data: bytes) -> Tuple[Optional[int], Optional[int]]:
@@ -147,6 +199,50 @@ class ParsedCell:
     problems: List[Problem]
 
 
+class _KnownCells(dict):
+    """path -> (id, stat_sig, content_sig), read from the cells table on first use."""
+
+    def __init__(self, conn):
+        super().__init__()
+        self.conn = conn
+
+    complete = False  # after preload(): a path not in the dict is not stored
+
+    def preload(self, tops):
+        """Every stored cell under tops, one query per top: an ingest of a
+        whole tree asks once, not once per cell."""
+        for top in map(str, tops):
+            for path, *row in self.conn.execute(
+                "SELECT path, id, stat_sig, content_sig FROM cells WHERE path = ? OR (path > ? AND path < ?)",
+                (top, top + "/", top + "0"),
+            ):
+                self[path] = tuple(row)
+        self.complete = True
+
+    def get(self, key, default=None):
+        if not dict.__contains__(self, key):
+            if self.complete:
+                return default
+            row = self.conn.execute("SELECT id, stat_sig, content_sig FROM cells WHERE path = ?", (key,)).fetchone()
+            if row is None:
+                return default
+            self[key] = tuple(row)
+        return dict.get(self, key, default)
+
+
+class _KnownBlobs(set):
+    """Blob hashes known committed; others are looked up (never cached from
+    inside a transaction that may still roll back)."""
+
+    def __init__(self, conn):
+        super().__init__()
+        self.conn = conn
+
+    def __contains__(self, digest):
+        return set.__contains__(self, digest) or self.conn.execute(
+            "SELECT 1 FROM blobs WHERE hash = ?", (digest,)).fetchone() is not None
+
+
 class Ingester:
     """One ingest or record run over one store."""
 
@@ -157,13 +253,10 @@ class Ingester:
         self.summary = Summary()
         self.root_refs: Dict[Path, frozenset] = {}
         self.roots: Dict[Path, Tuple[layout.Root, int]] = {}
-        self.cells: Dict[str, Tuple[int, str, str]] = {
-            path: (cell_id, stat_sig, content_sig)
-            for cell_id, path, stat_sig, content_sig in self.conn.execute(
-                "SELECT id, path, stat_sig, content_sig FROM cells"
-            )
-        }
-        self.blobs = {h for (h,) in self.conn.execute("SELECT hash FROM blobs")}
+        # Looked up per path and per hash (index hits): `zlstore record` of one
+        # cell must not read every cell and blob of the store.
+        self.cells: Dict[str, Tuple[int, str, str]] = _KnownCells(self.conn)
+        self.blobs = _KnownBlobs(self.conn)
         self.pending_blobs: Dict[str, str] = {}  # written in the open transaction: known once it commits
         self.caliber_ids: Dict[tuple, int] = {}
         self.digests: Dict[Tuple[str, str], str] = {}
@@ -189,6 +282,8 @@ class Ingester:
             if not found:
                 self.problem(Problem(str(path), None, "no cell directories found (no run.log or cell.env)"))
             cells.extend(found)
+        if len(cells) > 64:
+            self.cells.preload(paths)
         for done, cell in enumerate(cells, 1):
             self.cell(cell, require_finished)
             if progress:
@@ -388,6 +483,7 @@ class Ingester:
 
     def parse(self, files: CellFiles, ref: layout.RootRef, root: layout.Root) -> ParsedCell:
         cell = files.path
+        top = str(cell)
         problems: List[Problem] = []
         env = layout.read_env(cell / layout.CELL_ENV, problems)
         values = layout.resolve_cell(ref, root, env)
@@ -397,9 +493,9 @@ class Ingester:
             content.update(f"{name}\0{digest}\n".encode("utf-8", "surrogateescape"))
 
         if env is not None:
-            add_content(layout.CELL_ENV, _sha256((cell / layout.CELL_ENV).read_bytes()))
+            add_content(layout.CELL_ENV, _sha256(_read(os.path.join(top, layout.CELL_ENV))))
         try:
-            log_bytes = (cell / layout.RUN_LOG).read_bytes()
+            log_bytes = _read(os.path.join(top, layout.RUN_LOG))
         except FileNotFoundError:
             log_bytes = None
             problems.append(Problem(str(cell / layout.RUN_LOG), None, "missing: the cell has no run.log"))
@@ -411,14 +507,14 @@ class Ingester:
             log = runlog.RunLog(rows=[], problems=[], records=0, lines=0)
         index = None
         try:
-            index_bytes = (cell / layout.INDEX_TSV).read_bytes()
+            index_bytes = _read(os.path.join(top, layout.INDEX_TSV))
             index = (_sha256(index_bytes), index_bytes)
             add_content(layout.INDEX_TSV, index[0])
         except FileNotFoundError:
             pass
         kernels, texts = [], {}
         for rel, name in files.ttgir:
-            raw = (cell / rel).read_bytes()
+            raw = _read(os.path.join(top, rel))
             ir_hash = _sha256(raw)
             add_content(rel, ir_hash)
             if ir_hash not in texts:
@@ -427,13 +523,16 @@ class Ingester:
                 self.layout_counts[ir_hash] = ttgir.count_convert_layouts(texts[ir_hash][1])
             warps = stages = None
             if rel in files.meta_json:
-                meta_bytes = (cell / files.meta_json[rel]).read_bytes()
+                meta_bytes = _read(os.path.join(top, files.meta_json[rel]))
                 add_content(files.meta_json[rel], _sha256(meta_bytes))
                 warps, stages = _kernel_meta(meta_bytes)
             kernels.append(dict(
-                name=name, cache_dir=os.path.relpath(os.path.dirname(rel), layout.TRITON_CACHE), ir_hash=ir_hash,
+                name=name, cache_dir=_cache_dir(rel), ir_hash=ir_hash,
                 convert_layouts=self.layout_counts[ir_hash], num_warps=warps, num_stages=stages,
             ))
+        for rule in ttgir.RULES.values():  # normalize here, not under the write lock in _insert
+            for ir_hash, (_, text) in texts.items():
+                self.digest(rule, ir_hash, text)
         return ParsedCell(files, root, ref, env, values, log, kernels, texts, index,
                           content.hexdigest(), problems)
 
@@ -508,14 +607,11 @@ class Ingester:
 
     @staticmethod
     def _measurement(cell_id: int, row: "runlog.Row") -> tuple:
-        values = []
-        for name in runlog.KNOWN_FIELDS:
-            if name == "shape_detail":
-                continue
-            value = row.values.get(name)
-            if name in _JSON_FIELDS or isinstance(value, (list, dict)):
-                value = None if value is None else json.dumps(value, sort_keys=True)
-            values.append(value)
+        get = row.values.get
+        values = [get(name) for name in _STORED_FIELDS]
+        for i, value in enumerate(values):  # a row has a dozen fields: one pass, JSON only where needed
+            if value is not None and (i in _JSON_POSITIONS or isinstance(value, (list, dict))):
+                values[i] = json.dumps(value, sort_keys=True)
         return (
             cell_id, row.line, row.record, row.index, row.op_name, row.dtype, row.mode, row.level,
             row.shape_key, *values, json.dumps(row.extra, sort_keys=True, default=str) if row.extra else None,

@@ -1,8 +1,16 @@
 """Verdict and rejection-reason names: defined here once. The views in
 schema.sql may only use these names (db.py refuses a schema that names any
-other), and every command reads them from here."""
+other), and every command reads them from here. Below the names: the
+queries behind the judging commands (library only, no click)."""
 
-from typing import NamedTuple, Optional
+import json
+import os
+from pathlib import Path
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from . import caliber as _caliber
+from . import layout as _layout  # layout imports this module: use its names at call time only
+from . import ttgir as _ttgir
 
 
 class Verdict(NamedTuple):
@@ -60,3 +68,266 @@ REASONS = (
     Reason("NOT_COUNTED", "the row is not a counted measurement on at least one side"),
 )
 REASON_NAMES = tuple(r.name for r in REASONS)
+
+
+# ---------------------------------------------------------------------------
+# The queries behind the judging commands. The judgement itself is in the
+# views (schema.sql: verdicts, ab_pairs, ab_rejected, ab_ranges,
+# noise_floors); these functions pick rows out of them, and write the one
+# file the harness still reads (screen.tsv). No click here: the CLI, the
+# runners and datasette share them.
+
+class JudgeError(ValueError):
+    """A judging request that cannot be answered from what is stored."""
+
+
+class CaliberMismatch(JudgeError):
+    """Two roots that may not be compared: their calibers differ or are unknown.
+    `differences` is [(field, value in a, value in b)]."""
+
+    def __init__(self, differences: Sequence[Tuple[str, str, str]], a: str = "a", b: str = "b"):
+        self.differences = list(differences)
+        self.a, self.b = a, b
+        detail = "; ".join(f"{field}: {va} in {a}, {vb} in {b}" for field, va, vb in self.differences)
+        super().__init__(f"{a} and {b} were not measured under the same known caliber: {detail}")
+
+
+def _rows(store, sql: str, params=()) -> List[dict]:
+    return [dict(r) for r in store.db.query(sql, params)]
+
+
+def _root(store, root) -> dict:
+    """A roots row: `root` is a name, a path, or already a roots row.
+    LookupError (with the known roots) when there is no such root."""
+    return root if isinstance(root, dict) else store.root(root)
+
+
+def _root_clause(store, root, column: str = "root_id") -> Tuple[str, tuple]:
+    """SQL restricting a view to one root; nothing for root=None."""
+    if root is None:
+        return "", ()
+    return f" AND {column} = ?", (_root(store, root)["id"],)
+
+
+def resolve_rule(store, rule: Optional[str] = None) -> str:
+    """The rule's name (the current one when None), with its fingerprints
+    computed where the store lacks them. ValueError for an unknown rule."""
+    if rule is None:
+        return store.current_rule
+    name = _ttgir.get_rule(rule).name
+    store.compute_fingerprints(name)
+    return name
+
+
+def verdicts(store, root=None, rule: Optional[str] = None) -> List[dict]:
+    """The verdict table (verdicts_by_rule under `rule`, else the current
+    rule) for one root or every screening root."""
+    rule = resolve_rule(store, rule)
+    where, params = _root_clause(store, root)
+    return _rows(store, f"SELECT * FROM verdicts_by_rule WHERE rule = ?{where} ORDER BY root, op, dtype",
+                 (rule, *params))
+
+
+def verdict_counts(rows: Sequence[dict]) -> Dict[str, int]:
+    """How many rows have each verdict, in decision order; 'unjudged' counts
+    pairs whose fingerprint under the rule is missing (none, normally)."""
+    counts = {name: 0 for name in VERDICT_NAMES}
+    for row in rows:
+        key = row["verdict"] if row["verdict"] is not None else "unjudged"
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def rescore(store, root=None, rule: Optional[str] = None) -> dict:
+    """The judgement under `rule` (default: the current one) against the
+    harness's original: screen.tsv.orig where the root has one, else
+    screen.tsv. NO_KERNEL is NO_TRITON (ingest stores the current name), so
+    it never counts as a move. Returns the rule, the moved pairs
+    (root, op, dtype, from, to), counts by (from, to), and totals."""
+    rule = resolve_rule(store, rule)
+    where, params = _root_clause(store, root, "v.root_id")
+    rows = _rows(store, f"""
+        SELECT v.root, v.op, v.dtype,
+               CASE WHEN EXISTS (SELECT 1 FROM recorded_verdicts rv
+                                 WHERE rv.root_id = v.root_id AND rv.file = '{_layout.SCREEN_TSV_ORIG}')
+                    THEN v.orig_verdict ELSE v.recorded_verdict END AS "from",
+               v.verdict AS "to"
+        FROM verdicts_by_rule v
+        WHERE v.rule = ?{where}
+        ORDER BY v.root, v.op, v.dtype""", (rule, *params))
+    moved = [r for r in rows if r["from"] is not None and r["to"] is not None and r["from"] != r["to"]]
+    counts: Dict[Tuple[str, str], int] = {}
+    for r in moved:
+        counts[(r["from"], r["to"])] = counts.get((r["from"], r["to"]), 0) + 1
+    order = {name: i for i, name in enumerate(VERDICT_NAMES)}
+    return {
+        "rule": rule,
+        "pairs": len(rows),
+        "without_original": sum(1 for r in rows if r["from"] is None),
+        "unchanged": sum(1 for r in rows if r["from"] is not None and r["from"] == r["to"]),
+        "moved": moved,
+        "counts": [
+            {"from": f, "to": t, "n": n}
+            for (f, t), n in sorted(counts.items(), key=lambda kv: (order.get(kv[0][0], 99), order.get(kv[0][1], 99)))
+        ],
+    }
+
+
+def export_rows(store, root, rule: Optional[str] = None) -> List[dict]:
+    """One root's verdict table in the harness's screen.tsv column order
+    (layout.SCREEN_COLUMNS), rows in the order of its screen.tsv, new pairs
+    after them by op and dtype."""
+    found = _root(store, root)
+    if found["kind"] != "screen":
+        raise JudgeError(f"{found['name']} is a {found['kind']} root, not a screening root: it has no verdicts")
+    rule = resolve_rule(store, rule)
+    columns = ", ".join(f"v.[{c}]" for c in _layout.SCREEN_COLUMNS)
+    return _rows(store, f"""
+        SELECT {columns}
+        FROM verdicts_by_rule v
+        WHERE v.rule = ? AND v.root_id = ?
+        ORDER BY (SELECT min(rv.line) FROM recorded_verdicts rv
+                  WHERE rv.root_id = v.root_id AND rv.file = '{_layout.SCREEN_TSV}'
+                    AND rv.op IS v.op AND rv.dtype IS v.dtype) IS NULL,
+                 (SELECT min(rv.line) FROM recorded_verdicts rv
+                  WHERE rv.root_id = v.root_id AND rv.file = '{_layout.SCREEN_TSV}'
+                    AND rv.op IS v.op AND rv.dtype IS v.dtype),
+                 v.op, v.dtype""", (rule, found["id"]))
+
+
+def _tsv_value(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value)
+    return str(value).replace("\t", " ").replace("\r", " ").replace("\n", " ")
+
+
+def screen_tsv_text(rows: Sequence[dict], columns: Optional[Sequence[str]] = None) -> str:
+    """Rows as the harness writes screen.tsv: a header, tab-separated,
+    empty for NULL (columns default to layout.SCREEN_COLUMNS)."""
+    columns = list(columns or _layout.SCREEN_COLUMNS)
+    lines = ["\t".join(columns)]
+    lines.extend("\t".join(_tsv_value(row.get(c)) for c in columns) for row in rows)
+    return "\n".join(lines) + "\n"
+
+
+def write_screen_tsv(store, root) -> Path:
+    """Write a screening root's screen.tsv from the verdicts view (current
+    rule), the way the harness's RESCORE did: screen.tsv column order, then
+    any extra columns the replaced file had, kept per (op, dtype). The file
+    it replaces is kept as screen.tsv.orig, unless a .orig already exists:
+    that one is the harness's original and is never overwritten. Returns
+    the path written. Ingest the root again to update recorded_verdicts."""
+    found = _root(store, root)
+    rows = export_rows(store, found)
+    directory = Path(found["path"])
+    if not directory.is_dir():
+        raise JudgeError(f"root directory {directory} does not exist (moved since it was ingested?)")
+    extras: Dict[Tuple[str, str], dict] = {}
+    extra_columns: List[str] = []
+    for rec in store.db.query(
+        "SELECT op, dtype, extra FROM recorded_verdicts WHERE root_id = ? AND file = ? AND extra IS NOT NULL "
+        "ORDER BY line", (found["id"], _layout.SCREEN_TSV),
+    ):
+        try:
+            extra = json.loads(rec["extra"])
+        except ValueError:
+            continue
+        extras.setdefault((rec["op"], rec["dtype"]), extra)
+        extra_columns.extend(k for k in extra if k not in extra_columns and k not in _layout.SCREEN_COLUMNS)
+    merged = [{**extras.get((row["op"], row["dtype"] or ""), {}), **row} for row in rows]
+    data = screen_tsv_text(merged, list(_layout.SCREEN_COLUMNS) + extra_columns).encode("utf-8")
+    path = directory / _layout.SCREEN_TSV
+    if path.exists():
+        try:
+            with open(directory / _layout.SCREEN_TSV_ORIG, "xb") as orig:  # never overwrite the original
+                orig.write(path.read_bytes())
+        except FileExistsError:
+            pass
+    tmp = directory / f".{_layout.SCREEN_TSV}.{os.getpid()}.tmp"
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return path
+
+
+def ab_ranges(store, root=None) -> List[dict]:
+    """The A/B ranges of repeat runs and campaigns (ab_ranges), every key
+    that has a paired or a rejected row."""
+    where, params = _root_clause(store, root)
+    return _rows(store, f"SELECT * FROM ab_ranges WHERE 1{where} ORDER BY root, op, dtype, shape, caliber_id",
+                 params)
+
+
+def ab_rejected(store, root=None) -> List[dict]:
+    """Every row that did not pair, with its reason (ab_rejected)."""
+    where, params = _root_clause(store, root)
+    return _rows(store, f"SELECT * FROM ab_rejected WHERE 1{where} "
+                        "ORDER BY root, card, repeat_dir, round, op, dtype, shape, occurrence", params)
+
+
+def noise_floors(store, op: Optional[str] = None) -> List[dict]:
+    """The noise floors (noise_floors), optionally of one row op."""
+    where, params = ("", ()) if op is None else (" AND op = ?", (op,))
+    return _rows(store, f"SELECT * FROM noise_floors WHERE 1{where} ORDER BY op, dtype, caliber_id", params)
+
+
+def root_calibers(store, root) -> List[dict]:
+    """The known calibers a root was measured under: its own env file's and
+    its cells'. Empty when none is known."""
+    found = _root(store, root)
+    fields = ", ".join(_caliber.NAMES)
+    return _rows(store, f"""
+        SELECT id, {fields} FROM calibers
+        WHERE id = (SELECT caliber_id FROM roots WHERE id = :root)
+           OR id IN (SELECT caliber_id FROM cells WHERE root_id = :root)
+        ORDER BY id""", {"root": found["id"]})
+
+
+def caliber_differences(a: Sequence[dict], b: Sequence[dict]) -> List[Tuple[str, str, str]]:
+    """[(field, value in a, value in b)] for every field that keeps the two
+    sets of calibers from being one and the same known caliber: a field
+    that differs, varies within a root ('x|y'), or is unknown."""
+    def values(calibers, field):
+        found = sorted({str(c[field]) for c in calibers})
+        return "|".join(found) if found else "unknown"
+
+    if len(a) == 1 and len(b) == 1 and a[0]["id"] == b[0]["id"]:
+        return []
+    differences = []
+    for field in _caliber.NAMES:
+        va, vb = values(a, field), values(b, field)
+        if va != vb or "|" in va or va == "unknown":
+            differences.append((field, va, vb))
+    return differences
+
+
+def compare(store, root_a, root_b, rule: Optional[str] = None) -> dict:
+    """Two screening roots side by side per (op, dtype): verdicts and ranges.
+    Only when both were measured under one and the same known caliber;
+    otherwise CaliberMismatch naming every differing field and its values."""
+    a, b = _root(store, root_a), _root(store, root_b)
+    for found in (a, b):
+        if found["kind"] != "screen":
+            raise JudgeError(f"{found['name']} is a {found['kind']} root; compare takes two screening roots")
+    calibers_a, calibers_b = root_calibers(store, a), root_calibers(store, b)
+    differences = caliber_differences(calibers_a, calibers_b)
+    if differences:
+        raise CaliberMismatch(differences, a["name"], b["name"])
+    rule = resolve_rule(store, rule)
+    side = ("verdict", "recorded_verdict", "n_rows", "min", "median", "max", "range_label", "fallback")
+    select = ",\n".join(f"{s}.[{c}] AS [{c}_{s}]" for s in ("a", "b") for c in side)
+    rows = _rows(store, f"""
+        WITH a AS (SELECT * FROM verdicts_by_rule WHERE rule = :rule AND root_id = :a),
+             b AS (SELECT * FROM verdicts_by_rule WHERE rule = :rule AND root_id = :b),
+             keys AS (SELECT op, dtype FROM a UNION SELECT op, dtype FROM b)
+        SELECT keys.op, keys.dtype, {select}
+        FROM keys
+        LEFT JOIN a ON a.op IS keys.op AND a.dtype IS keys.dtype
+        LEFT JOIN b ON b.op IS keys.op AND b.dtype IS keys.dtype
+        ORDER BY keys.op, keys.dtype""", {"rule": rule, "a": a["id"], "b": b["id"]})
+    return {
+        "a": a["name"], "b": b["name"], "rule": rule,
+        "caliber": {k: v for k, v in calibers_a[0].items() if k != "id"},
+        "rows": rows,
+    }

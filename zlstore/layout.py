@@ -4,10 +4,12 @@ A value comes from the cell's own cell.env, then its path, then the root's
 env file, then the root's screen.tsv row (or a campaign's partition.tsv row);
 a value none of them gives stays unknown, and every value records its source."""
 
+import errno
 import hashlib
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple
@@ -125,7 +127,13 @@ def is_cell_dir(path: Path) -> bool:
 def find_cell_dirs(top: Path) -> Iterator[Path]:
     """Every cell directory under top (or top itself), sorted, never entering
     a cell's own triton_cache."""
-    if is_cell_dir(top):
+    for path in _cell_dirs(str(top)):
+        yield Path(path)
+
+
+def _cell_dirs(top: str) -> Iterator[str]:
+    # find_cell_dirs on path strings: a campaign has thousands of directories.
+    if _is_file(os.path.join(top, RUN_LOG)) or _is_file(os.path.join(top, CELL_ENV)):
         yield top
         return
     try:
@@ -138,7 +146,19 @@ def find_cell_dirs(top: Path) -> Iterator[Path]:
         return
     for entry in entries:
         if entry.is_dir(follow_symlinks=False) and entry.name != TRITON_CACHE:
-            yield from find_cell_dirs(Path(entry.path))
+            yield from _cell_dirs(entry.path)
+
+
+def _is_file(path: str) -> bool:
+    """Path(path).is_file() without building a Path."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError as error:
+        if error.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP):
+            raise
+        return False
+    except ValueError:
+        return False
 
 
 @dataclass
@@ -152,7 +172,12 @@ class RootRef:
 
 def _markers(directory: Path, cache: Dict[Path, frozenset]) -> frozenset:
     if directory not in cache:
-        cache[directory] = frozenset(n for n in ROOT_FILES if (directory / n).is_file())
+        try:  # one listing rather than a stat per marker name: most directories have none
+            with os.scandir(directory) as it:
+                present = [e.name for e in it if e.name in ROOT_FILES]
+        except OSError:
+            present = ROOT_FILES
+        cache[directory] = frozenset(n for n in present if (directory / n).is_file())
     return cache[directory]
 
 
@@ -161,9 +186,15 @@ def locate_root(cell: Path, cache: Optional[Dict[Path, frozenset]] = None) -> Ro
     directory, not to its card's repeat run; without marker files the
     layout's shape decides."""
     cache = {} if cache is None else cache
+    # Where marker files decide, siblings share the answer: look it up once
+    # per parent directory (the cache also holds the markers per directory).
+    found = cache.get(("root of", cell.parent))
+    if found is not None:
+        return RootRef(found[0], found[1], cell.parts[len(found[0].parts):])
     ancestors = list(cell.parents)[:6]
     for ancestor in ancestors:
         if CAMPAIGN_ENV in _markers(ancestor, cache):
+            cache[("root of", cell.parent)] = (ancestor, "campaign")
             return RootRef(ancestor, "campaign", cell.relative_to(ancestor).parts)
     for ancestor in ancestors:
         markers = _markers(ancestor, cache)
@@ -171,6 +202,7 @@ def locate_root(cell: Path, cache: Optional[Dict[Path, frozenset]] = None) -> Ro
             kind = "screen" if (SCREEN_TSV in markers or SCREEN_TSV_ORIG in markers) else None
             if kind is None:
                 kind = _kind_from_shape(cell.relative_to(ancestor).parts)
+            cache[("root of", cell.parent)] = (ancestor, kind)
             return RootRef(ancestor, kind, cell.relative_to(ancestor).parts)
     # No marker files: an older root; the directory shape says what it is.
     if len(ancestors) >= 5 and _CARD.match(cell.parents[3].name) and _ROUND.match(cell.parent.name):
@@ -232,10 +264,22 @@ class Root:
     def screen_row(self, op: Optional[str], dtype: Optional[str]) -> Optional[Dict[str, str]]:
         """The screen.tsv row for (op, dtype); with the dtype unknown, only
         when the root has exactly one row for the op."""
-        return _row_for(self.screen, op, dtype)
+        return _row_for(self._rows_of(self.screen, op), op, dtype)
 
     def partition_row(self, op: Optional[str], dtype: Optional[str]) -> Optional[Dict[str, str]]:
-        return _row_for(self.partition, op, dtype)
+        return _row_for(self._rows_of(self.partition, op), op, dtype)
+
+    def _rows_of(self, rows, op):
+        """The (line, row) pairs of rows whose op is op, in file order: an
+        index built once per table, not a scan per cell."""
+        index = self.__dict__.setdefault("_op_index", {})
+        entry = index.get(id(rows))
+        if entry is None or entry[0] is not rows or entry[1] != len(rows):
+            by_op: Dict[Optional[str], list] = {}
+            for item in rows:
+                by_op.setdefault(item[1].get("op"), []).append(item)
+            entry = index[id(rows)] = (rows, len(rows), by_op)
+        return entry[2].get(op, ()) if op is not None else ()
 
 
 def _row_for(rows, op, dtype):
@@ -306,8 +350,6 @@ def resolve_cell(ref: RootRef, root: Root, cell_env: Optional[Dict[str, str]]) -
     take("side", [(CELL_ENV, env.get("SIDE")), ("path", from_path.get("side"))])
     take("round", [(CELL_ENV, _int(env.get("ROUND"))), ("path", from_path.get("round"))])
     take("card", [(CELL_ENV, _int(env.get("CARD"))), ("path", from_path.get("card"))])
-    if root.kind == "screen" and values["card"] is None:
-        values["card"], sources["card"] = 0, "path"
     # An empty DTYPE in cell.env is a value: the operator's own default set.
     if "DTYPE" in env:
         values["dtype"], sources["dtype"] = env["DTYPE"].strip().removeprefix("torch."), CELL_ENV

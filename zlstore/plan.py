@@ -221,7 +221,7 @@ def describe(plan: Plan) -> str:
     path, the floor, the ideal share and the hash partition's critical path."""
 
     def minutes(seconds):
-        return f"{seconds / 60:.1f} min"
+        return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
     lines = []
     for card in plan.cards:

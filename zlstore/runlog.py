@@ -142,6 +142,18 @@ def _truthy(v: Any) -> bool:
 _CANON = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=True
 )
+# _CANON's own C encoder, made once rather than per call (encode() builds a
+# new one each time, which costs more than encoding a shape). No circular
+# check: parsed JSON has no cycles, and a cycle still ends in the fallback.
+_CANON_C = json.encoder.c_make_encoder and json.encoder.c_make_encoder(
+    None, _CANON.default, json.encoder.encode_basestring, None, ":", ",", True, False, True
+)
+
+
+def _canon_encode(value: Any) -> str:
+    if _CANON_C is None:
+        return _CANON.encode(value)
+    return "".join(_CANON_C(value, 0))
 
 
 def canonical_shape(shape_detail: Any) -> str:
@@ -149,7 +161,7 @@ def canonical_shape(shape_detail: Any) -> str:
     nested list, an object (keys sorted at every depth) or a scalar all get
     one spelling; absent or None is "null"."""
     try:
-        return _CANON.encode(shape_detail)
+        return _canon_encode(shape_detail)
     except (TypeError, ValueError, RecursionError):
         # Non-string or mixed keys, tuples as keys, sets: spell them as JSON
         # would rather than fail to give the row an identity.

@@ -28,13 +28,14 @@ from . import caliber, judge, layout
 from . import plan as planmod
 from .db import write_transaction
 from .ingest import now as utc_now
+from .display import CardState, Display
 from .plan import Op, Plan, PlanError
+from .procs import KILL_GRACE_S, signal_group, group_alive, interrupts, kill_group, shell_rc, start_group
 
 DEFAULT_CELL_TIMEOUT = 2400.0
 DEFAULT_ROUNDS = 6
 TIMEOUT_RC = 124            # what a cell killed at CELL_TIMEOUT is recorded with
 INTERRUPTED_EXIT = 130      # 128 + SIGINT
-KILL_GRACE_S = 3.0          # SIGTERM, then this long, then SIGKILL
 
 # The environment variable that makes one card visible, per backend: the one place.
 VISIBLE_DEVICES = {
@@ -103,50 +104,6 @@ def caliber_items(env: Dict[str, str]) -> List[Tuple[str, str]]:
             if (env.get(f.env) or "").strip()]
 
 
-# -- process groups --------------------------------------------------------
-
-
-def start_group(command: str, env: Dict[str, str], stdout: IO, cwd=None) -> subprocess.Popen:
-    """Start a shell command as the leader of its own process group (and session)."""
-    return subprocess.Popen(
-        ["/bin/sh", "-c", command], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-        stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-
-
-def _signal_group(pgid: int, sig: int) -> bool:
-    try:
-        os.killpg(pgid, sig)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
-
-
-def group_alive(pgid: int) -> bool:
-    return _signal_group(pgid, 0)
-
-
-def kill_group(proc: subprocess.Popen, grace: float = KILL_GRACE_S):
-    """SIGTERM the whole group, SIGKILL whatever is left after grace, reap the leader."""
-    pgid = proc.pid
-    _signal_group(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        if proc.poll() is not None and not group_alive(pgid):
-            break
-        time.sleep(0.05)
-    _signal_group(pgid, signal.SIGKILL)
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
-
-
-def shell_rc(returncode: int) -> int:
-    """A return code as a shell reports it: killed by signal n is 128 + n."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
 # -- weights from the store (plan.py stays pure) -----------------------------
 
 
@@ -173,8 +130,8 @@ def screen_pairs(store, screen_root: str) -> Tuple[dict, Dict[Tuple[str, str], d
 def ir_changed_ops(store, root: dict) -> List[Tuple[str, str]]:
     """The pairs the verdicts view judges IR_CHANGED under the current rule."""
     rows = store.conn.execute(
-        "SELECT op, COALESCE(dtype, '') FROM verdicts WHERE root = ? AND verdict = 'IR_CHANGED' ORDER BY op, dtype",
-        (root["name"],),
+        "SELECT op, COALESCE(dtype, '') FROM verdicts WHERE root_path = ? AND verdict = 'IR_CHANGED' ORDER BY op, dtype",
+        (root["path"],),
     ).fetchall()
     return [(op, dtype) for op, dtype in rows]
 
@@ -295,12 +252,14 @@ def run_screen(store, config: ScreenConfig, report: Callable[[str], None] = lamb
     results: List[SideResult] = []
     for op, dtype in config.ops:
         for value, side in enumerate(layout.SIDES):
-            result = _screen_side(store, config, root, op, dtype, side, value, visible)
+            with interrupts():
+                result = _screen_side(store, config, root, op, dtype, side, value, visible)
             results.append(result)
             label = f"{op}:{dtype}" if dtype else op
             how = f"killed at the {_num(config.cell_timeout)} s timeout, RC {result.rc}" if result.timed_out else f"RC {result.rc}"
             report(f"{label} {side}: {how}, {result.elapsed_s:.1f} s, recorded")
     screen_tsv = judge.write_screen_tsv(store, str(root))
+    store.ingest_summary([root], command="run screen")  # recorded_verdicts: the file just written
     return {"root": str(root), "sides": len(results), "screen_tsv": str(screen_tsv or root / layout.SCREEN_TSV),
             "timed_out": [f"{r.op}:{r.dtype}:{r.side}" for r in results if r.timed_out]}
 
@@ -326,7 +285,7 @@ def _screen_side(store, config: ScreenConfig, root: Path, op: str, dtype: str, s
     started_at, t0 = local_now(), time.monotonic()
     timed_out = False
     with open(out / layout.RUN_LOG, "ab") as log:
-        proc = start_group(command, env, log, cwd=out)
+        proc = start_group(command, env, log)  # in the caller's directory: relative paths in --command work
         try:
             proc.wait(timeout=config.cell_timeout)
         except subprocess.TimeoutExpired:
@@ -389,9 +348,9 @@ def prepare_campaign(config: CampaignConfig) -> Path:
         raise RunError(f"{root} exists and is not empty; continue it with --resume, or choose another --root")
     root.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, ZL_ISOLATE_TUNER_CACHE="1")
-    items = [("KIND", "campaign"), ("ROUNDS", config.rounds), ("CARDS", len(config.plan.cards)),
-             ("SWITCH", config.switch or ""), ("SCREEN_ROOT", config.screen_root or ""),
-             ("HOST", socket.gethostname()), ("STARTED_AT", local_now()),
+    items = [("KIND", "campaign"), ("ROUNDS", config.rounds), ("CARDS", len(config.plan.cards))]
+    items += [(k, v) for k, v in (("SWITCH", config.switch), ("SCREEN_ROOT", config.screen_root)) if v]
+    items += [("HOST", socket.gethostname()), ("STARTED_AT", local_now()),
              ("BACKEND_VISIBLE_DEVICES", visible_devices_var(config.backend)),
              ("COMMAND", config.command)]
     items += caliber_items(env)
@@ -443,6 +402,12 @@ class _Recorder:
         self.store, self.directory = store, Path(directory)
         self.seen = {p for (p,) in store.conn.execute(
             "SELECT path FROM cells WHERE path LIKE ?", (str(self.directory) + os.sep + "%",))}
+        self.stale = set()
+
+    def mark_stale(self):
+        """Cells left unfinished by an earlier command (an interrupted run):
+        never stored as they are by a later op's final sweep."""
+        self.stale.update(str(c) for c in layout.find_cell_dirs(self.directory) if str(c) not in self.seen)
 
     def sweep(self, final: bool = False) -> Tuple[int, List[str]]:
         """Record every finished cell not yet recorded; with final (the
@@ -459,7 +424,7 @@ class _Recorder:
             self.seen.update(str(c) for c in finished if str(c) not in unfinished)
             recorded += sum(summary[k] for k in ("cells_added", "cells_replaced", "cells_unchanged"))
         if final:
-            rest = [c for c in new if str(c) not in self.seen]
+            rest = [c for c in new if str(c) not in self.seen and str(c) not in self.stale]
             if rest:
                 summary = self.store.ingest_summary(rest, command="record").as_dict()
                 self.seen.update(str(c) for c in rest)
@@ -471,6 +436,39 @@ class _Recorder:
 def _finished(cell: Path) -> bool:
     env = layout.read_env(cell / layout.CELL_ENV, [])
     return bool(env) and (env.get("RC") or "").strip() != ""
+
+
+def _run_op(spec: dict, store, recorder: "_Recorder", op: str, dtype: str, events, state: dict):
+    """One op's command in its own process group, its cells recorded as they
+    finish and the rest when it returns. Returns (exit status, problems)."""
+    card = spec["card"]
+    env = dict(os.environ)
+    env.update(spec["env"])
+    env.update({"OP": op, "DTYPE": dtype})
+    command = fill(spec["command"], {"op": op, "dtype": dtype, "card": card, "rounds": spec["rounds"]})
+    recorder.mark_stale()
+    with open(Path(spec["log_dir"]) / _log_name(card, op, dtype), "ab") as log:
+        proc = state["proc"] = start_group(command, env, log, cwd=spec["cwd"])
+        events.put(("start", card, op, dtype, proc.pid))
+        while proc.poll() is None:
+            time.sleep(spec["poll_s"])
+            n, _ = recorder.sweep()
+            if n:
+                events.put(("cells", card, n))
+    if group_alive(proc.pid):  # stragglers would compete with the next op for the card
+        kill_group(proc, spec["grace"])
+    state["proc"] = None
+    rc = shell_rc(proc.returncode)
+    n, leftovers = recorder.sweep(final=True)
+    if n:
+        events.put(("cells", card, n))
+    problems = []
+    if rc != 0:
+        problems.append(f"op {op_label(op, dtype)} on card {card}: command exited with status {rc}")
+    if leftovers:
+        problems.append(f"op {op_label(op, dtype)} on card {card}: {len(leftovers)} cells had no cell.env "
+                        f"with RC when the command returned; stored as they are: {', '.join(leftovers[:3])}")
+    return rc, problems
 
 
 def card_worker(spec: dict, events) -> None:
@@ -489,7 +487,6 @@ def card_worker(spec: dict, events) -> None:
     from .store import Store  # here: the spawned process opens its own connection
 
     card = spec["card"]
-    proc = None
     store = None
     try:
         store = Store(spec["db"])
@@ -504,153 +501,27 @@ def card_worker(spec: dict, events) -> None:
             if (op, dtype) in done:
                 events.put(("skip", card, op, dtype))
                 continue
-            env = dict(os.environ)
-            env.update(spec["env"])
-            env.update({"OP": op, "DTYPE": dtype})
-            command = fill(spec["command"], {"op": op, "dtype": dtype, "card": card, "rounds": spec["rounds"]})
-            log_path = Path(spec["log_dir"]) / _log_name(card, op, dtype)
             t0 = time.monotonic()
-            with open(log_path, "ab") as log:
-                proc = start_group(command, env, log, cwd=spec["root"])
-                events.put(("start", card, op, dtype, proc.pid))
-                while proc.poll() is None:
-                    time.sleep(spec["poll_s"])
-                    n, _ = recorder.sweep()
-                    if n:
-                        events.put(("cells", card, n))
-            if group_alive(proc.pid):  # stragglers would compete with the next op for the card
-                kill_group(proc, spec["grace"])
-            rc = shell_rc(proc.returncode)
-            proc = None
-            n, leftovers = recorder.sweep(final=True)
-            if n:
-                events.put(("cells", card, n))
-            problems = []
-            if rc != 0:
-                problems.append(f"op {op_label(op, dtype)} on card {card}: command exited with status {rc}")
-            if leftovers:
-                problems.append(f"op {op_label(op, dtype)} on card {card}: {len(leftovers)} cells had no cell.env "
-                                f"with RC when the command returned; stored as they are: {', '.join(leftovers[:3])}")
+            try:
+                rc, problems = _run_op(spec, store, recorder, op, dtype, events, state)
+            except Exception as error:  # the card goes on with its next op
+                if state.get("proc") is not None:
+                    kill_group(state.pop("proc"), spec["grace"])
+                rc = 1
+                problems = [f"op {op_label(op, dtype)} on card {card}: {type(error).__name__}: {error}"]
             for message in problems:
-                log_problem(store, f"run campaign card {card}", [str(directory)], str(log_path), message)
+                log_problem(store, f"run campaign card {card}", [str(directory)],
+                            str(Path(spec["log_dir"]) / _log_name(card, op, dtype)), message)
             events.put(("done", card, op, dtype, rc, time.monotonic() - t0, problems))
         events.put(("finished", card))
     except KeyboardInterrupt:
-        if proc is not None:
-            kill_group(proc, spec["grace"])
+        if state.get("proc") is not None:
+            kill_group(state["proc"], spec["grace"])
         events.put(("interrupted", card))
         sys.exit(INTERRUPTED_EXIT)
     finally:
         if store is not None:
             store.close()
-
-
-@dataclass
-class CardState:
-    card: int
-    ops: List[Op]
-    current: Optional[Op] = None
-    current_since: Optional[float] = None
-    pgid: Optional[int] = None
-    done: int = 0
-    skipped: int = 0
-    failed: List[str] = field(default_factory=list)
-    cells: int = 0
-    started: Optional[float] = None
-    finished: Optional[float] = None
-    interrupted: bool = False
-    remaining: List[Op] = field(default_factory=list)
-
-    def estimate_s(self, now: float) -> Optional[float]:
-        """Weight still ahead: ops not started plus what is left of the current one."""
-        total = sum(op.weight_s for op in self.remaining)
-        if self.current is not None:
-            total += max(0.0, self.current.weight_s - (now - (self.current_since or now)))
-        return total if total == total else None  # NaN: a plan without weights
-
-
-def _clock(seconds: Optional[float]) -> str:
-    if seconds is None:
-        return "?"
-    seconds = int(round(seconds))
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    return f"{h}:{m:02d}:{s:02d}"
-
-
-class Display:
-    """The live view: redrawn in place on a terminal; otherwise a line per
-    event and the status table every status_every_s seconds."""
-
-    def __init__(self, title: str, cards: List[CardState], stream: IO, status_every_s: float = 30.0):
-        self.title, self.cards, self.stream = title, cards, stream
-        self.tty = hasattr(stream, "isatty") and stream.isatty()
-        self.start = time.monotonic()
-        self.drawn = 0
-        self.last_status = self.start
-        self.status_every_s = status_every_s
-
-    def screen(self) -> List[str]:
-        now = time.monotonic()
-        estimates = [c.estimate_s(now) for c in self.cards]
-        eta = None if any(e is None for e in estimates) else max(estimates, default=0.0)
-        lines = [f"{self.title}: {len(self.cards)} cards, elapsed {_clock(now - self.start)}, "
-                 f"est. {_clock(eta)} left"]
-        header = ("card", "current op", "done", "left", "failed", "cells", "elapsed", "est. left")
-        rows = []
-        for c, estimate in zip(self.cards, estimates):
-            if c.current is not None:
-                current = c.current.label
-            elif c.interrupted:
-                current = "(interrupted)"
-            elif c.finished is not None:
-                current = "(finished)"
-            elif c.started is None:
-                current = "(starting)" if c.ops else "(idle)"
-            else:
-                current = "-"
-            left = len(c.remaining) + (1 if c.current is not None else 0)
-            end = c.finished if c.finished is not None else now
-            elapsed = (end - c.started) if c.started is not None else 0.0
-            rows.append((str(c.card), current, str(c.done + c.skipped), str(left), str(len(c.failed)),
-                         str(c.cells), _clock(elapsed), _clock(estimate)))
-        widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-        fmt = lambda values: "  ".join(v.ljust(w) if i == 1 else v.rjust(w)
-                                       for i, (v, w) in enumerate(zip(values, widths))).rstrip()
-        lines.append(fmt(header))
-        lines.extend(fmt(r) for r in rows)
-        for c in self.cards:
-            for failure in c.failed:
-                lines.append(f"  failed: {failure}")
-        return lines
-
-    def event(self, text: str):
-        if not self.tty:
-            self.stream.write(f"[{_clock(time.monotonic() - self.start)}] {text}\n")
-            self.stream.flush()
-
-    def refresh(self, force: bool = False):
-        now = time.monotonic()
-        if self.tty:
-            lines = self.screen()
-            if self.drawn:
-                self.stream.write(f"\x1b[{self.drawn}F\x1b[J")
-            self.stream.write("\n".join(lines) + "\n")
-            self.stream.flush()
-            self.drawn = len(lines)
-        elif force or now - self.last_status >= self.status_every_s:
-            self.stream.write("\n".join(self.screen()) + "\n")
-            self.stream.flush()
-            self.last_status = now
-
-    def final(self) -> List[str]:
-        lines = self.screen()
-        if self.tty:
-            self.refresh()
-        else:
-            self.stream.write("\n".join(lines) + "\n")
-            self.stream.flush()
-        return lines
 
 
 @dataclass
@@ -676,14 +547,14 @@ class CampaignResult:
 def run_campaign(store_path, config: CampaignConfig, stream: IO = sys.stderr) -> CampaignResult:
     """Run a plan with one worker process per card; returns when every card
     is done, or after Ctrl-C / SIGTERM has stopped every worker and command."""
-    root = prepare_campaign(config)
     plan = config.plan
     visible = visible_devices_var(config.backend)
-    log_dir = root / "logs"
-    log_dir.mkdir(exist_ok=True)
     devices = config.devices
     if devices is not None and len(devices) < len(plan.cards):
         raise RunError(f"--devices names {len(devices)} devices for {len(plan.cards)} cards")
+    root = prepare_campaign(config)
+    log_dir = root / "logs"
+    log_dir.mkdir(exist_ok=True)
     store_path = str(Path(store_path).resolve())
     states = [CardState(c.card, list(c.ops), remaining=list(c.ops)) for c in plan.cards]
     display = Display(root.name, states, stream, config.status_every_s)
@@ -691,47 +562,43 @@ def run_campaign(store_path, config: CampaignConfig, stream: IO = sys.stderr) ->
     events = ctx.Queue()
     workers: Dict[int, multiprocessing.Process] = {}
     interrupted = False
-
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-    def to_interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, to_interrupt)
     try:
-        for card in plan.cards:
-            if not card.ops:
-                continue
-            directory = card_dir(root, card.card)
-            directory.mkdir(parents=True, exist_ok=True)
-            env = {
-                "AB_ROOT": str(directory), "ZL_ISOLATE_TUNER_CACHE": "1", "ROUNDS": str(config.rounds),
-                "CARD": str(card.card), visible: str(devices[card.card] if devices else card.card),
-                "ZLSTORE_DB": store_path, "CAMPAIGN_ROOT": str(root),
-            }
-            if config.switch:
-                env["SWITCH"] = config.switch
-            spec = {
-                "card": card.card, "ops": [(o.op, o.dtype, o.weight_s) for o in card.ops],
-                "db": store_path, "root": str(root), "card_dir": str(directory), "log_dir": str(log_dir),
-                "command": config.command, "rounds": config.rounds, "env": env, "poll_s": config.poll_s,
-                "grace": config.grace, "resume": config.resume,
-            }
-            worker = ctx.Process(target=card_worker, args=(spec, events), name=f"zlstore-card{card.card}")
-            worker.start()
-            workers[card.card] = worker
-            states[card.card].started = time.monotonic()
-        _pump(events, workers, states, display)
+        with interrupts():
+            _start_workers(config, root, log_dir, store_path, visible, ctx, events, workers, states)
+            _pump(events, workers, states, display)
     except KeyboardInterrupt:
         interrupted = True
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        _stop(events, workers, states, display, config.grace)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        with interrupts(ignore=True):
+            _stop(events, workers, states, display, config.grace)
     last = display.final()
     return CampaignResult(root, interrupted, states, last)
+
+
+def _start_workers(config, root, log_dir, store_path, visible, ctx, events, workers, states):
+    """One worker process per card that has ops, each with its card's environment."""
+    devices = config.devices
+    for card in config.plan.cards:
+        if not card.ops:
+            continue
+        directory = card_dir(root, card.card)
+        directory.mkdir(parents=True, exist_ok=True)
+        env = {
+            "AB_ROOT": str(directory), "ZL_ISOLATE_TUNER_CACHE": "1", "ROUNDS": str(config.rounds),
+            "CARD": str(card.card), visible: str(devices[card.card] if devices else card.card),
+            "ZLSTORE_DB": store_path, "CAMPAIGN_ROOT": str(root),
+        }
+        if config.switch:
+            env["SWITCH"] = config.switch
+        spec = {
+            "card": card.card, "ops": [(o.op, o.dtype, o.weight_s) for o in card.ops],
+            "db": store_path, "root": str(root), "card_dir": str(directory), "log_dir": str(log_dir),
+            "command": config.command, "rounds": config.rounds, "env": env, "poll_s": config.poll_s,
+            "grace": config.grace, "resume": config.resume, "cwd": os.getcwd(),
+        }
+        worker = ctx.Process(target=card_worker, args=(spec, events), name=f"zlstore-card{card.card}")
+        worker.start()
+        workers[card.card] = worker
+        states[card.card].started = time.monotonic()
 
 
 def _apply(event, states: List[CardState], display: Display):
@@ -765,6 +632,8 @@ def _apply(event, states: List[CardState], display: Display):
         state.finished = now
         display.event(f"card {card}: finished")
     elif kind == "interrupted":
+        if state.current is not None:  # not done: still left
+            state.remaining.insert(0, state.current)
         state.interrupted, state.current, state.pgid = True, None, None
         state.finished = now
 
@@ -793,8 +662,7 @@ def _pump(events, workers, states, display):
             state.finished = time.monotonic()
             state.failed.append(f"card {card}: worker ended with exit code {worker.exitcode}")
             if state.pgid:
-                _signal_group(state.pgid, signal.SIGKILL)
-    display.refresh(force=True)
+                signal_group(state.pgid, signal.SIGKILL)
 
 
 def _stop(events, workers, states, display, grace: float):
@@ -815,9 +683,11 @@ def _stop(events, workers, states, display, grace: float):
             worker.kill()
         worker.join(timeout=5)
         if states[card].pgid:
-            _signal_group(states[card].pgid, signal.SIGKILL)
+            signal_group(states[card].pgid, signal.SIGKILL)
     while _drain(events, states, display, 0.05):
         pass
     for state in states:
         if state.finished is None:
+            if state.current is not None:
+                state.remaining.insert(0, state.current)
             state.interrupted, state.current = True, None

@@ -16,6 +16,7 @@ filled in here, never restated there:
 
 import copy
 import functools
+import ipaddress
 import sys
 from importlib import resources
 from pathlib import Path
@@ -24,8 +25,9 @@ from typing import Optional
 import yaml
 from datasette.app import Datasette
 from datasette.database import Database
+from datasette.plugins import pm
 
-from . import caliber, judge
+from . import caliber, datasette_plugin, judge
 from .db import render_schema
 from .store import Store
 
@@ -151,10 +153,22 @@ def datasette_app(db_path, settings: Optional[dict] = None) -> Datasette:
     request."""
     path = Path(db_path)
     Store(path).close()
+    if not pm.is_registered(datasette_plugin):
+        pm.register(datasette_plugin, name="zlstore")
     ds = Datasette(metadata=metadata(), settings={**SETTINGS, **(settings or {})})
     ds.add_database(Database(ds, path=str(path.resolve()), is_mutable=True), name=DB_NAME)
     ds.remove_database("_memory")
+    ds._zlstore = True  # the plugin's hooks act on this app only
     return ds
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def get(ds: Datasette, path: str):
@@ -170,9 +184,10 @@ def serve(db_path, host: str = "127.0.0.1", port: int = 8001, open_browser: bool
     import uvicorn
 
     ds = datasette_app(db_path)
-    if host not in ("127.0.0.1", "localhost", "::1"):
+    if not is_loopback(host):
         print(NETWORK_WARNING.format(host=host, port=port, db=db_path), file=sys.stderr)
-    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}/"
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else (f"[{host}]" if ":" in host else host)
+    url = f"http://{shown}:{port}/"
     print(f"serving {db_path} at {url}", file=sys.stderr)
     if open_browser:
         import threading

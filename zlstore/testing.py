@@ -617,11 +617,11 @@ def render_run_log(spec: CellSpec) -> bytes:
 _BYTES = [0]  # bytes written by _write since import (the corpus reports it)
 
 
-def _write(path: Path, data: Any) -> None:
+def _write(path, data: Any) -> None:
     """Every file the generator writes goes through here (plain open().write)."""
     if isinstance(data, str):
         data = data.encode("utf-8")
-    with open(path, "wb") as f:
+    with open(path, "wb", buffering=0) as f:
         f.write(data)
     _BYTES[0] += len(data)
 
@@ -699,29 +699,38 @@ def cell_env_items(spec: CellSpec) -> List[Tuple[str, str]]:
 
 def write_cell(cell_dir, spec: CellSpec) -> None:
     """Write one cell: run.log, triton_cache/, index.tsv, then cell.env LAST."""
-    d = Path(cell_dir)
-    d.mkdir(parents=True, exist_ok=True)
-    _write(d / "run.log", render_run_log(spec))
+    d = os.fspath(cell_dir)
+    os.makedirs(d, exist_ok=True)
+    join = os.path.join
+    _write(join(d, "run.log"), render_run_log(spec))
     if spec.kernels:
-        cache = d / "triton_cache"
         for name, text in spec.kernels.items():
             hsh = cache_hash(name, spec.side, text)
-            kd = cache / hsh
+            kd = join(d, "triton_cache", hsh)
             os.makedirs(kd, exist_ok=True)
-            _write(kd / f"{name}.ttgir", text)
-            for ext, content in _siblings(name, hsh, text).items():
-                _write(kd / f"{name}{ext}", content)
+            _write(join(kd, name + ".ttgir"), text)
+            sib = _SIB_CACHE.get((name, hsh))
+            if sib is None:
+                if len(_SIB_CACHE) > 20000:
+                    _SIB_CACHE.clear()
+                sib = _SIB_CACHE[(name, hsh)] = [(name + ext, content.encode())
+                                                 for ext, content in _siblings(name, hsh, text).items()]
+            for fname, content in sib:
+                _write(join(kd, fname), content)
     elif spec.launcher_only:
         hsh = cache_hash("__triton_launcher", spec.side, spec.op)
-        kd = d / "triton_cache" / hsh
+        kd = join(d, "triton_cache", hsh)
         os.makedirs(kd, exist_ok=True)
-        _write(kd / "__triton_launcher.so", b"\x7fELF\x02\x01\x01\x00" + bytes(56))
-        _write(kd / "cuda_utils.so", b"\x7fELF\x02\x01\x01\x00" + bytes(24))
+        _write(join(kd, "__triton_launcher.so"), b"\x7fELF\x02\x01\x01\x00" + bytes(56))
+        _write(join(kd, "cuda_utils.so"), b"\x7fELF\x02\x01\x01\x00" + bytes(24))
     if spec.index_tsv:
-        _write(d / "index.tsv", index_tsv_bytes(spec))
+        _write(join(d, "index.tsv"), index_tsv_bytes(spec))
     items = cell_env_items(spec)
     if items:
-        _write(d / "cell.env", "".join(f"{k}={v}\n" for k, v in items))
+        _write(join(d, "cell.env"), "".join(f"{k}={v}\n" for k, v in items))
+
+
+_SIB_CACHE: Dict[Tuple[str, str], List[Tuple[str, bytes]]] = {}
 
 
 # ====================================================== spec-level truth

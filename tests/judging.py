@@ -1,0 +1,50 @@
+"""Helpers for the judging tests (verdicts, rescore, A/B, noise, compare,
+export): what the generator's manifest says each view SHOULD give. Every
+expected number is computed here from the manifest, never read back from
+the views."""
+
+import json
+import statistics
+
+from click.testing import CliRunner
+
+from zlstore.cli import cli
+
+RULES = ("v1", "v2", "v3", "v4")
+NO_RANGE = ("TRUNCATED", "NO_ROWS", "NO_TRITON")
+
+
+def invoke(db_path, *args):
+    """Run the CLI against a database file; returns click's Result."""
+    return CliRunner().invoke(cli, [*map(str, args), "--db", str(db_path)], catch_exceptions=False)
+
+
+def json_out(result):
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def screen_pairs(manifest):
+    """(root, op, dtype, spec) for every screening pair the manifest describes."""
+    for root, pairs in manifest["screen"].items():
+        for key, spec in pairs.items():
+            op, _, dtype = key.partition("|")
+            yield root, op, dtype, spec
+
+
+def has_orig(manifest, root):
+    return any(spec.get("orig") is not None for spec in manifest["screen"][root].values())
+
+
+def original_verdict(manifest, root, spec):
+    """The harness's original judgement: screen.tsv.orig's where the root has one, else screen.tsv's."""
+    return spec["orig_canonical"] if has_orig(manifest, root) else spec["recorded"]
+
+
+def median(values):
+    """The middle value, or the mean of the two middle values (independent of the SQL)."""
+    return statistics.median(values)
+
+
+def by_key(rows, *keys):
+    return {tuple(row[k] for k in keys): row for row in rows}

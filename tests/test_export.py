@@ -1,0 +1,51 @@
+"""export: a root's verdict table in the harness's screen.tsv column order."""
+
+import csv
+import io
+import json
+
+import pytest
+
+from zlstore import layout
+
+from .judging import invoke, screen_pairs
+
+ROOT = "ab_rlc_20261012_101500"
+
+
+def expected(manifest, root=ROOT):
+    return {(op, dtype): spec["verdict"]["v3"] for r, op, dtype, spec in screen_pairs(manifest) if r == root}
+
+
+@pytest.mark.parametrize("fmt,delimiter", [("tsv", "\t"), ("csv", ",")])
+def test_delimited(example_store_path, example_source, fmt, delimiter):
+    _, manifest = example_source
+    result = invoke(example_store_path, "export", ROOT, "--format", fmt)
+    assert result.exit_code == 0, result.output
+    reader = csv.reader(io.StringIO(result.stdout), delimiter=delimiter)
+    header, *rows = list(reader)
+    assert header == list(layout.SCREEN_COLUMNS)
+    records = [dict(zip(header, r)) for r in rows]
+    assert {(r["op"], r["dtype"]): r["verdict"] for r in records} == expected(manifest)
+
+
+def test_json(example_store_path, example_source):
+    _, manifest = example_source
+    rows = json.loads(invoke(example_store_path, "export", ROOT, "--format", "json").stdout)
+    assert all(list(r) == list(layout.SCREEN_COLUMNS) for r in rows)
+    assert {(r["op"], r["dtype"]): r["verdict"] for r in rows} == expected(manifest)
+
+
+def test_rows_keep_the_order_of_the_roots_screen_tsv(example_store_path, example_source):
+    source, _ = example_source
+    on_disk = [line.split("\t")[0] for line in (source / ROOT / "screen.tsv").read_text().splitlines()[1:] if line]
+    result = invoke(example_store_path, "export", ROOT)
+    exported = [line.split("\t")[0] for line in result.stdout.splitlines()[1:]]
+    assert exported == on_disk
+
+
+def test_export_refuses_what_is_not_a_screening_root(example_store_path, example_source):
+    _, manifest = example_source
+    assert invoke(example_store_path, "export", "nope").exit_code == 2
+    result = invoke(example_store_path, "export", manifest["campaign"]["root"])
+    assert result.exit_code == 2 and "not a screening root" in result.output

@@ -1,0 +1,99 @@
+"""Noise floors: how far one measurement of an operator wanders, from the
+NO_IR_DIFF pairs under the current rule, always labelled as a noise floor."""
+
+import pytest
+
+from zlstore import caliber, judge
+
+from .judging import invoke, json_out, screen_pairs
+
+
+def expected_floors(manifest, rule):
+    """(op, caliber) -> (n, floor, roots) from the NO_IR_DIFF pairs' ratios."""
+    floors = {}
+    for root, op, _, spec in screen_pairs(manifest):
+        if spec["verdict"][rule] != "NO_IR_DIFF" or not spec["ratios"]:
+            continue
+        cal = tuple(manifest["root_info"][root]["caliber"][name] for name in caliber.NAMES)
+        n, floor, roots = floors.get((op, cal), (0, 0.0, set()))
+        floors[(op, cal)] = (n + len(spec["ratios"]), max([floor] + [abs(r - 1) for r in spec["ratios"]]),
+                             roots | {root})
+    return floors
+
+
+def got_floors(rows):
+    return {(r["op"], tuple(r[name] for name in caliber.NAMES)): r for r in rows}
+
+
+@pytest.mark.parametrize("rule", ["v3", "v2"])
+def test_floors_under_the_current_rule(example_store, example_source, rule):
+    _, manifest = example_source
+    example_store.set_rule(rule)
+    expected = expected_floors(manifest, rule)
+    assert expected
+    got = got_floors(judge.noise_floors(example_store))
+    assert set(got) == set(expected)
+    for key, (n, floor, roots) in expected.items():
+        row = got[key]
+        assert row["n"] == n
+        assert row["floor"] == pytest.approx(floor)
+        assert set(row["roots"].split(",")) == roots
+        assert row["label"] == "noise floor"
+        assert row["rule"] == rule
+
+
+def test_switching_the_rule_changes_the_floors(example_store, example_source):
+    _, manifest = example_source
+    v2, v3 = expected_floors(manifest, "v2"), expected_floors(manifest, "v3")
+    assert set(v2) != set(v3), "an annotation-only pair is NO_IR_DIFF under v3 only"
+    example_store.set_rule("v2")
+    assert set(got_floors(judge.noise_floors(example_store))) == set(v2)
+
+
+def test_op_filter(example_store, example_source):
+    _, manifest = example_source
+    op = sorted(expected_floors(manifest, "v3"))[0][0]
+    rows = judge.noise_floors(example_store, op)
+    assert rows and {r["op"] for r in rows} == {op}
+
+
+def test_cli_labels_every_floor(example_store_path, example_source):
+    _, manifest = example_source
+    result = invoke(example_store_path, "noise")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "not results" in lines[0]
+    body = [l for l in lines[3:] if l.strip()]
+    assert len(body) == len(expected_floors(manifest, "v3"))
+    assert all("noise floor" in l for l in body)
+    rows = json_out(invoke(example_store_path, "noise", "--op", "softmax", "--json"))
+    assert rows and all(r["label"] == "noise floor" and r["op"] == "softmax" for r in rows)
+
+
+def test_ranges_are_judged_against_the_floor_of_their_caliber(example_store, example_source):
+    """A campaign runs with isolate_tuner_cache=1, so the screens' floors do
+    not apply to it; measured under the screens' caliber, they do."""
+    _, manifest = example_source
+    root = manifest["campaign"]["root"]
+    assert all(r["noise_floor"] is None and r["clears_floor"] is None for r in judge.ab_ranges(example_store, root))
+    screen_root = manifest["comparable_roots"][0][0]
+    conn = example_store.conn
+    screen_caliber = conn.execute("SELECT caliber_id FROM roots WHERE name = ?", (screen_root,)).fetchone()[0]
+    campaign_caliber = conn.execute(
+        "SELECT caliber_id FROM cells WHERE root_id = (SELECT id FROM roots WHERE name = ?) "
+        "GROUP BY caliber_id ORDER BY count(*) DESC LIMIT 1", (root,)).fetchone()[0]
+    with conn:
+        conn.execute("UPDATE cells SET caliber_id = ? WHERE caliber_id = ? AND root_id = (SELECT id FROM roots WHERE name = ?)",
+                     (screen_caliber, campaign_caliber, root))
+    floors = {op: floor for (op, cal), (_, floor, _) in expected_floors(manifest, "v3").items()
+              if cal == tuple(manifest["root_info"][screen_root]["caliber"][n] for n in caliber.NAMES)}
+    judged = 0
+    for row in judge.ab_ranges(example_store, root):
+        if row["op"] not in floors or not row["rounds"]:
+            assert row["noise_floor"] is None
+            continue
+        judged += 1
+        floor = floors[row["op"]]
+        assert row["noise_floor"] == pytest.approx(floor)
+        assert row["clears_floor"] == int(row["min"] > 1 + floor or row["max"] < 1 - floor)
+    assert judged
