@@ -70,6 +70,12 @@ def pid_files(tmp_path) -> set:
     return {int(p.name) for p in directory.iterdir()} if directory.exists() else set()
 
 
+def interrupt(process):
+    """Ctrl-C as a terminal sends it: SIGINT to the zlstore process."""
+    process.send_signal(signal.SIGINT)
+    return process.communicate(timeout=60)
+
+
 def query(db, sql, params=()):
     try:
         conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
@@ -136,8 +142,7 @@ def test_screen_ctrl_c_kills_the_running_side(tmp_path):
         while len(pid_files(tmp_path)) < 2:          # the fake and its sleeper
             assert process.poll() is None and time.monotonic() < deadline, process.communicate()
             time.sleep(0.1)
-        process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=60)
+        out, err = interrupt(process)
     finally:
         if process.poll() is None:
             process.kill()
@@ -236,8 +241,7 @@ def test_ctrl_c_leaves_nothing_behind_and_resume_finishes(tmp_path):
         time.sleep(0.5)
         before = descendants(process.pid) | pid_files(tmp_path)
         assert len(before) >= 4          # workers and the slow ops' commands at least
-        process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=60)
+        out, err = interrupt(process)
     finally:
         if process.poll() is None:
             process.kill()

@@ -2,14 +2,11 @@
 
 import contextlib
 import functools
-import itertools
-import json
 import sys
-from pathlib import Path
 
 import click
 
-from . import caliber, judge, layout, output, ttgir
+from . import judge, layout, output, report, ttgir
 from .db import SchemaError
 from .store import Store, default_db_path
 
@@ -36,16 +33,6 @@ def db_option(fn):
 
 def json_option(fn):
     return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(fn)
-
-
-def echo_rows(rows, as_json, columns=None, empty="(nothing)"):
-    """Rows as a table for people, a JSON list of objects for scripts."""
-    if as_json:
-        click.echo(output.to_json(rows))
-    elif rows:
-        click.echo(output.table(rows, columns))
-    else:
-        click.echo(empty, err=True)
 
 
 def progress_reporter(label):
@@ -289,28 +276,18 @@ def run_screen(store, ops, command, switch, cell_timeout, root_dir, card, backen
         zlstore run screen --ops topk:float16,fft:complex64,rand \\
             --switch FLAGTREE_MUSA_RLC_ENHANCE --command 'bash run_cell.sh {op} {dtype}'
     """
-    from pathlib import Path
-
-    from . import layout, plan as planmod, runner
+    from . import runner
 
     try:
-        pairs = [(op, dtype or "") for op, dtype in planmod.parse_op_spec(ops)]
-        config = runner.ScreenConfig(
-            root=root_dir or f"runs/screen_{runner.timestamp()}", ops=pairs, command=command,
-            switch=switch, cell_timeout=cell_timeout, card=card,
-            backend=backend or runner.default_backend())
-        runner.visible_devices_var(config.backend)
+        config = runner.screen_config(ops=ops, command=command, switch=switch, cell_timeout=cell_timeout,
+                                      root_dir=root_dir, card=card, backend=backend)
         result = runner.run_screen(store, config, report=lambda line: click.echo(line, err=True))
     except (runner.RunError, ValueError) as error:
         raise click.ClickException(str(error))
     except KeyboardInterrupt:
         click.echo("interrupted: the running side was killed; finished cells are recorded", err=True)
         sys.exit(EXIT_INTERRUPTED)
-    rows = layout.read_tsv(Path(result["screen_tsv"]), []) or []
-    columns = ["op", "dtype", "verdict", "elapsed_before", "elapsed_after", "rc_before", "rc_after"]
-    if rows:
-        click.echo(output.table([row for _, row in rows], columns))
-    click.echo(f"{result['root']}: {result['sides']} cells recorded; verdicts in {result['screen_tsv']}")
+    click.echo(report.run_screen(result, runner.screen_tsv_rows(result)))
 
 
 @run.command("campaign")
@@ -355,53 +332,18 @@ def run_campaign(store, plan_path, screen_root, ops, cards, rounds, extra_ops, c
         zlstore run campaign --plan partition.tsv --rounds 6 --command 'bash ab_repeat.sh {op} {dtype}'
     """
     from . import runner
-    from .plan import read_partition_tsv
 
     try:
-        screen_row = None
-        if resume:
-            if not root_dir:
-                raise runner.RunError("--resume needs --root: the campaign root to continue")
-            env, the_plan = runner.read_campaign(root_dir)
-            rounds = int(env.get("ROUNDS") or rounds)
-            command = command or env.get("COMMAND")
-            switch = switch or env.get("SWITCH") or None
-            screen_root = screen_root or env.get("SCREEN_ROOT") or None
-        elif plan_path:
-            the_plan = read_partition_tsv(plan_path)
-        elif screen_root:
-            the_plan, screen_row = runner.plan_from_store(store, screen_root, cards, rounds, ops, extra_ops)
-        else:
-            raise runner.RunError("give --plan partition.tsv, or --screen-root to plan from (or --resume --root)")
-        if not command:
-            raise runner.RunError("--command is required: the op command template, e.g. 'bash ab_repeat.sh {op} {dtype}'")
-        if screen_row is None and screen_root and not resume:
-            try:
-                screen_row = store.root(screen_root)
-            except LookupError:
-                pass
-        config = runner.CampaignConfig(
-            root=root_dir or f"runs/campaign_{runner.timestamp()}", plan=the_plan, command=command,
-            rounds=rounds, switch=switch or (screen_row or {}).get("switch"),
-            screen_root=(screen_row or {}).get("path") or screen_root,
-            backend=backend or runner.default_backend(),
-            devices=[d.strip() for d in devices.split(",")] if devices else None,
-            poll_s=poll, resume=resume, status_every_s=status_every)
+        config = runner.campaign_config(
+            store, plan_path=plan_path, screen_root=screen_root, ops=ops, cards=cards, rounds=rounds,
+            extra_ops=extra_ops, command=command, root_dir=root_dir, resume=resume, switch=switch,
+            backend=backend, devices=devices, poll_s=poll, status_every_s=status_every)
         result = runner.run_campaign(store.path, config, stream=sys.stderr)
     except (runner.RunError, LookupError, ValueError) as error:
         raise click.ClickException(str(error).strip("'\""))
-    summary = result.as_dict()
-    done = sum(c["done"] for c in summary["cards"])
-    skipped = sum(c["skipped"] for c in summary["cards"])
-    cells = sum(c["cells"] for c in summary["cards"])
-    click.echo(f"{result.root}: {done} ops run, {skipped} skipped as complete, {len(result.failed)} failed; "
-               f"{cells} cells recorded")
-    for failure in result.failed:
-        click.echo(f"failed: {failure}")
+    click.echo(report.campaign(result))
     if result.interrupted:
-        click.echo(f"interrupted: continue with zlstore run campaign --resume --root {result.root}")
         sys.exit(EXIT_INTERRUPTED)
-    click.echo(f"next: zlstore ab {result.root}")
     sys.exit(EXIT_PROBLEMS if result.failed else EXIT_OK)
 
 
@@ -427,22 +369,6 @@ def judge_errors():
         if type(error) is not LookupError:  # a KeyError or IndexError is a bug, not a usage error
             raise
         raise click.UsageError(str(error))
-
-
-def range_text(row, count="n_rows", unit="rows"):
-    """min .. median .. max over n, or why there is none."""
-    if not row.get(count):
-        return f"none: no row paired (zlstore ab {row['root']} --rejected says why)"
-    numbers = " .. ".join(output.cell_text(row[k]) for k in ("min", "median", "max"))
-    return f"{numbers}  (min .. median .. max of before/after over {row[count]} {unit})"
-
-
-def caliber_text(row):
-    return " ".join(f"{name}={row.get(name)}" for name in caliber.NAMES) if row.get("caliber_id") else "unknown"
-
-
-def _grouped(rows, key="root"):
-    return itertools.groupby(rows, key=lambda r: r[key])
 
 
 @cli.command()
@@ -478,27 +404,7 @@ def screen(store, root, rule, as_json):
     if not rows:
         click.echo("(no screening pairs: ingest a screening root first)", err=True)
         return
-    columns = ["op", "dtype", "verdict", "recorded_verdict", "cl_before", "cl_after", "rc_before", "rc_after",
-               "elapsed_before", "elapsed_after", "note"]
-    headers = ["op", "dtype", "verdict", "recorded", "cl_before", "cl_after", "rc_before", "rc_after",
-               "elapsed_before", "elapsed_after", "note"]
-    for name, group in _grouped(rows):
-        group = list(group)
-        calibers = {caliber_text(r) for r in group}
-        click.echo(f"{name}  (rule {rule_name}; caliber: {' | '.join(sorted(calibers))})")
-        lines = output.table(group, columns, headers).split("\n")
-        click.echo("\n".join(lines[:2]))
-        for row, line in zip(group, lines[2:]):
-            click.echo(line)
-            if row["range_label"] is not None:
-                label = row["range_label"] if row["range_label"] == "result" else f"{row['range_label']}, not a result"
-                fallback = ("; includes rows timed by the direct fallback (BENCHMARK_DIRECT_NO_CUDAGRAPH)"
-                            if row["fallback"] else "")
-                click.echo(f"    speedup range ({label}): {range_text(row)}{fallback}")
-        click.echo()
-    counts = judge.verdict_counts(rows)
-    click.echo(f"{len(rows)} pairs under rule {rule_name}: "
-               + ", ".join(f"{n} {name}" for name, n in counts.items()))
+    click.echo(report.screen(rows, rule_name))
 
 
 @cli.command()
@@ -523,31 +429,17 @@ def rescore(store, root, rule, write, as_json):
         zlstore rescore ab_rlc_20261012_101500 --rule v3 --write
     """
     with judge_errors():
-        if root is not None:
-            found = store.root(root)
+        found = store.root(root) if root is not None else None  # an unknown root leaves the rule alone
         if rule is not None:
             store.set_rule(rule)
-        result = judge.rescore(store, root)
-        if write:
-            targets = [found] if root is not None else store.roots(kind="screen")
-            missing = [t["path"] for t in targets if not Path(t["path"]).is_dir()]
-            if missing:
-                raise judge.JudgeError("cannot write screen.tsv: no such root directory: " + ", ".join(missing))
-            for target in targets:
-                path = judge.write_screen_tsv(store, target)
-                click.echo(f"wrote {path} (the original is {path.name}.orig)", err=True)
-            if targets:
-                store.ingest([t["path"] for t in targets])
+        result = judge.rescore(store, found)
+        written = judge.rescore_write(store, found) if write else []
+    for path in written:
+        click.echo(f"wrote {path} (the original is {path.name}.orig)", err=True)
     if as_json:
         click.echo(output.to_json(result["moved"]))
         return
-    if result["moved"]:
-        click.echo(output.table(result["moved"], ["root", "op", "dtype", "from", "to"]))
-        click.echo()
-        for count in result["counts"]:
-            click.echo(f"{count['from']} -> {count['to']}: {count['n']}")
-    click.echo(f"rule {result['rule']}: {result['pairs']} pairs, {len(result['moved'])} moved, "
-               f"{result['unchanged']} unchanged, {result['without_original']} without a harness verdict")
+    click.echo(report.rescore(result))
 
 
 @cli.command()
@@ -585,44 +477,10 @@ def ab(store, root, rejected, as_json):
     if as_json:
         click.echo(output.to_json(rows))
         return
-    if rejected:
-        for row in rows:
-            row["detail"] = row["differences"] or row["not_counted"] or ""
-        echo_rows(rows, False, ["root", "card", "round", "op", "dtype", "shape", "sides", "reason", "fields", "detail"],
-                  empty="(every row paired)")
-        return
     if not rows:
-        if found is not None and found["kind"] == "screen":
-            click.echo(f"{found['name']} is a screening root: its ranges are in zlstore screen {found['name']}, "
-                       f"labelled by verdict; zlstore ab {found['name']} --rejected lists its unpaired rows", err=True)
-        else:
-            click.echo("(no A/B ranges: no repeat run or campaign rows stored)", err=True)
+        click.echo("(every row paired)" if rejected else report.no_ab_ranges(found), err=True)
         return
-    for row in rows:
-        notes = []
-        if row["rounds"] == 0:
-            notes.append("no row paired")
-        if row["rejected"]:
-            notes.append(f"{row['rejected']} row{'s' if row['rejected'] != 1 else ''} did not pair "
-                         f"({row['rejected_reasons']}; see --rejected)")
-        if row["fallback"]:
-            notes.append(f"{row['fallback_rows']} paired row(s) timed by the direct fallback, a different regime")
-        if row["clears_floor"] is not None:
-            floor = output.cell_text(row["noise_floor"])
-            notes.append(f"clears the noise floor +-{floor}" if row["clears_floor"]
-                         else f"within the noise floor +-{floor}: not a result")
-        row["note"] = "; ".join(notes)
-    for name, group in _grouped(rows):
-        click.echo(f"{name}  (ratio = latency before / after)")
-        click.echo(output.table(list(group), ["op", "dtype", "shape", "rounds", "min", "median", "max", "note"]))
-        click.echo()
-    incomplete = sum(1 for r in rows if r["rejected"])
-    click.echo(f"{len(rows)} ranges, {incomplete} with rows that did not pair, "
-               f"{sum(1 for r in rows if r['fallback'])} with direct-fallback rows; "
-               f"{sum(1 for r in rows if r['clears_floor'] == 1)} clear their op's noise floor, "
-               f"{sum(1 for r in rows if r['clears_floor'] == 0)} do not, "
-               f"{sum(1 for r in rows if r['clears_floor'] is None)} have no noise floor under their caliber "
-               "(zlstore noise)")
+    click.echo(report.rejected(rows) if rejected else report.ab(rows))
 
 
 @cli.command()
@@ -645,11 +503,9 @@ def noise(store, op, as_json):
     if as_json:
         click.echo(output.to_json(rows))
         return
-    for row in rows:
-        row["caliber"] = "/".join(str(row[name]) for name in caliber.NAMES)
-    click.echo(f"noise floors, not results (caliber = {'/'.join(caliber.NAMES)})")
-    echo_rows(rows, False, ["op", "dtype", "n", "floor", "label", "roots", "caliber"],
-              empty="(no noise floor: no NO_IR_DIFF pair with paired rows)")
+    click.echo(report.noise(rows))
+    if not rows:
+        click.echo("(no noise floor: no NO_IR_DIFF pair with paired rows)", err=True)
 
 
 @cli.command()
@@ -674,25 +530,10 @@ def compare(store, root_a, root_b, rule, as_json):
             result = judge.compare(store, root_a, root_b, rule)
     except Refusal as refusal:
         raise Refusal("refusing to compare: " + refusal.message)
-    rows = result["rows"]
     if as_json:
-        click.echo(output.to_json(rows))
+        click.echo(output.to_json(result["rows"]))
         return
-
-    def cell(row, side):
-        if row[f"range_label_{side}"] is None:
-            return ""
-        if not row[f"n_rows_{side}"]:
-            return f"({row[f'range_label_{side}']}: no row paired)"
-        numbers = "..".join(output.cell_text(row[f"{k}_{side}"]) for k in ("min", "median", "max"))
-        return f"{numbers} ({row[f'range_label_{side}']})"
-
-    for row in rows:
-        row["range_a"], row["range_b"] = cell(row, "a"), cell(row, "b")
-    click.echo(f"A = {result['a']}, B = {result['b']}  (rule {result['rule']}; caliber: "
-               + " ".join(f"{k}={v}" for k, v in result["caliber"].items()) + ")")
-    click.echo(output.table(rows, ["op", "dtype", "verdict_a", "verdict_b", "range_a", "range_b"],
-                            ["op", "dtype", "verdict A", "verdict B", "range A (min..median..max)", "range B"]))
+    click.echo(report.compare(result))
 
 
 @cli.command()

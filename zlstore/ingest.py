@@ -5,9 +5,11 @@ then written inside one BEGIN IMMEDIATE transaction. Re-ingesting is cheap:
 a cell whose files have the same names, sizes and mtimes is skipped without
 reading them; where those changed, a content hash decides."""
 
+import collections
 import datetime
 import hashlib
 import json
+import multiprocessing
 import os
 import sqlite3
 import zlib
@@ -33,6 +35,7 @@ MEASUREMENT_COLUMNS = (
 _JSON_FIELDS = {"legacy_shape"}
 _STORED_FIELDS = tuple(f for f in runlog.KNOWN_FIELDS if f != "shape_detail")
 _JSON_POSITIONS = frozenset(i for i, f in enumerate(_STORED_FIELDS) if f in _JSON_FIELDS)
+_COUNTED = MEASUREMENT_COLUMNS.index("counted") - 1  # in a stored row without its cell_id
 RECORDED_VERDICT_COLUMNS = (
     "root_id", "file", "line", "op", "dtype", "verdict", "raw_verdict", "cl_before", "cl_after",
     "fp_before", "fp_after", "elapsed_before", "elapsed_after", "rc_before", "rc_after",
@@ -197,6 +200,43 @@ class ParsedCell:
     index: Optional[Tuple[str, bytes]]
     content_sig: str
     problems: List[Problem]
+    # Filled where a worker process prepared the cell: its rows as stored
+    # (texts and Row objects stay in the worker), the digests of its texts
+    # under every rule, and (size, zlib data) of texts that worker had not
+    # sent before.
+    measurements: Optional[List[tuple]] = None
+    digests: Dict[Tuple[str, str], str] = field(default_factory=dict)
+    packed: Dict[str, Tuple[int, bytes]] = field(default_factory=dict)
+
+    def stored_rows(self) -> List[tuple]:
+        """The measurements rows without their cell_id, as INSERTed."""
+        if self.measurements is None:
+            self.measurements = [Ingester._measurement_values(row) for row in self.log.rows]
+        return self.measurements
+
+
+# A whole tree is prepared (walked, read, hashed, parsed, normalized) in
+# worker processes while this process writes, still one transaction per cell
+# here and in the same order: reading and parsing are most of an ingest.
+# ZLSTORE_INGEST_WORKERS sets how many (0: prepare in this process).
+PARALLEL_MIN_CELLS = 64
+BULK_CHECKPOINT_PAGES = 16384
+PREPARE_CHUNK = 16
+_PREPARER: Optional["Ingester"] = None  # what a forked worker prepares cells with
+
+
+def _worker_count(cells: int) -> int:
+    if cells < PARALLEL_MIN_CELLS or "fork" not in multiprocessing.get_all_start_methods():
+        return 0
+    setting = os.environ.get("ZLSTORE_INGEST_WORKERS", "").strip()
+    if setting.isdigit():
+        return int(setting)
+    cores = os.cpu_count() or 1
+    return min(cores, 2) if cores > 1 else 0
+
+
+def _prepare_chunk(cells: List[Path]) -> list:
+    return [_PREPARER.prepare(cell) for cell in cells]
 
 
 class _KnownCells(dict):
@@ -262,6 +302,9 @@ class Ingester:
         self.digests: Dict[Tuple[str, str], str] = {}
         self.layout_counts: Dict[str, int] = {}
         self.run_id: Optional[int] = None
+        self.packed: Dict[str, Tuple[int, bytes]] = {}  # from workers, until stored
+        self.sent: set = set()                          # in a worker: texts packed already
+        self.loaded_roots: Dict[Path, layout.Root] = {}  # in a worker
 
     # -- the run -----------------------------------------------------------
 
@@ -282,12 +325,23 @@ class Ingester:
             if not found:
                 self.problem(Problem(str(path), None, "no cell directories found (no run.log or cell.env)"))
             cells.extend(found)
-        if len(cells) > 64:
+        if len(cells) > PARALLEL_MIN_CELLS:
             self.cells.preload(paths)
-        for done, cell in enumerate(cells, 1):
-            self.cell(cell, require_finished)
-            if progress:
-                progress(done, len(cells))
+        workers = 0 if require_finished else _worker_count(len(cells))
+        prepared = self._prepared(cells, workers) if workers else ((cell, None) for cell in cells)
+        # Thousands of small commits rewrite the same pages into the WAL: check
+        # it into the database every BULK_CHECKPOINT_PAGES, not every 1000 (each
+        # checkpoint syncs twice). Same durability; the WAL grows larger meanwhile.
+        checkpoint = self.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+        if len(cells) > PARALLEL_MIN_CELLS and 0 < checkpoint < BULK_CHECKPOINT_PAGES:
+            self.conn.execute(f"PRAGMA wal_autocheckpoint = {BULK_CHECKPOINT_PAGES}")
+        try:
+            for done, (cell, ready) in enumerate(prepared, 1):
+                self.cell(cell, require_finished, ready)
+                if progress:
+                    progress(done, len(cells))
+        finally:
+            self.conn.execute(f"PRAGMA wal_autocheckpoint = {checkpoint}")
         self.summary.counts["roots"] = len(self.roots)
         with write_transaction(self.conn):
             self.conn.execute(
@@ -295,6 +349,57 @@ class Ingester:
                 (now(), json.dumps(self.summary.as_dict()), self.run_id),
             )
         return self.summary
+
+    def _prepared(self, cells: List[Path], workers: int):
+        """(cell, what a worker prepared for it) in order, a bounded number
+        of chunks ahead of the writes."""
+        global _PREPARER
+        chunks = [cells[i:i + PREPARE_CHUNK] for i in range(0, len(cells), PREPARE_CHUNK)]
+        _PREPARER = self  # the workers fork from here with the known cells
+        try:
+            with multiprocessing.get_context("fork").Pool(workers) as pool:
+                ahead = collections.deque()
+                for chunk in chunks:
+                    ahead.append((chunk, pool.apply_async(_prepare_chunk, (chunk,))))
+                    if len(ahead) > 4 * workers:
+                        chunk, result = ahead.popleft()
+                        yield from zip(chunk, result.get())
+                while ahead:
+                    chunk, result = ahead.popleft()
+                    yield from zip(chunk, result.get())
+        finally:
+            _PREPARER = None
+
+    def prepare(self, cell: Path):
+        """In a worker: (root ref, the files' stat signature, the parsed cell
+        made portable, or None where the stored cell has the same stat
+        signature, or the error's (type name, message))."""
+        try:
+            ref = layout.locate_root(cell, self.root_refs)
+            root = self.loaded_roots.get(ref.path)
+            if root is None:
+                root = self.loaded_roots[ref.path] = layout.load_root(ref)
+            files = scan_cell(cell)
+            known = self.cells.get(str(cell))
+            if known and known[1] == files.stat_sig + root.files_sig:
+                return ref, files.stat_sig, None
+            return ref, files.stat_sig, self._portable(self.parse(files, ref, root))
+        except Exception as error:
+            return None, None, (type(error).__name__, str(error))
+
+    def _portable(self, parsed: ParsedCell) -> ParsedCell:
+        """What the writing process needs of a parsed cell, small to send."""
+        for ir_hash, (raw, _) in parsed.texts.items():
+            for rule in ttgir.RULES:
+                parsed.digests[(ir_hash, rule)] = self.digests[(ir_hash, rule)]
+            if ir_hash not in self.sent:
+                self.sent.add(ir_hash)
+                parsed.packed[ir_hash] = (len(raw), zlib.compress(raw, 6))
+        parsed.texts = dict.fromkeys(parsed.texts, (None, None))
+        parsed.stored_rows()
+        parsed.log = runlog.RunLog(rows=[], problems=[], records=parsed.log.records, lines=parsed.log.lines)
+        parsed.root = None
+        return parsed
 
     def problem(self, problem: Problem, store: bool = True):
         self.summary.problems.append(problem)
@@ -310,11 +415,11 @@ class Ingester:
 
     # -- one cell ----------------------------------------------------------
 
-    def cell(self, cell: Path, require_finished: bool = False) -> str:
+    def cell(self, cell: Path, require_finished: bool = False, prepared=None) -> str:
         """Store one cell; returns what happened: added, replaced, unchanged,
         unfinished or failed."""
         try:
-            return self._cell(cell, require_finished)
+            return self._cell(cell, require_finished, prepared)
         except (KeyboardInterrupt, SystemExit):
             self._forget_uncommitted()
             raise
@@ -324,21 +429,36 @@ class Ingester:
             self.problem(Problem(str(cell), None, f"not stored: {type(error).__name__}: {error}"))
             return "failed"
 
-    def _cell(self, cell: Path, require_finished: bool) -> str:
+    def _cell(self, cell: Path, require_finished: bool, prepared=None) -> str:
         key = str(cell)
         if require_finished and not self._finished(cell):  # before the root: store nothing at all
             self.summary.counts["cells_unfinished"] += 1
             self.summary.unfinished.append(key)
             return "unfinished"
-        ref = layout.locate_root(cell, self.root_refs)
+        if prepared is not None and isinstance(prepared[2], tuple):
+            prepared = None  # the worker failed on it: fail here, the same way
+        if prepared is None:
+            ref = layout.locate_root(cell, self.root_refs)
+        else:
+            ref, files_sig, parsed = prepared
         root, root_id = self.root(ref)
-        files = scan_cell(cell)
+        if prepared is None:
+            files, parsed = scan_cell(cell), None
+            files_sig = files.stat_sig
         known = self.cells.get(key)
-        stat_sig = files.stat_sig + root.files_sig
+        stat_sig = files_sig + root.files_sig
         if known and known[1] == stat_sig:
             self.summary.counts["cells_unchanged"] += 1
             return "unchanged"
-        parsed = self.parse(files, ref, root)
+        if parsed is None:
+            if prepared is not None:  # the worker saw it unchanged; this process does not
+                files = scan_cell(cell)
+                stat_sig = files.stat_sig + root.files_sig
+            parsed = self.parse(files, ref, root)
+        else:
+            parsed.root = root
+            self.digests.update(parsed.digests)
+            self.packed.update(parsed.packed)
         if known and known[2] == parsed.content_sig:
             with write_transaction(self.conn):
                 self.conn.execute("UPDATE cells SET stat_sig = ? WHERE id = ?", (stat_sig, known[0]))
@@ -361,7 +481,7 @@ class Ingester:
         self.cells[key] = (cell_id, stat_sig, parsed.content_sig)
         self.summary.counts["cells_" + outcome] += 1
         if outcome != "unchanged":
-            self.summary.counts["rows_added"] += len(parsed.log.rows)
+            self.summary.counts["rows_added"] += len(parsed.stored_rows())
             self.summary.counts["kernels_added"] += len(parsed.kernels)
         self.summary.problems.extend(parsed.problems)
         return outcome
@@ -374,6 +494,7 @@ class Ingester:
     def _committed(self):
         for digest, kind in self.pending_blobs.items():
             self.blobs.add(digest)
+            self.packed.pop(digest, None)
             if kind == "ttgir":
                 self.summary.counts["ir_texts_added"] += 1
         self.pending_blobs.clear()
@@ -545,7 +666,7 @@ class Ingester:
     # -- writing (inside the cell's transaction) ---------------------------
 
     def _insert(self, parsed: ParsedCell, root_id: int, stat_sig: str) -> int:
-        v, rows = parsed.values, parsed.log.rows
+        v, rows = parsed.values, parsed.stored_rows()
         caliber_id = self.caliber_id(v["caliber"])
         if parsed.index and parsed.index[0] not in self.blobs and parsed.index[0] not in self.pending_blobs:
             self._insert_blob(parsed.index[0], "index.tsv", parsed.index[1])
@@ -563,7 +684,7 @@ class Ingester:
                 v["nodeid"], v["switch"], v["switch_value"], v["cell_timeout"], caliber_id,
                 v["caliber_missing"], *(v["sources"].get(k) for k in ("card", "op", "dtype", "side", "round", "rc", "elapsed")),
                 v["caliber_source"], layout.provenance_json(v["sources"]), parsed.log.records, len(rows),
-                sum(1 for r in rows if r.counted), len(parsed.kernels),
+                sum(1 for r in rows if r[_COUNTED]), len(parsed.kernels),
                 sum(k["convert_layouts"] for k in parsed.kernels),
                 parsed.index[0] if parsed.index else None, len(parsed.problems), stat_sig, parsed.content_sig, now(),
             ),
@@ -571,11 +692,11 @@ class Ingester:
         self.conn.executemany(
             f"INSERT INTO measurements ({', '.join(MEASUREMENT_COLUMNS)}) "
             f"VALUES ({', '.join('?' * len(MEASUREMENT_COLUMNS))})",
-            [self._measurement(cell_id, row) for row in rows],
+            [(cell_id, *row) for row in rows],
         )
         for ir_hash, (raw, _) in parsed.texts.items():
             if ir_hash not in self.blobs and ir_hash not in self.pending_blobs:
-                self._insert_blob(ir_hash, "ttgir", raw)
+                self._insert_blob(ir_hash, "ttgir", raw, self.packed.get(ir_hash))
         self.conn.executemany(
             "INSERT INTO kernels (cell_id, name, cache_dir, ir_hash, convert_layouts, num_warps, num_stages) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -598,22 +719,29 @@ class Ingester:
             self._store_problems(parsed.problems)
         return cell_id
 
-    def _insert_blob(self, digest: str, kind: str, raw: bytes):
+    def _insert_blob(self, digest: str, kind: str, raw: Optional[bytes],
+                     packed: Optional[Tuple[int, bytes]] = None):
+        """raw bytes, or (size, zlib data) a worker compressed."""
+        size, data = packed if raw is None else (len(raw), zlib.compress(raw, 6))
         self.conn.execute(
             "INSERT OR IGNORE INTO blobs (hash, kind, size, data) VALUES (?, ?, ?, ?)",
-            (digest, kind, len(raw), zlib.compress(raw, 6)),
+            (digest, kind, size, data),
         )
         self.pending_blobs[digest] = kind
 
     @staticmethod
     def _measurement(cell_id: int, row: "runlog.Row") -> tuple:
+        return (cell_id, *Ingester._measurement_values(row))
+
+    @staticmethod
+    def _measurement_values(row: "runlog.Row") -> tuple:
         get = row.values.get
         values = [get(name) for name in _STORED_FIELDS]
         for i, value in enumerate(values):  # a row has a dozen fields: one pass, JSON only where needed
             if value is not None and (i in _JSON_POSITIONS or isinstance(value, (list, dict))):
                 values[i] = json.dumps(value, sort_keys=True)
         return (
-            cell_id, row.line, row.record, row.index, row.op_name, row.dtype, row.mode, row.level,
+            row.line, row.record, row.index, row.op_name, row.dtype, row.mode, row.level,
             row.shape_key, *values, json.dumps(row.extra, sort_keys=True, default=str) if row.extra else None,
             1 if row.counted else 0, row.not_counted_reason, 1 if row.fallback else 0,
         )

@@ -251,6 +251,22 @@ def write_screen_tsv(store, root) -> Path:
     return path
 
 
+def rescore_write(store, root=None) -> List[Path]:
+    """`rescore --write`: rewrite screen.tsv of one root (default: every
+    screening root) from the verdicts under the current rule, then ingest
+    the roots again so recorded_verdicts matches the files. Refuses
+    (JudgeError) before writing anything when a root's directory is gone.
+    Returns the paths written, in order."""
+    targets = [_root(store, root)] if root is not None else store.roots(kind="screen")
+    missing = [t["path"] for t in targets if not Path(t["path"]).is_dir()]
+    if missing:
+        raise JudgeError("cannot write screen.tsv: no such root directory: " + ", ".join(missing))
+    written = [write_screen_tsv(store, target) for target in targets]
+    if targets:
+        store.ingest([t["path"] for t in targets])
+    return written
+
+
 def ab_ranges(store, root=None) -> List[dict]:
     """The A/B ranges of repeat runs and campaigns (ab_ranges), every key
     that has a paired or a rejected row."""

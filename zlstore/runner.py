@@ -264,6 +264,26 @@ def run_screen(store, config: ScreenConfig, report: Callable[[str], None] = lamb
             "timed_out": [f"{r.op}:{r.dtype}:{r.side}" for r in results if r.timed_out]}
 
 
+def screen_config(*, ops: str, command: str, switch: str, cell_timeout: float = DEFAULT_CELL_TIMEOUT,
+                  root_dir: Optional[str] = None, card: int = 0, backend: Optional[str] = None) -> ScreenConfig:
+    """A screening pass's config from the command's options: ops parsed
+    (ValueError names a bad spec), root and backend defaulted, and an
+    unknown backend refused (RunError) before anything is written."""
+    pairs = [(op, dtype or "") for op, dtype in planmod.parse_op_spec(ops)]
+    config = ScreenConfig(
+        root=root_dir or f"runs/screen_{timestamp()}", ops=pairs, command=command,
+        switch=switch, cell_timeout=cell_timeout, card=card,
+        backend=backend or default_backend())
+    visible_devices_var(config.backend)
+    return config
+
+
+def screen_tsv_rows(result: dict) -> List[dict]:
+    """The rows of the screen.tsv a screening pass wrote (empty when it has
+    none), for the table printed at its end."""
+    return [row for _, row in layout.read_tsv(Path(result["screen_tsv"]), []) or []]
+
+
 def _num(value: float) -> str:
     return format(value, "g")
 
@@ -330,6 +350,49 @@ class CampaignConfig:
     grace: float = KILL_GRACE_S
     resume: bool = False
     status_every_s: float = 30.0
+
+
+def campaign_config(store, *, plan_path=None, screen_root: Optional[str] = None, ops: Optional[str] = None,
+                    cards: int = 8, rounds: int = DEFAULT_ROUNDS, extra_ops: Optional[str] = None,
+                    command: Optional[str] = None, root_dir=None, resume: bool = False,
+                    switch: Optional[str] = None, backend: Optional[str] = None, devices: Optional[str] = None,
+                    poll_s: float = 0.5, status_every_s: float = 30.0) -> CampaignConfig:
+    """A campaign's config from the command's options. With resume, the
+    root's campaign.env fills what was not given (rounds, command, switch,
+    screening root) and its partition.tsv is the plan; otherwise the plan is
+    plan_path's, or computed from the screening root as `zlstore plan` does.
+    The switch and screening root default to the screening root's own.
+    RunError when the options do not make a campaign; LookupError or
+    ValueError (PlanError) from the root or the plan."""
+    screen_row = None
+    if resume:
+        if not root_dir:
+            raise RunError("--resume needs --root: the campaign root to continue")
+        env, plan = read_campaign(root_dir)
+        rounds = int(env.get("ROUNDS") or rounds)
+        command = command or env.get("COMMAND")
+        switch = switch or env.get("SWITCH") or None
+        screen_root = screen_root or env.get("SCREEN_ROOT") or None
+    elif plan_path:
+        plan = planmod.read_partition_tsv(plan_path)
+    elif screen_root:
+        plan, screen_row = plan_from_store(store, screen_root, cards, rounds, ops, extra_ops)
+    else:
+        raise RunError("give --plan partition.tsv, or --screen-root to plan from (or --resume --root)")
+    if not command:
+        raise RunError("--command is required: the op command template, e.g. 'bash ab_repeat.sh {op} {dtype}'")
+    if screen_row is None and screen_root and not resume:
+        try:
+            screen_row = store.root(screen_root)
+        except LookupError:
+            pass
+    return CampaignConfig(
+        root=root_dir or f"runs/campaign_{timestamp()}", plan=plan, command=command,
+        rounds=rounds, switch=switch or (screen_row or {}).get("switch"),
+        screen_root=(screen_row or {}).get("path") or screen_root,
+        backend=backend or default_backend(),
+        devices=[d.strip() for d in devices.split(",")] if devices else None,
+        poll_s=poll_s, resume=resume, status_every_s=status_every_s)
 
 
 def op_label(op: str, dtype: str) -> str:
@@ -534,6 +597,21 @@ class CampaignResult:
     @property
     def failed(self) -> List[str]:
         return [f for c in self.cards for f in c.failed]
+
+    @property
+    def done(self) -> int:
+        """Ops run to the end, over every card."""
+        return sum(c.done for c in self.cards)
+
+    @property
+    def skipped(self) -> int:
+        """Ops skipped because a resumed campaign had all their cells."""
+        return sum(c.skipped for c in self.cards)
+
+    @property
+    def cells(self) -> int:
+        """Cells recorded by this run, over every card."""
+        return sum(c.cells for c in self.cards)
 
     def as_dict(self) -> dict:
         return {
