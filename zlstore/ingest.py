@@ -6,8 +6,11 @@ a cell whose files have the same names, sizes and mtimes is skipped without
 reading them; where those changed, a content hash decides."""
 
 import collections
+import contextlib
 import datetime
 import hashlib
+import io
+import itertools
 import json
 import multiprocessing
 import os
@@ -201,11 +204,11 @@ class ParsedCell:
     content_sig: str
     problems: List[Problem]
     # Filled where a worker process prepared the cell: its rows as stored
-    # (texts and Row objects stay in the worker), the digests of its texts
-    # under every rule, and (size, zlib data) of texts that worker had not
-    # sent before.
+    # (texts and Row objects stay in the worker), its fingerprints and text
+    # digests (Ingester._fingerprints), and (size, zlib data) of the texts
+    # that worker had not sent before.
     measurements: Optional[List[tuple]] = None
-    digests: Dict[Tuple[str, str], str] = field(default_factory=dict)
+    fingerprints: Optional[tuple] = None
     packed: Dict[str, Tuple[int, bytes]] = field(default_factory=dict)
 
     def stored_rows(self) -> List[tuple]:
@@ -221,6 +224,7 @@ class ParsedCell:
 # ZLSTORE_INGEST_WORKERS sets how many (0: prepare in this process).
 PARALLEL_MIN_CELLS = 64
 BULK_CHECKPOINT_PAGES = 16384
+ZLIB_LEVEL = 2  # IR is stored once; level 2 is within 15% of 6's size at a third of its time
 PREPARE_CHUNK = 16
 _PREPARER: Optional["Ingester"] = None  # what a forked worker prepares cells with
 
@@ -235,8 +239,61 @@ def _worker_count(cells: int) -> int:
     return min(cores, 2) if cores > 1 else 0
 
 
-def _prepare_chunk(cells: List[Path]) -> list:
-    return [_PREPARER.prepare(cell) for cell in cells]
+def _op_key(cell: str) -> str:
+    """Which op a cell path is most likely of (`.../<op>/r<N>/<side>`,
+    `.../<op>[_<dtype>]_<side>`): only for sharing work out, never a value."""
+    parts = cell.rsplit("/", 3)
+    if len(parts) == 4 and parts[2][:1] == "r" and parts[2][1:].isdigit():
+        return parts[1]
+    stem = parts[-1].rpartition("_")[0]
+    op, _, last = stem.rpartition("_")
+    return op if op and last in layout.TORCH_DTYPES else stem
+
+
+def _prepare_chunk(cells: List[str]) -> list:
+    return [_PREPARER.prepare(Path(cell)) for cell in cells]
+
+
+CACHE_ENTRIES = 4096
+
+
+class _CellPaths:
+    """The cell directories found, in order, as strings: one NUL-joined
+    string per input path, not an object per cell (a campaign has tens of
+    thousands; an ingest's memory must not grow with the tree)."""
+
+    def __init__(self):
+        self.parts: List[Tuple[str, str]] = []
+        self.count = 0
+
+    def add(self, top: Path, found: Iterable[Path]) -> int:
+        base, joined, n = str(top), io.StringIO(), 0
+        for cell in found:
+            joined.write(str(cell)[len(base):])
+            joined.write("\0")
+            n += 1
+        if n:
+            self.parts.append((base, joined.getvalue()))
+            self.count += n
+        return n
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self):
+        for base, joined in self.parts:
+            start = 0
+            while start < len(joined):
+                end = joined.index("\0", start)
+                yield base + joined[start:end]
+                start = end + 1
+
+
+def _bounded(cache, limit: int = CACHE_ENTRIES):
+    """A run's caches (digests, layout counts, known blobs, root lookups) are
+    emptied when full: memory stays flat whatever the size of the tree."""
+    if len(cache) >= limit:
+        cache.clear()
 
 
 class _KnownCells(dict):
@@ -303,6 +360,8 @@ class Ingester:
         self.layout_counts: Dict[str, int] = {}
         self.run_id: Optional[int] = None
         self.packed: Dict[str, Tuple[int, bytes]] = {}  # from workers, until stored
+        self.digested: set = set()                      # texts whose digests this run stored
+        self.pending_digested: set = set()
         self.sent: set = set()                          # in a worker: texts packed already
         self.loaded_roots: Dict[Path, layout.Root] = {}  # in a worker
 
@@ -316,15 +375,13 @@ class Ingester:
                 "INSERT INTO ingest_runs (started_at, command, paths) VALUES (?, ?, ?)",
                 (now(), self.command, json.dumps([str(p) for p in paths])),
             ).lastrowid
-        cells: List[Path] = []
+        cells = _CellPaths()
         for path in paths:
             if not path.exists():
                 self.problem(Problem(str(path), None, "no such file or directory"))
                 continue
-            found = list(layout.find_cell_dirs(path))
-            if not found:
+            if not cells.add(path, layout.find_cell_dirs(path)):
                 self.problem(Problem(str(path), None, "no cell directories found (no run.log or cell.env)"))
-            cells.extend(found)
         if len(cells) > PARALLEL_MIN_CELLS:
             self.cells.preload(paths)
         workers = 0 if require_finished else _worker_count(len(cells))
@@ -337,7 +394,7 @@ class Ingester:
             self.conn.execute(f"PRAGMA wal_autocheckpoint = {BULK_CHECKPOINT_PAGES}")
         try:
             for done, (cell, ready) in enumerate(prepared, 1):
-                self.cell(cell, require_finished, ready)
+                self.cell(Path(cell), require_finished, ready)
                 if progress:
                     progress(done, len(cells))
         finally:
@@ -350,18 +407,26 @@ class Ingester:
             )
         return self.summary
 
-    def _prepared(self, cells: List[Path], workers: int):
+    def _prepared(self, cells: "_CellPaths", workers: int):
         """(cell, what a worker prepared for it) in order, a bounded number
         of chunks ahead of the writes."""
         global _PREPARER
-        chunks = [cells[i:i + PREPARE_CHUNK] for i in range(0, len(cells), PREPARE_CHUNK)]
         _PREPARER = self  # the workers fork from here with the known cells
         try:
-            with multiprocessing.get_context("fork").Pool(workers) as pool:
+            with contextlib.ExitStack() as stack:
+                # One pool per worker, and the cells of one op always to the
+                # same one: its rounds (and its screening pair) share their IR,
+                # which each worker normalizes and compresses once.
+                context = multiprocessing.get_context("fork")
+                pools = [stack.enter_context(context.Pool(1)) for _ in range(workers)]
                 ahead = collections.deque()
-                for chunk in chunks:
-                    ahead.append((chunk, pool.apply_async(_prepare_chunk, (chunk,))))
-                    if len(ahead) > 4 * workers:
+                for key, group in itertools.groupby(cells, _op_key):
+                    group = list(group)
+                    pool = pools[hash(key) % workers]
+                    for i in range(0, len(group), PREPARE_CHUNK):
+                        chunk = group[i:i + PREPARE_CHUNK]
+                        ahead.append((chunk, pool.apply_async(_prepare_chunk, (chunk,))))
+                    while len(ahead) > 4 * workers:
                         chunk, result = ahead.popleft()
                         yield from zip(chunk, result.get())
                 while ahead:
@@ -375,26 +440,28 @@ class Ingester:
         made portable, or None where the stored cell has the same stat
         signature, or the error's (type name, message))."""
         try:
+            _bounded(self.root_refs)
+            _bounded(self.sent)
             ref = layout.locate_root(cell, self.root_refs)
             root = self.loaded_roots.get(ref.path)
             if root is None:
                 root = self.loaded_roots[ref.path] = layout.load_root(ref)
             files = scan_cell(cell)
+            files_sig = files.stat_sig
             known = self.cells.get(str(cell))
-            if known and known[1] == files.stat_sig + root.files_sig:
-                return ref, files.stat_sig, None
-            return ref, files.stat_sig, self._portable(self.parse(files, ref, root))
+            if known and known[1] == files_sig + root.files_sig:
+                return ref, files_sig, None
+            return ref, files_sig, self._portable(self.parse(files, ref, root))
         except Exception as error:
             return None, None, (type(error).__name__, str(error))
 
     def _portable(self, parsed: ParsedCell) -> ParsedCell:
         """What the writing process needs of a parsed cell, small to send."""
+        parsed.fingerprints = self._fingerprints(parsed)
         for ir_hash, (raw, _) in parsed.texts.items():
-            for rule in ttgir.RULES:
-                parsed.digests[(ir_hash, rule)] = self.digests[(ir_hash, rule)]
             if ir_hash not in self.sent:
                 self.sent.add(ir_hash)
-                parsed.packed[ir_hash] = (len(raw), zlib.compress(raw, 6))
+                parsed.packed[ir_hash] = (len(raw), zlib.compress(raw, ZLIB_LEVEL))
         parsed.texts = dict.fromkeys(parsed.texts, (None, None))
         parsed.stored_rows()
         parsed.log = runlog.RunLog(rows=[], problems=[], records=parsed.log.records, lines=parsed.log.lines)
@@ -438,6 +505,7 @@ class Ingester:
         if prepared is not None and isinstance(prepared[2], tuple):
             prepared = None  # the worker failed on it: fail here, the same way
         if prepared is None:
+            _bounded(self.root_refs)
             ref = layout.locate_root(cell, self.root_refs)
         else:
             ref, files_sig, parsed = prepared
@@ -457,7 +525,6 @@ class Ingester:
             parsed = self.parse(files, ref, root)
         else:
             parsed.root = root
-            self.digests.update(parsed.digests)
             self.packed.update(parsed.packed)
         if known and known[2] == parsed.content_sig:
             with write_transaction(self.conn):
@@ -478,7 +545,10 @@ class Ingester:
                 cell_id = self._insert(parsed, root_id, stat_sig)
                 outcome = "replaced" if row else "added"
         self._committed()
-        self.cells[key] = (cell_id, stat_sig, parsed.content_sig)
+        for ir_hash in parsed.texts:  # stored now, by this cell or an earlier one
+            self.packed.pop(ir_hash, None)
+        if not self.cells.complete:  # a whole tree: each path comes once, keep nothing per cell
+            self.cells[key] = (cell_id, stat_sig, parsed.content_sig)
         self.summary.counts["cells_" + outcome] += 1
         if outcome != "unchanged":
             self.summary.counts["rows_added"] += len(parsed.stored_rows())
@@ -489,9 +559,14 @@ class Ingester:
     def _forget_uncommitted(self):
         """A rolled-back transaction takes its blobs and calibers with it."""
         self.pending_blobs.clear()
+        self.pending_digested.clear()
         self.caliber_ids.clear()
 
     def _committed(self):
+        _bounded(self.blobs)
+        _bounded(self.digested)
+        self.digested.update(self.pending_digested)
+        self.pending_digested.clear()
         for digest, kind in self.pending_blobs.items():
             self.blobs.add(digest)
             self.packed.pop(digest, None)
@@ -605,6 +680,8 @@ class Ingester:
     def parse(self, files: CellFiles, ref: layout.RootRef, root: layout.Root) -> ParsedCell:
         cell = files.path
         top = str(cell)
+        _bounded(self.digests, 4 * CACHE_ENTRIES)  # an entry per text and rule
+        _bounded(self.layout_counts)
         problems: List[Problem] = []
         env = layout.read_env(cell / layout.CELL_ENV, problems)
         values = layout.resolve_cell(ref, root, env)
@@ -651,8 +728,8 @@ class Ingester:
                 name=name, cache_dir=_cache_dir(rel), ir_hash=ir_hash,
                 convert_layouts=self.layout_counts[ir_hash], num_warps=warps, num_stages=stages,
             ))
-        for rule in ttgir.RULES.values():  # normalize here, not under the write lock in _insert
-            for ir_hash, (_, text) in texts.items():
+        for ir_hash, (_, text) in texts.items():  # normalize here, not under the write lock in _insert
+            for rule in ttgir.RULES.values():  # a text's rules in a row: v4 reuses v3's stripping
                 self.digest(rule, ir_hash, text)
         return ParsedCell(files, root, ref, env, values, log, kernels, texts, index,
                           content.hexdigest(), problems)
@@ -660,7 +737,10 @@ class Ingester:
     def digest(self, rule: ttgir.Rule, ir_hash: str, text: str) -> str:
         key = (ir_hash, rule.name)
         if key not in self.digests:
-            self.digests[key] = ttgir.text_digest(rule, text)
+            normalized = rule.normalize(text)
+            # Left as it was, the text hashes to its own ir_hash (the sha256 of
+            # the bytes it was decoded from with surrogateescape).
+            self.digests[key] = ir_hash if normalized is text else ttgir.digest(normalized)
         return self.digests[key]
 
     # -- writing (inside the cell's transaction) ---------------------------
@@ -703,6 +783,19 @@ class Ingester:
             [(cell_id, k["name"], k["cache_dir"], k["ir_hash"], k["convert_layouts"], k["num_warps"], k["num_stages"])
              for k in parsed.kernels],
         )
+        fingerprints, digests = parsed.fingerprints or self._fingerprints(parsed)
+        digests = [d for d in digests if d[0] not in self.digested]  # stored by this run already
+        self.pending_digested.update(d[0] for d in digests)
+        self.conn.executemany("INSERT OR IGNORE INTO ir_digests (ir_hash, rule, digest) VALUES (?, ?, ?)", digests)
+        self.conn.executemany("INSERT INTO fingerprints (cell_id, rule, fingerprint) VALUES (?, ?, ?)",
+                              [(cell_id, rule, fingerprint) for rule, fingerprint in fingerprints])
+        if parsed.problems:
+            self._store_problems(parsed.problems)
+        return cell_id
+
+    def _fingerprints(self, parsed: ParsedCell):
+        """The cell's (rule, fingerprint) under every rule, and the
+        (ir_hash, rule, digest) of each of its texts."""
         fingerprints, digests = [], []
         for rule in ttgir.RULES.values():
             pairs = []
@@ -712,17 +805,13 @@ class Ingester:
             for ir_hash, (_, text) in parsed.texts.items():
                 digests.append((ir_hash, rule.name, self.digest(rule, ir_hash, text)))
             index_digest = parsed.index[0] if (rule.hashes_index and parsed.index) else None
-            fingerprints.append((cell_id, rule.name, ttgir.combine(rule, pairs, index_digest)))
-        self.conn.executemany("INSERT OR IGNORE INTO ir_digests (ir_hash, rule, digest) VALUES (?, ?, ?)", digests)
-        self.conn.executemany("INSERT INTO fingerprints (cell_id, rule, fingerprint) VALUES (?, ?, ?)", fingerprints)
-        if parsed.problems:
-            self._store_problems(parsed.problems)
-        return cell_id
+            fingerprints.append((rule.name, ttgir.combine(rule, pairs, index_digest)))
+        return fingerprints, digests
 
     def _insert_blob(self, digest: str, kind: str, raw: Optional[bytes],
                      packed: Optional[Tuple[int, bytes]] = None):
         """raw bytes, or (size, zlib data) a worker compressed."""
-        size, data = packed if raw is None else (len(raw), zlib.compress(raw, 6))
+        size, data = packed if raw is None else (len(raw), zlib.compress(raw, ZLIB_LEVEL))
         self.conn.execute(
             "INSERT OR IGNORE INTO blobs (hash, kind, size, data) VALUES (?, ?, ?, ?)",
             (digest, kind, size, data),

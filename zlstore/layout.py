@@ -52,6 +52,9 @@ class Problem:
         return f"{where}: {self.message}"
 
 
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
 def read_env(path: Path, problems: List[Problem]) -> Optional[Dict[str, str]]:
     """KEY=VALUE lines as the harness writes them (shell quoting, `export`,
     comments, CRLF tolerated). None when the file does not exist."""
@@ -71,7 +74,7 @@ def read_env(path: Path, problems: List[Problem]) -> Optional[Dict[str, str]]:
             line = line[len("export "):].lstrip()
         key, sep, value = line.partition("=")
         key = key.strip()
-        if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+        if not sep or not _ENV_KEY.match(key):
             problems.append(Problem(str(path), number, f"not a KEY=VALUE line: {raw[:80]!r}"))
             continue
         value = value.strip()

@@ -1,6 +1,8 @@
 """Store: one database, opened the way every writer needs it, and the
 operations the CLI, the runners and datasette share."""
 
+import contextlib
+import multiprocessing
 import os
 import zlib
 from pathlib import Path
@@ -8,9 +10,16 @@ from typing import Callable, Iterable, Optional, Union
 
 from . import db as dbmod
 from . import ttgir
-from .ingest import Ingester
+from .ingest import Ingester, _worker_count
 
 PathLike = Union[str, os.PathLike]
+
+
+def _text_digests(job) -> list:
+    """(hash, digest under rule) of stored IR texts: (rule name, [(hash, zlib data)])."""
+    rule, rows = job
+    return [(h, ttgir.text_digest(rule, zlib.decompress(data).decode("utf-8", "surrogateescape")))
+            for h, data in rows]
 
 
 def default_db_path() -> str:
@@ -92,16 +101,21 @@ class Store:
                WHERE NOT EXISTS (SELECT 1 FROM ir_digests d WHERE d.ir_hash = kernels.ir_hash AND d.rule = ?)""",
             (rule_obj.name,),
         )]
-        for start in range(0, len(missing_texts), batch):
-            chunk = missing_texts[start:start + batch]
-            marks = ", ".join("?" * len(chunk))
-            rows = conn.execute(f"SELECT hash, data FROM blobs WHERE hash IN ({marks})", chunk).fetchall()
-            digests = [
-                (h, rule_obj.name, ttgir.text_digest(rule_obj, zlib.decompress(data).decode("utf-8", "surrogateescape")))
-                for h, data in rows
-            ]
-            with dbmod.write_transaction(conn):
-                conn.executemany("INSERT OR IGNORE INTO ir_digests (ir_hash, rule, digest) VALUES (?, ?, ?)", digests)
+        # Normalizing is the work: many texts are shared out to worker
+        # processes, a batch at a time (this process reads and writes).
+        workers = _worker_count(len(missing_texts) // 8)
+        with contextlib.ExitStack() as stack:
+            pool = stack.enter_context(multiprocessing.get_context("fork").Pool(workers)) if workers else None
+            for start in range(0, len(missing_texts), batch):
+                chunk = missing_texts[start:start + batch]
+                marks = ", ".join("?" * len(chunk))
+                rows = conn.execute(f"SELECT hash, data FROM blobs WHERE hash IN ({marks})", chunk).fetchall()
+                jobs = [(rule_obj.name, rows[i:i + 25]) for i in range(0, len(rows), 25)]
+                found = pool.map(_text_digests, jobs) if pool else map(_text_digests, jobs)
+                digests = [(h, rule_obj.name, digest) for part in found for h, digest in part]
+                with dbmod.write_transaction(conn):
+                    conn.executemany("INSERT OR IGNORE INTO ir_digests (ir_hash, rule, digest) VALUES (?, ?, ?)",
+                                     digests)
         cells = conn.execute(
             """SELECT cells.id, cells.index_hash FROM cells
                WHERE NOT EXISTS (SELECT 1 FROM fingerprints f WHERE f.cell_id = cells.id AND f.rule = ?)

@@ -255,7 +255,31 @@ def _apply(s: str, edits: list) -> str:
     return "".join(out)
 
 
+# The common line, `%9 = tt.load %8 {ttg.rlc-phase = 2 : i32} : ...`: one
+# dictionary holding one rlc entry with a plain value, no strings, no `<{`
+# wrapper, no `attributes` keyword. What the parser below does to it, done
+# directly; any other line goes to the parser.
+_RLC_ONLY = re.compile(r"[ \t\r\n]*ttg\.rlc-[\w.$\-]*[ \t\r\n]*(?:=[^,\[\]()<>{}\"]*)?")
+
+
+def _strip_rlc_line_simple(line: str) -> Optional[str]:
+    if '"' in line or line.count("{") != 1 or line.count("}") != 1:
+        return None
+    o, c = line.find("{"), line.find("}")
+    if c < o or (o > 0 and line[o - 1] == "<") or not _RLC_ONLY.fullmatch(line, o + 1, c):
+        return None
+    k = o
+    while k > 0 and line[k - 1] in _HSPACE:
+        k -= 1
+    if line.endswith("attributes", 0, k):
+        return None
+    return line[:k if k else o] + line[c + 1:]
+
+
 def _strip_rlc_line(line: str) -> str:
+    simple = _strip_rlc_line_simple(line)
+    if simple is not None:
+        return simple
     edits: list = []
     p = 0
     while True:
@@ -278,9 +302,24 @@ def _strip_rlc_line(line: str) -> str:
     return _apply(line, edits)
 
 
+# v3 and v4 both strip the annotations of the same text, one after the other
+# (ingest, rescore of several rules): the last answer is kept for its text.
+_rlc_last = (None, None)
+
+
 def strip_rlc_annotations(text: str) -> str:
     """Remove every ``ttg.rlc-*`` attribute entry (and a dictionary it leaves
     empty) from an IR text; everything else stays byte-identical."""
+    global _rlc_last
+    last = _rlc_last
+    if last[0] is text:
+        return last[1]
+    out = _strip_rlc_annotations(text)
+    _rlc_last = (text, out)
+    return out
+
+
+def _strip_rlc_annotations(text: str) -> str:
     pos = text.find(_RLC_PREFIX)
     if pos < 0:
         return text

@@ -1,0 +1,428 @@
+"""The benchmark suite: the store against the floor and the harness's own ways.
+
+    python bench/run.py --scale 1
+
+Generates the benchmark corpus with the project's generator (scale 1: 8 cards
+x 60 ops x 6 rounds x 2 sides, 20 rows and 3 kernels of 5-50 KB TTGIR per
+cell, the same IR in every round, plus the screening root it was planned
+from), measures each figure several times with the two sides of each ratio
+taken in the same iteration, prints one table of medians and ratios, and
+writes it to bench/results.json. The scale-4 corpus is generated only for
+the peak-memory figure; every corpus is deleted at the end (--keep keeps
+them). Timings are wall-clock: whole commands as a user runs them
+(subprocesses) where start-up is a fair part, library calls where start-up
+would hide the work; the `how` column says which.
+"""
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(BENCH))
+
+import harness  # noqa: E402
+from zlstore import Store, db as dbmod, judge, testing, ttgir  # noqa: E402
+
+PYTHON = sys.executable
+ZLSTORE = [PYTHON, "-m", "zlstore"]
+CAMPAIGN = "campaign_20261013_090000"
+
+
+# ---------------------------------------------------------------- helpers
+
+def tree_bytes(top: Path) -> int:
+    total = 0
+    for directory, _, names in os.walk(top):
+        for name in names:
+            total += os.lstat(os.path.join(directory, name)).st_size
+    return total
+
+
+def db_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
+
+
+def remove_db(path: Path):
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            os.remove(f"{path}{suffix}")
+        except FileNotFoundError:
+            pass
+
+
+def _tree_rss_kb(pid: int) -> int:
+    """Resident KB of pid and every descendant (main ingest process and its workers)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        todo.extend(children.get(p, ()))
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+def run_command(argv, sample_memory=False) -> dict:
+    """Run a command; its wall seconds, CPU seconds, the peak RSS of its
+    largest process (wait4) and, when sampled, of its whole process tree."""
+    start = time.perf_counter()
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    peak = [0]
+    stop = threading.Event()
+
+    def sample():
+        while not stop.wait(0.05):
+            peak[0] = max(peak[0], _tree_rss_kb(process.pid))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    if sample_memory:
+        sampler.start()
+    out, err = process.communicate()
+    seconds = time.perf_counter() - start
+    stop.set()
+    if sample_memory:
+        sampler.join()
+    if process.returncode:
+        raise RuntimeError(f"{' '.join(map(str, argv))} failed ({process.returncode}): {err.decode()[-2000:]}")
+    return {"seconds": seconds, "stdout": out.decode(), "peak_tree_kb": peak[0]}
+
+
+def run_ingest_command(runs: Path, db_path: Path, sample_memory=False) -> dict:
+    """`zlstore ingest RUNS --db DB` as a user runs it, with its rusage."""
+    start = time.perf_counter()
+    process = subprocess.Popen(ZLSTORE + ["ingest", str(runs), "--db", str(db_path), "--json"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    peak = [0]
+    stop = threading.Event()
+
+    def sample():
+        while not stop.wait(0.05):
+            peak[0] = max(peak[0], _tree_rss_kb(process.pid))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    if sample_memory:
+        sampler.start()
+    out = process.stdout.read()
+    err = process.stderr.read()
+    _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.perf_counter() - start
+    stop.set()
+    if sample_memory:
+        sampler.join()
+    if os.waitstatus_to_exitcode(status) not in (0, 1):
+        raise RuntimeError(f"zlstore ingest failed: {err.decode()[-2000:]}")
+    summary = json.loads(out)
+    return {"seconds": seconds, "cpu": usage.ru_utime + usage.ru_stime,
+            "maxrss_kb": usage.ru_maxrss, "peak_tree_kb": peak[0], "summary": summary}
+
+
+def timed(fn, *args, **kwargs):
+    start = time.perf_counter()
+    result = fn(*args, **kwargs)
+    return time.perf_counter() - start, result
+
+
+def median(values):
+    return statistics.median(values) if values else None
+
+
+def ab_cli_available() -> bool:
+    probe = subprocess.run(ZLSTORE + ["ab", "--help"], capture_output=True, cwd=REPO)
+    return probe.returncode == 0 and b"--json" in probe.stdout
+
+
+# ---------------------------------------------------------------- measures
+
+def forget_rule(db_path: Path, rule: str):
+    """Make the store lack a rule: delete its fingerprints and IR digests."""
+    conn = sqlite3.connect(db_path)
+    with conn:
+        conn.execute("DELETE FROM fingerprints WHERE rule = ?", (rule,))
+        conn.execute("DELETE FROM ir_digests WHERE rule = ?", (rule,))
+    conn.close()
+
+
+def store_rescore(db_path: Path, rule: str):
+    """Store.compute_fingerprints(rule) after the rule was forgotten; returns
+    (seconds, fingerprints computed, fingerprints by cell path)."""
+    forget_rule(db_path, rule)
+    with Store(db_path) as store:
+        seconds, computed = timed(store.compute_fingerprints, rule)
+        rows = store.conn.execute(
+            "SELECT cells.path, f.fingerprint FROM fingerprints f JOIN cells ON cells.id = f.cell_id "
+            "WHERE f.rule = ?", (rule,)).fetchall()
+    return seconds, computed, dict(rows)
+
+
+def store_ab(db_path: Path, use_cli: bool):
+    """The campaign's A/B ranges: the library call, and the command when it exists."""
+    with Store(db_path) as store:
+        seconds, rows = timed(lambda: judge.ab_ranges(store, store.root(CAMPAIGN)))
+    command = None
+    if use_cli:
+        command = run_command(ZLSTORE + ["ab", CAMPAIGN, "--db", str(db_path), "--json"])
+        command["rows"] = len(json.loads(command.pop("stdout")))
+    return seconds, len(rows), command
+
+
+def concurrency_figure() -> dict:
+    script = BENCH / "concurrency.py"
+    if not script.exists():
+        return {"available": False, "why": "bench/concurrency.py is not there (issue 4)"}
+    start = time.perf_counter()
+    result = run_command([PYTHON, str(script), "--json"])
+    report = json.loads(result["stdout"])
+    report["seconds"] = time.perf_counter() - start
+    report["available"] = True
+    return report
+
+
+# ---------------------------------------------------------------- the suite
+
+def generate(dest: Path, scale: float) -> dict:
+    ops = max(1, int(round(60 * scale)))
+    manifest = testing.make_campaign_corpus(dest, cards=8, ops=ops, rounds=6, rows=20, kernels=3,
+                                            kb=(5, 50), seed=0)
+    manifest["tree_bytes"] = tree_bytes(dest)
+    return manifest
+
+
+def suite(args) -> dict:
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="zlstore-bench-", dir="/tmp"))
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    log = lambda *a: print(f"[{time.perf_counter() - started:6.1f}s]", *a, file=sys.stderr, flush=True)
+    runs = work / "runs"
+    results = {"work": str(work)}
+    try:
+        log(f"generating the scale-{args.scale:g} corpus in {runs}")
+        seconds, manifest = timed(generate, runs, args.scale)
+        results["corpus"] = {k: manifest[k] for k in ("cells", "campaign_cells", "rows", "ttgir_files",
+                                                      "distinct_ttgir", "tree_bytes")}
+        results["corpus"]["generate_s"] = seconds
+        log(f"{manifest['cells']} cells, {manifest['rows']} rows, {manifest['ttgir_files']} .ttgir "
+            f"({manifest['distinct_ttgir']} distinct), {manifest['tree_bytes'] / 1e6:.0f} MB in {seconds:.0f} s")
+        use_cli = ab_cli_available()
+        floor_db, db_path = work / "floor.db", work / "store.db"
+        # Warm-up: one untimed ingest reads every file once, so that every
+        # timed run below starts from the same (warm) page cache.
+        remove_db(db_path)
+        warm = run_ingest_command(runs, db_path, sample_memory=True)
+        results["memory1_tree_kb"] = warm["peak_tree_kb"]
+        m = {k: [] for k in ("floor", "ingest", "ingest_cpu", "ingest_rss", "reingest", "reingest_cmd",
+                             "rescore", "harness_rescore", "ab_library", "ab_command", "harness_ab")}
+        for i in range(args.repeat):
+            order = ("floor", "ingest") if i % 2 == 0 else ("ingest", "floor")
+            for what in order:
+                if what == "floor":
+                    remove_db(floor_db)
+                    m["floor"].append(run_command([PYTHON, str(BENCH / "floor.py"), str(runs), str(floor_db)])["seconds"])
+                else:
+                    remove_db(db_path)
+                    r = run_ingest_command(runs, db_path)
+                    assert r["summary"]["cells_added"] == manifest["cells"], r["summary"]
+                    m["ingest"].append(r["seconds"])
+                    m["ingest_cpu"].append(r["cpu"])
+                    m["ingest_rss"].append(r["maxrss_kb"])
+            with Store(db_path) as store:
+                seconds, summary = timed(store.ingest, runs)
+            assert summary["cells_unchanged"] == manifest["cells"], summary
+            m["reingest"].append(seconds)
+            m["reingest_cmd"].append(run_ingest_command(runs, db_path)["seconds"])
+            log(f"round {i + 1}: floor {m['floor'][-1]:.1f} s, ingest {m['ingest'][-1]:.1f} s, "
+                f"re-ingest {m['reingest'][-1]:.2f} s (command {m['reingest_cmd'][-1]:.2f} s)")
+
+            seconds, computed, stored = store_rescore(db_path, args.rule)
+            assert computed == manifest["cells"]
+            m["rescore"].append(seconds)
+            if i < args.harness_repeat:
+                h_seconds, h = timed(harness.rescore, str(runs), args.rule)
+                assert h["fingerprints"] == stored, "the harness and the store disagree"
+                m["harness_rescore"].append(h_seconds)
+            seconds, n_rows, command = store_ab(db_path, use_cli)
+            m["ab_library"].append(seconds)
+            if command:
+                m["ab_command"].append(command["seconds"])
+            h_seconds, h_rows = timed(harness.ab_summary, str(runs / CAMPAIGN))
+            m["harness_ab"].append(h_seconds)
+            log(f"round {i + 1}: rescore {m['rescore'][-1]:.2f} s"
+                + (f" (harness {m['harness_rescore'][-1]:.1f} s)" if i < args.harness_repeat else "")
+                + f", ab {m['ab_library'][-1]:.3f} s ({n_rows} ranges)"
+                + (f", ab command {m['ab_command'][-1]:.2f} s" if command else "")
+                + f" (harness {h_seconds:.1f} s, {len(h_rows)} ranges)")
+        results["db_bytes"] = db_bytes(db_path)
+        results["measurements"] = m
+        results["ab_via"] = "command" if use_cli else "library"
+        remove_db(floor_db)
+
+        if not args.skip_concurrency:
+            log("8 writers / 1 writer (bench/concurrency.py)")
+            results["concurrency"] = concurrency_figure()
+
+        if not args.skip_memory:
+            runs4 = work / "runs4"
+            shutil.rmtree(runs, ignore_errors=True)
+            log(f"generating the scale-{4 * args.scale:g} corpus for peak memory")
+            seconds, manifest4 = timed(generate, runs4, 4 * args.scale)
+            log(f"{manifest4['cells']} cells, {manifest4['tree_bytes'] / 1e6:.0f} MB in {seconds:.0f} s")
+            db4 = work / "store4.db"
+            remove_db(db4)
+            r4 = run_ingest_command(runs4, db4, sample_memory=True)
+            log(f"scale-4 ingest {r4['seconds']:.1f} s, peak RSS {r4['maxrss_kb'] / 1024:.0f} MB "
+                f"(largest process), {r4['peak_tree_kb'] / 1024:.0f} MB (process tree)")
+            shutil.rmtree(runs4, ignore_errors=True)
+            remove_db(db4)
+            results["memory4"] = {"cells": manifest4["cells"], "seconds": r4["seconds"],
+                                  "maxrss_kb": r4["maxrss_kb"], "peak_tree_kb": r4["peak_tree_kb"],
+                                  "tree_bytes": manifest4["tree_bytes"]}
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    results["suite_seconds"] = time.perf_counter() - started
+    return results
+
+
+# ---------------------------------------------------------------- the table
+
+def table(results: dict, args) -> dict:
+    m = results["measurements"]
+    med = {k: median(v) for k, v in m.items()}
+
+    def ratios(a, b):
+        """Each iteration's ratio of a to b, and their median."""
+        pairs = [x / y for x, y in zip(m[a], m[b])]
+        return median(pairs)
+
+    rows = []
+
+    def row(figure, how, value, unit, target=None, ok=None, n=None):
+        rows.append({"figure": figure, "how": how, "value": value, "unit": unit,
+                     "target": target, "met": ok, "n": n})
+
+    cmd = "command (subprocess, wall)"
+    lib = "library call (in-process, wall)"
+    row("floor", "python bench/floor.py RUNS DB: " + cmd, med["floor"], "s", n=len(m["floor"]))
+    row("ingest", "zlstore ingest RUNS --db DB (new db): " + cmd, med["ingest"], "s", n=len(m["ingest"]))
+    r = ratios("ingest", "floor")
+    row("ingest / floor", "per-iteration ratio, median", r, "x", "<= 2.0", r <= 2.0)
+    row("re-ingest", "Store.ingest(RUNS), unchanged tree: " + lib, med["reingest"], "s", n=len(m["reingest"]))
+    row("re-ingest (command)", "zlstore ingest RUNS again: " + cmd + ", start-up included", med["reingest_cmd"], "s")
+    r = ratios("reingest", "ingest")
+    row("re-ingest / ingest", "library re-ingest / ingest command, per iteration", r, "x", "<= 0.03", r <= 0.03)
+    row("rescore", f"Store.compute_fingerprints('{args.rule}') after deleting its fingerprints and "
+        f"IR digests: " + lib, med["rescore"], "s", n=len(m["rescore"]))
+    r = ratios("rescore", "ingest")
+    row("rescore / ingest", "per iteration", r, "x", "<= 0.05", r <= 0.05)
+    row("harness rescore", f"re-read + normalize + hash every .ttgir under {args.rule} (bench/harness.py): " + lib,
+        med["harness_rescore"], "s", n=len(m["harness_rescore"]))
+    k = len(m["harness_rescore"])
+    r = median([x / y for x, y in zip(m["harness_rescore"], m["rescore"][:k])])
+    row("harness rescore / store rescore", "per iteration", r, "x", ">= 10", r >= 10)
+    row("harness A/B summary", "re-read every campaign run.log, pair in Python (bench/harness.py): " + lib,
+        med["harness_ab"], "s", n=len(m["harness_ab"]))
+    row("ab query", f"judge.ab_ranges(store, '{CAMPAIGN}') = SELECT * FROM ab_ranges: " + lib,
+        med["ab_library"], "s", n=len(m["ab_library"]))
+    if m["ab_command"]:
+        row("ab command", f"zlstore ab {CAMPAIGN} --json: " + cmd, med["ab_command"], "s", n=len(m["ab_command"]))
+    r = ratios("harness_ab", "ab_library")
+    row("log re-parse / ab query", "harness A/B summary / ab library call, per iteration", r, "x", ">= 50", r >= 50)
+    if m["ab_command"]:
+        r = ratios("harness_ab", "ab_command")
+        row("log re-parse / ab command", "harness A/B summary / zlstore ab --json (start-up included)", r, "x")
+    if "memory4" in results:
+        rss1 = median(m["ingest_rss"])
+        rss4 = results["memory4"]["maxrss_kb"]
+        row("peak RSS, scale 1", "zlstore ingest, largest process (wait4 ru_maxrss)", rss1 / 1024, "MB")
+        row("peak RSS, scale 4", "zlstore ingest of the scale-4 corpus, largest process", rss4 / 1024, "MB")
+        row("peak memory, scale 4 / scale 1", "ru_maxrss ratio", rss4 / rss1, "x", "<= 1.2", rss4 / rss1 <= 1.2)
+        tree1, tree4 = results["memory1_tree_kb"], results["memory4"]["peak_tree_kb"]
+        row("peak RSS, process tree, scale 1 / scale 4", "main + workers summed, sampled every 50 ms: "
+            f"{tree1 / 1024:.0f} MB / {tree4 / 1024:.0f} MB", tree4 / tree1, "x", "<= 1.2", tree4 / tree1 <= 1.2)
+    size = results["db_bytes"] / results["corpus"]["tree_bytes"]
+    row("database / tree size", f"{results['db_bytes'] / 1e6:.1f} MB db / "
+        f"{results['corpus']['tree_bytes'] / 1e6:.0f} MB runs tree (apparent sizes)", size, "x", "report")
+    conc = results.get("concurrency")
+    if conc and conc.get("available"):
+        row("8 writers / 1 writer", f"bench/concurrency.py --json ({conc['cells']} cells, "
+            f"failed writes {conc['single']['failed']} / {conc['many']['failed']})", conc["ratio"], "x",
+            ">= 0.5", conc["ratio"] >= 0.5 and conc["many"]["failed"] == 0)
+    elif conc:
+        row("8 writers / 1 writer", conc["why"], None, "", ">= 0.5", None)
+    return {"rows": rows, "machine": machine(), "command": " ".join(["python", "bench/run.py"] + sys.argv[1:]),
+            "corpus": results["corpus"], "suite_seconds": results["suite_seconds"],
+            "ab_via": results.get("ab_via"), "raw": m,
+            "memory4": results.get("memory4"), "concurrency": conc}
+
+
+def machine() -> dict:
+    mem = None
+    try:
+        with open("/proc/meminfo") as f:
+            mem = int(f.readline().split()[1]) * 1024
+    except OSError:
+        pass
+    return {"cores": os.cpu_count(), "memory_bytes": mem, "python": platform.python_version(),
+            "sqlite": sqlite3.sqlite_version, "platform": platform.platform(),
+            "load_average_at_end": os.getloadavg()}
+
+
+def render(t: dict) -> str:
+    lines = ["| figure | value | target | met | how |", "|---|---|---|---|---|"]
+    for r in t["rows"]:
+        v = r["value"]
+        value = "n/a" if v is None else (f"{v:.3f} {r['unit']}" if v < 10 else f"{v:.1f} {r['unit']}")
+        met = "" if r["met"] is None else ("yes" if r["met"] else "**no**")
+        n = f" (median of {r['n']})" if r.get("n") else ""
+        lines.append(f"| {r['figure']} | {value}{n} | {r['target'] or ''} | {met} | {r['how']} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scale", type=float, default=1.0, help="corpus size (1: 5,760 campaign cells)")
+    ap.add_argument("--repeat", type=int, default=3, help="iterations of each scale-1 measurement")
+    ap.add_argument("--harness-repeat", type=int, default=3, help="iterations of the (slow) harness rescore")
+    ap.add_argument("--rule", default="v4", help="the rule the store is made to lack for the rescore figures")
+    ap.add_argument("--work", default=None, help="work directory (default: a new one under /tmp)")
+    ap.add_argument("--keep", action="store_true", help="keep the corpora and databases")
+    ap.add_argument("--skip-memory", action="store_true", help="no scale-4 corpus / peak memory figure")
+    ap.add_argument("--skip-concurrency", action="store_true")
+    ap.add_argument("--json", default=str(BENCH / "results.json"), help="where to write the table")
+    args = ap.parse_args(argv)
+    results = suite(args)
+    t = table(results, args)
+    text = render(t)
+    print(text)
+    print(f"\nsuite: {results['suite_seconds']:.0f} s; machine: {t['machine']}")
+    Path(args.json).write_text(json.dumps(t, indent=1, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
