@@ -15,6 +15,7 @@ import json
 import multiprocessing
 import os
 import sqlite3
+import sys
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -199,7 +200,7 @@ class ParsedCell:
     values: Dict[str, object]
     log: runlog.RunLog
     kernels: List[dict]                     # name, cache_dir, ir_hash, convert_layouts, warps, stages
-    texts: Dict[str, Tuple[bytes, str]]     # ir_hash -> (raw bytes, text)
+    texts: Dict[str, Tuple[bytes, str]]     # ir_hash -> (raw bytes, text or None: all computed already)
     index: Optional[Tuple[str, bytes]]
     content_sig: str
     problems: List[Problem]
@@ -230,7 +231,7 @@ _PREPARER: Optional["Ingester"] = None  # what a forked worker prepares cells wi
 
 
 def _worker_count(cells: int) -> int:
-    if cells < PARALLEL_MIN_CELLS or "fork" not in multiprocessing.get_all_start_methods():
+    if cells < PARALLEL_MIN_CELLS or not sys.platform.startswith("linux"):  # forked workers: Linux only
         return 0
     setting = os.environ.get("ZLSTORE_INGEST_WORKERS", "").strip()
     if setting.isdigit():
@@ -254,7 +255,8 @@ def _prepare_chunk(cells: List[str]) -> list:
     return [_PREPARER.prepare(Path(cell)) for cell in cells]
 
 
-CACHE_ENTRIES = 4096
+CACHE_ENTRIES = 2048
+ROOT_CACHE_ENTRIES = 256  # directories' markers and roots: siblings follow each other
 
 
 class _CellPaths:
@@ -440,7 +442,7 @@ class Ingester:
         made portable, or None where the stored cell has the same stat
         signature, or the error's (type name, message))."""
         try:
-            _bounded(self.root_refs)
+            _bounded(self.root_refs, ROOT_CACHE_ENTRIES)
             _bounded(self.sent)
             ref = layout.locate_root(cell, self.root_refs)
             root = self.loaded_roots.get(ref.path)
@@ -463,6 +465,8 @@ class Ingester:
                 self.sent.add(ir_hash)
                 parsed.packed[ir_hash] = (len(raw), zlib.compress(raw, ZLIB_LEVEL))
         parsed.texts = dict.fromkeys(parsed.texts, (None, None))
+        parsed.files = CellFiles(parsed.files.path, [], [], {})  # the writer needs its path only
+        parsed.env = None
         parsed.stored_rows()
         parsed.log = runlog.RunLog(rows=[], problems=[], records=parsed.log.records, lines=parsed.log.lines)
         parsed.root = None
@@ -505,7 +509,7 @@ class Ingester:
         if prepared is not None and isinstance(prepared[2], tuple):
             prepared = None  # the worker failed on it: fail here, the same way
         if prepared is None:
-            _bounded(self.root_refs)
+            _bounded(self.root_refs, ROOT_CACHE_ENTRIES)
             ref = layout.locate_root(cell, self.root_refs)
         else:
             ref, files_sig, parsed = prepared
@@ -715,8 +719,9 @@ class Ingester:
             raw = _read(os.path.join(top, rel))
             ir_hash = _sha256(raw)
             add_content(rel, ir_hash)
-            if ir_hash not in texts:
-                texts[ir_hash] = (raw, raw.decode("utf-8", "surrogateescape"))
+            if ir_hash not in texts:  # decoded only where something is still to be computed from it
+                known = ir_hash in self.layout_counts and all((ir_hash, r) in self.digests for r in ttgir.RULES)
+                texts[ir_hash] = (raw, None if known else raw.decode("utf-8", "surrogateescape"))
             if ir_hash not in self.layout_counts:
                 self.layout_counts[ir_hash] = ttgir.count_convert_layouts(texts[ir_hash][1])
             warps = stages = None

@@ -2,8 +2,10 @@
 operations the CLI, the runners and datasette share."""
 
 import contextlib
+import itertools
 import multiprocessing
 import os
+import sqlite3
 import zlib
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Union
@@ -15,11 +17,30 @@ from .ingest import Ingester, _worker_count
 PathLike = Union[str, os.PathLike]
 
 
+_reader = None  # in a rescore worker: its own read-only connection
+
+
 def _text_digests(job) -> list:
-    """(hash, digest under rule) of stored IR texts: (rule name, [(hash, zlib data)])."""
-    rule, rows = job
-    return [(h, ttgir.text_digest(rule, zlib.decompress(data).decode("utf-8", "surrogateescape")))
-            for h, data in rows]
+    """(hash, digest under rule) of stored IR texts; job: (database path,
+    rule name, hashes). Run in a worker, which reads the texts itself."""
+    global _reader
+    path, rule, hashes = job
+    if _reader is None:
+        _reader = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=dbmod.BUSY_TIMEOUT_MS / 1000)
+    marks = ", ".join("?" * len(hashes))
+    return _digest_rows(rule, _reader.execute(f"SELECT hash, data FROM blobs WHERE hash IN ({marks})", hashes))
+
+
+def _digest_rows(rule: str, rows) -> list:
+    normalize = ttgir.get_rule(rule).normalize
+    out = []
+    for h, data in rows:
+        text = zlib.decompress(data).decode("utf-8", "surrogateescape")
+        normalized = normalize(text)
+        # Left as it was, a text hashes to its own blob hash (the sha256 of
+        # the bytes it was decoded from with surrogateescape).
+        out.append((h, h if normalized is text else ttgir.digest(normalized)))
+    return out
 
 
 def default_db_path() -> str:
@@ -101,21 +122,28 @@ class Store:
                WHERE NOT EXISTS (SELECT 1 FROM ir_digests d WHERE d.ir_hash = kernels.ir_hash AND d.rule = ?)""",
             (rule_obj.name,),
         )]
-        # Normalizing is the work: many texts are shared out to worker
-        # processes, a batch at a time (this process reads and writes).
+        # Normalizing is the work: with many texts, worker processes read and
+        # normalize them while this one writes their digests, a batch at a time.
         workers = _worker_count(len(missing_texts) // 8)
         with contextlib.ExitStack() as stack:
-            pool = stack.enter_context(multiprocessing.get_context("fork").Pool(workers)) if workers else None
-            for start in range(0, len(missing_texts), batch):
-                chunk = missing_texts[start:start + batch]
-                marks = ", ".join("?" * len(chunk))
-                rows = conn.execute(f"SELECT hash, data FROM blobs WHERE hash IN ({marks})", chunk).fetchall()
-                jobs = [(rule_obj.name, rows[i:i + 25]) for i in range(0, len(rows), 25)]
-                found = pool.map(_text_digests, jobs) if pool else map(_text_digests, jobs)
-                digests = [(h, rule_obj.name, digest) for part in found for h, digest in part]
-                with dbmod.write_transaction(conn):
-                    conn.executemany("INSERT OR IGNORE INTO ir_digests (ir_hash, rule, digest) VALUES (?, ?, ?)",
-                                     digests)
+            if workers:
+                pool = stack.enter_context(multiprocessing.get_context("fork").Pool(workers))
+                jobs = [(str(self.path), rule_obj.name, missing_texts[i:i + 25])
+                        for i in range(0, len(missing_texts), 25)]
+                found = pool.imap(_text_digests, jobs)
+            else:
+                found = (_digest_rows(rule_obj.name, conn.execute(
+                    f"SELECT hash, data FROM blobs WHERE hash IN ({', '.join('?' * len(chunk))})", chunk).fetchall())
+                    for chunk in (missing_texts[i:i + batch] for i in range(0, len(missing_texts), batch)))
+            digests = []
+            for part in itertools.chain(found, [None]):
+                if part:
+                    digests.extend((h, rule_obj.name, digest) for h, digest in part)
+                if digests and (part is None or len(digests) >= batch):
+                    with dbmod.write_transaction(conn):
+                        conn.executemany("INSERT OR IGNORE INTO ir_digests (ir_hash, rule, digest) VALUES (?, ?, ?)",
+                                         digests)
+                    digests = []
         cells = conn.execute(
             """SELECT cells.id, cells.index_hash FROM cells
                WHERE NOT EXISTS (SELECT 1 FROM fingerprints f WHERE f.cell_id = cells.id AND f.rule = ?)

@@ -562,8 +562,21 @@ def combine(rule: RuleLike, kernel_digests: Iterable[tuple],
     doc: dict = {"kernels": sorted([str(n), str(d)] for n, d in kernel_digests)}
     if r.hashes_index:
         doc["index"] = index_digest
-    blob = json.dumps(doc, ensure_ascii=True, sort_keys=True, separators=(",", ":"))
-    return digest(blob.encode("ascii"))
+    return digest(_canonical_json(doc).encode("ascii"))
+
+
+_CANONICAL = json.JSONEncoder(ensure_ascii=True, sort_keys=True, separators=(",", ":"))
+# Its C encoder made once (encode() makes one per call, the larger cost for a
+# small document); no circular check, a fingerprint document has no cycles.
+_CANONICAL_C = json.encoder.c_make_encoder and json.encoder.c_make_encoder(
+    None, _CANONICAL.default, json.encoder.encode_basestring_ascii, None, ":", ",", True, False, True)
+
+
+def _canonical_json(doc) -> str:
+    """json.dumps(doc, ensure_ascii=True, sort_keys=True, separators=(",", ":"))."""
+    if _CANONICAL_C is None:
+        return _CANONICAL.encode(doc)
+    return "".join(_CANONICAL_C(doc, 0))
 
 
 def fingerprint(rule: RuleLike, kernels: Iterable[tuple],
