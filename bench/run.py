@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -271,9 +270,10 @@ def suite(args) -> dict:
                 seconds, summary = timed(store.ingest, runs)
             assert summary["cells_unchanged"] == manifest["cells"], summary
             m["reingest"].append(seconds)
-            m["reingest_cmd"].append(run_ingest_command(runs, db_path)["seconds"])
+            if i == 0:  # the whole command once, for the record (start-up included)
+                m["reingest_cmd"].append(run_ingest_command(runs, db_path)["seconds"])
             log(f"round {i + 1}: floor {m['floor'][-1]:.1f} s, ingest {m['ingest'][-1]:.1f} s, "
-                f"re-ingest {m['reingest'][-1]:.2f} s (command {m['reingest_cmd'][-1]:.2f} s)")
+                f"re-ingest {m['reingest'][-1]:.2f} s")
 
             seconds, computed, stored = store_rescore(db_path, args.rule)
             assert computed == manifest["cells"]
@@ -289,7 +289,7 @@ def suite(args) -> dict:
                 assert h["fingerprints"] == stored, "the harness and the store disagree"
                 m["harness_rescore_extra"] = [h_seconds]
                 m["ingest_for_extra"] = [m["ingest"][-1]]
-            seconds, n_rows, command = store_ab(db_path, use_cli)
+            seconds, n_rows, command = store_ab(db_path, use_cli and i == 0)
             m["ab_library"].append(seconds)
             if command:
                 m["ab_command"].append(command["seconds"])
@@ -311,23 +311,26 @@ def suite(args) -> dict:
 
         if not args.skip_memory:
             runs4 = work / "runs4"
-            shutil.rmtree(runs, ignore_errors=True)
+            # Deleting is slow on this disk: the scale-1 tree goes while the
+            # scale-4 one is written (neither is being timed).
+            deleting = subprocess.Popen(["rm", "-rf", "--", str(runs)])
             log(f"generating the scale-{4 * args.scale:g} corpus for peak memory")
             seconds, manifest4 = timed(generate, runs4, 4 * args.scale)
+            deleting.wait()
             log(f"{manifest4['cells']} cells, {manifest4['tree_bytes'] / 1e6:.0f} MB in {seconds:.0f} s")
             db4 = work / "store4.db"
             remove_db(db4)
             r4 = run_ingest_command(runs4, db4, sample_memory=True)
             log(f"scale-{4 * args.scale:g} ingest {r4['seconds']:.1f} s, peak RSS {r4['maxrss_kb'] / 1024:.0f} MB "
                 f"(largest process), {r4['peak_tree_kb'] / 1024:.0f} MB (process tree)")
-            shutil.rmtree(runs4, ignore_errors=True)
+            subprocess.run(["rm", "-rf", "--", str(runs4)])
             remove_db(db4)
             results["memory4"] = {"cells": manifest4["cells"], "seconds": r4["seconds"],
                                   "maxrss_kb": r4["maxrss_kb"], "peak_tree_kb": r4["peak_tree_kb"],
                                   "tree_bytes": manifest4["tree_bytes"]}
     finally:
         if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
+            subprocess.run(["rm", "-rf", "--", str(work)])
     results["suite_seconds"] = time.perf_counter() - started
     return results
 
@@ -356,7 +359,8 @@ def table(results: dict, args) -> dict:
     r = ratios("ingest", "floor")
     row("ingest / floor", "per-iteration ratio, median", r, "x", "<= 2.0", r <= 2.0)
     row("re-ingest", "Store.ingest(RUNS), unchanged tree: " + lib, med["reingest"], "s", n=len(m["reingest"]))
-    row("re-ingest (command)", "zlstore ingest RUNS again: " + cmd + ", start-up included", med["reingest_cmd"], "s")
+    row("re-ingest (command)", "zlstore ingest RUNS again: " + cmd + ", start-up included, first iteration",
+        med["reingest_cmd"], "s")
     r = ratios("reingest", "ingest")
     row("re-ingest / ingest", "library re-ingest / ingest command, per iteration", r, "x", "<= 0.03", r <= 0.03)
     row("rescore", f"Store.compute_fingerprints('{args.rule}') after deleting its fingerprints and "
@@ -380,12 +384,13 @@ def table(results: dict, args) -> dict:
     row("ab query", f"judge.ab_ranges(store, '{CAMPAIGN}') = SELECT * FROM ab_ranges: " + lib,
         med["ab_library"], "s", n=len(m["ab_library"]))
     if m["ab_command"]:
-        row("ab command", f"zlstore ab {CAMPAIGN} --json: " + cmd, med["ab_command"], "s", n=len(m["ab_command"]))
+        row("ab command", f"zlstore ab {CAMPAIGN} --json: " + cmd + ", first iteration", med["ab_command"], "s")
     r = ratios("harness_ab", "ab_library")
     row("log re-parse / ab query", "harness A/B summary / ab library call, per iteration", r, "x", ">= 50", r >= 50)
     if m["ab_command"]:
-        r = ratios("harness_ab", "ab_command")
-        row("log re-parse / ab command", "harness A/B summary / zlstore ab --json (start-up included)", r, "x")
+        r = m["harness_ab"][0] / m["ab_command"][0]
+        row("log re-parse / ab command", "harness A/B summary / zlstore ab --json (start-up included), first iteration",
+            r, "x")
     if "memory4" in results:
         rss1 = median(m["ingest_rss"])
         rss4 = results["memory4"]["maxrss_kb"]
@@ -442,7 +447,7 @@ def main(argv=None) -> int:
     ap.add_argument("--harness-repeat", type=int, default=3, help="iterations of the (slow) harness rescore")
     ap.add_argument("--rule", default="v3", help="the rule the store is made to lack for the rescore figures "
                     "(default v3, the current rule: what the harness's RESCORE re-judged against)")
-    ap.add_argument("--extra-rule", default="v4", help="also measure this rule once, as a supplement ('' for none)")
+    ap.add_argument("--extra-rule", default="", help="also measure this rule once (e.g. v4), as a supplement")
     ap.add_argument("--work", default=None, help="work directory (default: a new one under /tmp)")
     ap.add_argument("--keep", action="store_true", help="keep the corpora and databases")
     ap.add_argument("--skip-memory", action="store_true", help="no scale-4 corpus / peak memory figure")
