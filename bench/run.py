@@ -15,6 +15,7 @@ would hide the work; the `how` column says which.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -87,26 +88,35 @@ def _tree_rss_kb(pid: int) -> int:
     return total
 
 
+@contextlib.contextmanager
+def tree_rss_sampler(pid: int, enabled: bool):
+    """Sample the RSS of pid's process tree every 50 ms while the block runs;
+    yields a one-element list holding the peak in KB."""
+    peak, stop = [0], threading.Event()
+
+    def sample():
+        while not stop.wait(0.05):
+            peak[0] = max(peak[0], _tree_rss_kb(pid))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    if enabled:
+        sampler.start()
+    try:
+        yield peak
+    finally:
+        stop.set()
+        if enabled:
+            sampler.join()
+
+
 def run_command(argv, sample_memory=False) -> dict:
     """Run a command; its wall seconds, CPU seconds, the peak RSS of its
     largest process (wait4) and, when sampled, of its whole process tree."""
     start = time.perf_counter()
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
-    peak = [0]
-    stop = threading.Event()
-
-    def sample():
-        while not stop.wait(0.05):
-            peak[0] = max(peak[0], _tree_rss_kb(process.pid))
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    if sample_memory:
-        sampler.start()
-    out, err = process.communicate()
-    seconds = time.perf_counter() - start
-    stop.set()
-    if sample_memory:
-        sampler.join()
+    with tree_rss_sampler(process.pid, sample_memory) as peak:
+        out, err = process.communicate()
+        seconds = time.perf_counter() - start
     if process.returncode:
         raise RuntimeError(f"{' '.join(map(str, argv))} failed ({process.returncode}): {err.decode()[-2000:]}")
     return {"seconds": seconds, "stdout": out.decode(), "peak_tree_kb": peak[0]}
@@ -125,23 +135,11 @@ def run_ingest_command(runs: Path, db_path: Path, sample_memory=False) -> dict:
     start = time.perf_counter()
     process = subprocess.Popen(launcher + ZLSTORE + ["ingest", str(runs), "--db", str(db_path), "--json"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
-    peak = [0]
-    stop = threading.Event()
-
-    def sample():
-        while not stop.wait(0.05):
-            peak[0] = max(peak[0], _tree_rss_kb(process.pid))
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    if sample_memory:
-        sampler.start()
-    out = process.stdout.read()
-    err = process.stderr.read()
-    _, status, usage = os.wait4(process.pid, 0)
-    seconds = time.perf_counter() - start
-    stop.set()
-    if sample_memory:
-        sampler.join()
+    with tree_rss_sampler(process.pid, sample_memory) as peak:
+        out = process.stdout.read()
+        err = process.stderr.read()
+        _, status, usage = os.wait4(process.pid, 0)
+        seconds = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) not in (0, 1):
         raise RuntimeError(f"zlstore ingest failed: {err.decode()[-2000:]}")
     summary = json.loads(out)
