@@ -130,7 +130,8 @@ CREATE TABLE IF NOT EXISTS measurements (
     extra TEXT,                         -- JSON: fields this release does not know
     counted INTEGER NOT NULL,           -- 1: a measurement that may be compared
     not_counted_reason TEXT,
-    fallback INTEGER NOT NULL DEFAULT 0 -- timed by the direct fallback (BENCHMARK_DIRECT_NO_CUDAGRAPH)
+    fallback INTEGER NOT NULL DEFAULT 0, -- timed by the direct fallback (BENCHMARK_DIRECT_NO_CUDAGRAPH)
+    occurrence INTEGER                  -- n: the n-th row of its op, dtype and shape in its cell
 );
 CREATE INDEX IF NOT EXISTS measurements_cell ON measurements(cell_id, op_name, dtype, shape);
 
@@ -229,6 +230,174 @@ CREATE TABLE IF NOT EXISTS ingest_problems (
     message TEXT NOT NULL
 );
 
+-- A/B pairing, kept by the writers so that reading a campaign's ranges is a
+-- lookup, not a pairing of every measured row (the views ab_slots, ab_pairs,
+-- ab_rejected and ab_ranges read these; they are not an interface). A
+-- "round" is the before and after cell of one cell op and dtype in one round
+-- on one card of one root (and one repeat directory). Every insert or delete
+-- of a cell marks its round stale (triggers below); zlstore recomputes the
+-- stale rounds (zlstore/pairing.py) inside the same transaction before it
+-- commits, so what zlstore commits has none (an edit by hand is recomputed
+-- by the next zlstore command that opens or reads the store). The recomputation is the SQL in
+-- pairing.py, which is the one definition of a pair.
+CREATE TABLE IF NOT EXISTS ab_stale_rounds (
+    root_id INTEGER NOT NULL,
+    card INTEGER,
+    repeat_dir TEXT,
+    cell_op TEXT,
+    cell_dtype TEXT,
+    round INTEGER
+);
+
+-- One row per measured row identity in a round (see the view ab_slots).
+CREATE TABLE IF NOT EXISTS ab_slot_rows (
+    root_id INTEGER NOT NULL,
+    card INTEGER,
+    repeat_dir TEXT,
+    cell_op TEXT,
+    cell_dtype TEXT,
+    round INTEGER,
+    op TEXT,
+    dtype TEXT,
+    shape TEXT NOT NULL,
+    occurrence INTEGER NOT NULL,
+    before_cell_id INTEGER,
+    after_cell_id INTEGER,
+    before_caliber_id INTEGER,
+    after_caliber_id INTEGER,
+    before_measurement_id INTEGER,
+    after_measurement_id INTEGER,
+    before_counted INTEGER,
+    after_counted INTEGER,
+    before_not_counted TEXT,
+    after_not_counted TEXT,
+    latency_before REAL,
+    latency_after REAL,
+    before_fallback INTEGER,
+    after_fallback INTEGER,
+    reason TEXT                         -- NULL: a pair; else rejection_reasons
+);
+CREATE INDEX IF NOT EXISTS ab_slot_rows_round ON ab_slot_rows(root_id, cell_op, cell_dtype, round, card);
+CREATE INDEX IF NOT EXISTS ab_slot_rows_key ON ab_slot_rows(root_id, op, dtype, shape);
+
+-- One row per (root, row op, dtype, shape, caliber) with at least one pair,
+-- and one with caliber_id NULL for a key that has rows but no pair (see the
+-- view ab_ranges).
+CREATE TABLE IF NOT EXISTS ab_range_rows (
+    root_id INTEGER NOT NULL,
+    op TEXT,
+    dtype TEXT,
+    shape TEXT NOT NULL,
+    caliber_id INTEGER,
+    rounds INTEGER NOT NULL,
+    min REAL,
+    median REAL,
+    max REAL,
+    fallback INTEGER NOT NULL,
+    fallback_rows INTEGER NOT NULL,
+    cards INTEGER NOT NULL,
+    rejected INTEGER NOT NULL,
+    rejected_reasons TEXT,
+    json_head TEXT,                     -- the row as ab_ranges' JSON, but for the two
+    json_tail TEXT                      -- floor columns between them (`zlstore ab --json`)
+);
+CREATE INDEX IF NOT EXISTS ab_range_rows_key ON ab_range_rows(root_id, op, dtype, shape, caliber_id);
+
+-- One row per screening round with at least one pair: n_rows, min, median
+-- and max of the ratio over its paired rows (see the view verdicts).
+CREATE TABLE IF NOT EXISTS ab_round_ranges (
+    root_id INTEGER NOT NULL,
+    card INTEGER,
+    repeat_dir TEXT,
+    cell_op TEXT,
+    cell_dtype TEXT,
+    round INTEGER,
+    before_cell_id INTEGER NOT NULL,
+    after_cell_id INTEGER NOT NULL,
+    n_rows INTEGER NOT NULL,
+    min REAL,
+    median REAL,
+    max REAL,
+    fallback INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ab_round_ranges_cells ON ab_round_ranges(before_cell_id, after_cell_id);
+CREATE INDEX IF NOT EXISTS ab_round_ranges_round ON ab_round_ranges(root_id, cell_op, cell_dtype, round, card);
+
+-- Per (rule, row op, dtype, caliber): the noise floor under that rule (see
+-- the view noise_floors, which shows the current rule's). Recomputed for a
+-- rule when its fingerprints change (ab_stale_floors) and for every rule
+-- when a screening round is re-paired.
+CREATE TABLE IF NOT EXISTS noise_floor_rows (
+    rule TEXT NOT NULL,
+    op TEXT,
+    dtype TEXT,
+    caliber_id INTEGER NOT NULL,
+    n INTEGER NOT NULL,
+    floor REAL,
+    roots TEXT,
+    fallback_rows INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS noise_floor_rows_key ON noise_floor_rows(rule, op, dtype, caliber_id);
+
+CREATE TABLE IF NOT EXISTS ab_stale_floors (
+    rule TEXT PRIMARY KEY
+);
+
+-- Only a screening cell's fingerprints move floors (a campaign has thousands).
+CREATE TRIGGER IF NOT EXISTS fingerprints_insert_marks_floors AFTER INSERT ON fingerprints
+WHEN EXISTS (SELECT 1 FROM cells JOIN roots ON roots.id = cells.root_id
+             WHERE cells.id = NEW.cell_id AND roots.kind = 'screen')
+BEGIN
+    INSERT OR IGNORE INTO ab_stale_floors (rule) VALUES (NEW.rule);
+END;
+
+CREATE TRIGGER IF NOT EXISTS fingerprints_delete_marks_floors AFTER DELETE ON fingerprints
+WHEN EXISTS (SELECT 1 FROM cells JOIN roots ON roots.id = cells.root_id
+             WHERE cells.id = OLD.cell_id AND roots.kind = 'screen')
+BEGIN
+    INSERT OR IGNORE INTO ab_stale_floors (rule) VALUES (OLD.rule);
+END;
+
+CREATE TRIGGER IF NOT EXISTS cells_insert_marks_round AFTER INSERT ON cells
+WHEN NEW.side IN ('before', 'after')
+BEGIN
+    INSERT INTO ab_stale_rounds (root_id, card, repeat_dir, cell_op, cell_dtype, round)
+    VALUES (NEW.root_id, NEW.card, NEW.repeat_dir, NEW.op, NEW.dtype, NEW.round);
+END;
+
+CREATE TRIGGER IF NOT EXISTS cells_delete_marks_round AFTER DELETE ON cells
+WHEN OLD.side IN ('before', 'after')
+BEGIN
+    INSERT INTO ab_stale_rounds (root_id, card, repeat_dir, cell_op, cell_dtype, round)
+    VALUES (OLD.root_id, OLD.card, OLD.repeat_dir, OLD.op, OLD.dtype, OLD.round);
+END;
+
+-- Edits by hand (a cell's caliber corrected, a row deleted) re-pair too; the
+-- next zlstore command recomputes them. A row inserted into a cell that is
+-- already stored is the one change these triggers do not see: zlstore
+-- replaces a changed cell whole, rows included.
+CREATE TRIGGER IF NOT EXISTS cells_update_marks_rounds AFTER UPDATE OF
+    root_id, card, repeat_dir, op, dtype, round, side, caliber_id ON cells
+BEGIN
+    INSERT INTO ab_stale_rounds (root_id, card, repeat_dir, cell_op, cell_dtype, round)
+    VALUES (OLD.root_id, OLD.card, OLD.repeat_dir, OLD.op, OLD.dtype, OLD.round),
+           (NEW.root_id, NEW.card, NEW.repeat_dir, NEW.op, NEW.dtype, NEW.round);
+END;
+
+CREATE TRIGGER IF NOT EXISTS measurements_update_marks_round AFTER UPDATE ON measurements
+BEGIN
+    INSERT INTO ab_stale_rounds (root_id, card, repeat_dir, cell_op, cell_dtype, round)
+    SELECT root_id, card, repeat_dir, op, dtype, round FROM cells
+    WHERE id IN (OLD.cell_id, NEW.cell_id) AND side IN ('before', 'after');
+END;
+
+CREATE TRIGGER IF NOT EXISTS measurements_delete_marks_round AFTER DELETE ON measurements
+BEGIN
+    INSERT INTO ab_stale_rounds (root_id, card, repeat_dir, cell_op, cell_dtype, round)
+    SELECT root_id, card, repeat_dir, op, dtype, round FROM cells
+    WHERE id = OLD.cell_id AND side IN ('before', 'after');
+END;
+
 -- @views
 
 -- One row per cell: what it is, where each value came from, what it holds.
@@ -293,86 +462,43 @@ VALUES [[reasons: ({position}, {name}, {meaning})]];
 -- of rejection_reasons (caliber first: a row under an unknown or different
 -- caliber could never pair, whatever else holds). ab_pairs is reason IS
 -- NULL, ab_rejected the rest: together, every row. Licenses nothing itself.
+-- Read from ab_slot_rows, which the writers keep (zlstore/pairing.py holds
+-- the pairing SQL).
 CREATE VIEW ab_slots AS
 SELECT
-    slots.root,
-    slots.root_kind,
-    slots.card,
-    slots.op,
-    slots.dtype,
-    slots.shape,
-    slots.round,
-    slots.occurrence,
-    slots.repeat_dir,
-    slots.cell_op,
-    slots.cell_dtype,
-    cb.id AS before_cell_id,
-    ca.id AS after_cell_id,
-    cb.caliber_id AS before_caliber_id,
-    ca.caliber_id AS after_caliber_id,
+    roots.name AS root,
+    roots.kind AS root_kind,
+    s.card,
+    s.op,
+    s.dtype,
+    s.shape,
+    s.round,
+    s.occurrence,
+    s.repeat_dir,
+    s.cell_op,
+    s.cell_dtype,
+    s.before_cell_id,
+    s.after_cell_id,
+    s.before_caliber_id,
+    s.after_caliber_id,
     cb.caliber_missing AS before_caliber_missing,
     ca.caliber_missing AS after_caliber_missing,
-    slots.before_measurement_id,
-    slots.after_measurement_id,
-    slots.before_counted,
-    slots.after_counted,
-    slots.before_not_counted,
-    slots.after_not_counted,
-    slots.latency_before,
-    slots.latency_after,
-    slots.before_fallback,
-    slots.after_fallback,
-    CASE
-        WHEN slots.before_measurement_id IS NOT NULL AND slots.after_measurement_id IS NOT NULL
-         AND slots.before_counted = 1 AND slots.after_counted = 1
-         AND cb.caliber_id = ca.caliber_id
-            THEN NULL
-        WHEN (cb.id IS NOT NULL AND cb.caliber_id IS NULL) OR (ca.id IS NOT NULL AND ca.caliber_id IS NULL)
-            THEN [[reason CALIBER_UNKNOWN]]
-        WHEN cb.caliber_id <> ca.caliber_id THEN [[reason CALIBER_MISMATCH]]
-        WHEN slots.before_measurement_id IS NULL OR slots.after_measurement_id IS NULL
-            THEN [[reason MISSING_SIDE]]
-        ELSE [[reason NOT_COUNTED]]
-    END AS reason,
-    slots.root_id
-FROM (
-    SELECT
-        roots.id AS root_id, roots.name AS root, roots.kind AS root_kind,
-        c.card, c.repeat_dir, c.op AS cell_op, c.dtype AS cell_dtype, c.round,
-        m.op_name AS op, m.dtype, m.shape,
-        1 + (SELECT count(*) FROM measurements d
-             WHERE d.cell_id = m.cell_id AND d.op_name IS m.op_name AND d.dtype IS m.dtype
-               AND d.shape = m.shape AND d.id < m.id) AS occurrence,
-        max(CASE WHEN c.side = 'before' THEN c.id END) AS before_row_cell_id,
-        max(CASE WHEN c.side = 'after' THEN c.id END) AS after_row_cell_id,
-        max(CASE WHEN c.side = 'before' THEN m.id END) AS before_measurement_id,
-        max(CASE WHEN c.side = 'after' THEN m.id END) AS after_measurement_id,
-        max(CASE WHEN c.side = 'before' THEN m.counted END) AS before_counted,
-        max(CASE WHEN c.side = 'after' THEN m.counted END) AS after_counted,
-        max(CASE WHEN c.side = 'before' THEN m.not_counted_reason END) AS before_not_counted,
-        max(CASE WHEN c.side = 'after' THEN m.not_counted_reason END) AS after_not_counted,
-        max(CASE WHEN c.side = 'before' THEN m.latency END) AS latency_before,
-        max(CASE WHEN c.side = 'after' THEN m.latency END) AS latency_after,
-        max(CASE WHEN c.side = 'before' THEN m.fallback END) AS before_fallback,
-        max(CASE WHEN c.side = 'after' THEN m.fallback END) AS after_fallback
-    FROM cells c
-    JOIN roots ON roots.id = c.root_id
-    JOIN measurements m ON m.cell_id = c.id
-    WHERE c.side IN ('before', 'after')
-    GROUP BY roots.id, roots.name, roots.kind, c.card, c.repeat_dir, c.op, c.dtype, c.round,
-             m.op_name, m.dtype, m.shape, occurrence
-) slots
--- where a side has no such row, its cell is the round's cell of that side
-LEFT JOIN cells cb ON cb.id = coalesce(slots.before_row_cell_id, (
-    SELECT max(c.id) FROM cells c
-    WHERE c.root_id = slots.root_id AND c.op IS slots.cell_op AND c.dtype IS slots.cell_dtype
-      AND c.round IS slots.round AND c.side = 'before'
-      AND c.card IS slots.card AND c.repeat_dir IS slots.repeat_dir))
-LEFT JOIN cells ca ON ca.id = coalesce(slots.after_row_cell_id, (
-    SELECT max(c.id) FROM cells c
-    WHERE c.root_id = slots.root_id AND c.op IS slots.cell_op AND c.dtype IS slots.cell_dtype
-      AND c.round IS slots.round AND c.side = 'after'
-      AND c.card IS slots.card AND c.repeat_dir IS slots.repeat_dir));
+    s.before_measurement_id,
+    s.after_measurement_id,
+    s.before_counted,
+    s.after_counted,
+    s.before_not_counted,
+    s.after_not_counted,
+    s.latency_before,
+    s.latency_after,
+    s.before_fallback,
+    s.after_fallback,
+    s.reason,
+    s.root_id
+FROM ab_slot_rows s
+JOIN roots ON roots.id = s.root_id
+LEFT JOIN cells cb ON cb.id = s.before_cell_id
+LEFT JOIN cells ca ON ca.id = s.after_cell_id;
 
 -- One row per paired measurement: the same row (its own op, dtype and
 -- canonical shape) counted on both sides of one round, both cells of the
@@ -493,7 +619,7 @@ WITH pair_keys AS (
     FROM recorded_verdicts JOIN roots ON roots.id = recorded_verdicts.root_id
     WHERE roots.kind = 'screen'
 ),
-pairs AS (
+pairs AS MATERIALIZED (
     SELECT
         k.root_id, k.op, k.dtype,
         (SELECT max(c.id) FROM cells c WHERE c.root_id = k.root_id AND c.op IS k.op
@@ -512,25 +638,6 @@ rules AS (
     SELECT DISTINCT rule FROM fingerprints
     UNION
     SELECT value FROM settings WHERE key = 'current_rule'
-),
-ratios AS (
-    SELECT
-        before_cell_id, after_cell_id, ratio, fallback,
-        row_number() OVER (PARTITION BY before_cell_id, after_cell_id ORDER BY ratio) AS position,
-        count(*) OVER (PARTITION BY before_cell_id, after_cell_id) AS n
-    FROM ab_pairs
-    WHERE root_kind = 'screen'
-),
-ranges AS (
-    SELECT
-        before_cell_id, after_cell_id,
-        count(*) AS n_rows,
-        min(ratio) AS min,
-        avg(CASE WHEN position IN ((n + 1) / 2, (n + 2) / 2) THEN ratio END) AS median,
-        max(ratio) AS max,
-        max(fallback) AS fallback
-    FROM ratios
-    GROUP BY before_cell_id, after_cell_id
 ),
 judged AS (
     SELECT
@@ -608,7 +715,7 @@ FROM judged
 JOIN roots ON roots.id = judged.root_id
 LEFT JOIN verdict_kinds kinds ON kinds.verdict = judged.verdict
 LEFT JOIN calibers ON calibers.id = judged.caliber_id
-LEFT JOIN ranges
+LEFT JOIN ab_round_ranges ranges
     ON ranges.before_cell_id = judged.before_cell_id AND ranges.after_cell_id = judged.after_cell_id;
 
 -- The screening verdicts under the current rule (settings 'current_rule',
@@ -625,28 +732,20 @@ WHERE rule = (SELECT value FROM settings WHERE key = 'current_rule');
 -- A noise floor, never a result: a campaign range means something only
 -- where it clears the floor of its operator.
 CREATE VIEW noise_floors AS
-WITH quiet AS MATERIALIZED (
-    SELECT before_cell_id, after_cell_id, rule
-    FROM verdicts
-    WHERE verdict = [[verdict NO_IR_DIFF]]
-),
-screened AS MATERIALIZED (
-    SELECT * FROM ab_pairs WHERE root_kind = 'screen'
-)
 SELECT
-    p.op,
-    p.dtype,
-    [[caliber: p.{f}]],
-    count(*) AS n,
-    max(abs(p.ratio - 1)) AS floor,
-    group_concat(DISTINCT p.root) AS roots,
+    f.op,
+    f.dtype,
+    [[caliber: calibers.{f}]],
+    f.n,
+    f.floor,
+    f.roots,
     (SELECT range_label FROM verdict_kinds WHERE verdict = [[verdict NO_IR_DIFF]]) AS label,
-    sum(p.fallback) AS fallback_rows,
-    min(quiet.rule) AS rule,
-    p.caliber_id
-FROM screened p
-JOIN quiet ON quiet.before_cell_id = p.before_cell_id AND quiet.after_cell_id = p.after_cell_id
-GROUP BY p.op, p.dtype, p.caliber_id;
+    f.fallback_rows,
+    f.rule,
+    f.caliber_id
+FROM noise_floor_rows f
+JOIN calibers ON calibers.id = f.caliber_id
+WHERE f.rule = (SELECT value FROM settings WHERE key = 'current_rule');
 
 -- Per (root, row op, dtype, shape, caliber) of every repeat run and
 -- campaign: the range of the ratio over the paired rounds. Licenses a
@@ -660,76 +759,38 @@ GROUP BY p.op, p.dtype, p.caliber_id;
 -- noise_floor: the op's floor under the same caliber (noise_floors);
 -- clears_floor = 1 when the whole range lies outside 1 +- floor, 0 when
 -- it does not (then it is not a result), NULL when no floor is known.
+-- The ranges are kept in ab_range_rows by the writers (zlstore/pairing.py,
+-- from ab_slots); the floors are judged here, on every read, under the
+-- current rule.
 CREATE VIEW ab_ranges AS
-WITH slots AS MATERIALIZED (
-    SELECT
-        root_id, root, root_kind, op, dtype, shape, card, reason,
-        before_caliber_id AS caliber_id,
-        CASE WHEN reason IS NULL THEN latency_before / latency_after END AS ratio,
-        max(before_fallback, after_fallback) AS fallback
-    FROM ab_slots
-    WHERE root_kind <> 'screen'
-),
-ranked AS (
-    SELECT
-        slots.*,
-        row_number() OVER (PARTITION BY root_id, op, dtype, shape, caliber_id ORDER BY ratio) AS position,
-        count(*) OVER (PARTITION BY root_id, op, dtype, shape, caliber_id) AS n
-    FROM slots
-    WHERE reason IS NULL
-),
-ranges AS (
-    SELECT
-        root_id, root, root_kind, op, dtype, shape, caliber_id,
-        count(*) AS rounds,
-        min(ratio) AS min,
-        avg(CASE WHEN position IN ((n + 1) / 2, (n + 2) / 2) THEN ratio END) AS median,
-        max(ratio) AS max,
-        max(fallback) AS fallback,
-        sum(fallback) AS fallback_rows,
-        count(DISTINCT card) AS cards
-    FROM ranked
-    GROUP BY root_id, op, dtype, shape, caliber_id
-),
-rejected AS MATERIALIZED (
-    SELECT root_id, root, root_kind, op, dtype, shape, count(*) AS rejected,
-           group_concat(DISTINCT reason) AS rejected_reasons
-    FROM slots
-    WHERE reason IS NOT NULL
-    GROUP BY root_id, op, dtype, shape
-),
-floors AS MATERIALIZED (
-    SELECT op, dtype, caliber_id, floor FROM noise_floors
+SELECT
+    j.root, j.op, j.dtype, j.shape, j.rounds,
+    j.min, j.median, j.max, j.fallback, j.fallback_rows,
+    j.rejected, j.rejected_reasons,
+    j.noise_floor,
+    j.clears_floor,
+    j.cards, j.root_kind, j.caliber_id,
+    [[caliber: calibers.{f}]],
+    j.root_id
+FROM ab_range_judgements j
+LEFT JOIN calibers ON calibers.id = j.caliber_id;
+
+-- ab_ranges' rows with their noise floor judged under the current rule, and
+-- the JSON text of the rest of each row, kept with it: `zlstore ab --json`
+-- prints a campaign's thousands of ranges without a Python object per value.
+CREATE VIEW ab_range_judgements AS
+WITH floors AS MATERIALIZED (
+    SELECT op, dtype, caliber_id, floor FROM noise_floor_rows
+    WHERE rule = (SELECT value FROM settings WHERE key = 'current_rule')
 )
 SELECT
-    ranges.root, ranges.op, ranges.dtype, ranges.shape, ranges.rounds,
-    ranges.min, ranges.median, ranges.max, ranges.fallback, ranges.fallback_rows,
-    coalesce(rejected.rejected, 0) AS rejected, rejected.rejected_reasons,
+    r.*,
+    roots.name AS root,
+    roots.kind AS root_kind,
     floors.floor AS noise_floor,
     CASE WHEN floors.floor IS NOT NULL
-         THEN (ranges.min > 1 + floors.floor OR ranges.max < 1 - floors.floor) END AS clears_floor,
-    ranges.cards, ranges.root_kind, ranges.caliber_id,
-    [[caliber: calibers.{f}]],
-    ranges.root_id
-FROM ranges
-JOIN calibers ON calibers.id = ranges.caliber_id
-LEFT JOIN rejected
-    ON rejected.root_id = ranges.root_id AND rejected.op IS ranges.op
-   AND rejected.dtype IS ranges.dtype AND rejected.shape = ranges.shape
+         THEN (r.min > 1 + floors.floor OR r.max < 1 - floors.floor) END AS clears_floor
+FROM ab_range_rows r
+JOIN roots ON roots.id = r.root_id AND roots.kind <> 'screen'
 LEFT JOIN floors
-    ON floors.op IS ranges.op AND floors.dtype IS ranges.dtype AND floors.caliber_id = ranges.caliber_id
-UNION ALL
-SELECT
-    rejected.root, rejected.op, rejected.dtype, rejected.shape, 0,
-    NULL, NULL, NULL, 0, 0,
-    rejected.rejected, rejected.rejected_reasons,
-    NULL, NULL,
-    0, rejected.root_kind, NULL,
-    [[caliber: NULL]],
-    rejected.root_id
-FROM rejected
-WHERE NOT EXISTS (
-    SELECT 1 FROM ranges
-    WHERE ranges.root_id = rejected.root_id AND ranges.op IS rejected.op
-      AND ranges.dtype IS rejected.dtype AND ranges.shape = rejected.shape
-);
+    ON floors.op IS r.op AND floors.dtype IS r.dtype AND floors.caliber_id = r.caliber_id;

@@ -191,9 +191,12 @@ def store_rescore(db_path: Path, rule: str):
 
 
 def store_ab(db_path: Path, use_cli: bool):
-    """The campaign's A/B ranges: the library call, and the command when it exists."""
+    """The campaign's A/B ranges as `zlstore ab CAMPAIGN --json` prints them:
+    the library call that builds that text, and the command when it exists."""
     with Store(db_path) as store:
-        seconds, rows = timed(lambda: judge.ab_ranges(store, store.root(CAMPAIGN)))
+        root = store.root(CAMPAIGN)
+        seconds, text = timed(judge.ab_ranges_json, store, root)
+        rows = json.loads(text)
     command = None
     if use_cli:
         command = run_command(ZLSTORE + ["ab", CAMPAIGN, "--db", str(db_path), "--json"])
@@ -381,7 +384,8 @@ def table(results: dict, args) -> dict:
             m["harness_rescore_extra"][0] / m["rescore_extra"][0], "x")
     row("harness A/B summary", "re-read every campaign run.log, pair in Python (bench/harness.py): " + lib,
         med["harness_ab"], "s", n=len(m["harness_ab"]))
-    row("ab query", f"judge.ab_ranges(store, '{CAMPAIGN}') = SELECT * FROM ab_ranges: " + lib,
+    row("ab query", f"judge.ab_ranges_json(store, '{CAMPAIGN}'), the text `zlstore ab --json` prints "
+        "(ab_ranges, as JSON built by SQLite): " + lib,
         med["ab_library"], "s", n=len(m["ab_library"]))
     if m["ab_command"]:
         row("ab command", f"zlstore ab {CAMPAIGN} --json: " + cmd + ", first iteration", med["ab_command"], "s")

@@ -29,11 +29,17 @@ def example_tree(example_source, tmp_path):
 
 @pytest.fixture(scope="session")
 def example_store_path(example_source, tmp_path_factory):
-    """A database holding the example tree, ingested once per session (read-only use)."""
+    """A database holding the example tree, ingested once per session
+    (read-only use), and holding every fingerprint rule, as after
+    `zlstore rescore --rule v4` (an ingest computes v1-v3 only)."""
+    from zlstore import ttgir
+
     source, _ = example_source
     path = tmp_path_factory.mktemp("store") / "example.db"
     with Store(path) as store:
         store.ingest(source)
+        for rule in ttgir.RULES:
+            store.compute_fingerprints(rule)
     return path
 
 

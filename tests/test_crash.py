@@ -8,7 +8,8 @@ import subprocess
 import sys
 import time
 
-from zlstore import Store, ttgir
+from zlstore import Store
+from zlstore.ingest import ingest_rules
 
 from .test_ingest import IR, record, write_cell, write_root_env
 
@@ -64,7 +65,7 @@ def test_kill_9_mid_ingest_leaves_whole_cells(tmp_path):
                   OR n_kernels != (SELECT count(*) FROM kernels k WHERE k.cell_id = cells.id)
                   OR (SELECT count(*) FROM fingerprints f WHERE f.cell_id = cells.id) != ?
                   OR n_rows != 119""",
-            (len(ttgir.RULES),),
+            (len(ingest_rules(conn)),),
         ).fetchall()
         assert partial == []
         summary = store.ingest(root)

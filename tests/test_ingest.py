@@ -8,7 +8,8 @@ import sqlite3
 import pytest
 from click.testing import CliRunner
 
-from zlstore import Store
+from zlstore import Store, db, judge
+from zlstore.ingest import ingest_rules
 from zlstore.cli import cli
 
 from .conftest import SAMPLES
@@ -107,7 +108,7 @@ def test_reingest_adds_nothing_and_changed_cell_is_replaced(store, tmp_path):
     assert count(store, "SELECT count(*) FROM measurements") == 3
     assert count(store, "SELECT count(*) FROM measurements m JOIN cells c ON c.id = m.cell_id "
                         "WHERE c.side = 'after'") == 1
-    assert count(store, "SELECT count(*) FROM fingerprints") == 2 * 4
+    assert count(store, "SELECT count(*) FROM fingerprints") == 2 * len(ingest_rules(store.conn))
     assert count(store, "SELECT count(*) FROM kernels") == 2
 
 
@@ -190,6 +191,7 @@ def test_triton_cache_only_ttgir_counts(store, tmp_path):
     write_cell(root / "topk_after", record(), env={"RC": 0}, kernels={"zzz/topk_kernel.ttgir": IR},
                index="topk_kernel\tzzz\t/x/zzz/topk_kernel.ttgir\n")
     store.ingest(root)
+    store.compute_fingerprints("v4")  # not computed at ingest: the store holds v1-v3
     kernels = store.conn.execute("SELECT name, cache_dir, convert_layouts, num_warps, num_stages FROM kernels "
                                  "ORDER BY cache_dir").fetchall()
     assert kernels == [("topk_kernel", "aaa", 1, 8, 3), ("topk_kernel", "zzz", 1, None, None)]
@@ -222,6 +224,26 @@ def test_bad_input_is_named_and_the_rest_goes_on(tmp_path):
         assert count(store, "SELECT count(*) FROM cells WHERE op = 'sort'") == 0  # not half-written
         assert count(store, "SELECT count(*) FROM ingest_problems") == len(summary["problems"])
         assert count(store, "SELECT count(*) FROM measurements") == 2
+
+
+def test_ingest_fingerprints_under_the_rules_the_store_holds(example_source, tmp_path):
+    """A new store computes the current rule and the raw-text rules at ingest;
+    v4 is computed from the stored IR when first asked for, and from then on
+    the store holds it: a later ingest computes it for the new cells too."""
+    source, manifest = example_source
+    screens = sorted(p for p in source.iterdir() if p.name.startswith("ab_rlc_"))
+    with Store(tmp_path / "r.db") as store:
+        store.ingest(screens[0])
+        held = lambda: {r for (r,) in store.conn.execute("SELECT DISTINCT rule FROM fingerprints")}
+        assert held() == {"v1", "v2", "v3"}
+        asked = judge.verdicts(store, rule="v4")
+        assert asked and all(v["verdict"] is not None for v in asked)
+        assert held() == {"v1", "v2", "v3", "v4"}
+        store.ingest(screens[1])
+        missing = store.conn.execute(
+            "SELECT count(*) FROM cells WHERE NOT EXISTS (SELECT 1 FROM fingerprints f "
+            "WHERE f.cell_id = cells.id AND f.rule = 'v4')").fetchone()[0]
+        assert missing == 0
 
 
 def test_fingerprints_for_a_new_rule_come_from_the_store_alone(example_store_path, tmp_path):
@@ -263,7 +285,7 @@ def test_default_database_from_environment(tmp_path, monkeypatch):
     assert result.exit_code == 0 and (tmp_path / "zlstore.db").exists()
     monkeypatch.setenv("ZLSTORE_DB", str(tmp_path / "env.db"))
     result = CliRunner().invoke(cli, ["init"])
-    assert result.output.startswith(str(tmp_path / "env.db")) and "schema version 1" in result.output
+    assert result.output.startswith(str(tmp_path / "env.db")) and f"schema version {db.SCHEMA_VERSION}" in result.output
 
 
 def test_record_refuses_unfinished_cell(store, tmp_path):

@@ -61,24 +61,25 @@ def test_migrations_run_in_order_from_an_older_version(tmp_path, monkeypatch):
     path = tmp_path / "old.db"
     Store(path).close()
     ran = []
+    current = db.SCHEMA_VERSION
 
-    def m002_add_note(conn):
-        ran.append(2)
+    def add_note(conn):
+        ran.append(current + 1)
         conn.execute("ALTER TABLE roots ADD COLUMN note TEXT")
 
-    def m003_fill_note(conn):
-        ran.append(3)
+    def fill_note(conn):
+        ran.append(current + 2)
         conn.execute("UPDATE roots SET note = 'migrated'")
 
-    monkeypatch.setattr(db, "SCHEMA_VERSION", 3)
-    monkeypatch.setitem(db.MIGRATIONS, 3, m003_fill_note)
-    monkeypatch.setitem(db.MIGRATIONS, 2, m002_add_note)
+    monkeypatch.setattr(db, "SCHEMA_VERSION", current + 2)
+    monkeypatch.setitem(db.MIGRATIONS, current + 2, fill_note)
+    monkeypatch.setitem(db.MIGRATIONS, current + 1, add_note)
     with Store(path) as store:
-        assert ran == [2, 3]
+        assert ran == [current + 1, current + 2]
         assert "note" in columns(store, "roots")
-        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == current + 2
     with Store(path):
-        assert ran == [2, 3]  # applied once
+        assert ran == [current + 1, current + 2]  # applied once
 
 
 def test_views_are_recreated_when_the_schema_changes(tmp_path, monkeypatch):

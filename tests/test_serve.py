@@ -484,3 +484,10 @@ def test_serve_binds_localhost_and_warns_on_the_network(example_store_path, monk
     assert result.exit_code == 0, result.output
     assert calls[-1]["host"] == "0.0.0.0" and calls[-1]["port"] == 9001
     assert "warning" in result.stderr and "arbitrary" in result.stderr and "SQL" in result.stderr
+
+
+def test_median_is_there_for_ad_hoc_sql(ds):
+    """The aggregate behind every range's median, for a person's own SQL."""
+    response = fetch(ds, "/zlstore.json?sql=select+median(column1)+as+m+from+(values+(1.0),(10.0),(2.0),(4.0))&_shape=array")
+    assert response.status_code == 200
+    assert response.json() == [{"m": 3.0}]

@@ -5,6 +5,8 @@ an entry point, so a plain `datasette` in the same environment is untouched)."""
 
 from datasette import hookimpl
 
+from . import pairing
+
 # Datasette 0.65 lists every column description above a table, which pushes
 # the rows and facets of a wide view (verdicts has 40 columns) off the first
 # screen. Fold the list into a <details> and repeat each description as the
@@ -38,3 +40,9 @@ def extra_body_script(view_name, datasette):
     if view_name == "table" and getattr(datasette, "_zlstore", False):
         return FOLD_COLUMN_DESCRIPTIONS
     return None
+
+
+@hookimpl
+def prepare_connection(conn):
+    """median(), the aggregate every zlstore range uses, for ad-hoc SQL too."""
+    pairing.register(conn)

@@ -7,6 +7,7 @@ write lock at their start (BEGIN IMMEDIATE) with a bounded retry."""
 
 import contextlib
 import hashlib
+import itertools
 import random
 import re
 import sqlite3
@@ -17,9 +18,9 @@ from typing import Callable, Dict, Iterator, List
 
 import sqlite_utils
 
-from . import caliber, judge
+from . import caliber, judge, pairing
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 60_000
 WRITE_ATTEMPTS = 10
 
@@ -115,6 +116,8 @@ def connect(path) -> sqlite_utils.Database:
     )
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute("PRAGMA temp_store = MEMORY")  # re-pairing's scratch tables and sorts
+    pairing.register(conn)
     retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL"))
     conn.execute("PRAGMA synchronous = NORMAL")
     return sqlite_utils.Database(conn)
@@ -145,7 +148,13 @@ def write_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     """A write transaction that holds the write lock from its first statement:
     a deferred one would fail with 'database is locked' when it tries to
     upgrade while another writer holds the lock. Rolls back on any exception,
-    KeyboardInterrupt included; a kill -9 is SQLite's journal's business."""
+    KeyboardInterrupt included; a kill -9 is SQLite's journal's business.
+
+    Inside an open transaction (an ingest's batch of cells) it is a savepoint
+    instead: its writes are kept or undone as one, and commit with the batch."""
+    if conn.in_transaction:
+        yield from _savepoint(conn)
+        return
     retry_busy(lambda: conn.execute("BEGIN IMMEDIATE"))
     try:
         yield conn
@@ -155,6 +164,23 @@ def write_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         raise
     else:
         retry_busy(lambda: conn.execute("COMMIT"))
+
+
+_savepoint_names = itertools.count()
+
+
+def _savepoint(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    name = f"zl_{next(_savepoint_names)}"
+    conn.execute(f"SAVEPOINT {name}")
+    try:
+        yield conn
+    except BaseException:
+        if conn.in_transaction:  # some errors (disk full) end the whole transaction
+            conn.execute(f"ROLLBACK TO {name}")
+            conn.execute(f"RELEASE {name}")
+        raise
+    else:
+        conn.execute(f"RELEASE {name}")
 
 
 # Migrations bring a database made by an older release up to SCHEMA_VERSION.
@@ -171,6 +197,22 @@ def migration(version: int):
         return fn
 
     return register
+
+
+@migration(2)
+def _pairs_kept_in_tables(conn):
+    """Release 2 keeps the A/B pairs and ranges in tables (pairing.py): create
+    them and mark every stored round stale; ensure_schema then fills them.
+    Rows pair by their occurrence in the cell, now a column."""
+    conn.execute("ALTER TABLE measurements ADD COLUMN occurrence INTEGER")
+    conn.execute(
+        """UPDATE measurements SET occurrence = o.n FROM (
+               SELECT id, row_number() OVER (PARTITION BY cell_id, op_name, dtype, shape ORDER BY id) AS n
+               FROM measurements) o
+           WHERE o.id = measurements.id""")
+    for statement in split_statements(schema_parts()["tables"]):
+        conn.execute(statement)
+    pairing.mark_every_round(conn)
 
 
 def _user_version(conn) -> int:
@@ -219,5 +261,6 @@ def ensure_schema(db: sqlite_utils.Database, defaults: Dict[str, str] = None) ->
         )
         for key, value in (defaults or {}).items():
             conn.execute("INSERT OR IGNORE INTO settings (key, value) VALUES (?, ?)", (key, value))
+        pairing.refresh(conn)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     return SCHEMA_VERSION

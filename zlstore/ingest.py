@@ -2,8 +2,9 @@
 
 A cell is stored whole or not at all: everything is read and parsed first,
 then written inside one BEGIN IMMEDIATE transaction. Re-ingesting is cheap:
-a cell whose files have the same names, sizes and mtimes is skipped without
-reading them; where those changed, a content hash decides."""
+a stored cell whose files and directories have the same sizes and times is
+skipped without listing or reading them (unchanged.py); where those changed,
+the full scan and then a content hash decide."""
 
 import collections
 import contextlib
@@ -16,13 +17,14 @@ import multiprocessing
 import os
 import sqlite3
 import sys
+import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
-from . import caliber, judge, layout, runlog, ttgir
-from .db import write_transaction
+from . import caliber, judge, layout, pairing, runlog, ttgir, unchanged
+from .db import retry_busy, write_transaction
 from .layout import Problem
 
 # What a summary reports, in the order it is printed.
@@ -34,7 +36,7 @@ COUNTS = (
 MEASUREMENT_COLUMNS = (
     "cell_id", "line", "record", "idx", "op_name", "dtype", "mode", "level", "shape",
 ) + tuple(f for f in runlog.KNOWN_FIELDS if f != "shape_detail") + (
-    "extra", "counted", "not_counted_reason", "fallback",
+    "extra", "counted", "not_counted_reason", "fallback", "occurrence",
 )
 _JSON_FIELDS = {"legacy_shape"}
 _STORED_FIELDS = tuple(f for f in runlog.KNOWN_FIELDS if f != "shape_detail")
@@ -77,70 +79,73 @@ class CellFiles:
     """A cell directory's relevant files and their stat signature."""
 
     path: Path
-    stats: List[Tuple[str, int, int]]
+    stats: Dict[str, Optional[os.stat_result]]  # relpath (a directory's ends in /) -> stat, None: missing
     ttgir: List[Tuple[str, str]]          # (relpath, kernel name)
     meta_json: Dict[str, str]              # ttgir relpath -> sibling .json relpath
+    extras: List[str] = field(default_factory=list)  # directories entered that lead to no .ttgir
 
     @property
     def stat_sig(self) -> str:
-        text = "\n".join(f"{p}\0{s}\0{m}" for p, s, m in self.stats)
-        return hashlib.sha1(text.encode("utf-8", "surrogateescape")).hexdigest()
+        return unchanged.files_sig(self.stats, self.extras)
 
 
 def scan_cell(cell: Path) -> CellFiles:
     """List what feeds the store: cell.env, run.log, index.tsv, and inside
     triton_cache/ every .ttgir with its sibling .json. Interrupted compiles
     (tmp.pid_*), group files (__grp__*.json) and launcher directories with
-    no .ttgir play no part."""
-    stats, kernels, meta = [], [], {}
-    # One listing per directory and a stat per relevant file: this walk is
-    # all a re-ingest of an unchanged tree does, cell after cell.
+    no .ttgir play no part. The stat signature covers cell.env, run.log,
+    index.tsv and every directory entered, not the files in triton_cache:
+    Triton writes a cache directory once, by rename, so an entry added,
+    removed or renamed changes its directory's times (unchanged.py)."""
+    stats, kernels, meta = {}, [], {}
     top = str(cell)
     entries = _listing(top)
     for name in (layout.CELL_ENV, layout.RUN_LOG, layout.INDEX_TSV):
-        entry = entries.get(name)
-        if entry is None:
-            continue
-        try:
-            st = entry.stat()
-        except FileNotFoundError:
-            continue
-        stats.append((name, st.st_size, st.st_mtime_ns))
+        stats[name] = _stat(entries.get(name))
     cache = entries.get(layout.TRITON_CACHE)
+    stats[layout.TRITON_CACHE + "/"] = _stat(cache)
+    entered, leading = [], set()  # directories below triton_cache; those on the way to a .ttgir
     if cache is not None and _is_dir(cache):
         pending = [(cache.path, layout.TRITON_CACHE)]
         while pending:  # depth first, sorted: the order os.walk gave
             directory, rel_dir = pending.pop()
             listing = _listing(directory)
             files = {n: e for n, e in listing.items() if not _is_dir(e)}
-            pending.extend(sorted(
-                ((e.path, rel_dir + "/" + n) for n, e in listing.items()
+            below = sorted(  # paths differ: entries are never compared
+                ((e.path, rel_dir + "/" + n, e) for n, e in listing.items()
                  if n not in files and not n.startswith("tmp.pid_") and not e.is_symlink()),
                 reverse=True,
-            ))
+            )
+            for path, rel, entry in below:
+                stats[rel + "/"] = _stat(entry)
+                entered.append(rel)
+                pending.append((path, rel))
             stems = {f[:-6] for f in files if f.endswith(".ttgir")}
             if not stems:
                 continue
             found = []
             for name in sorted(files):
-                if not (name.endswith(".ttgir") or name.endswith(".json")):
-                    continue
                 stem, ext = os.path.splitext(name)
-                if ext == ".ttgir" or (ext == ".json" and stem in stems and not name.startswith("__grp__")):
-                    rel = rel_dir + "/" + name
-                    st = files[name].stat()
-                    stats.append((rel, st.st_size, st.st_mtime_ns))
-                    if ext == ".ttgir":
-                        found.append((rel, stem))
+                if ext == ".ttgir":
+                    found.append((rel_dir + "/" + name, stem))
             kernels.extend(found)
             for rel, stem in found:
                 sibling = stem + ".json"
-                # A sibling .json listed here was stat'ed above unless it is a group file.
                 if ((sibling in files and not sibling.startswith("__grp__"))
                         or os.path.exists(os.path.join(directory, sibling))):
                     meta[rel] = rel_dir + "/" + sibling
-    stats.sort()
-    return CellFiles(cell, stats, kernels, meta)
+            if found:
+                unchanged.leading_dirs(rel_dir, leading)
+    extras = [rel for rel in entered if rel + "/" not in leading]
+    return CellFiles(cell, stats, kernels, meta, extras)
+
+
+def _stat(entry, path: Optional[str] = None) -> Optional[os.stat_result]:
+    """A listed entry's (or else path's) stat, following links; None: missing."""
+    try:
+        return entry.stat() if entry is not None else (os.stat(path) if path else None)
+    except FileNotFoundError:
+        return None
 
 
 def _listing(directory: str) -> dict:
@@ -215,7 +220,13 @@ class ParsedCell:
     def stored_rows(self) -> List[tuple]:
         """The measurements rows without their cell_id, as INSERTed."""
         if self.measurements is None:
-            self.measurements = [Ingester._measurement_values(row) for row in self.log.rows]
+            seen: Dict[tuple, int] = {}
+            self.measurements = []
+            for row in self.log.rows:
+                # The n-th row of an identity in a cell pairs with the n-th on the other side.
+                identity = (row.op_name, row.dtype, row.shape_key)
+                seen[identity] = occurrence = seen.get(identity, 0) + 1
+                self.measurements.append(Ingester._measurement_values(row) + (occurrence,))
         return self.measurements
 
 
@@ -227,6 +238,7 @@ PARALLEL_MIN_CELLS = 64
 BULK_CHECKPOINT_PAGES = 16384
 ZLIB_LEVEL = 2  # IR is stored once; level 2 is within 15% of 6's size at a third of its time
 PREPARE_CHUNK = 16
+BATCH_SECONDS = 2.0  # a whole-tree ingest commits its cells this often
 _PREPARER: Optional["Ingester"] = None  # what a forked worker prepares cells with
 
 
@@ -342,15 +354,66 @@ class _KnownBlobs(set):
             "SELECT 1 FROM blobs WHERE hash = ?", (digest,)).fetchone() is not None
 
 
+# A text that every normalizing rule changes: a rule that returns it as it
+# is keeps raw texts, and costs nothing.
+_PROBE = 'x = ttg.convert_layout %0 {ttg.rlc-source = "p"} : t loc(#loc1)\n#loc1 = loc("f.py":1:2)\n'
+
+
+def ingest_rules(conn: sqlite3.Connection) -> tuple:
+    """The rules an ingest fingerprints cells under: the current rule, every
+    rule the store already holds, and the rules that keep raw texts. Any
+    other rule is computed from the stored IR when it is first asked for
+    (Store.compute_fingerprints), so a costly rule nobody uses (v4 strips
+    every location) is not paid for on every ingest."""
+    held = {rule for (rule,) in conn.execute("SELECT DISTINCT rule FROM fingerprints")}
+    row = conn.execute("SELECT value FROM settings WHERE key = 'current_rule'").fetchone()
+    held.add(row[0] if row else ttgir.DEFAULT_RULE)
+    return tuple(rule for name, rule in ttgir.RULES.items()
+                 if name in held or rule.normalize(_PROBE) is _PROBE)
+
+
+class _Batch:
+    """The cells of a whole-tree ingest share a transaction for up to
+    BATCH_SECONDS, each cell in a savepoint of its own: a cell is still stored
+    whole or not at all, but the commit, which writes every page the cells
+    touched into the WAL, and the re-pairing of their rounds (pairing.py) are
+    paid once per batch instead of once per cell. Other writers wait at most
+    about that long for the lock. A live writer (`record`) commits each cell
+    at once."""
+
+    def __init__(self, conn: sqlite3.Connection, seconds: float = BATCH_SECONDS):
+        self.conn, self.seconds, self.started = conn, seconds, None
+
+    def open(self):
+        if not self.conn.in_transaction:
+            retry_busy(lambda: self.conn.execute("BEGIN IMMEDIATE"))
+            self.started = time.monotonic()
+
+    def due(self) -> bool:
+        return self.started is not None and time.monotonic() - self.started >= self.seconds
+
+    def commit(self):
+        """Commit the cells written so far, their rounds re-paired first."""
+        if self.conn.in_transaction:
+            pairing.refresh(self.conn)
+            retry_busy(lambda: self.conn.execute("COMMIT"))
+        self.started = None
+
+    def rollback(self):
+        if self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
+        self.started = None
+
+
 class Ingester:
     """One ingest or record run over one store."""
 
-    def __init__(self, store, command: str = "ingest"):
+    def __init__(self, store, command: str = "ingest", rehash: bool = False):
         self.store = store
         self.conn: sqlite3.Connection = store.db.conn
         self.command = command
         self.summary = Summary()
-        self.root_refs: Dict[Path, frozenset] = {}
+        self.root_refs: dict = {}  # layout.root_of's cache: markers per directory, roots per parent
         self.roots: Dict[Path, Tuple[layout.Root, int]] = {}
         # Looked up per path and per hash (index hits): `zlstore record` of one
         # cell must not read every cell and blob of the store.
@@ -366,13 +429,17 @@ class Ingester:
         self.pending_digested: set = set()
         self.sent: set = set()                          # in a worker: texts packed already
         self.loaded_roots: Dict[Path, layout.Root] = {}  # in a worker
+        self.roots_met: set = set()                      # by _find: roots of cells found, as strings
+        self.batch: Optional[_Batch] = None              # a whole-tree ingest's open batch
+        self.rules = ingest_rules(self.conn)
+        self.rehash = rehash  # read every cell: its content hash decides, not its stat signature
 
     # -- the run -----------------------------------------------------------
 
     def run(self, paths: Iterable, progress: Optional[Callable[[int, int], None]] = None,
             require_finished: bool = False) -> Summary:
         paths = [Path(p).resolve() for p in paths]
-        with write_transaction(self.conn):
+        with self._write():
             self.run_id = self.conn.execute(
                 "INSERT INTO ingest_runs (started_at, command, paths) VALUES (?, ?, ?)",
                 (now(), self.command, json.dumps([str(p) for p in paths])),
@@ -382,7 +449,7 @@ class Ingester:
             if not path.exists():
                 self.problem(Problem(str(path), None, "no such file or directory"))
                 continue
-            if not cells.add(path, layout.find_cell_dirs(path)):
+            if not self._find(path, cells, require_finished):
                 self.problem(Problem(str(path), None, "no cell directories found (no run.log or cell.env)"))
         if len(cells) > PARALLEL_MIN_CELLS:
             self.cells.preload(paths)
@@ -394,20 +461,50 @@ class Ingester:
         checkpoint = self.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
         if len(cells) > PARALLEL_MIN_CELLS and 0 < checkpoint < BULK_CHECKPOINT_PAGES:
             self.conn.execute(f"PRAGMA wal_autocheckpoint = {BULK_CHECKPOINT_PAGES}")
+        batch = self.batch = _Batch(self.conn) if len(cells) > PARALLEL_MIN_CELLS and not require_finished else None
         try:
             for done, (cell, ready) in enumerate(prepared, 1):
                 self.cell(Path(cell), require_finished, ready)
+                if batch and batch.due():
+                    batch.commit()
                 if progress:
                     progress(done, len(cells))
+            if batch:
+                batch.commit()
+        except (KeyboardInterrupt, SystemExit):
+            if batch:  # every cell written so far is whole: keep them
+                batch.commit()
+            raise
+        except BaseException:
+            if batch:
+                batch.rollback()
+            raise
         finally:
+            self.batch = None
             self.conn.execute(f"PRAGMA wal_autocheckpoint = {checkpoint}")
         self.summary.counts["roots"] = len(self.roots)
-        with write_transaction(self.conn):
+        with self._write():
             self.conn.execute(
                 "UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?",
                 (now(), json.dumps(self.summary.as_dict()), self.run_id),
             )
         return self.summary
+
+    def _find(self, top: Path, cells: "_CellPaths", require_finished: bool = False) -> int:
+        """Add the cells under top to cells, but for those stored unchanged:
+        these are only counted, and their roots looked up (as a cell's are,
+        by the first cell of each). Returns how many cells were found."""
+        if require_finished or self.rehash:  # a harness's record: new cells, each to be seen finished first
+            return cells.add(top, layout.cell_paths(str(top)))
+        found = unchanged.sort_out(self.conn, str(top), _worker_count)
+        cells.add(top, found.changed)
+        self.summary.counts["cells_unchanged"] += found.unchanged
+        for _, root, kind, parts, first_unchanged in found.roots:
+            if root not in self.roots_met:
+                self.roots_met.add(root)
+                if first_unchanged:  # else that first cell is ingested, and looks its root up then
+                    self.root(layout.RootRef(Path(root), kind, parts))
+        return found.cells
 
     def _prepared(self, cells: "_CellPaths", workers: int):
         """(cell, what a worker prepared for it) in order, a bounded number
@@ -421,14 +518,22 @@ class Ingester:
                 # which each worker normalizes and compresses once.
                 context = multiprocessing.get_context("fork")
                 pools = [stack.enter_context(context.Pool(1)) for _ in range(workers)]
+                # An op met for the first time goes to the least loaded worker:
+                # the writes take the cells in order, so an idle worker waits.
+                owner: Dict[str, int] = {}
+                load = [0] * workers
                 ahead = collections.deque()
                 for key, group in itertools.groupby(cells, _op_key):
                     group = list(group)
-                    pool = pools[hash(key) % workers]
+                    if key not in owner:
+                        _bounded(owner, 4 * CACHE_ENTRIES)
+                        owner[key] = load.index(min(load))
+                    load[owner[key]] += len(group)
+                    pool = pools[owner[key]]
                     for i in range(0, len(group), PREPARE_CHUNK):
                         chunk = group[i:i + PREPARE_CHUNK]
                         ahead.append((chunk, pool.apply_async(_prepare_chunk, (chunk,))))
-                    while len(ahead) > 4 * workers:
+                    while len(ahead) > 8 * workers:
                         chunk, result = ahead.popleft()
                         yield from zip(chunk, result.get())
                 while ahead:
@@ -436,6 +541,19 @@ class Ingester:
                     yield from zip(chunk, result.get())
         finally:
             _PREPARER = None
+
+    @contextlib.contextmanager
+    def _write(self):
+        """A cell's writes: a transaction of their own, or a savepoint in a
+        whole-tree ingest's batch. Pairs are brought up to date before any
+        commit (pairing.py), so a committed database never has stale ones."""
+        if self.batch is not None:
+            self.batch.open()
+        outermost = not self.conn.in_transaction
+        with write_transaction(self.conn):
+            yield
+            if outermost:
+                pairing.refresh(self.conn)
 
     def prepare(self, cell: Path):
         """In a worker: (root ref, the files' stat signature, the parsed cell
@@ -451,7 +569,7 @@ class Ingester:
             files = scan_cell(cell)
             files_sig = files.stat_sig
             known = self.cells.get(str(cell))
-            if known and known[1] == files_sig + root.files_sig:
+            if known and not self.rehash and known[1] == files_sig + root.files_sig:
                 return ref, files_sig, None
             return ref, files_sig, self._portable(self.parse(files, ref, root))
         except Exception as error:
@@ -475,7 +593,7 @@ class Ingester:
     def problem(self, problem: Problem, store: bool = True):
         self.summary.problems.append(problem)
         if store and self.run_id is not None:
-            with write_transaction(self.conn):
+            with self._write():
                 self._store_problems([problem])
 
     def _store_problems(self, problems: List[Problem]):
@@ -519,7 +637,7 @@ class Ingester:
             files_sig = files.stat_sig
         known = self.cells.get(key)
         stat_sig = files_sig + root.files_sig
-        if known and known[1] == stat_sig:
+        if known and not self.rehash and known[1] == stat_sig:
             self.summary.counts["cells_unchanged"] += 1
             return "unchanged"
         if parsed is None:
@@ -531,12 +649,12 @@ class Ingester:
             parsed.root = root
             self.packed.update(parsed.packed)
         if known and known[2] == parsed.content_sig:
-            with write_transaction(self.conn):
+            with self._write():
                 self.conn.execute("UPDATE cells SET stat_sig = ? WHERE id = ?", (stat_sig, known[0]))
             self.cells[key] = (known[0], stat_sig, known[2])
             self.summary.counts["cells_unchanged"] += 1
             return "unchanged"
-        with write_transaction(self.conn):
+        with self._write():
             # Another writer may have stored this cell since we looked.
             row = self.conn.execute("SELECT id, content_sig FROM cells WHERE path = ?", (key,)).fetchone()
             if row and row[1] == parsed.content_sig:
@@ -595,7 +713,7 @@ class Ingester:
         if row and row[1] == root.files_sig:
             root_id = row[0]
         else:
-            with write_transaction(self.conn):
+            with self._write():
                 row = self.conn.execute(select, (str(ref.path),)).fetchone()  # another writer may have been first
                 if row and row[1] == root.files_sig:
                     root_id = row[0]
@@ -673,7 +791,7 @@ class Ingester:
                 if in_txn:
                     self.conn.execute(insert, values)
                 else:
-                    with write_transaction(self.conn):
+                    with self._write():
                         self.conn.execute(insert, values)
                 row = self.conn.execute(f"SELECT id FROM calibers WHERE {where}", values).fetchone()
             self.caliber_ids[values] = row[0]
@@ -720,7 +838,7 @@ class Ingester:
             ir_hash = _sha256(raw)
             add_content(rel, ir_hash)
             if ir_hash not in texts:  # decoded only where something is still to be computed from it
-                known = ir_hash in self.layout_counts and all((ir_hash, r) in self.digests for r in ttgir.RULES)
+                known = ir_hash in self.layout_counts and all((ir_hash, r.name) in self.digests for r in self.rules)
                 texts[ir_hash] = (raw, None if known else raw.decode("utf-8", "surrogateescape"))
             if ir_hash not in self.layout_counts:
                 self.layout_counts[ir_hash] = ttgir.count_convert_layouts(texts[ir_hash][1])
@@ -734,7 +852,7 @@ class Ingester:
                 convert_layouts=self.layout_counts[ir_hash], num_warps=warps, num_stages=stages,
             ))
         for ir_hash, (_, text) in texts.items():  # normalize here, not under the write lock in _insert
-            for rule in ttgir.RULES.values():  # a text's rules in a row: v4 reuses v3's stripping
+            for rule in self.rules:
                 self.digest(rule, ir_hash, text)
         return ParsedCell(files, root, ref, env, values, log, kernels, texts, index,
                           content.hexdigest(), problems)
@@ -799,10 +917,10 @@ class Ingester:
         return cell_id
 
     def _fingerprints(self, parsed: ParsedCell):
-        """The cell's (rule, fingerprint) under every rule, and the
-        (ir_hash, rule, digest) of each of its texts."""
+        """The cell's (rule, fingerprint) under every rule of this run, and
+        the (ir_hash, rule, digest) of each of its texts."""
         fingerprints, digests = [], []
-        for rule in ttgir.RULES.values():
+        for rule in self.rules:
             pairs = []
             for k in parsed.kernels:
                 digest = self.digest(rule, k["ir_hash"], parsed.texts[k["ir_hash"]][1])
@@ -822,10 +940,6 @@ class Ingester:
             (digest, kind, size, data),
         )
         self.pending_blobs[digest] = kind
-
-    @staticmethod
-    def _measurement(cell_id: int, row: "runlog.Row") -> tuple:
-        return (cell_id, *Ingester._measurement_values(row))
 
     @staticmethod
     def _measurement_values(row: "runlog.Row") -> tuple:

@@ -93,6 +93,7 @@ class CaliberMismatch(JudgeError):
 
 
 def _rows(store, sql: str, params=()) -> List[dict]:
+    store.refresh_pairs()
     return [dict(r) for r in store.db.query(sql, params)]
 
 
@@ -273,6 +274,23 @@ def ab_ranges(store, root=None) -> List[dict]:
     where, params = _root_clause(store, root)
     return _rows(store, f"SELECT * FROM ab_ranges WHERE 1{where} ORDER BY root, op, dtype, shape, caliber_id",
                  params)
+
+
+def ab_ranges_json(store, root=None) -> str:
+    """ab_ranges() as a JSON array of objects, one per line, the same keys in
+    the same order. A campaign has thousands of ranges: the JSON of each is
+    kept with it when it is computed (ab_range_rows), and only its noise
+    floor is judged here, so no Python object is made per value. Reals are
+    written with 15 significant digits (SQLite's JSON)."""
+    where, params = _root_clause(store, root)
+    store.refresh_pairs()
+    text = store.conn.execute(
+        "SELECT group_concat('{' || json_head || ',\"noise_floor\":' || json_quote(noise_floor)"
+        " || ',\"clears_floor\":' || json_quote(clears_floor) || ',' || json_tail || '}', ',' || char(10)) "
+        f"FROM (SELECT * FROM ab_range_judgements WHERE 1{where} ORDER BY root, op, dtype, shape, caliber_id)",
+        params,
+    ).fetchone()[0]
+    return "[]" if text is None else "[\n" + text + "\n]"
 
 
 def ab_rejected(store, root=None) -> List[dict]:

@@ -7,12 +7,13 @@ a value none of them gives stays unknown, and every value records its source."""
 import errno
 import hashlib
 import json
+import operator
 import os
 import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from . import caliber, judge
 
@@ -130,38 +131,75 @@ def is_cell_dir(path: Path) -> bool:
 def find_cell_dirs(top: Path) -> Iterator[Path]:
     """Every cell directory under top (or top itself), sorted, never entering
     a cell's own triton_cache."""
-    for path in _cell_dirs(str(top)):
+    for path in cell_paths(str(top)):
         yield Path(path)
 
 
-def _cell_dirs(top: str) -> Iterator[str]:
-    # find_cell_dirs on path strings: a campaign has thousands of directories.
-    if _is_file(os.path.join(top, RUN_LOG)) or _is_file(os.path.join(top, CELL_ENV)):
-        yield top
-        return
-    try:
-        entries = sorted(os.scandir(top), key=lambda e: e.name)
-    except (NotADirectoryError, FileNotFoundError, PermissionError):
-        return
-    names = {e.name for e in entries}
-    if RUN_LOG in names or CELL_ENV in names:
-        yield top
-        return
-    for entry in entries:
-        if entry.is_dir(follow_symlinks=False) and entry.name != TRITON_CACHE:
-            yield from _cell_dirs(entry.path)
+def cell_paths(top: str) -> Iterator[str]:
+    """find_cell_dirs on path strings."""
+    for path, _ in walk_cells(top):
+        yield path
+
+
+def walk_cells(top: str, markers: Optional[dict] = None, enter: Optional[Callable[[str], bool]] = None,
+               likely: Optional[Callable[[str], bool]] = None) -> Iterator[Tuple[str, Optional[os.stat_result]]]:
+    """find_cell_dirs on path strings, without recursion (a campaign has
+    thousands of directories), each cell with the stat of its run.log where
+    that is what told it a cell (else None). markers, a locate_root cache,
+    gets the root files of each directory listed: locating the cells found
+    lists nothing again. enter(path) false leaves out a directory below top
+    and all under it. likely(path) false lists a directory before looking
+    for its run.log: most directories are not cells, most likely ones are."""
+    pending = [top]
+    while pending:
+        directory = pending.pop()
+        # A stat, not a listing, for the directories that are cells.
+        if likely is None or likely(directory):
+            found = _regular(directory + "/" + RUN_LOG)
+            if found is not None:
+                yield directory, found
+                continue
+        try:
+            with os.scandir(directory) as it:
+                entries = sorted(it, key=_NAME)
+        except OSError as error:
+            # A cell we may not list.
+            if _is_file(os.path.join(directory, RUN_LOG)) or _is_file(os.path.join(directory, CELL_ENV)):
+                yield directory, None
+            elif not isinstance(error, (NotADirectoryError, FileNotFoundError, PermissionError)):
+                raise
+            continue
+        names = {e.name for e in entries}
+        if RUN_LOG in names or CELL_ENV in names:
+            yield directory, None
+            continue
+        if markers is not None:
+            _markers(directory, markers, names)
+        pending.extend(  # reversed: popped in name order, depth first
+            e.path for e in reversed(entries)
+            if e.is_dir(follow_symlinks=False) and e.name != TRITON_CACHE and (enter is None or enter(e.path))
+        )
+
+
+_NAME = operator.attrgetter("name")
 
 
 def _is_file(path: str) -> bool:
     """Path(path).is_file() without building a Path."""
+    return _regular(path) is not None
+
+
+def _regular(path: str) -> Optional[os.stat_result]:
+    """The stat of path if it is a regular file (following links), else None."""
     try:
-        return stat.S_ISREG(os.stat(path).st_mode)
+        found = os.stat(path)
     except OSError as error:
         if error.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP):
             raise
-        return False
+        return None
     except ValueError:
-        return False
+        return None
+    return found if stat.S_ISREG(found.st_mode) else None
 
 
 @dataclass
@@ -173,46 +211,75 @@ class RootRef:
     parts: Tuple[str, ...]
 
 
-def _markers(directory: Path, cache: Dict[Path, frozenset]) -> frozenset:
+def _markers(directory: str, cache: dict, names: Optional[Iterable[str]] = None) -> frozenset:
+    """The root files in directory; names, where given, are its listing."""
     if directory not in cache:
-        try:  # one listing rather than a stat per marker name: most directories have none
-            with os.scandir(directory) as it:
-                present = [e.name for e in it if e.name in ROOT_FILES]
-        except OSError:
-            present = ROOT_FILES
-        cache[directory] = frozenset(n for n in present if (directory / n).is_file())
+        if names is None:
+            try:  # one listing rather than a stat per marker name: most directories have none
+                with os.scandir(directory) as it:
+                    names = [e.name for e in it if e.name in ROOT_FILES]
+            except OSError:
+                names = ROOT_FILES
+        cache[directory] = frozenset(
+            n for n in names if n in ROOT_FILES and _is_file(os.path.join(directory, n)))
     return cache[directory]
 
 
-def locate_root(cell: Path, cache: Optional[Dict[Path, frozenset]] = None) -> RootRef:
-    """The root a cell belongs to. A campaign cell belongs to the campaign
-    directory, not to its card's repeat run; without marker files the
-    layout's shape decides."""
+def locate_root(cell: Path, cache: Optional[dict] = None) -> RootRef:
+    """The root a cell (an absolute path) belongs to: see root_of."""
+    root, kind = root_of(str(cell), cache)
+    return RootRef(Path(root), kind, relative_parts(str(cell), root))
+
+
+def root_of(cell: str, cache: Optional[dict] = None) -> Tuple[str, str]:
+    """(root directory, kind) of a cell given as an absolute, normalized path
+    string. A campaign cell belongs to the campaign directory, not to its
+    card's repeat run; without marker files the layout's shape decides.
+    Strings, not Paths: a re-ingest locates every cell of a tree."""
     cache = {} if cache is None else cache
-    # Where marker files decide, siblings share the answer: look it up once
-    # per parent directory (the cache also holds the markers per directory).
-    found = cache.get(("root of", cell.parent))
+    # Siblings share the answer: look it up once per parent directory (the
+    # cache also holds the markers per directory). Without markers a cell's
+    # own name counts too.
+    parent, name = _split(cell)
+    found = cache.get(("root of", parent)) or cache.get(("shape of", parent, name in SIDES))
     if found is not None:
-        return RootRef(found[0], found[1], cell.parts[len(found[0].parts):])
-    ancestors = list(cell.parents)[:6]
+        return found
+    ancestors, directory = [], cell
+    while len(ancestors) < 6 and directory != "/":
+        directory = _split(directory)[0]
+        ancestors.append(directory)
     for ancestor in ancestors:
         if CAMPAIGN_ENV in _markers(ancestor, cache):
-            cache[("root of", cell.parent)] = (ancestor, "campaign")
-            return RootRef(ancestor, "campaign", cell.relative_to(ancestor).parts)
+            found = cache[("root of", parent)] = (ancestor, "campaign")
+            return found
     for ancestor in ancestors:
         markers = _markers(ancestor, cache)
         if markers:
             kind = "screen" if (SCREEN_TSV in markers or SCREEN_TSV_ORIG in markers) else None
             if kind is None:
-                kind = _kind_from_shape(cell.relative_to(ancestor).parts)
-            cache[("root of", cell.parent)] = (ancestor, kind)
-            return RootRef(ancestor, kind, cell.relative_to(ancestor).parts)
+                kind = _kind_from_shape(relative_parts(cell, ancestor))
+            found = cache[("root of", parent)] = (ancestor, kind)
+            return found
     # No marker files: an older root; the directory shape says what it is.
-    if len(ancestors) >= 5 and _CARD.match(cell.parents[3].name) and _ROUND.match(cell.parent.name):
-        return RootRef(cell.parents[4], "campaign", cell.relative_to(cell.parents[4]).parts)
-    if len(ancestors) >= 3 and _ROUND.match(cell.parent.name) and cell.name in SIDES:
-        return RootRef(cell.parents[2], "repeat", cell.relative_to(cell.parents[2]).parts)
-    return RootRef(cell.parent, "screen", (cell.name,))
+    if len(ancestors) >= 5 and _CARD.match(_split(ancestors[3])[1]) and _ROUND.match(_split(parent)[1]):
+        found = ancestors[4], "campaign"
+    elif len(ancestors) >= 3 and _ROUND.match(_split(parent)[1]) and name in SIDES:
+        found = ancestors[2], "repeat"
+    else:
+        found = parent, "screen"
+    cache[("shape of", parent, name in SIDES)] = found
+    return found
+
+
+def _split(path: str) -> Tuple[str, str]:
+    """os.path.split of an absolute, normalized path, faster."""
+    at = path.rfind("/")
+    return path[:at] or "/", path[at + 1:]
+
+
+def relative_parts(cell: str, root: str) -> Tuple[str, ...]:
+    """Path(cell).relative_to(root).parts, on strings."""
+    return tuple(cell[len(root.rstrip("/")) + 1:].split("/"))
 
 
 def _kind_from_shape(parts: Tuple[str, ...]) -> str:
@@ -297,15 +364,7 @@ def _row_for(rows, op, dtype):
 
 def load_root(ref: RootRef) -> Root:
     root = Root(path=ref.path, kind=ref.kind)
-    digest = hashlib.sha256()
-    for name in ROOT_FILES:
-        path = ref.path / name
-        try:
-            data = path.read_bytes()
-        except (FileNotFoundError, IsADirectoryError):
-            continue
-        digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
-    root.files_sig = digest.hexdigest()
+    root.files_sig = root_files_sig(ref.path)
     for env_name in (CAMPAIGN_ENV, ROOT_ENV):
         env = read_env(ref.path / env_name, root.problems)
         if env is not None:
@@ -318,6 +377,19 @@ def load_root(ref: RootRef) -> Root:
     root.screen_orig = read_tsv(ref.path / SCREEN_TSV_ORIG, root.problems) or []
     root.partition = read_tsv(ref.path / PARTITION_TSV, root.problems) or []
     return root
+
+
+def root_files_sig(path: Path) -> str:
+    """The hash of a root's own files: what Root.files_sig holds, without
+    parsing them (a re-ingest compares it, and parses nothing)."""
+    digest = hashlib.sha256()
+    for name in ROOT_FILES:
+        try:
+            data = (path / name).read_bytes()
+        except (FileNotFoundError, IsADirectoryError):
+            continue
+        digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    return digest.hexdigest()
 
 
 def _int(value) -> Optional[int]:

@@ -2,7 +2,6 @@
 operations the CLI, the runners and datasette share."""
 
 import contextlib
-import itertools
 import multiprocessing
 import os
 import sqlite3
@@ -11,13 +10,17 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Union
 
 from . import db as dbmod
-from . import ttgir
+from . import pairing, ttgir
 from .ingest import Ingester, _worker_count
 
 PathLike = Union[str, os.PathLike]
 
 
-_reader = None  # in a rescore worker: its own read-only connection
+_reader = None  # in a rescore worker: (database path, its own read-only connection)
+
+# Texts per rescore job: few enough jobs that sending them costs little, small
+# enough that two workers finish together.
+RESCORE_JOB_TEXTS = 128
 
 
 def _text_digests(job) -> list:
@@ -25,22 +28,81 @@ def _text_digests(job) -> list:
     rule name, hashes). Run in a worker, which reads the texts itself."""
     global _reader
     path, rule, hashes = job
-    if _reader is None:
-        _reader = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=dbmod.BUSY_TIMEOUT_MS / 1000)
+    if _reader is None or _reader[0] != path:
+        _reader = (path, sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=dbmod.BUSY_TIMEOUT_MS / 1000))
+    return _digest_rows(rule, _read_blobs(_reader[1], hashes))
+
+
+def _read_blobs(conn, hashes) -> list:
     marks = ", ".join("?" * len(hashes))
-    return _digest_rows(rule, _reader.execute(f"SELECT hash, data FROM blobs WHERE hash IN ({marks})", hashes))
+    return conn.execute(f"SELECT hash, size, data FROM blobs WHERE hash IN ({marks})", hashes).fetchall()
 
 
 def _digest_rows(rule: str, rows) -> list:
-    normalize = ttgir.get_rule(rule).normalize
-    out = []
-    for h, data in rows:
-        text = zlib.decompress(data).decode("utf-8", "surrogateescape")
-        normalized = normalize(text)
-        # Left as it was, a text hashes to its own blob hash (the sha256 of
-        # the bytes it was decoded from with surrogateescape).
-        out.append((h, h if normalized is text else ttgir.digest(normalized)))
-    return out
+    """(hash, digest) of (hash, size, zlib data) rows: from the stored bytes,
+    which a rule's normalize_raw mostly need not decode (ttgir.raw_digest)."""
+    r = ttgir.get_rule(rule)
+    # bufsize: the text's size, so the output buffer is never regrown
+    return [(h, ttgir.raw_digest(r, zlib.decompress(data, bufsize=max(size, 1)), h)) for h, size, data in rows]
+
+
+# A cell's kernels as one string: hex of each name and IR hash (any bytes,
+# NUL included), "/" between them, "," between kernels: never ambiguous.
+_KERNEL_KEY = "hex(k.name) || '/' || hex(k.ir_hash)"
+
+
+def _kernels(key: Optional[str]) -> list:
+    """The (kernel name, IR hash) pairs a kernels key spells (None: none)."""
+    if key is None:
+        return []
+    return [tuple(bytes.fromhex(part).decode("utf-8") for part in kernel.split("/")) for kernel in key.split(",")]
+
+
+class _Combiner:
+    """The fingerprints of cells lacking one, each distinct set of kernels
+    (every round of a campaign compiles the same IR) combined once, as soon
+    as the digests of its texts are in: while the workers still digest."""
+
+    def __init__(self, rule: ttgir.Rule, cells: list):
+        self.rule = rule
+        # (cell id, key): a key is the index.tsv hash where the rule hashes
+        # it, and the cell's kernels key
+        self.keys = [(cell_id, (index_hash if rule.hashes_index else None, kernels))
+                     for cell_id, index_hash, kernels in cells]
+        self.kernels: dict = {}  # key -> (kernel name, IR hash) pairs
+        self.digests: dict = {}
+        self.done: dict = {}     # key -> fingerprint
+        self.unknown: dict = {}  # key -> how many of its texts lack a digest
+        self.waiting: dict = {}  # text -> the keys that lack its digest
+        for key in {key for _, key in self.keys}:
+            self.kernels[key] = _kernels(key[1])
+            texts = {h for _, h in self.kernels[key]}
+            if texts:
+                self.unknown[key] = len(texts)
+                for h in texts:
+                    self.waiting.setdefault(h, []).append(key)
+            else:
+                self._settle(key)
+
+    def _settle(self, key):
+        self.done[key] = ttgir.combine(self.rule, [(name, self.digests[h]) for name, h in self.kernels[key]], key[0])
+
+    def waited(self) -> set:
+        """The texts some kernel set still lacks the digest of."""
+        return set(self.waiting)
+
+    def add(self, digests):
+        """Take (text hash, digest) pairs; combine what they complete."""
+        for h, digest in digests:
+            self.digests[h] = digest
+            for key in self.waiting.pop(h, ()):
+                self.unknown[key] -= 1
+                if not self.unknown[key]:
+                    self._settle(key)
+
+    def rows(self) -> list:
+        """(cell id, rule, fingerprint) of every cell, in the cells' order."""
+        return [(cell_id, self.rule.name, self.done[key]) for cell_id, key in self.keys]
 
 
 def default_db_path() -> str:
@@ -55,6 +117,20 @@ class Store:
         self.path = Path(path or default_db_path())
         self.db = dbmod.connect(self.path)
         self.schema_version = dbmod.ensure_schema(self.db, defaults={"current_rule": ttgir.DEFAULT_RULE})
+        self.refresh_pairs()
+
+    def refresh_pairs(self) -> bool:
+        """Re-pair the rounds an edit by hand left stale (pairing.py); zlstore's
+        own writes never leave any. A read-only store is read as it is."""
+        if not pairing.stale(self.conn):
+            return False
+        try:
+            with dbmod.write_transaction(self.conn):
+                return pairing.refresh(self.conn)
+        except sqlite3.OperationalError as error:
+            if "readonly" in str(error).replace(" ", "").lower():
+                return False
+            raise
 
     @property
     def conn(self):
@@ -72,14 +148,16 @@ class Store:
     # -- taking things in -----------------------------------------------------
 
     def ingest(self, paths: Union[PathLike, Iterable[PathLike]],
-               progress: Optional[Callable[[int, int], None]] = None) -> dict:
-        """Store every cell under paths; returns the summary as a dict."""
-        return self.ingest_summary(paths, progress).as_dict()
+               progress: Optional[Callable[[int, int], None]] = None, rehash: bool = False) -> dict:
+        """Store every cell under paths; returns the summary as a dict.
+        rehash: read and hash every cell, trusting no stat signature."""
+        return self.ingest_summary(paths, progress, rehash=rehash).as_dict()
 
-    def ingest_summary(self, paths, progress=None, command="ingest", require_finished=False):
+    def ingest_summary(self, paths, progress=None, command="ingest", require_finished=False, rehash=False):
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
-        return Ingester(self, command=command).run(paths, progress=progress, require_finished=require_finished)
+        return Ingester(self, command=command, rehash=rehash).run(
+            paths, progress=progress, require_finished=require_finished)
 
     def record(self, cell_dirs: Union[PathLike, Iterable[PathLike]]) -> dict:
         """Store finished cells now (a harness calls this after each cell);
@@ -114,66 +192,96 @@ class Store:
     def compute_fingerprints(self, rule: str, batch: int = 500) -> int:
         """Fingerprints under rule for every cell that lacks one, from the IR
         stored in the database (never from the runs/ tree). Each distinct IR
-        text is normalized once."""
+        text is digested once, from its stored bytes (ttgir.raw_digest), and
+        cells with the same kernels share one combine."""
         rule_obj = ttgir.get_rule(rule)
         conn = self.conn
+        # each distinct text looked up once, not once per kernel
         missing_texts = [h for (h,) in conn.execute(
-            """SELECT DISTINCT kernels.ir_hash FROM kernels
-               WHERE NOT EXISTS (SELECT 1 FROM ir_digests d WHERE d.ir_hash = kernels.ir_hash AND d.rule = ?)""",
+            """SELECT ir_hash FROM (SELECT DISTINCT ir_hash FROM kernels) k
+               WHERE NOT EXISTS (SELECT 1 FROM ir_digests d WHERE d.ir_hash = k.ir_hash AND d.rule = ?)""",
             (rule_obj.name,),
         )]
-        # Normalizing is the work: with many texts, worker processes read and
-        # normalize them while this one writes their digests, a batch at a time.
-        workers = _worker_count(len(missing_texts) // 8)
-        with contextlib.ExitStack() as stack:
-            if workers:
-                pool = stack.enter_context(multiprocessing.get_context("fork").Pool(workers))
-                jobs = [(str(self.path), rule_obj.name, missing_texts[i:i + 25])
-                        for i in range(0, len(missing_texts), 25)]
-                found = pool.imap(_text_digests, jobs)
-            else:
-                found = (_digest_rows(rule_obj.name, conn.execute(
-                    f"SELECT hash, data FROM blobs WHERE hash IN ({', '.join('?' * len(chunk))})", chunk).fetchall())
-                    for chunk in (missing_texts[i:i + batch] for i in range(0, len(missing_texts), batch)))
-            digests = []
-            for part in itertools.chain(found, [None]):
-                if part:
-                    digests.extend((h, rule_obj.name, digest) for h, digest in part)
-                if digests and (part is None or len(digests) >= batch):
-                    with dbmod.write_transaction(conn):
-                        conn.executemany("INSERT OR IGNORE INTO ir_digests (ir_hash, rule, digest) VALUES (?, ?, ?)",
-                                         digests)
-                    digests = []
-        cells = conn.execute(
-            """SELECT cells.id, cells.index_hash FROM cells
-               WHERE NOT EXISTS (SELECT 1 FROM fingerprints f WHERE f.cell_id = cells.id AND f.rule = ?)
-               ORDER BY cells.id""",
-            (rule_obj.name,),
+        new: dict = {}
+        with self._digesting(rule_obj, missing_texts, batch) as found:
+            # while the workers digest: the cells, and what they need that is stored
+            combiner = _Combiner(rule_obj, self._cells_lacking(rule_obj))
+            combiner.add(self._stored_digests(rule_obj, combiner.waited().difference(missing_texts), batch))
+            for part in found:
+                new.update(part)
+                combiner.add(part)
+        late = self._late_digests(rule_obj, combiner.waited(), batch)
+        new.update(late)
+        combiner.add(late)
+        rows = combiner.rows()
+        if not new and not rows:
+            return 0  # nothing lacked: no write lock taken
+        with dbmod.write_transaction(conn):
+            # in key order: the workers answer in any order, and a B-tree
+            # takes sorted keys with fewer page splits
+            conn.executemany("INSERT OR IGNORE INTO ir_digests (ir_hash, rule, digest) VALUES (?, ?, ?)",
+                             [(h, rule_obj.name, d) for h, d in sorted(new.items())])
+            conn.executemany("INSERT OR IGNORE INTO fingerprints (cell_id, rule, fingerprint) VALUES (?, ?, ?)", rows)
+            pairing.refresh(conn)  # the rule's noise floors
+        return len(rows)
+
+    @contextlib.contextmanager
+    def _digesting(self, rule: ttgir.Rule, hashes: list, batch: int):
+        """Yields an iterator of [(hash, digest)] lists for the stored texts
+        hashes. Digesting is the work: with many texts, worker processes read
+        and digest them, started before this yields so that this process can
+        do its own part meanwhile."""
+        if rule.normalize_raw is ttgir.keep_raw:  # every text is its own digest: nothing to read
+            yield iter([[(h, h) for h in hashes]])
+            return
+        workers = _worker_count(len(hashes) // 8)
+        if not workers:
+            yield (_digest_rows(rule.name, _read_blobs(self.conn, hashes[i:i + batch]))
+                   for i in range(0, len(hashes), batch))
+            return
+        jobs = [(str(self.path), rule.name, hashes[i:i + RESCORE_JOB_TEXTS])
+                for i in range(0, len(hashes), RESCORE_JOB_TEXTS)]
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            yield pool.imap_unordered(_text_digests, jobs)
+
+    def _cells_lacking(self, rule: ttgir.Rule) -> list:
+        """(cell id, index hash, kernels key) of every cell without a
+        fingerprint under rule, by id: one query, one string per cell
+        spelling its (kernel name, IR hash) pairs (_kernels reads it back),
+        so that this process reads only the distinct ones into objects."""
+        cells = self.conn.execute(
+            f"""SELECT id, {'index_hash' if rule.hashes_index else 'NULL'},
+                       (SELECT group_concat({_KERNEL_KEY}, ',') FROM kernels k WHERE k.cell_id = cells.id)
+                FROM cells
+                WHERE NOT EXISTS (SELECT 1 FROM fingerprints f WHERE f.cell_id = cells.id AND f.rule = ?)""",
+            (rule.name,),
         ).fetchall()
-        computed = 0
-        for start in range(0, len(cells), batch):
-            chunk = cells[start:start + batch]
-            ids = [c[0] for c in chunk]
-            marks = ", ".join("?" * len(ids))
-            pairs = {cell_id: [] for cell_id in ids}
-            for cell_id, name, digest in conn.execute(
-                f"""SELECT kernels.cell_id, kernels.name, d.digest FROM kernels
-                    JOIN ir_digests d ON d.ir_hash = kernels.ir_hash AND d.rule = ?
-                    WHERE kernels.cell_id IN ({marks})""",
-                (rule_obj.name, *ids),
-            ):
-                pairs[cell_id].append((name, digest))
-            rows = [
-                (cell_id, rule_obj.name,
-                 ttgir.combine(rule_obj, pairs[cell_id], index_hash if rule_obj.hashes_index else None))
-                for cell_id, index_hash in chunk
-            ]
-            with dbmod.write_transaction(conn):
-                conn.executemany(
-                    "INSERT OR IGNORE INTO fingerprints (cell_id, rule, fingerprint) VALUES (?, ?, ?)", rows
-                )
-            computed += len(rows)
-        return computed
+        cells.sort()  # here: ORDER BY would make SQLite read the wide cells table instead of an index
+        return cells
+
+    def _stored_digests(self, rule: ttgir.Rule, hashes, batch: int) -> list:
+        """(hash, digest) under rule that the store holds of hashes."""
+        hashes = list(hashes)
+        found = []
+        for i in range(0, len(hashes), batch):
+            chunk = hashes[i:i + batch]
+            found.extend(self.conn.execute(
+                f"SELECT ir_hash, digest FROM ir_digests WHERE rule = ? AND ir_hash IN ({', '.join('?' * len(chunk))})",
+                (rule.name, *chunk)))
+        return found
+
+    def _late_digests(self, rule: ttgir.Rule, hashes: set, batch: int) -> list:
+        """(hash, digest) of texts digested neither by the workers nor
+        before (a kernel stored since the missing texts were listed, a digest
+        deleted meanwhile): digested here. Raises LookupError for a text the
+        store does not hold: a fingerprint without it would be wrong."""
+        hashes = sorted(hashes)
+        found = [pair for i in range(0, len(hashes), batch)
+                 for pair in _digest_rows(rule.name, _read_blobs(self.conn, hashes[i:i + batch]))]
+        if len(found) < len(hashes):
+            absent = sorted(set(hashes).difference(h for h, _ in found))
+            raise LookupError(f"{len(absent)} IR texts that kernels name are not stored, e.g. {absent[0]}")
+        return found
 
     # -- roots ------------------------------------------------------------------
 

@@ -20,8 +20,11 @@ current rule in seconds; re-running it takes over an hour):
   generated kernels under its own cache directory, so two runs with separate
   caches give the same IR different ``loc`` paths.
 
-Adding a rule is one normalize function and one line in ``RULES``.  This
-module is stdlib only and every function in it is pure.
+Adding a rule is one normalize function and one line in ``RULES``; a rule
+may also give the same on the stored bytes (``normalize_raw``, used by
+:func:`raw_digest`), so that a rescore of thousands of stored texts need not
+decode and re-encode them.  This module is stdlib only and every function in
+it is pure (the caches only remember answers).
 
 The layout-conversion count (:func:`count_convert_layouts`) says what *kind* of
 change a fingerprint difference is.  It is not the criterion: equal counts do
@@ -43,15 +46,19 @@ __all__ = [
     "get_rule",
     "digest",
     "text_digest",
+    "raw_digest",
     "combine",
     "fingerprint",
     "count_convert_layouts",
     "strip_rlc_annotations",
+    "strip_rlc_annotations_raw",
+    "keep_raw",
     "strip_locations",
     "normalize_v1",
     "normalize_v2",
     "normalize_v3",
     "normalize_v4",
+    "normalize_v4_raw",
 ]
 
 
@@ -344,6 +351,72 @@ def _strip_rlc_annotations(text: str) -> str:
     return "".join(out)
 
 
+# The same on the bytes a text is stored as (a rescore reads thousands): a
+# text is never decoded whole, only a line holding an annotation that the
+# bytes pattern below does not take. Exact because "\n" is no byte of a
+# multi-byte sequence and surrogateescape maps every other byte it cannot
+# decode on its own, so a line decodes alone as it does within the whole text;
+# and encoding works code point by code point, so the encoded result is the
+# untouched bytes around the encoded new lines.
+_RLC_PREFIX_RAW = _RLC_PREFIX.encode("ascii")
+
+# _strip_rlc_line_simple's line, ASCII only (where bytes and str patterns
+# agree), before the `attributes` test: the text before the "{" (with the
+# spaces before it) and after the "}". A line this misses takes the str path.
+_RLC_ONLY_LINE_RAW = re.compile(
+    rb'([^"{}\n\x80-\xff]*)(?<!<)\{[ \t\r]*ttg\.rlc-[A-Za-z0-9_.$\-]*[ \t\r]*'
+    rb'(?:=[^,\[\]()<>{}"\n\x80-\xff]*)?\}([^"{}\n\x80-\xff]*)')
+
+# Lines the parser strips repeat across texts (module attributes, the same op
+# in many kernels): its answers, per process, bounded.
+_rlc_lines: dict = {}
+RLC_LINE_CACHE = 4096
+
+
+def _strip_rlc_line_raw(line: bytes) -> bytes:
+    m = _RLC_ONLY_LINE_RAW.fullmatch(line)
+    if m is not None:
+        head = m[1].rstrip(b" \t")
+        if not head.endswith(b"attributes"):
+            return (head or m[1]) + m[2]  # no text before it: the indentation stays
+    new = _rlc_lines.get(line)
+    if new is None:
+        text = line.decode("utf-8", "surrogateescape")
+        stripped = _strip_rlc_line(text)
+        new = line if stripped == text else stripped.encode("utf-8", "surrogateescape")
+        if len(_rlc_lines) >= RLC_LINE_CACHE:
+            _rlc_lines.clear()
+        _rlc_lines[line] = new
+    return new
+
+
+def strip_rlc_annotations_raw(raw: bytes) -> bytes:
+    """strip_rlc_annotations on raw decoded as UTF-8 with surrogateescape,
+    encoded back the same way; raw itself when nothing was removed."""
+    pos = raw.find(_RLC_PREFIX_RAW)
+    if pos < 0:
+        return raw
+    out = []
+    last = 0
+    n = len(raw)
+    while pos >= 0:
+        ls = raw.rfind(b"\n", 0, pos) + 1
+        le = raw.find(b"\n", pos)
+        if le < 0:
+            le = n
+        line = raw[ls:le]
+        new = _strip_rlc_line_raw(line)
+        if new != line:
+            out.append(raw[last:ls])
+            out.append(new)
+            last = le
+        pos = raw.find(_RLC_PREFIX_RAW, le)
+    if not out:
+        return raw
+    out.append(raw[last:])
+    return b"".join(out)
+
+
 # ---------------------------------------------------------------------------
 # v4: MLIR locations
 #
@@ -492,25 +565,47 @@ def normalize_v4(text: str) -> str:
     return strip_locations(strip_rlc_annotations(text))
 
 
+def normalize_v4_raw(raw: bytes) -> Optional[bytes]:
+    """normalize_v4 on stored bytes, for an ASCII text only: elsewhere a
+    removal could join escaped bytes into a character that decodes (and so
+    matches strip_locations' patterns) differently from the str path."""
+    if not raw.isascii():
+        return None
+    stripped = strip_rlc_annotations_raw(raw)
+    text = stripped.decode("ascii")
+    out = strip_locations(text)
+    return stripped if out is text else out.encode("ascii")
+
+
+def keep_raw(raw: bytes) -> bytes:
+    """v1 and v2 on stored bytes: every text hashes as it was stored."""
+    return raw
+
+
 @dataclass(frozen=True)
 class Rule:
     name: str                        # "v1"
     normalize: Callable[[str], str]  # text -> normalized text
     hashes_index: bool               # index.tsv raw bytes are part of the fingerprint
     description: str                 # one line, shown to users
+    # The same on the bytes a text decodes from (UTF-8, surrogateescape),
+    # giving the normalized text's encoding, raw itself when unchanged, or
+    # None: no shortcut for this text, use normalize (see raw_digest).
+    normalize_raw: Optional[Callable[[bytes], Optional[bytes]]] = None
 
 
 RULES: dict = {
     r.name: r
     for r in (
         Rule("v1", normalize_v1, True,
-             "raw .ttgir texts plus the raw bytes of index.tsv"),
+             "raw .ttgir texts plus the raw bytes of index.tsv", keep_raw),
         Rule("v2", normalize_v2, False,
-             "raw .ttgir texts"),
+             "raw .ttgir texts", keep_raw),
         Rule("v3", normalize_v3, False,
-             ".ttgir texts without the switch's ttg.rlc-* annotations"),
+             ".ttgir texts without the switch's ttg.rlc-* annotations", strip_rlc_annotations_raw),
         Rule("v4", normalize_v4, False,
-             ".ttgir texts without ttg.rlc-* annotations and without loc() location information"),
+             ".ttgir texts without ttg.rlc-* annotations and without loc() location information",
+             normalize_v4_raw),
     )
 }
 
@@ -546,6 +641,20 @@ def digest(data: Union[bytes, str]) -> str:
 def text_digest(rule: RuleLike, text: str) -> str:
     """digest(rule.normalize(text)): the per-text part of a fingerprint."""
     return digest(get_rule(rule).normalize(text))
+
+
+def raw_digest(rule: RuleLike, raw: bytes, raw_hash: str) -> str:
+    """text_digest(rule, raw decoded as UTF-8 with surrogateescape), given
+    raw_hash = digest(raw): how a rescore digests stored texts. A rule's
+    normalize_raw skips the decode and encode where it can, and a text the
+    rule leaves as it was is not hashed again."""
+    r = get_rule(rule)
+    out = r.normalize_raw(raw) if r.normalize_raw is not None else None
+    if out is not None:
+        return raw_hash if out is raw else hashlib.sha256(out).hexdigest()
+    text = raw.decode("utf-8", "surrogateescape")
+    normalized = r.normalize(text)
+    return raw_hash if normalized is text else digest(normalized)
 
 
 def combine(rule: RuleLike, kernel_digests: Iterable[tuple],

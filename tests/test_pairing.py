@@ -1,0 +1,145 @@
+"""The A/B pairing tables (zlstore/pairing.py). Every writer keeps them, cell
+by cell or batch by batch; whatever the order of the writes, they must equal
+a recomputation from scratch, and the views must answer from them."""
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from zlstore import Store, judge, pairing
+from zlstore.db import write_transaction
+
+from .judging import by_key, invoke, json_out
+
+TABLES = ("ab_slot_rows", "ab_range_rows", "ab_round_ranges", "noise_floor_rows")
+
+
+def snapshot(conn) -> dict:
+    """Every pairing table's rows, in a comparable form (no rowids)."""
+    out = {}
+    for table in TABLES:
+        rows = conn.execute(f"SELECT * FROM {table}").fetchall()
+        out[table] = sorted((tuple(round(v, 12) if isinstance(v, float) else v for v in row) for row in rows),
+                            key=repr)
+    return out
+
+
+def from_scratch(db_path, tmp_path) -> dict:
+    """The same database's pairing tables recomputed from nothing, on a copy."""
+    copy = tmp_path / "scratch.db"
+    source = sqlite3.connect(db_path)
+    target = sqlite3.connect(copy)
+    source.backup(target)
+    source.close()
+    target.close()
+    with Store(copy) as store, write_transaction(store.conn):
+        conn = store.conn
+        for table in TABLES:
+            conn.execute(f"DELETE FROM {table}")
+        pairing.mark_every_round(conn)
+        assert pairing.refresh(conn)
+    with Store(copy) as store:
+        return snapshot(store.conn)
+
+
+def set_latency(run_log, shape, latency):
+    """Rewrite the latency of the rows of one shape in a run.log, in place."""
+    lines = run_log.read_text().splitlines(keepends=True)
+    changed = 0
+    for i, line in enumerate(lines):
+        if not line.startswith("[INFO] {"):
+            continue
+        record = json.loads(line[len("[INFO] "):])
+        for row in record.get("result", []):
+            if json.dumps(row.get("shape_detail"), separators=(",", ":")) == shape:
+                row["latency"] = latency
+                changed += 1
+        lines[i] = "[INFO] " + json.dumps(record) + "\n"
+    run_log.write_text("".join(lines))
+    return changed
+
+
+def test_written_piecemeal_equals_recomputed_from_scratch(example_tree, tmp_path):
+    """Roots ingested one by one, a round recorded cell by cell, a cell
+    replaced, a row deleted by hand: the kept tables equal a recomputation."""
+    source, manifest = example_tree
+    db_path = tmp_path / "piecemeal.db"
+    roots = sorted(p for p in source.iterdir() if p.is_dir())
+    campaign = next(p for p in roots if p.name.startswith("campaign_"))
+    sides = sorted(p for p in campaign.rglob("before") if (p / "run.log").exists())
+    with Store(db_path) as store:
+        store.record([sides[0], sides[0].parent / "after"])       # a round, live
+        for root in roots:
+            store.ingest(root)                                     # then everything
+        assert snapshot(store.conn) == from_scratch(db_path, tmp_path)
+
+        # A campaign cell rewritten: its round is re-paired and its key's range moves.
+        key = next(r for r in judge.ab_ranges(store, campaign.name) if r["rounds"] >= 3)
+        slot = store.conn.execute(
+            "SELECT after_cell_id, latency_before FROM ab_slot_rows "
+            "WHERE root_id = ? AND op = ? AND dtype = ? AND shape = ? AND reason IS NULL LIMIT 1",
+            (key["root_id"], key["op"], key["dtype"], key["shape"])).fetchone()
+        after_dir = store.conn.execute("SELECT path FROM cells WHERE id = ?", (slot[0],)).fetchone()[0]
+        assert set_latency(Path(after_dir) / "run.log", key["shape"], slot[1] / 100) == 1
+        summary = store.ingest(campaign)
+        assert summary["cells_replaced"] == 1
+        moved = by_key(judge.ab_ranges(store, campaign.name), "op", "dtype", "shape", "caliber_id")
+        assert moved[(key["op"], key["dtype"], key["shape"], key["caliber_id"])]["max"] == pytest.approx(100)
+
+        # A row deleted by hand: the next read re-pairs it.
+        store.conn.execute("DELETE FROM measurements WHERE id = (SELECT max(id) FROM measurements)")
+        judge.ab_ranges(store)
+        assert not pairing.stale(store.conn)
+        assert snapshot(store.conn) == from_scratch(db_path, tmp_path)
+        assert all(snapshot(store.conn)[t] for t in ("ab_slot_rows", "ab_range_rows", "ab_round_ranges"))
+
+
+def test_a_batched_ingest_equals_recomputed_from_scratch(example_store_path, tmp_path):
+    with Store(example_store_path) as store:
+        kept = snapshot(store.conn)
+    assert kept == from_scratch(example_store_path, tmp_path)
+    assert kept["noise_floor_rows"], "the example screens have NO_IR_DIFF pairs: floors exist"
+
+
+def test_floors_follow_the_rule(example_store):
+    """noise_floors shows the current rule's floors; each rule's are kept."""
+    conn = example_store.conn
+    by_rule = dict(conn.execute("SELECT rule, count(*) FROM noise_floor_rows GROUP BY rule"))
+    assert set(by_rule) == {"v1", "v2", "v3", "v4"}
+    for rule in ("v3", "v4"):
+        example_store.set_rule(rule)
+        shown = judge.noise_floors(example_store)
+        assert {r["rule"] for r in shown} == {rule} and len(shown) == by_rule[rule]
+    # Forgetting a rule's fingerprints forgets its floors.
+    conn.execute("DELETE FROM fingerprints WHERE rule = 'v4'")
+    example_store.refresh_pairs()
+    assert conn.execute("SELECT count(*) FROM noise_floor_rows WHERE rule = 'v4'").fetchone()[0] == 0
+
+
+def test_ab_json_is_the_library_rows(example_store_path):
+    """`zlstore ab --json` is built by SQLite; it holds the same rows."""
+    printed = json_out(invoke(example_store_path, "ab", "--json"))
+    with Store(example_store_path) as store:
+        rows = judge.ab_ranges(store)
+    assert len(printed) == len(rows) > 0
+    for got, want in zip(printed, rows):
+        assert list(got) == list(want)
+        for column, value in want.items():
+            assert got[column] == (pytest.approx(value, rel=1e-13) if isinstance(value, float) else value), column
+
+
+def test_release_1_database_is_paired_on_upgrade(tmp_path):
+    path = tmp_path / "old.db"
+    shutil.copy(Path(__file__).parent / "data" / "store-v1.db", path)
+    with Store(path) as store:
+        kept = snapshot(store.conn)
+        assert not pairing.stale(store.conn)
+        assert kept["ab_slot_rows"] and kept["ab_round_ranges"]
+        counted = store.conn.execute(
+            "SELECT count(*) FROM measurements WHERE occurrence IS NULL").fetchone()[0]
+        assert counted == 0
+        assert store.conn.execute("SELECT count(*) FROM verdicts WHERE n_rows > 0").fetchone()[0] > 0
+    assert kept == from_scratch(path, tmp_path)

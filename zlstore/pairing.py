@@ -1,0 +1,309 @@
+"""A/B pairing, kept up to date by the writers.
+
+Pairing every measured row of a campaign on each read took seconds; a
+campaign is written once and read many times. So the pairs (ab_slot_rows)
+and the ranges over rounds (ab_range_rows) are tables. Triggers mark the
+round of every inserted or deleted cell in ab_stale_rounds; refresh()
+recomputes exactly those rounds, and the ranges of the row identities they
+touch, inside the writer's transaction, before it commits. The views
+(ab_slots, ab_pairs, ab_rejected, ab_ranges) read the tables; judging that
+depends on settings (noise floors under the current rule) stays in the views.
+
+The SQL here is the one definition of how rows pair; schema.sql documents
+what the columns mean.
+"""
+
+import sqlite3
+import statistics
+
+# A round, as the triggers record it and as cells are matched to it.
+_ROUND_MATCH = """
+    {a}.root_id = {b}.root_id AND {a}.{op} IS {b}.cell_op AND {a}.{dtype} IS {b}.cell_dtype
+    AND {a}.round IS {b}.round AND {a}.card IS {b}.card AND {a}.repeat_dir IS {b}.repeat_dir"""
+
+
+def _round_match(a: str, b: str, cells: bool = False) -> str:
+    """SQL matching a's round with b's (an ab_stale_rounds-shaped row);
+    cells=True when a is the cells table (op / dtype instead of cell_*)."""
+    return _ROUND_MATCH.format(a=a, b=b, op="op" if cells else "cell_op", dtype="dtype" if cells else "cell_dtype")
+
+
+def _caliber_json() -> str:
+    """json_object arguments: each caliber field of the row's caliber."""
+    from . import caliber
+
+    return ", ".join(f"'{name}', (SELECT {name} FROM calibers WHERE id = caliber_id)" for name in caliber.NAMES)
+
+
+_SETUP = [
+    "CREATE TEMP TABLE IF NOT EXISTS ab_rounds_now (root_id, card, repeat_dir, cell_op, cell_dtype, round, "
+    "before_cell_id, after_cell_id, before_caliber_id, after_caliber_id)",
+    "CREATE TEMP TABLE IF NOT EXISTS ab_keys_now (root_id, op, dtype, shape)",
+    "CREATE TEMP TABLE IF NOT EXISTS ab_keys_unique (key_id INTEGER PRIMARY KEY, root_id, op, dtype, shape)",
+]
+
+# The joins are written CROSS JOIN where the stale rounds must drive: SQLite
+# keeps that order, and these few rounds are looked up through the indexes
+# instead of every stored row being scanned.
+_STEPS = [
+    "DELETE FROM temp.ab_rounds_now",
+    "DELETE FROM temp.ab_keys_now",
+    "DELETE FROM temp.ab_keys_unique",
+    """INSERT INTO temp.ab_rounds_now (root_id, card, repeat_dir, cell_op, cell_dtype, round)
+       SELECT DISTINCT root_id, card, repeat_dir, cell_op, cell_dtype, round FROM ab_stale_rounds""",
+    # A round's cell of a side is the latest stored one.
+    f"""UPDATE temp.ab_rounds_now SET
+        before_cell_id = (SELECT max(c.id) FROM cells c
+                          WHERE {_round_match('c', 'ab_rounds_now', cells=True)} AND c.side = 'before'),
+        after_cell_id = (SELECT max(c.id) FROM cells c
+                         WHERE {_round_match('c', 'ab_rounds_now', cells=True)} AND c.side = 'after')""",
+    """UPDATE temp.ab_rounds_now SET
+        before_caliber_id = (SELECT caliber_id FROM cells WHERE id = before_cell_id),
+        after_caliber_id = (SELECT caliber_id FROM cells WHERE id = after_cell_id)""",
+    # The row identities these rounds held: their ranges change too.
+    f"""INSERT INTO temp.ab_keys_now
+        SELECT s.root_id, s.op, s.dtype, s.shape
+        FROM temp.ab_rounds_now r CROSS JOIN ab_slot_rows s ON {_round_match('s', 'r')}""",
+    f"""DELETE FROM ab_slot_rows WHERE rowid IN (
+        SELECT s.rowid FROM temp.ab_rounds_now r CROSS JOIN ab_slot_rows s ON {_round_match('s', 'r')})""",
+    # Each row identity of a round (the row's own op, dtype and canonical
+    # shape, and its occurrence: the n-th such row of a cell pairs with the
+    # n-th on the other side), both sides side by side, and why it is not a
+    # pair where it is not: the first that applies of rejection_reasons.
+    """INSERT INTO ab_slot_rows (
+            root_id, card, repeat_dir, cell_op, cell_dtype, round, op, dtype, shape, occurrence,
+            before_cell_id, after_cell_id, before_caliber_id, after_caliber_id,
+            before_measurement_id, after_measurement_id, before_counted, after_counted,
+            before_not_counted, after_not_counted, latency_before, latency_after,
+            before_fallback, after_fallback, reason)
+        WITH slots AS (
+            SELECT r.rowid AS round_id, mb.op_name AS op, mb.dtype, mb.shape, mb.occurrence,
+                   mb.id AS before_id, mb.counted AS before_counted, mb.not_counted_reason AS before_not_counted,
+                   mb.latency AS latency_before, mb.fallback AS before_fallback,
+                   ma.id AS after_id, ma.counted AS after_counted, ma.not_counted_reason AS after_not_counted,
+                   ma.latency AS latency_after, ma.fallback AS after_fallback
+            FROM temp.ab_rounds_now r
+            CROSS JOIN measurements mb ON mb.cell_id = r.before_cell_id
+            LEFT JOIN measurements ma
+                ON ma.cell_id = r.after_cell_id AND ma.op_name IS mb.op_name AND ma.dtype IS mb.dtype
+               AND ma.shape = mb.shape AND ma.occurrence = mb.occurrence
+            UNION ALL
+            SELECT r.rowid, ma.op_name, ma.dtype, ma.shape, ma.occurrence,
+                   NULL, NULL, NULL, NULL, NULL,
+                   ma.id, ma.counted, ma.not_counted_reason, ma.latency, ma.fallback
+            FROM temp.ab_rounds_now r
+            CROSS JOIN measurements ma ON ma.cell_id = r.after_cell_id
+            WHERE NOT EXISTS (
+                SELECT 1 FROM measurements mb
+                WHERE mb.cell_id = r.before_cell_id AND mb.op_name IS ma.op_name AND mb.dtype IS ma.dtype
+                  AND mb.shape = ma.shape AND mb.occurrence = ma.occurrence)
+        )
+        SELECT
+            r.root_id, r.card, r.repeat_dir, r.cell_op, r.cell_dtype, r.round, s.op, s.dtype, s.shape,
+            s.occurrence, r.before_cell_id, r.after_cell_id, r.before_caliber_id, r.after_caliber_id,
+            s.before_id, s.after_id, s.before_counted, s.after_counted, s.before_not_counted,
+            s.after_not_counted, s.latency_before, s.latency_after, s.before_fallback, s.after_fallback,
+            CASE
+                WHEN s.before_id IS NOT NULL AND s.after_id IS NOT NULL
+                 AND s.before_counted = 1 AND s.after_counted = 1
+                 AND r.before_caliber_id = r.after_caliber_id
+                    THEN NULL
+                WHEN (r.before_cell_id IS NOT NULL AND r.before_caliber_id IS NULL)
+                  OR (r.after_cell_id IS NOT NULL AND r.after_caliber_id IS NULL)
+                    THEN {reason_caliber_unknown}
+                WHEN r.before_caliber_id <> r.after_caliber_id THEN {reason_caliber_mismatch}
+                WHEN s.before_id IS NULL OR s.after_id IS NULL THEN {reason_missing_side}
+                ELSE {reason_not_counted}
+            END
+        FROM slots s
+        JOIN temp.ab_rounds_now r ON r.rowid = s.round_id""",
+    f"""INSERT INTO temp.ab_keys_now
+        SELECT s.root_id, s.op, s.dtype, s.shape
+        FROM temp.ab_rounds_now r CROSS JOIN ab_slot_rows s ON {_round_match('s', 'r')}""",
+    f"""DELETE FROM ab_round_ranges WHERE rowid IN (
+        SELECT g.rowid FROM temp.ab_rounds_now r CROSS JOIN ab_round_ranges g ON {_round_match('g', 'r')})""",
+    # A screening round's range (what its verdict shows): n_rows, min, median
+    # (the middle ratio, or the mean of the two middle ones) and max over its
+    # paired rows.
+    f"""INSERT INTO ab_round_ranges (
+            root_id, card, repeat_dir, cell_op, cell_dtype, round, before_cell_id, after_cell_id,
+            n_rows, min, median, max, fallback)
+        SELECT s.root_id, s.card, s.repeat_dir, s.cell_op, s.cell_dtype, s.round, s.before_cell_id,
+            s.after_cell_id, count(*), min(s.latency_before / s.latency_after),
+            median(s.latency_before / s.latency_after), max(s.latency_before / s.latency_after),
+            max(max(s.before_fallback, s.after_fallback))
+        FROM temp.ab_rounds_now r
+        JOIN roots ON roots.id = r.root_id AND roots.kind = 'screen'
+        CROSS JOIN ab_slot_rows s ON {_round_match('s', 'r')} AND s.reason IS NULL
+        GROUP BY r.rowid""",
+    """INSERT INTO temp.ab_keys_unique (root_id, op, dtype, shape)
+        SELECT DISTINCT root_id, op, dtype, shape FROM temp.ab_keys_now""",
+    """DELETE FROM ab_range_rows WHERE rowid IN (
+        SELECT g.rowid FROM temp.ab_keys_unique k
+        CROSS JOIN ab_range_rows g ON g.root_id = k.root_id AND g.op IS k.op AND g.dtype IS k.dtype
+         AND g.shape = k.shape)""",
+    # Per (root, row op, dtype, shape, caliber): min, median and max over the
+    # paired rounds; every key's rows that did not pair are counted beside
+    # it, and a key with no pair at all gets a row of its own (caliber_id NULL).
+    """INSERT INTO ab_range_rows (
+            root_id, op, dtype, shape, caliber_id, rounds, min, median, max,
+            fallback, fallback_rows, cards, rejected, rejected_reasons)
+        WITH keyed AS MATERIALIZED (
+            SELECT k.key_id, s.card, s.reason, s.before_caliber_id AS caliber_id,
+                   CASE WHEN s.reason IS NULL THEN s.latency_before / s.latency_after END AS ratio,
+                   max(s.before_fallback, s.after_fallback) AS fallback
+            FROM temp.ab_keys_unique k
+            CROSS JOIN ab_slot_rows s ON s.root_id = k.root_id AND s.op IS k.op AND s.dtype IS k.dtype
+             AND s.shape = k.shape
+        ),
+        ranges AS (
+            SELECT key_id, caliber_id, count(*) AS rounds, min(ratio) AS min, median(ratio) AS median,
+                max(ratio) AS max, max(fallback) AS fallback, sum(fallback) AS fallback_rows,
+                count(DISTINCT card) AS cards
+            FROM keyed WHERE reason IS NULL
+            GROUP BY key_id, caliber_id
+        ),
+        rejected AS MATERIALIZED (
+            SELECT key_id, count(*) AS rejected, group_concat(DISTINCT reason) AS rejected_reasons
+            FROM keyed WHERE reason IS NOT NULL
+            GROUP BY key_id
+        )
+        SELECT k.root_id, k.op, k.dtype, k.shape, ranges.caliber_id, ranges.rounds,
+               ranges.min, ranges.median, ranges.max, ranges.fallback, ranges.fallback_rows, ranges.cards,
+               coalesce(rejected.rejected, 0), rejected.rejected_reasons
+        FROM ranges
+        JOIN temp.ab_keys_unique k ON k.key_id = ranges.key_id
+        LEFT JOIN rejected ON rejected.key_id = ranges.key_id
+        UNION ALL
+        SELECT k.root_id, k.op, k.dtype, k.shape, NULL, 0,
+               NULL, NULL, NULL, 0, 0, 0, rejected.rejected, rejected.rejected_reasons
+        FROM rejected
+        JOIN temp.ab_keys_unique k ON k.key_id = rejected.key_id
+        WHERE NOT EXISTS (SELECT 1 FROM keyed WHERE keyed.key_id = rejected.key_id AND keyed.reason IS NULL)""",
+    # Each new range row as JSON, in ab_ranges' column order, but for the
+    # floor columns (judged on every read): the JSON `zlstore ab` prints.
+    f"""UPDATE ab_range_rows SET
+        json_head = rtrim(ltrim(json_object(
+            'root', (SELECT name FROM roots WHERE id = root_id), 'op', op, 'dtype', dtype, 'shape', shape,
+            'rounds', rounds, 'min', min, 'median', median, 'max', max, 'fallback', fallback,
+            'fallback_rows', fallback_rows, 'rejected', rejected, 'rejected_reasons', rejected_reasons),
+            '{{'), '}}'),
+        json_tail = rtrim(ltrim(json_object(
+            'cards', cards, 'root_kind', (SELECT kind FROM roots WHERE id = root_id), 'caliber_id', caliber_id,
+            {_caliber_json()}, 'root_id', root_id), '{{'), '}}')
+        WHERE json_head IS NULL""",
+    "DELETE FROM ab_stale_rounds",
+]
+
+
+def _steps(steps) -> list:
+    """The statements with the reason and verdict names filled in from
+    judge.py ({reason_caliber_unknown}, {verdict_no_ir_diff}, ...)."""
+    from . import judge
+
+    names = {f"{{reason_{n.lower()}}}": n for n in judge.REASON_NAMES}
+    names.update({f"{{verdict_{n.lower()}}}": n for n in judge.VERDICT_NAMES})
+    filled = []
+    for step in steps:
+        for placeholder, name in names.items():
+            step = step.replace(placeholder, "'" + name + "'")
+        if "{reason_" in step or "{verdict_" in step:
+            raise ValueError("pairing.py names a reason or verdict judge.py does not define")
+        filled.append(step)
+    return filled
+
+
+# The noise floors of the stale rules (ab_stale_floors): per (rule, row op,
+# dtype, caliber), floor = max |ratio - 1| over the paired rows of every
+# NO_IR_DIFF screening pair under that rule, n = the rows it rests on.
+_FLOOR_STEPS = [
+    "DELETE FROM noise_floor_rows WHERE rule IN (SELECT rule FROM ab_stale_floors)",
+    """INSERT INTO noise_floor_rows (rule, op, dtype, caliber_id, n, floor, roots, fallback_rows)
+        WITH quiet AS MATERIALIZED (
+            SELECT v.before_cell_id, v.after_cell_id, v.rule
+            FROM verdicts_by_rule v
+            WHERE v.rule IN (SELECT rule FROM ab_stale_floors) AND v.verdict = {verdict_no_ir_diff}
+        )
+        SELECT quiet.rule, s.op, s.dtype, s.before_caliber_id, count(*),
+               max(abs(s.latency_before / s.latency_after - 1)), group_concat(DISTINCT roots.name),
+               sum(max(s.before_fallback, s.after_fallback))
+        FROM quiet
+        JOIN cells b ON b.id = quiet.before_cell_id
+        JOIN ab_slot_rows s
+            ON s.root_id = b.root_id AND s.cell_op IS b.op AND s.cell_dtype IS b.dtype AND s.round IS b.round
+           AND s.card IS b.card AND s.repeat_dir IS b.repeat_dir
+           AND s.before_cell_id = quiet.before_cell_id AND s.after_cell_id = quiet.after_cell_id
+           AND s.reason IS NULL
+        JOIN roots ON roots.id = s.root_id
+        GROUP BY quiet.rule, s.op, s.dtype, s.before_caliber_id""",
+    "DELETE FROM ab_stale_floors",
+]
+
+# A re-paired screening round can move every rule's floors.
+_SCREEN_ROUNDS = """
+    SELECT 1 FROM temp.ab_rounds_now r JOIN roots ON roots.id = r.root_id AND roots.kind = 'screen' LIMIT 1"""
+_EVERY_RULE_STALE = """
+    INSERT OR IGNORE INTO ab_stale_floors (rule)
+    SELECT DISTINCT rule FROM fingerprints
+    UNION SELECT value FROM settings WHERE key = 'current_rule'"""
+
+
+class Median:
+    """median(x): the middle value, or the mean of the two middle values for
+    an even count; NULLs are skipped. The one definition of a range's median
+    (every median zlstore shows is computed by it, here)."""
+
+    def __init__(self):
+        self.values = []
+
+    def step(self, value):
+        if value is not None:
+            self.values.append(value)
+
+    def finalize(self):
+        return statistics.median(self.values) if self.values else None
+
+
+def register(conn: sqlite3.Connection):
+    """Make median() available on a connection (zlstore's and datasette's)."""
+    conn.create_aggregate("median", 1, Median)
+
+
+_PREPARED: list = []
+
+
+def stale(conn: sqlite3.Connection) -> bool:
+    return (conn.execute("SELECT 1 FROM ab_stale_rounds LIMIT 1").fetchone() is not None
+            or conn.execute("SELECT 1 FROM ab_stale_floors LIMIT 1").fetchone() is not None)
+
+
+def refresh(conn: sqlite3.Connection) -> bool:
+    """Recompute the stale rounds' pairs and their keys' ranges, then the
+    stale noise floors. Call it inside the transaction that made them stale,
+    before it commits. Returns whether there was anything to do."""
+    if not stale(conn):
+        return False
+    if not _PREPARED:
+        _PREPARED.extend(_steps(_STEPS))
+        _PREPARED.append(_steps(_FLOOR_STEPS))
+    *steps, floor_steps = _PREPARED
+    register(conn)
+    for statement in _SETUP:
+        conn.execute(statement)
+    if conn.execute("SELECT 1 FROM ab_stale_rounds LIMIT 1").fetchone() is not None:
+        for statement in steps:
+            conn.execute(statement)
+        if conn.execute(_SCREEN_ROUNDS).fetchone() is not None:
+            conn.execute(_EVERY_RULE_STALE)
+    if conn.execute("SELECT 1 FROM ab_stale_floors LIMIT 1").fetchone() is not None:
+        for statement in floor_steps:
+            conn.execute(statement)
+    return True
+
+
+def mark_every_round(conn: sqlite3.Connection):
+    """Mark every round stale (a database from before these tables existed)."""
+    conn.execute(
+        """INSERT INTO ab_stale_rounds (root_id, card, repeat_dir, cell_op, cell_dtype, round)
+           SELECT DISTINCT root_id, card, repeat_dir, op, dtype, round FROM cells
+           WHERE side IN ('before', 'after')""")

@@ -1,0 +1,342 @@
+"""Telling the stored cells of a tree unchanged without listing them.
+
+A re-ingest of a tree the store already holds must cost a few stat()s per
+cell. A cell's stat signature covers the files the harness writes in place
+(cell.env, run.log, index.tsv: size, mtime and ctime; a missing one counted
+as missing) and every directory the scan entered (mtime and ctime: adding,
+removing or renaming an entry changes them). The files inside triton_cache
+are not stat'ed one by one: Triton writes a cache directory once, into
+tmp.pid_* and then by rename, and never rewrites its files, so their
+directories' times tell every change it makes (`zlstore ingest --rehash`
+reads every cell, for a file edited in place by hand). Which directories
+those are follows from what the store holds: triton_cache, and per kernel
+its cache directory and the directories between; the few entered that lead
+to no .ttgir (launcher directories) are named in the signature itself. So a
+stored cell is checked with one stat() per path and no listing. Where the
+check fails, the full scan and then the content hash decide.
+
+Timestamps have a granularity (a few ms, 2 s on some file systems): a file
+rewritten within the granule after its stat would keep its times. A file
+touched in the RACY_NS before the scan leaves the cell a signature that
+matches nothing, so that the next ingest reads the cell again (as git does
+with racily clean entries)."""
+
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import pickle
+import sqlite3
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+
+from . import layout
+
+PREFIX = "q2:"           # a signature this module can check; older ones go to the full scan
+RACY = "racy:"           # a signature too young to trust: matches nothing
+RACY_NS = 2_000_000_000
+_DIGEST = len(PREFIX) + 40
+_ABSENT = (-1, -1, -1)
+_FIXED = (layout.CELL_ENV, layout.RUN_LOG, layout.INDEX_TSV, layout.TRITON_CACHE + "/")
+_CACHE = layout.TRITON_CACHE + "/"
+MARKER_ENTRIES = 2048    # root lookups kept while walking: siblings follow each other
+SPLIT_MIN_CELLS = 1024   # fewer stored cells are checked faster than a fork is made
+
+
+def files_sig(stats: Dict[str, Optional[os.stat_result]], extras: Iterable[str] = ()) -> str:
+    """The signature of a cell's files. stats: relpath (a directory's ends
+    in /) -> its stat, None where missing, taken just now; extras: the
+    directories entered that lead to no .ttgir, which the store's kernels
+    cannot name."""
+    now = time.time_ns()
+    if any(st is not None and max(st.st_mtime_ns, st.st_ctime_ns) > now - RACY_NS for st in stats.values()):
+        return f"{RACY}{now}"
+    rels = sorted(stats)
+    extras = sorted(extras)
+    return PREFIX + _digest(_named(rels), [stats[r] for r in rels]) + (json.dumps(extras) if extras else "")
+
+
+def _named(rels: Iterable[str]):
+    """The digest's start: the relpaths, in order."""
+    return hashlib.sha1("\n".join(rels).encode("utf-8", "surrogateescape"))
+
+
+def _digest(named, stats: list) -> str:
+    """named (from _named) continued with each stat's size, mtime and ctime."""
+    values = []
+    add = values.extend
+    for st in stats:
+        add(_ABSENT if st is None else (st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    digest = named.copy()
+    try:
+        digest.update(struct.pack(f"<{len(values)}q", *values))
+    except struct.error:  # a time beyond 2262
+        digest.update(repr(values).encode())
+    return digest.hexdigest()
+
+
+def leading_dirs(rel_dir: str, into: set):
+    """Add the directories from below triton_cache down to rel_dir (a
+    kernel's), each as a signature relpath ('triton_cache/a/')."""
+    at = len(_CACHE)
+    while at <= len(rel_dir):
+        slash = rel_dir.find("/", at)
+        end = len(rel_dir) if slash < 0 else slash
+        into.add(rel_dir[:end] + "/")
+        at = end + 1
+
+
+@functools.lru_cache(maxsize=256)
+def _rels(kernels: Optional[str], tail: str) -> tuple:
+    """The relpaths in the signature of a cell whose stored kernels are
+    kernels ('cache_dir/name' lines, as the kernels table has them) and
+    whose signature ends in tail (its extra directories): all but run.log,
+    where run.log goes among them, and the digest's start. Cached: every
+    round of an op compiles the same kernels into the same directories."""
+    rels = set(_FIXED)
+    for kernel in kernels.split("\n") if kernels else ():
+        cache_dir = kernel.rpartition("/")[0]
+        rel_dir = layout.TRITON_CACHE if cache_dir == "." else _CACHE + cache_dir
+        leading_dirs(rel_dir, rels)
+    rels.update(extra + "/" for extra in (json.loads(tail) if tail else ()))
+    rels = sorted(rels)
+    at = rels.index(layout.RUN_LOG)
+    return tuple(rels[:at] + rels[at + 1:]), at, _named(rels)
+
+
+def is_unchanged(cell: str, stored: str, kernels: Optional[str], root_sig: str,
+                 run_log: Optional[os.stat_result] = None) -> bool:
+    """Whether the files of a stored cell still have the stat signature
+    stored (stat_sig: its files' signature, then its root's files_sig).
+    run_log: its stat, where the walk that found the cell took it."""
+    if not (stored.startswith(PREFIX) and stored.endswith(root_sig) and len(stored) >= _DIGEST + len(root_sig)):
+        return False
+    try:
+        rels, at, named = _rels(kernels, stored[_DIGEST:len(stored) - len(root_sig)])
+    except (ValueError, TypeError):
+        return False
+    stat, base = os.stat, cell + "/"
+    try:
+        stats = [stat(base + rel) for rel in rels]
+        stats.insert(at, run_log or stat(base + layout.RUN_LOG))
+    except OSError:  # a missing file counts as missing; any other error is a change
+        stats = []
+        for rel in (*rels[:at], layout.RUN_LOG, *rels[at:]):
+            try:
+                stats.append(stat(base + rel))
+            except FileNotFoundError:
+                stats.append(None)
+            except OSError:
+                return False
+    return _digest(named, stats) == stored[len(PREFIX):_DIGEST]
+
+
+# -- sorting a tree out -------------------------------------------------------
+
+
+@dataclass
+class Found:
+    """What a walk found: how many cells, which need the full ingest (in
+    walk order), how many are stored unchanged, and each root with the first
+    cell it was met at: (cell, root, kind, parts in root, cell unchanged).
+    changed may be an iterator that walks as it goes (a whole tree's cells
+    are never all in a list): the rest is complete once it is exhausted."""
+
+    cells: int = 0
+    changed: Iterable[str] = field(default_factory=list)
+    unchanged: int = 0
+    roots: List[Tuple[str, str, str, Tuple[str, ...], bool]] = field(default_factory=list)
+
+
+def sort_out(conn, top: str, processes: Callable[[int], int] = lambda cells: 1) -> Found:
+    """Walk top: the cells found, those stored unchanged only counted. With
+    enough stored cells (and a database file), processes(stored cells)
+    processes take a share each of the tree (a range of paths): this one the
+    first, forked children the others. A stat() costs microseconds of system
+    time, and a cell needs a dozen."""
+    low, high = _under(top)
+    stored = conn.execute("SELECT count(*) FROM cells WHERE path = ? OR (path > ? AND path < ?)",
+                          (top, low, high)).fetchone()[0]
+    database = _database_file(conn)
+    parts = max(1, processes(stored)) if stored >= SPLIT_MIN_CELLS and database else 1
+    if parts == 1:
+        found = Found()
+        found.changed = _walk(top, stored_cells(conn, top), None, None, found)
+        return found
+    bounds = [None, *_splits(conn, top, stored, parts), None]
+    # A child reads its share on a connection of its own, while the others
+    # read theirs; not where other threads run: one could hold a lock of
+    # SQLite's at the fork, which the child would wait for forever.
+    alone = threading.active_count() == 1
+    jobs = [functools.partial(_share, conn if i == 0 else database if alone
+                              else stored_cells(conn, top, bounds[i], bounds[i + 1]),
+                              top, bounds[i], bounds[i + 1])
+            for i in range(len(bounds) - 1)]
+    return _merged(_in_processes(jobs))
+
+
+def _under(top: str) -> Tuple[str, str]:
+    """The bounds of the paths strictly under top."""
+    prefix = top if top.endswith("/") else top + "/"
+    return prefix, prefix[:-1] + "0"  # '0' follows '/'
+
+
+def _database_file(conn) -> str:
+    """The main database's file, '' for one in memory."""
+    return next((row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"), "")
+
+
+def _splits(conn, top: str, stored: int, parts: int) -> List[str]:
+    """Paths that share the stored cells under top out evenly."""
+    low, high = _under(top)
+    splits = set()
+    for i in range(1, parts):
+        row = conn.execute("SELECT path FROM cells WHERE path > ? AND path < ? ORDER BY path LIMIT 1 OFFSET ?",
+                           (low, high, stored * i // parts)).fetchone()
+        if row:
+            splits.add(row[0])
+    return sorted(splits)
+
+
+def stored_cells(conn, top: str, low: Optional[str] = None, high: Optional[str] = None) \
+        -> Dict[str, Tuple[str, Optional[str]]]:
+    """path -> (stat_sig, kernels) of every cell under top (and in [low,
+    high)) with a signature this module checks: one query, not one per cell."""
+    under, above = _under(top)
+    where, args = "(c.path = ? OR (c.path > ? AND c.path < ?))", [top, under, above]
+    for bound, test in ((low, ">="), (high, "<")):
+        if bound is not None:
+            where += f" AND c.path {test} ?"
+            args.append(bound)
+    rows = conn.execute(
+        "SELECT c.path, c.stat_sig, group_concat(k.cache_dir || '/' || k.name, char(10)) "
+        f"FROM cells c LEFT JOIN kernels k ON k.cell_id = c.id WHERE {where} "
+        "AND substr(c.stat_sig, 1, ?) = ? GROUP BY c.id",
+        (*args, len(PREFIX), PREFIX),
+    )
+    return {path: (sig, kernels) for path, sig, kernels in rows}
+
+
+def _share(source, top: str, low: Optional[str], high: Optional[str]) -> Found:
+    """Sort out the cells under top whose paths are in [low, high) (None:
+    open). source: a connection, the database's file (in a forked child:
+    the parent's connection is not the child's to use), or the stored cells
+    read already."""
+    if isinstance(source, str):
+        with contextlib.closing(sqlite3.connect(source, timeout=60)) as own:
+            return _share(own, top, low, high)
+    known = source if isinstance(source, dict) else stored_cells(source, top, low, high)
+    found = Found()
+    found.changed = list(_walk(top, known, low, high, found))
+    return found
+
+
+def _walk(top: str, known: dict, low: Optional[str], high: Optional[str], found: Found) -> Iterator[str]:
+    """Yield the cells under top in [low, high) that need the full ingest,
+    in walk order; count in found the cells, those unchanged, the roots."""
+    markers, root_sigs, roots = {}, {}, set()
+    enter = None if low is None and high is None else _enter(low, high)
+    likely = known.__contains__ if known else None  # else every directory may be a new cell
+    for cell, run_log in layout.walk_cells(top, markers, enter, likely):
+        if (low is not None and cell < low) or (high is not None and cell >= high):
+            continue
+        found.cells += 1
+        if len(markers) >= MARKER_ENTRIES:
+            markers.clear()
+        try:
+            root, kind = layout.root_of(cell, markers)
+            entry = known.get(cell)
+            same = entry is not None and is_unchanged(
+                cell, entry[0], entry[1], _root_sig(root, root_sigs), run_log)
+        except Exception:  # the full ingest of the cell names the problem
+            yield cell
+            continue
+        if root not in roots:
+            roots.add(root)
+            found.roots.append((cell, root, kind, layout.relative_parts(cell, root), same))
+        if same:
+            found.unchanged += 1
+        else:
+            yield cell
+
+
+def _enter(low: Optional[str], high: Optional[str]) -> Callable[[str], bool]:
+    def enter(directory: str) -> bool:
+        """Whether directory or anything under it, all in [directory,
+        directory + '0'), can be in [low, high)."""
+        return (high is None or directory < high) and (low is None or directory + "0" > low)
+
+    return enter
+
+
+def _merged(shares: List[Found]) -> Found:
+    """The shares' findings as one walk's: in walk order (path keys), which
+    a range of paths is not."""
+    if len(shares) == 1:
+        return shares[0]
+    found = Found()
+    first = {}
+    for share in shares:
+        found.cells += share.cells
+        found.changed += share.changed
+        found.unchanged += share.unchanged
+        for met in share.roots:
+            if met[1] not in first or _key(met[0]) < _key(first[met[1]][0]):
+                first[met[1]] = met
+    found.changed.sort(key=_key)
+    found.roots = sorted(first.values(), key=lambda met: _key(met[0]))
+    return found
+
+
+def _loaded(data: bytes) -> Optional[Found]:
+    """A child's answer; None where it died before giving it whole."""
+    try:
+        return pickle.loads(data) if data else None
+    except Exception:
+        return None
+
+
+def _key(path: str) -> List[str]:
+    """A path's place in the walk's order (depth first, by name)."""
+    return path.split("/")
+
+
+def _root_sig(root: str, cache: Dict[str, str]) -> str:
+    """The root's files_sig, read once per walk, parsed never."""
+    sig = cache.get(root)
+    if sig is None:
+        sig = cache[root] = layout.root_files_sig(Path(root))
+    return sig
+
+
+def _in_processes(jobs: List[Callable[[], Found]]) -> List[Found]:
+    """Each job's result: the first run here, the others in forked children
+    meanwhile (a job a child could not finish runs here afterwards)."""
+    children = []
+    try:
+        for job in jobs[1:]:
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child: nothing but this job, no clean-up
+                try:
+                    os.close(read)
+                    data = pickle.dumps(job(), pickle.HIGHEST_PROTOCOL)
+                    with os.fdopen(write, "wb") as out:
+                        out.write(data)
+                finally:
+                    os._exit(0)
+            os.close(write)
+            children.append((pid, os.fdopen(read, "rb")))
+        results = [jobs[0]()]
+        for _, answer in children:
+            results.append(_loaded(answer.read()))
+        return [r if r is not None else job() for r, job in zip(results, jobs)]
+    finally:
+        for pid, answer in children:
+            answer.close()  # a child still writing gets EPIPE and ends
+            os.waitpid(pid, 0)
