@@ -280,9 +280,9 @@ CREATE TABLE IF NOT EXISTS ab_slot_rows (
 CREATE INDEX IF NOT EXISTS ab_slot_rows_round ON ab_slot_rows(root_id, cell_op, cell_dtype, round, card);
 CREATE INDEX IF NOT EXISTS ab_slot_rows_key ON ab_slot_rows(root_id, op, dtype, shape);
 
--- One row per (root, row op, dtype, shape, caliber) with at least one pair,
--- and one with caliber_id NULL for a key that has rows but no pair (see the
--- view ab_ranges).
+-- One row per (root, row op, dtype, shape, caliber) of a repeat run or
+-- campaign with at least one pair, and one with caliber_id NULL for a key
+-- that has rows but no pair (see the view ab_ranges).
 CREATE TABLE IF NOT EXISTS ab_range_rows (
     root_id INTEGER NOT NULL,
     op TEXT,
@@ -382,6 +382,15 @@ BEGIN
     INSERT INTO ab_stale_rounds (root_id, card, repeat_dir, cell_op, cell_dtype, round)
     VALUES (OLD.root_id, OLD.card, OLD.repeat_dir, OLD.op, OLD.dtype, OLD.round),
            (NEW.root_id, NEW.card, NEW.repeat_dir, NEW.op, NEW.dtype, NEW.round);
+END;
+
+-- A root's kind decides which of its ranges are kept.
+CREATE TRIGGER IF NOT EXISTS roots_kind_marks_rounds AFTER UPDATE OF kind ON roots
+WHEN OLD.kind IS NOT NEW.kind
+BEGIN
+    INSERT INTO ab_stale_rounds (root_id, card, repeat_dir, cell_op, cell_dtype, round)
+    SELECT DISTINCT root_id, card, repeat_dir, op, dtype, round FROM cells
+    WHERE root_id = NEW.id AND side IN ('before', 'after');
 END;
 
 CREATE TRIGGER IF NOT EXISTS measurements_update_marks_round AFTER UPDATE ON measurements

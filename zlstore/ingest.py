@@ -217,6 +217,13 @@ class ParsedCell:
     fingerprints: Optional[tuple] = None
     packed: Dict[str, Tuple[int, bytes]] = field(default_factory=dict)
 
+    def __reduce__(self):
+        """As a worker sends it (see Ingester._portable): plain values, which
+        the writing process unpickles at a fraction of the cost of objects."""
+        return (_portable_cell, (str(self.files.path), self.ref, self.values, self.log.records, self.log.lines,
+                                 self.kernels, tuple(self.texts), self.index, self.content_sig, self.problems,
+                                 self.stored_rows(), self.fingerprints, self.packed))
+
     def stored_rows(self) -> List[tuple]:
         """The measurements rows without their cell_id, as INSERTed."""
         if self.measurements is None:
@@ -228,6 +235,15 @@ class ParsedCell:
                 seen[identity] = occurrence = seen.get(identity, 0) + 1
                 self.measurements.append(Ingester._measurement_values(row) + (occurrence,))
         return self.measurements
+
+
+def _portable_cell(path, ref, values, records, lines, kernels, texts, index, content_sig, problems,
+                   measurements, fingerprints, packed) -> ParsedCell:
+    """A ParsedCell as a worker sent it: what the writer needs, nothing more."""
+    return ParsedCell(
+        CellFiles(path, {}, [], {}), None, ref, None, values,
+        runlog.RunLog(rows=[], problems=[], records=records, lines=lines), kernels,
+        dict.fromkeys(texts, (None, None)), index, content_sig, problems, measurements, fingerprints, packed)
 
 
 # A whole tree is prepared (walked, read, hashed, parsed, normalized) in
@@ -582,13 +598,8 @@ class Ingester:
             if ir_hash not in self.sent:
                 self.sent.add(ir_hash)
                 parsed.packed[ir_hash] = (len(raw), zlib.compress(raw, ZLIB_LEVEL))
-        parsed.texts = dict.fromkeys(parsed.texts, (None, None))
-        parsed.files = CellFiles(parsed.files.path, [], [], {})  # the writer needs its path only
-        parsed.env = None
         parsed.stored_rows()
-        parsed.log = runlog.RunLog(rows=[], problems=[], records=parsed.log.records, lines=parsed.log.lines)
-        parsed.root = None
-        return parsed
+        return parsed  # pickled by ParsedCell.__reduce__: only what the writer needs
 
     def problem(self, problem: Problem, store: bool = True):
         self.summary.problems.append(problem)

@@ -29,10 +29,10 @@ def _round_match(a: str, b: str, cells: bool = False) -> str:
 
 
 def _caliber_json() -> str:
-    """json_object arguments: each caliber field of the row's caliber."""
+    """json_object arguments: each caliber field, from the joined calibers row."""
     from . import caliber
 
-    return ", ".join(f"'{name}', (SELECT {name} FROM calibers WHERE id = caliber_id)" for name in caliber.NAMES)
+    return ", ".join(f"'{name}', calibers.{name}" for name in caliber.NAMES)
 
 
 _SETUP = [
@@ -142,17 +142,19 @@ _STEPS = [
         SELECT g.rowid FROM temp.ab_keys_unique k
         CROSS JOIN ab_range_rows g ON g.root_id = k.root_id AND g.op IS k.op AND g.dtype IS k.dtype
          AND g.shape = k.shape)""",
-    # Per (root, row op, dtype, shape, caliber): min, median and max over the
+    # Per (root, row op, dtype, shape, caliber) of a repeat run or campaign (a
+    # screening root's ranges are its rounds'): min, median and max over the
     # paired rounds; every key's rows that did not pair are counted beside
     # it, and a key with no pair at all gets a row of its own (caliber_id NULL).
-    """INSERT INTO ab_range_rows (
+    f"""INSERT INTO ab_range_rows (
             root_id, op, dtype, shape, caliber_id, rounds, min, median, max,
-            fallback, fallback_rows, cards, rejected, rejected_reasons)
+            fallback, fallback_rows, cards, rejected, rejected_reasons, json_head, json_tail)
         WITH keyed AS MATERIALIZED (
             SELECT k.key_id, s.card, s.reason, s.before_caliber_id AS caliber_id,
                    CASE WHEN s.reason IS NULL THEN s.latency_before / s.latency_after END AS ratio,
                    max(s.before_fallback, s.after_fallback) AS fallback
             FROM temp.ab_keys_unique k
+            JOIN roots ON roots.id = k.root_id AND roots.kind <> 'screen'
             CROSS JOIN ab_slot_rows s ON s.root_id = k.root_id AND s.op IS k.op AND s.dtype IS k.dtype
              AND s.shape = k.shape
         ),
@@ -168,30 +170,31 @@ _STEPS = [
             FROM keyed WHERE reason IS NOT NULL
             GROUP BY key_id
         )
-        SELECT k.root_id, k.op, k.dtype, k.shape, ranges.caliber_id, ranges.rounds,
-               ranges.min, ranges.median, ranges.max, ranges.fallback, ranges.fallback_rows, ranges.cards,
-               coalesce(rejected.rejected, 0), rejected.rejected_reasons
-        FROM ranges
-        JOIN temp.ab_keys_unique k ON k.key_id = ranges.key_id
-        LEFT JOIN rejected ON rejected.key_id = ranges.key_id
-        UNION ALL
-        SELECT k.root_id, k.op, k.dtype, k.shape, NULL, 0,
-               NULL, NULL, NULL, 0, 0, 0, rejected.rejected, rejected.rejected_reasons
-        FROM rejected
-        JOIN temp.ab_keys_unique k ON k.key_id = rejected.key_id
-        WHERE NOT EXISTS (SELECT 1 FROM keyed WHERE keyed.key_id = rejected.key_id AND keyed.reason IS NULL)""",
-    # Each new range row as JSON, in ab_ranges' column order, but for the
-    # floor columns (judged on every read): the JSON `zlstore ab` prints.
-    f"""UPDATE ab_range_rows SET
-        json_head = rtrim(ltrim(json_object(
-            'root', (SELECT name FROM roots WHERE id = root_id), 'op', op, 'dtype', dtype, 'shape', shape,
-            'rounds', rounds, 'min', min, 'median', median, 'max', max, 'fallback', fallback,
-            'fallback_rows', fallback_rows, 'rejected', rejected, 'rejected_reasons', rejected_reasons),
-            '{{'), '}}'),
-        json_tail = rtrim(ltrim(json_object(
-            'cards', cards, 'root_kind', (SELECT kind FROM roots WHERE id = root_id), 'caliber_id', caliber_id,
-            {_caliber_json()}, 'root_id', root_id), '{{'), '}}')
-        WHERE json_head IS NULL""",
+        SELECT g.*,
+            rtrim(ltrim(json_object(
+                'root', roots.name, 'op', g.op, 'dtype', g.dtype, 'shape', g.shape, 'rounds', g.rounds,
+                'min', g.min, 'median', g.median, 'max', g.max, 'fallback', g.fallback,
+                'fallback_rows', g.fallback_rows, 'rejected', g.rejected, 'rejected_reasons', g.rejected_reasons),
+                '{{'), '}}'),
+            rtrim(ltrim(json_object(
+                'cards', g.cards, 'root_kind', roots.kind, 'caliber_id', g.caliber_id,
+                {_caliber_json()}, 'root_id', g.root_id), '{{'), '}}')
+        FROM (
+            SELECT k.root_id, k.op, k.dtype, k.shape, ranges.caliber_id, ranges.rounds,
+                   ranges.min, ranges.median, ranges.max, ranges.fallback, ranges.fallback_rows, ranges.cards,
+                   coalesce(rejected.rejected, 0) AS rejected, rejected.rejected_reasons
+            FROM ranges
+            JOIN temp.ab_keys_unique k ON k.key_id = ranges.key_id
+            LEFT JOIN rejected ON rejected.key_id = ranges.key_id
+            UNION ALL
+            SELECT k.root_id, k.op, k.dtype, k.shape, NULL, 0,
+                   NULL, NULL, NULL, 0, 0, 0, rejected.rejected, rejected.rejected_reasons
+            FROM rejected
+            JOIN temp.ab_keys_unique k ON k.key_id = rejected.key_id
+            WHERE NOT EXISTS (SELECT 1 FROM keyed WHERE keyed.key_id = rejected.key_id AND keyed.reason IS NULL)
+        ) g
+        JOIN roots ON roots.id = g.root_id
+        LEFT JOIN calibers ON calibers.id = g.caliber_id""",
     "DELETE FROM ab_stale_rounds",
 ]
 
