@@ -343,14 +343,10 @@ CREATE TABLE IF NOT EXISTS ab_stale_floors (
     rule TEXT PRIMARY KEY
 );
 
--- Only a screening cell's fingerprints move floors (a campaign has thousands).
-CREATE TRIGGER IF NOT EXISTS fingerprints_insert_marks_floors AFTER INSERT ON fingerprints
-WHEN EXISTS (SELECT 1 FROM cells JOIN roots ON roots.id = cells.root_id
-             WHERE cells.id = NEW.cell_id AND roots.kind = 'screen')
-BEGIN
-    INSERT OR IGNORE INTO ab_stale_floors (rule) VALUES (NEW.rule);
-END;
-
+-- Fingerprints deleted by hand move their rule's floors (only a screening
+-- cell's can: a campaign has thousands). New ones come from ingest, whose
+-- rounds are re-paired anyway, or from Store.compute_fingerprints, which
+-- marks its rule itself.
 CREATE TRIGGER IF NOT EXISTS fingerprints_delete_marks_floors AFTER DELETE ON fingerprints
 WHEN EXISTS (SELECT 1 FROM cells JOIN roots ON roots.id = cells.root_id
              WHERE cells.id = OLD.cell_id AND roots.kind = 'screen')

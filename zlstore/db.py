@@ -16,7 +16,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List
 
-import sqlite_utils
 
 from . import caliber, judge, pairing
 
@@ -109,7 +108,7 @@ def schema_parts() -> Dict[str, str]:
     return {"tables": tables, "views": views, "hash": hashlib.sha256(text.encode()).hexdigest()}
 
 
-def connect(path) -> sqlite_utils.Database:
+def connect(path) -> sqlite3.Connection:
     """Open (or create) a store's database with the settings every writer relies on."""
     conn = sqlite3.connect(
         str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
@@ -120,7 +119,7 @@ def connect(path) -> sqlite_utils.Database:
     pairing.register(conn)
     retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL"))
     conn.execute("PRAGMA synchronous = NORMAL")
-    return sqlite_utils.Database(conn)
+    return conn
 
 
 def _is_busy(error: sqlite3.OperationalError) -> bool:
@@ -227,11 +226,10 @@ def _stored_schema_hash(conn):
     return row[0] if row else None
 
 
-def ensure_schema(db: sqlite_utils.Database, defaults: Dict[str, str] = None) -> int:
+def ensure_schema(conn: sqlite3.Connection, defaults: Dict[str, str] = None) -> int:
     """Create or upgrade the schema; recreate the views when schema.sql changed.
     Returns the schema version. Safe when several processes open a new
     database at once: all of it happens inside one BEGIN IMMEDIATE."""
-    conn = db.conn
     parts = schema_parts()
     if _user_version(conn) == SCHEMA_VERSION and _stored_schema_hash(conn) == parts["hash"]:
         return SCHEMA_VERSION

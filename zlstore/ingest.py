@@ -1,7 +1,8 @@
-"""Walking runs/ trees into the store, one transaction per cell.
+"""Walking runs/ trees into the store, a cell whole or not at all.
 
-A cell is stored whole or not at all: everything is read and parsed first,
-then written inside one BEGIN IMMEDIATE transaction. Re-ingesting is cheap:
+Everything of a cell is read and parsed first, then written in one
+transaction (`record`, a live writer) or in one savepoint of a batch that
+commits every BATCH_SECONDS (a whole-tree ingest). Re-ingesting is cheap:
 a stored cell whose files and directories have the same sizes and times is
 skipped without listing or reading them (unchanged.py); where those changed,
 the full scan and then a content hash decide."""
@@ -14,6 +15,7 @@ import io
 import itertools
 import json
 import multiprocessing
+import operator
 import os
 import sqlite3
 import sys
@@ -41,6 +43,8 @@ MEASUREMENT_COLUMNS = (
 _JSON_FIELDS = {"legacy_shape"}
 _STORED_FIELDS = tuple(f for f in runlog.KNOWN_FIELDS if f != "shape_detail")
 _JSON_POSITIONS = frozenset(i for i, f in enumerate(_STORED_FIELDS) if f in _JSON_FIELDS)
+_STORED_VALUES = operator.itemgetter(*_STORED_FIELDS)
+_CONTAINERS = frozenset((list, dict))
 _COUNTED = MEASUREMENT_COLUMNS.index("counted") - 1  # in a stored row without its cell_id
 RECORDED_VERDICT_COLUMNS = (
     "root_id", "file", "line", "op", "dtype", "verdict", "raw_verdict", "cl_before", "cl_after",
@@ -254,6 +258,7 @@ PARALLEL_MIN_CELLS = 64
 BULK_CHECKPOINT_PAGES = 16384
 ZLIB_LEVEL = 2  # IR is stored once; level 2 is within 15% of 6's size at a third of its time
 PREPARE_CHUNK = 16
+PREPARE_AHEAD = 8  # chunks a worker may be ahead of the writes
 BATCH_SECONDS = 2.0  # a whole-tree ingest commits its cells this often
 _PREPARER: Optional["Ingester"] = None  # what a forked worker prepares cells with
 
@@ -426,7 +431,7 @@ class Ingester:
 
     def __init__(self, store, command: str = "ingest", rehash: bool = False):
         self.store = store
-        self.conn: sqlite3.Connection = store.db.conn
+        self.conn: sqlite3.Connection = store.conn
         self.command = command
         self.summary = Summary()
         self.root_refs: dict = {}  # layout.root_of's cache: markers per directory, roots per parent
@@ -549,7 +554,7 @@ class Ingester:
                     for i in range(0, len(group), PREPARE_CHUNK):
                         chunk = group[i:i + PREPARE_CHUNK]
                         ahead.append((chunk, pool.apply_async(_prepare_chunk, (chunk,))))
-                    while len(ahead) > 8 * workers:
+                    while len(ahead) > PREPARE_AHEAD * workers:
                         chunk, result = ahead.popleft()
                         yield from zip(chunk, result.get())
                 while ahead:
@@ -954,11 +959,15 @@ class Ingester:
 
     @staticmethod
     def _measurement_values(row: "runlog.Row") -> tuple:
-        get = row.values.get
-        values = [get(name) for name in _STORED_FIELDS]
-        for i, value in enumerate(values):  # a row has a dozen fields: one pass, JSON only where needed
-            if value is not None and (i in _JSON_POSITIONS or isinstance(value, (list, dict))):
-                values[i] = json.dumps(value, sort_keys=True)
+        values = _STORED_VALUES(row.values)
+        # A hundred thousand rows: the common case (only scalars, no JSON
+        # field set) is told at C speed; the rest is encoded field by field.
+        if not _CONTAINERS.isdisjoint(map(type, values)) or any(values[i] is not None for i in _JSON_POSITIONS):
+            values = [
+                json.dumps(value, sort_keys=True)
+                if value is not None and (i in _JSON_POSITIONS or isinstance(value, (list, dict))) else value
+                for i, value in enumerate(values)
+            ]
         return (
             row.line, row.record, row.index, row.op_name, row.dtype, row.mode, row.level,
             row.shape_key, *values, json.dumps(row.extra, sort_keys=True, default=str) if row.extra else None,

@@ -304,6 +304,11 @@ def refresh(conn: sqlite3.Connection) -> bool:
     return True
 
 
+def mark_floors(conn: sqlite3.Connection, rule: str):
+    """Mark a rule's noise floors stale (its fingerprints were just added)."""
+    conn.execute("INSERT OR IGNORE INTO ab_stale_floors (rule) VALUES (?)", (rule,))
+
+
 def mark_every_round(conn: sqlite3.Connection):
     """Mark every round stale (a database from before these tables existed)."""
     conn.execute(

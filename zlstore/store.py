@@ -2,6 +2,7 @@
 operations the CLI, the runners and datasette share."""
 
 import contextlib
+import functools
 import multiprocessing
 import os
 import sqlite3
@@ -115,8 +116,8 @@ class Store:
 
     def __init__(self, path: Optional[PathLike] = None):
         self.path = Path(path or default_db_path())
-        self.db = dbmod.connect(self.path)
-        self.schema_version = dbmod.ensure_schema(self.db, defaults={"current_rule": ttgir.DEFAULT_RULE})
+        self.conn = dbmod.connect(self.path)
+        self.schema_version = dbmod.ensure_schema(self.conn, defaults={"current_rule": ttgir.DEFAULT_RULE})
         self.refresh_pairs()
 
     def refresh_pairs(self) -> bool:
@@ -132,12 +133,17 @@ class Store:
                 return False
             raise
 
-    @property
-    def conn(self):
-        return self.db.conn
+    @functools.cached_property
+    def db(self):
+        """The connection as a sqlite_utils.Database, for queries as dicts
+        and table introspection. Made on first use: importing sqlite_utils
+        is a fair part of a command's start-up, and ingest needs none of it."""
+        import sqlite_utils
+
+        return sqlite_utils.Database(self.conn)
 
     def close(self):
-        self.db.conn.close()
+        self.conn.close()
 
     def __enter__(self):
         return self
@@ -222,7 +228,8 @@ class Store:
             conn.executemany("INSERT OR IGNORE INTO ir_digests (ir_hash, rule, digest) VALUES (?, ?, ?)",
                              [(h, rule_obj.name, d) for h, d in sorted(new.items())])
             conn.executemany("INSERT OR IGNORE INTO fingerprints (cell_id, rule, fingerprint) VALUES (?, ?, ?)", rows)
-            pairing.refresh(conn)  # the rule's noise floors
+            pairing.mark_floors(conn, rule_obj.name)
+            pairing.refresh(conn)
         return len(rows)
 
     @contextlib.contextmanager
