@@ -327,28 +327,34 @@ def strip_rlc_annotations(text: str) -> str:
 
 
 def _strip_rlc_annotations(text: str) -> str:
-    pos = text.find(_RLC_PREFIX)
+    return _strip_lines(text, _RLC_PREFIX, "\n", _strip_rlc_line, "".join)
+
+
+def _strip_lines(text, prefix, newline, strip_line, join):
+    """text with each line holding prefix replaced by strip_line(line); text
+    itself when no line changed. For str and bytes alike."""
+    pos = text.find(prefix)
     if pos < 0:
         return text
     out = []
     last = 0
     n = len(text)
     while pos >= 0:
-        ls = text.rfind("\n", 0, pos) + 1
-        le = text.find("\n", pos)
+        ls = text.rfind(newline, 0, pos) + 1
+        le = text.find(newline, pos)
         if le < 0:
             le = n
         line = text[ls:le]
-        new = _strip_rlc_line(line)
+        new = strip_line(line)
         if new != line:
             out.append(text[last:ls])
             out.append(new)
             last = le
-        pos = text.find(_RLC_PREFIX, le)
+        pos = text.find(prefix, le)
     if not out:
         return text
     out.append(text[last:])
-    return "".join(out)
+    return join(out)
 
 
 # The same on the bytes a text is stored as (a rescore reads thousands): a
@@ -393,28 +399,7 @@ def _strip_rlc_line_raw(line: bytes) -> bytes:
 def strip_rlc_annotations_raw(raw: bytes) -> bytes:
     """strip_rlc_annotations on raw decoded as UTF-8 with surrogateescape,
     encoded back the same way; raw itself when nothing was removed."""
-    pos = raw.find(_RLC_PREFIX_RAW)
-    if pos < 0:
-        return raw
-    out = []
-    last = 0
-    n = len(raw)
-    while pos >= 0:
-        ls = raw.rfind(b"\n", 0, pos) + 1
-        le = raw.find(b"\n", pos)
-        if le < 0:
-            le = n
-        line = raw[ls:le]
-        new = _strip_rlc_line_raw(line)
-        if new != line:
-            out.append(raw[last:ls])
-            out.append(new)
-            last = le
-        pos = raw.find(_RLC_PREFIX_RAW, le)
-    if not out:
-        return raw
-    out.append(raw[last:])
-    return b"".join(out)
+    return _strip_lines(raw, _RLC_PREFIX_RAW, b"\n", _strip_rlc_line_raw, b"".join)
 
 
 # ---------------------------------------------------------------------------
