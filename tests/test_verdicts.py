@@ -42,19 +42,22 @@ def test_the_verdicts_view_follows_the_current_rule(example_store, example_sourc
     assert [r[0] for r in by_rule] == list(RULES)
 
 
-def changed_between(manifest, old, new):
-    return [(root, op, dtype, spec) for root, op, dtype, spec in screen_pairs(manifest)
-            if spec["verdict"][old] != spec["verdict"][new]]
+def moved_pairs(store, manifest, old, new, why):
+    """The generator's pairs whose verdict differs between two rules, each
+    with (its verdict under old, under new) as the store judges them."""
+    moved = [(root, op, dtype, spec) for root, op, dtype, spec in screen_pairs(manifest)
+             if spec["verdict"][old] != spec["verdict"][new]]
+    assert moved, why
+    before, after = (by_key(judge.verdicts(store, rule=rule), "root", "op", "dtype") for rule in (old, new))
+    return [(spec, (before[(root, op, dtype)]["verdict"], after[(root, op, dtype)]["verdict"]))
+            for root, op, dtype, spec in moved]
 
 
 def test_annotation_only_pair_moves_from_v2_to_v3(example_store, example_source):
     source, manifest = example_source
-    moved = changed_between(manifest, "v2", "v3")
-    assert moved, "the example tree must hold an annotation-only pair"
-    v2 = by_key(judge.verdicts(example_store, rule="v2"), "root", "op", "dtype")
-    v3 = by_key(judge.verdicts(example_store, rule="v3"), "root", "op", "dtype")
-    for root, op, dtype, spec in moved:
-        assert (v2[(root, op, dtype)]["verdict"], v3[(root, op, dtype)]["verdict"]) == ("IR_CHANGED", "NO_IR_DIFF")
+    for spec, verdicts in moved_pairs(example_store, manifest, "v2", "v3",
+                                      "the example tree must hold an annotation-only pair"):
+        assert verdicts == ("IR_CHANGED", "NO_IR_DIFF")
         # independently of the rules: the raw IR differs, and only where ttg.rlc-* sits
         before, after = (ir_texts(source / spec["cells"][side]) for side in ("before", "after"))
         assert before != after
@@ -68,13 +71,9 @@ def test_annotation_only_pair_moves_from_v2_to_v3(example_store, example_source)
 
 def test_index_only_pair_moves_from_v1_to_v2(example_store, example_source):
     source, manifest = example_source
-    moved = changed_between(manifest, "v1", "v2")
-    assert moved, "the example tree must hold a pair whose sides differ only in index.tsv"
-    v1 = by_key(judge.verdicts(example_store, rule="v1"), "root", "op", "dtype")
-    v2 = by_key(judge.verdicts(example_store, rule="v2"), "root", "op", "dtype")
-    for root, op, dtype, spec in moved:
-        key = (root, op, dtype)
-        assert (v1[key]["verdict"], v2[key]["verdict"]) == ("IR_CHANGED", "NO_IR_DIFF")
+    for spec, verdicts in moved_pairs(example_store, manifest, "v1", "v2",
+                                      "the example tree must hold a pair whose sides differ only in index.tsv"):
+        assert verdicts == ("IR_CHANGED", "NO_IR_DIFF")
         before, after = (source / spec["cells"][side] for side in ("before", "after"))
         assert ir_texts(before) == ir_texts(after)
         assert (before / "index.tsv").read_bytes() != (after / "index.tsv").read_bytes()

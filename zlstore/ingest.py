@@ -251,8 +251,8 @@ def _portable_cell(path, ref, values, records, lines, kernels, texts, index, con
 
 
 # A whole tree is prepared (walked, read, hashed, parsed, normalized) in
-# worker processes while this process writes, still one transaction per cell
-# here and in the same order: reading and parsing are most of an ingest.
+# worker processes while this process writes the cells, in the same order, in
+# batches (_Batch): reading and parsing are most of an ingest.
 # ZLSTORE_INGEST_WORKERS sets how many (0: prepare in this process).
 PARALLEL_MIN_CELLS = 64
 BULK_CHECKPOINT_PAGES = 16384
@@ -375,11 +375,6 @@ class _KnownBlobs(set):
             "SELECT 1 FROM blobs WHERE hash = ?", (digest,)).fetchone() is not None
 
 
-# A text that every normalizing rule changes: a rule that returns it as it
-# is keeps raw texts, and costs nothing.
-_PROBE = 'x = ttg.convert_layout %0 {ttg.rlc-source = "p"} : t loc(#loc1)\n#loc1 = loc("f.py":1:2)\n'
-
-
 def ingest_rules(conn: sqlite3.Connection) -> tuple:
     """The rules an ingest fingerprints cells under: the current rule, every
     rule the store already holds, and the rules that keep raw texts. Any
@@ -390,7 +385,7 @@ def ingest_rules(conn: sqlite3.Connection) -> tuple:
     row = conn.execute("SELECT value FROM settings WHERE key = 'current_rule'").fetchone()
     held.add(row[0] if row else ttgir.DEFAULT_RULE)
     return tuple(rule for name, rule in ttgir.RULES.items()
-                 if name in held or rule.normalize(_PROBE) is _PROBE)
+                 if name in held or rule.normalize_raw is ttgir.keep_raw)
 
 
 class _Batch:
@@ -707,7 +702,6 @@ class Ingester:
         self.pending_digested.clear()
         for digest, kind in self.pending_blobs.items():
             self.blobs.add(digest)
-            self.packed.pop(digest, None)
             if kind == "ttgir":
                 self.summary.counts["ir_texts_added"] += 1
         self.pending_blobs.clear()

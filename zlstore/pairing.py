@@ -3,9 +3,11 @@
 Pairing every measured row of a campaign on each read took seconds; a
 campaign is written once and read many times. So the pairs (ab_slot_rows)
 and the ranges over rounds (ab_range_rows) are tables. Triggers mark the
-round of every inserted or deleted cell in ab_stale_rounds; refresh()
-recomputes exactly those rounds, and the ranges of the row identities they
-touch, inside the writer's transaction, before it commits. The views
+round of every inserted, deleted or edited cell in ab_stale_rounds (and
+the rule of fingerprints deleted by hand in ab_stale_floors); refresh()
+recomputes exactly those rounds, the ranges of the row identities they
+touch and the noise floors they move, inside the writer's transaction,
+before it commits. The views
 (ab_slots, ab_pairs, ab_rejected, ab_ranges) read the tables; judging that
 depends on settings (noise floors under the current rule) stays in the views.
 
@@ -13,6 +15,7 @@ The SQL here is the one definition of how rows pair; schema.sql documents
 what the columns mean.
 """
 
+import functools
 import sqlite3
 import statistics
 
@@ -272,33 +275,37 @@ def register(conn: sqlite3.Connection):
     conn.create_aggregate("median", 1, Median)
 
 
-_PREPARED: list = []
+@functools.lru_cache(maxsize=None)
+def _prepared() -> tuple:
+    """(round steps, floor steps), the names filled in once per process."""
+    return _steps(_STEPS), _steps(_FLOOR_STEPS)
+
+
+def _any(conn: sqlite3.Connection, table: str) -> bool:
+    return conn.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone() is not None
 
 
 def stale(conn: sqlite3.Connection) -> bool:
-    return (conn.execute("SELECT 1 FROM ab_stale_rounds LIMIT 1").fetchone() is not None
-            or conn.execute("SELECT 1 FROM ab_stale_floors LIMIT 1").fetchone() is not None)
+    return _any(conn, "ab_stale_rounds") or _any(conn, "ab_stale_floors")
 
 
 def refresh(conn: sqlite3.Connection) -> bool:
     """Recompute the stale rounds' pairs and their keys' ranges, then the
-    stale noise floors. Call it inside the transaction that made them stale,
-    before it commits. Returns whether there was anything to do."""
-    if not stale(conn):
+    stale noise floors. Call it, on a connection from db.connect (which has
+    median()), inside the transaction that made them stale, before it
+    commits. Returns whether there was anything to do."""
+    rounds = _any(conn, "ab_stale_rounds")
+    if not rounds and not _any(conn, "ab_stale_floors"):
         return False
-    if not _PREPARED:
-        _PREPARED.extend(_steps(_STEPS))
-        _PREPARED.append(_steps(_FLOOR_STEPS))
-    *steps, floor_steps = _PREPARED
-    register(conn)
+    round_steps, floor_steps = _prepared()
     for statement in _SETUP:
         conn.execute(statement)
-    if conn.execute("SELECT 1 FROM ab_stale_rounds LIMIT 1").fetchone() is not None:
-        for statement in steps:
+    if rounds:
+        for statement in round_steps:
             conn.execute(statement)
         if conn.execute(_SCREEN_ROUNDS).fetchone() is not None:
             conn.execute(_EVERY_RULE_STALE)
-    if conn.execute("SELECT 1 FROM ab_stale_floors LIMIT 1").fetchone() is not None:
+    if _any(conn, "ab_stale_floors"):
         for statement in floor_steps:
             conn.execute(statement)
     return True
