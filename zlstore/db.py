@@ -7,7 +7,6 @@ write lock at their start (BEGIN IMMEDIATE) with a bounded retry."""
 
 import contextlib
 import hashlib
-import itertools
 import random
 import re
 import sqlite3
@@ -165,21 +164,23 @@ def write_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         retry_busy(lambda: conn.execute("COMMIT"))
 
 
-_savepoint_names = itertools.count()
+# One name for every savepoint: they nest strictly, and SQLite's RELEASE and
+# ROLLBACK TO take the most recent of a name. A name per savepoint would be
+# a new statement each time, compiled for every cell of an ingest.
+SAVEPOINT = "zl_cell"
 
 
 def _savepoint(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    name = f"zl_{next(_savepoint_names)}"
-    conn.execute(f"SAVEPOINT {name}")
+    conn.execute(f"SAVEPOINT {SAVEPOINT}")
     try:
         yield conn
     except BaseException:
         if conn.in_transaction:  # some errors (disk full) end the whole transaction
-            conn.execute(f"ROLLBACK TO {name}")
-            conn.execute(f"RELEASE {name}")
+            conn.execute(f"ROLLBACK TO {SAVEPOINT}")
+            conn.execute(f"RELEASE {SAVEPOINT}")
         raise
     else:
-        conn.execute(f"RELEASE {name}")
+        conn.execute(f"RELEASE {SAVEPOINT}")
 
 
 # Migrations bring a database made by an older release up to SCHEMA_VERSION.

@@ -46,14 +46,35 @@ _JSON_POSITIONS = frozenset(i for i, f in enumerate(_STORED_FIELDS) if f in _JSO
 _STORED_VALUES = operator.itemgetter(*_STORED_FIELDS)
 _CONTAINERS = frozenset((list, dict))
 _COUNTED = MEASUREMENT_COLUMNS.index("counted") - 1  # in a stored row without its cell_id
+# The cells columns a cell's files give (ParsedCell.cell_columns); the
+# writer adds root_id, caliber_id, stat_sig and ingested_at.
+CELL_COLUMNS = (
+    "path", "relpath", "repeat_dir", "card", "op", "dtype", "side", "round", "rc", "elapsed_s",
+    "started_at", "nodeid", "switch", "switch_value", "cell_timeout", "caliber_missing",
+    "card_source", "op_source", "dtype_source", "side_source", "round_source", "rc_source",
+    "elapsed_source", "caliber_source", "provenance", "n_records", "n_rows", "n_counted",
+    "n_kernels", "convert_layouts", "index_hash", "n_problems", "content_sig",
+)
+_INSERT_CELL = (f"INSERT INTO cells (root_id, caliber_id, stat_sig, ingested_at, {', '.join(CELL_COLUMNS)}) "
+                f"VALUES ({', '.join('?' * (4 + len(CELL_COLUMNS)))})")
+# A kernels row but for its cell_id.
+Kernel = collections.namedtuple("Kernel", "name cache_dir ir_hash convert_layouts num_warps num_stages")
+_INSERT_KERNEL = (f"INSERT INTO kernels (cell_id, {', '.join(Kernel._fields)}) "
+                  f"VALUES ({', '.join('?' * (1 + len(Kernel._fields)))})")
 RECORDED_VERDICT_COLUMNS = (
     "root_id", "file", "line", "op", "dtype", "verdict", "raw_verdict", "cl_before", "cl_after",
     "fp_before", "fp_after", "elapsed_before", "elapsed_after", "rc_before", "rc_after",
 ) + caliber.NAMES + ("extra",)
 
 
+_NOW = [0, ""]  # the second last formatted, and its text: cells are stored hundreds a second
+
+
 def now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    second = int(time.time())
+    if second != _NOW[0]:
+        _NOW[:] = second, datetime.datetime.fromtimestamp(second, datetime.timezone.utc).isoformat()
+    return _NOW[1]
 
 
 @dataclass
@@ -124,14 +145,9 @@ def scan_cell(cell: Path) -> CellFiles:
                 stats[rel + "/"] = _stat(entry)
                 entered.append(rel)
                 pending.append((path, rel))
-            stems = {f[:-6] for f in files if f.endswith(".ttgir")}
-            if not stems:
-                continue
-            found = []
-            for name in sorted(files):
-                stem, ext = os.path.splitext(name)
-                if ext == ".ttgir":
-                    found.append((rel_dir + "/" + name, stem))
+            # name[:-6].strip("."): what os.path.splitext calls a stem (".ttgir" has none)
+            found = [(rel_dir + "/" + name, name[:-6])
+                     for name in sorted(files) if name.endswith(".ttgir") and name[:-6].strip(".")]
             kernels.extend(found)
             for rel, stem in found:
                 sibling = stem + ".json"
@@ -172,9 +188,7 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
+_read = layout.read_bytes
 
 
 def _cache_dir(rel: str) -> str:
@@ -208,7 +222,7 @@ class ParsedCell:
     env: Optional[Dict[str, str]]
     values: Dict[str, object]
     log: runlog.RunLog
-    kernels: List[dict]                     # name, cache_dir, ir_hash, convert_layouts, warps, stages
+    kernels: List[tuple]                    # Kernel, or a plain tuple of its fields where a worker sent it
     texts: Dict[str, Tuple[bytes, str]]     # ir_hash -> (raw bytes, text or None: all computed already)
     index: Optional[Tuple[str, bytes]]
     content_sig: str
@@ -220,13 +234,30 @@ class ParsedCell:
     measurements: Optional[List[tuple]] = None
     fingerprints: Optional[tuple] = None
     packed: Dict[str, Tuple[int, bytes]] = field(default_factory=dict)
+    columns: Optional[tuple] = None  # cell_columns()
 
     def __reduce__(self):
         """As a worker sends it (see Ingester._portable): plain values, which
         the writing process unpickles at a fraction of the cost of objects."""
-        return (_portable_cell, (str(self.files.path), self.ref, self.values, self.log.records, self.log.lines,
-                                 self.kernels, tuple(self.texts), self.index, self.content_sig, self.problems,
+        return (_portable_cell, (str(self.files.path), self.ref, self.values["caliber"], self.cell_columns(),
+                                 [tuple(k) for k in self.kernels], tuple(self.texts), self.index, self.content_sig, self.problems,
                                  self.stored_rows(), self.fingerprints, self.packed))
+
+    def cell_columns(self) -> tuple:
+        """The cells row's CELL_COLUMNS, as INSERTed."""
+        if self.columns is None:
+            v, rows, sources = self.values, self.stored_rows(), self.values["sources"]
+            self.columns = (
+                str(self.files.path), "/".join(self.ref.parts), v["repeat_dir"], v["card"], v["op"], v["dtype"],
+                v["side"], v["round"], v["rc"], v["elapsed_s"], v["started_at"], v["nodeid"], v["switch"],
+                v["switch_value"], v["cell_timeout"], v["caliber_missing"],
+                *(sources.get(k) for k in ("card", "op", "dtype", "side", "round", "rc", "elapsed")),
+                v["caliber_source"], layout.provenance_json(sources), self.log.records, len(rows),
+                sum(1 for r in rows if r[_COUNTED]), len(self.kernels),
+                sum(k.convert_layouts for k in self.kernels),
+                self.index[0] if self.index else None, len(self.problems), self.content_sig,
+            )
+        return self.columns
 
     def stored_rows(self) -> List[tuple]:
         """The measurements rows without their cell_id, as INSERTed."""
@@ -241,13 +272,13 @@ class ParsedCell:
         return self.measurements
 
 
-def _portable_cell(path, ref, values, records, lines, kernels, texts, index, content_sig, problems,
+def _portable_cell(path, ref, caliber_values, columns, kernels, texts, index, content_sig, problems,
                    measurements, fingerprints, packed) -> ParsedCell:
     """A ParsedCell as a worker sent it: what the writer needs, nothing more."""
     return ParsedCell(
-        CellFiles(path, {}, [], {}), None, ref, None, values,
-        runlog.RunLog(rows=[], problems=[], records=records, lines=lines), kernels,
-        dict.fromkeys(texts, (None, None)), index, content_sig, problems, measurements, fingerprints, packed)
+        CellFiles(path, {}, [], {}), None, ref, None, {"caliber": caliber_values}, None, kernels,
+        dict.fromkeys(texts, (None, None)), index, content_sig, problems, measurements, fingerprints, packed,
+        columns)
 
 
 # A whole tree is prepared (walked, read, hashed, parsed, normalized) in
@@ -363,16 +394,23 @@ class _KnownCells(dict):
 
 
 class _KnownBlobs(set):
-    """Blob hashes known committed; others are looked up (never cached from
-    inside a transaction that may still roll back)."""
+    """Blob hashes known stored; others are looked up, and remembered when
+    found. Blobs are never deleted, and a cell that fails rolls back only
+    its own writes, whose hashes are still pending (Ingester.pending_blobs),
+    not found here: a hash found is there for the rest of the run."""
 
     def __init__(self, conn):
         super().__init__()
         self.conn = conn
 
     def __contains__(self, digest):
-        return set.__contains__(self, digest) or self.conn.execute(
-            "SELECT 1 FROM blobs WHERE hash = ?", (digest,)).fetchone() is not None
+        if set.__contains__(self, digest):
+            return True
+        if self.conn.execute("SELECT 1 FROM blobs WHERE hash = ?", (digest,)).fetchone() is None:
+            return False
+        _bounded(self)
+        self.add(digest)
+        return True
 
 
 def ingest_rules(conn: sqlite3.Connection) -> tuple:
@@ -438,6 +476,7 @@ class Ingester:
         self.pending_blobs: Dict[str, str] = {}  # written in the open transaction: known once it commits
         self.caliber_ids: Dict[tuple, int] = {}
         self.digests: Dict[Tuple[str, str], str] = {}
+        self.combined: Dict[tuple, tuple] = {}  # a cell's kernels and index -> _fingerprints
         self.layout_counts: Dict[str, int] = {}
         self.run_id: Optional[int] = None
         self.packed: Dict[str, Tuple[int, bytes]] = {}  # from workers, until stored
@@ -593,7 +632,6 @@ class Ingester:
 
     def _portable(self, parsed: ParsedCell) -> ParsedCell:
         """What the writing process needs of a parsed cell, small to send."""
-        parsed.fingerprints = self._fingerprints(parsed)
         for ir_hash, (raw, _) in parsed.texts.items():
             if ir_hash not in self.sent:
                 self.sent.add(ir_hash)
@@ -697,7 +735,7 @@ class Ingester:
 
     def _committed(self):
         _bounded(self.blobs)
-        _bounded(self.digested)
+        _bounded(self.digested, 4 * CACHE_ENTRIES)  # an entry per text: a campaign has thousands
         self.digested.update(self.pending_digested)
         self.pending_digested.clear()
         for digest, kind in self.pending_blobs.items():
@@ -815,15 +853,23 @@ class Ingester:
         _bounded(self.digests, 4 * CACHE_ENTRIES)  # an entry per text and rule
         _bounded(self.layout_counts)
         problems: List[Problem] = []
-        env = layout.read_env(cell / layout.CELL_ENV, problems)
-        values = layout.resolve_cell(ref, root, env)
         content = hashlib.sha256(root.files_sig.encode())
 
         def add_content(name: str, digest: str):
             content.update(f"{name}\0{digest}\n".encode("utf-8", "surrogateescape"))
 
-        if env is not None:
-            add_content(layout.CELL_ENV, _sha256(_read(os.path.join(top, layout.CELL_ENV))))
+        env_path = os.path.join(top, layout.CELL_ENV)
+        try:
+            env_bytes = _read(env_path)
+        except FileNotFoundError:
+            env = None
+        except OSError as error:
+            env = None
+            problems.append(Problem(env_path, None, f"cannot read: {error}"))
+        else:
+            env = layout.parse_env(env_bytes, env_path, problems)
+            add_content(layout.CELL_ENV, _sha256(env_bytes))
+        values = layout.resolve_cell(ref, root, env)
         try:
             log_bytes = _read(os.path.join(top, layout.RUN_LOG))
         except FileNotFoundError:
@@ -857,15 +903,11 @@ class Ingester:
                 meta_bytes = _read(os.path.join(top, files.meta_json[rel]))
                 add_content(files.meta_json[rel], _sha256(meta_bytes))
                 warps, stages = _kernel_meta(meta_bytes)
-            kernels.append(dict(
-                name=name, cache_dir=_cache_dir(rel), ir_hash=ir_hash,
-                convert_layouts=self.layout_counts[ir_hash], num_warps=warps, num_stages=stages,
-            ))
-        for ir_hash, (_, text) in texts.items():  # normalize here, not under the write lock in _insert
-            for rule in self.rules:
-                self.digest(rule, ir_hash, text)
-        return ParsedCell(files, root, ref, env, values, log, kernels, texts, index,
-                          content.hexdigest(), problems)
+            kernels.append(Kernel(name, _cache_dir(rel), ir_hash, self.layout_counts[ir_hash], warps, stages))
+        parsed = ParsedCell(files, root, ref, env, values, log, kernels, texts, index,
+                            content.hexdigest(), problems)
+        parsed.fingerprints = self._fingerprints(parsed)  # here, not under the write lock in _insert
+        return parsed
 
     def digest(self, rule: ttgir.Rule, ir_hash: str, text: str) -> str:
         key = (ir_hash, rule.name)
@@ -879,47 +921,25 @@ class Ingester:
     # -- writing (inside the cell's transaction) ---------------------------
 
     def _insert(self, parsed: ParsedCell, root_id: int, stat_sig: str) -> int:
-        v, rows = parsed.values, parsed.stored_rows()
-        caliber_id = self.caliber_id(v["caliber"])
-        if parsed.index and parsed.index[0] not in self.blobs and parsed.index[0] not in self.pending_blobs:
+        rows = parsed.stored_rows()
+        caliber_id = self.caliber_id(parsed.values["caliber"])
+        if parsed.index and parsed.index[0] not in self.pending_blobs and parsed.index[0] not in self.blobs:
             self._insert_blob(parsed.index[0], "index.tsv", parsed.index[1])
-        cell_id = self.conn.execute(
-            """INSERT INTO cells (root_id, path, relpath, repeat_dir, card, op, dtype, side, round, rc,
-                elapsed_s, started_at, nodeid, switch, switch_value, cell_timeout, caliber_id,
-                caliber_missing, card_source, op_source, dtype_source, side_source, round_source,
-                rc_source, elapsed_source, caliber_source, provenance, n_records, n_rows, n_counted,
-                n_kernels, convert_layouts, index_hash, n_problems, stat_sig, content_sig, ingested_at)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
-                       ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-            (
-                root_id, str(parsed.files.path), "/".join(parsed.ref.parts), v["repeat_dir"], v["card"],
-                v["op"], v["dtype"], v["side"], v["round"], v["rc"], v["elapsed_s"], v["started_at"],
-                v["nodeid"], v["switch"], v["switch_value"], v["cell_timeout"], caliber_id,
-                v["caliber_missing"], *(v["sources"].get(k) for k in ("card", "op", "dtype", "side", "round", "rc", "elapsed")),
-                v["caliber_source"], layout.provenance_json(v["sources"]), parsed.log.records, len(rows),
-                sum(1 for r in rows if r[_COUNTED]), len(parsed.kernels),
-                sum(k["convert_layouts"] for k in parsed.kernels),
-                parsed.index[0] if parsed.index else None, len(parsed.problems), stat_sig, parsed.content_sig, now(),
-            ),
-        ).lastrowid
+        cell_id = self.conn.execute(_INSERT_CELL, (root_id, caliber_id, stat_sig, now(), *parsed.cell_columns())).lastrowid
         self.conn.executemany(
             f"INSERT INTO measurements ({', '.join(MEASUREMENT_COLUMNS)}) "
             f"VALUES ({', '.join('?' * len(MEASUREMENT_COLUMNS))})",
             [(cell_id, *row) for row in rows],
         )
         for ir_hash, (raw, _) in parsed.texts.items():
-            if ir_hash not in self.blobs and ir_hash not in self.pending_blobs:
+            if ir_hash not in self.pending_blobs and ir_hash not in self.blobs:
                 self._insert_blob(ir_hash, "ttgir", raw, self.packed.get(ir_hash))
-        self.conn.executemany(
-            "INSERT INTO kernels (cell_id, name, cache_dir, ir_hash, convert_layouts, num_warps, num_stages) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [(cell_id, k["name"], k["cache_dir"], k["ir_hash"], k["convert_layouts"], k["num_warps"], k["num_stages"])
-             for k in parsed.kernels],
-        )
-        fingerprints, digests = parsed.fingerprints or self._fingerprints(parsed)
+        self.conn.executemany(_INSERT_KERNEL, [(cell_id, *k) for k in parsed.kernels])
+        fingerprints, digests = parsed.fingerprints
         digests = [d for d in digests if d[0] not in self.digested]  # stored by this run already
         self.pending_digested.update(d[0] for d in digests)
-        self.conn.executemany("INSERT OR IGNORE INTO ir_digests (ir_hash, rule, digest) VALUES (?, ?, ?)", digests)
+        if digests:
+            self.conn.executemany("INSERT OR IGNORE INTO ir_digests (ir_hash, rule, digest) VALUES (?, ?, ?)", digests)
         self.conn.executemany("INSERT INTO fingerprints (cell_id, rule, fingerprint) VALUES (?, ?, ?)",
                               [(cell_id, rule, fingerprint) for rule, fingerprint in fingerprints])
         if parsed.problems:
@@ -928,13 +948,21 @@ class Ingester:
 
     def _fingerprints(self, parsed: ParsedCell):
         """The cell's (rule, fingerprint) under every rule of this run, and
-        the (ir_hash, rule, digest) of each of its texts."""
+        the (ir_hash, rule, digest) of each of its texts. Every round of an
+        op compiles the same kernels: they are combined once."""
+        key = (tuple((k.name, k.ir_hash) for k in parsed.kernels), parsed.index and parsed.index[0])
+        if key not in self.combined:
+            _bounded(self.combined)
+            self.combined[key] = self._combine(parsed)
+        return self.combined[key]
+
+    def _combine(self, parsed: ParsedCell):
         fingerprints, digests = [], []
         for rule in self.rules:
             pairs = []
             for k in parsed.kernels:
-                digest = self.digest(rule, k["ir_hash"], parsed.texts[k["ir_hash"]][1])
-                pairs.append((k["name"], digest))
+                digest = self.digest(rule, k.ir_hash, parsed.texts[k.ir_hash][1])
+                pairs.append((k.name, digest))
             for ir_hash, (_, text) in parsed.texts.items():
                 digests.append((ir_hash, rule.name, self.digest(rule, ir_hash, text)))
             index_digest = parsed.index[0] if (rule.hashes_index and parsed.index) else None

@@ -56,16 +56,40 @@ class Problem:
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+def read_bytes(path) -> bytes:
+    """A whole file, with a third of the system calls of open().read(): an
+    ingest reads ten files per cell, tens of thousands in all."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        data = os.read(fd, size + 1)
+        if len(data) <= size:
+            return data
+        chunks = [data]  # grown since the fstat (or not a regular file): read to the end
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+
+
 def read_env(path: Path, problems: List[Problem]) -> Optional[Dict[str, str]]:
     """KEY=VALUE lines as the harness writes them (shell quoting, `export`,
     comments, CRLF tolerated). None when the file does not exist."""
     try:
-        data = path.read_bytes()
+        data = read_bytes(path)
     except FileNotFoundError:
         return None
     except OSError as error:
         problems.append(Problem(str(path), None, f"cannot read: {error}"))
         return None
+    return parse_env(data, path, problems)
+
+
+def parse_env(data: bytes, path, problems: List[Problem]) -> Dict[str, str]:
+    """read_env of bytes already read; path only names the file in problems."""
     env = {}
     for number, raw in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
         line = raw.strip()
