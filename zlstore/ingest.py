@@ -17,6 +17,8 @@ import json
 import multiprocessing
 import operator
 import os
+import pickle
+import signal
 import sqlite3
 import sys
 import time
@@ -289,9 +291,7 @@ PARALLEL_MIN_CELLS = 64
 BULK_CHECKPOINT_PAGES = 16384
 ZLIB_LEVEL = 2  # IR is stored once; level 2 is within 15% of 6's size at a third of its time
 PREPARE_CHUNK = 16
-PREPARE_AHEAD = 8  # chunks a worker may be ahead of the writes
 BATCH_SECONDS = 2.0  # a whole-tree ingest commits its cells this often
-_PREPARER: Optional["Ingester"] = None  # what a forked worker prepares cells with
 
 
 def _worker_count(cells: int) -> int:
@@ -315,8 +315,39 @@ def _op_key(cell: str) -> str:
     return op if op and last in layout.TORCH_DTYPES else stem
 
 
-def _prepare_chunk(cells: List[str]) -> list:
-    return [_PREPARER.prepare(Path(cell)) for cell in cells]
+def _assign(cells: "_CellPaths", workers: int):
+    """(worker, chunk of cells) in the order the cells are written. The cells
+    of one op always go to the same worker: its rounds (and its screening
+    pair) share their IR, which each worker normalizes and compresses once.
+    An op met for the first time goes to the least loaded worker: the writes
+    take the cells in order, so an idle worker waits. Deterministic: the
+    writing process and every worker compute the same assignment."""
+    owner: Dict[str, int] = {}
+    load = [0] * workers
+    for key, group in itertools.groupby(cells, _op_key):
+        group = list(group)
+        if key not in owner:
+            _bounded(owner, 4 * CACHE_ENTRIES)
+            owner[key] = load.index(min(load))
+        load[owner[key]] += len(group)
+        for i in range(0, len(group), PREPARE_CHUNK):
+            yield owner[key], group[i:i + PREPARE_CHUNK]
+
+
+PIPE_BYTES = 1 << 20  # how much a worker may have written ahead of the writes
+
+
+def _widen(connection):
+    """Give a worker's pipe PIPE_BYTES (Linux: 64 KB unless asked), or
+    as much as the system allows."""
+    import fcntl  # workers run on Linux only (_worker_count)
+
+    try:
+        with open("/proc/sys/fs/pipe-max-size") as f:
+            size = min(PIPE_BYTES, int(f.read()))
+        fcntl.fcntl(connection.fileno(), fcntl.F_SETPIPE_SZ, size)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 CACHE_ENTRIES = 2048
@@ -477,6 +508,7 @@ class Ingester:
         self.caliber_ids: Dict[tuple, int] = {}
         self.digests: Dict[Tuple[str, str], str] = {}
         self.combined: Dict[tuple, tuple] = {}  # a cell's kernels and index -> _fingerprints
+        self.kernel_meta: Dict[str, tuple] = {}  # a kernel .json's sha256 -> (num_warps, num_stages)
         self.layout_counts: Dict[str, int] = {}
         self.run_id: Optional[int] = None
         self.packed: Dict[str, Tuple[int, bytes]] = {}  # from workers, until stored
@@ -506,9 +538,9 @@ class Ingester:
                 continue
             if not self._find(path, cells, require_finished):
                 self.problem(Problem(str(path), None, "no cell directories found (no run.log or cell.env)"))
-        if len(cells) > PARALLEL_MIN_CELLS:
-            self.cells.preload(paths)
         workers = 0 if require_finished else _worker_count(len(cells))
+        if workers or len(cells) > PARALLEL_MIN_CELLS:  # a forked worker must not query the store
+            self.cells.preload(paths)
         prepared = self._prepared(cells, workers) if workers else ((cell, None) for cell in cells)
         # Thousands of small commits rewrite the same pages into the WAL: check
         # it into the database every BULK_CHECKPOINT_PAGES, not every 1000 (each
@@ -562,40 +594,63 @@ class Ingester:
         return found.cells
 
     def _prepared(self, cells: "_CellPaths", workers: int):
-        """(cell, what a worker prepared for it) in order, a bounded number
-        of chunks ahead of the writes."""
-        global _PREPARER
-        _PREPARER = self  # the workers fork from here with the known cells
+        """(cell, what a worker prepared for it) in order. Each worker is a
+        forked process that goes through the same assignment (_assign),
+        prepares its own chunks and writes them, pickled, into a pipe of its
+        own; this process reads them in its main thread when it reaches
+        them. A full pipe stops its worker: that bounds how far ahead it
+        gets. (A multiprocessing.Pool's helper threads cost the writing
+        process a second of CPU per campaign, and pickling in a queue's
+        feeder thread fights the worker's main thread for its GIL.)"""
+        context = multiprocessing.get_context("fork")
+        pipes = [context.Pipe(duplex=False) for _ in range(workers)]
+        for _, sender in pipes:
+            _widen(sender)
+        processes = [context.Process(target=self._prepare_share, args=(i, cells, workers, pipes), daemon=True)
+                     for i in range(workers)]
         try:
-            with contextlib.ExitStack() as stack:
-                # One pool per worker, and the cells of one op always to the
-                # same one: its rounds (and its screening pair) share their IR,
-                # which each worker normalizes and compresses once.
-                context = multiprocessing.get_context("fork")
-                pools = [stack.enter_context(context.Pool(1)) for _ in range(workers)]
-                # An op met for the first time goes to the least loaded worker:
-                # the writes take the cells in order, so an idle worker waits.
-                owner: Dict[str, int] = {}
-                load = [0] * workers
-                ahead = collections.deque()
-                for key, group in itertools.groupby(cells, _op_key):
-                    group = list(group)
-                    if key not in owner:
-                        _bounded(owner, 4 * CACHE_ENTRIES)
-                        owner[key] = load.index(min(load))
-                    load[owner[key]] += len(group)
-                    pool = pools[owner[key]]
-                    for i in range(0, len(group), PREPARE_CHUNK):
-                        chunk = group[i:i + PREPARE_CHUNK]
-                        ahead.append((chunk, pool.apply_async(_prepare_chunk, (chunk,))))
-                    while len(ahead) > PREPARE_AHEAD * workers:
-                        chunk, result = ahead.popleft()
-                        yield from zip(chunk, result.get())
-                while ahead:
-                    chunk, result = ahead.popleft()
-                    yield from zip(chunk, result.get())
+            for process in processes:
+                process.start()
+            for _, sender in pipes:
+                sender.close()  # a worker's pipe then ends when the worker does
+            for owner, chunk in _assign(cells, workers):
+                try:
+                    results = pickle.loads(pipes[owner][0].recv_bytes())
+                except EOFError:
+                    raise RuntimeError(f"ingest worker {owner} exited before it was done") from None
+                if isinstance(results, Exception):
+                    raise results
+                yield from zip(chunk, results)
         finally:
-            _PREPARER = None
+            for process in processes:
+                if process.is_alive():
+                    process.terminate()
+                if process.pid is not None:
+                    process.join()
+            for receiver, _ in pipes:
+                receiver.close()
+
+    def _prepare_share(self, me: int, cells: "_CellPaths", workers: int, pipes: list):
+        """A worker process: prepare this worker's chunks, in order."""
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the writing process's to handle
+        for i, (receiver, sender) in enumerate(pipes):
+            receiver.close()
+            if i != me:
+                sender.close()
+        sender = pipes[me][1]
+        for owner, chunk in _assign(cells, workers):
+            if owner == me:
+                try:
+                    results = [self.prepare(Path(cell)) for cell in chunk]
+                except Exception as error:  # prepare() keeps a cell's own errors: this is something else
+                    results = RuntimeError(f"ingest worker {me}: {type(error).__name__}: {error}")
+                try:
+                    sender.send_bytes(pickle.dumps(results, pickle.HIGHEST_PROTOCOL))
+                except BrokenPipeError:  # the writing process is gone: so is the work
+                    return
+                if isinstance(results, Exception):
+                    break
+        sender.close()
 
     @contextlib.contextmanager
     def _write(self):
@@ -901,8 +956,12 @@ class Ingester:
             warps = stages = None
             if rel in files.meta_json:
                 meta_bytes = _read(os.path.join(top, files.meta_json[rel]))
-                add_content(files.meta_json[rel], _sha256(meta_bytes))
-                warps, stages = _kernel_meta(meta_bytes)
+                meta_hash = _sha256(meta_bytes)
+                add_content(files.meta_json[rel], meta_hash)
+                if meta_hash not in self.kernel_meta:  # every round compiles the same kernels
+                    _bounded(self.kernel_meta)
+                    self.kernel_meta[meta_hash] = _kernel_meta(meta_bytes)
+                warps, stages = self.kernel_meta[meta_hash]
             kernels.append(Kernel(name, _cache_dir(rel), ir_hash, self.layout_counts[ir_hash], warps, stages))
         parsed = ParsedCell(files, root, ref, env, values, log, kernels, texts, index,
                             content.hexdigest(), problems)

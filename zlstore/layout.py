@@ -250,9 +250,17 @@ def _markers(directory: str, cache: dict, names: Optional[Iterable[str]] = None)
 
 
 def locate_root(cell: Path, cache: Optional[dict] = None) -> RootRef:
-    """The root a cell (an absolute path) belongs to: see root_of."""
-    root, kind = root_of(str(cell), cache)
-    return RootRef(Path(root), kind, relative_parts(str(cell), root))
+    """The root a cell (an absolute path) belongs to: see root_of. With a
+    cache, the cells of one root share one Path object for it (a worker
+    sends them together: pickled once)."""
+    cell = str(cell)
+    root, kind = root_of(cell, cache)
+    path = None if cache is None else cache.get(("path of", root))
+    if path is None:
+        path = Path(root)
+        if cache is not None:
+            cache[("path of", root)] = path
+    return RootRef(path, kind, relative_parts(cell, root))
 
 
 def root_of(cell: str, cache: Optional[dict] = None) -> Tuple[str, str]:

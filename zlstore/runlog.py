@@ -65,7 +65,7 @@ _KNOWN_SET = frozenset(KNOWN_FIELDS)
 _RECORD_SET = frozenset(RECORD_FIELDS)
 
 
-@dataclass
+@dataclass(slots=True)  # a hundred thousand per campaign
 class Row:
     """One element of a record's `result` list: one measured shape. Stored
     whether or not it counts, so an incomplete pairing can say why."""

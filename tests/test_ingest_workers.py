@@ -1,0 +1,199 @@
+"""A whole-tree ingest prepares cells in forked worker processes, each
+writing its results into a pipe of its own, while the main process writes
+them in order. These tests run the real processes."""
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from zlstore import Store, ingest
+
+from .test_ingest import IR, record, write_cell, write_root_env
+
+# Columns that say when, not what: they differ between any two ingests (a
+# stat signature of files younger than two seconds holds the time it was taken).
+WHEN = {"ingested_at", "started_at", "finished_at", "stat_sig"}
+SKIPPED_TABLES = {"ingest_runs", "ingest_problems", "settings"}
+
+
+def contents(db_path) -> dict:
+    """Every table's rows, but for the columns that record times."""
+    conn = sqlite3.connect(db_path)
+    try:
+        tables = [name for (name,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+        found = {}
+        for table in tables:
+            if table in SKIPPED_TABLES:
+                continue
+            columns = [c[1] for c in conn.execute(f"PRAGMA table_info({table})") if c[1] not in WHEN]
+            found[table] = sorted(conn.execute(f"SELECT {', '.join(columns)} FROM {table}").fetchall(), key=repr)
+        return found
+    finally:
+        conn.close()
+
+
+def ingest_with(workers, source, db_path, monkeypatch):
+    monkeypatch.setattr(ingest, "_worker_count", lambda cells: workers)
+    with Store(db_path) as store:
+        summary = store.ingest(source)
+    return summary
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_workers_store_what_one_process_stores(example_source, tmp_path, monkeypatch, workers):
+    source, _ = example_source
+    alone = ingest_with(0, source, tmp_path / "alone.db", monkeypatch)
+    shared = ingest_with(workers, source, tmp_path / "shared.db", monkeypatch)
+    assert alone == shared
+    assert alone["cells_added"] > ingest.PARALLEL_MIN_CELLS
+    one, two = contents(tmp_path / "alone.db"), contents(tmp_path / "shared.db")
+    assert one.keys() == two.keys()
+    for table in one:
+        assert one[table] == two[table], table
+    assert len(one["measurements"]) > 0 and len(one["ab_slot_rows"]) > 0
+
+
+@pytest.fixture
+def deadline():
+    """Fail rather than hang: a lost worker must never leave the ingest waiting."""
+    def expired(signum, frame):
+        raise TimeoutError("the ingest hung")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(120)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_worker_that_dies_stops_the_ingest_with_an_error(example_source, tmp_path, monkeypatch, deadline):
+    source, _ = example_source
+    prepare = ingest.Ingester.prepare
+
+    def dying(self, cell):
+        if cell.name == "after" and cell.parent.name == "r2":
+            os._exit(7)  # in the worker: as a segfault or an OOM kill would end it
+        return prepare(self, cell)
+
+    monkeypatch.setattr(ingest.Ingester, "prepare", dying)
+    monkeypatch.setattr(ingest, "_worker_count", lambda cells: 2)
+    with Store(tmp_path / "died.db") as store:
+        with pytest.raises(RuntimeError, match="exited before it was done"):
+            store.ingest(source)
+        # What was committed before the error is whole; nothing was half-written.
+        assert store.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        partial = store.conn.execute(
+            "SELECT count(*) FROM cells WHERE n_rows != (SELECT count(*) FROM measurements m WHERE m.cell_id = cells.id)"
+        ).fetchone()[0]
+        assert partial == 0
+
+
+def test_an_error_in_a_worker_outside_a_cell_is_raised_here(example_source, tmp_path, monkeypatch, deadline):
+    source, _ = example_source
+
+    def broken(self, cell):
+        raise ValueError("no such thing")
+
+    monkeypatch.setattr(ingest.Ingester, "prepare", broken)
+    monkeypatch.setattr(ingest, "_worker_count", lambda cells: 2)
+    with Store(tmp_path / "broken.db") as store:
+        with pytest.raises(RuntimeError, match="ValueError: no such thing"):
+            store.ingest(source)
+
+
+def children(pid) -> set:
+    found = set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                found.update(int(p) for p in f.read().split())
+        except OSError:
+            pass
+    return found
+
+
+def alive(pid) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+BIG_CELLS = 160
+
+
+def make_big_tree(root):
+    """Cells whose IR (300 KB each, every one different) fills a worker's
+    pipe in a few cells: the workers are still at work, waiting on the
+    writes, when the test stops the ingest."""
+    write_root_env(root)
+    rows = tuple((n, 0.01 + n / 1e6) for n in range(1, 20))
+    for n in range(BIG_CELLS // 2):
+        for side in ("before", "after"):
+            noise = os.urandom(150_000).hex()
+            text = IR + "".join(f"// {noise[i:i + 64]}\n" for i in range(0, len(noise), 64))
+            write_cell(root / f"op{n:04d}_float16_{side}", record(f"op{n:04d}", latencies=rows),
+                       env={"RC": 0}, kernels={f"h{n}{side}/k{n}.ttgir": text})
+    return root
+
+
+def start_ingest(tmp_path):
+    root = make_big_tree(tmp_path / "ab_rlc_big")
+    db_path = tmp_path / "big.db"
+    Store(db_path).close()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "zlstore", "ingest", str(root), "--db", str(db_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+    )
+    workers, deadline = set(), time.time() + 60
+    while not workers and time.time() < deadline and process.poll() is None:
+        workers |= children(process.pid)
+        time.sleep(0.01)
+    assert workers, "the ingest started no worker"
+    wal = Path(f"{db_path}-wal")
+    while (not wal.exists() or wal.stat().st_size < 4 << 20) and time.time() < deadline and process.poll() is None:
+        time.sleep(0.01)  # until some cells are written (their IR spills into the WAL)
+    assert any(alive(p) for p in workers), "the workers were done already: the test needs a bigger tree"
+    return process, db_path, workers
+
+
+def gone(pids, seconds=20) -> bool:
+    deadline = time.time() + seconds
+    while any(alive(p) for p in pids) and time.time() < deadline:
+        time.sleep(0.05)
+    return not any(alive(p) for p in pids)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers and /proc: Linux")
+def test_ctrl_c_keeps_whole_cells_and_leaves_no_worker(tmp_path):
+    process, db_path, workers = start_ingest(tmp_path)
+    os.killpg(process.pid, signal.SIGINT)  # as a terminal does: the whole foreground group
+    out, err = process.communicate(timeout=60)
+    assert process.returncode != 0
+    assert b"Traceback" not in err  # neither the writer nor a worker dumps one
+    assert gone(workers)
+    with Store(db_path) as store:
+        stored = store.conn.execute("SELECT count(*) FROM cells").fetchone()[0]
+        assert 0 < stored < BIG_CELLS
+        partial = store.conn.execute(
+            "SELECT count(*) FROM cells WHERE n_rows != (SELECT count(*) FROM measurements m WHERE m.cell_id = cells.id)"
+        ).fetchone()[0]
+        assert partial == 0
+        assert store.ingest(db_path.parent / "ab_rlc_big")["cells_added"] == BIG_CELLS - stored
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers and /proc: Linux")
+def test_workers_end_when_the_writing_process_is_killed(tmp_path):
+    process, _, workers = start_ingest(tmp_path)
+    os.kill(process.pid, signal.SIGKILL)
+    assert gone(workers), "a worker outlived the ingest it worked for"
+    _, err = process.communicate(timeout=60)  # the workers' stderr too: it closes when they end
+    assert b"Traceback" not in err
