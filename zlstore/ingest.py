@@ -20,12 +20,13 @@ import os
 import pickle
 import signal
 import sqlite3
+import stat
 import sys
 import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from . import caliber, judge, layout, pairing, runlog, ttgir, unchanged
 from .db import retry_busy, write_transaction
@@ -126,14 +127,13 @@ def scan_cell(cell: Path) -> CellFiles:
     removed or renamed changes its directory's times (unchanged.py)."""
     stats, kernels, meta = {}, [], {}
     top = str(cell)
-    entries = _listing(top)
-    for name in (layout.CELL_ENV, layout.RUN_LOG, layout.INDEX_TSV):
-        stats[name] = _stat(entries.get(name))
-    cache = entries.get(layout.TRITON_CACHE)
-    stats[layout.TRITON_CACHE + "/"] = _stat(cache)
+    for name in (layout.CELL_ENV, layout.RUN_LOG, layout.INDEX_TSV):  # stat'ed by name: no listing
+        stats[name] = _stat(None, os.path.join(top, name))
+    cache = os.path.join(top, layout.TRITON_CACHE)
+    cache_stat = stats[layout.TRITON_CACHE + "/"] = _stat(None, cache)
     entered, leading = [], set()  # directories below triton_cache; those on the way to a .ttgir
-    if cache is not None and _is_dir(cache):
-        pending = [(cache.path, layout.TRITON_CACHE)]
+    if cache_stat is not None and stat.S_ISDIR(cache_stat.st_mode):
+        pending = [(cache, layout.TRITON_CACHE)]
         while pending:  # depth first, sorted: the order os.walk gave
             directory, rel_dir = pending.pop()
             listing = _listing(directory)
@@ -163,10 +163,11 @@ def scan_cell(cell: Path) -> CellFiles:
 
 
 def _stat(entry, path: Optional[str] = None) -> Optional[os.stat_result]:
-    """A listed entry's (or else path's) stat, following links; None: missing."""
+    """A listed entry's (or else path's) stat, following links; None: missing
+    (a cell that is not a directory has none of its files)."""
     try:
         return entry.stat() if entry is not None else (os.stat(path) if path else None)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
 
 
@@ -551,7 +552,7 @@ class Ingester:
         batch = self.batch = _Batch(self.conn) if len(cells) > PARALLEL_MIN_CELLS and not require_finished else None
         try:
             for done, (cell, ready) in enumerate(prepared, 1):
-                self.cell(Path(cell), require_finished, ready)
+                self.cell(cell if ready is not None else Path(cell), require_finished, ready)
                 if batch and batch.due():
                     batch.commit()
                 if progress:
@@ -722,7 +723,8 @@ class Ingester:
             self.problem(Problem(str(cell), None, f"not stored: {type(error).__name__}: {error}"))
             return "failed"
 
-    def _cell(self, cell: Path, require_finished: bool, prepared=None) -> str:
+    def _cell(self, cell: Union[Path, str], require_finished: bool, prepared=None) -> str:
+        """cell: a str only where a worker prepared it (no Path per cell then)."""
         key = str(cell)
         if require_finished and not self._finished(cell):  # before the root: store nothing at all
             self.summary.counts["cells_unfinished"] += 1
@@ -731,6 +733,7 @@ class Ingester:
         if prepared is not None and isinstance(prepared[2], tuple):
             prepared = None  # the worker failed on it: fail here, the same way
         if prepared is None:
+            cell = Path(cell)
             _bounded(self.root_refs, ROOT_CACHE_ENTRIES)
             ref = layout.locate_root(cell, self.root_refs)
         else:
@@ -746,7 +749,7 @@ class Ingester:
             return "unchanged"
         if parsed is None:
             if prepared is not None:  # the worker saw it unchanged; this process does not
-                files = scan_cell(cell)
+                files = scan_cell(Path(cell))
                 stat_sig = files.stat_sig + root.files_sig
             parsed = self.parse(files, ref, root)
         else:
