@@ -85,7 +85,7 @@ def test_a_worker_that_dies_stops_the_ingest_with_an_error(example_source, tmp_p
     monkeypatch.setattr(ingest.Ingester, "prepare", dying)
     monkeypatch.setattr(ingest, "_worker_count", lambda cells: 2)
     with Store(tmp_path / "died.db") as store:
-        with pytest.raises(RuntimeError, match="exited before it was done"):
+        with pytest.raises(RuntimeError, match="ended before it was done"):
             store.ingest(source)
         # What was committed before the error is whole; nothing was half-written.
         assert store.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

@@ -14,11 +14,8 @@ import hashlib
 import io
 import itertools
 import json
-import multiprocessing
 import operator
 import os
-import pickle
-import signal
 import sqlite3
 import stat
 import sys
@@ -28,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
 
-from . import caliber, judge, layout, pairing, runlog, ttgir, unchanged
-from .db import retry_busy, write_transaction
+from . import caliber, forked, judge, layout, pairing, runlog, ttgir, unchanged
+from .db import bulk_checkpoints, retry_busy, write_transaction
 from .layout import Problem
 
 # What a summary reports, in the order it is printed.
@@ -289,7 +286,6 @@ def _portable_cell(path, ref, caliber_values, columns, kernels, texts, index, co
 # batches (_Batch): reading and parsing are most of an ingest.
 # ZLSTORE_INGEST_WORKERS sets how many (0: prepare in this process).
 PARALLEL_MIN_CELLS = 64
-BULK_CHECKPOINT_PAGES = 16384
 ZLIB_LEVEL = 2  # IR is stored once; level 2 is within 15% of 6's size at a third of its time
 PREPARE_CHUNK = 16
 BATCH_SECONDS = 2.0  # a whole-tree ingest commits its cells this often
@@ -333,22 +329,6 @@ def _assign(cells: "_CellPaths", workers: int):
         load[owner[key]] += len(group)
         for i in range(0, len(group), PREPARE_CHUNK):
             yield owner[key], group[i:i + PREPARE_CHUNK]
-
-
-PIPE_BYTES = 1 << 20  # how much a worker may have written ahead of the writes
-
-
-def _widen(connection):
-    """Give a worker's pipe PIPE_BYTES (Linux: 64 KB unless asked), or
-    as much as the system allows."""
-    import fcntl  # workers run on Linux only (_worker_count)
-
-    try:
-        with open("/proc/sys/fs/pipe-max-size") as f:
-            size = min(PIPE_BYTES, int(f.read()))
-        fcntl.fcntl(connection.fileno(), fcntl.F_SETPIPE_SZ, size)
-    except (OSError, ValueError, AttributeError):
-        pass
 
 
 CACHE_ENTRIES = 2048
@@ -543,20 +523,29 @@ class Ingester:
         if workers or len(cells) > PARALLEL_MIN_CELLS:  # a forked worker must not query the store
             self.cells.preload(paths)
         prepared = self._prepared(cells, workers) if workers else ((cell, None) for cell in cells)
-        # Thousands of small commits rewrite the same pages into the WAL: check
-        # it into the database every BULK_CHECKPOINT_PAGES, not every 1000 (each
-        # checkpoint syncs twice). Same durability; the WAL grows larger meanwhile.
-        checkpoint = self.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
-        if len(cells) > PARALLEL_MIN_CELLS and 0 < checkpoint < BULK_CHECKPOINT_PAGES:
-            self.conn.execute(f"PRAGMA wal_autocheckpoint = {BULK_CHECKPOINT_PAGES}")
-        batch = self.batch = _Batch(self.conn) if len(cells) > PARALLEL_MIN_CELLS and not require_finished else None
+        bulk = len(cells) > PARALLEL_MIN_CELLS
+        with contextlib.closing(prepared), bulk_checkpoints(self.conn, bulk):  # closing: the workers end with it
+            self._write_all(prepared, len(cells), _Batch(self.conn) if bulk and not require_finished else None,
+                            require_finished, progress)
+        self.summary.counts["roots"] = len(self.roots)
+        with self._write():
+            self.conn.execute(
+                "UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?",
+                (now(), json.dumps(self.summary.as_dict()), self.run_id),
+            )
+        return self.summary
+
+    def _write_all(self, prepared, total: int, batch: Optional[_Batch], require_finished: bool, progress):
+        """Store each (cell, what a worker prepared) in batches, or each in
+        a transaction of its own (batch None)."""
+        self.batch = batch
         try:
             for done, (cell, ready) in enumerate(prepared, 1):
                 self.cell(cell if ready is not None else Path(cell), require_finished, ready)
                 if batch and batch.due():
                     batch.commit()
                 if progress:
-                    progress(done, len(cells))
+                    progress(done, total)
             if batch:
                 batch.commit()
         except (KeyboardInterrupt, SystemExit):
@@ -569,14 +558,6 @@ class Ingester:
             raise
         finally:
             self.batch = None
-            self.conn.execute(f"PRAGMA wal_autocheckpoint = {checkpoint}")
-        self.summary.counts["roots"] = len(self.roots)
-        with self._write():
-            self.conn.execute(
-                "UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?",
-                (now(), json.dumps(self.summary.as_dict()), self.run_id),
-            )
-        return self.summary
 
     def _find(self, top: Path, cells: "_CellPaths", require_finished: bool = False) -> int:
         """Add the cells under top to cells, but for those stored unchanged:
@@ -595,63 +576,17 @@ class Ingester:
         return found.cells
 
     def _prepared(self, cells: "_CellPaths", workers: int):
-        """(cell, what a worker prepared for it) in order. Each worker is a
-        forked process that goes through the same assignment (_assign),
-        prepares its own chunks and writes them, pickled, into a pipe of its
-        own; this process reads them in its main thread when it reaches
-        them. A full pipe stops its worker: that bounds how far ahead it
-        gets. (A multiprocessing.Pool's helper threads cost the writing
-        process a second of CPU per campaign, and pickling in a queue's
-        feeder thread fights the worker's main thread for its GIL.)"""
-        context = multiprocessing.get_context("fork")
-        pipes = [context.Pipe(duplex=False) for _ in range(workers)]
-        for _, sender in pipes:
-            _widen(sender)
-        processes = [context.Process(target=self._prepare_share, args=(i, cells, workers, pipes), daemon=True)
-                     for i in range(workers)]
-        try:
-            for process in processes:
-                process.start()
-            for _, sender in pipes:
-                sender.close()  # a worker's pipe then ends when the worker does
+        """(cell, what a worker prepared for it) in order. Each worker goes
+        through the same assignment (_assign) and prepares its own chunks;
+        this process reads each chunk from its worker when it gets to it."""
+        def share(me):
             for owner, chunk in _assign(cells, workers):
-                try:
-                    results = pickle.loads(pipes[owner][0].recv_bytes())
-                except EOFError:
-                    raise RuntimeError(f"ingest worker {owner} exited before it was done") from None
-                if isinstance(results, Exception):
-                    raise results
-                yield from zip(chunk, results)
-        finally:
-            for process in processes:
-                if process.is_alive():
-                    process.terminate()
-                if process.pid is not None:
-                    process.join()
-            for receiver, _ in pipes:
-                receiver.close()
+                if owner == me:
+                    yield [self.prepare(Path(cell)) for cell in chunk]
 
-    def _prepare_share(self, me: int, cells: "_CellPaths", workers: int, pipes: list):
-        """A worker process: prepare this worker's chunks, in order."""
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the writing process's to handle
-        for i, (receiver, sender) in enumerate(pipes):
-            receiver.close()
-            if i != me:
-                sender.close()
-        sender = pipes[me][1]
-        for owner, chunk in _assign(cells, workers):
-            if owner == me:
-                try:
-                    results = [self.prepare(Path(cell)) for cell in chunk]
-                except Exception as error:  # prepare() keeps a cell's own errors: this is something else
-                    results = RuntimeError(f"ingest worker {me}: {type(error).__name__}: {error}")
-                try:
-                    sender.send_bytes(pickle.dumps(results, pickle.HIGHEST_PROTOCOL))
-                except BrokenPipeError:  # the writing process is gone: so is the work
-                    return
-                if isinstance(results, Exception):
-                    break
-        sender.close()
+        with forked.Workers(workers, share) as prepared:
+            for owner, chunk in _assign(cells, workers):
+                yield from zip(chunk, prepared.next_from(owner))
 
     @contextlib.contextmanager
     def _write(self):

@@ -3,7 +3,6 @@ operations the CLI, the runners and datasette share."""
 
 import contextlib
 import functools
-import multiprocessing
 import os
 import sqlite3
 import zlib
@@ -11,7 +10,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Union
 
 from . import db as dbmod
-from . import pairing, ttgir
+from . import forked, pairing, ttgir
 from .ingest import Ingester, _worker_count
 
 PathLike = Union[str, os.PathLike]
@@ -222,7 +221,7 @@ class Store:
         rows = combiner.rows()
         if not new and not rows:
             return 0  # nothing lacked: no write lock taken
-        with dbmod.write_transaction(conn):
+        with dbmod.bulk_checkpoints(conn), dbmod.write_transaction(conn):
             # in key order: the workers answer in any order, and a B-tree
             # takes sorted keys with fewer page splits
             conn.executemany("INSERT OR IGNORE INTO ir_digests (ir_hash, rule, digest) VALUES (?, ?, ?)",
@@ -248,8 +247,8 @@ class Store:
             return
         jobs = [(str(self.path), rule.name, hashes[i:i + RESCORE_JOB_TEXTS])
                 for i in range(0, len(hashes), RESCORE_JOB_TEXTS)]
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
-            yield pool.imap_unordered(_text_digests, jobs)
+        with forked.Workers(workers, lambda me: map(_text_digests, jobs[me::workers])) as digesting:
+            yield digesting.as_ready()
 
     def _cells_lacking(self, rule: ttgir.Rule) -> list:
         """(cell id, index hash, kernels key) of every cell without a

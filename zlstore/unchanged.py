@@ -91,7 +91,7 @@ def leading_dirs(rel_dir: str, into: set):
         at = end + 1
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=4096)  # a kernel set per op, dtype and side: a campaign has about a thousand
 def _rels(kernels: Optional[str], tail: str) -> tuple:
     """The relpaths in the signature of a cell whose stored kernels are
     kernels ('cache_dir/name' lines, as the kernels table has them) and

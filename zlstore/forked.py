@@ -1,0 +1,119 @@
+"""Worker processes forked from this one, each doing its share of a job and
+writing its results, pickled, into a pipe of its own, which this process
+reads in its main thread when it wants them. No helper threads: a
+multiprocessing.Pool's cost the reading process a second of CPU on a
+campaign's ingest, which is the process everything waits for. Linux only
+(fork, and pipes made larger)."""
+
+import multiprocessing
+import multiprocessing.connection
+import pickle
+import signal
+from typing import Callable, Iterable, Iterator
+
+PIPE_BYTES = 1 << 20  # how far a worker may get ahead of the reading: a full pipe stops it
+
+
+class Workers:
+    """count processes; work(i) runs in the i-th and yields its results.
+
+        with Workers(2, work) as workers:
+            first = workers.next_from(0)      # in order, from one worker
+            for result in workers.as_ready(): # or from any, as they come
+                ...
+
+    A worker's exception (not a cell's: those are results) is raised here
+    as a RuntimeError; a worker that ends before its results are read
+    whole raises one on next_from, and ends its part of as_ready. Ctrl-C
+    is this process's to handle: the workers ignore it and are ended when
+    the with block is left, however it is left."""
+
+    def __init__(self, count: int, work: Callable[[int], Iterable[object]]):
+        context = multiprocessing.get_context("fork")
+        self.work = work
+        self.pipes = [context.Pipe(duplex=False) for _ in range(count)]
+        self.processes = [context.Process(target=self._run, args=(i,), daemon=True) for i in range(count)]
+
+    def __enter__(self) -> "Workers":
+        try:
+            for _, sender in self.pipes:
+                _widen(sender)
+            for process in self.processes:
+                process.start()
+        finally:
+            for _, sender in self.pipes:
+                sender.close()  # a worker's pipe then ends when the worker does
+        return self
+
+    def __exit__(self, *exc):
+        for process in self.processes:
+            if process.is_alive():
+                process.terminate()
+            if process.pid is not None:
+                process.join()
+        for receiver, _ in self.pipes:
+            receiver.close()
+
+    def next_from(self, i: int):
+        """Worker i's next result."""
+        try:
+            return _result(self.pipes[i][0].recv_bytes())
+        except EOFError:
+            raise RuntimeError(f"worker process {i} ended before it was done") from None
+
+    def as_ready(self) -> Iterator[object]:
+        """Every worker's results, each as soon as it is there."""
+        waiting = [receiver for receiver, _ in self.pipes]
+        while waiting:
+            for receiver in multiprocessing.connection.wait(waiting):
+                try:
+                    data = receiver.recv_bytes()
+                except EOFError:
+                    waiting.remove(receiver)
+                    continue
+                yield _result(data)
+
+    def _run(self, me: int):
+        """In worker me: its results into its pipe, then the end of it."""
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for i, (receiver, sender) in enumerate(self.pipes):
+            receiver.close()
+            if i != me:
+                sender.close()
+        sender = self.pipes[me][1]
+        try:
+            try:
+                for result in self.work(me):
+                    sender.send_bytes(pickle.dumps(result, pickle.HIGHEST_PROTOCOL))
+            except BrokenPipeError:
+                raise
+            except Exception as error:
+                failure = _Failure(f"worker process {me}: {type(error).__name__}: {error}")
+                sender.send_bytes(pickle.dumps(failure, pickle.HIGHEST_PROTOCOL))
+        except BrokenPipeError:  # the reading process is gone: so is the work
+            return
+        sender.close()
+
+
+class _Failure(str):
+    """A worker's exception, as its message, where a result would be."""
+
+
+def _result(data: bytes):
+    result = pickle.loads(data)
+    if isinstance(result, _Failure):
+        raise RuntimeError(str(result))
+    return result
+
+
+def _widen(connection):
+    """Give a pipe PIPE_BYTES (Linux: 64 KB unless asked), or as much as
+    the system allows."""
+    import fcntl
+
+    try:
+        with open("/proc/sys/fs/pipe-max-size") as f:
+            size = min(PIPE_BYTES, int(f.read()))
+        fcntl.fcntl(connection.fileno(), fcntl.F_SETPIPE_SZ, size)
+    except (OSError, ValueError, AttributeError):
+        pass
