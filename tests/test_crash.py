@@ -41,8 +41,12 @@ def test_kill_9_mid_ingest_leaves_whole_cells(tmp_path):
     make_tree(root)
     db_path = tmp_path / "crash.db"
     Store(db_path).close()
+    # Batches of a fifth of a second: the ingest commits several times
+    # before it is done, however fast this machine is, and the kill lands
+    # after one of them.
     process = subprocess.Popen(
-        [sys.executable, "-m", "zlstore", "ingest", str(root), "--db", str(db_path)],
+        [sys.executable, "-c", "import zlstore.ingest; zlstore.ingest.BATCH_SECONDS = 0.2; "
+         "from zlstore.cli import cli; cli()", "ingest", str(root), "--db", str(db_path)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     deadline = time.time() + 60

@@ -143,3 +143,65 @@ def test_release_1_database_is_paired_on_upgrade(tmp_path):
         assert counted == 0
         assert store.conn.execute("SELECT count(*) FROM verdicts WHERE n_rows > 0").fetchone()[0] > 0
     assert kept == from_scratch(path, tmp_path)
+
+
+def kept_json(store) -> dict:
+    return dict(store.conn.execute("SELECT root_id, json FROM ab_json WHERE rule = ?", (store.current_rule,)))
+
+
+def built_json(store, root_id) -> str:
+    return judge._ab_json(store.conn, " AND root_id = ?", (root_id,))
+
+
+def test_an_ingest_keeps_each_ab_json_text_as_the_ranges_give_it(example_store, monkeypatch):
+    kept = kept_json(example_store)
+    roots = dict(example_store.conn.execute("SELECT id, name FROM roots WHERE kind <> 'screen'"))
+    assert set(kept) == set(roots) and roots
+    for root_id, name in roots.items():
+        assert kept[root_id] == built_json(example_store, root_id)
+        assert json.loads(kept[root_id]) == json.loads(judge._ab_json(example_store.conn, " AND root = ?", (name,)))
+    # What `ab ROOT --json` prints is the kept text, not built again.
+    monkeypatch.setattr(judge, "_ab_json", lambda *a: pytest.fail("built though kept"))
+    for root_id, name in roots.items():
+        assert judge.ab_ranges_json(example_store, name) == kept[root_id]
+
+
+def test_kept_ab_json_goes_when_its_ranges_move_and_is_never_shown_stale(example_store, example_source):
+    source, _ = example_source
+    store = example_store
+    campaign = store.conn.execute("SELECT id, name, path FROM roots WHERE kind = 'campaign'").fetchone()
+    before = kept_json(store)[campaign[0]]
+    # A row deleted by hand re-pairs a round of the campaign: its kept text goes.
+    cell = store.conn.execute("SELECT path FROM cells WHERE root_id = ? AND side = 'after' LIMIT 1",
+                              (campaign[0],)).fetchone()[0]
+    store.conn.execute("DELETE FROM measurements WHERE id = (SELECT max(id) FROM measurements WHERE cell_id = "
+                       "(SELECT id FROM cells WHERE path = ?))", (cell,))
+    printed = judge.ab_ranges_json(store, campaign[1])
+    assert campaign[0] not in kept_json(store)
+    assert printed == built_json(store, campaign[0]) != before
+    # The next ingest keeps it again.
+    store.ingest(source)
+    assert kept_json(store)[campaign[0]] == built_json(store, campaign[0])
+
+
+def test_kept_ab_json_follows_the_rule_and_the_floors(example_store):
+    store = example_store
+    kept = kept_json(store)
+    # A rescore that finds the same floors keeps the texts.
+    store.conn.execute("DELETE FROM fingerprints WHERE rule = ?", (store.current_rule,))
+    store.conn.execute("DELETE FROM ir_digests WHERE rule = ?", (store.current_rule,))
+    store.compute_fingerprints(store.current_rule)
+    assert kept_json(store) == kept
+    # Another rule: the texts kept under v3 are not shown; what is, is v4's.
+    store.set_rule("v4")
+    for root_id in kept:
+        name = store.conn.execute("SELECT name FROM roots WHERE id = ?", (root_id,)).fetchone()[0]
+        assert judge.ab_ranges_json(store, name) == built_json(store, root_id)
+    store.set_rule("v3")
+    # A screening fingerprint deleted by hand moves the floors: every kept text goes.
+    floors = store.conn.execute("SELECT count(*) FROM noise_floor_rows WHERE rule = 'v3'").fetchone()[0]
+    store.conn.execute("DELETE FROM fingerprints WHERE rule = 'v3' AND cell_id IN "
+                       "(SELECT cells.id FROM cells JOIN roots ON roots.id = cells.root_id WHERE roots.kind = 'screen')")
+    store.refresh_pairs()
+    assert store.conn.execute("SELECT count(*) FROM noise_floor_rows WHERE rule = 'v3'").fetchone()[0] != floors
+    assert kept_json(store) == {}

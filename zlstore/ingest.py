@@ -447,8 +447,9 @@ class _Batch:
     about that long for the lock. A live writer (`record`) commits each cell
     at once."""
 
-    def __init__(self, conn: sqlite3.Connection, seconds: float = BATCH_SECONDS):
-        self.conn, self.seconds, self.started = conn, seconds, None
+    def __init__(self, conn: sqlite3.Connection, seconds: Optional[float] = None):
+        self.conn, self.started = conn, None
+        self.seconds = BATCH_SECONDS if seconds is None else seconds
 
     def open(self):
         if not self.conn.in_transaction:
@@ -533,6 +534,9 @@ class Ingester:
                 "UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?",
                 (now(), json.dumps(self.summary.as_dict()), self.run_id),
             )
+            if not require_finished:  # a live writer leaves that to the next ingest
+                pairing.refresh(self.conn)
+                judge.keep_ab_json(self.conn)
         return self.summary
 
     def _write_all(self, prepared, total: int, batch: Optional[_Batch], require_finished: bool, progress):
