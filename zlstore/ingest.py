@@ -332,6 +332,10 @@ def _assign(cells: "_CellPaths", workers: int):
 
 
 CACHE_ENTRIES = 2048
+# Kernel sets (with their fingerprints and digests, a few KB each) kept for
+# the rounds that follow: an op's rounds come together, so a few hundred do,
+# and a campaign four times as large needs no more memory.
+COMBINED_ENTRIES = 256
 ROOT_CACHE_ENTRIES = 256  # directories' markers and roots: siblings follow each other
 
 
@@ -901,7 +905,7 @@ class Ingester:
                 meta_hash = _sha256(meta_bytes)
                 add_content(files.meta_json[rel], meta_hash)
                 if meta_hash not in self.kernel_meta:  # every round compiles the same kernels
-                    _bounded(self.kernel_meta)
+                    _bounded(self.kernel_meta, COMBINED_ENTRIES)
                     self.kernel_meta[meta_hash] = _kernel_meta(meta_bytes)
                 warps, stages = self.kernel_meta[meta_hash]
             kernels.append(Kernel(name, _cache_dir(rel), ir_hash, self.layout_counts[ir_hash], warps, stages))
@@ -953,7 +957,7 @@ class Ingester:
         op compiles the same kernels: they are combined once."""
         key = (tuple((k.name, k.ir_hash) for k in parsed.kernels), parsed.index and parsed.index[0])
         if key not in self.combined:
-            _bounded(self.combined)
+            _bounded(self.combined, COMBINED_ENTRIES)
             self.combined[key] = self._combine(parsed)
         return self.combined[key]
 
