@@ -303,17 +303,6 @@ CREATE TABLE IF NOT EXISTS ab_range_rows (
 );
 CREATE INDEX IF NOT EXISTS ab_range_rows_key ON ab_range_rows(root_id, op, dtype, shape, caliber_id);
 
--- The text `zlstore ab ROOT --json` prints for a repeat run or campaign (a
--- campaign's is megabytes), as built under the current rule: kept by an
--- ingest for each such root it finishes with none, dropped by
--- pairing.refresh when the root's ranges or any noise floor change. Without
--- one, the text is built from ab_range_rows on each read: never stale.
-CREATE TABLE IF NOT EXISTS ab_json (
-    root_id INTEGER PRIMARY KEY REFERENCES roots(id) ON DELETE CASCADE,
-    rule TEXT NOT NULL,
-    json TEXT NOT NULL
-);
-
 -- One row per screening round with at least one pair: n_rows, min, median
 -- and max of the ratio over its paired rows (see the view verdicts).
 CREATE TABLE IF NOT EXISTS ab_round_ranges (

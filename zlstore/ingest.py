@@ -538,9 +538,6 @@ class Ingester:
                 "UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?",
                 (now(), json.dumps(self.summary.as_dict()), self.run_id),
             )
-            if not require_finished:  # a live writer leaves that to the next ingest
-                pairing.refresh(self.conn)
-                judge.keep_ab_json(self.conn)
         return self.summary
 
     def _write_all(self, prepared, total: int, batch: Optional[_Batch], require_finished: bool, progress):

@@ -280,42 +280,17 @@ def ab_ranges_json(store, root=None) -> str:
     """ab_ranges() as a JSON array of objects, one per line, the same keys in
     the same order. A campaign has thousands of ranges: the JSON of each is
     kept with it when it is computed (ab_range_rows), and only its noise
-    floor is judged here, so no Python object is made per value; a root's
-    whole text is kept too, where an ingest left it (ab_json). Reals are
+    floor is judged here, so no Python object is made per value. Reals are
     written with 15 significant digits (SQLite's JSON)."""
     where, params = _root_clause(store, root)
     store.refresh_pairs()
-    if root is not None:
-        kept = store.conn.execute("SELECT json FROM ab_json WHERE root_id = ? AND rule = ?",
-                                  (*params, store.current_rule)).fetchone()
-        if kept is not None:
-            return kept[0]
-    return _ab_json(store.conn, where, params)
-
-
-def _ab_json(conn, where: str = "", params: tuple = ()) -> str:
-    """The text of ab_ranges_json, built from the ranges (ab_range_judgements)."""
-    text = conn.execute(
+    text = store.conn.execute(
         "SELECT group_concat('{' || json_head || ',\"noise_floor\":' || json_quote(noise_floor)"
         " || ',\"clears_floor\":' || json_quote(clears_floor) || ',' || json_tail || '}', ',' || char(10)) "
         f"FROM (SELECT * FROM ab_range_judgements WHERE 1{where} ORDER BY root, op, dtype, shape, caliber_id)",
         params,
     ).fetchone()[0]
     return "[]" if text is None else "[\n" + text + "\n]"
-
-
-def keep_ab_json(conn):
-    """Keep the `ab --json` text of every repeat run and campaign that has
-    none under the current rule (inside the caller's write transaction,
-    after pairing.refresh)."""
-    rule = conn.execute("SELECT value FROM settings WHERE key = 'current_rule'").fetchone()
-    rule = rule[0] if rule else _ttgir.DEFAULT_RULE
-    lacking = [root_id for (root_id,) in conn.execute(
-        """SELECT id FROM roots WHERE kind <> 'screen'
-           AND NOT EXISTS (SELECT 1 FROM ab_json WHERE ab_json.root_id = roots.id AND ab_json.rule = ?)""", (rule,))]
-    for root_id in lacking:
-        conn.execute("INSERT OR REPLACE INTO ab_json (root_id, rule, json) VALUES (?, ?, ?)",
-                     (root_id, rule, _ab_json(conn, " AND root_id = ?", (root_id,))))
 
 
 def ab_rejected(store, root=None) -> List[dict]:

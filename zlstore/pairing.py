@@ -43,7 +43,6 @@ _SETUP = [
     "before_cell_id, after_cell_id, before_caliber_id, after_caliber_id)",
     "CREATE TEMP TABLE IF NOT EXISTS ab_keys_now (root_id, op, dtype, shape)",
     "CREATE TEMP TABLE IF NOT EXISTS ab_keys_unique (key_id INTEGER PRIMARY KEY, root_id, op, dtype, shape)",
-    "CREATE TEMP TABLE IF NOT EXISTS ab_floors_before (op, dtype, caliber_id, floor)",
 ]
 
 # The joins are written CROSS JOIN where the stale rounds must drive: SQLite
@@ -199,19 +198,13 @@ _STEPS = [
         ) g
         JOIN roots ON roots.id = g.root_id
         LEFT JOIN calibers ON calibers.id = g.caliber_id""",
-    # The kept `ab --json` texts of the roots whose ranges moved.
-    "DELETE FROM ab_json WHERE root_id IN (SELECT root_id FROM temp.ab_keys_unique)",
     "DELETE FROM ab_stale_rounds",
 ]
 
 
-_CURRENT_RULE = "(SELECT value FROM settings WHERE key = 'current_rule')"
-
-
 def _steps(steps) -> list:
     """The statements with the reason and verdict names filled in from
-    judge.py ({reason_caliber_unknown}, {verdict_no_ir_diff}, ...), and
-    {current_rule} with the setting's."""
+    judge.py ({reason_caliber_unknown}, {verdict_no_ir_diff}, ...)."""
     from . import judge
 
     names = {f"{{reason_{n.lower()}}}": n for n in judge.REASON_NAMES}
@@ -220,7 +213,6 @@ def _steps(steps) -> list:
     for step in steps:
         for placeholder, name in names.items():
             step = step.replace(placeholder, "'" + name + "'")
-        step = step.replace("{current_rule}", _CURRENT_RULE)
         if "{reason_" in step or "{verdict_" in step:
             raise ValueError("pairing.py names a reason or verdict judge.py does not define")
         filled.append(step)
@@ -231,9 +223,6 @@ def _steps(steps) -> list:
 # dtype, caliber), floor = max |ratio - 1| over the paired rows of every
 # NO_IR_DIFF screening pair under that rule, n = the rows it rests on.
 _FLOOR_STEPS = [
-    "DELETE FROM temp.ab_floors_before",
-    """INSERT INTO temp.ab_floors_before
-        SELECT op, dtype, caliber_id, floor FROM noise_floor_rows WHERE rule = {current_rule}""",
     "DELETE FROM noise_floor_rows WHERE rule IN (SELECT rule FROM ab_stale_floors)",
     """INSERT INTO noise_floor_rows (rule, op, dtype, caliber_id, n, floor, roots, fallback_rows)
         WITH quiet AS MATERIALIZED (
@@ -253,15 +242,6 @@ _FLOOR_STEPS = [
            AND s.reason IS NULL
         JOIN roots ON roots.id = s.root_id
         GROUP BY quiet.rule, s.op, s.dtype, s.before_caliber_id""",
-    # A floor shows in every range of its op, dtype and caliber: the kept
-    # `ab --json` texts go when one of the current rule's moved (not when a
-    # rescore found the same, nor for another rule's).
-    """DELETE FROM ab_json WHERE EXISTS (
-            SELECT * FROM temp.ab_floors_before
-            EXCEPT SELECT op, dtype, caliber_id, floor FROM noise_floor_rows WHERE rule = {current_rule})
-        OR EXISTS (
-            SELECT op, dtype, caliber_id, floor FROM noise_floor_rows WHERE rule = {current_rule}
-            EXCEPT SELECT * FROM temp.ab_floors_before)""",
     "DELETE FROM ab_stale_floors",
 ]
 
