@@ -191,13 +191,18 @@ def _database_file(conn) -> str:
     return next((row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"), "")
 
 
+PARENT_SHARE = 1.15  # this process's share against a child's: a child first connects and faults its pages in
+
+
 def _splits(conn, top: str, stored: int, parts: int) -> List[str]:
-    """Paths that share the stored cells under top out evenly."""
+    """Paths that share the stored cells under top out: the first share
+    PARENT_SHARE times as many as each of the others."""
     low, high = _under(top)
     splits = set()
+    whole = PARENT_SHARE + parts - 1
     for i in range(1, parts):
         row = conn.execute("SELECT path FROM cells WHERE path > ? AND path < ? ORDER BY path LIMIT 1 OFFSET ?",
-                           (low, high, stored * i // parts)).fetchone()
+                           (low, high, int(stored * (PARENT_SHARE + i - 1) / whole))).fetchone()
         if row:
             splits.add(row[0])
     return sorted(splits)
