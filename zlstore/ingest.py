@@ -227,10 +227,11 @@ class ParsedCell:
     index: Optional[Tuple[str, bytes]]
     content_sig: str
     problems: List[Problem]
-    # Filled where a worker process prepared the cell: its rows as stored
-    # (texts and Row objects stay in the worker), its fingerprints and text
-    # digests (Ingester._fingerprints), and (size, zlib data) of the texts
-    # that worker had not sent before.
+    # Filled by the process that parsed the cell, and all a worker sends of
+    # it (texts and Row objects stay in the worker): its rows as stored,
+    # its fingerprints and text digests (Ingester._fingerprints), the
+    # (size, zlib data) of the texts that worker had not sent before, and
+    # the cells row.
     measurements: Optional[List[tuple]] = None
     fingerprints: Optional[tuple] = None
     packed: Dict[str, Tuple[int, bytes]] = field(default_factory=dict)
