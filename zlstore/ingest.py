@@ -857,16 +857,8 @@ class Ingester:
         def add_content(name: str, digest: str):
             content.update(f"{name}\0{digest}\n".encode("utf-8", "surrogateescape"))
 
-        env_path = os.path.join(top, layout.CELL_ENV)
-        try:
-            env_bytes = _read(env_path)
-        except FileNotFoundError:
-            env = None
-        except OSError as error:
-            env = None
-            problems.append(Problem(env_path, None, f"cannot read: {error}"))
-        else:
-            env = layout.parse_env(env_bytes, env_path, problems)
+        env, env_bytes = layout.read_env_bytes(os.path.join(top, layout.CELL_ENV), problems)
+        if env_bytes is not None:
             add_content(layout.CELL_ENV, _sha256(env_bytes))
         values = layout.resolve_cell(ref, root, env)
         try:

@@ -78,18 +78,23 @@ def read_bytes(path) -> bytes:
 def read_env(path: Path, problems: List[Problem]) -> Optional[Dict[str, str]]:
     """KEY=VALUE lines as the harness writes them (shell quoting, `export`,
     comments, CRLF tolerated). None when the file does not exist."""
+    return read_env_bytes(path, problems)[0]
+
+
+def read_env_bytes(path, problems: List[Problem]) -> Tuple[Optional[Dict[str, str]], Optional[bytes]]:
+    """read_env, and the bytes it read (an ingest hashes them): (None,
+    None) where it read none."""
     try:
         data = read_bytes(path)
     except FileNotFoundError:
-        return None
+        return None, None
     except OSError as error:
         problems.append(Problem(str(path), None, f"cannot read: {error}"))
-        return None
-    return parse_env(data, path, problems)
+        return None, None
+    return _parse_env(data, path, problems), data
 
 
-def parse_env(data: bytes, path, problems: List[Problem]) -> Dict[str, str]:
-    """read_env of bytes already read; path only names the file in problems."""
+def _parse_env(data: bytes, path, problems: List[Problem]) -> Dict[str, str]:
     env = {}
     for number, raw in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
         line = raw.strip()
