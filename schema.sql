@@ -97,12 +97,15 @@ CREATE TABLE IF NOT EXISTS cells (
     convert_layouts INTEGER NOT NULL DEFAULT 0,
     index_hash TEXT REFERENCES blobs(hash),  -- index.tsv bytes (fingerprint rule v1)
     n_problems INTEGER NOT NULL DEFAULT 0,
-    stat_sig TEXT,                      -- names, sizes and mtimes: the cheap "unchanged" test
+    stat_sig TEXT,                      -- names, sizes and times: the cheap "unchanged" test (unchanged.py)
     content_sig TEXT,                   -- content hashes: the sure one
     ingested_at TEXT
 );
 CREATE INDEX IF NOT EXISTS cells_root ON cells(root_id, op, dtype, round, side);
 CREATE INDEX IF NOT EXISTS cells_caliber ON cells(caliber_id);
+-- A re-ingest reads every signature of a tree: from this index alone, not
+-- from the cells rows, which are wide.
+CREATE INDEX IF NOT EXISTS cells_stat_sig ON cells(path, stat_sig);
 
 -- Every element of every FlagGems result list in a cell's run.log.
 CREATE TABLE IF NOT EXISTS measurements (

@@ -73,9 +73,10 @@ def test_unchanged_cells_are_not_listed_nor_read(store, tmp_path, monkeypatch):
     again = store.ingest(root)
     assert (again["cells_unchanged"], again["cells_added"], again["cells_replaced"], again["cells_failed"]) == (6, 0, 0, 0)
     assert again["roots"] == first["roots"] == 1
-    # The launcher directory, which no kernel names, is in the signature itself.
+    # The signature names every directory below triton_cache it covers, the
+    # launcher directory too, which no kernel names.
     sig = store.conn.execute("SELECT stat_sig FROM cells WHERE path LIKE '%op0_float16_before'").fetchone()[0]
-    assert sig.startswith(unchanged.PREFIX) and '"triton_cache/launcher"' in sig
+    assert sig.startswith(unchanged.PREFIX) and '["aaa", "bbb", "ccc", "ccc/ddd", "launcher"]' in sig
 
 
 @pytest.mark.parametrize("change, kernels_after", [
@@ -170,11 +171,14 @@ def test_touched_cell_is_read_once_then_told_by_stat_again(store, tmp_path, monk
     assert store.ingest(root)["cells_unchanged"] == 6
 
 
-def test_a_signature_from_before_is_checked_by_content_once(store, tmp_path, monkeypatch):
+@pytest.mark.parametrize("earlier", [
+    "'a' || substr(stat_sig, length(stat_sig) - 63 - 39)",  # release 1: a sha1 of names, sizes and mtimes
+    "'q2:' || substr(stat_sig, 4)",  # release 2: its kernel directories were read from the kernels table
+])
+def test_a_signature_from_before_is_checked_by_content_once(store, tmp_path, monkeypatch, earlier):
     root = make_tree(tmp_path / "ab_rlc_4")
     store.ingest(root)
-    # The earlier format: a sha1 of names, sizes and mtimes, then the root's files_sig.
-    store.conn.execute("UPDATE cells SET stat_sig = 'a' || substr(stat_sig, length(stat_sig) - 63 - 39)")
+    store.conn.execute(f"UPDATE cells SET stat_sig = {earlier}")
     store.conn.commit()
     upgraded = store.ingest(root)
     assert (upgraded["cells_unchanged"], upgraded["cells_replaced"]) == (6, 0)

@@ -107,11 +107,10 @@ class CellFiles:
     stats: Dict[str, Optional[os.stat_result]]  # relpath (a directory's ends in /) -> stat, None: missing
     ttgir: List[Tuple[str, str]]          # (relpath, kernel name)
     meta_json: Dict[str, str]              # ttgir relpath -> sibling .json relpath
-    extras: List[str] = field(default_factory=list)  # directories entered that lead to no .ttgir
 
     @property
     def stat_sig(self) -> str:
-        return unchanged.files_sig(self.stats, self.extras)
+        return unchanged.files_sig(self.stats)
 
 
 def scan_cell(cell: Path) -> CellFiles:
@@ -128,7 +127,6 @@ def scan_cell(cell: Path) -> CellFiles:
         stats[name] = _stat(None, os.path.join(top, name))
     cache = os.path.join(top, layout.TRITON_CACHE)
     cache_stat = stats[layout.TRITON_CACHE + "/"] = _stat(None, cache)
-    entered, leading = [], set()  # directories below triton_cache; those on the way to a .ttgir
     if cache_stat is not None and stat.S_ISDIR(cache_stat.st_mode):
         pending = [(cache, layout.TRITON_CACHE)]
         while pending:  # depth first, sorted: the order os.walk gave
@@ -142,7 +140,6 @@ def scan_cell(cell: Path) -> CellFiles:
             )
             for path, rel, entry in below:
                 stats[rel + "/"] = _stat(entry)
-                entered.append(rel)
                 pending.append((path, rel))
             # name[:-6].strip("."): what os.path.splitext calls a stem (".ttgir" has none)
             found = [(rel_dir + "/" + name, name[:-6])
@@ -153,10 +150,7 @@ def scan_cell(cell: Path) -> CellFiles:
                 if ((sibling in files and not sibling.startswith("__grp__"))
                         or os.path.exists(os.path.join(directory, sibling))):
                     meta[rel] = rel_dir + "/" + sibling
-            if found:
-                unchanged.leading_dirs(rel_dir, leading)
-    extras = [rel for rel in entered if rel + "/" not in leading]
-    return CellFiles(cell, stats, kernels, meta, extras)
+    return CellFiles(cell, stats, kernels, meta)
 
 
 def _stat(entry, path: Optional[str] = None) -> Optional[os.stat_result]:

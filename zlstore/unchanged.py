@@ -8,12 +8,11 @@ removing or renaming an entry changes them). The files inside triton_cache
 are not stat'ed one by one: Triton writes a cache directory once, into
 tmp.pid_* and then by rename, and never rewrites its files, so their
 directories' times tell every change it makes (`zlstore ingest --rehash`
-reads every cell, for a file edited in place by hand). Which directories
-those are follows from what the store holds: triton_cache, and per kernel
-its cache directory and the directories between; the few entered that lead
-to no .ttgir (launcher directories) are named in the signature itself. So a
-stored cell is checked with one stat() per path and no listing. Where the
-check fails, the full scan and then the content hash decide.
+reads every cell, for a file edited in place by hand). The signature names
+the directories below triton_cache it covers, so a stored cell is checked
+with one stat() per path, no listing, and nothing read from the store but
+its cells row's signature. Where the check fails, the full scan and then
+the content hash decide.
 
 Timestamps have a granularity (a few ms, 2 s on some file systems): a file
 rewritten within the granule after its stat would keep its times. A file
@@ -37,7 +36,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from . import layout
 
-PREFIX = "q2:"           # a signature this module can check; older ones go to the full scan
+PREFIX = "q3:"           # a signature this module can check; older ones go to the full scan
 RACY = "racy:"           # a signature too young to trust: matches nothing
 RACY_NS = 2_000_000_000
 _DIGEST = len(PREFIX) + 40
@@ -48,17 +47,16 @@ MARKER_ENTRIES = 2048    # root lookups kept while walking: siblings follow each
 SPLIT_MIN_CELLS = 1024   # fewer stored cells are checked faster than a fork is made
 
 
-def files_sig(stats: Dict[str, Optional[os.stat_result]], extras: Iterable[str] = ()) -> str:
+def files_sig(stats: Dict[str, Optional[os.stat_result]]) -> str:
     """The signature of a cell's files. stats: relpath (a directory's ends
-    in /) -> its stat, None where missing, taken just now; extras: the
-    directories entered that lead to no .ttgir, which the store's kernels
-    cannot name."""
+    in /) -> its stat, None where missing, taken just now: cell.env,
+    run.log, index.tsv, triton_cache/ and the directories below it."""
     now = time.time_ns()
     if any(st is not None and max(st.st_mtime_ns, st.st_ctime_ns) > now - RACY_NS for st in stats.values()):
         return f"{RACY}{now}"
     rels = sorted(stats)
-    extras = sorted(extras)
-    return PREFIX + _digest(_named(rels), [stats[r] for r in rels]) + (json.dumps(extras) if extras else "")
+    below = [rel[len(_CACHE):-1] for rel in rels if rel.startswith(_CACHE) and rel != _CACHE]
+    return PREFIX + _digest(_named(rels), [stats[r] for r in rels]) + (json.dumps(below) if below else "")
 
 
 def _named(rels: Iterable[str]):
@@ -80,44 +78,25 @@ def _digest(named, stats: list) -> str:
     return digest.hexdigest()
 
 
-def leading_dirs(rel_dir: str, into: set):
-    """Add the directories from below triton_cache down to rel_dir (a
-    kernel's), each as a signature relpath ('triton_cache/a/')."""
-    at = len(_CACHE)
-    while at <= len(rel_dir):
-        slash = rel_dir.find("/", at)
-        end = len(rel_dir) if slash < 0 else slash
-        into.add(rel_dir[:end] + "/")
-        at = end + 1
-
-
 @functools.lru_cache(maxsize=4096)  # a kernel set per op, dtype and side: a campaign has about a thousand
-def _rels(kernels: Optional[str], tail: str) -> tuple:
-    """The relpaths in the signature of a cell whose stored kernels are
-    kernels ('cache_dir/name' lines, as the kernels table has them) and
-    whose signature ends in tail (its extra directories): all but run.log,
-    where run.log goes among them, and the digest's start. Cached: every
-    round of an op compiles the same kernels into the same directories."""
-    rels = set(_FIXED)
-    for kernel in kernels.split("\n") if kernels else ():
-        cache_dir = kernel.rpartition("/")[0]
-        rel_dir = layout.TRITON_CACHE if cache_dir == "." else _CACHE + cache_dir
-        leading_dirs(rel_dir, rels)
-    rels.update(extra + "/" for extra in (json.loads(tail) if tail else ()))
-    rels = sorted(rels)
+def _rels(tail: str) -> tuple:
+    """The relpaths in the signature whose tail (after the digest) is
+    tail: all but run.log, where run.log goes among them, and the digest's
+    start. Cached: every round of an op compiles the same kernels into the
+    same directories."""
+    rels = sorted({*_FIXED, *(_CACHE + below + "/" for below in (json.loads(tail) if tail else ()))})
     at = rels.index(layout.RUN_LOG)
     return tuple(rels[:at] + rels[at + 1:]), at, _named(rels)
 
 
-def is_unchanged(cell: str, stored: str, kernels: Optional[str], root_sig: str,
-                 run_log: Optional[os.stat_result] = None) -> bool:
+def is_unchanged(cell: str, stored: str, root_sig: str, run_log: Optional[os.stat_result] = None) -> bool:
     """Whether the files of a stored cell still have the stat signature
     stored (stat_sig: its files' signature, then its root's files_sig).
     run_log: its stat, where the walk that found the cell took it."""
     if not (stored.startswith(PREFIX) and stored.endswith(root_sig) and len(stored) >= _DIGEST + len(root_sig)):
         return False
     try:
-        rels, at, named = _rels(kernels, stored[_DIGEST:len(stored) - len(root_sig)])
+        rels, at, named = _rels(stored[_DIGEST:len(stored) - len(root_sig)])
     except (ValueError, TypeError):
         return False
     stat, base = os.stat, cell + "/"
@@ -208,23 +187,19 @@ def _splits(conn, top: str, stored: int, parts: int) -> List[str]:
     return sorted(splits)
 
 
-def stored_cells(conn, top: str, low: Optional[str] = None, high: Optional[str] = None) \
-        -> Dict[str, Tuple[str, Optional[str]]]:
-    """path -> (stat_sig, kernels) of every cell under top (and in [low,
-    high)) with a signature this module checks: one query, not one per cell."""
+def stored_cells(conn, top: str, low: Optional[str] = None, high: Optional[str] = None) -> Dict[str, str]:
+    """path -> stat_sig of every cell under top (and in [low, high)) with a
+    signature this module checks: one query (on the cells_stat_sig index),
+    not one per cell."""
     under, above = _under(top)
-    where, args = "(c.path = ? OR (c.path > ? AND c.path < ?))", [top, under, above]
+    where, args = "(path = ? OR (path > ? AND path < ?))", [top, under, above]
     for bound, test in ((low, ">="), (high, "<")):
         if bound is not None:
-            where += f" AND c.path {test} ?"
+            where += f" AND path {test} ?"
             args.append(bound)
-    rows = conn.execute(
-        "SELECT c.path, c.stat_sig, group_concat(k.cache_dir || '/' || k.name, char(10)) "
-        f"FROM cells c LEFT JOIN kernels k ON k.cell_id = c.id WHERE {where} "
-        "AND substr(c.stat_sig, 1, ?) = ? GROUP BY c.id",
-        (*args, len(PREFIX), PREFIX),
-    )
-    return {path: (sig, kernels) for path, sig, kernels in rows}
+    rows = conn.execute(f"SELECT path, stat_sig FROM cells WHERE {where} AND substr(stat_sig, 1, ?) = ?",
+                        (*args, len(PREFIX), PREFIX))
+    return dict(rows)
 
 
 def _share(source, top: str, low: Optional[str], high: Optional[str]) -> Found:
@@ -256,8 +231,7 @@ def _walk(top: str, known: dict, low: Optional[str], high: Optional[str], found:
         try:
             root, kind = layout.root_of(cell, markers)
             entry = known.get(cell)
-            same = entry is not None and is_unchanged(
-                cell, entry[0], entry[1], _root_sig(root, root_sigs), run_log)
+            same = entry is not None and is_unchanged(cell, entry, _root_sig(root, root_sigs), run_log)
         except Exception:  # the full ingest of the cell names the problem
             yield cell
             continue
