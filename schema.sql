@@ -107,6 +107,19 @@ CREATE INDEX IF NOT EXISTS cells_caliber ON cells(caliber_id);
 -- from the cells rows, which are wide.
 CREATE INDEX IF NOT EXISTS cells_stat_sig ON cells(path, stat_sig);
 
+-- The directories above the cells that a walk listed, with their times then:
+-- while a directory keeps them (adding, removing or renaming an entry changes
+-- them), a re-ingest takes its listing from here instead of listing it again
+-- (unchanged.py). Only a walk's bookkeeping: no view reads it.
+CREATE TABLE IF NOT EXISTS walked_dirs (
+    path TEXT PRIMARY KEY,
+    ino INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    ctime_ns INTEGER NOT NULL,
+    subdirs TEXT NOT NULL,              -- its subdirectories' names, sorted, '/'-joined (symlinks and triton_cache left out)
+    root_files TEXT NOT NULL            -- the root marker files among its entries, '/'-joined
+) WITHOUT ROWID;
+
 -- Every element of every FlagGems result list in a cell's run.log.
 CREATE TABLE IF NOT EXISTS measurements (
     id INTEGER PRIMARY KEY,

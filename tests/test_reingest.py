@@ -1,6 +1,7 @@
 """Re-ingest: a stored cell is told unchanged from stat()s alone, without
-listing its directories, and every change the full scan would see is still
-seen: files rewritten in place, added, removed, directories added."""
+listing its directories nor those above it, and every change the full scan
+would see is still seen: files rewritten in place, added, removed,
+directories added."""
 
 import hashlib
 import json
@@ -12,7 +13,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from zlstore import ingest, unchanged
+from zlstore import ingest, layout, unchanged
 from zlstore.cli import cli
 
 from .test_ingest import IR, record, write_cell, write_root_env
@@ -65,12 +66,40 @@ def kernels(store, cell):
         "WHERE c.path = ? ORDER BY k.cache_dir, k.name", (str(cell),)).fetchall()
 
 
+def no_listings(monkeypatch, top) -> list:
+    """From here on every directory at or under top that is listed goes into
+    the list returned (those above it are looked at for root files)."""
+    listed = []
+
+    def scandir(path, real=os.scandir):
+        if path == str(top) or path.startswith(str(top) + "/"):
+            listed.append(path)
+        return real(path)
+
+    monkeypatch.setattr(layout.os, "scandir", scandir)
+    return listed
+
+
+def walk_listings(monkeypatch) -> list:
+    """From here on every directory the walk lists goes into the list returned."""
+    listed = []
+    monkeypatch.setattr(unchanged.Listings, "add", lambda self, directory, *a, real=unchanged.Listings.add:
+                        listed.append(directory) or real(self, directory, *a))
+    return listed
+
+
+def walked(store) -> set:
+    return {r[0] for r in store.conn.execute("SELECT path FROM walked_dirs")}
+
+
 def test_unchanged_cells_are_not_listed_nor_read(store, tmp_path, monkeypatch):
     root = make_tree(tmp_path / "ab_rlc_1")
     first = store.ingest(root)
     assert first["cells_added"] == 6 and first["kernels_added"] == 9
     no_scans(monkeypatch)
+    listed = no_listings(monkeypatch, root)
     again = store.ingest(root)
+    assert listed == []  # not even the root, whose listing was kept
     assert (again["cells_unchanged"], again["cells_added"], again["cells_replaced"], again["cells_failed"]) == (6, 0, 0, 0)
     assert again["roots"] == first["roots"] == 1
     # The signature names every directory below triton_cache it covers, the
@@ -229,6 +258,89 @@ def test_shares_in_forked_processes_find_what_one_walk_finds(store, tmp_path, mo
     assert store.conn.execute("SELECT rc FROM cells WHERE path = ?", (str(changed[1]),)).fetchone()[0] == 1
     if how == "another thread runs":
         done.set()
+
+
+def campaign_tree(top):
+    """Cells two levels below their op directories, as a repeat run has them."""
+    write_root_env(top, KIND="repeat")
+    for op in ("op0", "op1"):
+        for n in (1, 2):
+            for side in ("before", "after"):
+                write_cell(top / op / f"r{n}" / side, record(op=op), env={"RC": 0})
+    return top
+
+
+@pytest.mark.parametrize("change", ["cell added beside others", "round added", "op added", "times put back"])
+def test_a_directory_with_a_new_entry_is_listed_again(store, tmp_path, monkeypatch, change):
+    top = campaign_tree(tmp_path / "repeat_1")
+    store.ingest(top)
+    assert walked(store) == {str(top), str(top / "op0"), str(top / "op1"), *(str(top / op / r) for op in ("op0", "op1")
+                                                                           for r in ("r1", "r2"))}
+    later()
+    new = {"cell added beside others": top / "op1" / "r2" / "extra",
+           "round added": top / "op0" / "r3" / "before",
+           "op added": top / "op2" / "r1" / "after",
+           "times put back": top / "op1" / "r1" / "extra"}[change]
+    before = os.stat(new.parent) if new.parent.exists() else None
+    write_cell(new, record(op=new.parts[-3]), env={"RC": 0})
+    if change == "times put back":  # mtime as it was: the ctime still tells the change
+        os.utime(new.parent, ns=(before.st_atime_ns, before.st_mtime_ns))
+        assert os.stat(new.parent).st_mtime_ns == before.st_mtime_ns
+    listed = walk_listings(monkeypatch)
+    summary = store.ingest(top)
+    assert (summary["cells_added"], summary["cells_unchanged"]) == (1, 8)
+    changed = {"cell added beside others": [new.parent], "round added": [top / "op0", new.parent],
+               "op added": [top, top / "op2", new.parent], "times put back": [new.parent]}[change]
+    assert listed == [str(directory) for directory in changed]  # the directories that changed, and new ones
+    assert store.ingest(top)["cells_unchanged"] == 9
+
+
+def test_a_directory_removed_is_forgotten_and_its_cells_are_not_counted(store, tmp_path):
+    top = campaign_tree(tmp_path / "repeat_2")
+    store.ingest(top)
+    later()
+    shutil.rmtree(top / "op1")
+    summary = store.ingest(top)
+    assert (summary["cells_unchanged"], summary["cells_added"]) == (4, 0)
+    assert not any(path.startswith(str(top / "op1")) for path in walked(store))
+    assert str(top / "op0" / "r1") in walked(store)
+
+
+def test_a_directory_that_became_a_cell_is_found(store, tmp_path, monkeypatch):
+    top = campaign_tree(tmp_path / "repeat_3")
+    store.ingest(top)
+    later()
+    (top / "op0" / "r2" / "run.log").write_text(record(op="op0"))  # r2 is now a cell: its sides are not walked
+    summary = store.ingest(top)
+    assert summary["cells_added"] == 1 and summary["cells_unchanged"] == 6
+
+
+def test_young_directories_are_listed_again(store, tmp_path, monkeypatch):
+    monkeypatch.setattr(unchanged, "RACY_NS", 3600 * 10**9)
+    top = campaign_tree(tmp_path / "repeat_4")
+    store.ingest(top)
+    assert walked(store) == set()
+    listed = walk_listings(monkeypatch)
+    assert store.ingest(top)["cells_added"] == 0
+    assert len(listed) == 7
+
+
+def test_the_listings_of_forked_shares_are_kept(store, tmp_path, monkeypatch):
+    monkeypatch.setattr(unchanged, "SPLIT_MIN_CELLS", 1)
+    monkeypatch.setattr(ingest, "_worker_count", lambda cells: 3 if cells >= 16 else 0)
+    runs = tmp_path / "runs"
+    for name in ("repeat_5", "repeat_6", "repeat_7"):
+        campaign_tree(runs / name)
+    store.ingest(runs)
+    kept = walked(store)
+    assert len(kept) == 1 + 3 * 7
+    store.conn.execute("DELETE FROM walked_dirs")
+    store.conn.commit()
+    assert store.ingest(runs)["cells_unchanged"] == 24  # in three processes
+    assert walked(store) == kept
+    listed = no_listings(monkeypatch, runs)
+    assert store.ingest(runs)["cells_unchanged"] == 24
+    assert listed == []
 
 
 def test_cli_reingest_counts_stay_the_same(tmp_path):

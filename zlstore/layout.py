@@ -171,14 +171,17 @@ def cell_paths(top: str) -> Iterator[str]:
 
 
 def walk_cells(top: str, markers: Optional[dict] = None, enter: Optional[Callable[[str], bool]] = None,
-               likely: Optional[Callable[[str], bool]] = None) -> Iterator[Tuple[str, Optional[os.stat_result]]]:
+               likely: Optional[Callable[[str], bool]] = None, listings=None) \
+        -> Iterator[Tuple[str, Optional[os.stat_result]]]:
     """find_cell_dirs on path strings, without recursion (a campaign has
     thousands of directories), each cell with the stat of its run.log where
     that is what told it a cell (else None). markers, a locate_root cache,
     gets the root files of each directory listed: locating the cells found
     lists nothing again. enter(path) false leaves out a directory below top
     and all under it. likely(path) false lists a directory before looking
-    for its run.log: most directories are not cells, most likely ones are."""
+    for its run.log: most directories are not cells, most likely ones are.
+    listings (unchanged.Listings) gives the listings of directories that
+    have not changed since a walk listed them, and keeps the new ones."""
     pending = [top]
     while pending:
         directory = pending.pop()
@@ -188,26 +191,33 @@ def walk_cells(top: str, markers: Optional[dict] = None, enter: Optional[Callabl
             if found is not None:
                 yield directory, found
                 continue
-        try:
-            with os.scandir(directory) as it:
-                entries = sorted(it, key=_NAME)
-        except OSError as error:
-            # A cell we may not list.
-            if _is_file(os.path.join(directory, RUN_LOG)) or _is_file(os.path.join(directory, CELL_ENV)):
+        kept = listings.get(directory) if listings is not None else None
+        if kept is not None:
+            subdirs, root_files = kept
+        else:
+            try:
+                with os.scandir(directory) as it:
+                    entries = sorted(it, key=_NAME)
+            except OSError as error:
+                # A cell we may not list.
+                if _is_file(os.path.join(directory, RUN_LOG)) or _is_file(os.path.join(directory, CELL_ENV)):
+                    yield directory, None
+                elif not isinstance(error, (NotADirectoryError, FileNotFoundError, PermissionError)):
+                    raise
+                continue
+            names = [e.name for e in entries]
+            if RUN_LOG in names or CELL_ENV in names:
                 yield directory, None
-            elif not isinstance(error, (NotADirectoryError, FileNotFoundError, PermissionError)):
-                raise
-            continue
-        names = {e.name for e in entries}
-        if RUN_LOG in names or CELL_ENV in names:
-            yield directory, None
-            continue
+                continue
+            subdirs = [e.name for e in entries if e.is_dir(follow_symlinks=False) and e.name != TRITON_CACHE]
+            root_files = [n for n in names if n in ROOT_FILES]
+            if listings is not None:
+                listings.add(directory, subdirs, root_files)
         if markers is not None:
-            _markers(directory, markers, names)
+            _markers(directory, markers, root_files)
+        prefix = directory if directory.endswith("/") else directory + "/"
         pending.extend(  # reversed: popped in name order, depth first
-            e.path for e in reversed(entries)
-            if e.is_dir(follow_symlinks=False) and e.name != TRITON_CACHE and (enter is None or enter(e.path))
-        )
+            path for path in (prefix + name for name in reversed(subdirs)) if enter is None or enter(path))
 
 
 _NAME = operator.attrgetter("name")
@@ -241,7 +251,8 @@ class RootRef:
 
 
 def _markers(directory: str, cache: dict, names: Optional[Iterable[str]] = None) -> frozenset:
-    """The root files in directory; names, where given, are its listing."""
+    """The root files in directory; names, where given, are its entries
+    (those among ROOT_FILES will do)."""
     if directory not in cache:
         if names is None:
             try:  # one listing rather than a stat per marker name: most directories have none

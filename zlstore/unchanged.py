@@ -14,6 +14,13 @@ with one stat() per path, no listing, and nothing read from the store but
 its cells row's signature. Where the check fails, the full scan and then
 the content hash decide.
 
+The directories above the cells are listed once: a walk keeps each
+listing with the directory's inode and times (walked_dirs), and the next
+walk takes a directory whose inode and times are the same from there, for
+one stat() instead of a listing. Only directories that are not cells are
+kept, so a cell is never hidden: every subdirectory is still walked, and a
+directory that gains or loses an entry is listed again.
+
 Timestamps have a granularity (a few ms, 2 s on some file systems): a file
 rewritten within the granule after its stat would keep its times. A file
 touched in the RACY_NS before the scan leaves the cell a signature that
@@ -35,6 +42,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from . import layout
+from .db import write_transaction
 
 PREFIX = "q3:"           # a signature this module can check; older ones go to the full scan
 RACY = "racy:"           # a signature too young to trust: matches nothing
@@ -45,6 +53,7 @@ _FIXED = (layout.CELL_ENV, layout.RUN_LOG, layout.INDEX_TSV, layout.TRITON_CACHE
 _CACHE = layout.TRITON_CACHE + "/"
 MARKER_ENTRIES = 2048    # root lookups kept while walking: siblings follow each other
 SPLIT_MIN_CELLS = 1024   # fewer stored cells are checked faster than a fork is made
+LISTINGS_SAVED_AT = 1024 # new listings a walk holds before it saves them
 
 
 def files_sig(stats: Dict[str, Optional[os.stat_result]]) -> str:
@@ -130,6 +139,80 @@ class Found:
     changed: Iterable[str] = field(default_factory=list)
     unchanged: int = 0
     roots: List[Tuple[str, str, str, Tuple[str, ...], bool]] = field(default_factory=list)
+    listings: Optional["Listings"] = None  # a share's new listings, for the parent to save
+
+
+class Listings:
+    """The listings of the directories above the cells (walked_dirs) for
+    layout.walk_cells: get() gives a directory's listing where its inode and
+    times are those stored, add() keeps a new one. New listings are saved by
+    save(new rows, directories gone), where given, LISTINGS_SAVED_AT at a
+    time, and by flush()."""
+
+    def __init__(self, stored: Dict[str, tuple], save: Optional[Callable[[list, list], None]] = None):
+        self.stored = stored  # path -> (ino, mtime_ns, ctime_ns, subdirs, root_files)
+        self.save = save
+        self.new: List[tuple] = []  # walked_dirs rows
+        self.gone: List[str] = []   # subdirectories a directory listed again no longer has
+        self._taken = None          # (directory, its stat): taken before listing it
+
+    def get(self, directory: str) -> Optional[Tuple[List[str], List[str]]]:
+        """(subdirectory names, root file names) of directory, as kept; None:
+        list it (its stat is taken now, before the listing, so that a change
+        made meanwhile makes the listing kept look stale, not current)."""
+        try:
+            st = os.stat(directory)
+        except OSError:
+            self._taken = None
+            return None
+        self._taken = directory, st
+        row = self.stored.get(directory)
+        if row is None or (row[0], row[1], row[2]) != (st.st_ino, st.st_mtime_ns, st.st_ctime_ns):
+            return None
+        return _names(row[3]), _names(row[4])
+
+    def add(self, directory: str, subdirs: List[str], root_files: List[str]):
+        """Keep the listing of directory, made after get(directory)."""
+        if self._taken is None or self._taken[0] != directory:
+            return
+        st = self._taken[1]
+        before = self.stored.get(directory)
+        if before is not None:
+            prefix = directory if directory.endswith("/") else directory + "/"
+            self.gone.extend(prefix + name for name in set(_names(before[3])).difference(subdirs))
+        if max(st.st_mtime_ns, st.st_ctime_ns) <= time.time_ns() - RACY_NS:  # else too young to trust
+            self.new.append((directory, st.st_ino, st.st_mtime_ns, st.st_ctime_ns,
+                             "/".join(subdirs), "/".join(root_files)))
+        if self.save is not None and len(self.new) + len(self.gone) >= LISTINGS_SAVED_AT:
+            self.flush()
+
+    def flush(self):
+        if self.save is not None and (self.new or self.gone):
+            self.save(self.new, self.gone)
+            self.new, self.gone = [], []
+
+
+def _names(joined: str) -> List[str]:
+    return joined.split("/") if joined else []
+
+
+def stored_listings(conn, top: str) -> Dict[str, tuple]:
+    """The walked_dirs rows of top and of every directory under it."""
+    under, above = _under(top)
+    rows = conn.execute("SELECT path, ino, mtime_ns, ctime_ns, subdirs, root_files FROM walked_dirs "
+                        "WHERE path = ? OR (path > ? AND path < ?)", (top, under, above))
+    return {row[0]: row[1:] for row in rows}
+
+
+def save_listings(conn, new: list, gone: list):
+    """Store a walk's new listings; forget what was kept of directories gone."""
+    with write_transaction(conn):
+        for directory in gone:
+            under, above = _under(directory)
+            conn.execute("DELETE FROM walked_dirs WHERE path = ? OR (path > ? AND path < ?)",
+                         (directory, under, above))
+        conn.executemany("INSERT OR REPLACE INTO walked_dirs (path, ino, mtime_ns, ctime_ns, subdirs, root_files) "
+                         "VALUES (?, ?, ?, ?, ?, ?)", new)
 
 
 def sort_out(conn, top: str, processes: Callable[[int], int] = lambda cells: 1) -> Found:
@@ -145,7 +228,8 @@ def sort_out(conn, top: str, processes: Callable[[int], int] = lambda cells: 1) 
     parts = max(1, processes(stored)) if stored >= SPLIT_MIN_CELLS and database else 1
     if parts == 1:
         found = Found()
-        found.changed = _walk(top, stored_cells(conn, top), None, None, found)
+        listings = Listings(stored_listings(conn, top), functools.partial(save_listings, conn))
+        found.changed = _walk(top, stored_cells(conn, top), None, None, found, listings)
         return found
     bounds = [None, *_splits(conn, top, stored, parts), None]
     # A child reads its share on a connection of its own, while the others
@@ -153,10 +237,14 @@ def sort_out(conn, top: str, processes: Callable[[int], int] = lambda cells: 1) 
     # SQLite's at the fork, which the child would wait for forever.
     alone = threading.active_count() == 1
     jobs = [functools.partial(_share, conn if i == 0 else database if alone
-                              else stored_cells(conn, top, bounds[i], bounds[i + 1]),
+                              else _stored(conn, top, bounds[i], bounds[i + 1]),
                               top, bounds[i], bounds[i + 1])
             for i in range(len(bounds) - 1)]
-    return _merged(_in_processes(jobs))
+    shares = _in_processes(jobs)
+    for share in shares:
+        save_listings(conn, share.listings.new, share.listings.gone)
+        share.listings = None
+    return _merged(shares)
 
 
 def _under(top: str) -> Tuple[str, str]:
@@ -202,27 +290,37 @@ def stored_cells(conn, top: str, low: Optional[str] = None, high: Optional[str] 
     return dict(rows)
 
 
+def _stored(conn, top: str, low: Optional[str], high: Optional[str]) -> Tuple[Dict[str, str], Dict[str, tuple]]:
+    """What a share of the walk reads from the store: its stored cells, and
+    the listings of every directory under top (its range's ancestors too)."""
+    return stored_cells(conn, top, low, high), stored_listings(conn, top)
+
+
 def _share(source, top: str, low: Optional[str], high: Optional[str]) -> Found:
     """Sort out the cells under top whose paths are in [low, high) (None:
     open). source: a connection, the database's file (in a forked child:
-    the parent's connection is not the child's to use), or the stored cells
-    read already."""
+    the parent's connection is not the child's to use), or _stored() read
+    already. The new listings are left in found.listings."""
     if isinstance(source, str):
         with contextlib.closing(sqlite3.connect(source, timeout=60)) as own:
             return _share(own, top, low, high)
-    known = source if isinstance(source, dict) else stored_cells(source, top, low, high)
+    known, listed = source if isinstance(source, tuple) else _stored(source, top, low, high)
     found = Found()
-    found.changed = list(_walk(top, known, low, high, found))
+    found.listings = Listings(listed)
+    found.changed = list(_walk(top, known, low, high, found, found.listings))
+    found.listings.stored = {}  # the parent has them: only the new ones go back
     return found
 
 
-def _walk(top: str, known: dict, low: Optional[str], high: Optional[str], found: Found) -> Iterator[str]:
+def _walk(top: str, known: dict, low: Optional[str], high: Optional[str], found: Found,
+          listings: Listings) -> Iterator[str]:
     """Yield the cells under top in [low, high) that need the full ingest,
-    in walk order; count in found the cells, those unchanged, the roots."""
+    in walk order; count in found the cells, those unchanged, the roots.
+    The directories above the cells are listed through listings."""
     markers, root_sigs, roots = {}, {}, set()
     enter = None if low is None and high is None else _enter(low, high)
     likely = known.__contains__ if known else None  # else every directory may be a new cell
-    for cell, run_log in layout.walk_cells(top, markers, enter, likely):
+    for cell, run_log in layout.walk_cells(top, markers, enter, likely, listings):
         if (low is not None and cell < low) or (high is not None and cell >= high):
             continue
         found.cells += 1
@@ -242,6 +340,7 @@ def _walk(top: str, known: dict, low: Optional[str], high: Optional[str], found:
             found.unchanged += 1
         else:
             yield cell
+    listings.flush()
 
 
 def _enter(low: Optional[str], high: Optional[str]) -> Callable[[str], bool]:
