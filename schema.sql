@@ -157,7 +157,8 @@ CREATE TABLE IF NOT EXISTS blobs (
     hash TEXT PRIMARY KEY,              -- sha256 of the raw bytes
     kind TEXT NOT NULL,                 -- 'ttgir' or 'index.tsv'
     size INTEGER NOT NULL,
-    data BLOB NOT NULL                  -- zlib
+    data BLOB NOT NULL,                 -- zlib
+    markers TEXT                        -- a .ttgir's: JSON, which fingerprint rule triggers it holds (ttgir.markers); NULL: not known
 );
 
 -- Every .ttgir a cell compiled.

@@ -188,3 +188,32 @@ def test_nothing_to_compute_takes_no_write_lock(example_store):
     finally:
         example_store.conn.set_trace_callback(None)
     assert not [s for s in statements if s.lstrip().upper().startswith(("BEGIN", "INSERT", "COMMIT"))]
+
+
+def test_a_text_its_rule_leaves_alone_is_not_read(example_store, monkeypatch):
+    """Ingest keeps which triggers each text holds (blobs.markers); a rescore
+    reads only the texts holding one of its rule's, and gives the fingerprints
+    of a rescore that reads every text (markers unknown: stored before
+    release 3)."""
+    monkeypatch.setattr(storemod, "_worker_count", lambda n: 0)  # read here, where it can be seen
+    read = []
+    monkeypatch.setattr(storemod, "_read_blobs", lambda conn, hashes, real=storemod._read_blobs:
+                        read.extend(hashes) or real(conn, hashes))
+    import zlib
+    holds = {h: raw for h, raw in ((h, zlib.decompress(d)) for h, d in
+                                   example_store.conn.execute("SELECT hash, data FROM blobs WHERE kind = 'ttgir'"))}
+    for rule in ("v3", "v4"):
+        triggers = [t.encode() for t in ttgir.get_rule(rule).triggers]
+        expected = tree_fingerprints(example_store, rule)
+        forget(example_store, rule)
+        read.clear()
+        example_store.compute_fingerprints(rule)
+        assert stored(example_store, rule) == expected
+        assert set(read) == {h for h, raw in holds.items() if any(t in raw for t in triggers)}, rule
+        assert 0 < len(read) < len(holds) or rule == "v4"
+    example_store.conn.execute("UPDATE blobs SET markers = NULL")
+    forget(example_store, "v3")
+    read.clear()
+    example_store.compute_fingerprints("v3")
+    assert stored(example_store, "v3") == tree_fingerprints(example_store, "v3")
+    assert set(read) == set(holds)

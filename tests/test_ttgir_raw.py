@@ -5,6 +5,7 @@ whatever the bytes are (rlc annotations in every position, strings, CRLF,
 bytes that are not UTF-8, characters that are)."""
 
 import hashlib
+import json
 import random
 
 import pytest
@@ -169,3 +170,38 @@ def test_a_rule_without_a_raw_normalizer_takes_the_str_path():
         assert ttgir.raw_digest(rule, raw, "blob") == (
             "blob" if rule.normalize(text) == text else ttgir.digest(rule.normalize(text)))
     assert all(r.normalize_raw is not None for r in ttgir.RULES.values())  # the shipped ones shortcut
+
+
+def defanged(raw: bytes, rule) -> bytes:
+    """raw with every trigger of rule spelled otherwise (its second last character replaced)."""
+    for trigger in rule.triggers:
+        raw = raw.replace(trigger.encode("ascii"), trigger[:-2].encode("ascii") + b"~" + trigger[-1:].encode("ascii"))
+    return raw
+
+
+@pytest.mark.parametrize("rule", [r for r in ttgir.RULES.values() if r.triggers])
+def test_a_rule_changes_only_texts_that_hold_its_triggers(rule):
+    """Rule.leaves is asked before normalizing, so a text without triggers is
+    kept by construction; this checks that the normalize functions agree (the
+    store tells such texts from their markers and never runs them)."""
+    rng = random.Random(1013)
+    changed = 0
+    for _ in range(3000):
+        raw = random_text(rng)
+        text = raw.decode("utf-8", SE)
+        changed += rule.normalize(text) != text
+        plain = defanged(raw, rule)
+        assert not any(t.encode() in plain for t in rule.triggers)
+        assert rule.leaves(plain) and rule.leaves(plain.decode("utf-8", SE))
+        assert rule.normalize(plain.decode("utf-8", SE)) == plain.decode("utf-8", SE)
+        assert ttgir.raw_digest(rule, plain, "own") == "own"
+    assert changed > 1000  # the texts with triggers do change
+
+
+def test_markers_say_which_triggers_a_text_holds():
+    assert ttgir.TRIGGERS == ("loc(", "ttg.rlc-")
+    assert json.loads(ttgir.markers(b'%1 = op {ttg.rlc-a = 1} loc(#loc)')) == {"loc(": 1, "ttg.rlc-": 1}
+    assert json.loads(ttgir.markers(b'%1 = op {ttg.rlc = 1} lo(c(')) == {"loc(": 0, "ttg.rlc-": 0}
+    for rule in ttgir.RULES.values():  # a rule that changes nothing, and one without triggers
+        assert rule.triggers is not None and set(rule.triggers) <= set(ttgir.TRIGGERS)
+    assert not ttgir.Rule("x", str.upper, False, "no triggers").leaves("abc")

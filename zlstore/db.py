@@ -18,7 +18,7 @@ from typing import Callable, Dict, Iterator, List
 
 from . import caliber, judge, pairing
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT_MS = 60_000
 WRITE_ATTEMPTS = 10
 
@@ -232,6 +232,14 @@ def _pairs_kept_in_tables(conn):
     for statement in split_statements(schema_parts()["tables"]):
         conn.execute(statement)
     pairing.mark_every_round(conn)
+
+
+@migration(3)
+def _blob_markers(conn):
+    """Release 3 records which fingerprint rule triggers each stored text
+    holds (blobs.markers), so that a rescore digests a text its rule leaves
+    alone without reading it. Texts stored before are read, as before."""
+    conn.execute("ALTER TABLE blobs ADD COLUMN markers TEXT")
 
 
 def _user_version(conn) -> int:

@@ -228,7 +228,7 @@ class ParsedCell:
     # the cells row.
     measurements: Optional[List[tuple]] = None
     fingerprints: Optional[tuple] = None
-    packed: Dict[str, Tuple[int, bytes]] = field(default_factory=dict)
+    packed: Dict[str, Tuple[int, bytes, str]] = field(default_factory=dict)  # ir_hash -> (size, zlib data, markers)
     columns: Optional[tuple] = None  # cell_columns()
 
     def __reduce__(self):
@@ -492,7 +492,7 @@ class Ingester:
         self.kernel_meta: Dict[str, tuple] = {}  # a kernel .json's sha256 -> (num_warps, num_stages)
         self.layout_counts: Dict[str, int] = {}
         self.run_id: Optional[int] = None
-        self.packed: Dict[str, Tuple[int, bytes]] = {}  # from workers, until stored
+        self.packed: Dict[str, Tuple[int, bytes, str]] = {}  # from workers, until stored
         self.digested: set = set()                      # texts whose digests this run stored
         self.pending_digested: set = set()
         self.sent: set = set()                          # in a worker: texts packed already
@@ -626,7 +626,7 @@ class Ingester:
         for ir_hash, (raw, _) in parsed.texts.items():
             if ir_hash not in self.sent:
                 self.sent.add(ir_hash)
-                parsed.packed[ir_hash] = (len(raw), zlib.compress(raw, ZLIB_LEVEL))
+                parsed.packed[ir_hash] = (len(raw), zlib.compress(raw, ZLIB_LEVEL), ttgir.markers(raw))
         parsed.stored_rows()
         return parsed  # pickled by ParsedCell.__reduce__: only what the writer needs
 
@@ -901,7 +901,7 @@ class Ingester:
     def digest(self, rule: ttgir.Rule, ir_hash: str, text: str) -> str:
         key = (ir_hash, rule.name)
         if key not in self.digests:
-            normalized = rule.normalize(text)
+            normalized = rule.normalized(text)
             # Left as it was, the text hashes to its own ir_hash (the sha256 of
             # the bytes it was decoded from with surrogateescape).
             self.digests[key] = ir_hash if normalized is text else ttgir.digest(normalized)
@@ -959,12 +959,16 @@ class Ingester:
         return fingerprints, digests
 
     def _insert_blob(self, digest: str, kind: str, raw: Optional[bytes],
-                     packed: Optional[Tuple[int, bytes]] = None):
-        """raw bytes, or (size, zlib data) a worker compressed."""
-        size, data = packed if raw is None else (len(raw), zlib.compress(raw, ZLIB_LEVEL))
+                     packed: Optional[Tuple[int, bytes, str]] = None):
+        """raw bytes, or (size, zlib data, markers) a worker made of them."""
+        if raw is None:
+            size, data, markers = packed
+        else:
+            size, data = len(raw), zlib.compress(raw, ZLIB_LEVEL)
+            markers = ttgir.markers(raw) if kind == "ttgir" else None
         self.conn.execute(
-            "INSERT OR IGNORE INTO blobs (hash, kind, size, data) VALUES (?, ?, ?, ?)",
-            (digest, kind, size, data),
+            "INSERT OR IGNORE INTO blobs (hash, kind, size, data, markers) VALUES (?, ?, ?, ?, ?)",
+            (digest, kind, size, data, markers),
         )
         self.pending_blobs[digest] = kind
 

@@ -46,6 +46,16 @@ def _digest_rows(rule: str, rows) -> list:
     return [(h, ttgir.raw_digest(r, zlib.decompress(data, bufsize=max(size, 1)), h)) for h, size, data in rows]
 
 
+def _leaves_sql(rule: ttgir.Rule) -> str:
+    """An SQL test on a blobs row b: whether the rule leaves its text as it
+    is (Rule.leaves), from the markers stored with it; false where unknown."""
+    if rule.triggers is None:
+        return "0"
+    if not rule.triggers:
+        return "1"
+    return " AND ".join(f"""coalesce(json_extract(b.markers, '$."{t}"') = 0, 0)""" for t in rule.triggers)
+
+
 # A cell's kernels as one string: hex of each name and IR hash (any bytes,
 # NUL included), "/" between them, "," between kernels: never ambiguous.
 _KERNEL_KEY = "hex(k.name) || '/' || hex(k.ir_hash)"
@@ -197,20 +207,27 @@ class Store:
     def compute_fingerprints(self, rule: str, batch: int = 500) -> int:
         """Fingerprints under rule for every cell that lacks one, from the IR
         stored in the database (never from the runs/ tree). Each distinct IR
-        text is digested once, from its stored bytes (ttgir.raw_digest), and
-        cells with the same kernels share one combine."""
+        text is digested once, from its stored bytes (ttgir.raw_digest), or
+        not read at all where its stored markers say the rule leaves it as
+        it is; cells with the same kernels share one combine."""
         rule_obj = ttgir.get_rule(rule)
         conn = self.conn
-        # each distinct text looked up once, not once per kernel
-        missing_texts = [h for (h,) in conn.execute(
-            """SELECT ir_hash FROM (SELECT DISTINCT ir_hash FROM kernels) k
-               WHERE NOT EXISTS (SELECT 1 FROM ir_digests d WHERE d.ir_hash = k.ir_hash AND d.rule = ?)""",
+        # Each distinct text looked up once, not once per kernel; a text the
+        # rule leaves as it is (its stored markers say it holds none of the
+        # rule's triggers) is its own digest, told without reading it.
+        missing = conn.execute(
+            f"""SELECT k.ir_hash, {_leaves_sql(rule_obj)} FROM (SELECT DISTINCT ir_hash FROM kernels) k
+                LEFT JOIN blobs b ON b.hash = k.ir_hash
+                WHERE NOT EXISTS (SELECT 1 FROM ir_digests d WHERE d.ir_hash = k.ir_hash AND d.rule = ?)""",
             (rule_obj.name,),
-        )]
-        new: dict = {}
+        ).fetchall()
+        missing_texts = [h for h, left in missing if not left]
+        left_alone = [(h, h) for h, left in missing if left]
+        new: dict = dict(left_alone)
         with self._digesting(rule_obj, missing_texts, batch) as found:
             # while the workers digest: the cells, and what they need that is stored
             combiner = _Combiner(rule_obj, self._cells_lacking(rule_obj))
+            combiner.add(left_alone)
             combiner.add(self._stored_digests(rule_obj, combiner.waited().difference(missing_texts), batch))
             for part in found:
                 new.update(part)
@@ -237,9 +254,6 @@ class Store:
         hashes. Digesting is the work: with many texts, worker processes read
         and digest them, started before this yields so that this process can
         do its own part meanwhile."""
-        if rule.normalize_raw is ttgir.keep_raw:  # every text is its own digest: nothing to read
-            yield iter([[(h, h) for h in hashes]])
-            return
         workers = _worker_count(len(hashes) // 8)
         if not workers:
             yield (_digest_rows(rule.name, _read_blobs(self.conn, hashes[i:i + batch]))

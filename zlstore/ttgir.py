@@ -23,7 +23,11 @@ current rule in seconds; re-running it takes over an hour):
 Adding a rule is one normalize function and one line in ``RULES``; a rule
 may also give the same on the stored bytes (``normalize_raw``, used by
 :func:`raw_digest`), so that a rescore of thousands of stored texts need not
-decode and re-encode them.  This module is stdlib only and every function in
+decode and re-encode them, and name its ``triggers``: the substrings a text
+must hold for the rule to change it.  A text holding none is left as it is
+by construction (:meth:`Rule.leaves` is asked first), and the store records
+which triggers each text holds (:func:`markers`), so that a rescore digests
+such a text without reading it.  This module is stdlib only and every function in
 it is pure (the caches only remember answers).
 
 The layout-conversion count (:func:`count_convert_layouts`) says what *kind* of
@@ -37,7 +41,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional, Union
+from typing import Callable, Iterable, Optional, Tuple, Union
 
 __all__ = [
     "Rule",
@@ -53,6 +57,8 @@ __all__ = [
     "strip_rlc_annotations",
     "strip_rlc_annotations_raw",
     "keep_raw",
+    "markers",
+    "TRIGGERS",
     "strip_locations",
     "normalize_v1",
     "normalize_v2",
@@ -577,22 +583,51 @@ class Rule:
     # giving the normalized text's encoding, raw itself when unchanged, or
     # None: no shortcut for this text, use normalize (see raw_digest).
     normalize_raw: Optional[Callable[[bytes], Optional[bytes]]] = None
+    # ASCII substrings a text must hold for the rule to change it: () for a
+    # rule that changes nothing, None where any text may change.
+    triggers: Optional[Tuple[str, ...]] = None
+
+    def leaves(self, data: Union[str, bytes]) -> bool:
+        """Whether the rule leaves data (a text, or the bytes it decodes from)
+        as it is because it holds none of the triggers. Asked before every
+        normalization, so that this is true by construction."""
+        if self.triggers is None:
+            return False
+        if isinstance(data, str):
+            return not any(t in data for t in self.triggers)
+        return not any(t.encode("ascii") in data for t in self.triggers)
+
+    def normalized(self, text: str) -> str:
+        """normalize(text), or text itself where the rule leaves it."""
+        return text if self.leaves(text) else self.normalize(text)
 
 
 RULES: dict = {
     r.name: r
     for r in (
         Rule("v1", normalize_v1, True,
-             "raw .ttgir texts plus the raw bytes of index.tsv", keep_raw),
+             "raw .ttgir texts plus the raw bytes of index.tsv", keep_raw, ()),
         Rule("v2", normalize_v2, False,
-             "raw .ttgir texts", keep_raw),
+             "raw .ttgir texts", keep_raw, ()),
         Rule("v3", normalize_v3, False,
-             ".ttgir texts without the switch's ttg.rlc-* annotations", strip_rlc_annotations_raw),
+             ".ttgir texts without the switch's ttg.rlc-* annotations", strip_rlc_annotations_raw,
+             (_RLC_PREFIX,)),
         Rule("v4", normalize_v4, False,
              ".ttgir texts without ttg.rlc-* annotations and without loc() location information",
-             normalize_v4_raw),
+             normalize_v4_raw, (_RLC_PREFIX, "loc(")),
     )
 }
+
+# Every rule's triggers: which of them a text holds is stored with it.
+TRIGGERS = tuple(sorted({t for r in RULES.values() for t in r.triggers or ()}))
+assert all(t.isascii() and '"' not in t and "'" not in t for t in TRIGGERS)  # used as JSON keys in SQL
+
+
+def markers(raw: bytes) -> str:
+    """Which TRIGGERS the bytes of a text hold, as the JSON object the store
+    keeps (blobs.markers): {"loc(": 1, "ttg.rlc-": 0}. An ASCII trigger is
+    in the bytes exactly where it is in the text they decode to."""
+    return json.dumps({t: int(t.encode("ascii") in raw) for t in TRIGGERS}, separators=(",", ":"))
 
 DEFAULT_RULE = "v3"
 
@@ -624,8 +659,8 @@ def digest(data: Union[bytes, str]) -> str:
 
 
 def text_digest(rule: RuleLike, text: str) -> str:
-    """digest(rule.normalize(text)): the per-text part of a fingerprint."""
-    return digest(get_rule(rule).normalize(text))
+    """digest(rule.normalized(text)): the per-text part of a fingerprint."""
+    return digest(get_rule(rule).normalized(text))
 
 
 def raw_digest(rule: RuleLike, raw: bytes, raw_hash: str) -> str:
@@ -634,6 +669,8 @@ def raw_digest(rule: RuleLike, raw: bytes, raw_hash: str) -> str:
     normalize_raw skips the decode and encode where it can, and a text the
     rule leaves as it was is not hashed again."""
     r = get_rule(rule)
+    if r.leaves(raw):
+        return raw_hash
     out = r.normalize_raw(raw) if r.normalize_raw is not None else None
     if out is not None:
         return raw_hash if out is raw else hashlib.sha256(out).hexdigest()
