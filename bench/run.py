@@ -8,10 +8,12 @@ cell, the same IR in every round, plus the screening root it was planned
 from), measures each figure several times with the two sides of each ratio
 taken in the same iteration, prints one table of medians and ratios, and
 writes it to bench/results.json. The scale-4 corpus is generated only for
-the peak-memory figure; every corpus is deleted at the end (--keep keeps
-them). Timings are wall-clock: whole commands as a user runs them
-(subprocesses) where start-up is a fair part, library calls where start-up
-would hide the work; the `how` column says which.
+the peak-memory figure (under /dev/shm where it has room: only memory is
+measured on it); every corpus is deleted at the end (--keep keeps them).
+Timings are wall-clock: whole commands as a user runs them (subprocesses)
+where start-up is a fair part, library calls where start-up would hide the
+work; the `how` column says which. A figure under a second (re-ingest,
+rescore, ab query) is, in each iteration, the median of --samples calls.
 """
 
 import argparse
@@ -21,6 +23,7 @@ import json
 import os
 import platform
 import sqlite3
+import shutil
 import statistics
 import subprocess
 import sys
@@ -190,6 +193,21 @@ def store_rescore(db_path: Path, rule: str):
     return seconds, computed, dict(rows)
 
 
+def median_of(samples: int, measure, *args) -> float:
+    """The median of samples calls of measure(*args), each giving seconds. A
+    figure under a second is taken this way: one call is at the mercy of
+    another tenant's burst, which a run of several seconds averages out."""
+    return statistics.median(measure(*args) for _ in range(samples))
+
+
+def reingest(runs: Path, db_path: Path, cells: int) -> float:
+    """Store.ingest(RUNS) of the unchanged tree, on a new connection."""
+    with Store(db_path) as store:
+        seconds, summary = timed(store.ingest, runs)
+    assert summary["cells_unchanged"] == cells, summary
+    return seconds
+
+
 def store_ab(db_path: Path, use_cli: bool):
     """The campaign's A/B ranges as `zlstore ab CAMPAIGN --json` prints them:
     the library call that builds that text, and the command when it exists."""
@@ -231,18 +249,37 @@ def generate(dest: Path, scale: float) -> dict:
     return manifest
 
 
+SHM = Path("/dev/shm")
+
+
+def memory_work_dir(args, work: Path) -> Path:
+    """Where the scale-4 corpus goes. Only its ingest's peak RSS is measured,
+    which a file system in memory does not change (file pages are not a
+    process's RSS), so it goes to /dev/shm where that has room: writing and
+    deleting 2.6 GB there does not queue on the disk that the timed figures
+    read from, nor make a run over its ten minutes when that disk is slow."""
+    if args.memory_work:
+        return Path(args.memory_work)
+    needed = 4e9 * args.scale
+    if not args.work and SHM.is_dir() and shutil.disk_usage(SHM).free > needed:
+        return Path(tempfile.mkdtemp(prefix="zlstore-bench-", dir=SHM))
+    return work
+
+
 def suite(args) -> dict:
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="zlstore-bench-", dir="/tmp"))
     work.mkdir(parents=True, exist_ok=True)
+    work4 = memory_work_dir(args, work)
+    work4.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     log = lambda *a: print(f"[{time.perf_counter() - started:6.1f}s]", *a, file=sys.stderr, flush=True)
     runs = work / "runs"
-    results = {"work": str(work)}
+    results = {"work": str(work), "memory_work": str(work4)}
     try:
-        runs4 = work / "runs4"
+        runs4 = work4 / "runs4"
         memory = not args.skip_memory
         log(f"generating the scale-{args.scale:g} corpus in {runs}"
-            + (f" and, alongside, the scale-{4 * args.scale:g} one for peak memory" if memory else ""))
+            + (f" and, alongside, the scale-{4 * args.scale:g} one for peak memory in {runs4}" if memory else ""))
         with concurrent.futures.ThreadPoolExecutor(2) as both:  # two generator processes, nothing timed meanwhile
             later4 = both.submit(timed, generate, runs4, 4 * args.scale) if memory else None
             seconds, manifest = timed(generate, runs, args.scale)
@@ -274,18 +311,16 @@ def suite(args) -> dict:
                     m["ingest"].append(r["seconds"])
                     m["ingest_cpu"].append(r["cpu"])
                     m["ingest_rss"].append(r["maxrss_kb"])
-            with Store(db_path) as store:
-                seconds, summary = timed(store.ingest, runs)
-            assert summary["cells_unchanged"] == manifest["cells"], summary
-            m["reingest"].append(seconds)
+            m["reingest"].append(median_of(args.samples, reingest, runs, db_path, manifest["cells"]))
             if i == 0:  # the whole command once, for the record (start-up included)
                 m["reingest_cmd"].append(run_ingest_command(runs, db_path)["seconds"])
             log(f"round {i + 1}: floor {m['floor'][-1]:.1f} s, ingest {m['ingest'][-1]:.1f} s, "
                 f"re-ingest {m['reingest'][-1]:.2f} s")
 
-            seconds, computed, stored = store_rescore(db_path, args.rule)
-            assert computed == manifest["cells"]
-            m["rescore"].append(seconds)
+            samples = [store_rescore(db_path, args.rule) for _ in range(args.samples)]
+            assert all(computed == manifest["cells"] for _, computed, _ in samples)
+            stored = samples[-1][2]
+            m["rescore"].append(statistics.median(seconds for seconds, _, _ in samples))
             if i < args.harness_repeat:
                 h_seconds, h = timed(harness.rescore, str(runs), args.rule)
                 assert h["fingerprints"] == stored, "the harness and the store disagree"
@@ -298,7 +333,8 @@ def suite(args) -> dict:
                 m["harness_rescore_extra"] = [h_seconds]
                 m["ingest_for_extra"] = [m["ingest"][-1]]
             seconds, n_rows, command = store_ab(db_path, use_cli and i == 0)
-            m["ab_library"].append(seconds)
+            m["ab_library"].append(statistics.median(
+                [seconds] + [store_ab(db_path, False)[0] for _ in range(args.samples - 1)]))
             if command:
                 m["ab_command"].append(command["seconds"])
             h_seconds, h_rows = timed(harness.ab_summary, str(runs / CAMPAIGN))
@@ -320,7 +356,7 @@ def suite(args) -> dict:
         if memory:
             log(f"scale {4 * args.scale:g}: {manifest4['cells']} cells, {manifest4['tree_bytes'] / 1e6:.0f} MB "
                 f"(generated in {seconds4:.0f} s)")
-            db4 = work / "store4.db"
+            db4 = work4 / "store4.db"
             remove_db(db4)
             r4 = run_ingest_command(runs4, db4, sample_memory=True)
             log(f"scale-{4 * args.scale:g} ingest {r4['seconds']:.1f} s, peak RSS {r4['maxrss_kb'] / 1024:.0f} MB "
@@ -333,7 +369,7 @@ def suite(args) -> dict:
         if not args.keep:  # rm, two at once: unlinking is most of it on this disk
             for rm in [subprocess.Popen(["rm", "-rf", "--", str(d)]) for d in (runs4, runs)]:
                 rm.wait()
-            subprocess.run(["rm", "-rf", "--", str(work)])
+            subprocess.run(["rm", "-rf", "--", *{str(work), str(work4)}])
     results["suite_seconds"] = time.perf_counter() - started
     return results
 
@@ -361,13 +397,14 @@ def table(results: dict, args) -> dict:
     row("ingest", "zlstore ingest RUNS --db DB (new db): " + cmd, med["ingest"], "s", n=len(m["ingest"]))
     r = ratios("ingest", "floor")
     row("ingest / floor", "per-iteration ratio, median", r, "x", "<= 2.0", r <= 2.0)
-    row("re-ingest", "Store.ingest(RUNS), unchanged tree: " + lib, med["reingest"], "s", n=len(m["reingest"]))
+    short = f", each iteration the median of {args.samples} calls"
+    row("re-ingest", "Store.ingest(RUNS), unchanged tree: " + lib + short, med["reingest"], "s", n=len(m["reingest"]))
     row("re-ingest (command)", "zlstore ingest RUNS again: " + cmd + ", start-up included, first iteration",
         med["reingest_cmd"], "s")
     r = ratios("reingest", "ingest")
     row("re-ingest / ingest", "library re-ingest / ingest command, per iteration", r, "x", "<= 0.03", r <= 0.03)
     row("rescore", f"Store.compute_fingerprints('{args.rule}') after deleting its fingerprints and "
-        f"IR digests: " + lib, med["rescore"], "s", n=len(m["rescore"]))
+        f"IR digests: " + lib + short, med["rescore"], "s", n=len(m["rescore"]))
     r = ratios("rescore", "ingest")
     row("rescore / ingest", "per iteration", r, "x", "<= 0.05", r <= 0.05)
     row("harness rescore", f"re-read + normalize + hash every .ttgir under {args.rule} (bench/harness.py): " + lib,
@@ -385,7 +422,7 @@ def table(results: dict, args) -> dict:
     row("harness A/B summary", "re-read every campaign run.log, pair in Python (bench/harness.py): " + lib,
         med["harness_ab"], "s", n=len(m["harness_ab"]))
     row("ab query", f"judge.ab_ranges_json(store, '{CAMPAIGN}'), the text `zlstore ab --json` prints "
-        "(ab_ranges, as JSON built by SQLite): " + lib,
+        "(ab_ranges, as JSON built by SQLite): " + lib + short,
         med["ab_library"], "s", n=len(m["ab_library"]))
     if m["ab_command"]:
         row("ab command", f"zlstore ab {CAMPAIGN} --json: " + cmd + ", first iteration", med["ab_command"], "s")
@@ -449,10 +486,16 @@ def main(argv=None) -> int:
     ap.add_argument("--scale", type=float, default=1.0, help="corpus size (1: 5,760 campaign cells)")
     ap.add_argument("--repeat", type=int, default=3, help="iterations of each scale-1 measurement")
     ap.add_argument("--harness-repeat", type=int, default=3, help="iterations of the (slow) harness rescore")
+    ap.add_argument("--samples", type=int, default=3,
+                    help="calls per iteration of each figure under a second (re-ingest, rescore, ab query): "
+                         "the iteration's value is their median")
     ap.add_argument("--rule", default="v3", help="the rule the store is made to lack for the rescore figures "
                     "(default v3, the current rule: what the harness's RESCORE re-judged against)")
     ap.add_argument("--extra-rule", default="", help="also measure this rule once (e.g. v4), as a supplement")
     ap.add_argument("--work", default=None, help="work directory (default: a new one under /tmp)")
+    ap.add_argument("--memory-work", default=None,
+                    help="work directory of the scale-4 corpus (default: a new one under /dev/shm where it has "
+                         "room, else the work directory)")
     ap.add_argument("--keep", action="store_true", help="keep the corpora and databases")
     ap.add_argument("--skip-memory", action="store_true", help="no scale-4 corpus / peak memory figure")
     ap.add_argument("--skip-concurrency", action="store_true")
