@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 from click.testing import CliRunner
 
-from zlstore import Store, db, judge
+from zlstore import Store, db, judge, layout
 from zlstore.ingest import ingest_rules
 from zlstore.cli import cli
 
@@ -295,3 +295,24 @@ def test_record_refuses_unfinished_cell(store, tmp_path):
     summary = store.record(running)
     assert summary["cells_unfinished"] == 1 and summary["cells_added"] == 0
     assert count(store, "SELECT count(*) FROM cells") == 0
+
+
+@pytest.mark.parametrize("header, lines", [
+    ("op\tdtype\tverdict", ["topk\tfloat16\tIR_CHANGED", "sort\t\tNO_IR_DIFF", "short\tint8", "long\ta\tb\tc", "  x \t y \t z "]),
+    ("op\tdtype\top", ["a\tb\tc", "d\te"]),  # a column named twice: the later one counts, where it is there
+])
+def test_tsv_rows_read_as_dict_zip_gives_them(tmp_path, header, lines):
+    """A TSV row is dict(zip(header, values)) in every respect the store uses
+    (get, [], items, equality), whatever a line's count of fields."""
+    path = tmp_path / "screen.tsv"
+    path.write_text("\n".join([header, *lines, ""]))
+    problems = []
+    rows = layout.read_tsv(path, problems)
+    names = [h.strip() for h in header.split("\t")]
+    expected = [dict(zip(names, [v.strip() for v in line.split("\t")])) for line in lines]
+    assert [line for line, _ in rows] == list(range(2, 2 + len(lines)))
+    for row, want in zip((row for _, row in rows), expected):
+        assert dict(row) == want and list(row.items()) == list(want.items()) and len(row) == len(want)
+        assert all(row.get(name) == want.get(name) for name in [*names, "absent"])
+        assert row == want
+    assert len(problems) == sum(len(line.split("\t")) != len(names) for line in lines)

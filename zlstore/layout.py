@@ -4,6 +4,7 @@ A value comes from the cell's own cell.env, then its path, then the root's
 env file, then the root's screen.tsv row (or a campaign's partition.tsv row);
 a value none of them gives stays unknown, and every value records its source."""
 
+import collections.abc
 import errno
 import hashlib
 import json
@@ -13,7 +14,7 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from . import caliber, judge
 
@@ -114,8 +115,9 @@ def _parse_env(data: bytes, path, problems: List[Problem]) -> Dict[str, str]:
     return env
 
 
-def read_tsv(path: Path, problems: List[Problem]) -> Optional[List[Tuple[int, Dict[str, str]]]]:
-    """A harness TSV with a header row, columns matched by name: (line, row) pairs."""
+def read_tsv(path: Path, problems: List[Problem]) -> Optional[List[Tuple[int, Mapping[str, str]]]]:
+    """A harness TSV with a header row, columns matched by name: (line, row)
+    pairs, each row what dict(zip(header, values)) gives (a TsvRow)."""
     try:
         text = path.read_bytes().decode("utf-8", "replace")
     except FileNotFoundError:
@@ -124,6 +126,8 @@ def read_tsv(path: Path, problems: List[Problem]) -> Optional[List[Tuple[int, Di
     if not lines:
         return []
     header = [h.strip() for h in lines[0].split("\t")]
+    columns = {name: at for at, name in enumerate(header)}
+    seen: Dict[str, str] = {}
     rows = []
     for number, raw in enumerate(lines[1:], 2):
         if not raw.strip():
@@ -133,8 +137,40 @@ def read_tsv(path: Path, problems: List[Problem]) -> Optional[List[Tuple[int, Di
             problems.append(
                 Problem(str(path), number, f"{len(values)} fields where the header has {len(header)}")
             )
-        rows.append((number, dict(zip(header, values))))
+        if len(columns) < len(header):  # a column named twice: as dict(zip()) has it
+            rows.append((number, dict(zip(header, values))))
+        else:
+            rows.append((number, TsvRow(columns, tuple(seen.setdefault(v, v) for v in values[:len(header)]))))
     return rows
+
+
+class TsvRow(collections.abc.Mapping):
+    """A TSV row as a read-only mapping, column name -> value, in a fraction
+    of a dict's memory: the rows of a file share their column positions and
+    equal values. A campaign's screen.tsv and partition.tsv are read whole by
+    every process of an ingest, and grow with the campaign."""
+
+    __slots__ = ("_columns", "_values")
+
+    def __init__(self, columns: Dict[str, int], values: tuple):
+        self._columns = columns  # name -> position, in the header's order
+        self._values = values    # a row with fewer values than the header lacks the rest
+
+    def __getitem__(self, name: str) -> str:
+        at = self._columns[name]
+        if at >= len(self._values):
+            raise KeyError(name)
+        return self._values[at]
+
+    def __iter__(self) -> Iterator[str]:
+        n = len(self._values)
+        return (name for name, at in self._columns.items() if at < n)
+
+    def __len__(self) -> int:
+        return min(len(self._values), len(self._columns))
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
 
 
 def split_screen_name(name: str) -> Optional[Tuple[str, str, str]]:
@@ -366,9 +402,9 @@ class Root:
     kind: str
     env_file: Optional[str] = None
     env: Dict[str, str] = field(default_factory=dict)
-    screen: List[Tuple[int, Dict[str, str]]] = field(default_factory=list)
-    screen_orig: List[Tuple[int, Dict[str, str]]] = field(default_factory=list)
-    partition: List[Tuple[int, Dict[str, str]]] = field(default_factory=list)
+    screen: List[Tuple[int, Mapping[str, str]]] = field(default_factory=list)
+    screen_orig: List[Tuple[int, Mapping[str, str]]] = field(default_factory=list)
+    partition: List[Tuple[int, Mapping[str, str]]] = field(default_factory=list)
     files_sig: str = ""
     problems: List[Problem] = field(default_factory=list)
 
@@ -379,12 +415,12 @@ class Root:
     def caliber(self) -> Dict[str, str]:
         return caliber.from_env(self.env)
 
-    def screen_row(self, op: Optional[str], dtype: Optional[str]) -> Optional[Dict[str, str]]:
+    def screen_row(self, op: Optional[str], dtype: Optional[str]) -> Optional[Mapping[str, str]]:
         """The screen.tsv row for (op, dtype); with the dtype unknown, only
         when the root has exactly one row for the op."""
         return _row_for(self._rows_of(self.screen, op), op, dtype)
 
-    def partition_row(self, op: Optional[str], dtype: Optional[str]) -> Optional[Dict[str, str]]:
+    def partition_row(self, op: Optional[str], dtype: Optional[str]) -> Optional[Mapping[str, str]]:
         return _row_for(self._rows_of(self.partition, op), op, dtype)
 
     def _rows_of(self, rows, op):
