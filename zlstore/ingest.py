@@ -228,7 +228,7 @@ class ParsedCell:
     # the cells row.
     measurements: Optional[List[tuple]] = None
     fingerprints: Optional[tuple] = None
-    packed: Dict[str, Tuple[int, bytes, str]] = field(default_factory=dict)  # ir_hash -> (size, zlib data, markers)
+    packed: Dict[str, Tuple[int, bytes, Optional[str]]] = field(default_factory=dict)  # ir_hash -> _packed(its text)
     columns: Optional[tuple] = None  # cell_columns()
 
     def __reduce__(self):
@@ -284,6 +284,12 @@ PARALLEL_MIN_CELLS = 64
 ZLIB_LEVEL = 2  # IR is stored once; level 2 is within 15% of 6's size at a third of its time
 PREPARE_CHUNK = 16
 BATCH_SECONDS = 2.0  # a whole-tree ingest commits its cells this often
+
+
+def _packed(raw: bytes, kind: str) -> Tuple[int, bytes, Optional[str]]:
+    """A blob as stored: its size, its zlib data, and for a .ttgir the
+    fingerprint-rule triggers it holds (ttgir.markers)."""
+    return len(raw), zlib.compress(raw, ZLIB_LEVEL), ttgir.markers(raw) if kind == "ttgir" else None
 
 
 def _worker_count(cells: int) -> int:
@@ -492,7 +498,7 @@ class Ingester:
         self.kernel_meta: Dict[str, tuple] = {}  # a kernel .json's sha256 -> (num_warps, num_stages)
         self.layout_counts: Dict[str, int] = {}
         self.run_id: Optional[int] = None
-        self.packed: Dict[str, Tuple[int, bytes, str]] = {}  # from workers, until stored
+        self.packed: Dict[str, Tuple[int, bytes, Optional[str]]] = {}  # from workers, until stored
         self.digested: set = set()                      # texts whose digests this run stored
         self.pending_digested: set = set()
         self.sent: set = set()                          # in a worker: texts packed already
@@ -626,7 +632,7 @@ class Ingester:
         for ir_hash, (raw, _) in parsed.texts.items():
             if ir_hash not in self.sent:
                 self.sent.add(ir_hash)
-                parsed.packed[ir_hash] = (len(raw), zlib.compress(raw, ZLIB_LEVEL), ttgir.markers(raw))
+                parsed.packed[ir_hash] = _packed(raw, "ttgir")
         parsed.stored_rows()
         return parsed  # pickled by ParsedCell.__reduce__: only what the writer needs
 
@@ -959,13 +965,9 @@ class Ingester:
         return fingerprints, digests
 
     def _insert_blob(self, digest: str, kind: str, raw: Optional[bytes],
-                     packed: Optional[Tuple[int, bytes, str]] = None):
-        """raw bytes, or (size, zlib data, markers) a worker made of them."""
-        if raw is None:
-            size, data, markers = packed
-        else:
-            size, data = len(raw), zlib.compress(raw, ZLIB_LEVEL)
-            markers = ttgir.markers(raw) if kind == "ttgir" else None
+                     packed: Optional[Tuple[int, bytes, Optional[str]]] = None):
+        """raw bytes, or what a worker made of them (_packed)."""
+        size, data, markers = packed if raw is None else _packed(raw, kind)
         self.conn.execute(
             "INSERT OR IGNORE INTO blobs (hash, kind, size, data, markers) VALUES (?, ?, ?, ?, ?)",
             (digest, kind, size, data, markers),
