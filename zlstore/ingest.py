@@ -432,7 +432,7 @@ class _KnownBlobs(set):
 
 def ingest_rules(conn: sqlite3.Connection) -> tuple:
     """The rules an ingest fingerprints cells under: the current rule, every
-    rule the store already holds, and the rules that keep raw texts. Any
+    rule the store already holds, and the rules that change no text. Any
     other rule is computed from the stored IR when it is first asked for
     (Store.compute_fingerprints), so a costly rule nobody uses (v4 strips
     every location) is not paid for on every ingest."""
@@ -440,7 +440,7 @@ def ingest_rules(conn: sqlite3.Connection) -> tuple:
     row = conn.execute("SELECT value FROM settings WHERE key = 'current_rule'").fetchone()
     held.add(row[0] if row else ttgir.DEFAULT_RULE)
     return tuple(rule for name, rule in ttgir.RULES.items()
-                 if name in held or rule.normalize_raw is ttgir.keep_raw)
+                 if name in held or rule.triggers == ())
 
 
 class _Batch:
