@@ -393,8 +393,8 @@ class _KnownCells(dict):
         whole tree asks once, not once per cell."""
         for top in map(str, tops):
             for path, *row in self.conn.execute(
-                "SELECT path, id, stat_sig, content_sig FROM cells WHERE path = ? OR (path > ? AND path < ?)",
-                (top, top + "/", top + "0"),
+                f"SELECT path, id, stat_sig, content_sig FROM cells WHERE {unchanged.AT_OR_UNDER}",
+                unchanged.at_or_under(top),
             ):
                 self[path] = tuple(row)
         self.complete = True

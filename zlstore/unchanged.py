@@ -178,7 +178,7 @@ class Listings:
         st = self._taken[1]
         before = self.stored.get(directory)
         if before is not None:
-            prefix = directory if directory.endswith("/") else directory + "/"
+            prefix = _under(directory)[0]
             self.gone.extend(prefix + name for name in set(_names(before[3])).difference(subdirs))
         if max(st.st_mtime_ns, st.st_ctime_ns) <= time.time_ns() - RACY_NS:  # else too young to trust
             self.new.append((directory, st.st_ino, st.st_mtime_ns, st.st_ctime_ns,
@@ -198,9 +198,8 @@ def _names(joined: str) -> List[str]:
 
 def stored_listings(conn, top: str) -> Dict[str, tuple]:
     """The walked_dirs rows of top and of every directory under it."""
-    under, above = _under(top)
     rows = conn.execute("SELECT path, ino, mtime_ns, ctime_ns, subdirs, root_files FROM walked_dirs "
-                        "WHERE path = ? OR (path > ? AND path < ?)", (top, under, above))
+                        f"WHERE {AT_OR_UNDER}", at_or_under(top))
     return {row[0]: row[1:] for row in rows}
 
 
@@ -208,9 +207,7 @@ def save_listings(conn, new: list, gone: list):
     """Store a walk's new listings; forget what was kept of directories gone."""
     with write_transaction(conn):
         for directory in gone:
-            under, above = _under(directory)
-            conn.execute("DELETE FROM walked_dirs WHERE path = ? OR (path > ? AND path < ?)",
-                         (directory, under, above))
+            conn.execute(f"DELETE FROM walked_dirs WHERE {AT_OR_UNDER}", at_or_under(directory))
         conn.executemany("INSERT OR REPLACE INTO walked_dirs (path, ino, mtime_ns, ctime_ns, subdirs, root_files) "
                          "VALUES (?, ?, ?, ?, ?, ?)", new)
 
@@ -221,9 +218,7 @@ def sort_out(conn, top: str, processes: Callable[[int], int] = lambda cells: 1) 
     processes take a share each of the tree (a range of paths): this one the
     first, forked children the others. A stat() costs microseconds of system
     time, and a cell needs a dozen."""
-    low, high = _under(top)
-    stored = conn.execute("SELECT count(*) FROM cells WHERE path = ? OR (path > ? AND path < ?)",
-                          (top, low, high)).fetchone()[0]
+    stored = conn.execute(f"SELECT count(*) FROM cells WHERE {AT_OR_UNDER}", at_or_under(top)).fetchone()[0]
     database = _database_file(conn)
     parts = max(1, processes(stored)) if stored >= SPLIT_MIN_CELLS and database else 1
     if parts == 1:
@@ -253,6 +248,14 @@ def _under(top: str) -> Tuple[str, str]:
     return prefix, prefix[:-1] + "0"  # '0' follows '/'
 
 
+# A path column's test for top and every path under it, given at_or_under(top).
+AT_OR_UNDER = "(path = ? OR (path > ? AND path < ?))"
+
+
+def at_or_under(top: str) -> Tuple[str, str, str]:
+    return (top, *_under(top))
+
+
 def _database_file(conn) -> str:
     """The main database's file, '' for one in memory."""
     return next((row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"), "")
@@ -279,8 +282,7 @@ def stored_cells(conn, top: str, low: Optional[str] = None, high: Optional[str] 
     """path -> stat_sig of every cell under top (and in [low, high)) with a
     signature this module checks: one query (on the cells_stat_sig index),
     not one per cell."""
-    under, above = _under(top)
-    where, args = "(path = ? OR (path > ? AND path < ?))", [top, under, above]
+    where, args = AT_OR_UNDER, list(at_or_under(top))
     for bound, test in ((low, ">="), (high, "<")):
         if bound is not None:
             where += f" AND path {test} ?"
