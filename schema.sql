@@ -299,7 +299,8 @@ CREATE INDEX IF NOT EXISTS ab_slot_rows_key ON ab_slot_rows(root_id, op, dtype, 
 
 -- One row per (root, row op, dtype, shape, caliber) of a repeat run or
 -- campaign with at least one pair, and one with caliber_id NULL for a key
--- that has rows but no pair (see the view ab_ranges).
+-- that has rows but no pair, with the statistics of its finding (see the
+-- view ab_ranges).
 CREATE TABLE IF NOT EXISTS ab_range_rows (
     root_id INTEGER NOT NULL,
     op TEXT,
@@ -315,8 +316,16 @@ CREATE TABLE IF NOT EXISTS ab_range_rows (
     cards INTEGER NOT NULL,
     rejected INTEGER NOT NULL,
     rejected_reasons TEXT,
-    json_head TEXT,                     -- the row as ab_ranges' JSON, but for the two
-    json_tail TEXT                      -- floor columns between them (`zlstore ab --json`)
+    log_mean REAL,                      -- mean of ln(ratio) over the paired rounds
+    log_sd REAL,                        -- their sample standard deviation (2 rounds on)
+    effect REAL,                        -- exp(log_mean): the geometric mean ratio
+    ci_low REAL,                        -- the 95% interval of the effect (MIN_ROUNDS on)
+    ci_high REAL,
+    p_value REAL,                       -- t-test of log_mean = 0 (zlstore/stats.py)
+    q_value REAL,                       -- Benjamini-Hochberg over the root's tested ranges
+    json_head TEXT,                     -- the row as ab_ranges' JSON, in three fragments
+    json_mid TEXT,                      -- between the members the view judges on each read
+    json_tail TEXT                      -- (`zlstore ab --json`)
 );
 CREATE INDEX IF NOT EXISTS ab_range_rows_key ON ab_range_rows(root_id, op, dtype, shape, caliber_id);
 
@@ -473,6 +482,34 @@ VALUES [[verdicts: ({position}, {name}, {when}, {licenses}, {range_label})]];
 CREATE VIEW rejection_reasons (position, reason, meaning) AS
 VALUES [[reasons: ({position}, {name}, {meaning})]];
 
+-- What a repeat run's or campaign's range says about the switch, in the
+-- order they are shown (findings first); the conditions never overlap
+-- (ab_ranges decides them). From judge.FINDINGS.
+CREATE VIEW finding_kinds (position, finding, decided_when, licenses) AS
+VALUES [[findings: ({position}, {name}, {when}, {licenses})]];
+
+-- The fingerprint rules, from the one that keeps the most to the one that
+-- leaves the most out (zlstore/ttgir.py): what each leaves out of a
+-- fingerprint, and the hint a verdict under it carries where the strictest
+-- rule finds no difference.
+CREATE VIEW fingerprint_rules (position, rule, description, ignores, strictest_hint) AS
+VALUES [[rules: ({position}, {name}, {description}, {ignores}, {hint})]];
+
+-- The one row of settings that judging reads: the current fingerprint rule,
+-- the strictest rule, and a finding's thresholds (q_max: the false-discovery
+-- rate a finding is held to; min_effect: the smallest change worth calling
+-- faster or slower, as a fraction; min_rounds: fewer paired rounds get no
+-- test). `zlstore rule` and the settings table change the first three.
+CREATE VIEW judging_settings AS
+SELECT
+    coalesce((SELECT value FROM settings WHERE key = 'current_rule'), [[setting current_rule]]) AS current_rule,
+    [[strictest_rule]] AS strictest_rule,
+    coalesce((SELECT CAST(value AS REAL) FROM settings WHERE key = 'q_max'),
+             CAST([[setting q_max]] AS REAL)) AS q_max,
+    coalesce((SELECT CAST(value AS REAL) FROM settings WHERE key = 'min_effect'),
+             CAST([[setting min_effect]] AS REAL)) AS min_effect,
+    [[min_rounds]] AS min_rounds;
+
 -- One row per measured row identity in a round, both sides side by side.
 -- A round is the before and after cell of one cell op and dtype in one
 -- round on one card of one root (and one campaign repeat directory); a row
@@ -618,7 +655,7 @@ LEFT JOIN calibers ca ON ca.id = s.after_caliber_id
 WHERE s.reason IS NOT NULL;
 
 -- One row per (root, op, dtype) screening pair under every fingerprint rule
--- the store holds (so rules can be compared in SQL); `verdicts` is this
+-- (fingerprint_rules; so rules can be compared in SQL); `verdicts` is this
 -- under the current rule. verdict: the first that applies of verdict_kinds
 -- (TRUNCATED: either rc 124/137; NO_ROWS: a side missing or without a
 -- counted row; NO_TRITON: neither side compiled a .ttgir; IR_CHANGED /
@@ -626,8 +663,11 @@ WHERE s.reason IS NOT NULL;
 -- only when a fingerprint under the rule was never computed, see `note`).
 -- What it licenses is in `licenses`. The speedup range (n_rows, min,
 -- median, max over the pair's paired rows) is given only where range_label
--- is: 'result' for IR_CHANGED, 'noise floor' (not a result) for
--- NO_IR_DIFF; TRUNCATED, NO_ROWS and NO_TRITON have no range.
+-- is: 'indicative (one round)' for IR_CHANGED (one round per shape is never
+-- a result: measure it with repeated rounds), 'noise floor' (not a result)
+-- for NO_IR_DIFF; TRUNCATED, NO_ROWS and NO_TRITON have no range. hint: an
+-- IR_CHANGED pair whose fingerprints are equal under the strictest rule
+-- (judging_settings) says what alone differs, e.g. source locations.
 -- recorded_verdict / orig_verdict: what the harness wrote in screen.tsv /
 -- screen.tsv.orig (NO_KERNEL read as NO_TRITON). The caliber is the pair's
 -- common caliber (NULL when unknown or when the sides differ; see note).
@@ -657,9 +697,7 @@ pairs AS MATERIALIZED (
     FROM pair_keys k
 ),
 rules AS (
-    SELECT DISTINCT rule FROM fingerprints
-    UNION
-    SELECT value FROM settings WHERE key = 'current_rule'
+    SELECT rule FROM fingerprint_rules
 ),
 judged AS (
     SELECT
@@ -694,13 +732,16 @@ judged AS (
                     THEN '; caliber unknown' ELSE '' END,
             3), '') AS note,
         b.convert_layouts AS cl_before, a.convert_layouts AS cl_after,
-        b.elapsed_s AS elapsed_before, a.elapsed_s AS elapsed_after
+        b.elapsed_s AS elapsed_before, a.elapsed_s AS elapsed_after,
+        sb.fingerprint = sa.fingerprint AS strictest_same
     FROM pairs
     CROSS JOIN rules
     LEFT JOIN cells b ON b.id = pairs.before_cell_id
     LEFT JOIN cells a ON a.id = pairs.after_cell_id
     LEFT JOIN fingerprints fb ON fb.cell_id = pairs.before_cell_id AND fb.rule = rules.rule
     LEFT JOIN fingerprints fa ON fa.cell_id = pairs.after_cell_id AND fa.rule = rules.rule
+    LEFT JOIN fingerprints sb ON sb.cell_id = pairs.before_cell_id AND sb.rule = [[strictest_rule]]
+    LEFT JOIN fingerprints sa ON sa.cell_id = pairs.after_cell_id AND sa.rule = [[strictest_rule]]
 )
 SELECT
     roots.name AS root,
@@ -726,6 +767,8 @@ SELECT
     kinds.range_label,
     CASE WHEN kinds.range_label IS NOT NULL THEN coalesce(ranges.fallback, 0) END AS fallback,
     judged.note,
+    CASE WHEN judged.verdict = [[verdict IR_CHANGED]] AND judged.strictest_same
+         THEN rules.strictest_hint END AS hint,
     kinds.licenses,
     kinds.position AS verdict_position,
     roots.path AS root_path,
@@ -735,6 +778,7 @@ SELECT
     judged.root_id
 FROM judged
 JOIN roots ON roots.id = judged.root_id
+JOIN fingerprint_rules rules ON rules.rule = judged.rule
 LEFT JOIN verdict_kinds kinds ON kinds.verdict = judged.verdict
 LEFT JOIN calibers ON calibers.id = judged.caliber_id
 LEFT JOIN ab_round_ranges ranges
@@ -769,50 +813,182 @@ FROM noise_floor_rows f
 JOIN calibers ON calibers.id = f.caliber_id
 WHERE f.rule = (SELECT value FROM settings WHERE key = 'current_rule');
 
+-- Per screening root: is the switch's axis live? A switch that changes no
+-- IR anywhere still gives a full table of NO_IR_DIFF (the seed: "confirm
+-- the axis is live before reusing either"). pairs, ir_changed and
+-- truncated under the current rule; ir_changed_strictest and
+-- no_ir_diff_strictest under the strictest rule (judging_settings);
+-- unmeasured: pairs with a side missing or without counted rows, or not
+-- judged. axis: 'live' when some pair is IR_CHANGED under the strictest
+-- rule; 'dead' when every pair was measured on both sides, none was
+-- TRUNCATED, at least one is NO_IR_DIFF and none IR_CHANGED under the
+-- strictest rule; 'unknown' otherwise (a TRUNCATED pair may hide the one
+-- that changes).
+CREATE VIEW screen_roots AS
+WITH settings_now AS MATERIALIZED (SELECT current_rule, strictest_rule FROM judging_settings),
+counts AS (
+    SELECT v.root_id,
+           sum(v.rule = s.current_rule) AS pairs,
+           sum(v.rule = s.current_rule AND v.verdict = [[verdict IR_CHANGED]]) AS ir_changed,
+           sum(v.rule = s.current_rule AND v.verdict = [[verdict TRUNCATED]]) AS truncated,
+           sum(v.rule = s.strictest_rule AND v.verdict = [[verdict IR_CHANGED]]) AS ir_changed_strictest,
+           sum(v.rule = s.strictest_rule AND v.verdict = [[verdict NO_IR_DIFF]]) AS no_ir_diff_strictest,
+           sum(v.rule = s.strictest_rule AND (v.verdict IS NULL OR v.verdict NOT IN (
+               [[verdict IR_CHANGED]], [[verdict NO_IR_DIFF]], [[verdict NO_TRITON]]))) AS unmeasured
+    FROM verdicts_by_rule v CROSS JOIN settings_now s
+    WHERE v.rule IN (s.current_rule, s.strictest_rule)
+    GROUP BY v.root_id
+)
+SELECT
+    roots.name AS root,
+    roots.switch,
+    counts.pairs,
+    counts.ir_changed,
+    counts.ir_changed_strictest,
+    counts.no_ir_diff_strictest,
+    counts.truncated,
+    counts.unmeasured,
+    CASE
+        WHEN counts.ir_changed_strictest > 0 THEN 'live'
+        WHEN counts.truncated = 0 AND counts.unmeasured = 0 AND counts.no_ir_diff_strictest > 0 THEN 'dead'
+        ELSE 'unknown'
+    END AS axis,
+    s.current_rule AS rule,
+    s.strictest_rule,
+    roots.path AS root_path,
+    roots.id AS root_id
+FROM counts
+JOIN roots ON roots.id = counts.root_id
+CROSS JOIN settings_now s;
+
 -- Per (root, row op, dtype, shape, caliber) of every repeat run and
--- campaign: the range of the ratio over the paired rounds. Licenses a
--- result where it clears its op's noise floor. A screening root's ranges
--- are in verdicts, labelled by verdict (a TRUNCATED or NO_TRITON pair has
--- none); its rows are in ab_pairs / ab_rejected like any other.
--- `rejected` counts the rows of that (root, op, dtype, shape) that did not
--- pair (ab_rejected), so an incomplete pairing never looks complete; a key
--- with no pair at all is listed with rounds 0.
--- fallback = 1: at least one paired row was timed by the direct fallback.
--- noise_floor: the op's floor under the same caliber (noise_floors);
--- clears_floor = 1 when the whole range lies outside 1 +- floor, 0 when
--- it does not (then it is not a result), NULL when no floor is known.
--- The ranges are kept in ab_range_rows by the writers (zlstore/pairing.py,
--- from ab_slots); the floors are judged here, on every read, under the
--- current rule.
+-- campaign: what its paired rounds say about the switch. A screening
+-- root's ranges are in verdicts (one round: never a result).
+--   effect: the geometric mean of the rounds' ratios (before / after,
+--     above 1: faster with the switch); ci_low .. ci_high its 95% interval;
+--     p_value the two-sided t-test of the mean log ratio against 0 (the
+--     rounds are paired: before and after ran back to back); q_value the
+--     p-value adjusted by Benjamini-Hochberg over every tested range of
+--     the root (zlstore/stats.py and zlstore/pairing.py compute them).
+--   finding (finding_kinds): 'faster' / 'slower' when q_value <= q_max and
+--     the whole interval lies beyond the minimum effect (above 1 +
+--     min_effect, below 1 / (1 + min_effect)); 'no change' when the whole
+--     interval lies within those bounds; 'too few rounds' under
+--     min_rounds; 'inconclusive' otherwise, with to_settle saying what
+--     would settle it (judging_settings holds q_max and min_effect).
+--   min, median, max: the range of the ratio over the paired rounds.
+--   noise_floor: the op's floor under the same caliber (noise_floors),
+--     printed beside the range; clears_floor = 1 when the whole range lies
+--     outside 1 +- floor (NULL when no floor is known, floor_note says
+--     why). It no longer decides the finding: one launch-bound shape sets
+--     an op's floor for all its shapes.
+--   rejected counts the rows of the key that did not pair (ab_rejected),
+--     so an incomplete pairing never looks complete; a key with no pair at
+--     all is listed with rounds 0. fallback = 1: a paired row was timed by
+--     the direct fallback (a different regime).
 CREATE VIEW ab_ranges AS
 SELECT
     j.root, j.op, j.dtype, j.shape, j.rounds,
-    j.min, j.median, j.max, j.fallback, j.fallback_rows,
-    j.rejected, j.rejected_reasons,
-    j.noise_floor,
-    j.clears_floor,
+    j.effect, j.ci_low, j.ci_high, j.p_value, j.q_value, j.finding, j.to_settle,
+    j.min, j.median, j.max,
+    j.noise_floor, j.clears_floor, j.floor_note,
+    j.fallback, j.fallback_rows, j.rejected, j.rejected_reasons,
+    j.log_mean, j.log_sd,
     j.cards, j.root_kind, j.caliber_id,
     [[caliber: calibers.{f}]],
-    j.root_id
+    j.root_id,
+    j.finding_position, j.q_max, j.min_effect
 FROM ab_range_judgements j
 LEFT JOIN calibers ON calibers.id = j.caliber_id;
 
--- ab_ranges' rows with their noise floor judged under the current rule, and
--- the JSON text of the rest of each row, kept with it: `zlstore ab --json`
--- prints a campaign's thousands of ranges without a Python object per value.
+-- ab_ranges' rows judged under the current settings (the finding, what
+-- would settle it, the noise floor beside it), and the JSON text of each
+-- row, joined from the fragments kept with it: `zlstore ab --json` prints
+-- a campaign's thousands of ranges without a Python object per value.
 CREATE VIEW ab_range_judgements AS
 WITH floors AS MATERIALIZED (
     SELECT op, dtype, caliber_id, floor FROM noise_floor_rows
     WHERE rule = (SELECT value FROM settings WHERE key = 'current_rule')
+),
+thresholds AS MATERIALIZED (
+    SELECT q_max, min_effect, min_rounds FROM judging_settings
+),
+judged AS (
+    SELECT
+        r.*,
+        roots.name AS root,
+        roots.kind AS root_kind,
+        t.q_max,
+        t.min_effect,
+        t.min_rounds,
+        CASE
+            WHEN r.q_value <= t.q_max AND r.ci_low > 1 + t.min_effect THEN [[finding faster]]
+            WHEN r.q_value <= t.q_max AND r.ci_high < 1 / (1 + t.min_effect) THEN [[finding slower]]
+            WHEN r.ci_low > 1 / (1 + t.min_effect) AND r.ci_high < 1 + t.min_effect THEN [[finding no change]]
+            WHEN r.rounds < t.min_rounds THEN [[finding too few rounds]]
+            ELSE [[finding inconclusive]]
+        END AS finding,
+        floors.floor AS noise_floor,
+        CASE WHEN floors.floor IS NOT NULL
+             THEN (r.min > 1 + floors.floor OR r.max < 1 - floors.floor) END AS clears_floor
+    FROM ab_range_rows r
+    JOIN roots ON roots.id = r.root_id AND roots.kind <> 'screen'
+    CROSS JOIN thresholds t
+    LEFT JOIN floors
+        ON floors.op IS r.op AND floors.dtype IS r.dtype AND floors.caliber_id = r.caliber_id
+),
+settled AS (
+    SELECT
+        judged.*,
+        kinds.position AS finding_position,
+        -- An inconclusive range needs its interval's half-width, t sd /
+        -- sqrt(n) on the log scale, to shrink below its distance from the
+        -- nearer bound, ln(1 + min_effect): n = (t sd / distance)^2, with
+        -- the t quantile approximated from its normal one (1.96 + 2.37 / df
+        -- + 2.82 / df^2; within 4% from 3 degrees of freedom). A lower
+        -- bound: q_value must also pass. More than 30 rounds is not a
+        -- plan: the card is too noisy for an effect this close to the bound.
+        CASE judged.finding
+            WHEN [[finding too few rounds]]
+                THEN 'at least ' || judged.min_rounds || ' paired rounds (' || judged.rounds || ' so far)'
+            WHEN [[finding inconclusive]] THEN (
+                SELECT CASE
+                    WHEN needed IS NULL OR needed > 30
+                        THEN 'a quieter card: a round varies by about '
+                             || printf('%.1f%%', 100 * (exp(judged.log_sd) - 1))
+                    ELSE 'more rounds: at least ' || max(needed, judged.rounds + 1) || ' in all'
+                END
+                FROM (SELECT CAST(ceil(
+                          ((1.96 + 2.37 / df + 2.82 / (df * df)) * spread) * ((1.96 + 2.37 / df + 2.82 / (df * df)) * spread))
+                        AS INTEGER) AS needed
+                      FROM (SELECT spread, max(2.0, (1.96 * spread) * (1.96 * spread) - 1) AS df
+                            FROM (SELECT judged.log_sd
+                                         / nullif(abs(abs(judged.log_mean) - ln(1 + judged.min_effect)), 0) AS spread))))
+        END AS to_settle,
+        CASE WHEN judged.noise_floor IS NULL AND judged.rounds > 0 THEN coalesce((
+            SELECT 'none under this caliber; ' || group_concat(
+                printf('%.4g where ', o.floor) || substr(
+                    [[caliber ||: CASE WHEN oc.{f} IS NOT rc.{f} THEN ', {f}=' || coalesce(oc.{f}, '?') ELSE '' END]],
+                    3), '; ')
+            FROM noise_floor_rows o
+            JOIN calibers oc ON oc.id = o.caliber_id
+            JOIN calibers rc ON rc.id = judged.caliber_id
+            WHERE o.rule = (SELECT value FROM settings WHERE key = 'current_rule')
+              AND o.op IS judged.op AND o.dtype IS judged.dtype
+            HAVING count(*) > 0
+        ), 'none: no NO_IR_DIFF pair screened') END AS floor_note
+    FROM judged
+    LEFT JOIN finding_kinds kinds ON kinds.finding = judged.finding
 )
 SELECT
-    r.*,
-    roots.name AS root,
-    roots.kind AS root_kind,
-    floors.floor AS noise_floor,
-    CASE WHEN floors.floor IS NOT NULL
-         THEN (r.min > 1 + floors.floor OR r.max < 1 - floors.floor) END AS clears_floor
-FROM ab_range_rows r
-JOIN roots ON roots.id = r.root_id AND roots.kind <> 'screen'
-LEFT JOIN floors
-    ON floors.op IS r.op AND floors.dtype IS r.dtype AND floors.caliber_id = r.caliber_id;
+    settled.*,
+    '{' || json_head
+        || ',' || rtrim(ltrim(json_object('q_value', q_value, 'finding', finding, 'to_settle', to_settle), '{'), '}')
+        || ',' || json_mid
+        || ',' || rtrim(ltrim(json_object('noise_floor', noise_floor, 'clears_floor', clears_floor,
+                                          'floor_note', floor_note), '{'), '}')
+        || ',' || json_tail
+        || ',' || rtrim(ltrim(json_object('finding_position', finding_position, 'q_max', q_max,
+                                          'min_effect', min_effect), '{'), '}')
+        || '}' AS json
+FROM settled;

@@ -9,7 +9,7 @@ import sys
 import time
 
 from zlstore import Store
-from zlstore.ingest import ingest_rules
+from zlstore.ingest import cell_rules
 
 from .test_ingest import IR, record, write_cell, write_root_env
 
@@ -69,7 +69,7 @@ def test_kill_9_mid_ingest_leaves_whole_cells(tmp_path):
                   OR n_kernels != (SELECT count(*) FROM kernels k WHERE k.cell_id = cells.id)
                   OR (SELECT count(*) FROM fingerprints f WHERE f.cell_id = cells.id) != ?
                   OR n_rows != 119""",
-            (len(ingest_rules(conn)),),
+            (len(cell_rules(conn, "screen")),),
         ).fetchall()
         assert partial == []
         summary = store.ingest(root)

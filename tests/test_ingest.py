@@ -8,8 +8,8 @@ import sqlite3
 import pytest
 from click.testing import CliRunner
 
-from zlstore import Store, db, judge, layout
-from zlstore.ingest import ingest_rules
+from zlstore import Store, db, judge, layout, ttgir
+from zlstore.ingest import cell_rules
 from zlstore.cli import cli
 
 from .conftest import SAMPLES
@@ -108,7 +108,7 @@ def test_reingest_adds_nothing_and_changed_cell_is_replaced(store, tmp_path):
     assert count(store, "SELECT count(*) FROM measurements") == 3
     assert count(store, "SELECT count(*) FROM measurements m JOIN cells c ON c.id = m.cell_id "
                         "WHERE c.side = 'after'") == 1
-    assert count(store, "SELECT count(*) FROM fingerprints") == 2 * len(ingest_rules(store.conn))
+    assert count(store, "SELECT count(*) FROM fingerprints") == 2 * len(cell_rules(store.conn, "screen"))
     assert count(store, "SELECT count(*) FROM kernels") == 2
 
 
@@ -226,24 +226,32 @@ def test_bad_input_is_named_and_the_rest_goes_on(tmp_path):
         assert count(store, "SELECT count(*) FROM measurements") == 2
 
 
-def test_ingest_fingerprints_under_the_rules_the_store_holds(example_source, tmp_path):
-    """A new store computes the current rule and the raw-text rules at ingest;
-    v4 is computed from the stored IR when first asked for, and from then on
-    the store holds it: a later ingest computes it for the new cells too."""
+def test_ingest_fingerprints_screening_cells_under_every_rule(example_source, tmp_path):
+    """A screening cell is fingerprinted under every rule when it is stored
+    (the verdicts compare rules; the strictest says whether the axis is
+    live); a campaign's cells only under the current rule and the raw-text
+    rules: v4 is computed from the stored IR when first asked for."""
     source, manifest = example_source
-    screens = sorted(p for p in source.iterdir() if p.name.startswith("ab_rlc_"))
+    screen = sorted(p for p in source.iterdir() if p.name.startswith("ab_rlc_"))[0]
+    campaign = next(p for p in source.iterdir() if p.name.startswith("campaign_"))
     with Store(tmp_path / "r.db") as store:
-        store.ingest(screens[0])
-        held = lambda: {r for (r,) in store.conn.execute("SELECT DISTINCT rule FROM fingerprints")}
-        assert held() == {"v1", "v2", "v3"}
-        asked = judge.verdicts(store, rule="v4")
-        assert asked and all(v["verdict"] is not None for v in asked)
-        assert held() == {"v1", "v2", "v3", "v4"}
-        store.ingest(screens[1])
-        missing = store.conn.execute(
-            "SELECT count(*) FROM cells WHERE NOT EXISTS (SELECT 1 FROM fingerprints f "
-            "WHERE f.cell_id = cells.id AND f.rule = 'v4')").fetchone()[0]
-        assert missing == 0
+        store.ingest([screen, campaign])
+
+        def held(kind):
+            return {r for (r,) in store.conn.execute(
+                "SELECT DISTINCT f.rule FROM fingerprints f JOIN cells ON cells.id = f.cell_id "
+                "JOIN roots ON roots.id = cells.root_id WHERE roots.kind = ?", (kind,))}
+
+        assert held("screen") == set(ttgir.RULES)
+        assert held("campaign") == {"v1", "v2", "v3"}
+        lacking = store.conn.execute(
+            "SELECT count(*) FROM cells JOIN roots ON roots.id = cells.root_id WHERE roots.kind = 'screen' "
+            "AND (SELECT count(*) FROM fingerprints f WHERE f.cell_id = cells.id) <> ?",
+            (len(ttgir.RULES),)).fetchone()[0]
+        assert lacking == 0
+        assert all(v["verdict"] is not None for v in judge.verdicts(store, rule="v4"))
+        store.compute_fingerprints("v4")
+        assert held("campaign") == set(ttgir.RULES)
 
 
 def test_fingerprints_for_a_new_rule_come_from_the_store_alone(example_store_path, tmp_path):

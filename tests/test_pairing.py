@@ -17,12 +17,25 @@ from .judging import by_key, invoke, json_out
 TABLES = ("ab_slot_rows", "ab_range_rows", "ab_round_ranges", "noise_floor_rows")
 
 
+def comparable(value, column: str):
+    """A value rounded to 12 digits: a sum over the rounds in another order
+    differs in its last bits. The JSON fragments kept with a range hold
+    such sums too."""
+    if isinstance(value, float):
+        return round(value, 12)
+    if column.startswith("json_") and value is not None:
+        members = json.loads("{" + value + "}")
+        return tuple((k, round(v, 12) if isinstance(v, float) else v) for k, v in members.items())
+    return value
+
+
 def snapshot(conn) -> dict:
     """Every pairing table's rows, in a comparable form (no rowids)."""
     out = {}
     for table in TABLES:
-        rows = conn.execute(f"SELECT * FROM {table}").fetchall()
-        out[table] = sorted((tuple(round(v, 12) if isinstance(v, float) else v for v in row) for row in rows),
+        cursor = conn.execute(f"SELECT * FROM {table}")
+        columns = [d[0] for d in cursor.description]
+        out[table] = sorted((tuple(comparable(v, c) for v, c in zip(row, columns)) for row in cursor.fetchall()),
                             key=repr)
     return out
 

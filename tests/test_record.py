@@ -11,7 +11,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from zlstore import Store, testing
-from zlstore.ingest import ingest_rules
+from zlstore.ingest import cell_rules
 from zlstore.cli import cli
 
 from .fake_bench import make_campaign_tree, spec, write_cell
@@ -132,7 +132,7 @@ def test_eight_writers_an_ingest_and_a_reader(tmp_path):
                   OR n_rows != 3 OR n_kernels != 1
                   OR (SELECT count(*) FROM kernels k WHERE k.cell_id = cells.id) != 1
                   OR (SELECT count(*) FROM fingerprints f WHERE f.cell_id = cells.id) != ?""",
-            (len(ingest_rules(conn)),)).fetchone()[0]
+            (len(cell_rules(conn, "campaign")),)).fetchone()[0]
         assert partial == 0
         assert conn.execute("SELECT count(*) FROM roots").fetchone()[0] == 1
     finally:

@@ -20,9 +20,14 @@ def pair(verdict, range_label=None, n_rows=3, fallback=0, **extra):
 def ab_row(**extra):
     row = {"root": "campaign_x", "op": "softmax", "dtype": "float32", "shape": "[64,1024]", "rounds": 6,
            "min": 1.1, "median": 1.2, "max": 1.3, "rejected": 0, "rejected_reasons": None,
-           "fallback": 0, "fallback_rows": 0, "clears_floor": None, "noise_floor": None}
+           "fallback": 0, "fallback_rows": 0, "clears_floor": None, "noise_floor": None,
+           "effect": 1.2, "ci_low": 1.1, "ci_high": 1.3, "p_value": 0.001, "q_value": 0.002,
+           "finding": "faster", "to_settle": None, "floor_note": None}
     row.update(extra)
     return row
+
+
+SETTINGS = {"current_rule": "v3", "strictest_rule": "v4", "q_max": 0.05, "min_effect": 0.02, "min_rounds": 3}
 
 
 def test_a_pair_without_a_range_never_gets_a_range_line():
@@ -40,17 +45,27 @@ def test_no_row_of_the_example_store_without_a_range_verdict_gets_a_range_line(e
         if row["verdict"] in ("NO_ROWS", "TRUNCATED", "NO_TRITON"):
             assert line is None, row
         elif row["verdict"] == "NO_IR_DIFF":
-            assert "noise floor, not a result" in line
+            assert "(noise floor; not a result)" in line
         elif row["verdict"] == "IR_CHANGED":
-            assert line.startswith("    speedup range (result): ")
+            assert line.startswith("    speedup range (indicative (one round); not a result): ")
 
 
-def test_a_no_ir_diff_range_is_the_noise_floor_not_a_result():
+def test_no_screening_range_is_a_result():
+    """One round per shape: the noise floor for NO_IR_DIFF, indicative for
+    IR_CHANGED, never a result."""
     line = report.range_line(pair("NO_IR_DIFF", "noise floor"))
-    assert line == "    speedup range (noise floor, not a result): 0.98 .. 1 .. 1.02  " \
+    assert line == "    speedup range (noise floor; not a result): 0.98 .. 1 .. 1.02  " \
                    "(min .. median .. max of before/after over 3 rows)"
-    result = report.range_line(pair("IR_CHANGED", "result"))
-    assert result.startswith("    speedup range (result): ") and "not a result" not in result
+    changed = report.range_line(pair("IR_CHANGED", judge.BY_NAME["IR_CHANGED"].range_label))
+    assert changed.startswith("    speedup range (indicative (one round); not a result): ")
+
+
+def test_a_hinted_pair_says_what_alone_differs():
+    text = report.screen([pair("IR_CHANGED", "indicative (one round)", hint="differs only in source locations: "
+                                                                            "NO_IR_DIFF under v4")], "v3")
+    assert "\n    hint: differs only in source locations: NO_IR_DIFF under v4\n" in text
+    assert "1 IR_CHANGED pair differs only in what the strictest rule leaves out" in text
+    assert "hint:" not in report.screen([pair("IR_CHANGED", "indicative (one round)", hint=None)], "v3")
 
 
 def test_a_range_with_no_paired_row_says_where_to_look():
@@ -73,20 +88,33 @@ def test_an_ab_row_with_rejected_rows_says_how_many_did_not_pair():
     assert report.ab_note(ab_row(rejected=3, rejected_reasons="MISSING_SIDE")) == \
         "3 rows did not pair (MISSING_SIDE; see --rejected)"
     assert report.ab_note(ab_row(rejected=1, rejected_reasons="NOT_COUNTED")).startswith("1 row did not pair ")
-    text = report.ab([ab_row(rejected=2, rejected_reasons="CALIBER_MISMATCH"), ab_row(op="topk")])
+    text = report.ab([ab_row(rejected=2, rejected_reasons="CALIBER_MISMATCH"), ab_row(op="topk")], SETTINGS)
     assert "2 rows did not pair (CALIBER_MISMATCH; see --rejected)" in text
-    assert text.split("\n")[-1].startswith("2 ranges, 1 with rows that did not pair, 0 with direct-fallback rows")
+    assert text.split("\n")[-1] == "1 with rows that did not pair, 0 with direct-fallback rows"
 
 
-def test_an_ab_range_within_the_noise_floor_is_not_a_result():
-    assert report.ab_note(ab_row(clears_floor=0, noise_floor=0.05)) == "within the noise floor +-0.05: not a result"
-    assert report.ab_note(ab_row(clears_floor=1, noise_floor=0.05)) == "clears the noise floor +-0.05"
-    assert report.ab_note(ab_row()) == ""
+def test_the_ab_summary_counts_findings_and_states_the_thresholds():
+    rows = [ab_row(), ab_row(finding="inconclusive", to_settle="more rounds: at least 9 in all"),
+            ab_row(finding="no change"), ab_row(finding="too few rounds", rounds=2, ci_low=None, ci_high=None)]
+    text = report.ab(rows, SETTINGS)
+    assert text.split("\n")[-1] == (
+        "4 ranges: 1 faster, 0 slower, 1 no change, 1 inconclusive, 1 too few rounds (rule v3; faster / slower: "
+        "q <= 0.05 and the 95% interval beyond +-2%; no change: the interval within it; at least 3 rounds)")
+    assert "more rounds: at least 9 in all" in text
+
+
+def test_a_finding_within_the_noise_floor_says_so_and_a_missing_floor_says_why():
+    assert report.ab_note(ab_row(clears_floor=0, noise_floor=0.5)).startswith("its range lies within the op's noise floor")
+    assert report.ab_note(ab_row(clears_floor=1, noise_floor=0.05)) == ""
+    assert report.ab_note(ab_row(finding="no change", clears_floor=0, noise_floor=0.5)) == ""
+    assert report.floor_text(ab_row(floor_note="none under this caliber; 0.02 where bench_level=comprehensive")) \
+        == "none under this caliber; 0.02 where bench_level=comprehensive"
+    assert report.floor_text(ab_row(noise_floor=0.05)) == "+-0.05"
 
 
 def test_the_ab_report_leaves_the_rows_as_they_were():
     rows = [ab_row(rejected=1, rejected_reasons="MISSING_SIDE")]
-    report.ab(rows)
+    report.ab(rows, SETTINGS)
     assert "note" not in rows[0]
 
 
@@ -106,9 +134,9 @@ def test_noise_floors_are_headed_as_not_results_even_when_there_are_none():
 
 
 def test_a_compare_side_without_a_range_is_blank_and_one_with_no_rows_says_so():
-    row = {"range_label_a": None, "n_rows_a": 0, "range_label_b": "result", "n_rows_b": 0}
+    row = {"range_label_a": None, "n_rows_a": 0, "range_label_b": "indicative (one round)", "n_rows_b": 0}
     assert report.compare_range(row, "a") == ""
-    assert report.compare_range(row, "b") == "(result: no row paired)"
+    assert report.compare_range(row, "b") == "(indicative (one round): no row paired)"
 
 
 def test_rescore_with_nothing_moved_prints_only_the_totals():

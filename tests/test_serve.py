@@ -38,7 +38,7 @@ VIEW_COLUMNS = {
     "cell_summary": ("cell_id", "root", "card", "op", "dtype", "side", "round", "elapsed_s"),
 }
 VIEW_COLUMNS["verdicts_by_rule"] = VIEW_COLUMNS["verdicts"]
-CANNED = ("noise_floor", "ranges_vs_noise", "rule_moves", "rejected_by_reason",
+CANNED = ("noise_floor", "campaign_findings", "rule_moves", "rejected_by_reason",
           "campaign_progress", "screening_cost")
 CAMPAIGN = "campaign_20261013_090000"
 RULES = ("v1", "v2", "v3", "v4")
@@ -350,29 +350,30 @@ def test_screening_cost(ds, example_store_path, manifest):
         assert r["per_round"] == pytest.approx(repeat[k] / screen_s / r["rounds"], abs=1e-3)
 
 
-def test_ranges_against_floors_under_another_caliber(ds, example_store_path):
+def test_findings_against_floors_under_another_caliber(ds, example_store_path):
     """The example campaign forces isolate_tuner_cache=1, its screens ran with 0:
     no campaign range has a comparable floor, and the query says where one exists."""
     require_views(example_store_path, "ab_ranges", "noise_floors")
-    got = rows(ds, "/zlstore/ranges_vs_noise", root=CAMPAIGN)
-    assert got and all(r["status"] in ("no floor measured", "no paired rows") for r in got)
+    got = rows(ds, "/zlstore/campaign_findings", root=CAMPAIGN)
+    assert got and all(r["floor_band"] in ("no floor measured", "no paired rows") for r in got)
     rand = [r for r in got if r["op"] == "rand" and r["rounds"]]
-    assert rand and all("isolate_tuner_cache=0" in r["floor_other_caliber"] for r in rand)
-    assert all(r["floor"] is None for r in got)
+    assert rand and all("isolate_tuner_cache=0" in r["floor_note"] for r in rand)
+    assert all(r["noise_floor"] is None for r in got)
 
 
-def test_ranges_against_floors_under_one_caliber(floor_ds):
-    got = rows(floor_ds, "/zlstore/ranges_vs_noise")
-    assert {(r["op"], r["dtype"]): r["status"] for r in got} == floor_tree.STATUS
+def test_campaign_findings_under_one_caliber(floor_ds):
+    got = rows(floor_ds, "/zlstore/campaign_findings")
+    assert {(r["op"], r["dtype"]): r["finding"] for r in got} == floor_tree.FINDING
+    assert {(r["op"], r["dtype"]): r["floor_band"] for r in got} == floor_tree.FLOOR_BAND
     for r in got:
         floor = floor_tree.FLOORS.get((r["op"], r["dtype"]))
         if floor is None:
-            assert r["floor"] is None
+            assert r["noise_floor"] is None
         else:
-            assert r["floor"] == pytest.approx(floor, abs=1e-6)
-    statuses = [r["status"] for r in got]
-    assert statuses == sorted(statuses, key=["faster: clears the floor", "slower: clears the floor",
-                                             "within noise", "no floor measured"].index)
+            assert r["noise_floor"] == pytest.approx(floor, abs=1e-6)
+        assert (r["q_max"], r["min_effect"]) == (0.05, 0.02)
+    findings = [r["finding"] for r in got]
+    assert findings == sorted(findings, key=judge.FINDING_NAMES.index)
 
 
 def test_campaign_progress_with_ops_left(floor_ds):
@@ -411,14 +412,22 @@ def test_dashboard_page_uses_only_local_assets(floor_ds):
         assert fetch(floor_ds, src.split("?")[0]).status_code == 200, src
 
 
-def test_chart_queries(floor_ds):
+def test_chart_queries(floor_ds, floor_store_path):
     charts = dashboard()["charts"]
     assert {"ranges", "verdicts"} <= set(charts)
     ranges = rows(floor_ds, "/zlstore", sql=charts["ranges"]["query"], root=floor_tree.CAMPAIGN)
-    assert {r["label"]: r["status"] for r in ranges} == {
-        f"{op} {dtype}": status for (op, dtype), status in floor_tree.STATUS.items()}
+    shape = json.dumps(floor_tree.SHAPE, separators=(",", ":"))
+    assert {r["label"]: r["finding"] for r in ranges} == {
+        f"{op} {dtype} {shape}": finding for (op, dtype), finding in floor_tree.FINDING.items()}
+    # the chart's numbers are the view's, the ones zlstore ab prints
+    with Store(floor_store_path) as store:
+        view = {(r["op"], r["shape"]): r for r in judge.ab_ranges(store, floor_tree.CAMPAIGN)}
+    for r in ranges:
+        same = view[(r["op"], r["shape"])]
+        assert (r["effect"], r["ci_low"], r["ci_high"], r["q_value"]) == \
+            (same["effect"], same["ci_low"], same["ci_high"], same["q_value"])
     gelu = next(r for r in ranges if r["op"] == "gelu")
-    assert (gelu["min"], gelu["median"], gelu["max"]) == pytest.approx((1.08, 1.10, 1.12), abs=1e-6)
+    assert gelu["effect"] == pytest.approx((1.08 * 1.10 * 1.12) ** (1 / 3), abs=1e-9)
     assert gelu["band_high"] == pytest.approx(1.02, abs=1e-6)
     assert rows(floor_ds, "/zlstore", sql=charts["ranges"]["query"]) == ranges  # latest by default
     verdicts = rows(floor_ds, "/zlstore", sql=charts["verdicts"]["query"])

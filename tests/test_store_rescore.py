@@ -63,7 +63,8 @@ def test_rescore_equals_what_ingest_stored(example_source, tmp_path, workers):
             digests = dict(store.conn.execute("SELECT ir_hash, digest FROM ir_digests WHERE rule = ?", (rule,)))
             forget(store, rule)
             store.compute_fingerprints(rule)
-            assert stored(store, rule) == by_ingest, rule
+            # v4 is an ingest's for screening cells only: the rescore adds the rest
+            assert {c: f for c, f in stored(store, rule).items() if c in by_ingest} == by_ingest, rule
             again = dict(store.conn.execute("SELECT ir_hash, digest FROM ir_digests WHERE rule = ?", (rule,)))
             assert again == digests, rule
 

@@ -105,7 +105,7 @@ def test_ranges_only_where_the_verdict_licenses_one(example_store, example_sourc
         if verdict in NO_RANGE:
             assert (row["range_label"], row["n_rows"], row["min"], row["median"], row["max"]) == (None,) * 5, row
             continue
-        assert row["range_label"] == {"IR_CHANGED": "result", "NO_IR_DIFF": "noise floor"}[verdict]
+        assert row["range_label"] == {"IR_CHANGED": "indicative (one round)", "NO_IR_DIFF": "noise floor"}[verdict]
         ratios = spec["ratios"]
         assert row["n_rows"] == len(ratios)
         assert row["min"] == pytest.approx(min(ratios))
@@ -183,9 +183,9 @@ def test_screen_prints_a_labelled_range_only_where_the_view_has_one(example_stor
         if verdict in NO_RANGE:
             assert "speedup range" not in following, (line, following)
         elif verdict == "IR_CHANGED":
-            assert following.strip().startswith("speedup range (result):"), following
+            assert following.strip().startswith("speedup range (indicative (one round); not a result):"), following
         else:
-            assert following.strip().startswith("speedup range (noise floor, not a result):"), following
+            assert following.strip().startswith("speedup range (noise floor; not a result):"), following
     assert seen == len(expected)
 
 

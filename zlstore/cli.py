@@ -221,7 +221,9 @@ def plan(store, screen_root, ops, cards, rounds, extra_ops, out_path, as_json):
     currently lightest card. Prints each card's ops and weight, the critical
     path, the heaviest single op (the floor no plan can beat), the ideal
     share (total / cards) and a plain hash partition's critical path. An op
-    with no screening time is an error that names it.
+    with no screening time is an error that names it. Of the default ops
+    (the IR_CHANGED pairs), those that differ only in what the strictest
+    rule leaves out are named on stderr (a hint; --json: "hints").
 
     Exit status: 0 planned; 1 the plan cannot be made (the message says why).
 
@@ -233,13 +235,23 @@ def plan(store, screen_root, ops, cards, rounds, extra_ops, out_path, as_json):
     from . import plan as planmod
     from .runner import plan_from_store
 
+    from .runner import hinted_ops
+
     try:
-        the_plan, _ = plan_from_store(store, screen_root, cards, rounds, ops, extra_ops)
+        the_plan, root = plan_from_store(store, screen_root, cards, rounds, ops, extra_ops)
     except (LookupError, ValueError) as error:
         raise click.ClickException(str(error).strip("'\""))
+    hinted = [] if ops else hinted_ops(store, root)
     if out_path:
         planmod.write_partition_tsv(the_plan, out_path)
-    click.echo(output.to_json(the_plan.as_dict()) if as_json else planmod.describe(the_plan))
+    if as_json:
+        click.echo(output.to_json({**the_plan.as_dict(), "hints": [
+            {"op": op, "dtype": dtype, "hint": hint} for op, dtype, hint in hinted]}))
+        return
+    click.echo(planmod.describe(the_plan))
+    for op, dtype, hint in hinted:
+        click.echo(f"hint: {op}{':' + dtype if dtype else ''} {hint}; a campaign on it measures nothing "
+                   "the switch changed (leave it out with --ops, or judge under that rule: zlstore rule)", err=True)
 
 
 @cli.group()
@@ -391,10 +403,16 @@ def screen(store, root, rule, as_json):
     fingerprint rule.
 
     A speedup range (before / after latency, min .. median .. max) follows
-    only the pairs that have one, with what it is spelled out: a result for
-    IR_CHANGED, the noise floor (not a result) for NO_IR_DIFF; never one for
-    TRUNCATED, NO_ROWS or NO_TRITON. `recorded` is the harness's own
-    screen.tsv verdict. The table ends with the count of each verdict.
+    only the pairs that have one, with what it is spelled out: indicative
+    (one round per shape is never a result) for IR_CHANGED, the noise floor
+    for NO_IR_DIFF; never one for TRUNCATED, NO_ROWS or NO_TRITON. An
+    IR_CHANGED pair that the strictest rule (v4) sees as unchanged gets a
+    hint: it differs only in what that rule leaves out (source locations),
+    and a campaign on it would measure nothing the switch changed. Each
+    root's heading says whether its axis is live (screen_roots); a root
+    whose switch changed no IR at all gets a warning on stderr. `recorded`
+    is the harness's own screen.tsv verdict. The table ends with the count
+    of each verdict.
 
     Example:
 
@@ -406,13 +424,17 @@ def screen(store, root, rule, as_json):
     with judge_errors():
         rule_name = judge.resolve_rule(store, rule)
         rows = judge.verdicts(store, root, rule_name)
+        axes = {axis["root"]: axis for axis in judge.screen_roots(store, root)}
+    for axis in axes.values():
+        if axis["axis"] == "dead":
+            click.echo(report.dead_axis_warning(axis), err=True)
     if as_json:
         click.echo(output.to_json(rows))
         return
     if not rows:
         click.echo("(no screening pairs: ingest a screening root first)", err=True)
         return
-    click.echo(report.screen(rows, rule_name))
+    click.echo(report.screen(rows, rule_name, axes))
 
 
 @cli.command()
@@ -450,21 +472,64 @@ def rescore(store, root, rule, write, as_json):
     click.echo(report.rescore(result))
 
 
+@cli.command("rule")
+@click.argument("rule_name", metavar="[RULE]", required=False, type=RULE_CHOICE)
+@click.option("--q-max", type=click.FloatRange(0, 1, min_open=True), default=None,
+              help="The false-discovery rate a faster / slower finding is held to (default 0.05).")
+@click.option("--min-effect", type=click.FloatRange(0, min_open=True), default=None,
+              help="The smallest change worth a finding, as a fraction: 0.02 is 2% (default 0.02).")
+@db_option
+@json_option
+def rule(store, rule_name, q_max, min_effect, as_json):
+    """Show or set what judging keeps: the current fingerprint rule (every
+    view judges under it) and a finding's thresholds. Without arguments,
+    prints them.
+
+    Example:
+
+        \b
+        zlstore rule
+        zlstore rule v4 --min-effect 0.05
+    """
+    with judge_errors():
+        if rule_name is not None:
+            store.set_rule(rule_name)
+        for key, value in (("q_max", q_max), ("min_effect", min_effect)):
+            if value is not None:
+                store.set_setting(key, repr(value))
+        settings = judge.judging_settings(store)
+    if as_json:
+        click.echo(output.to_json(settings))
+        return
+    click.echo(output.table([settings], list(settings)))
+
+
 @cli.command()
 @click.argument("root", required=False)
 @click.option("--rejected", is_flag=True, help="List the rows that did not pair, and why.")
 @db_option
 @json_option
 def ab(store, root, rejected, as_json):
-    """A/B ranges of repeat runs and campaigns: per (root, row op, dtype,
-    shape), the ratio latency before / latency after (above 1: faster with
-    the switch) over the paired rounds, min .. median .. max.
+    """A/B findings of repeat runs and campaigns: per (root, row op, dtype,
+    shape), what the paired rounds say of the ratio latency before / latency
+    after (above 1: faster with the switch).
+
+    effect is the geometric mean of the rounds' ratios, with its 95%
+    interval; q is the p-value of a t-test on the rounds' log ratios (the
+    rounds are paired: before and after ran back to back), adjusted by
+    Benjamini-Hochberg over every tested range of the root. The finding:
+    faster / slower when q <= q_max and the whole interval lies beyond the
+    minimum effect; no change when the whole interval lies within it;
+    inconclusive otherwise (the note says what would settle it); too few
+    rounds under 3. `zlstore rule` shows and sets q_max (0.05) and
+    min_effect (0.02). Findings come first; the op's noise floor (zlstore
+    noise) is printed beside each range, and no longer decides it.
 
     A row pairs only when it is counted on both sides of its round and both
     cells have the same known caliber. Each line says how many rows of that
-    key did not pair, whether a paired row was timed by the direct fallback
-    (a different timing regime), and whether the range clears the op's noise
-    floor (zlstore noise). A screening root's ranges are in zlstore screen.
+    key did not pair and whether a paired row was timed by the direct
+    fallback (a different timing regime). A screening root's ranges are in
+    zlstore screen.
 
     --rejected lists every row that did not pair with its reason, the first
     that applies of: CALIBER_UNKNOWN (a cell's caliber is not known; the
@@ -491,7 +556,7 @@ def ab(store, root, rejected, as_json):
     if not rows:
         click.echo("(every row paired)" if rejected else report.no_ab_ranges(found), err=True)
         return
-    click.echo(report.rejected(rows) if rejected else report.ab(rows))
+    click.echo(report.rejected(rows) if rejected else report.ab(rows, judge.judging_settings(store)))
 
 
 @cli.command()

@@ -13,12 +13,12 @@ import sqlite3
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List
+from typing import Callable, Dict, Iterator, List, NamedTuple, Optional
 
 
-from . import caliber, judge, pairing
+from . import caliber, judge, pairing, stats, ttgir
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 BUSY_TIMEOUT_MS = 60_000
 WRITE_ATTEMPTS = 10
 
@@ -41,7 +41,9 @@ def schema_source() -> str:
     return (Path(__file__).resolve().parent.parent / "schema.sql").read_text(encoding="utf-8")
 
 
-_MACRO = re.compile(r"\[\[(caliber|verdicts|verdict|reasons|reason|timeout_rcs)(?: ([^:\]]*?))?(?:: (.*?))?\]\]")
+_MACRO = re.compile(
+    r"\[\[(caliber|verdicts|verdict|reasons|reason|findings|finding|rules|timeout_rcs|strictest_rule"
+    r"|min_rounds|setting)(?: ([^:\]]*?))?(?:: (.*?))?\]\]")
 
 
 def _sql_literal(value) -> str:
@@ -60,24 +62,56 @@ def _fill(template: str, item, position: int) -> str:
     return text
 
 
+class RuleRow(NamedTuple):
+    """A fingerprint rule as the schema's rules macro sees it."""
+
+    name: str
+    description: str
+    ignores: str
+    hint: Optional[str]  # what a verdict under this rule says when the strictest rule sees no change
+
+
+def _rule_rows() -> List[RuleRow]:
+    rows = []
+    for rule in ttgir.RULES.values():
+        beyond = ttgir.ignored_beyond(rule, ttgir.STRICTEST_RULE)
+        words = ", ".join(beyond[:-1]) + " and " + beyond[-1] if len(beyond) > 1 else "".join(beyond)
+        hint = (f"differs only in {words}: {judge.BY_NAME['NO_IR_DIFF'].name} under {ttgir.STRICTEST_RULE}"
+                if beyond else None)
+        rows.append(RuleRow(rule.name, rule.description, ", ".join(rule.ignores) or None, hint))
+    return rows
+
+
+# What each "[[kind: TEMPLATE]]" macro repeats TEMPLATE over, and the names a
+# "[[kind NAME]]" macro may quote.
+_ITEMS = {"verdicts": lambda: judge.VERDICTS, "reasons": lambda: judge.REASONS,
+          "findings": lambda: judge.FINDINGS, "rules": _rule_rows}
+_NAMES = {"verdict": lambda: judge.VERDICT_NAMES, "reason": lambda: judge.REASON_NAMES,
+          "finding": lambda: judge.FINDING_NAMES, "setting": lambda: tuple(judge.SETTINGS)}
+
+
 def render_schema(text: str) -> str:
-    """Expand the macros that keep caliber fields and verdict names defined once."""
+    """Expand the macros that keep caliber fields, verdict, reason and
+    finding names, rules and thresholds defined once."""
 
     def expand(match):
         kind, arg, template = match.group(1), match.group(2), match.group(3)
         if kind == "timeout_rcs":
             return ", ".join(str(rc) for rc in judge.TIMEOUT_RCS)
+        if kind == "strictest_rule":
+            return _sql_literal(ttgir.STRICTEST_RULE)
+        if kind == "min_rounds":
+            return str(stats.MIN_ROUNDS)
         if kind == "caliber":
             sep = " " + arg.strip() + " " if arg else ", "
             return sep.join(template.replace("{f}", name) for name in caliber.NAMES)
-        if kind in ("verdicts", "reasons"):
-            items = judge.VERDICTS if kind == "verdicts" else judge.REASONS
+        if kind in _ITEMS:
             sep = " " + arg.strip() + " " if arg else ", "
-            return sep.join(_fill(template, item, n) for n, item in enumerate(items, 1))
-        names = judge.VERDICT_NAMES if kind == "verdict" else judge.REASON_NAMES
+            return sep.join(_fill(template, item, n) for n, item in enumerate(_ITEMS[kind](), 1))
+        names = _NAMES[kind]()
         if arg not in names:
             raise SchemaError(f"schema.sql names unknown {kind} {arg!r}; known: {', '.join(names)}")
-        return "'" + arg + "'"
+        return _sql_literal(judge.SETTINGS[arg]) if kind == "setting" else _sql_literal(arg)
 
     return _MACRO.sub(expand, text)
 
@@ -218,6 +252,41 @@ def migration(version: int):
     return register
 
 
+# The tables release 2 added, as release 2 defined them: a migration is a
+# fixed step, so that later ones (ALTER TABLE ... ADD COLUMN) find what
+# they expect. (ensure_schema adds any table a release lacks afterwards.)
+_RELEASE_2_TABLES = """
+CREATE TABLE IF NOT EXISTS ab_stale_rounds (
+    root_id INTEGER NOT NULL, card INTEGER, repeat_dir TEXT, cell_op TEXT, cell_dtype TEXT, round INTEGER);
+CREATE TABLE IF NOT EXISTS ab_slot_rows (
+    root_id INTEGER NOT NULL, card INTEGER, repeat_dir TEXT, cell_op TEXT, cell_dtype TEXT, round INTEGER,
+    op TEXT, dtype TEXT, shape TEXT NOT NULL, occurrence INTEGER NOT NULL,
+    before_cell_id INTEGER, after_cell_id INTEGER, before_caliber_id INTEGER, after_caliber_id INTEGER,
+    before_measurement_id INTEGER, after_measurement_id INTEGER, before_counted INTEGER, after_counted INTEGER,
+    before_not_counted TEXT, after_not_counted TEXT, latency_before REAL, latency_after REAL,
+    before_fallback INTEGER, after_fallback INTEGER, reason TEXT);
+CREATE INDEX IF NOT EXISTS ab_slot_rows_round ON ab_slot_rows(root_id, cell_op, cell_dtype, round, card);
+CREATE INDEX IF NOT EXISTS ab_slot_rows_key ON ab_slot_rows(root_id, op, dtype, shape);
+CREATE TABLE IF NOT EXISTS ab_range_rows (
+    root_id INTEGER NOT NULL, op TEXT, dtype TEXT, shape TEXT NOT NULL, caliber_id INTEGER,
+    rounds INTEGER NOT NULL, min REAL, median REAL, max REAL, fallback INTEGER NOT NULL,
+    fallback_rows INTEGER NOT NULL, cards INTEGER NOT NULL, rejected INTEGER NOT NULL,
+    rejected_reasons TEXT, json_head TEXT, json_tail TEXT);
+CREATE INDEX IF NOT EXISTS ab_range_rows_key ON ab_range_rows(root_id, op, dtype, shape, caliber_id);
+CREATE TABLE IF NOT EXISTS ab_round_ranges (
+    root_id INTEGER NOT NULL, card INTEGER, repeat_dir TEXT, cell_op TEXT, cell_dtype TEXT, round INTEGER,
+    before_cell_id INTEGER NOT NULL, after_cell_id INTEGER NOT NULL, n_rows INTEGER NOT NULL,
+    min REAL, median REAL, max REAL, fallback INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS ab_round_ranges_cells ON ab_round_ranges(before_cell_id, after_cell_id);
+CREATE INDEX IF NOT EXISTS ab_round_ranges_round ON ab_round_ranges(root_id, cell_op, cell_dtype, round, card);
+CREATE TABLE IF NOT EXISTS noise_floor_rows (
+    rule TEXT NOT NULL, op TEXT, dtype TEXT, caliber_id INTEGER NOT NULL, n INTEGER NOT NULL,
+    floor REAL, roots TEXT, fallback_rows INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS noise_floor_rows_key ON noise_floor_rows(rule, op, dtype, caliber_id);
+CREATE TABLE IF NOT EXISTS ab_stale_floors (rule TEXT PRIMARY KEY);
+"""
+
+
 @migration(2)
 def _pairs_kept_in_tables(conn):
     """Release 2 keeps the A/B pairs and ranges in tables (pairing.py): create
@@ -229,7 +298,7 @@ def _pairs_kept_in_tables(conn):
                SELECT id, row_number() OVER (PARTITION BY cell_id, op_name, dtype, shape ORDER BY id) AS n
                FROM measurements) o
            WHERE o.id = measurements.id""")
-    for statement in split_statements(schema_parts()["tables"]):
+    for statement in split_statements(_RELEASE_2_TABLES):
         conn.execute(statement)
     pairing.mark_every_round(conn)
 
@@ -240,6 +309,24 @@ def _blob_markers(conn):
     holds (blobs.markers), so that a rescore digests a text its rule leaves
     alone without reading it. Texts stored before are read, as before."""
     conn.execute("ALTER TABLE blobs ADD COLUMN markers TEXT")
+
+
+@migration(4)
+def _findings(conn):
+    """Release 4 tests each range over its rounds (zlstore/stats.py): the
+    statistics are new columns of ab_range_rows, filled by re-pairing every
+    round. Screening cells get a fingerprint under every rule (the verdicts'
+    hint and screen_roots read the strictest): Store computes those the
+    store lacks when it next opens it for writing (BACKFILL_SETTING)."""
+    for column in ("log_mean REAL", "log_sd REAL", "effect REAL", "ci_low REAL", "ci_high REAL",
+                   "p_value REAL", "q_value REAL", "json_mid TEXT"):
+        conn.execute(f"ALTER TABLE ab_range_rows ADD COLUMN {column}")
+    pairing.mark_every_round(conn)
+    conn.execute("INSERT OR REPLACE INTO settings (key, value) VALUES (?, '1')", (BACKFILL_SETTING,))
+
+
+# Set by a migration: screening cells may lack fingerprints under some rule.
+BACKFILL_SETTING = "backfill_screen_fingerprints"
 
 
 def _user_version(conn) -> int:

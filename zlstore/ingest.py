@@ -431,16 +431,24 @@ class _KnownBlobs(set):
 
 
 def ingest_rules(conn: sqlite3.Connection) -> tuple:
-    """The rules an ingest fingerprints cells under: the current rule, every
-    rule the store already holds, and the rules that change no text. Any
-    other rule is computed from the stored IR when it is first asked for
+    """The rules an ingest fingerprints a repeat run's or campaign's cells
+    under: the current rule and the rules that change no text. Any other rule
+    is computed from the stored IR when it is first asked for
     (Store.compute_fingerprints), so a costly rule nobody uses (v4 strips
-    every location) is not paid for on every ingest."""
-    held = {rule for (rule,) in conn.execute("SELECT DISTINCT rule FROM fingerprints")}
+    every location) is not paid for on every round of a campaign. A
+    screening cell gets every rule (SCREENING_RULES): the verdicts compare
+    rules, and the strictest tells whether the axis is live."""
     row = conn.execute("SELECT value FROM settings WHERE key = 'current_rule'").fetchone()
-    held.add(row[0] if row else ttgir.DEFAULT_RULE)
-    return tuple(rule for name, rule in ttgir.RULES.items()
-                 if name in held or rule.triggers == ())
+    current = row[0] if row else ttgir.DEFAULT_RULE
+    return tuple(rule for name, rule in ttgir.RULES.items() if name == current or rule.triggers == ())
+
+
+SCREENING_RULES = tuple(ttgir.RULES.values())
+
+
+def cell_rules(conn: sqlite3.Connection, root_kind: str) -> tuple:
+    """The rules an ingest fingerprints a cell of a root of root_kind under."""
+    return SCREENING_RULES if root_kind == "screen" else ingest_rules(conn)
 
 
 class _Batch:
@@ -885,7 +893,8 @@ class Ingester:
             ir_hash = _sha256(raw)
             add_content(rel, ir_hash)
             if ir_hash not in texts:  # decoded only where something is still to be computed from it
-                known = ir_hash in self.layout_counts and all((ir_hash, r.name) in self.digests for r in self.rules)
+                known = ir_hash in self.layout_counts and all(
+                    (ir_hash, r.name) in self.digests for r in self.rules_for(root))
                 texts[ir_hash] = (raw, None if known else raw.decode("utf-8", "surrogateescape"))
             if ir_hash not in self.layout_counts:
                 self.layout_counts[ir_hash] = ttgir.count_convert_layouts(texts[ir_hash][1])
@@ -945,7 +954,8 @@ class Ingester:
         """The cell's (rule, fingerprint) under every rule of this run, and
         the (ir_hash, rule, digest) of each of its texts. Every round of an
         op compiles the same kernels: they are combined once."""
-        key = (tuple((k.name, k.ir_hash) for k in parsed.kernels), parsed.index and parsed.index[0])
+        key = (tuple((k.name, k.ir_hash) for k in parsed.kernels), parsed.index and parsed.index[0],
+               parsed.root.kind == "screen")
         if key not in self.combined:
             _bounded(self.combined, COMBINED_ENTRIES)
             self.combined[key] = self._combine(parsed)
@@ -953,7 +963,7 @@ class Ingester:
 
     def _combine(self, parsed: ParsedCell):
         fingerprints, digests = [], []
-        for rule in self.rules:
+        for rule in self.rules_for(parsed.root):
             pairs = []
             for k in parsed.kernels:
                 digest = self.digest(rule, k.ir_hash, parsed.texts[k.ir_hash][1])
@@ -963,6 +973,10 @@ class Ingester:
             index_digest = parsed.index[0] if (rule.hashes_index and parsed.index) else None
             fingerprints.append((rule.name, ttgir.combine(rule, pairs, index_digest)))
         return fingerprints, digests
+
+    def rules_for(self, root: layout.Root) -> tuple:
+        """The rules a cell of root is fingerprinted under (ingest_rules)."""
+        return SCREENING_RULES if root.kind == "screen" else self.rules
 
     def _insert_blob(self, digest: str, kind: str, raw: Optional[bytes],
                      packed: Optional[Tuple[int, bytes, Optional[str]]] = None):

@@ -29,7 +29,7 @@ VERDICTS = (
     Verdict("NO_TRITON", "both sides compiled no .ttgir at all",
             "nothing: the Triton pass under test had nothing to act on", None),
     Verdict("IR_CHANGED", "the two fingerprints differ",
-            "measure it with repeated rounds", "result"),
+            "measure it with repeated rounds", "indicative (one round)"),
     Verdict("NO_IR_DIFF", "the fingerprints are equal",
             "skip it; its speedup range is the machine's noise floor for that op",
             "noise floor"),
@@ -68,6 +68,36 @@ REASONS = (
     Reason("NOT_COUNTED", "the row is not a counted measurement on at least one side"),
 )
 REASON_NAMES = tuple(r.name for r in REASONS)
+
+
+class Finding(NamedTuple):
+    name: str
+    when: str
+    licenses: str
+
+
+# What a repeat run's or campaign's range says about the switch, in the
+# order they are shown (findings first). The views decide them (schema.sql:
+# ab_ranges) from the statistics in zlstore/stats.py and the thresholds in
+# SETTINGS; the conditions never overlap.
+FINDINGS = (
+    Finding("faster", "q_value <= q_max and the whole interval lies above 1 + min_effect",
+            "saying the switch made this shape faster, by about the effect"),
+    Finding("slower", "q_value <= q_max and the whole interval lies below 1 / (1 + min_effect)",
+            "saying the switch made this shape slower, by about the effect"),
+    Finding("no change", "the whole interval lies within 1 / (1 + min_effect) .. 1 + min_effect",
+            "saying that any change is smaller than min_effect (an equivalence result)"),
+    Finding("inconclusive", "none of the above: the interval straddles a bound, or q_value > q_max",
+            "nothing yet: to_settle says what would settle it (more rounds, a quieter card)"),
+    Finding("too few rounds", "fewer paired rounds than the test needs (min_rounds)",
+            "nothing: run more rounds"),
+)
+FINDING_NAMES = tuple(f.name for f in FINDINGS)
+
+# The settings judging keeps beside the current rule, with their defaults:
+# q_max, the false-discovery rate a finding is held to; min_effect, the
+# smallest change (as a fraction, 0.02 = 2%) worth calling faster or slower.
+SETTINGS = {"current_rule": _ttgir.DEFAULT_RULE, "q_max": "0.05", "min_effect": "0.02"}
 
 
 # ---------------------------------------------------------------------------
@@ -268,29 +298,52 @@ def rescore_write(store, root=None) -> List[Path]:
     return written
 
 
+# Ranges in the order `zlstore ab` shows them: per root, findings first.
+AB_ORDER = "root, finding_position, op, dtype, shape, caliber_id"
+
+
 def ab_ranges(store, root=None) -> List[dict]:
     """The A/B ranges of repeat runs and campaigns (ab_ranges), every key
-    that has a paired or a rejected row."""
+    that has a paired or a rejected row, findings first."""
     where, params = _root_clause(store, root)
-    return _rows(store, f"SELECT * FROM ab_ranges WHERE 1{where} ORDER BY root, op, dtype, shape, caliber_id",
-                 params)
+    return _rows(store, f"SELECT * FROM ab_ranges WHERE 1{where} ORDER BY {AB_ORDER}", params)
 
 
 def ab_ranges_json(store, root=None) -> str:
     """ab_ranges() as a JSON array of objects, one per line, the same keys in
     the same order. A campaign has thousands of ranges: the JSON of each is
-    kept with it when it is computed (ab_range_rows), and only its noise
-    floor is judged here, so no Python object is made per value. Reals are
-    written with 15 significant digits (SQLite's JSON)."""
+    kept with it when it is computed (ab_range_rows), and only what depends
+    on the settings (the finding, the noise floor) is added here, by the
+    view, so no Python object is made per value. Reals are written with 15
+    significant digits (SQLite's JSON)."""
     where, params = _root_clause(store, root)
     store.refresh_pairs()
     text = store.conn.execute(
-        "SELECT group_concat('{' || json_head || ',\"noise_floor\":' || json_quote(noise_floor)"
-        " || ',\"clears_floor\":' || json_quote(clears_floor) || ',' || json_tail || '}', ',' || char(10)) "
-        f"FROM (SELECT * FROM ab_range_judgements WHERE 1{where} ORDER BY root, op, dtype, shape, caliber_id)",
+        "SELECT group_concat(json, ',' || char(10)) "
+        f"FROM (SELECT json FROM ab_range_judgements WHERE 1{where} ORDER BY {AB_ORDER})",
         params,
     ).fetchone()[0]
     return "[]" if text is None else "[\n" + text + "\n]"
+
+
+def judging_settings(store) -> dict:
+    """The current rule, the strictest rule and a finding's thresholds
+    (q_max, min_effect, min_rounds): the view judging_settings."""
+    return _rows(store, "SELECT * FROM judging_settings")[0]
+
+
+def finding_counts(rows: Sequence[dict]) -> Dict[str, int]:
+    """How many ranges have each finding, in the order they are shown."""
+    counts = {name: 0 for name in FINDING_NAMES}
+    for row in rows:
+        counts[row["finding"]] = counts.get(row["finding"], 0) + 1
+    return counts
+
+
+def screen_roots(store, root=None) -> List[dict]:
+    """Per screening root: whether its switch's axis is live (screen_roots)."""
+    where, params = _root_clause(store, root)
+    return _rows(store, f"SELECT * FROM screen_roots WHERE 1{where} ORDER BY root", params)
 
 
 def ab_rejected(store, root=None) -> List[dict]:

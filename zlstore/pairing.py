@@ -19,6 +19,8 @@ import functools
 import sqlite3
 import statistics
 
+from . import caliber, stats
+
 # A round, as the triggers record it and as cells are matched to it.
 _ROUND_MATCH = """
     {a}.root_id = {b}.root_id AND {a}.{op} IS {b}.cell_op AND {a}.{dtype} IS {b}.cell_dtype
@@ -31,11 +33,16 @@ def _round_match(a: str, b: str, cells: bool = False) -> str:
     return _ROUND_MATCH.format(a=a, b=b, op="op" if cells else "cell_op", dtype="dtype" if cells else "cell_dtype")
 
 
-def _caliber_json() -> str:
-    """json_object arguments: each caliber field, from the joined calibers row."""
-    from . import caliber
-
-    return ", ".join(f"'{name}', calibers.{name}" for name in caliber.NAMES)
+def _json_fields(*columns: str) -> str:
+    """SQL for the JSON text of these columns as members of an object, without
+    its braces: a fragment of ab_ranges' JSON (`zlstore ab --json`) kept with
+    the range, which the view joins with the members it judges on each read.
+    A column is "expression AS key", or a qualified column keyed by its name."""
+    members = []
+    for column in columns:
+        expression, _, key = column.partition(" AS ")
+        members.append(f"'{key or expression.split('.')[-1]}', {expression}")
+    return f"rtrim(ltrim(json_object({', '.join(members)}), '{{'), '}}')"
 
 
 _SETUP = [
@@ -147,11 +154,15 @@ _STEPS = [
          AND g.shape = k.shape)""",
     # Per (root, row op, dtype, shape, caliber) of a repeat run or campaign (a
     # screening root's ranges are its rounds'): min, median and max over the
-    # paired rounds; every key's rows that did not pair are counted beside
-    # it, and a key with no pair at all gets a row of its own (caliber_id NULL).
+    # paired rounds, and the statistics of a finding (zlstore/stats.py): the
+    # mean and sample standard deviation of ln(ratio), the effect exp(mean),
+    # its interval and the t-test's p-value, from MIN_ROUNDS rounds on. Every
+    # key's rows that did not pair are counted beside it, and a key with no
+    # pair at all gets a row of its own (caliber_id NULL).
     f"""INSERT INTO ab_range_rows (
             root_id, op, dtype, shape, caliber_id, rounds, min, median, max,
-            fallback, fallback_rows, cards, rejected, rejected_reasons, json_head, json_tail)
+            fallback, fallback_rows, cards, rejected, rejected_reasons, log_mean, log_sd,
+            effect, ci_low, ci_high, p_value, json_head, json_mid, json_tail)
         WITH keyed AS MATERIALIZED (
             SELECT k.key_id, s.card, s.reason, s.before_caliber_id AS caliber_id,
                    CASE WHEN s.reason IS NULL THEN s.latency_before / s.latency_after END AS ratio,
@@ -164,7 +175,10 @@ _STEPS = [
         ranges AS (
             SELECT key_id, caliber_id, count(*) AS rounds, min(ratio) AS min, median(ratio) AS median,
                 max(ratio) AS max, max(fallback) AS fallback, sum(fallback) AS fallback_rows,
-                count(DISTINCT card) AS cards
+                count(DISTINCT card) AS cards, avg(ln(ratio)) AS log_mean,
+                CASE WHEN count(*) > 1 THEN sqrt(max(0.0,
+                    (sum(ln(ratio) * ln(ratio)) - count(*) * avg(ln(ratio)) * avg(ln(ratio))) / (count(*) - 1)))
+                END AS log_sd
             FROM keyed WHERE reason IS NULL
             GROUP BY key_id, caliber_id
         ),
@@ -172,32 +186,59 @@ _STEPS = [
             SELECT key_id, count(*) AS rejected, group_concat(DISTINCT reason) AS rejected_reasons
             FROM keyed WHERE reason IS NOT NULL
             GROUP BY key_id
+        ),
+        tested AS (
+            SELECT g.*, exp(g.log_mean) AS effect,
+                   CASE WHEN g.rounds >= {stats.MIN_ROUNDS}
+                        THEN t_critical(g.rounds - 1) * g.log_sd / sqrt(g.rounds) END AS half_width,
+                   t_test_p(g.log_mean, g.log_sd, g.rounds) AS p_value
+            FROM (
+                SELECT k.root_id, k.op, k.dtype, k.shape, ranges.caliber_id, ranges.rounds,
+                       ranges.min, ranges.median, ranges.max, ranges.fallback, ranges.fallback_rows, ranges.cards,
+                       coalesce(rejected.rejected, 0) AS rejected, rejected.rejected_reasons,
+                       ranges.log_mean, ranges.log_sd
+                FROM ranges
+                JOIN temp.ab_keys_unique k ON k.key_id = ranges.key_id
+                LEFT JOIN rejected ON rejected.key_id = ranges.key_id
+                UNION ALL
+                SELECT k.root_id, k.op, k.dtype, k.shape, NULL, 0,
+                       NULL, NULL, NULL, 0, 0, 0, rejected.rejected, rejected.rejected_reasons, NULL, NULL
+                FROM rejected
+                JOIN temp.ab_keys_unique k ON k.key_id = rejected.key_id
+                WHERE NOT EXISTS (SELECT 1 FROM keyed WHERE keyed.key_id = rejected.key_id AND keyed.reason IS NULL)
+            ) g
+        ),
+        bounded AS (
+            SELECT t.*, exp(t.log_mean - t.half_width) AS ci_low, exp(t.log_mean + t.half_width) AS ci_high
+            FROM tested t
         )
-        SELECT g.*,
-            rtrim(ltrim(json_object(
-                'root', roots.name, 'op', g.op, 'dtype', g.dtype, 'shape', g.shape, 'rounds', g.rounds,
-                'min', g.min, 'median', g.median, 'max', g.max, 'fallback', g.fallback,
-                'fallback_rows', g.fallback_rows, 'rejected', g.rejected, 'rejected_reasons', g.rejected_reasons),
-                '{{'), '}}'),
-            rtrim(ltrim(json_object(
-                'cards', g.cards, 'root_kind', roots.kind, 'caliber_id', g.caliber_id,
-                {_caliber_json()}, 'root_id', g.root_id), '{{'), '}}')
-        FROM (
-            SELECT k.root_id, k.op, k.dtype, k.shape, ranges.caliber_id, ranges.rounds,
-                   ranges.min, ranges.median, ranges.max, ranges.fallback, ranges.fallback_rows, ranges.cards,
-                   coalesce(rejected.rejected, 0) AS rejected, rejected.rejected_reasons
-            FROM ranges
-            JOIN temp.ab_keys_unique k ON k.key_id = ranges.key_id
-            LEFT JOIN rejected ON rejected.key_id = ranges.key_id
-            UNION ALL
-            SELECT k.root_id, k.op, k.dtype, k.shape, NULL, 0,
-                   NULL, NULL, NULL, 0, 0, 0, rejected.rejected, rejected.rejected_reasons
-            FROM rejected
-            JOIN temp.ab_keys_unique k ON k.key_id = rejected.key_id
-            WHERE NOT EXISTS (SELECT 1 FROM keyed WHERE keyed.key_id = rejected.key_id AND keyed.reason IS NULL)
-        ) g
-        JOIN roots ON roots.id = g.root_id
-        LEFT JOIN calibers ON calibers.id = g.caliber_id""",
+        SELECT b.root_id, b.op, b.dtype, b.shape, b.caliber_id, b.rounds, b.min, b.median, b.max,
+            b.fallback, b.fallback_rows, b.cards, b.rejected, b.rejected_reasons, b.log_mean, b.log_sd,
+            b.effect, b.ci_low, b.ci_high, b.p_value,
+            {_json_fields("roots.name AS root", "b.op", "b.dtype", "b.shape", "b.rounds", "b.effect",
+                          "b.ci_low", "b.ci_high", "b.p_value")},
+            {_json_fields("b.min", "b.median", "b.max")},
+            {_json_fields("b.fallback", "b.fallback_rows", "b.rejected", "b.rejected_reasons", "b.log_mean",
+                          "b.log_sd", "b.cards", "roots.kind AS root_kind", "b.caliber_id",
+                          *[f"calibers.{name}" for name in caliber.NAMES], "b.root_id")}
+        FROM bounded b
+        JOIN roots ON roots.id = b.root_id
+        LEFT JOIN calibers ON calibers.id = b.caliber_id""",
+    # The q-value of every tested range of the roots whose ranges moved:
+    # Benjamini-Hochberg over all of a root's tested ranges, q = min over the
+    # ranks from its own up of p * m / rank, at most 1.
+    """UPDATE ab_range_rows SET q_value = adjusted.q_value FROM (
+            SELECT range_rowid, min(1.0, min(p_value * family / rank) OVER (
+                       PARTITION BY root_id ORDER BY rank DESC ROWS UNBOUNDED PRECEDING)) AS q_value
+            FROM (
+                SELECT rowid AS range_rowid, root_id, p_value,
+                       count(*) OVER (PARTITION BY root_id) AS family,
+                       row_number() OVER (PARTITION BY root_id ORDER BY p_value, rowid) AS rank
+                FROM ab_range_rows
+                WHERE root_id IN (SELECT DISTINCT root_id FROM temp.ab_keys_unique) AND p_value IS NOT NULL
+            )
+        ) adjusted
+        WHERE ab_range_rows.rowid = adjusted.range_rowid""",
     "DELETE FROM ab_stale_rounds",
 ]
 
@@ -273,6 +314,7 @@ class Median:
 def register(conn: sqlite3.Connection):
     """Make median() available on a connection (zlstore's and datasette's)."""
     conn.create_aggregate("median", 1, Median)
+    stats.register(conn)
 
 
 @functools.lru_cache(maxsize=None)

@@ -28,13 +28,21 @@ def caliber_text(row: Mapping) -> str:
 
 def range_line(row: Mapping) -> Optional[str]:
     """The line under a screening pair that says what its speedup range is,
-    or None when its verdict licenses no range (so none is ever printed)."""
+    or None when its verdict licenses no range (so none is ever printed).
+    One round per shape is never a result, whatever the verdict."""
     if row["range_label"] is None:
         return None
-    label = row["range_label"] if row["range_label"] == "result" else f"{row['range_label']}, not a result"
     fallback = ("; includes rows timed by the direct fallback (BENCHMARK_DIRECT_NO_CUDAGRAPH)"
                 if row["fallback"] else "")
-    return f"    speedup range ({label}): {range_text(row)}{fallback}"
+    return f"    speedup range ({row['range_label']}; not a result): {range_text(row)}{fallback}"
+
+
+def hint_line(row: Mapping) -> Optional[str]:
+    """The line under an IR_CHANGED pair that the strictest rule sees as
+    unchanged: a campaign on it would measure nothing the switch changed."""
+    if not row.get("hint"):
+        return None
+    return f"    hint: {row['hint']}"
 
 
 SCREEN_COLUMNS = ["op", "dtype", "verdict", "recorded_verdict", "cl_before", "cl_after", "rc_before", "rc_after",
@@ -43,26 +51,38 @@ SCREEN_HEADERS = ["op", "dtype", "verdict", "recorded", "cl_before", "cl_after",
                   "elapsed_before", "elapsed_after", "note"]
 
 
-def screen(rows: Sequence[dict], rule_name: str) -> str:
-    """The screening verdicts per root, each pair followed by its labelled
-    range line where it has one, then the count of each verdict."""
+def screen(rows: Sequence[dict], rule_name: str, axes: Optional[Mapping[str, Mapping]] = None) -> str:
+    """The screening verdicts per root (with whether its axis is live, from
+    axes: root name -> screen_roots row), each pair followed by its labelled
+    range line and its hint where it has them, then the count of each verdict."""
     lines: List[str] = []
     for name, group in _grouped(rows):
         group = list(group)
         calibers = {caliber_text(r) for r in group}
-        lines.append(f"{name}  (rule {rule_name}; caliber: {' | '.join(sorted(calibers))})")
+        axis = (axes or {}).get(name)
+        axis_text = f"; axis {axis['axis']} under {axis['strictest_rule']}" if axis else ""
+        lines.append(f"{name}  (rule {rule_name}{axis_text}; caliber: {' | '.join(sorted(calibers))})")
         table = output.table(group, SCREEN_COLUMNS, SCREEN_HEADERS).split("\n")
         lines.extend(table[:2])
         for row, line in zip(group, table[2:]):
             lines.append(line)
-            extra = range_line(row)
-            if extra is not None:
-                lines.append(extra)
+            lines.extend(extra for extra in (range_line(row), hint_line(row)) if extra is not None)
         lines.append("")
+    hinted = sum(1 for row in rows if row.get("hint"))
+    if hinted:
+        lines.append(f"{hinted} IR_CHANGED pair{'s differ' if hinted != 1 else ' differs'} only in what the "
+                     "strictest rule leaves out (see each hint): a campaign measures nothing the switch changed there")
     counts = judge.verdict_counts(rows)
     lines.append(f"{len(rows)} pairs under rule {rule_name}: "
                  + ", ".join(f"{n} {name}" for name, n in counts.items()))
     return "\n".join(lines)
+
+
+def dead_axis_warning(axis: Mapping) -> str:
+    """What `zlstore screen` says of a root whose switch changed no IR."""
+    return (f"warning: {axis['root']}: the switch {axis['switch'] or '(unnamed)'} changed no IR in any of its "
+            f"{axis['pairs']} pairs, even under {axis['strictest_rule']}: confirm the switch is live "
+            "(spelled right, reaching the compiler) before reading or reusing this screen")
 
 
 def rescore(result: Mapping) -> str:
@@ -78,36 +98,66 @@ def rescore(result: Mapping) -> str:
 
 
 def ab_note(row: Mapping) -> str:
-    """What a range's numbers do not say: unpaired rows, fallback timing, the noise floor."""
+    """What a range's finding does not say: what would settle it, unpaired
+    rows, fallback timing, a noise floor that is missing or not cleared."""
     notes = []
-    if row["rounds"] == 0:
-        notes.append("no row paired")
+    if row["to_settle"]:
+        notes.append(row["to_settle"])
     if row["rejected"]:
         notes.append(f"{row['rejected']} row{'s' if row['rejected'] != 1 else ''} did not pair "
                      f"({row['rejected_reasons']}; see --rejected)")
     if row["fallback"]:
         notes.append(f"{row['fallback_rows']} paired row(s) timed by the direct fallback, a different regime")
-    if row["clears_floor"] is not None:
-        floor = output.cell_text(row["noise_floor"])
-        notes.append(f"clears the noise floor +-{floor}" if row["clears_floor"]
-                     else f"within the noise floor +-{floor}: not a result")
+    if row["finding"] in ("faster", "slower") and row["clears_floor"] == 0:
+        notes.append("its range lies within the op's noise floor (set by the op's noisiest screened shape)")
     return "; ".join(notes)
 
 
-def ab(rows: Sequence[dict]) -> str:
-    """The A/B ranges per root with their notes, then one line of totals."""
-    noted = [{**row, "note": ab_note(row)} for row in rows]
+def interval_text(row: Mapping) -> str:
+    """The effect's interval, or nothing where there is no test."""
+    if row["ci_low"] is None:
+        return ""
+    return f"{output.cell_text(row['ci_low'])} .. {output.cell_text(row['ci_high'])}"
+
+
+def floor_text(row: Mapping) -> str:
+    """The op's noise floor beside a range, or why there is none."""
+    if row["noise_floor"] is None:
+        return row["floor_note"] or ""
+    return "+-" + output.cell_text(row["noise_floor"])
+
+
+def thresholds_text(settings: Mapping) -> str:
+    """The thresholds a finding is held to, as every findings table says them."""
+    return (f"faster / slower: q <= {settings['q_max']:g} and the 95% interval beyond "
+            f"+-{100 * settings['min_effect']:g}%; no change: the interval within it; "
+            f"at least {settings['min_rounds']} rounds")
+
+
+AB_COLUMNS = ["op", "dtype", "shape", "rounds", "effect", "interval", "q_value", "finding", "note", "floor"]
+AB_HEADERS = ["op", "dtype", "shape", "rounds", "effect", "95% interval", "q", "finding", "note", "noise floor"]
+
+
+def ab(rows: Sequence[dict], settings: Mapping) -> str:
+    """The A/B ranges per root, findings first, each with its effect,
+    interval, q-value, finding and the op's noise floor beside it; then the
+    count of each finding and the thresholds they were held to."""
+    noted = [{**row, "note": ab_note(row), "interval": interval_text(row), "floor": floor_text(row)}
+             for row in rows]
     lines: List[str] = []
     for name, group in _grouped(noted):
-        lines.append(f"{name}  (ratio = latency before / after)")
-        lines.append(output.table(list(group), ["op", "dtype", "shape", "rounds", "min", "median", "max", "note"]))
+        group = list(group)
+        tested = sum(1 for r in group if r["p_value"] is not None)
+        lines.append(f"{name}  (effect: geometric mean of before / after over the rounds, above 1 faster; "
+                     f"q: t-test on the rounds' log ratios, Benjamini-Hochberg over the root's {tested} tested ranges)")
+        lines.append(output.table(group, AB_COLUMNS, AB_HEADERS))
         lines.append("")
-    lines.append(f"{len(rows)} ranges, {sum(1 for r in rows if r['rejected'])} with rows that did not pair, "
-                 f"{sum(1 for r in rows if r['fallback'])} with direct-fallback rows; "
-                 f"{sum(1 for r in rows if r['clears_floor'] == 1)} clear their op's noise floor, "
-                 f"{sum(1 for r in rows if r['clears_floor'] == 0)} do not, "
-                 f"{sum(1 for r in rows if r['clears_floor'] is None)} have no noise floor under their caliber "
-                 "(zlstore noise)")
+    counts = judge.finding_counts(rows)
+    lines.append(f"{len(rows)} ranges: " + ", ".join(f"{n} {name}" for name, n in counts.items())
+                 + f" (rule {settings['current_rule']}; {thresholds_text(settings)})")
+    unpaired, fallback = sum(1 for r in rows if r["rejected"]), sum(1 for r in rows if r["fallback"])
+    if unpaired or fallback:
+        lines.append(f"{unpaired} with rows that did not pair, {fallback} with direct-fallback rows")
     return "\n".join(lines)
 
 

@@ -136,6 +136,17 @@ def ir_changed_ops(store, root: dict) -> List[Tuple[str, str]]:
     return [(op, dtype) for op, dtype in rows]
 
 
+def hinted_ops(store, root: dict) -> List[Tuple[str, str, str]]:
+    """The IR_CHANGED pairs of a screening root that carry a hint under the
+    current rule (verdicts.hint): (op, dtype, hint). A campaign on them would
+    measure nothing the switch changed."""
+    rows = store.conn.execute(
+        "SELECT op, COALESCE(dtype, ''), hint FROM verdicts WHERE root_id = ? AND hint IS NOT NULL ORDER BY op, dtype",
+        (root["id"],),
+    ).fetchall()
+    return [tuple(row) for row in rows]
+
+
 def resolve_ops(pairs: Dict[Tuple[str, str], dict], specs, root_name: str) -> List[Tuple[str, str]]:
     """`op` or `op:dtype` specs against the root's pairs; a bare op needs the
     root to have exactly one pair for it."""

@@ -10,8 +10,9 @@ filled in here, never restated there:
 * a ``"@caliber"`` entry in a facet list stands for the seven caliber fields,
   and in a ``columns`` mapping for a description of each of them
   (zlstore/caliber.py);
-* a column description ``"@verdict"``, ``"@reason"`` or ``"@range_label"`` is
-  written from the verdicts and rejection reasons in zlstore/judge.py.
+* a column description ``"@verdict"``, ``"@reason"``, ``"@range_label"`` or
+  ``"@finding"`` is written from the verdicts, rejection reasons and findings
+  in zlstore/judge.py.
 """
 
 import copy
@@ -83,7 +84,14 @@ def range_label_description() -> str:
     )
 
 
+def finding_description() -> str:
+    return "What the rounds say about the switch, in the order shown: " + "; ".join(
+        f"{f.name} when {f.when} (licenses: {f.licenses})" for f in judge.FINDINGS
+    ) + "."
+
+
 GENERATED_COLUMNS = {
+    "@finding": finding_description,
     "@verdict": verdict_description,
     "@reason": reason_description,
     "@range_label": range_label_description,

@@ -128,6 +128,21 @@ class Store:
         self.conn = dbmod.connect(self.path)
         self.schema_version = dbmod.ensure_schema(self.conn, defaults={"current_rule": ttgir.DEFAULT_RULE})
         self.refresh_pairs()
+        self._backfill_screening_fingerprints()
+
+    def _backfill_screening_fingerprints(self):
+        """Every rule's fingerprints for screening cells that a migration left
+        without them (db.BACKFILL_SETTING); a read-only store is read as it is."""
+        if self.setting(dbmod.BACKFILL_SETTING) is None:
+            return
+        try:
+            for rule in ttgir.RULES:
+                self.compute_fingerprints(rule, root_kind="screen")
+            with dbmod.write_transaction(self.conn):
+                self.conn.execute("DELETE FROM settings WHERE key = ?", (dbmod.BACKFILL_SETTING,))
+        except sqlite3.OperationalError as error:
+            if "readonly" not in str(error).replace(" ", "").lower():
+                raise
 
     def refresh_pairs(self) -> bool:
         """Re-pair the rounds an edit by hand left stale (pairing.py); zlstore's
@@ -204,29 +219,33 @@ class Store:
         self.set_setting("current_rule", ttgir.get_rule(rule).name)
         return computed
 
-    def compute_fingerprints(self, rule: str, batch: int = 500) -> int:
-        """Fingerprints under rule for every cell that lacks one, from the IR
-        stored in the database (never from the runs/ tree). Each distinct IR
-        text is digested once, from its stored bytes (ttgir.raw_digest), or
-        not read at all where its stored markers say the rule leaves it as
-        it is; cells with the same kernels share one combine."""
+    def compute_fingerprints(self, rule: str, batch: int = 500, root_kind: Optional[str] = None) -> int:
+        """Fingerprints under rule for every cell that lacks one (of roots of
+        root_kind only, where given), from the IR stored in the database
+        (never from the runs/ tree). Each distinct IR text is digested once,
+        from its stored bytes (ttgir.raw_digest), or not read at all where
+        its stored markers say the rule leaves it as it is; cells with the
+        same kernels share one combine."""
         rule_obj = ttgir.get_rule(rule)
         conn = self.conn
+        kernels = "kernels" if root_kind is None else (
+            "kernels WHERE cell_id IN (SELECT cells.id FROM cells JOIN roots ON roots.id = cells.root_id"
+            " WHERE roots.kind = :kind)")
         # Each distinct text looked up once, not once per kernel; a text the
         # rule leaves as it is (its stored markers say it holds none of the
         # rule's triggers) is its own digest, told without reading it.
         missing = conn.execute(
-            f"""SELECT k.ir_hash, {_leaves_sql(rule_obj)} FROM (SELECT DISTINCT ir_hash FROM kernels) k
+            f"""SELECT k.ir_hash, {_leaves_sql(rule_obj)} FROM (SELECT DISTINCT ir_hash FROM {kernels}) k
                 LEFT JOIN blobs b ON b.hash = k.ir_hash
-                WHERE NOT EXISTS (SELECT 1 FROM ir_digests d WHERE d.ir_hash = k.ir_hash AND d.rule = ?)""",
-            (rule_obj.name,),
+                WHERE NOT EXISTS (SELECT 1 FROM ir_digests d WHERE d.ir_hash = k.ir_hash AND d.rule = :rule)""",
+            {"rule": rule_obj.name, "kind": root_kind},
         ).fetchall()
         missing_texts = [h for h, left in missing if not left]
         left_alone = [(h, h) for h, left in missing if left]
         new: dict = dict(left_alone)
         with self._digesting(rule_obj, missing_texts, batch) as found:
             # while the workers digest: the cells, and what they need that is stored
-            combiner = _Combiner(rule_obj, self._cells_lacking(rule_obj))
+            combiner = _Combiner(rule_obj, self._cells_lacking(rule_obj, root_kind))
             combiner.add(left_alone)
             combiner.add(self._stored_digests(rule_obj, combiner.waited().difference(missing_texts), batch))
             for part in found:
@@ -264,17 +283,21 @@ class Store:
         with forked.Workers(workers, lambda me: map(_text_digests, jobs[me::workers])) as digesting:
             yield digesting.as_ready()
 
-    def _cells_lacking(self, rule: ttgir.Rule) -> list:
-        """(cell id, index hash, kernels key) of every cell without a
-        fingerprint under rule, by id: one query, one string per cell
-        spelling its (kernel name, IR hash) pairs (_kernels reads it back),
-        so that this process reads only the distinct ones into objects."""
+    def _cells_lacking(self, rule: ttgir.Rule, root_kind: Optional[str] = None) -> list:
+        """(cell id, index hash, kernels key) of every cell (of roots of
+        root_kind, where given) without a fingerprint under rule, by id: one
+        query, one string per cell spelling its (kernel name, IR hash) pairs
+        (_kernels reads it back), so that this process reads only the
+        distinct ones into objects."""
+        of_kind = "" if root_kind is None else \
+            " AND cells.root_id IN (SELECT id FROM roots WHERE kind = :kind)"
         cells = self.conn.execute(
             f"""SELECT id, {'index_hash' if rule.hashes_index else 'NULL'},
                        (SELECT group_concat({_KERNEL_KEY}, ',') FROM kernels k WHERE k.cell_id = cells.id)
                 FROM cells
-                WHERE NOT EXISTS (SELECT 1 FROM fingerprints f WHERE f.cell_id = cells.id AND f.rule = ?)""",
-            (rule.name,),
+                WHERE NOT EXISTS (SELECT 1 FROM fingerprints f WHERE f.cell_id = cells.id AND f.rule = :rule)
+                {of_kind}""",
+            {"rule": rule.name, "kind": root_kind},
         ).fetchall()
         cells.sort()  # here: ORDER BY would make SQLite read the wide cells table instead of an index
         return cells

@@ -47,6 +47,7 @@ __all__ = [
     "Rule",
     "RULES",
     "DEFAULT_RULE",
+    "STRICTEST_RULE",
     "get_rule",
     "digest",
     "text_digest",
@@ -586,6 +587,10 @@ class Rule:
     # ASCII substrings a text must hold for the rule to change it: () for a
     # rule that changes nothing, None where any text may change.
     triggers: Optional[Tuple[str, ...]] = None
+    # What the rule leaves out of a fingerprint, in words: a pair that
+    # differs under one rule and not under a stricter one differs only in
+    # what the stricter one leaves out beyond it.
+    ignores: Tuple[str, ...] = ()
 
     def leaves(self, data: Union[str, bytes]) -> bool:
         """Whether the rule leaves data (a text, or the bytes it decodes from)
@@ -608,15 +613,28 @@ RULES: dict = {
         Rule("v1", normalize_v1, True,
              "raw .ttgir texts plus the raw bytes of index.tsv", keep_raw, ()),
         Rule("v2", normalize_v2, False,
-             "raw .ttgir texts", keep_raw, ()),
+             "raw .ttgir texts", keep_raw, (), ("index.tsv cache hashes",)),
         Rule("v3", normalize_v3, False,
              ".ttgir texts without the switch's ttg.rlc-* annotations", strip_rlc_annotations_raw,
-             (_RLC_PREFIX,)),
+             (_RLC_PREFIX,), ("index.tsv cache hashes", "ttg.rlc-* annotations")),
         Rule("v4", normalize_v4, False,
              ".ttgir texts without ttg.rlc-* annotations and without loc() location information",
-             normalize_v4_raw, (_RLC_PREFIX, "loc(")),
+             normalize_v4_raw, (_RLC_PREFIX, "loc("),
+             ("index.tsv cache hashes", "ttg.rlc-* annotations", "source locations")),
     )
 }
+
+# The rule that leaves the most out: a pair IR_CHANGED under the current
+# rule but not under this one differs only in what it leaves out (the
+# verdicts' hint), and a switch that changes nothing under it is dead.
+STRICTEST_RULE = "v4"
+assert all(set(r.ignores) <= set(RULES[STRICTEST_RULE].ignores) for r in RULES.values())
+
+
+def ignored_beyond(rule: "RuleLike", stricter: "RuleLike") -> Tuple[str, ...]:
+    """What `stricter` leaves out of a fingerprint that `rule` keeps."""
+    kept = set(get_rule(rule).ignores)
+    return tuple(item for item in get_rule(stricter).ignores if item not in kept)
 
 # Every rule's triggers: which of them a text holds is stored with it.
 TRIGGERS = tuple(sorted({t for r in RULES.values() for t in r.triggers or ()}))

@@ -1,0 +1,79 @@
+"""The statistics behind a finding: a paired t-test on the log ratios of a
+range's rounds, with Benjamini-Hochberg control over a root's ranges.
+
+A round's before and after cells ran back to back, so the rounds of a range
+are paired: each gives one log ratio d = ln(latency_before / latency_after).
+The effect is exp(mean d), the geometric mean of the ratios; its interval is
+exp(mean d +- t * sd / sqrt(n)); the p-value is the two-sided one-sample
+t-test of mean d = 0. Latency noise is multiplicative, so its logarithm is
+the scale on which it is close to normal, and a t-test there reaches
+significance at 4 rounds where a rank test cannot (the README's "How zlstore
+decides" compares the anchors). pairing.py computes the columns in SQL with
+the two functions registered here; the views read what it stored.
+
+This module imports nothing of zlstore. The distribution is scipy's, loaded
+on first use: most commands never compute a range."""
+
+import math
+import sqlite3
+from typing import Optional
+
+# Fewer paired rounds than this and a range gets no test, no interval and
+# the finding 'too few rounds': at 2 rounds the t quantile is 12.7 and one
+# round of a shared card decides everything.
+MIN_ROUNDS = 3
+
+# The interval's coverage: 95%, two-sided.
+CONFIDENCE = 0.95
+
+
+def _special():
+    from scipy import special  # noqa: PLC0415 (0.2 s to import: only where a range is computed)
+
+    return special
+
+
+def t_critical(df) -> Optional[float]:
+    """The Student t quantile at (1 + CONFIDENCE) / 2 with df degrees of
+    freedom: an interval's half-width is this many standard errors."""
+    if df is None or df < 1:
+        return None
+    return float(_special().stdtrit(df, (1 + CONFIDENCE) / 2))
+
+
+def t_test_p(log_mean, log_sd, n) -> Optional[float]:
+    """Two-sided p-value of the one-sample t-test of mean log ratio 0, from
+    the mean, the sample standard deviation and the count (None under
+    MIN_ROUNDS). Rounds that agree exactly (sd 0) give 1 at mean 0, else 0."""
+    if n is None or log_mean is None or log_sd is None or n < MIN_ROUNDS:
+        return None
+    if log_sd == 0:
+        return 1.0 if log_mean == 0 else 0.0
+    t = log_mean / (log_sd / math.sqrt(n))
+    return float(2 * _special().stdtr(n - 1, -abs(t)))
+
+
+_MATH = {"ln": (1, math.log), "exp": (1, math.exp), "sqrt": (1, math.sqrt), "ceil": (1, math.ceil)}
+
+
+def register(conn: sqlite3.Connection):
+    """t_critical(df) and t_test_p(mean, sd, n) for the pairing SQL (and for
+    ad-hoc SQL in datasette); SQLite's math functions where the library was
+    built without them, so that the views read the same everywhere."""
+    conn.create_function("t_critical", 1, t_critical, deterministic=True)
+    conn.create_function("t_test_p", 3, t_test_p, deterministic=True)
+    try:
+        conn.execute("SELECT ln(1), exp(0), sqrt(1), ceil(0.5)").fetchone()
+    except sqlite3.OperationalError:
+        for name, (arity, fn) in _MATH.items():
+            conn.create_function(name, arity, _null_safe(fn), deterministic=True)
+
+
+def _null_safe(fn):
+    def call(value):
+        try:
+            return None if value is None else fn(value)
+        except (ValueError, OverflowError):
+            return None
+
+    return call
