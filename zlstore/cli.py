@@ -258,6 +258,8 @@ def run():
 @click.option("--command", "command", required=True,
               help="Cell command template; {op} {dtype} {side} {out_dir} {card} {switch} {switch_value}.")
 @click.option("--switch", required=True, help="The switch under test, e.g. FLAGTREE_MUSA_RLC_ENHANCE.")
+@click.option("--values", default="0,1", show_default=True,
+              help="The switch's value before,after, e.g. ieee,tf32 for TRITON_F32_DEFAULT.")
 @click.option("--cell-timeout", type=click.FloatRange(min=0, min_open=True), default=2400, show_default=True,
               help="Seconds per side; a side that hits it is killed with its children, RC 124.")
 @click.option("--root", "root_dir", type=click.Path(file_okay=False), default=None,
@@ -265,15 +267,17 @@ def run():
 @click.option("--card", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--backend", default=None, help="Names the visible-devices variable (default: $ZL_BACKEND, else cuda).")
 @db_option
-def run_screen(store, ops, command, switch, cell_timeout, root_dir, card, backend):
-    """Screen ops: one pair each, before (switch 0) then after (switch 1).
+def run_screen(store, ops, command, switch, values, cell_timeout, root_dir, card, backend):
+    """Screen ops: one pair each, before (the switch at the first of
+    --values) then after (at the second).
 
     Each side runs --command with OUT_DIR (root/<op>[_<dtype>]_<side>), OP,
     DTYPE, SIDE, SWITCH, SWITCH_VALUE and the switch variable itself set;
     its stdout and stderr are appended to OUT_DIR/run.log. zlstore then writes
-    the cell's cell.env (RC, ELAPSED_S, STARTED_AT, the caliber variables of
-    its environment) last and records it; at the end it writes the root's
-    screen.tsv from the verdicts view.
+    the cell's cell.env (RC, ELAPSED_S, STARTED_AT, SWITCH_VALUE, the caliber
+    variables of its environment) last and records it; at the end it writes
+    the root's screen.tsv from the verdicts view. root.env keeps the switch
+    and its two values (SWITCH_VALUES=before,after).
 
     Exit status: 0 screened; 1 it could not start; 130 interrupted (the
     running side is killed with its children).
@@ -283,12 +287,14 @@ def run_screen(store, ops, command, switch, cell_timeout, root_dir, card, backen
         \b
         zlstore run screen --ops topk:float16,fft:complex64,rand \\
             --switch FLAGTREE_MUSA_RLC_ENHANCE --command 'bash run_cell.sh {op} {dtype}'
+        zlstore run screen --ops abs:float16,mm:float32 --switch TRITON_F32_DEFAULT \\
+            --values ieee,tf32 --command 'zlstore flaggems cell --flaggems ~/FlagGems'
     """
     from . import runner
 
     try:
         config = runner.screen_config(ops=ops, command=command, switch=switch, cell_timeout=cell_timeout,
-                                      root_dir=root_dir, card=card, backend=backend)
+                                      root_dir=root_dir, card=card, backend=backend, values=values)
         result = runner.run_screen(store, config, report=lambda line: click.echo(line, err=True))
     except (runner.RunError, ValueError) as error:
         raise click.ClickException(str(error))
