@@ -479,7 +479,7 @@ def flaggems_repeat(op, dtype, ab_root, rounds, switch, values, cell_timeout, ca
     Example:
 
         \b
-        zlstore run campaign --screen-root runs/screen_h200 --cards 2 --rounds 3 \\
+        zlstore run campaign --screen-root screen_h200 --cards 2 --rounds 3 \\
             --command 'zlstore flaggems repeat {op} {dtype} --values ieee,tf32 --flaggems ~/FlagGems'
     """
     from . import flaggems as fg
