@@ -7,6 +7,10 @@ import pytest
 
 from zlstore import Store
 
+# A stand-in for FlagGems' benchmark, run by zlstore flaggems in its own
+# pytest process (test_flaggems.py); its tests are not this suite's.
+collect_ignore = ["flaggems_standin"]
+
 
 @pytest.fixture(scope="session")
 def example_source(tmp_path_factory):

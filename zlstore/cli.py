@@ -2,6 +2,7 @@
 
 import contextlib
 import functools
+import os
 import sys
 
 import click
@@ -270,6 +271,8 @@ def run():
 @click.option("--command", "command", required=True,
               help="Cell command template; {op} {dtype} {side} {out_dir} {card} {switch} {switch_value}.")
 @click.option("--switch", required=True, help="The switch under test, e.g. FLAGTREE_MUSA_RLC_ENHANCE.")
+@click.option("--values", default="0,1", show_default=True,
+              help="The switch's value before,after, e.g. ieee,tf32 for TRITON_F32_DEFAULT.")
 @click.option("--cell-timeout", type=click.FloatRange(min=0, min_open=True), default=2400, show_default=True,
               help="Seconds per side; a side that hits it is killed with its children, RC 124.")
 @click.option("--root", "root_dir", type=click.Path(file_okay=False), default=None,
@@ -277,15 +280,17 @@ def run():
 @click.option("--card", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--backend", default=None, help="Names the visible-devices variable (default: $ZL_BACKEND, else cuda).")
 @db_option
-def run_screen(store, ops, command, switch, cell_timeout, root_dir, card, backend):
-    """Screen ops: one pair each, before (switch 0) then after (switch 1).
+def run_screen(store, ops, command, switch, values, cell_timeout, root_dir, card, backend):
+    """Screen ops: one pair each, before (the switch at the first of
+    --values) then after (at the second).
 
     Each side runs --command with OUT_DIR (root/<op>[_<dtype>]_<side>), OP,
     DTYPE, SIDE, SWITCH, SWITCH_VALUE and the switch variable itself set;
     its stdout and stderr are appended to OUT_DIR/run.log. zlstore then writes
-    the cell's cell.env (RC, ELAPSED_S, STARTED_AT, the caliber variables of
-    its environment) last and records it; at the end it writes the root's
-    screen.tsv from the verdicts view.
+    the cell's cell.env (RC, ELAPSED_S, STARTED_AT, SWITCH_VALUE, the caliber
+    variables of its environment) last and records it; at the end it writes
+    the root's screen.tsv from the verdicts view. root.env keeps the switch
+    and its two values (SWITCH_VALUES=before,after).
 
     Exit status: 0 screened; 1 it could not start; 130 interrupted (the
     running side is killed with its children).
@@ -295,12 +300,14 @@ def run_screen(store, ops, command, switch, cell_timeout, root_dir, card, backen
         \b
         zlstore run screen --ops topk:float16,fft:complex64,rand \\
             --switch FLAGTREE_MUSA_RLC_ENHANCE --command 'bash run_cell.sh {op} {dtype}'
+        zlstore run screen --ops abs:float16,mm:float32 --switch TRITON_F32_DEFAULT \\
+            --values ieee,tf32 --command 'zlstore flaggems cell --flaggems ~/FlagGems'
     """
     from . import runner
 
     try:
         config = runner.screen_config(ops=ops, command=command, switch=switch, cell_timeout=cell_timeout,
-                                      root_dir=root_dir, card=card, backend=backend)
+                                      root_dir=root_dir, card=card, backend=backend, values=values)
         result = runner.run_screen(store, config, report=lambda line: click.echo(line, err=True))
     except (runner.RunError, ValueError) as error:
         raise click.ClickException(str(error))
@@ -365,6 +372,155 @@ def run_campaign(store, plan_path, screen_root, ops, cards, rounds, extra_ops, c
     if result.interrupted:
         sys.exit(EXIT_INTERRUPTED)
     sys.exit(EXIT_PROBLEMS if result.failed else EXIT_OK)
+
+
+# -- FlagGems' own benchmark as the cell command (flaggems.py) ----------------------
+
+
+@cli.group()
+def flaggems():
+    """Cell commands that run FlagGems' own benchmark, for --command.
+
+    `cell` is one side of `zlstore run screen`; `repeat` is one op of
+    `zlstore run campaign`. Each cell runs `pytest benchmark/test_<op>.py -m
+    <op> --level $BENCH_LEVEL --record log` in its own directory, with its
+    own TRITON_CACHE_DIR and FLAGGEMS_CACHE_DIR and the switch at its side's
+    value; run.log gets the output and the records of FlagGems' result*.log,
+    index.tsv every .ttgir compiled.
+
+    Example:
+
+        \b
+        export BENCH_LEVEL=core
+        zlstore run screen --ops abs:float16,mm:float32 --switch TRITON_F32_DEFAULT --values ieee,tf32 \\
+            --command 'zlstore flaggems cell --flaggems ~/FlagGems -- --warmup 25 --iter 100'
+    """
+
+
+def flaggems_options(fn):
+    """Where FlagGems is, how to run it, and the pytest options passed through."""
+    for option in reversed((
+        click.option("--flaggems", "checkout", envvar="FLAGGEMS_DIR", show_envvar=True, required=True,
+                     type=click.Path(file_okay=False, exists=True), help="The FlagGems checkout."),
+        click.option("--python", envvar="FLAGGEMS_PYTHON", show_envvar=True, default="python3", show_default=True,
+                     help="The Python that has flag_gems, torch and pytest."),
+        click.option("--tests", default=None, metavar="PATH",
+                     help="Test file or directory in the checkout, {op} replaced "
+                          "(default: benchmark/test_{op}.py where it exists, else benchmark)."),
+        click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED),
+    )):
+        fn = option(fn)
+    return fn
+
+
+def flaggems_benchmark(checkout, python, tests, pytest_args):
+    from . import flaggems as fg
+
+    try:
+        return fg.Benchmark(checkout, python=python, pytest_args=tuple(pytest_args), tests=tests)
+    except fg.FlagGemsError as error:
+        raise click.UsageError(str(error))
+
+
+@flaggems.command("cell", context_settings={"ignore_unknown_options": True})
+@flaggems_options
+def flaggems_cell(checkout, python, tests, pytest_args):
+    """One side of a screening pair: what `zlstore run screen` runs.
+
+    Reads what run screen sets (OUT_DIR, OP, DTYPE, SWITCH, SWITCH_VALUE,
+    CELL_TIMEOUT) and BENCH_LEVEL (FlagGems' --level and a caliber field:
+    required). PYTEST_ARGS (after --) go to pytest; -m, --level, --record
+    and --dtypes are this command's. The benchmark is killed with its
+    process group a little before CELL_TIMEOUT, so that its records and
+    index.tsv are written; run screen writes cell.env.
+
+    Exit status: the benchmark's (pytest's); 124 killed at CELL_TIMEOUT;
+    2 usage error (nothing run); 130 interrupted.
+
+    Example:
+
+        \b
+        zlstore run screen --ops softmax:float32 --switch TRITON_F32_DEFAULT --values ieee,tf32 \\
+            --command 'zlstore flaggems cell --flaggems ~/FlagGems -- --warmup 25 --iter 100'
+    """
+    from . import flaggems as fg
+
+    bench = flaggems_benchmark(checkout, python, tests, pytest_args)
+    try:
+        side = fg.screen_side(os.environ)
+        run = fg.run_screen_side(bench, side)
+    except fg.FlagGemsError as error:
+        raise click.UsageError(str(error))
+    except KeyboardInterrupt:
+        sys.exit(EXIT_INTERRUPTED)
+    sys.exit(run.rc)
+
+
+@flaggems.command("repeat", context_settings={"ignore_unknown_options": True})
+@click.argument("op")
+@click.argument("dtype")
+@click.option("--ab-root", envvar="AB_ROOT", show_envvar=True, required=True, type=click.Path(file_okay=False),
+              help="Where the repeat directory (ab_<timestamp>) goes; run campaign sets it per card.")
+@click.option("--rounds", envvar="ROUNDS", show_envvar=True, type=click.IntRange(min=1), default=6,
+              show_default=True)
+@click.option("--switch", envvar="SWITCH", show_envvar=True, required=True, help="The switch under test.")
+@click.option("--values", envvar="SWITCH_VALUES", show_envvar=True, default=None,
+              help="The switch's value before,after, e.g. ieee,tf32 "
+                   "(default: the values the campaign's screening root ran, else 0,1).")
+@click.option("--cell-timeout", envvar="CELL_TIMEOUT", show_envvar=True,
+              type=click.FloatRange(min=0, min_open=True), default=2400, show_default=True,
+              help="Seconds per cell; a cell that hits it is killed with its process group, RC 124.")
+@click.option("--card", envvar="CARD", show_envvar=True, type=click.IntRange(min=0), default=0, show_default=True)
+@flaggems_options
+@json_option
+def flaggems_repeat(op, dtype, ab_root, rounds, switch, values, cell_timeout, card, checkout, python, tests,
+                    pytest_args, as_json):
+    """Every round of one op: what `zlstore run campaign` runs per op.
+
+    Writes <AB_ROOT>/ab_<timestamp>/OP/r<N>/<side>/ for N in 1..ROUNDS,
+    before then after, each cell with its run.log, index.tsv and cell.env
+    (the caliber variables of the environment, RC last). DTYPE '' is the
+    op's own set of dtypes. BENCH_LEVEL is required (FlagGems' --level). A
+    failed or killed cell does not stop the rounds. Progress goes to
+    stderr; --json prints the cells.
+
+    Exit status: 0 every cell RC 0; 1 some cell failed or was killed;
+    2 usage error (nothing run); 130 interrupted (the running cell has no
+    cell.env: a resumed campaign runs the op again).
+
+    Example:
+
+        \b
+        zlstore run campaign --screen-root screen_h200 --cards 2 --rounds 3 \\
+            --command 'zlstore flaggems repeat {op} {dtype} --values ieee,tf32 --flaggems ~/FlagGems'
+    """
+    from . import flaggems as fg
+
+    bench = flaggems_benchmark(checkout, python, tests, pytest_args)
+    if dtype.startswith("-"):
+        raise click.UsageError(f"DTYPE {dtype!r}: name the dtype before the pytest options ('' for the op's own set)")
+    try:
+        before_after = fg.repeat_values(values, os.environ)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--values")
+
+    def report(run):
+        how = f"killed at {cell_timeout:g} s, RC {run.rc}" if run.timed_out else f"RC {run.rc}"
+        click.echo(f"{op}{':' + dtype if dtype else ''} r{run.round} {run.side} ({switch}={run.switch_value}): "
+                   f"{how}, {run.elapsed_s:.1f} s, {run.records} records, {run.kernels} kernels", err=True)
+
+    try:
+        runs = fg.repeat(bench, ab_root, op, dtype, rounds=rounds, switch=switch, values=before_after,
+                         cell_timeout=cell_timeout, card=card, warn=lambda text: click.echo(text, err=True),
+                         report=report)
+    except fg.FlagGemsError as error:
+        raise click.UsageError(str(error))
+    except KeyboardInterrupt:
+        click.echo("interrupted: the running cell was killed and has no cell.env", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    if as_json:
+        click.echo(output.to_json([run.as_dict() for run in runs]))
+    sys.exit(EXIT_OK if all(run.rc == 0 for run in runs) else EXIT_PROBLEMS)
 
 
 # -- judging: thin wrappers over judge.py; the judgement itself is in the views --

@@ -33,6 +33,7 @@ from .plan import Op, Plan, PlanError
 from .procs import KILL_GRACE_S, signal_group, group_alive, interrupts, kill_group, shell_rc, start_group
 
 DEFAULT_CELL_TIMEOUT = 2400.0
+DEFAULT_SWITCH_VALUES = ("0", "1")   # the switch off (before) and on (after)
 DEFAULT_ROUNDS = 6
 TIMEOUT_RC = 124            # what a cell killed at CELL_TIMEOUT is recorded with
 INTERRUPTED_EXIT = 130      # 128 + SIGINT
@@ -102,6 +103,29 @@ def caliber_items(env: Dict[str, str]) -> List[Tuple[str, str]]:
     """The caliber variables an environment sets, by zlstore.caliber's one list."""
     return [(f.env, env[f.env].strip()) for f in caliber.CALIBER_FIELDS
             if (env.get(f.env) or "").strip()]
+
+
+def switch_values(text: str) -> Tuple[str, str]:
+    """`before,after`: the switch's value on each side (real switches are not
+    all 0/1: TRITON_F32_DEFAULT takes ieee, tf32, tf32x3). ValueError unless
+    two different non-empty values."""
+    values = tuple(v.strip() for v in text.split(","))
+    if len(values) != 2 or not all(values) or values[0] == values[1]:
+        raise ValueError(f"the switch values are two different values, before,after (e.g. ieee,tf32), not {text!r}")
+    return values
+
+
+def write_cell_env(out: Path, *, op: str, dtype: str, side: str, round_: int, card: int, started_at: str,
+                   switch: str, switch_value: str, cell_timeout: float, env: Dict[str, str],
+                   elapsed_s: float, rc: int, nodeid: Optional[str] = None):
+    """A finished cell's cell.env, whole, RC last: a cell.env with RC says
+    the cell is finished. The caliber variables are those env sets."""
+    items = [("OP", op), ("DTYPE", dtype), ("SIDE", side), ("ROUND", round_), ("CARD", card),
+             ("STARTED_AT", started_at)] + ([("NODEID", nodeid)] if nodeid else [])
+    items += [("SWITCH", switch), ("SWITCH_VALUE", switch_value), ("CELL_TIMEOUT", _num(cell_timeout))]
+    items += caliber_items(env)
+    items += [("ELAPSED_S", f"{elapsed_s:.3f}"), ("RC", rc)]
+    write_atomic(Path(out) / layout.CELL_ENV, env_text(items))
 
 
 # -- weights from the store (plan.py stays pure) -----------------------------
@@ -231,6 +255,7 @@ class ScreenConfig:
     backend: str = field(default_factory=default_backend)
     device: Optional[str] = None
     grace: float = KILL_GRACE_S
+    values: Tuple[str, str] = DEFAULT_SWITCH_VALUES   # the switch's value before, after
 
 
 @dataclass
@@ -257,12 +282,12 @@ def run_screen(store, config: ScreenConfig, report: Callable[[str], None] = lamb
     root.mkdir(parents=True, exist_ok=True)
     started = local_now()
     write_atomic(root / layout.ROOT_ENV, env_text(
-        [("KIND", "screen"), ("SWITCH", config.switch), ("HOST", socket.gethostname()),
-         ("STARTED_AT", started), ("CELL_TIMEOUT", _num(config.cell_timeout))]
+        [("KIND", "screen"), ("SWITCH", config.switch), ("SWITCH_VALUES", ",".join(config.values)),
+         ("HOST", socket.gethostname()), ("STARTED_AT", started), ("CELL_TIMEOUT", _num(config.cell_timeout))]
         + caliber_items(dict(os.environ))))
     results: List[SideResult] = []
     for op, dtype in config.ops:
-        for value, side in enumerate(layout.SIDES):
+        for side, value in zip(layout.SIDES, config.values):
             with interrupts():
                 result = _screen_side(store, config, root, op, dtype, side, value, visible)
             results.append(result)
@@ -271,20 +296,22 @@ def run_screen(store, config: ScreenConfig, report: Callable[[str], None] = lamb
             report(f"{label} {side}: {how}, {result.elapsed_s:.1f} s, recorded")
     screen_tsv = judge.write_screen_tsv(store, str(root))
     store.ingest_summary([root], command="run screen")  # recorded_verdicts: the file just written
-    return {"root": str(root), "sides": len(results), "screen_tsv": str(screen_tsv or root / layout.SCREEN_TSV),
+    return {"root": str(root), "sides": len(results), "switch": config.switch, "switch_values": list(config.values),
+            "screen_tsv": str(screen_tsv or root / layout.SCREEN_TSV),
             "timed_out": [f"{r.op}:{r.dtype}:{r.side}" for r in results if r.timed_out]}
 
 
 def screen_config(*, ops: str, command: str, switch: str, cell_timeout: float = DEFAULT_CELL_TIMEOUT,
-                  root_dir: Optional[str] = None, card: int = 0, backend: Optional[str] = None) -> ScreenConfig:
-    """A screening pass's config from the command's options: ops parsed
-    (ValueError names a bad spec), root and backend defaulted, and an
-    unknown backend refused (RunError) before anything is written."""
+                  root_dir: Optional[str] = None, card: int = 0, backend: Optional[str] = None,
+                  values: str = ",".join(DEFAULT_SWITCH_VALUES)) -> ScreenConfig:
+    """A screening pass's config from the command's options: ops and switch
+    values parsed (ValueError names a bad spec), root and backend defaulted,
+    and an unknown backend refused (RunError) before anything is written."""
     pairs = [(op, dtype or "") for op, dtype in planmod.parse_op_spec(ops)]
     config = ScreenConfig(
         root=root_dir or f"runs/screen_{timestamp()}", ops=pairs, command=command,
         switch=switch, cell_timeout=cell_timeout, card=card,
-        backend=backend or default_backend())
+        backend=backend or default_backend(), values=switch_values(values))
     visible_devices_var(config.backend)
     return config
 
@@ -300,14 +327,14 @@ def _num(value: float) -> str:
 
 
 def _screen_side(store, config: ScreenConfig, root: Path, op: str, dtype: str, side: str,
-                 value: int, visible: str) -> SideResult:
+                 value: str, visible: str) -> SideResult:
     out = root / _cell_name(op, dtype, side)
     out.mkdir(parents=True)
     env = dict(os.environ)
     env.update({
         "OUT_DIR": str(out), "OP": op, "DTYPE": dtype, "SIDE": side, "ROUND": "0",
-        "CARD": str(config.card), "SWITCH": config.switch, "SWITCH_VALUE": str(value),
-        config.switch: str(value), "CELL_TIMEOUT": _num(config.cell_timeout),
+        "CARD": str(config.card), "SWITCH": config.switch, "SWITCH_VALUE": value,
+        config.switch: value, "CELL_TIMEOUT": _num(config.cell_timeout),
         visible: str(config.device if config.device is not None else config.card),
         "ZLSTORE_DB": str(Path(store.path).resolve()),
     })
@@ -330,12 +357,9 @@ def _screen_side(store, config: ScreenConfig, root: Path, op: str, dtype: str, s
                 kill_group(proc, config.grace)
     elapsed = time.monotonic() - t0
     rc = TIMEOUT_RC if timed_out else shell_rc(proc.returncode)
-    items = [("OP", op), ("DTYPE", dtype), ("SIDE", side), ("ROUND", 0), ("CARD", config.card),
-             ("STARTED_AT", started_at), ("SWITCH", config.switch), ("SWITCH_VALUE", value),
-             ("CELL_TIMEOUT", _num(config.cell_timeout))]
-    items += caliber_items(env)
-    items += [("ELAPSED_S", f"{elapsed:.3f}"), ("RC", rc)]  # RC last: the cell is finished
-    write_atomic(out / layout.CELL_ENV, env_text(items))
+    write_cell_env(out, op=op, dtype=dtype, side=side, round_=0, card=config.card, started_at=started_at,
+                   switch=config.switch, switch_value=value, cell_timeout=config.cell_timeout, env=env,
+                   elapsed_s=elapsed, rc=rc)
     store.record([out])
     return SideResult(op, dtype, side, rc, elapsed, timed_out, out)
 

@@ -1,0 +1,380 @@
+"""FlagGems' own benchmark as a cell command, for users without a harness.
+
+One cell is one `pytest benchmark/test_<op>.py -m <op> --level <BENCH_LEVEL>
+--record log [--dtypes <dtype>]` in the cell's own directory, with the
+cell's own Triton cache (TRITON_CACHE_DIR=<cell>/triton_cache) and FlagGems
+cache (FLAGGEMS_CACHE_DIR=<cell>/flaggems_cache: FlagGems' generated kernels
+and tuned configs) and the switch at its side's value. FlagGems writes its
+`[INFO] {json}` records to a result_<args>.log file in its working directory
+(benchmark/conftest.py); working in the cell's directory means two cells
+running at once never share that file or a cache. Afterwards the records
+are appended to the cell's run.log (after the process's own output) and the
+compiled .ttgir files listed in index.tsv.
+
+`run_cell` is what `zlstore run screen` calls through `zlstore flaggems
+cell` (the runner writes cell.env); `repeat` is what `zlstore run campaign`
+calls through `zlstore flaggems repeat` once per op: every round's cells
+under <AB_ROOT>/ab_<timestamp>/<op>/r<N>/<side>/, each with cell.env last."""
+
+import os
+import shlex
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from . import caliber, layout
+from .procs import KILL_GRACE_S, group_alive, interrupts, kill_group, shell_rc, start_group
+from .runner import (
+    DEFAULT_CELL_TIMEOUT, DEFAULT_SWITCH_VALUES, TIMEOUT_RC, local_now, switch_values, timestamp, write_atomic,
+    write_cell_env,
+)
+
+# FlagGems' cache (flag_gems/utils/code_cache.py: generated code and tuned
+# configs) and Triton's, each a variable naming its directory.
+FLAGGEMS_CACHE_VAR, FLAGGEMS_CACHE = "FLAGGEMS_CACHE_DIR", "flaggems_cache"
+TRITON_CACHE_VAR = "TRITON_CACHE_DIR"
+# benchmark/conftest.py: logging.basicConfig(filename="result_<args>.log")
+# in the working directory, one per pytest process.
+RECORD_FILES = "result*.log"
+MAX_NAME_BYTES = 255
+# What this command sets itself; passed through, they would contradict what
+# the cell records (its op, its dtype, the caliber's bench_level).
+OWN_OPTIONS = {"-m": "the cell's op", "--level": "BENCH_LEVEL", "--record": "always log",
+               "--dtypes": "the cell's dtype"}
+# When told to stop, the benchmark gets this long before SIGKILL: the runner
+# itself waits KILL_GRACE_S before it kills this command.
+STOP_GRACE_S = 1.0
+PYTEST_NO_TESTS = 5
+NOTE = "zlstore flaggems: "  # how this command's own lines in run.log begin
+
+
+class FlagGemsError(Exception):
+    """The benchmark cannot be run as asked; nothing was run."""
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """How to run FlagGems' benchmark: the checkout, the Python that has
+    flag_gems and torch, the pytest options passed through, and the test
+    path (relative to the checkout, {op} replaced; by default
+    benchmark/test_<op>.py where it exists, else the benchmark directory,
+    whose tests -m selects)."""
+
+    checkout: Path
+    python: str = "python3"
+    pytest_args: Tuple[str, ...] = ()
+    tests: Optional[str] = None
+
+    def __post_init__(self):
+        checkout = Path(self.checkout).expanduser().resolve()
+        if not (checkout / "benchmark" / "conftest.py").is_file():
+            raise FlagGemsError(f"{checkout} is not a FlagGems checkout: it has no benchmark/conftest.py")
+        object.__setattr__(self, "checkout", checkout)
+        if os.sep in self.python:  # the benchmark runs in the cell's directory
+            object.__setattr__(self, "python", os.path.abspath(os.path.expanduser(self.python)))
+        for arg in self.pytest_args:
+            name = arg.split("=", 1)[0]
+            if name in OWN_OPTIONS:
+                raise FlagGemsError(f"{name} is set by zlstore flaggems ({OWN_OPTIONS[name]}); "
+                                    "do not pass it through")
+        object.__setattr__(self, "pytest_args", tuple(self.pytest_args))
+
+    def test_path(self, op: str) -> str:
+        if self.tests:
+            return self.tests.replace("{op}", op)
+        own = f"benchmark/test_{op}.py"
+        return own if (self.checkout / own).is_file() else "benchmark"
+
+    def pytest_argv(self, op: str, dtype: str, level: str) -> List[str]:
+        """pytest's arguments: what FlagGems names its record file after."""
+        return ([str(self.checkout / self.test_path(op)), "-m", op, "--level", level, "--record", "log"]
+                + (["--dtypes", dtype] if dtype else []) + list(self.pytest_args))
+
+    def argv(self, op: str, dtype: str, level: str) -> List[str]:
+        return [self.python, "-m", "pytest"] + self.pytest_argv(op, dtype, level)
+
+    def nodeid(self, op: str) -> str:
+        return f"{self.test_path(op)}::-m {op}"
+
+    def check_record_name(self, op: str, dtype: str, level: str):
+        """FlagGems names its record file after the arguments (the test's
+        absolute path among them); a name longer than a file name may be
+        would fail every cell, so it is refused before anything runs."""
+        args = [a.replace(".py", "").replace("=", "_").replace("/", "_") for a in self.pytest_argv(op, dtype, level)]
+        name = "result_{}.log".format("_".join(args)).replace("_-", "-")
+        if len(name.encode()) > MAX_NAME_BYTES:
+            raise FlagGemsError(f"FlagGems would name its record file {name[:60]}... ({len(name.encode())} bytes, "
+                                f"over the {MAX_NAME_BYTES} a file name may have): use a checkout with a shorter path")
+
+
+def bench_level(env: Mapping[str, str]) -> str:
+    """FlagGems' --level, which is the caliber's bench_level: from BENCH_LEVEL
+    and nowhere else, so the cell records the level it ran at."""
+    level = (env.get("BENCH_LEVEL") or "").strip()
+    if not level:
+        raise FlagGemsError("BENCH_LEVEL is not set: it is FlagGems' --level (core or comprehensive) "
+                            "and a caliber field; export it")
+    return level
+
+
+def caliber_notes(env: Mapping[str, str]) -> List[str]:
+    """What the environment leaves the caliber missing: such cells are stored
+    and never paired. FlagGemsError where it contradicts this command: every
+    cell has its own FlagGems cache, tuned configs included."""
+    isolate = dict(zip(caliber.NAMES, caliber.ENV_VARS))["isolate_tuner_cache"]
+    if (env.get(isolate) or "").strip() not in ("", "1"):
+        raise FlagGemsError(f"{isolate}={env[isolate]} in the environment, but zlstore flaggems gives every cell "
+                            f"its own FlagGems cache (tuned configs included): set {isolate}=1")
+    missing = [f.env for f in caliber.CALIBER_FIELDS if not (env.get(f.env) or "").strip()]
+    if not missing:
+        return []
+    return [f"the caliber is not known ({', '.join(missing)} unset): the cells are stored and never paired"]
+
+
+def benchmark_env(env: Mapping[str, str], out: Path, switch: str, value: str, level: str) -> Dict[str, str]:
+    """The benchmark's environment: the cell's own caches, the switch at its
+    value, the level, unbuffered output (a killed process loses none), and
+    no pytest cache in the checkout that every cell shares."""
+    result = dict(env)
+    result.update({
+        TRITON_CACHE_VAR: str(out / layout.TRITON_CACHE), FLAGGEMS_CACHE_VAR: str(out / FLAGGEMS_CACHE),
+        "SWITCH": switch, "SWITCH_VALUE": value, switch: value, "BENCH_LEVEL": level,
+        "PYTHONUNBUFFERED": "1",
+        # Not an argument: FlagGems names its record file after the arguments.
+        "PYTEST_ADDOPTS": (result.get("PYTEST_ADDOPTS", "") + " -p no:cacheprovider").strip(),
+    })
+    return result
+
+
+def inner_limit(cell_timeout: float) -> float:
+    """The benchmark's limit inside a runner that kills this whole command at
+    cell_timeout: a little earlier (this command's own start-up included),
+    so that its records and index.tsv are written."""
+    return cell_timeout - min(5.0, max(1.0, 0.05 * cell_timeout), cell_timeout / 2)
+
+
+@dataclass
+class CellRun:
+    out: Path
+    op: str
+    dtype: str
+    switch_value: str
+    rc: int
+    elapsed_s: float
+    timed_out: bool
+    started_at: str
+    nodeid: str
+    records: int = 0
+    kernels: int = 0
+    side: str = ""
+    round: int = 0
+
+    def as_dict(self) -> dict:
+        return {"path": str(self.out), "op": self.op, "dtype": self.dtype, "round": self.round, "side": self.side,
+                "switch_value": self.switch_value, "rc": self.rc, "elapsed_s": round(self.elapsed_s, 3),
+                "timed_out": self.timed_out, "records": self.records, "kernels": self.kernels}
+
+
+def run_cell(bench: Benchmark, out, op: str, dtype: str, switch: str, value: str, level: str, limit: float,
+             env: Optional[Mapping[str, str]] = None, grace: float = KILL_GRACE_S) -> CellRun:
+    """One benchmark process in the cell directory out, killed with its whole
+    process group at limit seconds (RC 124). Its output goes to out/run.log,
+    then the records of the result*.log it wrote there, and its .ttgir files
+    to out/index.tsv, also when it was killed or this process is told to
+    stop (SIGINT / SIGTERM: the benchmark is killed, the files written, and
+    KeyboardInterrupt raised). No cell.env: that is the caller's."""
+    out = Path(out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    bench.check_record_name(op, dtype, level)
+    run_env = benchmark_env(os.environ if env is None else env, out, switch, value, level)
+    argv = bench.argv(op, dtype, level)
+    started_at, t0 = local_now(), time.monotonic()
+    timed_out = False
+    with open(out / layout.RUN_LOG, "a+b") as log:  # read too: _note looks at its last byte
+        _note(log, f"cd {shlex.quote(str(out))} && {switch}={shlex.quote(value)} "
+                   f"{TRITON_CACHE_VAR}={layout.TRITON_CACHE} {FLAGGEMS_CACHE_VAR}={FLAGGEMS_CACHE} {shlex.join(argv)}")
+        try:
+            with interrupts():
+                proc = start_group(shlex.join(argv), run_env, log, cwd=out)
+                try:
+                    proc.wait(timeout=limit)
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                    kill_group(proc, grace)
+                except BaseException:
+                    kill_group(proc, min(grace, STOP_GRACE_S))
+                    raise
+                else:
+                    if group_alive(proc.pid):  # stragglers would hold the card
+                        kill_group(proc, grace)
+        except BaseException:
+            _note(log, "stopped: the benchmark was killed")
+            collect_records(out, log)
+            write_index(out)
+            raise
+        elapsed = time.monotonic() - t0
+        rc = TIMEOUT_RC if timed_out else shell_rc(proc.returncode)
+        if timed_out:
+            _note(log, f"killed at {limit:g} s (CELL_TIMEOUT): RC {rc}")
+        elif rc == PYTEST_NO_TESTS:
+            _note(log, f"pytest ran no test marked {op} in {bench.test_path(op)}: is the op name right?")
+        records = collect_records(out, log)
+    return CellRun(out, op, dtype, value, rc, elapsed, timed_out, started_at, bench.nodeid(op),
+                   records=records, kernels=write_index(out))
+
+
+def _note(log, text: str):
+    """One line of this command's own in run.log, on a line of its own even
+    where a killed benchmark left its last line unfinished."""
+    log.flush()
+    fd = log.fileno()
+    size = os.fstat(fd).st_size
+    start = b"\n" if size and os.pread(fd, 1, size - 1) != b"\n" else b""
+    log.write(start + f"{NOTE}{text}\n".encode())
+    log.flush()
+
+
+def collect_records(out: Path, log) -> int:
+    """Append the records of every result*.log in out to the run.log open as
+    log, and remove those files (run.log holds them now). Returns the number
+    of `[INFO] {` lines: the records, and FlagGems' query-mode dicts."""
+    files = sorted(out.glob(RECORD_FILES))
+    if not files:
+        _note(log, f"the benchmark wrote no {RECORD_FILES} in {out}")
+        return 0
+    count = 0
+    for path in files:
+        data = layout.read_bytes(path)
+        _note(log, f"the records of {path.name}:")
+        log.write(data if data.endswith(b"\n") or not data else data + b"\n")
+        log.flush()
+        count += sum(1 for line in data.splitlines() if line.startswith(b"[INFO] {"))
+        path.unlink()
+    return count
+
+
+def write_index(out: Path) -> int:
+    """index.tsv: kernel, cache hash and path of every .ttgir in the cell's
+    Triton cache, by hash. Returns how many."""
+    cache = out / layout.TRITON_CACHE
+    rows = []
+    if cache.is_dir():
+        for directory in sorted(p for p in cache.iterdir() if p.is_dir()):
+            for ttgir in sorted(directory.glob("*.ttgir")):
+                rows.append(f"{ttgir.stem}\t{directory.name}\t{layout.TRITON_CACHE}/{directory.name}/{ttgir.name}\n")
+    write_atomic(out / layout.INDEX_TSV, "".join(rows))
+    return len(rows)
+
+
+# == what run screen calls: one side ==========================================
+
+
+@dataclass
+class ScreenSide:
+    """One side as `zlstore run screen` starts it: the variables it sets."""
+
+    out: Path
+    op: str
+    dtype: str
+    switch: str
+    value: str
+    cell_timeout: float
+    level: str
+    notes: List[str] = field(default_factory=list)
+
+
+SCREEN_VARS = ("OUT_DIR", "OP", "SWITCH", "SWITCH_VALUE")
+
+
+def screen_side(env: Mapping[str, str]) -> ScreenSide:
+    """The side run screen asks for, from its variables; FlagGemsError names
+    every one missing."""
+    missing = [name for name in SCREEN_VARS if not (env.get(name) or "").strip()]
+    if missing:
+        raise FlagGemsError(f"{', '.join(missing)} not set: zlstore flaggems cell runs one side of "
+                            "`zlstore run screen`, which sets them")
+    try:
+        cell_timeout = float(env.get("CELL_TIMEOUT") or DEFAULT_CELL_TIMEOUT)
+    except ValueError:
+        raise FlagGemsError(f"CELL_TIMEOUT={env['CELL_TIMEOUT']!r} is not a number of seconds") from None
+    return ScreenSide(Path(env["OUT_DIR"]), env["OP"].strip(), (env.get("DTYPE") or "").strip(),
+                      env["SWITCH"].strip(), env["SWITCH_VALUE"].strip(), cell_timeout, bench_level(env),
+                      caliber_notes(env))
+
+
+def run_screen_side(bench: Benchmark, side: ScreenSide, env: Optional[Mapping[str, str]] = None) -> CellRun:
+    """One side of a screening pair, inside the runner's CELL_TIMEOUT."""
+    with open(Path(side.out) / layout.RUN_LOG, "a+b") as log:  # read too: _note looks at its last byte
+        for note in side.notes:
+            _note(log, note)
+    return run_cell(bench, side.out, side.op, side.dtype, side.switch, side.value, side.level,
+                    inner_limit(side.cell_timeout), env, grace=STOP_GRACE_S)
+
+
+# == what run campaign calls: every round of one op ================================
+
+
+def new_run_dir(ab_root: Path) -> Path:
+    """A fresh ab_<timestamp> directory under AB_ROOT, never one that exists."""
+    ab_root.mkdir(parents=True, exist_ok=True)
+    base = ab_root / f"ab_{timestamp()}"
+    for n in range(1, 1000):
+        path = base if n == 1 else base.with_name(f"{base.name}_{n}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise FlagGemsError(f"no free ab_<timestamp> directory under {ab_root}")
+
+
+def screened_values(env: Mapping[str, str]) -> Optional[Tuple[str, str]]:
+    """The switch values the campaign's screening root ran (SWITCH_VALUES in
+    its root.env, found through $CAMPAIGN_ROOT/campaign.env), so that the
+    campaign's repeats measure what was screened; None where there are none."""
+    campaign = (env.get("CAMPAIGN_ROOT") or "").strip()
+    if not campaign:
+        return None
+    screen = (layout.read_env(Path(campaign) / layout.CAMPAIGN_ENV, []) or {}).get("SCREEN_ROOT")
+    if not screen:
+        return None
+    values = (layout.read_env(Path(campaign) / screen / layout.ROOT_ENV, []) or {}).get("SWITCH_VALUES")
+    return switch_values(values) if values else None
+
+
+def repeat_values(given: Optional[str], env: Mapping[str, str]) -> Tuple[str, str]:
+    """A repeat's switch values: as given, else the screening root's, else 0,1."""
+    return switch_values(given) if given else screened_values(env) or DEFAULT_SWITCH_VALUES
+
+
+def repeat(bench: Benchmark, ab_root, op: str, dtype: str, *, rounds: int, switch: str,
+           values: Sequence[str], cell_timeout: float = DEFAULT_CELL_TIMEOUT, card: int = 0,
+           env: Optional[Mapping[str, str]] = None, warn: Callable[[str], None] = lambda text: None,
+           report: Callable[[CellRun], None] = lambda run: None) -> List[CellRun]:
+    """rounds x (before, after) cells of one op in a new repeat directory, each
+    capped at cell_timeout, each cell.env written last with RC; a failed or
+    killed cell does not stop the rounds. KeyboardInterrupt (SIGINT, SIGTERM)
+    kills the running benchmark and leaves its cell without cell.env:
+    unfinished, so a resumed campaign runs the op again."""
+    env = dict(os.environ if env is None else env)
+    level = bench_level(env)
+    for note in caliber_notes(env):
+        warn(note)
+    bench.check_record_name(op, dtype, level)
+    run_dir = new_run_dir(Path(ab_root).resolve())
+    runs = []
+    for round_ in range(1, rounds + 1):
+        for side, value in zip(layout.SIDES, values):
+            out = run_dir / op / f"r{round_}" / side
+            run = run_cell(bench, out, op, dtype, switch, value, level, cell_timeout, env)
+            run.side, run.round = side, round_
+            write_cell_env(out, op=op, dtype=dtype, side=side, round_=round_, card=card,
+                           started_at=run.started_at, switch=switch, switch_value=value,
+                           cell_timeout=cell_timeout, env=env,
+                           elapsed_s=run.elapsed_s, rc=run.rc, nodeid=run.nodeid)
+            runs.append(run)
+            report(run)
+    return runs
+
