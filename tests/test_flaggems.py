@@ -137,7 +137,7 @@ def test_screen_runs_flaggems_cells_and_the_store_judges_them(screened):
         ("topk", "float16"): "TRUNCATED",
     }
     mm = verdicts[("mm", "float32")]
-    assert mm["range_label"] == "result" and 1.8 < mm["min"] <= mm["max"] < 2.2   # tf32 halves the stand-in's mm
+    assert mm["range_label"] == "indicative (one round)" and 1.8 < mm["min"] <= mm["max"] < 2.2   # tf32 halves the stand-in's mm
     assert verdicts[("softmax", "float32")]["range_label"] == "noise floor"
     assert verdicts[("topk", "float16")]["rc_after"] == 124 and verdicts[("topk", "float16")]["min"] is None
     # without locations (v4), abs's pair is the same code: the real H200 abs pair did the same
