@@ -323,9 +323,8 @@ CREATE TABLE IF NOT EXISTS ab_range_rows (
     ci_high REAL,
     p_value REAL,                       -- t-test of log_mean = 0 (zlstore/stats.py)
     q_value REAL,                       -- Benjamini-Hochberg over the root's tested ranges
-    json_head TEXT,                     -- the row as ab_ranges' JSON, in three fragments
-    json_mid TEXT,                      -- between the members the view judges on each read
-    json_tail TEXT                      -- (`zlstore ab --json`)
+    json_head TEXT,                     -- the row as ab_ranges' JSON, but for the members
+    json_tail TEXT                      -- between them, judged on each read (`zlstore ab --json`)
 );
 CREATE INDEX IF NOT EXISTS ab_range_rows_key ON ab_range_rows(root_id, op, dtype, shape, caliber_id);
 
@@ -889,15 +888,15 @@ CROSS JOIN settings_now s;
 CREATE VIEW ab_ranges AS
 SELECT
     j.root, j.op, j.dtype, j.shape, j.rounds,
-    j.effect, j.ci_low, j.ci_high, j.p_value, j.q_value, j.finding, j.to_settle,
+    j.effect, j.ci_low, j.ci_high, j.p_value,
+    j.q_value, j.finding, j.finding_position, j.to_settle,
+    j.noise_floor, j.clears_floor, j.floor_note, j.q_max, j.min_effect,
     j.min, j.median, j.max,
-    j.noise_floor, j.clears_floor, j.floor_note,
     j.fallback, j.fallback_rows, j.rejected, j.rejected_reasons,
     j.log_mean, j.log_sd,
     j.cards, j.root_kind, j.caliber_id,
     [[caliber: calibers.{f}]],
-    j.root_id,
-    j.finding_position, j.q_max, j.min_effect
+    j.root_id
 FROM ab_range_judgements j
 LEFT JOIN calibers ON calibers.id = j.caliber_id;
 
@@ -906,11 +905,7 @@ LEFT JOIN calibers ON calibers.id = j.caliber_id;
 -- row, joined from the fragments kept with it: `zlstore ab --json` prints
 -- a campaign's thousands of ranges without a Python object per value.
 CREATE VIEW ab_range_judgements AS
-WITH floors AS MATERIALIZED (
-    SELECT op, dtype, caliber_id, floor FROM noise_floor_rows
-    WHERE rule = (SELECT value FROM settings WHERE key = 'current_rule')
-),
-thresholds AS MATERIALIZED (
+WITH thresholds AS MATERIALIZED (
     SELECT q_max, min_effect, min_rounds FROM judging_settings
 ),
 judged AS (
@@ -934,8 +929,9 @@ judged AS (
     FROM ab_range_rows r
     JOIN roots ON roots.id = r.root_id AND roots.kind <> 'screen'
     CROSS JOIN thresholds t
-    LEFT JOIN floors
-        ON floors.op IS r.op AND floors.dtype IS r.dtype AND floors.caliber_id = r.caliber_id
+    LEFT JOIN noise_floor_rows floors  -- looked up by its index, a range at a time
+        ON floors.rule = (SELECT value FROM settings WHERE key = 'current_rule')
+       AND floors.op IS r.op AND floors.dtype IS r.dtype AND floors.caliber_id = r.caliber_id
 ),
 settled AS (
     SELECT
@@ -982,13 +978,10 @@ settled AS (
 )
 SELECT
     settled.*,
-    '{' || json_head
-        || ',' || rtrim(ltrim(json_object('q_value', q_value, 'finding', finding, 'to_settle', to_settle), '{'), '}')
-        || ',' || json_mid
-        || ',' || rtrim(ltrim(json_object('noise_floor', noise_floor, 'clears_floor', clears_floor,
-                                          'floor_note', floor_note), '{'), '}')
-        || ',' || json_tail
-        || ',' || rtrim(ltrim(json_object('finding_position', finding_position, 'q_max', q_max,
-                                          'min_effect', min_effect), '{'), '}')
-        || '}' AS json
+    -- the judged members as one object without its braces (min_effect, a
+    -- number, ends it: the trailing brace is the object's own)
+    '{' || json_head || ',' || rtrim(ltrim(json_object(
+        'q_value', q_value, 'finding', finding, 'finding_position', finding_position, 'to_settle', to_settle,
+        'noise_floor', noise_floor, 'clears_floor', clears_floor, 'floor_note', floor_note,
+        'q_max', q_max, 'min_effect', min_effect), '{'), '}') || ',' || json_tail || '}' AS json
 FROM settled;

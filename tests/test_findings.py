@@ -144,11 +144,11 @@ def test_plain_sqlite_sees_the_numbers_the_cli_prints(tmp_path):
     with Store(db) as store:
         store.ingest(tmp_path / "runs")
     cli_rows = json_out(invoke(db, "ab", "--json"))
-    out = subprocess.run(["sqlite3", "-json", str(db), "SELECT * FROM ab_ranges ORDER BY " + judge.AB_ORDER],
+    out = subprocess.run(["sqlite3", "-json", str(db), "SELECT * FROM ab_ranges ORDER BY " + judge.AB_KEY_ORDER],
                          capture_output=True, text=True) if shutil.which("sqlite3") else None
     conn = sqlite3.connect(db)
     conn.row_factory = sqlite3.Row
-    plain = [dict(r) for r in conn.execute("SELECT * FROM ab_ranges ORDER BY " + judge.AB_ORDER)]
+    plain = [dict(r) for r in conn.execute("SELECT * FROM ab_ranges ORDER BY " + judge.AB_KEY_ORDER)]
     assert [(r["shape"], r["finding"], r["to_settle"]) for r in plain] == \
         [(r["shape"], r["finding"], r["to_settle"]) for r in cli_rows]
     for r, c in zip(plain, cli_rows):  # `ab --json` writes 15 significant digits
@@ -166,6 +166,9 @@ def test_ab_json_is_the_view_row_for_row(tmp_path):
         view = judge.ab_ranges(store)
     rows = json_out(invoke(db, "ab", "--json"))
     assert [list(r) for r in rows] == [list(v) for v in view]
+    key = lambda r: (r["root"], r["op"], r["dtype"], r["shape"], r["caliber_id"] or 0)
+    assert [key(r) for r in rows] == sorted(key(v) for v in view)  # --json: by key
+    view = sorted(view, key=key)
     for r, v in zip(rows, view):
         for key in ("effect", "ci_low", "ci_high", "p_value", "q_value", "log_sd"):
             assert r[key] == pytest.approx(v[key], rel=1e-14)

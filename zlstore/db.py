@@ -319,7 +319,7 @@ def _findings(conn):
     hint and screen_roots read the strictest): Store computes those the
     store lacks when it next opens it for writing (BACKFILL_SETTING)."""
     for column in ("log_mean REAL", "log_sd REAL", "effect REAL", "ci_low REAL", "ci_high REAL",
-                   "p_value REAL", "q_value REAL", "json_mid TEXT"):
+                   "p_value REAL", "q_value REAL"):
         conn.execute(f"ALTER TABLE ab_range_rows ADD COLUMN {column}")
     pairing.mark_every_round(conn)
     conn.execute("INSERT OR REPLACE INTO settings (key, value) VALUES (?, '1')", (BACKFILL_SETTING,))

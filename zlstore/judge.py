@@ -300,6 +300,9 @@ def rescore_write(store, root=None) -> List[Path]:
 
 # Ranges in the order `zlstore ab` shows them: per root, findings first.
 AB_ORDER = "root, finding_position, op, dtype, shape, caliber_id"
+# --json's order: by key, the order the ranges are kept in (no sort of a
+# campaign's thousands of JSON texts).
+AB_KEY_ORDER = "root, op, dtype, shape, caliber_id"
 
 
 def ab_ranges(store, root=None) -> List[dict]:
@@ -311,7 +314,8 @@ def ab_ranges(store, root=None) -> List[dict]:
 
 def ab_ranges_json(store, root=None) -> str:
     """ab_ranges() as a JSON array of objects, one per line, the same keys in
-    the same order. A campaign has thousands of ranges: the JSON of each is
+    the same order, the ranges by key (AB_KEY_ORDER). A campaign has
+    thousands of ranges: the JSON of each is
     kept with it when it is computed (ab_range_rows), and only what depends
     on the settings (the finding, the noise floor) is added here, by the
     view, so no Python object is made per value. Reals are written with 15
@@ -320,7 +324,7 @@ def ab_ranges_json(store, root=None) -> str:
     store.refresh_pairs()
     text = store.conn.execute(
         "SELECT group_concat(json, ',' || char(10)) "
-        f"FROM (SELECT json FROM ab_range_judgements WHERE 1{where} ORDER BY {AB_ORDER})",
+        f"FROM (SELECT json FROM ab_range_judgements WHERE 1{where} ORDER BY {AB_KEY_ORDER})",
         params,
     ).fetchone()[0]
     return "[]" if text is None else "[\n" + text + "\n]"

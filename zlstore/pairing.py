@@ -162,7 +162,7 @@ _STEPS = [
     f"""INSERT INTO ab_range_rows (
             root_id, op, dtype, shape, caliber_id, rounds, min, median, max,
             fallback, fallback_rows, cards, rejected, rejected_reasons, log_mean, log_sd,
-            effect, ci_low, ci_high, p_value, json_head, json_mid, json_tail)
+            effect, ci_low, ci_high, p_value, json_head, json_tail)
         WITH keyed AS MATERIALIZED (
             SELECT k.key_id, s.card, s.reason, s.before_caliber_id AS caliber_id,
                    CASE WHEN s.reason IS NULL THEN s.latency_before / s.latency_after END AS ratio,
@@ -217,10 +217,9 @@ _STEPS = [
             b.effect, b.ci_low, b.ci_high, b.p_value,
             {_json_fields("roots.name AS root", "b.op", "b.dtype", "b.shape", "b.rounds", "b.effect",
                           "b.ci_low", "b.ci_high", "b.p_value")},
-            {_json_fields("b.min", "b.median", "b.max")},
-            {_json_fields("b.fallback", "b.fallback_rows", "b.rejected", "b.rejected_reasons", "b.log_mean",
-                          "b.log_sd", "b.cards", "roots.kind AS root_kind", "b.caliber_id",
-                          *[f"calibers.{name}" for name in caliber.NAMES], "b.root_id")}
+            {_json_fields("b.min", "b.median", "b.max", "b.fallback", "b.fallback_rows", "b.rejected",
+                          "b.rejected_reasons", "b.log_mean", "b.log_sd", "b.cards", "roots.kind AS root_kind",
+                          "b.caliber_id", *[f"calibers.{name}" for name in caliber.NAMES], "b.root_id")}
         FROM bounded b
         JOIN roots ON roots.id = b.root_id
         LEFT JOIN calibers ON calibers.id = b.caliber_id""",
