@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, IO, List, Optional, Sequence, Tuple
 
-from . import caliber, judge, layout
+from . import caliber, files, judge, layout
 from . import plan as planmod
 from .db import write_transaction
 from .ingest import now as utc_now
@@ -92,10 +92,9 @@ def env_text(items: Sequence[Tuple[str, object]]) -> str:
 
 
 def write_atomic(path: Path, text: str):
-    """Write a file whole or not at all: a reader never sees half of it."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    """Write a file whole or not at all: a reader never sees half of it, and
+    a link planted at its place or its temporary name redirects nothing."""
+    files.replace_atomic(path, text.encode("utf-8"))
 
 
 def caliber_items(env: Dict[str, str]) -> List[Tuple[str, str]]:
