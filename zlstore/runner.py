@@ -254,13 +254,15 @@ def run_screen(store, config: ScreenConfig, report: Callable[[str], None] = lamb
             with interrupts():
                 result = _screen_side(store, config, root, op, dtype, side, value, visible)
             results.append(result)
-            label = f"{op}:{dtype}" if dtype else op
+            label = op_label(op, dtype)
             how = f"killed at the {_num(config.cell_timeout)} s timeout, RC {result.rc}" if result.timed_out else f"RC {result.rc}"
             report(f"{label} {side}: {how}, {result.elapsed_s:.1f} s, recorded")
     screen_tsv = judge.write_screen_tsv(store, str(root))
     store.ingest_summary([root], command="run screen")  # recorded_verdicts: the file just written
     return {"root": str(root), "sides": len(results), "screen_tsv": str(screen_tsv or root / layout.SCREEN_TSV),
-            "timed_out": [f"{r.op}:{r.dtype}:{r.side}" for r in results if r.timed_out]}
+            "timed_out": [f"{r.op}:{r.dtype}:{r.side}" for r in results if r.timed_out],
+            "failed": [{"label": op_label(r.op, r.dtype), "side": r.side, "rc": r.rc, "timed_out": r.timed_out,
+                        "log": str(r.path / layout.RUN_LOG)} for r in results if r.rc != 0 or r.timed_out]}
 
 
 def screen_config(*, ops: str, command: str, switch: str, cell_timeout: float = DEFAULT_CELL_TIMEOUT,

@@ -28,6 +28,7 @@ from datasette.database import Database
 from datasette.plugins import pm
 
 from . import caliber, datasette_plugin, judge
+from . import db as dbmod
 from .db import render_schema
 from .store import Store
 
@@ -150,15 +151,18 @@ def metadata(db_name: str = DB_NAME) -> dict:
 
 
 def datasette_app(db_path, settings: Optional[dict] = None) -> Datasette:
-    """A Datasette serving the store at db_path (schema created or upgraded
-    first) as /zlstore, mutable: rows written while it runs show on the next
-    request."""
+    """A Datasette serving the store at db_path as /zlstore, mutable: rows
+    written while it runs show on the next request. The file must be a
+    zlstore store already (its schema is upgraded where it can be written):
+    a missing, foreign or damaged one raises db.StoreError, untouched. A
+    store in a directory this user cannot write is served immutable."""
     path = Path(db_path)
-    Store(path).close()
+    Store(path, create=False).close()
+    immutable = dbmod.check_path(path, create=False)
     if not pm.is_registered(datasette_plugin):
         pm.register(datasette_plugin, name="zlstore")
     ds = Datasette(metadata=metadata(), settings={**SETTINGS, **(settings or {})})
-    ds.add_database(Database(ds, path=str(path.resolve()), is_mutable=True), name=DB_NAME)
+    ds.add_database(Database(ds, path=str(path.resolve()), is_mutable=not immutable), name=DB_NAME)
     ds.remove_database("_memory")
     ds._zlstore = True  # the plugin's hooks act on this app only
     return ds
@@ -181,8 +185,13 @@ def get(ds: Datasette, path: str):
     return response.status, response.text
 
 
+class ServeError(Exception):
+    """The server could not start (the address is taken, say)."""
+
+
 def serve(db_path, host: str = "127.0.0.1", port: int = 8001, open_browser: bool = False):
-    """Serve the store until interrupted."""
+    """Serve the store until interrupted (Ctrl-C: returns; SIGTERM ends the
+    process as the signal does). ServeError when it cannot listen."""
     import uvicorn
 
     ds = datasette_app(db_path)
@@ -196,4 +205,8 @@ def serve(db_path, host: str = "127.0.0.1", port: int = 8001, open_browser: bool
         import webbrowser
 
         threading.Timer(1.0, webbrowser.open, args=(url,)).start()
-    uvicorn.run(ds.app(), host=host, port=port, log_level="warning", lifespan="on", workers=1)
+    try:
+        uvicorn.run(ds.app(), host=host, port=port, log_level="warning", lifespan="on", workers=1)
+    except SystemExit as stopped:  # uvicorn's way to say it could not start, after logging why
+        raise ServeError(f"could not serve on {host}:{port} (uvicorn's message above says why; "
+                         f"exit status {stopped.code})") from None
