@@ -182,13 +182,19 @@ def init(store):
 @click.option("--open", "open_browser", is_flag=True, help="Open a browser on the index page.")
 @click.option("--get", "get_path", default=None, metavar="PATH", callback=lambda ctx, param, value: _server_path(value),
               help="Answer one request (e.g. /zlstore/verdicts.json) without a server, print it and exit.")
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
+              help="Also answer requests for this host name (a DNS alias of this machine); repeatable.")
 @db_option(check=True)
-def serve(store, host, port, open_browser, get_path):
+def serve(store, host, port, open_browser, get_path, allow_hosts):
     """Browse the store in datasette: views, canned questions, charts.
 
-    Live: cells recorded while it runs show on the next page load. The
-    database is checked (quick_check) before it is served, and never
-    created.
+    Live: cells recorded while it runs show on the next page load. It
+    answers only requests for its own host names: localhost, an IP
+    address, the --host it binds, this machine's name (when bound beyond
+    loopback) and each --allow-host; any other Host header gets 400, so a
+    web page whose name is made to resolve to this machine (DNS
+    rebinding) cannot read the store. The database is checked
+    (quick_check) before it is served, and never created.
 
     Exit status: with --get, 0 for an answer of 200, else 2; 2 a bad
     --db, or an address it cannot listen on; 130 stopped by Ctrl-C.
@@ -209,7 +215,7 @@ def serve(store, host, port, open_browser, get_path):
         sys.exit(EXIT_OK if status == 200 else EXIT_USAGE)
     store.close()  # datasette opens its own connections
     try:
-        serving.serve(store.path, host=host, port=port, open_browser=open_browser)
+        serving.serve(store.path, host=host, port=port, open_browser=open_browser, allow_hosts=allow_hosts)
     except serving.ServeError as error:
         raise Fault(str(error))
     raise KeyboardInterrupt  # uvicorn returns only once Ctrl-C stopped it
