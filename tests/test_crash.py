@@ -36,19 +36,21 @@ def stored_cells(db_path):
         return 0
 
 
+def start_ingest(root, db_path, **popen) -> subprocess.Popen:
+    """`zlstore ingest ROOT` in a process of its own, committing in batches
+    of a fifth of a second: it commits several times before it is done,
+    however fast this machine is, so that a signal lands after one of them."""
+    return subprocess.Popen(
+        [sys.executable, "-c", "import zlstore.ingest; zlstore.ingest.BATCH_SECONDS = 0.2; "
+         "from zlstore.cli import cli; cli()", "ingest", str(root), "--db", str(db_path)], **popen)
+
+
 def test_kill_9_mid_ingest_leaves_whole_cells(tmp_path):
     root = tmp_path / "ab_rlc_big"
     make_tree(root)
     db_path = tmp_path / "crash.db"
     Store(db_path).close()
-    # Batches of a fifth of a second: the ingest commits several times
-    # before it is done, however fast this machine is, and the kill lands
-    # after one of them.
-    process = subprocess.Popen(
-        [sys.executable, "-c", "import zlstore.ingest; zlstore.ingest.BATCH_SECONDS = 0.2; "
-         "from zlstore.cli import cli; cli()", "ingest", str(root), "--db", str(db_path)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    process = start_ingest(root, db_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 60
     while stored_cells(db_path) < 10 and time.time() < deadline and process.poll() is None:
         time.sleep(0.01)

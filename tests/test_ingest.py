@@ -281,10 +281,13 @@ def test_cli_ingest_json_summary_keys(example_source, tmp_path):
     assert all(set(p) == {"file", "line", "message"} for p in summary["problems"])
 
 
-def test_missing_path_is_a_problem_not_a_crash(tmp_path):
-    result = CliRunner().invoke(cli, ["ingest", str(tmp_path / "nope"), "--db", str(tmp_path / "x.db")])
-    assert result.exit_code == 1
-    assert "no such file or directory" in result.stderr
+def test_missing_path_is_a_usage_error_and_creates_nothing(tmp_path, example_tree):
+    runs, _ = example_tree
+    db = tmp_path / "x.db"
+    result = CliRunner().invoke(cli, ["ingest", str(runs), str(tmp_path / "nope"), "--db", str(db)])
+    assert result.exit_code == 2
+    assert "does not exist" in result.stderr and "nope" in result.stderr
+    assert not db.exists()  # nothing read, nothing created: not even the good path's cells
 
 
 def test_default_database_from_environment(tmp_path, monkeypatch):

@@ -180,7 +180,7 @@ def test_weights_from_cells_fall_back_to_screen_tsv_and_never_zero(tmp_path):
     assert weights == {"topk": pytest.approx(210 * 3), "fft": pytest.approx(620 * 3)}
 
     result = invoke("plan", "ab_rlc_w", "--ops", "topk,rand", "--cards", 2, "--db", db)
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "rand" in result.output and "screening time" in result.output
     result = invoke("plan", "ab_rlc_w", "--ops", "nosuch", "--db", db)
-    assert result.exit_code == 1 and "nosuch" in result.output
+    assert result.exit_code == 2 and "nosuch" in result.output

@@ -54,7 +54,7 @@ def test_newer_database_is_refused(tmp_path):
     with pytest.raises(db.SchemaError, match="newer"):
         Store(path)
     result = CliRunner().invoke(cli, ["init", "--db", str(path)])
-    assert result.exit_code == 1 and "upgrade zlstore" in result.output
+    assert result.exit_code == 2 and "upgrade zlstore" in result.output and str(path) in result.output
 
 
 def test_migrations_run_in_order_from_an_older_version(tmp_path, monkeypatch):

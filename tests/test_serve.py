@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from zlstore import Store, caliber, judge, serve
+from zlstore.db import StoreError
 from zlstore.cli import cli
 
 from . import floor_tree
@@ -123,9 +124,10 @@ def test_store_is_served_as_zlstore_mutable(ds, example_store_path):
     assert Path(databases[0]["path"]) == Path(example_store_path).resolve()
 
 
-def test_app_creates_the_schema_of_a_new_file(tmp_path):
-    app = serve.datasette_app(tmp_path / "new.db")
-    assert rows(app, "/zlstore/cell_summary") == []
+def test_app_never_creates_a_database(tmp_path):
+    with pytest.raises(StoreError, match="no such database"):
+        serve.datasette_app(tmp_path / "new.db")
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize("view", PUBLIC_VIEWS)
@@ -476,7 +478,7 @@ def test_serve_get_answers_one_request(example_store_path):
     assert result.exit_code == 0, result.output
     assert {r["name"] for r in json.loads(result.stdout)} >= {CAMPAIGN}
     missing = CliRunner().invoke(cli, ["serve", "--db", str(example_store_path), "--get", "/nope"])
-    assert missing.exit_code == 1
+    assert missing.exit_code == 2 and "/nope answered 404" in missing.stderr
 
 
 def test_serve_binds_localhost_and_warns_on_the_network(example_store_path, monkeypatch):
@@ -485,12 +487,12 @@ def test_serve_binds_localhost_and_warns_on_the_network(example_store_path, monk
     calls = []
     monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: calls.append(kwargs))
     result = CliRunner().invoke(cli, ["serve", "--db", str(example_store_path)])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 130, result.output  # uvicorn.run returns once Ctrl-C stopped it
     assert calls[-1]["host"] == "127.0.0.1" and calls[-1]["port"] == 8001
     assert "warning" not in result.stderr
     result = CliRunner().invoke(cli, ["serve", "--db", str(example_store_path), "--host", "0.0.0.0",
                                       "--port", "9001"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 130, result.output
     assert calls[-1]["host"] == "0.0.0.0" and calls[-1]["port"] == 9001
     assert "warning" in result.stderr and "arbitrary" in result.stderr and "SQL" in result.stderr
 
@@ -500,3 +502,101 @@ def test_median_is_there_for_ad_hoc_sql(ds):
     response = fetch(ds, "/zlstore.json?sql=select+median(column1)+as+m+from+(values+(1.0),(10.0),(2.0),(4.0))&_shape=array")
     assert response.status_code == 200
     assert response.json() == [{"m": 3.0}]
+
+
+# -- DNS rebinding: only this machine's own names are answered ---------------------
+
+
+def fetch_as(ds, path, host):
+    return asyncio.run(ds.client.get(path, headers={"host": host}))
+
+
+@pytest.mark.parametrize("host", ["localhost", "localhost:8001", "LOCALHOST:8001", "127.0.0.1:8001", "[::1]:8001",
+                                  "10.1.2.3:8001", "localhost:9000"])
+def test_requests_for_this_machine_are_answered(ds, host):
+    response = fetch_as(ds, "/zlstore/roots.json?_shape=array", host)
+    assert response.status_code == 200
+    assert {r["name"] for r in response.json()} >= {CAMPAIGN}
+
+
+@pytest.mark.parametrize("host", ["evil.example:8001", "evil.example", "localhost.evil.example:8001",
+                                  "127.0.0.1.nip.io:8001", "[::1].evil.example"])
+def test_a_dns_rebinding_host_is_refused(ds, host):
+    for path in ("/zlstore/roots.json?_shape=array", "/zlstore.json?sql=select+path+from+cells", "/"):
+        response = fetch_as(ds, path, host)
+        assert response.status_code == 400
+        assert "DNS-rebinding" in response.text and "--allow-host" in response.text
+        assert CAMPAIGN not in response.text and "ab_rlc" not in response.text
+
+
+def test_names_answered_by_where_it_is_bound():
+    import socket
+
+    own = socket.gethostname().lower()
+    assert serve.host_names("127.0.0.1") == {"localhost"}
+    assert own in serve.host_names("0.0.0.0") and own in serve.host_names("::")
+    assert "stats.lab" in serve.host_names("stats.lab") and own in serve.host_names("stats.lab")
+    assert "alias.corp" in serve.host_names("127.0.0.1", ["Alias.Corp."])
+    assert serve.host_allowed(None, frozenset())  # an HTTP/1.0 client, not a browser
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_real_server_refuses_a_foreign_host_and_ctrl_c_ends_it(example_store_path):
+    import http.client
+    import time
+
+    from .test_run import interrupt
+
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "zlstore", "serve", "--db", str(example_store_path),
+                                "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                conn.request("GET", "/zlstore/roots.json?_shape=array", headers={"Host": f"localhost:{port}"})
+                own = conn.getresponse()
+                break
+            except ConnectionRefusedError:
+                assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+                time.sleep(0.2)
+        assert own.status == 200 and CAMPAIGN in own.read().decode()
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("GET", "/zlstore/roots.json?_shape=array", headers={"Host": f"evil.example:{port}"})
+        foreign = conn.getresponse()
+        body = foreign.read().decode()
+        assert foreign.status == 400 and "DNS-rebinding" in body and CAMPAIGN not in body
+        out, err = interrupt(process)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "interrupted"
+
+
+def test_serve_get_without_a_leading_slash_is_a_usage_error(example_store_path):
+    result = CliRunner().invoke(cli, ["serve", "--db", str(example_store_path), "--get", "zlstore/roots.json"])
+    assert result.exit_code == 2
+    assert "'zlstore/roots.json' is not a path on the server" in result.stderr
+    assert "/zlstore/roots.json" in result.stderr
+
+
+def test_an_address_already_in_use_is_an_environment_error(example_store_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run([sys.executable, "-m", "zlstore", "serve", "--db", str(example_store_path),
+                                 "--port", str(port)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert f"could not serve on 127.0.0.1:{port}" in result.stderr

@@ -3,30 +3,112 @@
 import contextlib
 import functools
 import os
+import sqlite3
 import sys
+import traceback
+from pathlib import Path
 
 import click
 
+from . import db as dbmod
 from . import judge, layout, output, report, ttgir
-from .db import SchemaError
 from .store import Store, default_db_path
 
-# Exit statuses, documented in --help where they apply.
-EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
+# Exit statuses: one meaning each, in every command (README: "Exit statuses").
+EXIT_OK = 0             # everything done
+EXIT_PROBLEMS = 1       # some input had problems; everything readable was stored
+EXIT_USAGE = 2          # usage or environment error: bad path, bad --db, unknown or wrong-kind root, newer schema
+EXIT_UNFINISHED = 3     # record: a cell without cell.env / RC yet (nothing of it stored)
+EXIT_INTERNAL = 70      # a bug in zlstore (BSD's EX_SOFTWARE): the traceback is printed
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT
+EXIT_BROKEN_PIPE = 141  # the reader of stdout went away (zlstore ab | head): 128 + SIGPIPE
+
+class Fault(click.ClickException):
+    """A usage or environment error the message explains: exit status 2."""
+
+    exit_code = EXIT_USAGE
 
 
-def db_option(fn):
+class ZlstoreGroup(click.Group):
+    """The top-level handler: whatever a command raises ends in one line on
+    stderr and an exit status of its own (EXIT_*), never a bare traceback
+    with Python's status 1."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort, SystemExit):
+            raise
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        except dbmod.StoreError as error:
+            raise Fault(str(error)) from None
+        except BrokenPipeError:
+            _quiet_stdout()
+            sys.exit(EXIT_BROKEN_PIPE)
+        except Exception as error:
+            if isinstance(error, sqlite3.DatabaseError) and dbmod.is_environment_error(error):
+                raise Fault(f"SQLite: {error}") from None
+            traceback.print_exc()
+            click.echo(f"zlstore: internal error: {type(error).__name__}: {error} (a bug in zlstore: "
+                       f"the traceback above says where; exit status {EXIT_INTERNAL})", err=True)
+            sys.exit(EXIT_INTERNAL)
+
+
+def _quiet_stdout():
+    """After a broken pipe: point stdout at /dev/null, so that Python's flush at exit says nothing."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+@contextlib.contextmanager
+def database_faults(path):
+    """An SQLite error that comes from the file or the machine (read-only,
+    damaged, full, locked) becomes one line naming the database: exit 2."""
+    try:
+        yield
+    except sqlite3.DatabaseError as error:
+        if not dbmod.is_environment_error(error):
+            raise
+        raise Fault(dbmod.fault_message(path, error)) from None
+
+
+def _is_default(path: Path) -> bool:
+    default = Path(default_db_path())
+    try:
+        return path.resolve() == default.resolve()
+    except OSError:
+        return False
+
+
+def db_option(fn=None, *, create: bool = False, writes: bool = False, check=None):
+    """--db, opening the store for the command. create: a missing file becomes
+    a new store (the commands that write); otherwise a missing, foreign or
+    damaged file is refused (exit 2) and left as it is. writes: refuse before
+    any work, in one line, a store this user cannot write. check: quick_check
+    first (default: for small files; db.QUICK_CHECK_MAX_BYTES)."""
+    if fn is None:
+        return functools.partial(db_option, create=create, writes=writes, check=check)
+
     @click.option(
         "--db", "db_path", type=click.Path(dir_okay=False), default=None,
-        help="Database file (default: $ZLSTORE_DB, else ./zlstore.db).",
+        help="Database file (default: $ZLSTORE_DB, else ./zlstore.db)"
+             + ("." if create else "; it must exist: this command never creates one."),
     )
     @functools.wraps(fn)
     def wrapper(*args, db_path=None, **kwargs):
-        try:
-            store = Store(db_path or default_db_path())
-        except SchemaError as error:
-            raise click.ClickException(str(error))
-        with store:
+        path = Path(db_path or default_db_path())
+        hint_db = None if _is_default(path) else str(path)
+        with database_faults(path), Store(path, create=create, check=check) as store, output.hints_for(hint_db):
+            if store.views_outdated:
+                click.echo(f"warning: {store.path} has views from another zlstore build and cannot be "
+                           f"written: answers come from the views it has", err=True)
+            if writes:
+                store.require_writable()
             return fn(*args, store=store, **kwargs)
 
     return wrapper
@@ -56,11 +138,17 @@ def progress_reporter(label):
     return update, finish
 
 
-@click.group()
+@click.group(cls=ZlstoreGroup)
 @click.version_option(package_name="zlstore")
 def cli():
     """zlstore: an embedded SQLite results store for A/B compiler-switch
     benchmarks (FlagGems operators, Triton IR fingerprints, calibers).
+
+    Exit status, in every command: 0 done; 1 some input had problems
+    (everything readable was stored); 2 usage or environment error (bad
+    path, bad --db, unknown or wrong-kind root, newer schema); 3 record of
+    an unfinished cell; 70 internal error (a bug); 130 interrupted; 141
+    stdout closed before the output was written.
 
     Example:
 
@@ -70,9 +158,14 @@ def cli():
 
 
 @cli.command()
-@db_option
+@db_option(create=True)
 def init(store):
     """Create or upgrade a database; print its path and schema version.
+
+    A file that is not a zlstore store (another program's SQLite database,
+    a damaged or truncated one, one from a newer zlstore) is refused and
+    left as it is. Exit status: 0 done; 2 that refusal, or a path that
+    cannot be created.
 
     Example:
 
@@ -87,14 +180,24 @@ def init(store):
               help="Address to bind; anything but loopback exposes the SQL page to the network.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8001, show_default=True)
 @click.option("--open", "open_browser", is_flag=True, help="Open a browser on the index page.")
-@click.option("--get", "get_path", default=None, metavar="PATH",
+@click.option("--get", "get_path", default=None, metavar="PATH", callback=lambda ctx, param, value: _server_path(value),
               help="Answer one request (e.g. /zlstore/verdicts.json) without a server, print it and exit.")
-@db_option
-def serve(store, host, port, open_browser, get_path):
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
+              help="Also answer requests for this host name (a DNS alias of this machine); repeatable.")
+@db_option(check=True)
+def serve(store, host, port, open_browser, get_path, allow_hosts):
     """Browse the store in datasette: views, canned questions, charts.
 
-    Live: cells recorded while it runs show on the next page load.
-    With --get, exit status 0 when the answer is 200, else 1.
+    Live: cells recorded while it runs show on the next page load. It
+    answers only requests for its own host names: localhost, an IP
+    address, the --host it binds, this machine's name (when bound beyond
+    loopback) and each --allow-host; any other Host header gets 400, so a
+    web page whose name is made to resolve to this machine (DNS
+    rebinding) cannot read the store. The database is checked
+    (quick_check) before it is served, and never created.
+
+    Exit status: with --get, 0 for an answer of 200, else 2; 2 a bad
+    --db, or an address it cannot listen on; 130 stopped by Ctrl-C.
 
     Example:
 
@@ -107,8 +210,23 @@ def serve(store, host, port, open_browser, get_path):
     if get_path is not None:
         status, text = serving.get(serving.datasette_app(store.path), get_path)
         click.echo(text)
-        sys.exit(EXIT_OK if status == 200 else EXIT_PROBLEMS)
-    serving.serve(store.path, host=host, port=port, open_browser=open_browser)
+        if status != 200:
+            click.echo(f"error: {get_path} answered {status}", err=True)
+        sys.exit(EXIT_OK if status == 200 else EXIT_USAGE)
+    store.close()  # datasette opens its own connections
+    try:
+        serving.serve(store.path, host=host, port=port, open_browser=open_browser, allow_hosts=allow_hosts)
+    except serving.ServeError as error:
+        raise Fault(str(error))
+    raise KeyboardInterrupt  # uvicorn returns only once Ctrl-C stopped it
+
+
+def _server_path(value):
+    """--get's PATH: a path on the server, from its root."""
+    if value is not None and not value.startswith("/"):
+        raise click.BadParameter(f"{value!r} is not a path on the server: a path starts with / "
+                                 f"(/{value}, /zlstore/verdicts.json)", param_hint="--get")
+    return value
 
 
 def report_summary(summary, as_json):
@@ -121,10 +239,10 @@ def report_summary(summary, as_json):
 
 
 @cli.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--rehash", is_flag=True,
               help="Read and hash every cell, trusting no stat signature (after editing files in place).")
-@db_option
+@db_option(create=True, writes=True)
 @json_option
 def ingest(store, paths, rehash, as_json):
     """Store every root and cell under PATHS (runs/ trees, roots or cells).
@@ -139,7 +257,9 @@ def ingest(store, paths, rehash, as_json):
     the rest goes on.
 
     Exit status: 0 everything was read cleanly; 1 some input had problems
-    (everything readable was stored); 2 usage error.
+    (everything readable was stored); 2 usage or environment error (a PATH
+    that does not exist: nothing is read or created; a bad --db); 130
+    interrupted (every cell stored so far is kept, whole).
 
     Example:
 
@@ -157,14 +277,44 @@ def ingest(store, paths, rehash, as_json):
     sys.exit(EXIT_PROBLEMS if summary.problems else EXIT_OK)
 
 
-# -- live writing: record, plan, run (issue 4) ----------------------------------
+@cli.command()
+@click.option("--full", is_flag=True,
+              help="SQLite's integrity_check and foreign_key_check too: every index against its table (slower).")
+@db_option(check=False)
+def check(store, full):
+    """Check the database file with SQLite's own checks: every page and
+    record (quick_check), with --full every index and foreign key too.
+    Every open of a store up to 16 MB quick-checks it anyway, and serve
+    does on start; a larger store is checked here (about 7 ms per MB read
+    from disk, 2 ms per MB from the page cache).
 
-EXIT_UNFINISHED, EXIT_INTERRUPTED = 3, 130
+    Exit status: 0 sound; 2 damaged (each problem is printed), or a bad
+    --db (missing: never created; not a zlstore store; newer).
+
+    Example:
+
+        \b
+        zlstore check --db campaign.db --full
+    """
+    import time
+
+    started = time.perf_counter()
+    problems = dbmod.integrity_problems(store.conn, full=full)
+    for problem in problems:
+        click.echo(f"problem: {problem}", err=True)
+    if problems:
+        raise Fault(f"{store.path} is damaged ({len(problems)} problems above); restore it from a copy, "
+                    f"or ingest the runs/ tree into a new database")
+    click.echo(f"{store.path}: ok ({'integrity_check, foreign_key_check' if full else 'quick_check'}, "
+               f"{store.path.stat().st_size / 1e6:.1f} MB, {time.perf_counter() - started:.2f} s)")
+
+
+# -- live writing: record, plan, run (issue 4) ----------------------------------
 
 
 @cli.command()
-@click.argument("cell_dirs", nargs=-1, required=True, type=click.Path())
-@db_option
+@click.argument("cell_dirs", nargs=-1, required=True, type=click.Path(exists=True))
+@db_option(create=True, writes=True)
 @json_option
 def record(store, cell_dirs, as_json):
     """Store finished cells now: the line a harness adds after each cell.
@@ -175,8 +325,9 @@ def record(store, cell_dirs, as_json):
     per card), an ingest and a datasette reader can share one database.
 
     Exit status: 0 every cell stored (or already stored); 1 some input had
-    problems (everything readable was stored); 2 usage error; 3 some cell is
-    unfinished (nothing of it was stored).
+    problems (everything readable was stored); 2 nothing recorded: a path
+    that does not exist, is no cell, or could not be stored, or a bad --db;
+    3 some cell is unfinished (nothing of it was stored).
 
     Example:
 
@@ -189,6 +340,10 @@ def record(store, cell_dirs, as_json):
     report_summary(summary, as_json)
     if summary.unfinished:
         sys.exit(EXIT_UNFINISHED)
+    counts = summary.counts
+    if not counts["cells_added"] + counts["cells_replaced"] + counts["cells_unchanged"]:
+        click.echo("nothing recorded", err=True)
+        sys.exit(EXIT_USAGE)
     sys.exit(EXIT_PROBLEMS if summary.problems else EXIT_OK)
 
 
@@ -226,7 +381,8 @@ def plan(store, screen_root, ops, cards, rounds, extra_ops, out_path, as_json):
     (the IR_CHANGED pairs), those that differ only in what the strictest
     rule leaves out are named on stderr (a hint; --json: "hints").
 
-    Exit status: 0 planned; 1 the plan cannot be made (the message says why).
+    Exit status: 0 planned; 2 the plan cannot be made (the message says
+    why: an unknown root, an op without a screening time) or a bad --db.
 
     Example:
 
@@ -241,7 +397,7 @@ def plan(store, screen_root, ops, cards, rounds, extra_ops, out_path, as_json):
     try:
         the_plan, root = plan_from_store(store, screen_root, cards, rounds, ops, extra_ops)
     except (LookupError, ValueError) as error:
-        raise click.ClickException(str(error).strip("'\""))
+        raise Fault(str(error).strip("'\""))
     hinted = [] if ops else hinted_ops(store, root)
     if out_path:
         planmod.write_partition_tsv(the_plan, out_path)
@@ -279,7 +435,7 @@ def run():
               help="The screening root to create (default: runs/screen_<timestamp>).")
 @click.option("--card", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--backend", default=None, help="Names the visible-devices variable (default: $ZL_BACKEND, else cuda).")
-@db_option
+@db_option(create=True, writes=True)
 def run_screen(store, ops, command, switch, values, cell_timeout, root_dir, card, backend):
     """Screen ops: one pair each, before (the switch at the first of
     --values) then after (at the second).
@@ -292,8 +448,11 @@ def run_screen(store, ops, command, switch, values, cell_timeout, root_dir, card
     the root's screen.tsv from the verdicts view. root.env keeps the switch
     and its two values (SWITCH_VALUES=before,after).
 
-    Exit status: 0 screened; 1 it could not start; 130 interrupted (the
-    running side is killed with its children).
+    Exit status: 0 every side ran cleanly; 1 some side failed or hit the
+    timeout (recorded: its verdict says so); 2 it could not start, or
+    every side failed (the command itself is at fault, e.g. RC 127: no such
+    command); 130 interrupted (the running side is killed with its
+    children).
 
     Example:
 
@@ -310,11 +469,13 @@ def run_screen(store, ops, command, switch, values, cell_timeout, root_dir, card
                                       root_dir=root_dir, card=card, backend=backend, values=values)
         result = runner.run_screen(store, config, report=lambda line: click.echo(line, err=True))
     except (runner.RunError, ValueError) as error:
-        raise click.ClickException(str(error))
+        raise Fault(str(error))
     except KeyboardInterrupt:
         click.echo("interrupted: the running side was killed; finished cells are recorded", err=True)
         sys.exit(EXIT_INTERRUPTED)
     click.echo(report.run_screen(result, runner.screen_tsv_rows(result)))
+    failed = len(result["failed"])
+    sys.exit(EXIT_OK if not failed else EXIT_USAGE if failed == result["sides"] else EXIT_PROBLEMS)
 
 
 @run.command("campaign")
@@ -334,7 +495,7 @@ def run_screen(store, ops, command, switch, values, cell_timeout, root_dir, card
               help="Seconds between looks for finished cells.")
 @click.option("--status-every", type=click.FloatRange(min=0.1), default=30, show_default=True,
               help="Seconds between status tables when stderr is not a terminal.")
-@db_option
+@db_option(create=True, writes=True)
 def run_campaign(store, plan_path, screen_root, ops, cards, rounds, extra_ops, command, root_dir, resume,
                  switch, backend, devices, poll, status_every):
     """Run a plan: one worker process per card, ops in turn within a card.
@@ -349,8 +510,9 @@ def run_campaign(store, plan_path, screen_root, ops, cards, rounds, extra_ops, c
     ingest_problems table) and the card goes on. Ctrl-C stops every worker
     and its commands and keeps every recorded cell; --resume continues.
 
-    Exit status: 0 every op ran cleanly; 1 some op failed or it could not
-    start; 130 interrupted (continue with --resume --root ROOT).
+    Exit status: 0 every op ran cleanly; 1 some op failed (the card went
+    on); 2 it could not start (the message says why); 130 interrupted
+    (continue with the --resume line it prints).
 
     Example:
 
@@ -367,7 +529,7 @@ def run_campaign(store, plan_path, screen_root, ops, cards, rounds, extra_ops, c
             backend=backend, devices=devices, poll_s=poll, status_every_s=status_every)
         result = runner.run_campaign(store.path, config, stream=sys.stderr)
     except (runner.RunError, LookupError, ValueError) as error:
-        raise click.ClickException(str(error).strip("'\""))
+        raise Fault(str(error).strip("'\""))
     click.echo(report.campaign(result))
     if result.interrupted:
         sys.exit(EXIT_INTERRUPTED)
@@ -528,10 +690,8 @@ def flaggems_repeat(op, dtype, ab_root, rounds, switch, values, cell_timeout, ca
 RULE_CHOICE = click.Choice(sorted(ttgir.RULES))
 
 
-class Refusal(click.ClickException):
+class Refusal(Fault):
     """A request refused on principle, e.g. comparing across calibers: exit status 2."""
-
-    exit_code = EXIT_USAGE
 
 
 @contextlib.contextmanager
@@ -569,6 +729,9 @@ def screen(store, root, rule, as_json):
     whose switch changed no IR at all gets a warning on stderr. `recorded`
     is the harness's own screen.tsv verdict. The table ends with the count
     of each verdict.
+
+    Exit status: 0 done; 2 an unknown or wrong-kind root, or a bad --db
+    (missing: never created; not a zlstore store; damaged; newer).
 
     Example:
 
@@ -609,11 +772,17 @@ def rescore(store, root, rule, write, as_json):
     moved and the count of each move; NO_KERNEL and NO_TRITON are one
     verdict and never a move. --json gives the moved pairs.
 
+    Exit status: 0 done; 2 an unknown root, a root directory that is gone
+    (--write), or a bad --db (--rule and --write need one this user can
+    write).
+
     Example:
 
         \b
         zlstore rescore ab_rlc_20261012_101500 --rule v3 --write
     """
+    if rule is not None or write:
+        store.require_writable()
     with judge_errors():
         found = store.root(root) if root is not None else None  # an unknown root leaves the rule alone
         if rule is not None:
@@ -693,6 +862,9 @@ def ab(store, root, rejected, as_json):
     the differing fields are named), MISSING_SIDE (the row or its cell exists
     on one side only), NOT_COUNTED (error_msg or an unusable latency).
 
+    Exit status: 0 done; 2 an unknown or wrong-kind root, or a bad --db
+    (missing: never created; not a zlstore store; damaged; newer).
+
     Example:
 
         \b
@@ -726,6 +898,9 @@ def noise(store, op, as_json):
     rests on and the roots they came from. A noise floor, not a result: an
     A/B range means something only where it clears its op's floor.
 
+    Exit status: 0 done; 2 a bad --db (missing: never created; not a
+    zlstore store; damaged; newer).
+
     Example:
 
         \b
@@ -752,6 +927,9 @@ def compare(store, root_a, root_b, rule, as_json):
     caliber; otherwise refuses (exit status 2) and names every caliber field
     that differs, with its value in each root.
 
+    Exit status: 0 done; 2 an unknown or wrong-kind root, or a bad --db
+    (missing: never created; not a zlstore store; damaged; newer).
+
     Example:
 
         \b
@@ -776,6 +954,9 @@ def compare(store, root_a, root_b, rule, as_json):
 def export(store, root, fmt, rule):
     """A screening root's verdict table in the harness's screen.tsv column
     order, for people and scripts that still read that file.
+
+    Exit status: 0 done; 2 an unknown or wrong-kind root, or a bad --db
+    (missing: never created; not a zlstore store; damaged; newer).
 
     Example:
 

@@ -43,6 +43,15 @@ def extra_body_script(view_name, datasette):
 
 
 @hookimpl
+def asgi_wrapper(datasette):
+    """Answer only requests for this machine's own names (serve.HostCheck):
+    a DNS-rebinding page cannot read the store."""
+    from .serve import HostCheck
+
+    return lambda app: HostCheck(app, lambda: getattr(datasette, "_zlstore_host_names", None))
+
+
+@hookimpl
 def prepare_connection(conn):
     """median(), the aggregate every zlstore range uses, for ad-hoc SQL too."""
     pairing.register(conn)

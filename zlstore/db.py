@@ -7,6 +7,7 @@ write lock at their start (BEGIN IMMEDIATE) with a bounded retry."""
 
 import contextlib
 import hashlib
+import os
 import random
 import re
 import sqlite3
@@ -23,7 +24,12 @@ BUSY_TIMEOUT_MS = 60_000
 WRITE_ATTEMPTS = 10
 
 
-class SchemaError(Exception):
+class StoreError(Exception):
+    """A database file zlstore cannot use as asked. The message names the
+    file and the fault; the file is left as it was."""
+
+
+class SchemaError(StoreError):
     """The database cannot be used by this release."""
 
 
@@ -141,19 +147,243 @@ def schema_parts() -> Dict[str, str]:
     return {"tables": tables, "views": views, "hash": hashlib.sha256(text.encode()).hexdigest()}
 
 
-def connect(path) -> sqlite3.Connection:
-    """Open (or create) a store's database with the settings every writer relies on."""
+def connect(path, wal: bool = True, immutable: bool = False) -> sqlite3.Connection:
+    """Open (or create) a store's database with the settings every writer
+    relies on. wal=False leaves the journal mode as the file has it (a file
+    that may not be changed); immutable: read a file in a directory this user
+    cannot write, which no writer can be using (open_checked decides)."""
+    target, uri = (f"file:{Path(path).resolve()}?immutable=1", True) if immutable else (str(path), False)
     conn = sqlite3.connect(
-        str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
+        target, uri=uri, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
     )
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA foreign_keys = ON")
     conn.execute("PRAGMA temp_store = MEMORY")  # re-pairing's scratch tables and sorts
     pairing.register(conn)
-    retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL"))
-    conn.execute("PRAGMA synchronous = NORMAL")
+    if wal:
+        retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL"))
+        conn.execute("PRAGMA synchronous = NORMAL")
     return conn
 
+
+# -- checking a file before it is opened or changed ----------------------------
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+# Every open of a file up to this size runs PRAGMA quick_check first, so a
+# damaged store is refused before a command prints anything read from it.
+# quick_check reads every page: on the benchmark corpus's 82 MB store it
+# took 0.15 s with the file in the page cache and 0.6 s from disk, about 2
+# and 7 ms per MB; up to 16 MB that is at most about 0.03 / 0.1 s per
+# command. A larger store is checked by `zlstore check` and when `zlstore
+# serve` starts (README: "When the database is at fault").
+QUICK_CHECK_MAX_BYTES = 16 << 20
+
+# The tables that make an SQLite file a zlstore store (every release has had them).
+STORE_TABLES = ("cells", "roots")
+
+
+def _sidecar(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
+
+
+def _has_content(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False
+
+
+def write_refusal(path) -> Optional[str]:
+    """Why this user cannot change the database at path, or None: the file
+    is read-only, or the directory SQLite creates its -wal and -shm (or
+    -journal) in is not writable and they are not both there, writable."""
+    path = Path(path)
+    if path.exists() and not os.access(path, os.W_OK):
+        return "the file is read-only for this user"
+    directory = path.parent
+    if os.access(directory, os.W_OK | os.X_OK):
+        return None
+    if all(os.access(_sidecar(path, s), os.W_OK) for s in ("-wal", "-shm")):
+        return None
+    return (f"its directory {directory} is not writable by this user "
+            f"(SQLite writes {path.name}-wal and {path.name}-shm there)")
+
+
+def writable(path) -> bool:
+    return write_refusal(path) is None
+
+
+def _header_fault(path: Path, header: bytes, size: int) -> Optional[str]:
+    """What the first 100 bytes of a file say is wrong with it as a database, or None."""
+    if not header.startswith(SQLITE_MAGIC[: len(header)]):
+        shown = header[:16].decode("ascii", "replace").replace("\ufffd", "?")
+        return f"not an SQLite database (it starts with {shown!r})"
+    if len(header) < 100:
+        return f"not a whole SQLite database: {size} bytes, less than its 100-byte header"
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages, changes, valid_for = (int.from_bytes(header[i:i + 4], "big") for i in (28, 24, 92))
+    # The size the header records is only valid where SQLite wrote it last
+    # (valid_for == changes); a -wal or -journal with content may hold pages
+    # a checkpoint or a rollback is still moving: SQLite's business then.
+    busy = _has_content(_sidecar(path, "-wal")) or _has_content(_sidecar(path, "-journal"))
+    if pages and changes == valid_for and not busy and size < pages * page_size:
+        return (f"truncated: its header records {pages} pages of {page_size} bytes "
+                f"({pages * page_size} bytes), the file has {size}")
+    return None
+
+
+def check_path(path, create: bool) -> bool:
+    """Refuse (StoreError), before SQLite opens it, a path that holds no
+    database zlstore may open: missing (unless create), not a regular file,
+    unreadable, not SQLite, or truncated. Returns whether it must be read as
+    immutable: a WAL database, without its -wal and -shm, in a directory
+    this user cannot write (SQLite could not read it otherwise)."""
+    path = Path(path)
+    if not path.exists():
+        if path.is_symlink():
+            raise StoreError(f"{path}: a symbolic link to nothing ({os.readlink(path)})")
+        if not create:
+            raise StoreError(f"no such database: {path} (zlstore init --db {path} creates one; "
+                             f"zlstore ingest RUNS --db {path} fills one)")
+        directory = path.parent
+        if not directory.is_dir():
+            raise StoreError(f"cannot create {path}: no such directory {directory}")
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise StoreError(f"cannot create {path}: the directory {directory} is not writable by this user")
+        return False
+    if not path.is_file():
+        raise StoreError(f"{path} is not a database file (it is a {'directory' if path.is_dir() else 'special file'})")
+    try:
+        with open(path, "rb") as f:
+            header = f.read(100)
+            size = os.fstat(f.fileno()).st_size
+    except OSError as error:
+        raise StoreError(f"cannot read {path}: {error.strerror}") from None
+    if size == 0:
+        if create:
+            return False
+        raise StoreError(f"{path} is an empty file, not a zlstore database")
+    fault = _header_fault(path, header, size)
+    if fault:
+        raise StoreError(f"{path}: {fault}")
+    in_wal_mode = header[18:20] == b"\x02\x02"
+    return in_wal_mode and not writable(path) and not _sidecar(path, "-shm").exists()
+
+
+def check_contents(conn: sqlite3.Connection, path, create: bool, quick: Optional[bool] = None):
+    """Refuse (StoreError) a database this release must not read or change:
+    damaged (SQLite cannot read its schema, or quick_check fails; by default
+    checked for files up to QUICK_CHECK_MAX_BYTES), from a newer release,
+    or a foreign one: an SQLite file with tables, none of them zlstore's.
+    Reads only: run before anything is written."""
+    path = Path(path)
+    try:
+        tables = [r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'")]
+        version = _user_version(conn)
+    except sqlite3.DatabaseError as error:
+        raise StoreError(fault_message(path, error)) from None
+    if quick is None:
+        quick = path.stat().st_size <= QUICK_CHECK_MAX_BYTES
+    problems = integrity_problems(conn, limit=3) if quick else []
+    if problems:
+        raise StoreError(f"{path} is damaged (SQLite's quick_check: {'; '.join(problems)}); "
+                         f"restore it from a copy, or ingest the runs/ tree into a new database")
+    if version > SCHEMA_VERSION:
+        raise SchemaError(f"{path}: database schema version {version} is newer than this zlstore "
+                          f"(version {SCHEMA_VERSION}): upgrade zlstore")
+    if tables and not set(STORE_TABLES) <= set(tables):
+        shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+        raise StoreError(f"{path} is an SQLite database but not a zlstore store (its tables: {shown}); "
+                         f"zlstore leaves it as it is: give another --db")
+    if not tables and not create:
+        raise StoreError(f"{path} holds no zlstore store (an SQLite database without tables)")
+
+
+def open_checked(path, create: bool = True, quick: Optional[bool] = None) -> sqlite3.Connection:
+    """connect(), once check_path and check_contents found the file to be a
+    zlstore store this release may use (or, with create, a new one): the
+    file is switched to WAL only then, and only where this user may write.
+    A file refused is left byte for byte as it was."""
+    path = Path(path)
+    immutable = check_path(path, create)
+    conn = connect(path, wal=False, immutable=immutable)
+    try:
+        check_contents(conn, path, create, quick)
+        if not immutable and writable(path):
+            retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL"))
+            conn.execute("PRAGMA synchronous = NORMAL")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def integrity_problems(conn: sqlite3.Connection, full: bool = False, limit: int = 20) -> List[str]:
+    """SQLite's own check of every page: [] when the file is sound. quick_check
+    (default) skips what integrity_check adds: that each index matches its
+    table's rows and UNIQUE / NOT NULL hold."""
+    pragma = "integrity_check" if full else "quick_check"
+    try:
+        rows = [r[0] for r in conn.execute(f"PRAGMA {pragma}({int(limit)})")]
+        problems = [] if rows == ["ok"] else rows
+        problems += [f"foreign key: {r[0]} row {r[1]} names a missing {r[2]} row"
+                     for r in conn.execute("PRAGMA foreign_key_check")] if full else []
+    except sqlite3.DatabaseError as error:  # a page too damaged for the check to go on
+        problems = [f"{pragma} stopped: {error}"]
+    return problems
+
+
+def error_name(error: BaseException) -> str:
+    """SQLite's name for an error (SQLITE_READONLY_DIRECTORY), else ''."""
+    return getattr(error, "sqlite_errorname", None) or ""
+
+
+def is_readonly_error(error: BaseException) -> bool:
+    """A write refused because the file or its directory is read-only."""
+    return error_name(error).startswith("SQLITE_READONLY") or "readonly" in str(error)
+
+
+# SQLite's primary error names that say the file or the machine is at fault
+# (not zlstore's SQL): each is told in one line, with exit status 2.
+ENVIRONMENT_ERRORS = ("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_CORRUPT", "SQLITE_NOTADB",
+                      "SQLITE_FULL", "SQLITE_IOERR", "SQLITE_PERM", "SQLITE_BUSY", "SQLITE_LOCKED",
+                      "SQLITE_AUTH", "SQLITE_NOLFS", "SQLITE_PROTOCOL")
+
+
+def is_environment_error(error: BaseException) -> bool:
+    """Whether a sqlite3 error comes from the file or the machine (read-only,
+    damaged, full, locked) rather than from zlstore's own SQL."""
+    if not isinstance(error, sqlite3.DatabaseError):
+        return False
+    name = error_name(error)
+    if name:
+        return any(name == e or name.startswith(e + "_") for e in ENVIRONMENT_ERRORS)
+    message = str(error).lower()  # Python before 3.11 names no error code
+    return any(words in message for words in (
+        "readonly", "read-only", "malformed", "not a database", "unable to open", "disk is full",
+        "disk i/o", "locked", "busy"))
+
+
+def cannot_write(path, why: str) -> str:
+    return f"cannot write {path}: {why}; commands that only read it still work"
+
+
+def fault_message(path, error: BaseException) -> str:
+    """One line that says why the database at path could not be read or
+    written, for an environment error (is_environment_error)."""
+    path = Path(path)
+    name = error_name(error)
+    if is_readonly_error(error):
+        return cannot_write(path, write_refusal(path) or str(error))
+    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "malformed" in str(error) or "not a database" in str(error):
+        return (f"{path} is damaged or not a database (SQLite: {error}); "
+                f"restore it from a copy, or ingest the runs/ tree into a new database")
+    if name == "SQLITE_FULL" or "disk is full" in str(error):
+        return f"cannot write {path}: the disk is full (SQLite: {error})"
+    return f"{path}: {error}" + (f" ({name})" if name else "")
 
 def _is_busy(error: sqlite3.OperationalError) -> bool:
     message = str(error).lower()
@@ -350,7 +580,7 @@ def ensure_schema(conn: sqlite3.Connection, defaults: Dict[str, str] = None) -> 
         return SCHEMA_VERSION
     with write_transaction(conn):
         version = _user_version(conn)
-        if version > SCHEMA_VERSION:
+        if version > SCHEMA_VERSION:  # check_contents says so first, naming the file
             raise SchemaError(
                 f"database schema version {version} is newer than this zlstore "
                 f"(version {SCHEMA_VERSION}): upgrade zlstore"

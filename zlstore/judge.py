@@ -4,11 +4,11 @@ other), and every command reads them from here. Below the names: the
 queries behind the judging commands (library only, no click)."""
 
 import json
-import os
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import caliber as _caliber
+from . import files as _files
 from . import layout as _layout  # layout imports this module: use its names at call time only
 from . import ttgir as _ttgir
 
@@ -270,16 +270,8 @@ def write_screen_tsv(store, root) -> Path:
     merged = [{**extras.get((row["op"], row["dtype"] or ""), {}), **row} for row in rows]
     data = screen_tsv_text(merged, list(_layout.SCREEN_COLUMNS) + extra_columns).encode("utf-8")
     path = directory / _layout.SCREEN_TSV
-    if path.exists():
-        try:
-            with open(directory / _layout.SCREEN_TSV_ORIG, "xb") as orig:  # never overwrite the original
-                orig.write(path.read_bytes())
-        except FileExistsError:
-            pass
-    tmp = directory / f".{_layout.SCREEN_TSV}.{os.getpid()}.tmp"
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-    return path
+    _files.keep_once(path, directory / _layout.SCREEN_TSV_ORIG)  # never overwrites the original
+    return _files.replace_atomic(path, data)
 
 
 def rescore_write(store, root=None) -> List[Path]:

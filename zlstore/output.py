@@ -1,11 +1,38 @@
 """Plain-text tables and machine formats for command output: a table for
 people, JSON and CSV for scripts. No dependency beyond the standard library."""
 
+import contextlib
+import contextvars
 import csv
 import io
 import json
 import math
-from typing import Any, Iterable, List, Mapping, Optional, Sequence
+import shlex
+from typing import Any, Iterable, Iterator, List, Mapping, Optional, Sequence
+
+# The database a printed command ("next: zlstore ab ROOT") names, set by the
+# command line for the command it runs (hints_for). None: the default
+# database, which needs no --db.
+_HINT_DB: contextvars.ContextVar = contextvars.ContextVar("zlstore_hint_db", default=None)
+
+
+@contextlib.contextmanager
+def hints_for(db: Optional[str]) -> Iterator[None]:
+    """Commands printed meanwhile name db with --db (None: the default one)."""
+    token = _HINT_DB.set(db)
+    try:
+        yield
+    finally:
+        _HINT_DB.reset(token)
+
+
+def command(*words: Any) -> str:
+    """A zlstore command line printed for a person to run next: each word
+    shell-quoted, and --db FILE where this command runs against a database
+    other than the default, so that it works pasted as printed."""
+    db = _HINT_DB.get()
+    words = ("zlstore",) + tuple(str(w) for w in words) + (("--db", db) if db else ())
+    return " ".join(shlex.quote(w) for w in words)
 
 
 def cell_text(value: Any, digits: int = 4) -> str:

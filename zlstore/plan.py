@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Tuple
 
+from . import files
 from .layout import PARTITION_COLUMNS
 
 
@@ -164,9 +165,8 @@ def partition_tsv(plan: Plan) -> bytes:
 
 
 def write_partition_tsv(plan: Plan, path) -> Path:
-    path = Path(path)
-    path.write_bytes(partition_tsv(plan))
-    return path
+    """Whole or not at all, through no planted link (files.replace_atomic)."""
+    return files.replace_atomic(path, partition_tsv(plan))
 
 
 def read_partition_tsv(path) -> Plan:

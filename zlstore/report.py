@@ -16,7 +16,7 @@ def _grouped(rows: Iterable[dict], key: str = "root"):
 def range_text(row: Mapping, count: str = "n_rows", unit: str = "rows") -> str:
     """min .. median .. max over n, or why there is none."""
     if not row.get(count):
-        return f"none: no row paired (zlstore ab {row['root']} --rejected says why)"
+        return f"none: no row paired ({output.command('ab', row['root'], '--rejected')} says why)"
     numbers = " .. ".join(output.cell_text(row[k]) for k in ("min", "median", "max"))
     return f"{numbers}  (min .. median .. max of before/after over {row[count]} {unit})"
 
@@ -164,8 +164,8 @@ def ab(rows: Sequence[dict], settings: Mapping) -> str:
 def no_ab_ranges(found: Optional[Mapping]) -> str:
     """Why there are no A/B ranges: a screening root keeps its ranges in zlstore screen."""
     if found is not None and found["kind"] == "screen":
-        return (f"{found['name']} is a screening root: its ranges are in zlstore screen {found['name']}, "
-                f"labelled by verdict; zlstore ab {found['name']} --rejected lists its unpaired rows")
+        return (f"{found['name']} is a screening root: its ranges are in {output.command('screen', found['name'])}, "
+                f"labelled by verdict; {output.command('ab', found['name'], '--rejected')} lists its unpaired rows")
     return "(no A/B ranges: no repeat run or campaign rows stored)"
 
 
@@ -215,22 +215,39 @@ def compare(result: Mapping) -> str:
 RUN_SCREEN_COLUMNS = ["op", "dtype", "verdict", "elapsed_before", "elapsed_after", "rc_before", "rc_after"]
 
 
+# What a shell's exit status says about a command that never ran.
+SHELL_RCS = {126: "the command is not executable", 127: "the shell found no such command"}
+
+
 def run_screen(result: Mapping, rows: Sequence[dict]) -> str:
-    """A screening pass's verdict table (its screen.tsv rows) and where it went."""
-    closing = f"{result['root']}: {result['sides']} cells recorded; verdicts in {result['screen_tsv']}"
-    if not rows:
-        return closing
-    return output.table(list(rows), RUN_SCREEN_COLUMNS) + "\n" + closing
+    """A screening pass's verdict table (its screen.tsv rows), where it went,
+    and each side that failed (exit status, timeout) with its run.log; when
+    every side failed, that says the command is at fault, not the ops."""
+    lines = [output.table(list(rows), RUN_SCREEN_COLUMNS)] if rows else []
+    lines.append(f"{result['root']}: {result['sides']} cells recorded; verdicts in {result['screen_tsv']}")
+    failed = result.get("failed", [])
+    for side in failed:
+        how = "killed at the cell timeout" if side["timed_out"] else f"RC {side['rc']}"
+        meaning = SHELL_RCS.get(side["rc"])
+        lines.append(f"failed: {side['label']} {side['side']}: {how}"
+                     + (f" ({meaning})" if meaning and not side["timed_out"] else "") + f"; see {side['log']}")
+    if failed and len(failed) == result["sides"]:
+        rcs = sorted({side["rc"] for side in failed})
+        advice = ("raise --cell-timeout" if all(side["timed_out"] for side in failed)
+                  else "check --command by running it by hand")
+        lines.append(f"every side failed (RC {', '.join(map(str, rcs))}): nothing was measured; {advice}")
+    return "\n".join(lines)
 
 
 def campaign(result) -> str:
     """A campaign's closing lines: totals, each failure, and what to run next
-    (resume when interrupted, else zlstore ab)."""
+    (resume when interrupted, else zlstore ab), with --db where it is not
+    the default, so that either works pasted as printed."""
     lines = [f"{result.root}: {result.done} ops run, {result.skipped} skipped as complete, "
              f"{len(result.failed)} failed; {result.cells} cells recorded"]
     lines.extend(f"failed: {failure}" for failure in result.failed)
     if result.interrupted:
-        lines.append(f"interrupted: continue with zlstore run campaign --resume --root {result.root}")
+        lines.append(f"interrupted: continue with {output.command('run', 'campaign', '--resume', '--root', result.root)}")
     else:
-        lines.append(f"next: zlstore ab {result.root}")
+        lines.append(f"next: {output.command('ab', result.root)}")
     return "\n".join(lines)

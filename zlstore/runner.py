@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, IO, List, Optional, Sequence, Tuple
 
-from . import caliber, judge, layout
+from . import caliber, files, judge, layout
 from . import plan as planmod
 from .db import write_transaction
 from .ingest import now as utc_now
@@ -93,10 +93,9 @@ def env_text(items: Sequence[Tuple[str, object]]) -> str:
 
 
 def write_atomic(path: Path, text: str):
-    """Write a file whole or not at all: a reader never sees half of it."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    """Write a file whole or not at all: a reader never sees half of it, and
+    a link planted at its place or its temporary name redirects nothing."""
+    files.replace_atomic(path, text.encode("utf-8"))
 
 
 def caliber_items(env: Dict[str, str]) -> List[Tuple[str, str]]:
@@ -291,14 +290,16 @@ def run_screen(store, config: ScreenConfig, report: Callable[[str], None] = lamb
             with interrupts():
                 result = _screen_side(store, config, root, op, dtype, side, value, visible)
             results.append(result)
-            label = f"{op}:{dtype}" if dtype else op
+            label = op_label(op, dtype)
             how = f"killed at the {_num(config.cell_timeout)} s timeout, RC {result.rc}" if result.timed_out else f"RC {result.rc}"
             report(f"{label} {side}: {how}, {result.elapsed_s:.1f} s, recorded")
     screen_tsv = judge.write_screen_tsv(store, str(root))
     store.ingest_summary([root], command="run screen")  # recorded_verdicts: the file just written
     return {"root": str(root), "sides": len(results), "switch": config.switch, "switch_values": list(config.values),
             "screen_tsv": str(screen_tsv or root / layout.SCREEN_TSV),
-            "timed_out": [f"{r.op}:{r.dtype}:{r.side}" for r in results if r.timed_out]}
+            "timed_out": [f"{r.op}:{r.dtype}:{r.side}" for r in results if r.timed_out],
+            "failed": [{"label": op_label(r.op, r.dtype), "side": r.side, "rc": r.rc, "timed_out": r.timed_out,
+                        "log": str(r.path / layout.RUN_LOG)} for r in results if r.rc != 0 or r.timed_out]}
 
 
 def screen_config(*, ops: str, command: str, switch: str, cell_timeout: float = DEFAULT_CELL_TIMEOUT,

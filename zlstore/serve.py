@@ -18,10 +18,12 @@ filled in here, never restated there:
 import copy
 import functools
 import ipaddress
+import re
+import socket
 import sys
 from importlib import resources
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import yaml
 from datasette.app import Datasette
@@ -29,6 +31,7 @@ from datasette.database import Database
 from datasette.plugins import pm
 
 from . import caliber, datasette_plugin, judge
+from . import db as dbmod
 from .db import render_schema
 from .store import Store
 
@@ -157,26 +160,124 @@ def metadata(db_name: str = DB_NAME) -> dict:
     return data
 
 
-def datasette_app(db_path, settings: Optional[dict] = None) -> Datasette:
-    """A Datasette serving the store at db_path (schema created or upgraded
-    first) as /zlstore, mutable: rows written while it runs show on the next
-    request."""
+def datasette_app(db_path, settings: Optional[dict] = None, host: Optional[str] = None,
+                  allow_hosts=()) -> Datasette:
+    """A Datasette serving the store at db_path as /zlstore, mutable: rows
+    written while it runs show on the next request. The file must be a
+    zlstore store already (its schema is upgraded where it can be written):
+    a missing, foreign or damaged one raises db.StoreError, untouched. A
+    store in a directory this user cannot write is served immutable.
+    Requests are answered only for the host names host_names(host,
+    allow_hosts) gives (HostCheck)."""
     path = Path(db_path)
-    Store(path).close()
+    Store(path, create=False).close()
+    immutable = dbmod.check_path(path, create=False)
     if not pm.is_registered(datasette_plugin):
         pm.register(datasette_plugin, name="zlstore")
     ds = Datasette(metadata=metadata(), settings={**SETTINGS, **(settings or {})})
-    ds.add_database(Database(ds, path=str(path.resolve()), is_mutable=True), name=DB_NAME)
+    ds.add_database(Database(ds, path=str(path.resolve()), is_mutable=not immutable), name=DB_NAME)
     ds.remove_database("_memory")
     ds._zlstore = True  # the plugin's hooks act on this app only
+    ds._zlstore_host_names = host_names(host, allow_hosts)
     return ds
 
 
+# -- DNS rebinding: answer only this machine's own names ------------------------
+#
+# A web page on evil.example can make its own name resolve to 127.0.0.1 and
+# then read http://evil.example:8001/ as same-origin: the browser sends
+# "Host: evil.example:8001" to this server. Such a page always comes with a
+# name, so a request is answered only for a Host that is an IP address (the
+# browser was pointed at this machine's address itself, which no other
+# site's origin shares), localhost, or a name this server is known by. The
+# port is not compared: an ssh tunnel (ssh -L 9000:localhost:8001) brings
+# the browser in on another one.
+
+LOCAL_NAMES = ("localhost",)
+
+
+def host_names(host: Optional[str] = None, allow_hosts=()) -> frozenset:
+    """The host names a server bound to host answers, besides IP addresses:
+    localhost, the bound name, this machine's name and fully qualified name
+    when bound beyond loopback (0.0.0.0 reaches it by those), and allow_hosts."""
+    names = set(LOCAL_NAMES)
+    names.update(_bare_host(h) for h in allow_hosts)
+    if host and not _is_ip(host):
+        names.add(_bare_host(host))
+    if host and not is_loopback(host):
+        names.update(_bare_host(n) for n in (socket.gethostname(), socket.getfqdn()) if n)
+    return frozenset(n for n in names if n)
+
+
+# A Host header's value: a name or IPv4 address, or an IPv6 address in
+# brackets; then an optional port.
+_HOST = re.compile(r"(?:\[(?P<v6>[0-9a-f:.]+)\]|(?P<name>[^:\[\]]*))(?::\d*)?")
+
+
+def _bare_host(host: str) -> str:
+    """The name or address in a Host header's value, without port, brackets,
+    case or final dot; a value of any other shape as it is (it names nothing)."""
+    host = host.strip().lower()
+    match = _HOST.fullmatch(host)
+    if match is None:
+        return host
+    return match.group("v6") or match.group("name").rstrip(".")
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(_bare_host(host))
+        return True
+    except ValueError:
+        return False
+
+
+def host_allowed(header: Optional[str], names: frozenset) -> bool:
+    """Whether a request with this Host header may be answered (none: an
+    HTTP/1.0 client, not a browser, may)."""
+    if header is None:
+        return True
+    return _is_ip(header) or _bare_host(header) in names
+
+
+class HostCheck:
+    """ASGI middleware: a request (or websocket) whose Host names none of
+    names() is answered 400 with a body that says why, and goes no further.
+    names() is asked per request (datasette builds its app before zlstore
+    sets them); None: an app that is not zlstore's, passed through."""
+
+    def __init__(self, app, names: Callable[[], Optional[frozenset]]):
+        self.app, self.names = app, names
+
+    async def __call__(self, scope, receive, send):
+        names = self.names()
+        if names is not None and scope["type"] in ("http", "websocket"):
+            header = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"host"), None)
+            if not host_allowed(header, names):
+                await self._refuse(scope, send, header, names)
+                return
+        await self.app(scope, receive, send)
+
+    @staticmethod
+    async def _refuse(scope, send, header, names):
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        body = (f"zlstore serve: refused a request for host {header!r}. This server answers "
+                f"localhost, IP addresses and {', '.join(sorted(names - set(LOCAL_NAMES))) or 'no other name'}; "
+                f"a page under another name may be a DNS-rebinding attack on the store. If {_bare_host(header)!r} "
+                f"is this machine, serve with --allow-host {_bare_host(header)}.\n").encode()
+        await send({"type": "http.response.start", "status": 400,
+                    "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
 def is_loopback(host: str) -> bool:
-    if host == "localhost":
+    if _bare_host(host) == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return ipaddress.ip_address(_bare_host(host)).is_loopback
     except ValueError:
         return False
 
@@ -189,13 +290,21 @@ def get(ds: Datasette, path: str):
     return response.status, response.text
 
 
-def serve(db_path, host: str = "127.0.0.1", port: int = 8001, open_browser: bool = False):
-    """Serve the store until interrupted."""
+class ServeError(Exception):
+    """The server could not start (the address is taken, say)."""
+
+
+def serve(db_path, host: str = "127.0.0.1", port: int = 8001, open_browser: bool = False, allow_hosts=()):
+    """Serve the store until interrupted (Ctrl-C: returns; SIGTERM ends the
+    process as the signal does). ServeError when it cannot listen."""
     import uvicorn
 
-    ds = datasette_app(db_path)
+    ds = datasette_app(db_path, host=host, allow_hosts=allow_hosts)
     if not is_loopback(host):
         print(NETWORK_WARNING.format(host=host, port=port, db=db_path), file=sys.stderr)
+        names = ", ".join(sorted(ds._zlstore_host_names - set(LOCAL_NAMES)))
+        print(f"answering requests for localhost, IP addresses and {names or 'no other name'} "
+              f"(others get 400: add a name with --allow-host)", file=sys.stderr)
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else (f"[{host}]" if ":" in host else host)
     url = f"http://{shown}:{port}/"
     print(f"serving {db_path} at {url}", file=sys.stderr)
@@ -204,4 +313,8 @@ def serve(db_path, host: str = "127.0.0.1", port: int = 8001, open_browser: bool
         import webbrowser
 
         threading.Timer(1.0, webbrowser.open, args=(url,)).start()
-    uvicorn.run(ds.app(), host=host, port=port, log_level="warning", lifespan="on", workers=1)
+    try:
+        uvicorn.run(ds.app(), host=host, port=port, log_level="warning", lifespan="on", workers=1)
+    except SystemExit as stopped:  # uvicorn's way to say it could not start, after logging why
+        raise ServeError(f"could not serve on {host}:{port} (uvicorn's message above says why; "
+                         f"exit status {stopped.code})") from None

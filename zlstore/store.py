@@ -121,14 +121,41 @@ def default_db_path() -> str:
 
 
 class Store:
-    """A zlstore database. Opening one creates or upgrades its schema."""
+    """A zlstore database. Opening one creates or upgrades its schema.
 
-    def __init__(self, path: Optional[PathLike] = None):
+    create=False: the file must already be a zlstore store (the commands that
+    only read never create one). A file that is not one this release may use
+    (missing, damaged, foreign, newer) raises db.StoreError naming the file
+    and the fault, and is left as it was (db.open_checked). check: run
+    SQLite's quick_check first (default: for files up to
+    db.QUICK_CHECK_MAX_BYTES). A store this user cannot write is read as it
+    is; where its views are older than this release, views_outdated says so."""
+
+    def __init__(self, path: Optional[PathLike] = None, create: bool = True, check: Optional[bool] = None):
         self.path = Path(path or default_db_path())
-        self.conn = dbmod.connect(self.path)
-        self.schema_version = dbmod.ensure_schema(self.conn, defaults={"current_rule": ttgir.DEFAULT_RULE})
-        self.refresh_pairs()
-        self._backfill_screening_fingerprints()
+        self.conn = dbmod.open_checked(self.path, create=create, quick=check)
+        self.views_outdated = False
+        try:
+            self.schema_version = self._ensure_schema()
+            self.refresh_pairs()
+            self._backfill_screening_fingerprints()
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def _ensure_schema(self) -> int:
+        try:
+            return dbmod.ensure_schema(self.conn, defaults={"current_rule": ttgir.DEFAULT_RULE})
+        except sqlite3.OperationalError as error:
+            if not dbmod.is_readonly_error(error):
+                raise
+            version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+            if version != dbmod.SCHEMA_VERSION:
+                raise dbmod.StoreError(dbmod.cannot_write(
+                    self.path, f"{dbmod.write_refusal(self.path) or error}, and its schema (version {version}) "
+                    f"must be upgraded to version {dbmod.SCHEMA_VERSION} before this zlstore can read it")) from None
+            self.views_outdated = True  # read with the views it has
+            return version
 
     def _backfill_screening_fingerprints(self):
         """Every rule's fingerprints for screening cells that a migration left
@@ -141,8 +168,15 @@ class Store:
             with dbmod.write_transaction(self.conn):
                 self.conn.execute("DELETE FROM settings WHERE key = ?", (dbmod.BACKFILL_SETTING,))
         except sqlite3.OperationalError as error:
-            if "readonly" not in str(error).replace(" ", "").lower():
+            if not dbmod.is_readonly_error(error):
                 raise
+
+    def require_writable(self):
+        """Raise db.StoreError (one line: why) where this user cannot write the
+        store: before a command that writes starts its work."""
+        why = dbmod.write_refusal(self.path)
+        if why is not None:
+            raise dbmod.StoreError(dbmod.cannot_write(self.path, why))
 
     def refresh_pairs(self) -> bool:
         """Re-pair the rounds an edit by hand left stale (pairing.py); zlstore's
@@ -153,7 +187,7 @@ class Store:
             with dbmod.write_transaction(self.conn):
                 return pairing.refresh(self.conn)
         except sqlite3.OperationalError as error:
-            if "readonly" in str(error).replace(" ", "").lower():
+            if dbmod.is_readonly_error(error):
                 return False
             raise
 

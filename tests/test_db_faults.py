@@ -1,0 +1,312 @@
+"""A database file zlstore cannot use (truncated, damaged, not SQLite, another
+program's SQLite file, from a newer release, missing) is refused by every
+command with one line that names the file and the fault, exit status 2, and
+the file left byte for byte as it was. A store this user cannot write (the
+file, or its directory) is read as it is; a write says why in one line.
+Real files throughout: copies of a real store, pages overwritten on disk,
+and the read-only cases run as another user."""
+
+import hashlib
+import os
+import random
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from zlstore import Store, db
+from zlstore.cli import cli
+
+ZLSTORE = [sys.executable, "-m", "zlstore"]
+SCREEN_ROOT = "ab_rlc_20261012_101500"
+CAMPAIGN = "campaign_20261013_090000"
+
+
+def copy_store(source: Path, dest: Path) -> Path:
+    """A copy of a real store as one file (its WAL checked in first)."""
+    conn = sqlite3.connect(source)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    shutil.copy(source, dest)
+    return dest
+
+
+def snapshot(directory: Path) -> dict:
+    """Every file in directory: name -> sha256 of its bytes."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+# -- the faulty files -------------------------------------------------------------
+
+
+def truncated(good: Path, path: Path):
+    copy_store(good, path)
+    os.truncate(path, path.stat().st_size // 2)
+
+
+def garbled(good: Path, path: Path):
+    """A page of the cells table overwritten with random bytes, on disk."""
+    copy_store(good, path)
+    conn = sqlite3.connect(path)
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    try:
+        page = conn.execute("SELECT pageno FROM dbstat WHERE name = 'cells' AND pagetype = 'leaf' "
+                            "ORDER BY pageno LIMIT 1 OFFSET 1").fetchone()[0]
+    except sqlite3.OperationalError:  # an SQLite built without dbstat: the table's root page
+        page = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'cells'").fetchone()[0]
+    conn.close()
+    with open(path, "r+b") as f:
+        f.seek((page - 1) * page_size)
+        f.write(random.Random(13).randbytes(page_size))
+
+
+def not_sqlite(good: Path, path: Path):
+    path.write_text("op\tdtype\tverdict\ntopk\tfloat16\tIR_CHANGED\n" * 50)
+
+
+def foreign(good: Path, path: Path):
+    """Another program's SQLite database, in rollback-journal mode."""
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT)")
+    conn.executemany("INSERT INTO notes (text) VALUES (?)", [(f"note {n}",) for n in range(100)])
+    conn.commit()
+    conn.close()
+
+
+def newer(good: Path, path: Path):
+    copy_store(good, path)
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {db.SCHEMA_VERSION + 1}")
+    conn.commit()
+    conn.close()
+
+
+def empty(good: Path, path: Path):
+    path.write_bytes(b"")
+
+
+FAULTS = {
+    "truncated": (truncated, "truncated"),
+    "garbled": (garbled, "damaged"),
+    "not_sqlite": (not_sqlite, "not an SQLite database"),
+    "foreign": (foreign, "not a zlstore store"),
+    "newer": (newer, "newer than this zlstore"),
+}
+
+
+@pytest.fixture
+def runs(example_source):
+    """The session's example tree: every command below is refused before it
+    reads a file of it (and none of them writes into a tree)."""
+    return example_source[0]
+
+
+def commands(runs: Path):
+    """Every command that opens the store, with arguments that would work on a good one."""
+    cell = runs / SCREEN_ROOT / "topk_float16_before"
+    return {
+        "screen": ["screen"], "ab": ["ab", CAMPAIGN], "noise": ["noise"],
+        "compare": ["compare", SCREEN_ROOT, SCREEN_ROOT], "export": ["export", SCREEN_ROOT],
+        "serve": ["serve", "--get", "/zlstore.json"], "rescore": ["rescore"], "plan": ["plan", SCREEN_ROOT],
+        "check": ["check"], "init": ["init"], "ingest": ["ingest", str(runs)], "record": ["record", str(cell)],
+    }
+
+
+COMMANDS = ["screen", "ab", "noise", "compare", "export", "serve", "rescore", "plan", "check", "init",
+            "ingest", "record"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_a_faulty_file_is_refused_by_name_and_left_as_it_was(fault, command, example_store_path, runs, tmp_path):
+    make, words = FAULTS[fault]
+    store_dir = tmp_path / "store"
+    store_dir.mkdir()
+    path = store_dir / "results.db"
+    make(example_store_path, path)
+    before = snapshot(store_dir)
+    result = CliRunner().invoke(cli, [*commands(runs)[command], "--db", str(path)])
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert str(path) in result.stderr and words in result.stderr, result.stderr
+    assert "Traceback" not in result.output
+    assert snapshot(store_dir) == before  # byte for byte; no -wal, -shm or -journal left either
+
+
+@pytest.mark.parametrize("fault", list(FAULTS) + ["empty"])
+def test_a_faulty_file_through_a_real_process(fault, example_store_path, tmp_path):
+    make = FAULTS[fault][0] if fault in FAULTS else empty
+    path = tmp_path / "results.db"
+    make(example_store_path, path)
+    before = snapshot(tmp_path)
+    result = subprocess.run(ZLSTORE + ["screen", "--db", str(path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""  # no table printed from a file that is not sound
+    assert len(result.stderr.strip().splitlines()) == 1 and str(path) in result.stderr
+    assert snapshot(tmp_path) == before
+
+
+def test_a_garbled_page_is_found_before_a_command_reads_around_it(example_store_path, tmp_path):
+    """noise reads no page of cells: without the check on open it would
+    print its table from a damaged file, exit 0 (as before this check)."""
+    path = tmp_path / "results.db"
+    garbled(example_store_path, path)
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT count(*) FROM noise_floors").fetchone()[0] > 0  # reads on, regardless
+    assert db.integrity_problems(conn) != []
+    conn.close()
+    result = CliRunner().invoke(cli, ["noise", "--db", str(path)])
+    assert result.exit_code == 2 and result.stdout == "" and "damaged" in result.stderr
+    result = CliRunner().invoke(cli, ["check", "--db", str(path)])
+    assert result.exit_code == 2 and "problem: " in result.stderr and "damaged" in result.stderr
+
+
+def test_quick_check_on_open_is_for_small_files_and_check_does_any(example_store_path, tmp_path, monkeypatch):
+    path = tmp_path / "results.db"
+    garbled(example_store_path, path)
+    monkeypatch.setattr(db, "QUICK_CHECK_MAX_BYTES", 1024)  # as if the store were a large one
+    with pytest.raises(Exception):  # not refused on open, but SQLite trips over the page when it reads it
+        with Store(path, create=False) as store:
+            store.conn.execute("SELECT * FROM cells").fetchall()
+    result = CliRunner().invoke(cli, ["check", "--db", str(path)])
+    assert result.exit_code == 2 and "problem:" in result.stderr
+    good = copy_store(example_store_path, tmp_path / "good.db")
+    result = CliRunner().invoke(cli, ["check", "--db", str(good), "--full"])
+    assert result.exit_code == 0 and "ok (integrity_check" in result.output
+
+
+def test_the_file_is_switched_to_wal_only_once_it_is_known_a_store(tmp_path, example_store_path):
+    path = tmp_path / "results.db"
+    copy_store(example_store_path, path)
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode = DELETE")
+    conn.close()
+    assert CliRunner().invoke(cli, ["screen", "--db", str(path)]).exit_code == 0
+    assert path.read_bytes()[18:20] == b"\x02\x02"  # a zlstore store: WAL, for its concurrent writers
+
+
+# -- a missing database ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["screen", "ab", "noise", "compare", "export", "serve", "rescore", "plan",
+                                     "check"])
+def test_a_command_that_reads_never_creates_a_database(command, runs, tmp_path):
+    path = tmp_path / "typo.db"
+    result = CliRunner().invoke(cli, [*commands(runs)[command], "--db", str(path)])
+    assert result.exit_code == 2
+    assert f"no such database: {path}" in result.stderr
+    assert not list(tmp_path.glob("typo.db*"))
+
+
+def test_a_missing_database_through_a_real_process(tmp_path):
+    result = subprocess.run(ZLSTORE + ["noise", "--db", "typo.db"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 2 and "no such database: typo.db" in result.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_new_database_in_a_missing_directory_is_named(tmp_path, runs):
+    path = tmp_path / "no" / "such" / "dir" / "x.db"
+    result = CliRunner().invoke(cli, ["ingest", str(runs), "--db", str(path)])
+    assert result.exit_code == 2 and f"no such directory {path.parent}" in result.stderr
+
+
+# -- read-only: as another user (root ignores permission bits) -------------------------
+
+
+def as_nobody(argv, **kwargs):
+    """argv run as user nobody where this is root; as this user otherwise."""
+    if os.geteuid() == 0:
+        argv = ["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups", *argv]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, **kwargs)
+
+
+@pytest.fixture
+def shared_dir():
+    """A directory another user can reach (pytest's own are private to this one)."""
+    if os.geteuid() == 0 and not shutil.which("setpriv"):
+        pytest.skip("needs setpriv to run a command as another user")
+    path = Path(tempfile.mkdtemp(prefix="zlstore-ro-"))
+    path.chmod(0o755)
+    probe = as_nobody([sys.executable, "-c", "import zlstore"], cwd=path)
+    if probe.returncode != 0:
+        shutil.rmtree(path)
+        pytest.skip(f"user nobody cannot run this Python and zlstore: {probe.stderr.strip()[-200:]}")
+    yield path
+    for p in path.rglob("*"):
+        if p.is_dir():
+            p.chmod(0o755)
+    shutil.rmtree(path)
+
+
+READ_ONLY_CASES = {
+    # file mode, directory mode: neither writable by nobody
+    "read-only file": (0o444, 0o755),
+    "read-only directory": (0o666, 0o555),
+}
+
+
+@pytest.mark.parametrize("case", list(READ_ONLY_CASES))
+def test_a_store_this_user_cannot_write_is_read_and_a_write_says_why(case, shared_dir, example_store_path,
+                                                                      example_source):
+    file_mode, dir_mode = READ_ONLY_CASES[case]
+    store_dir = shared_dir / "store"
+    store_dir.mkdir()
+    path = copy_store(example_store_path, store_dir / "results.db")
+    expected = CliRunner().invoke(cli, ["screen", SCREEN_ROOT, "--db", str(path)]).output
+    path.chmod(file_mode)
+    store_dir.chmod(dir_mode)
+    before = snapshot(store_dir)
+
+    for argv in (["screen", SCREEN_ROOT], ["noise"], ["ab", CAMPAIGN], ["export", SCREEN_ROOT, "--format", "csv"],
+                 ["serve", "--get", "/zlstore/roots.json?_shape=array"], ["check"]):
+        read = as_nobody(ZLSTORE + [*argv, "--db", str(path)], cwd=shared_dir)
+        assert read.returncode == 0, (argv, read.stderr)
+    assert as_nobody(ZLSTORE + ["screen", SCREEN_ROOT, "--db", str(path)], cwd=shared_dir).stdout == expected
+
+    runs = shared_dir / "runs"
+    shutil.copytree(example_source[0], runs)
+    why = "the file is read-only" if case == "read-only file" else f"its directory {store_dir} is not writable"
+    for argv in (["ingest", str(runs)], ["record", str(runs / SCREEN_ROOT / "topk_float16_before")],
+                 ["rescore", "--rule", "v4"], ["init"]):
+        write = as_nobody(ZLSTORE + [*argv, "--db", str(path)], cwd=shared_dir)
+        if argv == ["init"]:  # init of a current store writes nothing: it reports
+            assert write.returncode == 0, write.stderr
+            continue
+        assert write.returncode == 2, (argv, write.stderr)
+        assert write.stderr.strip() == f"Error: cannot write {path}: {why}" + (
+            " by this user (SQLite writes results.db-wal and results.db-shm there)" if "directory" in why else
+            " for this user") + "; commands that only read it still work"
+    assert snapshot(store_dir) == before
+
+
+def test_an_older_store_that_cannot_be_written_says_it_needs_an_upgrade(shared_dir, example_store_path):
+    path = copy_store(example_store_path, shared_dir / "old.db")
+    conn = sqlite3.connect(path)
+    conn.execute("ALTER TABLE blobs DROP COLUMN markers")  # as release 2 left it (migration 3 adds it)
+    conn.execute("PRAGMA user_version = 2")
+    conn.commit()
+    conn.close()
+    path.chmod(0o444)
+    result = as_nobody(ZLSTORE + ["screen", "--db", str(path)], cwd=shared_dir)
+    assert result.returncode == 2
+    assert f"cannot write {path}: the file is read-only for this user, and its schema (version " in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_store_with_views_of_another_build_is_read_with_a_warning(shared_dir, example_store_path):
+    path = copy_store(example_store_path, shared_dir / "other.db")
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE settings SET value = 'another build' WHERE key = 'schema_hash'")
+    conn.commit()
+    conn.close()
+    path.chmod(0o444)
+    result = as_nobody(ZLSTORE + ["screen", SCREEN_ROOT, "--db", str(path)], cwd=shared_dir)
+    assert result.returncode == 0, result.stderr
+    assert f"warning: {path} has views from another zlstore build and cannot be written" in result.stderr
+    assert "IR_CHANGED" in result.stdout

@@ -1,0 +1,65 @@
+"""Writing files into a runs/ tree so that a link planted there redirects
+nothing: a temporary file of a name nobody could have chosen, created
+exclusively (mkstemp: O_CREAT | O_EXCL, which never follows a link) in the
+same directory, then renamed over the target. The rename replaces a link at
+the target's name with the file; it never writes through it. A reader sees
+the old file or the new one, never half of either."""
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def replace_atomic(path, data: bytes) -> Path:
+    """Write data to path whole or not at all (flushed to disk first)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes it 0600: give it what open() would
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+def keep_once(path, kept) -> bool:
+    """Keep the file at path as kept, unless kept exists in any form (a file,
+    a directory, a link, even a dangling one): what is there is never
+    replaced, and nothing is written through a link. The file is linked, not
+    read and copied: a link at path is kept as the link it is. Returns
+    whether it kept one."""
+    path, kept = Path(path), Path(kept)
+    if not os.path.lexists(path) or os.path.lexists(kept):
+        return False
+    try:
+        os.link(path, kept, follow_symlinks=False)
+    except FileExistsError:
+        return False
+    except OSError:  # a file system without hard links: copy the bytes, exclusively
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as source:
+            data = source.read()
+        try:
+            out = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+        except FileExistsError:
+            return False
+        with os.fdopen(out, "wb") as f:
+            f.write(data)
+    return True
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()  # read once, at import: setting it to read it is not thread-safe
