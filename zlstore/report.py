@@ -179,8 +179,11 @@ def campaign(result) -> str:
     lines = [f"{result.root}: {result.done} ops run, {result.skipped} skipped as complete, "
              f"{len(result.failed)} failed; {result.cells} cells recorded"]
     lines.extend(f"failed: {failure}" for failure in result.failed)
+    resume = getattr(result, "resume_command", None) or f"zlstore run campaign --resume --root {result.root}"
     if result.interrupted:
-        lines.append(f"interrupted: continue with zlstore run campaign --resume --root {result.root}")
+        lines.append(f"interrupted: continue with {resume}")
     else:
-        lines.append(f"next: zlstore ab {result.root}")
+        if getattr(result, "resume_command", None):
+            lines.append(f"ops left: continue with {resume}")
+        lines.append(f"next: zlstore ab {result.root}{getattr(result, 'db_arg', '')}")
     return "\n".join(lines)
