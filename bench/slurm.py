@@ -32,7 +32,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -44,14 +43,13 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path.insert(0, str(REPO))
 
+from tests.slurm.cluster import Cluster, missing_programs  # noqa: E402
 from tests.test_plan import SEED_MINUTES  # noqa: E402  the seed's batch, in minutes for 6 rounds
 from zlstore import slurm, testing  # noqa: E402
 from zlstore.plan import Op, make_plan  # noqa: E402
 
 PYTHON = sys.executable
-SCRIPTS = REPO / "tests" / "slurm"
 FAKE = f"{PYTHON} {REPO / 'tests' / 'fake_bench.py'}"
-SBIN_PATH = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
 
 
 # ---------------------------------------------------------------- the 64-card plan
@@ -88,39 +86,6 @@ def plan_figures() -> list:
 
 
 # ---------------------------------------------------------------- submit to running
-
-def free_ports(count: int) -> int:
-    for first in range(41000, 60000, 89):
-        try:
-            for port in range(first, first + count):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-            return first
-        except OSError:
-            continue
-    raise RuntimeError("no free ports")
-
-
-class Cluster:
-    """A one-machine Slurm with `nodes` slurmd nodes, for this benchmark only."""
-
-    def __init__(self, nodes: int):
-        self.base = Path(tempfile.mkdtemp(prefix="zlstore-bench-slurm-", dir="/tmp"))
-        self.base.chmod(0o755)
-        port = free_ports(nodes + 1)
-        self.env = dict(os.environ, PATH=SBIN_PATH, SLURM_BASE=str(self.base), NODES=str(nodes),
-                        SLURMCTLD_PORT=str(port), SLURMD_PORT=str(port + 1))
-        done = subprocess.run(["bash", str(SCRIPTS / "start_slurm.sh")], env=self.env, capture_output=True,
-                              text=True, timeout=120)
-        if done.returncode != 0:
-            self.stop()
-            raise RuntimeError(f"the Slurm cluster did not start: {done.stderr}")
-        self.env["SLURM_CONF"] = str(self.base / "slurm.conf")
-
-    def stop(self):
-        subprocess.run(["bash", str(SCRIPTS / "stop_slurm.sh")], env=self.env, capture_output=True, timeout=120)
-        shutil.rmtree(self.base, ignore_errors=True)
-
 
 def sbatch_floor(env: dict, cards: int) -> float:
     """sbatch of a bare array to every task RUNNING, as scontrol says."""
@@ -180,15 +145,16 @@ def campaign_to_running(env: dict, work: Path, cards: int, iteration: int) -> di
 
 
 def submit_figures(cards: int, repeat: int) -> dict:
-    if slurm.missing_commands() or shutil.which("slurmctld", path=SBIN_PATH) is None:
+    if missing_programs():
         return {"available": False, "why": "Slurm is not installed (apt-get install slurmctld slurmd slurm-client munge)"}
     cluster = Cluster(cards)
+    os.environ.update(cluster.env)     # for zlstore.slurm's own scontrol calls here
     work = Path(tempfile.mkdtemp(prefix="zlstore-bench-campaign-"))
     try:
         floors, runs = [], []
         for i in range(repeat):
-            floors.append(sbatch_floor(cluster.env, cards))
-            runs.append(campaign_to_running(cluster.env, work, cards, i))
+            floors.append(sbatch_floor(dict(os.environ), cards))
+            runs.append(campaign_to_running(dict(os.environ), work, cards, i))
         return {"available": True, "cards": cards, "sbatch": floors, "campaign": [r["all"] for r in runs],
                 "first_card": [r["first"] for r in runs], "tasks_running": [r["running"] for r in runs]}
     finally:

@@ -5,6 +5,7 @@ cells kept but superseded; a missing caliber variable is named before
 anything runs; `zlstore run card` on its own."""
 
 import json
+import shutil
 import subprocess
 import time
 
@@ -125,6 +126,12 @@ def test_resume_refuses_an_environment_whose_caliber_differs_from_the_campaign_s
     env.pop("BENCH_LEVEL")                         # campaign.env gives it: the cards measure under core
     assert zl(["run", "campaign", "--resume", "--root", root, "--db", db, "--poll", 0.1], env).returncode == 0
     assert query(db, "SELECT DISTINCT bench_level FROM cell_summary") == [("core",)]
+    # the root deleted and made again: a new campaign there would add its rounds to the stored ones
+    shutil.rmtree(root)
+    env["BENCH_LEVEL"] = "core"
+    again = subprocess.run(campaign(tmp_path, plan, root, db, "--rounds", 1), env=env, capture_output=True,
+                           text=True, timeout=60)
+    assert again.returncode == 1 and "the store already holds 2 cells of a campaign there" in again.stderr
 
 
 def test_run_card_alone_records_into_its_database_and_reports_json_lines(tmp_path):

@@ -5,7 +5,6 @@ gives the same store; a task killed by scancel mid-op is named, its cells
 kept, and --resume runs only what it left."""
 
 import json
-import os
 import re
 import sqlite3
 import subprocess

@@ -206,6 +206,20 @@ class StatusReader:
         return bool(self.doc) and self.doc.get("state") in ("finished", "interrupted")
 
 
+def still_running(root: Path, card: int) -> Optional[str]:
+    """The card's process when its status says it runs, on this host, and
+    that process is still a `zlstore run card`: a resume must not start
+    the card twice. (On Slurm the scheduler says: slurm.live_jobs.)"""
+    try:
+        doc = json.loads(status_path(root, card).read_text(encoding="utf-8"))
+        if doc.get("state") != "running" or doc.get("host") != socket.gethostname() or doc.get("slurm_job"):
+            return None
+        cmdline = Path(f"/proc/{int(doc['pid'])}/cmdline").read_bytes()
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return f"card {card} (pid {doc['pid']})" if b"run\0card\0" in cmdline else None
+
+
 # -- the cells of an op ----------------------------------------------------------
 
 
@@ -285,32 +299,37 @@ class Recorder:
         self.recorded = 0
         self.pending: Dict[str, float] = {}
 
-    def apply(self, event: dict) -> int:
-        """Record what the event names; returns the cells recorded now."""
+    def apply(self, event: dict):
+        """Take what an event names: its finished cells wait for flush();
+        at an op's end, the cells it left unfinished are stored as they
+        are and its problems logged."""
         if event["event"] == "cells":
-            return self.cells(event["paths"])
-        if event["event"] == "done":
-            n = self.cells([])
-            n += self.as_they_are(event.get("leftovers") or [])
+            self.add(event["paths"])
+        elif event["event"] == "done":
+            self.flush()
+            self.as_they_are(event.get("leftovers") or [])
             for message in event.get("problems") or []:
                 self.problem(event, message)
-            return n
-        return 0
 
-    def cells(self, relpaths: Sequence[str]) -> int:
+    def add(self, relpaths: Sequence[str]):
         now = time.monotonic()
         for p in relpaths:
             self.pending.setdefault(p, now)
+
+    def flush(self) -> int:
+        """Record the pending cells in one call (a transaction per cell);
+        one not seen finished yet waits for the next flush, at most
+        NFS_GRACE_S. Returns the cells recorded."""
         if not self.pending:
             return 0
+        now = time.monotonic()
         summary = self.store.record([self.root / p for p in self.pending])
         late = {str(Path(p).relative_to(self.root)) for p in summary["unfinished"]}
-        n = sum(summary[k] for k in ("cells_added", "cells_replaced", "cells_unchanged"))
         expired = [p for p in late if now - self.pending[p] > self.NFS_GRACE_S]
         self.pending = {p: t for p, t in self.pending.items() if p in late and p not in expired}
-        n += self.as_they_are(expired)
+        n = sum(summary[k] for k in ("cells_added", "cells_replaced", "cells_unchanged"))
         self.recorded += n
-        return n
+        return n + self.as_they_are(expired)
 
     def as_they_are(self, relpaths: Sequence[str]) -> int:
         if not relpaths:
@@ -377,8 +396,9 @@ class Card:
         if not cells:
             return
         relpaths = [str(Path(c).relative_to(self.plan.root)) for c in cells]
-        if self.recorder is not None:
-            self.recorder.cells(relpaths)
+        if self.recorder is not None:   # recorded before they are announced
+            self.recorder.add(relpaths)
+            self.recorder.flush()
         self.status.event("cells", op=op.op, dtype=op.dtype, paths=relpaths)
 
     def run(self) -> int:

@@ -21,7 +21,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, IO, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, IO, List, Optional, Sequence, Tuple
 
 from . import caliber, judge, layout, pairing
 from . import plan as planmod
@@ -30,6 +30,9 @@ from .ingest import now as utc_now
 from .display import CardState, Display
 from .plan import Op, Plan, PlanError
 from .procs import KILL_GRACE_S, signal_group, group_alive, interrupts, kill_group, shell_rc, start_group
+
+if TYPE_CHECKING:
+    from .slurm import SlurmOptions
 
 DEFAULT_CELL_TIMEOUT = 2400.0
 DEFAULT_ROUNDS = 6
@@ -483,6 +486,17 @@ def prepare_campaign(config: CampaignConfig, caliber_values: Dict[str, str]) -> 
     return root
 
 
+def refuse_known_root(store, root):
+    """A new campaign at a path whose cells the store already holds (the
+    directory deleted and made again) would add its rounds to theirs."""
+    known = store.conn.execute(
+        "SELECT count(*) FROM cells JOIN roots ON roots.id = cells.root_id WHERE roots.path = ?",
+        (str(Path(root).resolve()),)).fetchone()[0]
+    if known:
+        raise RunError(f"{Path(root).resolve()}: the store already holds {known} cells of a campaign there; "
+                       "continue it with --resume, or choose another --root")
+
+
 def read_campaign(root: Path) -> Tuple[Dict[str, str], Plan]:
     """A campaign root's campaign.env and partition.tsv, for --resume."""
     from .card import read_command
@@ -688,8 +702,7 @@ class _Cards:
                     recorder.apply(event)
                 _apply(event, card, self.states[card], self.display, counted=recorder is None)
             if recorder is not None:
-                if recorder.pending:
-                    recorder.cells([])
+                recorder.flush()
                 self.states[card].cells = recorder.recorded
         now = time.monotonic()
         for card, task in tasks.items():
@@ -801,7 +814,7 @@ def run_campaign(store, config: CampaignConfig, stream: IO = sys.stderr) -> Camp
     Slurm job array (config.slurm). Returns when every card's task has
     ended, or after Ctrl-C / SIGTERM has stopped them all (scancel on Slurm)."""
     from .card import Recorder
-    from .slurm import SlurmLauncher, SlurmError, missing_commands
+    from .slurm import SlurmLauncher, missing_commands
 
     plan = config.plan
     visible_devices_var(config.backend)
@@ -817,6 +830,8 @@ def run_campaign(store, config: CampaignConfig, stream: IO = sys.stderr) -> Camp
         gres, gres_note = resolve_gres(config.slurm)
         check_submission(config.slurm, gres, len(plan.cards))
         launcher_options = (gres, gres_note)
+    if not config.resume:
+        refuse_known_root(store, config.root)
     root = prepare_campaign(config, values)
     (root / "logs").mkdir(exist_ok=True)
     states = [CardState(c.card, list(c.ops), remaining=list(c.ops)) for c in plan.cards]
@@ -827,9 +842,13 @@ def run_campaign(store, config: CampaignConfig, stream: IO = sys.stderr) -> Camp
             from .slurm import live_jobs
 
             live = live_jobs(root)
-            if live:
-                raise RunError(f"refusing to resume {root}: {'; '.join(live)} still runs; wait for it, or "
-                               "scancel it, then --resume")
+        else:
+            from .card import still_running
+
+            live = [found for found in (still_running(root, c.card) for c in plan.cards) if found]
+        if live:
+            raise RunError(f"refusing to resume {root}: {'; '.join(live)} still runs; wait for it or stop it "
+                           "(scancel on Slurm), then --resume")
         todo = _resume(store, root, plan, config.rounds, states, display)
     run_id = f"{timestamp()}-{os.getpid()}"
     if config.slurm is not None:
