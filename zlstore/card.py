@@ -23,6 +23,7 @@ problem, not a verdict) and the card goes on with its next op."""
 
 import json
 import os
+import shlex
 import socket
 import time
 from dataclasses import dataclass, field
@@ -69,8 +70,6 @@ def op_log_name(card: int, op: str, dtype: str) -> str:
 def read_command(root: Path) -> Optional[str]:
     """campaign.env's COMMAND as it was given: read_env would have split a
     quoted template into words."""
-    import shlex
-
     try:
         line = next(l for l in (Path(root) / layout.CAMPAIGN_ENV).read_text().splitlines()
                     if l.startswith("COMMAND="))
@@ -78,6 +77,25 @@ def read_command(root: Path) -> Optional[str]:
     except (StopIteration, ValueError, OSError):
         return None
     return words[0] if len(words) == 1 else " ".join(words)
+
+
+def op_spec(op: Op) -> str:
+    """op:dtype for --ops; op: for the op's own default set (a bare op
+    would mean any dtype of it)."""
+    return f"{op.op}:{op.dtype}" if op.dtype else f"{op.op}:"
+
+
+@dataclass
+class Task:
+    """A card's process, or its Slurm task, as its scheduler last said."""
+
+    state: str                      # as shown: pending, running, done, failed, cancelled, timeout, node_fail, ...
+    job: str = ""                   # <array job>_<task>, or the local pid
+    node: str = ""
+    reason: str = ""
+    ended: bool = False
+    exit_code: Optional[int] = None
+    raw_state: str = ""             # scontrol's JobState (TIMEOUT), or the local exit status
 
 
 # -- what a card runs ----------------------------------------------------------

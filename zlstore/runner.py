@@ -344,7 +344,8 @@ def _cell_name(op: str, dtype: str, side: str) -> str:
 # task per card, whose cells this process records from the shared tree. The
 # cards report through status files in the campaign root; this process
 # reads them, asks the scheduler (or the local processes) how each card's
-# task stands, and shows both.
+# task stands, and shows both. (card.py and slurm.py import this module's
+# helpers, so this module imports them in the functions that use them.)
 
 ISOLATE_TUNER_CACHE = "ZL_ISOLATE_TUNER_CACHE"   # campaigns force it to 1
 
@@ -626,29 +627,33 @@ class LocalLauncher:
     """One `zlstore run card` process per card on this host, each recording
     its own cells into the store (one writer per card)."""
 
+    records_here = False
     settle_s = 0.0   # a process that ended has written all it will
+    note = ""
 
-    def __init__(self, root: Path, run_id: str, todo: Dict[int, List[Op]], store_path, devices: Optional[List[str]],
-                 poll_s: float):
-        self.root, self.run_id, self.todo, self.store_path = root, run_id, todo, str(store_path)
-        self.devices, self.poll_s = devices, poll_s
+    def __init__(self, store_path, devices: Optional[List[str]], poll_s: float):
+        self.store_path, self.devices, self.poll_s = str(Path(store_path).resolve()), devices, poll_s
         self.procs: Dict[int, subprocess.Popen] = {}
 
-    def start(self):
-        from .slurm import op_spec
+    def check(self, cards: int):
+        if self.devices is not None and len(self.devices) < cards:
+            raise RunError(f"--devices names {len(self.devices)} devices for {cards} cards")
 
-        for card, ops in sorted(self.todo.items()):
-            argv = [sys.executable, "-m", "zlstore", "run", "card", str(self.root), "--card", str(card),
+    def start(self, root: Path, run_id: str, todo: Dict[int, List[Op]]):
+        from .card import op_spec
+
+        for card, ops in sorted(todo.items()):
+            argv = [sys.executable, "-m", "zlstore", "run", "card", str(root), "--card", str(card),
                     "--ops", ",".join(op_spec(o) for o in ops), "--db", self.store_path,
-                    "--run-id", self.run_id, "--poll", _num(self.poll_s)]
+                    "--run-id", run_id, "--poll", _num(self.poll_s)]
             if self.devices:
                 argv += ["--device", self.devices[card]]
-            with open(self.root / "logs" / f"card{card}.out", "ab") as out:
+            with open(Path(root) / "logs" / f"card{card}.out", "ab") as out:
                 self.procs[card] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
                                                     stderr=subprocess.STDOUT)
 
     def poll(self):
-        from .slurm import Task
+        from .card import Task
 
         tasks = {}
         for card, proc in self.procs.items():
@@ -674,6 +679,13 @@ class LocalLauncher:
                 proc.wait(timeout=5)
             if card in pgids:
                 signal_group(pgids[card], signal.SIGKILL)
+
+    def live(self, root: Path) -> List[str]:
+        """Cards of this campaign whose process still runs here."""
+        from .card import still_running
+
+        cards = sorted(int(p.stem[4:]) for p in (Path(root) / "status").glob("card*.json") if p.stem[4:].isdigit())
+        return [found for found in (still_running(root, card) for card in cards) if found]
 
     def where(self) -> str:
         return "this host"
@@ -715,7 +727,7 @@ class _Cards:
                 state.started = now
         self.tasks = tasks
 
-    def settled(self, launcher) -> bool:
+    def settled(self) -> bool:
         """Every task ended and every card's last word read (or waited for long enough)."""
         if not self.tasks or not all(t.ended for t in self.tasks.values()):
             return False
@@ -772,7 +784,7 @@ def _watch(cards: _Cards, launcher, poll_s: float, display: Display, until: Opti
     ended_at = None
     while True:
         cards.update(launcher.poll())
-        if cards.settled(launcher):
+        if cards.settled():
             return
         if cards.tasks and all(t.ended for t in cards.tasks.values()):
             ended_at = ended_at or time.monotonic()
@@ -814,22 +826,16 @@ def run_campaign(store, config: CampaignConfig, stream: IO = sys.stderr) -> Camp
     Slurm job array (config.slurm). Returns when every card's task has
     ended, or after Ctrl-C / SIGTERM has stopped them all (scancel on Slurm)."""
     from .card import Recorder
-    from .slurm import SlurmLauncher, missing_commands
+    from .slurm import SlurmLauncher
 
     plan = config.plan
     visible_devices_var(config.backend)
-    if config.devices is not None and len(config.devices) < len(plan.cards):
-        raise RunError(f"--devices names {len(config.devices)} devices for {len(plan.cards)} cards")
-    if config.slurm is not None and missing_commands():
-        raise RunError(f"--slurm: {', '.join(missing_commands())} not found: is this a Slurm submit host?")
     values = campaign_caliber(config, dict(os.environ))
-    launcher_options = None
     if config.slurm is not None:
-        from .slurm import check_submission, resolve_gres
-
-        gres, gres_note = resolve_gres(config.slurm)
-        check_submission(config.slurm, gres, len(plan.cards))
-        launcher_options = (gres, gres_note)
+        launcher = SlurmLauncher(config.slurm, config.poll_s)
+    else:
+        launcher = LocalLauncher(store.path, config.devices, config.poll_s)
+    launcher.check(len(plan.cards))
     if not config.resume:
         refuse_known_root(store, config.root)
     root = prepare_campaign(config, values)
@@ -838,37 +844,21 @@ def run_campaign(store, config: CampaignConfig, stream: IO = sys.stderr) -> Camp
     display = Display(root.name, states, stream, config.status_every_s)
     todo = {c.card: list(c.ops) for c in plan.cards if c.ops}
     if config.resume:
-        if config.slurm is not None:
-            from .slurm import live_jobs
-
-            live = live_jobs(root)
-        else:
-            from .card import still_running
-
-            live = [found for found in (still_running(root, c.card) for c in plan.cards) if found]
+        live = launcher.live(root)
         if live:
             raise RunError(f"refusing to resume {root}: {'; '.join(live)} still runs; wait for it or stop it "
                            "(scancel on Slurm), then --resume")
         todo = _resume(store, root, plan, config.rounds, states, display)
     run_id = f"{timestamp()}-{os.getpid()}"
-    if config.slurm is not None:
-        launcher = SlurmLauncher(root, run_id, todo, config.slurm, config.poll_s)
-        launcher.gres, launcher.gres_note = launcher_options
-        recorders = {card: Recorder(store, root, card) for card in todo}
-    else:
-        launcher = LocalLauncher(root, run_id, todo, Path(store.path).resolve(), config.devices, config.poll_s)
-        recorders = None
+    recorders = {card: Recorder(store, root, card) for card in todo} if launcher.records_here else None
     cards = _Cards(root, run_id, states, display, list(todo), recorders)
     interrupted = False
     try:
         with interrupts():
             if todo:
-                if config.slurm is not None:
-                    from .slurm import save_options
-
-                    save_options(root, config.slurm)
-                    display.event(launcher.gres_note)
-                launcher.start()
+                if launcher.note:
+                    display.event(launcher.note)
+                launcher.start(root, run_id, todo)
                 display.title = f"{root.name} ({launcher.where()})"
                 _watch(cards, launcher, config.poll_s, display)
     except KeyboardInterrupt:

@@ -14,13 +14,14 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .card import INHERIT, LOG_DIR
+from .card import INHERIT, LOG_DIR, Task, op_spec
 from .plan import Op
 
 SLURM_DIR = "slurm"            # in the campaign root: the array scripts, jobs.tsv, options.json
@@ -53,19 +54,6 @@ class SlurmOptions:
 
     def given(self) -> bool:
         return self != SlurmOptions()
-
-
-@dataclass
-class Task:
-    """One card's task (or local process) as its scheduler last said."""
-
-    state: str                      # as shown: pending, running, done, failed, cancelled, timeout, node_fail, ...
-    job: str = ""                   # <array job>_<task>, or the local pid
-    node: str = ""
-    reason: str = ""
-    ended: bool = False
-    exit_code: Optional[int] = None
-    raw_state: str = ""             # scontrol's JobState, e.g. TIMEOUT
 
 
 def missing_commands() -> List[str]:
@@ -111,10 +99,6 @@ def array_script(root: Path, run_id: str, todo: Dict[int, List[Op]], python: str
         f"exec {q(python)} -m zlstore run card {q(str(root))} --card \"$SLURM_ARRAY_TASK_ID\" --ops \"$OPS\" "
         f"--run-id {q(run_id)} --device {INHERIT} --poll {poll_s:g}\n"
     )
-
-
-def op_spec(op: Op) -> str:
-    return f"{op.op}:{op.dtype}" if op.dtype else f"{op.op}:"
 
 
 def request_flags(options: SlurmOptions, gres: Optional[str]) -> List[str]:
@@ -249,23 +233,42 @@ def live_jobs(root: Path) -> List[str]:
 
 
 class SlurmLauncher:
-    """The array: submitted, watched through scontrol, cancelled with scancel."""
+    """The cards as one job array: submitted with sbatch, watched through
+    scontrol, cancelled with scancel. The tasks record nothing: this
+    process records their cells (records_here)."""
 
+    records_here = True
     # How long a task's end may precede its status file's last write on this
     # host: the file is renamed on the compute node before the task ends,
     # and NFS shows the rename at the latest when its attribute cache expires.
     settle_s = 30.0
 
-    def __init__(self, root: Path, run_id: str, todo: Dict[int, List[Op]], options: SlurmOptions,
-                 poll_s: float = 0.5):
-        self.root, self.run_id, self.todo, self.options, self.poll_s = Path(root), run_id, todo, options, poll_s
+    def __init__(self, options: SlurmOptions, poll_s: float = 0.5):
+        self.options, self.poll_s = options, poll_s
         self.job: Optional[str] = None
-        self.tasks: Dict[int, Task] = {card: Task("submitting") for card in todo}
-        self.gres, self.gres_note = resolve_gres(options)
+        self.todo: Dict[int, List[Op]] = {}
+        self.tasks: Dict[int, Task] = {}
+        self.gres, self.note = None, ""
 
-    def start(self):
-        self.job = submit(self.root, self.run_id, self.todo, self.options, self.gres, self.poll_s)
-        self.tasks = {card: Task("pending", job=f"{self.job}_{card}") for card in self.todo}
+    def check(self, cards: int):
+        """Before anything is written: the commands are there, and Slurm
+        takes the tasks' options (sbatch --test-only)."""
+        missing = missing_commands()
+        if missing:
+            raise SlurmError(f"--slurm: {', '.join(missing)} not found: is this a Slurm submit host?")
+        self.gres, self.note = resolve_gres(self.options)
+        check_submission(self.options, self.gres, cards)
+
+    def start(self, root: Path, run_id: str, todo: Dict[int, List[Op]]):
+        save_options(root, self.options)
+        self.todo = todo
+        # A Ctrl-C while sbatch runs waits until its job id is known, so that it can be cancelled.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            self.job = submit(Path(root), run_id, todo, self.options, self.gres, self.poll_s)
+            self.tasks = {card: Task("pending", job=f"{self.job}_{card}") for card in todo}
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
     def poll(self) -> Dict[int, Task]:
         if self.job is None:
@@ -287,6 +290,9 @@ class SlurmLauncher:
     def kill(self, pgids: Dict[int, int]):
         """Nothing more to do from here: scancel reached every task's
         processes through slurmstepd, on whichever host they run."""
+
+    def live(self, root: Path) -> List[str]:
+        return live_jobs(root)
 
     def where(self) -> str:
         return f"Slurm job {self.job}" if self.job else "Slurm"
