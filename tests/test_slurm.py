@@ -22,7 +22,7 @@ from zlstore.cli import cli
 from zlstore.plan import Op
 
 from .test_plan import write_screen_root
-from .test_run import FAKE, ZLSTORE, base_env, query, write_plan
+from .test_run import FAKE, ZLSTORE, base_env, interrupt, pid_files, query, wait_gone, write_plan
 
 
 def copy_db(source: Path, dest: Path):
@@ -188,3 +188,30 @@ def test_a_task_cancelled_mid_op_is_named_its_cells_kept_and_resume_runs_only_it
     assert superseded >= 2
     progress = campaign_progress(db, "campaign_kill")
     assert [(progress[c]["cells_recorded"], progress[c]["cells_planned"]) for c in (0, 1)] == [(8, 8), (4, 4)]
+
+
+def test_ctrl_c_cancels_the_array_and_leaves_nothing_running(cluster_env, tmp_path):
+    root, db = tmp_path / "runs" / "campaign_int", tmp_path / "i.db"
+    plan = write_plan(tmp_path / "partition.tsv", [(0, "slowa", "", 1.0), (1, "slowb", "", 1.0)])
+    env = cluster_env(FAKE_SLOW="slowa,slowb", FAKE_SLOW_SLEEP=60)
+    process = subprocess.Popen(
+        ZLSTORE + ["run", "campaign", "--slurm", "--plan", str(plan), "--rounds", "1", "--root", str(root),
+                   "--command", f"{FAKE} repeat {{op}} {{dtype}}", "--poll", "0.2", "--db", str(db)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(pid_files(tmp_path)) < 4:                 # both ops' commands and their sleepers
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            time.sleep(0.1)
+        out, err = interrupt(process)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, err
+    assert f"interrupted: continue with zlstore run campaign --slurm --resume --root {root} --db {db}" in out
+    job = (root / "slurm" / "jobs.tsv").read_text().splitlines()[1].split("\t")[1]
+    states = slurm.parse_jobs(subprocess.run(
+        ["scontrol", "-o", "show", "job", job], env=env, capture_output=True, text=True).stdout)
+    assert {t.raw_state for t in states.values()} == {"CANCELLED"} and all(t.ended for t in states.values())
+    assert wait_gone(pid_files(tmp_path)) == [], "an op command survived scancel"
+    assert err.count("(interrupted)") == 2

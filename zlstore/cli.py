@@ -385,6 +385,9 @@ def run_campaign(store, plan_path, screen_root, ops, cards, rounds, extra_ops, c
     from .slurm import SlurmError, SlurmOptions
 
     options = None
+    if slurm and devices:
+        raise click.UsageError("--devices goes without --slurm: on Slurm each task gets its device from the "
+                               "scheduler (--gres)")
     if slurm:
         options = SlurmOptions(partition=partition, gres=gres or "auto", time=time_limit, account=account,
                                sbatch_args=list(sbatch_args))
