@@ -15,7 +15,7 @@ from zlstore import Store, card, layout, runner, testing
 from zlstore.display import CardState
 from zlstore.plan import Op, read_partition_tsv
 
-from .test_run import FAKE, ZLSTORE, base_env, interrupt, pid_files, query, wait_gone, write_plan
+from .test_run import FAKE, ZLSTORE, base_env, interrupt_when, pid_files, query, wait_gone, write_plan
 from .test_slurm import campaign_progress, invoke, zl
 
 
@@ -58,15 +58,9 @@ def test_resume_shows_exactly_the_plan_s_rounds_and_keeps_the_interrupted_cells_
     env = base_env(tmp_path, FAKE_SLEEP=0.05, FAKE_SLOW="slowa", FAKE_SLOW_SLEEP=0.3)
     command = campaign(tmp_path, plan, root, db, "--rounds", 3)
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while query(db, "SELECT count(*) FROM cells WHERE op = 'slowa'") in ([], [(0,)], [(1,)], [(2,)]):
-            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
-            time.sleep(0.05)
-        out, err = interrupt(process)
-    finally:
-        if process.poll() is None:
-            process.kill()
+    out, err = interrupt_when(
+        process, lambda: query(db, "SELECT count(*) FROM cells WHERE op = 'slowa'") not in ([], [(0,)], [(1,)], [(2,)]),
+        every=0.05)
     assert process.returncode == 130, err
     interrupted = query(db, "SELECT count(*) FROM cells WHERE op = 'slowa'")[0][0]
     assert 3 <= interrupted < 6               # a round and a half at least: what made a 4th round before

@@ -8,7 +8,6 @@ import json
 import re
 import sqlite3
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,8 @@ from zlstore.cli import cli
 from zlstore.plan import Op
 
 from .test_plan import write_screen_root
-from .test_run import FAKE, ZLSTORE, base_env, interrupt, pid_files, query, wait_gone, write_plan
+from .test_run import (FAKE, ZLSTORE, base_env, interrupt_when, pid_files, query, wait_gone, wait_until,
+                       write_plan)
 
 
 def copy_db(source: Path, dest: Path):
@@ -153,10 +153,8 @@ def test_a_task_cancelled_mid_op_is_named_its_cells_kept_and_resume_runs_only_it
                          "--db", str(db)]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 90
-        while not query(db, "SELECT 1 FROM cells WHERE op = 'slowa' AND round = 1 AND side = 'after'"):
-            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
-            time.sleep(0.1)
+        wait_until(process, lambda: query(db, "SELECT 1 FROM cells WHERE op = 'slowa' AND round = 1 AND side = 'after'"),
+                   timeout=90)
         job = (root / "slurm" / "jobs.tsv").read_text().splitlines()[1].split("\t")[1]
         subprocess.run(["scancel", f"{job}_0"], env=env, check=True, timeout=30)
         out, err = process.communicate(timeout=120)
@@ -198,15 +196,7 @@ def test_ctrl_c_cancels_the_array_and_leaves_nothing_running(cluster_env, tmp_pa
         ZLSTORE + ["run", "campaign", "--slurm", "--plan", str(plan), "--rounds", "1", "--root", str(root),
                    "--command", f"{FAKE} repeat {{op}} {{dtype}}", "--poll", "0.2", "--db", str(db)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while len(pid_files(tmp_path)) < 4:                 # both ops' commands and their sleepers
-            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
-            time.sleep(0.1)
-        out, err = interrupt(process)
-    finally:
-        if process.poll() is None:
-            process.kill()
+    out, err = interrupt_when(process, lambda: len(pid_files(tmp_path)) >= 4)   # both commands and their sleepers
     assert process.returncode == 130, err
     assert f"interrupted: continue with zlstore run campaign --slurm --resume --root {root} --db {db}" in out
     job = (root / "slurm" / "jobs.tsv").read_text().splitlines()[1].split("\t")[1]
