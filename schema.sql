@@ -99,7 +99,9 @@ CREATE TABLE IF NOT EXISTS cells (
     n_problems INTEGER NOT NULL DEFAULT 0,
     stat_sig TEXT,                      -- names, sizes and times: the cheap "unchanged" test (unchanged.py)
     content_sig TEXT,                   -- content hashes: the sure one
-    ingested_at TEXT
+    ingested_at TEXT,
+    superseded_at TEXT                  -- when a resumed campaign re-ran its op from the start: kept and
+                                        -- shown, never paired, never counted as done; NULL: current
 );
 CREATE INDEX IF NOT EXISTS cells_root ON cells(root_id, op, dtype, round, side);
 CREATE INDEX IF NOT EXISTS cells_caliber ON cells(caliber_id);
@@ -394,11 +396,12 @@ BEGIN
 END;
 
 -- Edits by hand (a cell's caliber corrected, a row deleted) re-pair too; the
--- next zlstore command recomputes them. A row inserted into a cell that is
+-- next zlstore command recomputes them, and so does a cell marked superseded
+-- (runner.supersede: a round pairs its latest current cell per side). A row inserted into a cell that is
 -- already stored is the one change these triggers do not see: zlstore
 -- replaces a changed cell whole, rows included.
 CREATE TRIGGER IF NOT EXISTS cells_update_marks_rounds AFTER UPDATE OF
-    root_id, card, repeat_dir, op, dtype, round, side, caliber_id ON cells
+    root_id, card, repeat_dir, op, dtype, round, side, caliber_id, superseded_at ON cells
 BEGIN
     INSERT INTO ab_stale_rounds (root_id, card, repeat_dir, cell_op, cell_dtype, round)
     VALUES (OLD.root_id, OLD.card, OLD.repeat_dir, OLD.op, OLD.dtype, OLD.round),
@@ -459,7 +462,8 @@ SELECT
     cells.caliber_source,
     cells.caliber_missing,
     cells.n_problems,
-    cells.path
+    cells.path,
+    cells.superseded_at
 FROM cells
 JOIN roots ON roots.id = cells.root_id
 LEFT JOIN calibers ON calibers.id = cells.caliber_id;
@@ -684,9 +688,9 @@ pairs AS MATERIALIZED (
     SELECT
         k.root_id, k.op, k.dtype,
         (SELECT max(c.id) FROM cells c WHERE c.root_id = k.root_id AND c.op IS k.op
-            AND c.dtype IS k.dtype AND c.side = 'before') AS before_cell_id,
+            AND c.dtype IS k.dtype AND c.side = 'before' AND c.superseded_at IS NULL) AS before_cell_id,
         (SELECT max(c.id) FROM cells c WHERE c.root_id = k.root_id AND c.op IS k.op
-            AND c.dtype IS k.dtype AND c.side = 'after') AS after_cell_id,
+            AND c.dtype IS k.dtype AND c.side = 'after' AND c.superseded_at IS NULL) AS after_cell_id,
         (SELECT rv.verdict FROM recorded_verdicts rv WHERE rv.root_id = k.root_id
             AND rv.file = 'screen.tsv' AND rv.op IS k.op AND rv.dtype IS k.dtype
             ORDER BY rv.line LIMIT 1) AS recorded_verdict,

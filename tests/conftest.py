@@ -1,4 +1,5 @@
-"""Shared fixtures: stores on real SQLite files and generated runs/ trees."""
+"""Shared fixtures: stores on real SQLite files, generated runs/ trees, and
+a real Slurm cluster on this machine."""
 
 import shutil
 from pathlib import Path
@@ -65,3 +66,26 @@ def store(tmp_path):
 
 
 SAMPLES = Path(__file__).parent / "samples"
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A real Slurm (Debian's slurmctld, slurmd, munge) on this machine with
+    four slurmd "nodes" of one CPU each, started once for the session by
+    tests/slurm/start_slurm.sh and stopped at its end. Yields the
+    environment every Slurm command needs (SLURM_CONF). Skipped only when
+    Slurm is not installed (.ci/run installs it)."""
+    from .slurm.cluster import Cluster, ClusterError, missing_programs
+
+    missing = missing_programs()
+    if missing:
+        pytest.skip(f"slurm is not installed ({', '.join(missing)} not found): "
+                    "apt-get install slurmctld slurmd slurm-client munge, as .ci/run does")
+    try:
+        cluster = Cluster(nodes=4)
+    except ClusterError as error:
+        pytest.fail(str(error))
+    try:
+        yield cluster.env
+    finally:
+        cluster.stop()

@@ -15,7 +15,8 @@ Controls (environment):
     FAKE_SPEEDUP    before / after latency ratio where the IR changed, default 1.25
     FAKE_SAME_IR    ops (comma-separated) whose after side compiles the same IR
                     (with the switch's ttg.rlc-* annotations only): NO_IR_DIFF
-    FAKE_HANG       op:side items (or op) whose cell hangs, with a child sleeper
+    FAKE_HANG       op:side items (or op) whose cell hangs, with a child sleeper (in
+                    repeat, after making the cell's directory and the start of its run.log)
     FAKE_FAIL       ops whose repeat run stops after round 1 with exit status 3
     FAKE_PID_DIR    a directory to leave one file per process started (name = pid)
 """
@@ -116,11 +117,16 @@ def repeat(op, dtype):
     print(f"fake_bench repeat {op} {dtype!r}: AB_ROOT={root} ROUNDS={rounds} CARD={card} "
           f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')} "
           f"MUSA_VISIBLE_DEVICES={os.environ.get('MUSA_VISIBLE_DEVICES')} "
-          f"ZL_ISOLATE_TUNER_CACHE={os.environ.get('ZL_ISOLATE_TUNER_CACHE')}", flush=True)
+          f"ZL_ISOLATE_TUNER_CACHE={os.environ.get('ZL_ISOLATE_TUNER_CACHE')} "
+          f"ZLSTORE_DB={os.environ.get('ZLSTORE_DB')} CELL_TIMEOUT={os.environ.get('CELL_TIMEOUT')}", flush=True)
     run_dir = root / datetime.datetime.now().strftime("ab_%Y%m%d_%H%M%S")
     for round_ in range(1, rounds + 1):
         for side in ("before", "after"):
             if op in _items("FAKE_HANG") or f"{op}:{side}" in _items("FAKE_HANG"):
+                # as the harness does: the cell's directory and the start of its run.log, then nothing
+                cell = run_dir / op / f"r{round_}" / side
+                cell.mkdir(parents=True, exist_ok=True)
+                (cell / "run.log").write_text("[INFO] Benchmark record logger enabled\n")
                 _hang()
             t0 = time.monotonic()
             _spend(sleep)

@@ -76,6 +76,24 @@ def interrupt(process):
     return process.communicate(timeout=60)
 
 
+def wait_until(process, ready, timeout=60.0, every=0.1):
+    """Until ready() holds; fails, with the process's output, if it ends first or time runs out."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(every)
+
+
+def interrupt_when(process, ready, timeout=60.0, every=0.1):
+    """Ctrl-C the process once ready() holds; killed on the way out if anything failed. Returns (out, err)."""
+    try:
+        wait_until(process, ready, timeout, every)
+        return interrupt(process)
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
 def query(db, sql, params=()):
     try:
         conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
@@ -138,15 +156,7 @@ def test_screen_ctrl_c_kills_the_running_side(tmp_path):
         ZLSTORE + ["run", "screen", "--ops", "topk", "--switch", "S", "--command", f"{FAKE} cell",
                    "--root", str(root), "--db", str(db)],
         env=base_env(tmp_path, FAKE_HANG="topk:before"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while len(pid_files(tmp_path)) < 2:          # the fake and its sleeper
-            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
-            time.sleep(0.1)
-        out, err = interrupt(process)
-    finally:
-        if process.poll() is None:
-            process.kill()
+    out, err = interrupt_when(process, lambda: len(pid_files(tmp_path)) >= 2)   # the fake and its sleeper
     assert process.returncode == 130, err
     assert wait_gone(pid_files(tmp_path)) == []
     assert not (root / "topk_before" / "cell.env").exists()      # unfinished: not a cell yet

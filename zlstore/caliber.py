@@ -40,3 +40,10 @@ def complete(values: Mapping[str, str]) -> Optional[tuple]:
     if all(values.get(name) not in (None, "") for name in NAMES):
         return tuple(values[name] for name in NAMES)
     return None
+
+
+def missing(env: Mapping[str, str]) -> tuple:
+    """The caliber fields an environment leaves unset, in field order: a run
+    started without them would store every cell with an unknown caliber,
+    never paired. Named before a run starts, not found afterwards."""
+    return tuple(f for f in CALIBER_FIELDS if not (env.get(f.env) or "").strip())

@@ -449,10 +449,10 @@ def run_screen(store, ops, command, switch, values, cell_timeout, root_dir, card
     and its two values (SWITCH_VALUES=before,after).
 
     Exit status: 0 every side ran cleanly; 1 some side failed or hit the
-    timeout (recorded: its verdict says so); 2 it could not start, or
-    every side failed (the command itself is at fault, e.g. RC 127: no such
-    command); 130 interrupted (the running side is killed with its
-    children).
+    timeout (recorded: its verdict says so); 2 it could not start: a
+    caliber variable is not set (named; all seven must be), or every side
+    failed (the command itself is at fault, e.g. RC 127: no such command);
+    130 interrupted (the running side is killed with its children).
 
     Example:
 
@@ -468,6 +468,8 @@ def run_screen(store, ops, command, switch, values, cell_timeout, root_dir, card
         config = runner.screen_config(ops=ops, command=command, switch=switch, cell_timeout=cell_timeout,
                                       root_dir=root_dir, card=card, backend=backend, values=values)
         result = runner.run_screen(store, config, report=lambda line: click.echo(line, err=True))
+    except runner.CaliberMissing as error:
+        raise Refusal(str(error))
     except (runner.RunError, ValueError) as error:
         raise Fault(str(error))
     except KeyboardInterrupt:
@@ -476,6 +478,24 @@ def run_screen(store, ops, command, switch, values, cell_timeout, root_dir, card
     click.echo(report.run_screen(result, runner.screen_tsv_rows(result)))
     failed = len(result["failed"])
     sys.exit(EXIT_OK if not failed else EXIT_USAGE if failed == result["sides"] else EXIT_PROBLEMS)
+
+
+def slurm_options(fn):
+    """What each Slurm task asks for, passed through to sbatch (run campaign --slurm)."""
+    for option in reversed((
+        click.option("--slurm", is_flag=True,
+                     help="Run the cards as one Slurm job array, one task a card; this process records the cells."),
+        click.option("--partition", default=None, help="Slurm partition for the tasks."),
+        click.option("--gres", default=None,
+                     help="Per task, e.g. gpu:1; 'none' for none (default: gpu:1 where the partition has GPUs "
+                          "as a GRES, else none)."),
+        click.option("--time", "time_limit", default=None, help="Slurm time limit per task, e.g. 12:00:00."),
+        click.option("--account", default=None, help="Slurm account to charge."),
+        click.option("--sbatch-arg", "sbatch_args", multiple=True, metavar="ARG",
+                     help="Any other sbatch option, passed as written (repeatable), e.g. --sbatch-arg=--qos=high."),
+    )):
+        fn = option(fn)
+    return fn
 
 
 @run.command("campaign")
@@ -487,53 +507,133 @@ def run_screen(store, ops, command, switch, values, cell_timeout, root_dir, card
               help="Op command template; {op} {dtype} {card} {rounds}. Required unless --resume.")
 @click.option("--root", "root_dir", type=click.Path(file_okay=False), default=None,
               help="The campaign root (default: runs/campaign_<timestamp>); with --resume, the one to continue.")
-@click.option("--resume", is_flag=True, help="Continue --root: skip ops whose 2 x rounds cells are all recorded.")
+@click.option("--resume", is_flag=True,
+              help="Continue --root: skip ops whose 2 x rounds cells are all recorded; run the others again "
+                   "from the start, their earlier cells kept but superseded.")
+@click.option("--cell-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="CELL_TIMEOUT for the op command (default 2400, or campaign.env's on --resume); an op is "
+                   "killed after (2 x rounds + 1) x this.")
 @click.option("--switch", default=None, help="For campaign.env (default: the screening root's).")
 @click.option("--backend", default=None, help="Names the visible-devices variable (default: $ZL_BACKEND, else cuda).")
 @click.option("--devices", default=None, help="Device ids for cards 0..N-1, comma-separated (default: the card number).")
+@slurm_options
 @click.option("--poll", type=click.FloatRange(min=0.05), default=0.5, show_default=True,
               help="Seconds between looks for finished cells.")
 @click.option("--status-every", type=click.FloatRange(min=0.1), default=30, show_default=True,
               help="Seconds between status tables when stderr is not a terminal.")
 @db_option(create=True, writes=True)
 def run_campaign(store, plan_path, screen_root, ops, cards, rounds, extra_ops, command, root_dir, resume,
-                 switch, backend, devices, poll, status_every):
-    """Run a plan: one worker process per card, ops in turn within a card.
+                 cell_timeout, switch, backend, devices, slurm, partition, gres, time_limit, account, sbatch_args,
+                 poll, status_every):
+    """Run a plan: one `zlstore run card` per card, ops in turn within a card.
 
     Each op runs --command with AB_ROOT = <root>/card<N>, ROUNDS,
-    ZL_ISOLATE_TUNER_CACHE=1 (forced), the card made visible through the
-    backend's variable (CUDA_VISIBLE_DEVICES, MUSA_VISIBLE_DEVICES, ...) and
-    ZLSTORE_DB; every cell is recorded as soon as its cell.env has RC. The
-    root gets campaign.env and partition.tsv; op output goes to <root>/logs/.
-    A live display shows each card's current op, ops done and left, elapsed
-    time and an estimate from the weights. An op that fails is logged (the
-    ingest_problems table) and the card goes on. Ctrl-C stops every worker
-    and its commands and keeps every recorded cell; --resume continues.
+    CELL_TIMEOUT, ZL_ISOLATE_TUNER_CACHE=1 (forced), the caliber variables
+    (all seven must be set: a missing one is named before anything runs),
+    the card made visible through the backend's variable
+    (CUDA_VISIBLE_DEVICES, MUSA_VISIBLE_DEVICES, ...) and ZLSTORE_DB; every
+    cell is recorded as soon as its cell.env has RC. An op still running
+    after (2 x rounds + 1) x CELL_TIMEOUT is killed with its children, its
+    unfinished cells recorded with RC 124 (TRUNCATED), and the card goes
+    on. The root gets campaign.env and partition.tsv; output goes to
+    <root>/logs/. A live display shows each card's state, current op, ops
+    done and left, elapsed time and an estimate from the weights. A failed
+    op is logged (the ingest_problems table) and the card goes on. Ctrl-C
+    stops every card and its commands and keeps every recorded cell.
 
-    Exit status: 0 every op ran cleanly; 1 some op failed (the card went
-    on); 2 it could not start (the message says why); 130 interrupted
-    (continue with the --resume line it prints).
+    --slurm submits one job array instead, one task a card (each asking for
+    --partition, --gres, --time, --account and any --sbatch-arg), on the
+    shared runs tree; the display shows each task as Slurm reports it
+    (pending, running, done, failed, cancelled, timeout) with its job id,
+    this process records the cells (no database is written from another
+    host), Ctrl-C cancels the array (scancel), and a task Slurm kills is
+    named with its reason. --resume runs only the cards with ops left.
+
+    Exit status: 0 every op ran cleanly; 1 some op failed or a task was
+    killed (the other cards went on); 2 it could not start (the message
+    says why: a caliber variable missing, a bad plan or option); 130
+    interrupted (continue with the --resume line it prints).
 
     Example:
 
         \b
         zlstore plan ab_rlc_20261012_101500 --cards 8 --rounds 6 --out partition.tsv
         zlstore run campaign --plan partition.tsv --rounds 6 --command 'bash ab_repeat.sh {op} {dtype}'
+        zlstore run campaign --slurm --partition gpu --time 12:00:00 --plan partition.tsv --command 'bash ab_repeat.sh {op} {dtype}'
     """
     from . import runner
+    from .slurm import SlurmError, SlurmOptions
 
+    options = None
+    if slurm and devices:
+        raise click.UsageError("--devices goes without --slurm: on Slurm each task gets its device from the "
+                               "scheduler (--gres)")
+    if slurm:
+        options = SlurmOptions(partition=partition, gres=gres or "auto", time=time_limit, account=account,
+                               sbatch_args=list(sbatch_args))
+    elif partition or gres or time_limit or account or sbatch_args:
+        raise click.UsageError("--partition, --gres, --time, --account and --sbatch-arg go with --slurm")
     try:
         config = runner.campaign_config(
             store, plan_path=plan_path, screen_root=screen_root, ops=ops, cards=cards, rounds=rounds,
             extra_ops=extra_ops, command=command, root_dir=root_dir, resume=resume, switch=switch,
-            backend=backend, devices=devices, poll_s=poll, status_every_s=status_every)
-        result = runner.run_campaign(store.path, config, stream=sys.stderr)
-    except (runner.RunError, LookupError, ValueError) as error:
+            backend=backend, devices=devices, poll_s=poll, status_every_s=status_every,
+            cell_timeout=cell_timeout, slurm=options)
+        result = runner.run_campaign(store, config, stream=sys.stderr)
+    except runner.CaliberMissing as error:
+        raise Refusal(str(error))
+    except (runner.RunError, SlurmError, LookupError, ValueError) as error:
         raise Fault(str(error).strip("'\""))
     click.echo(report.campaign(result))
     if result.interrupted:
         sys.exit(EXIT_INTERRUPTED)
     sys.exit(EXIT_PROBLEMS if result.failed else EXIT_OK)
+
+
+@run.command("card")
+@click.argument("root", type=click.Path(file_okay=False, exists=True))
+@click.option("--card", type=click.IntRange(min=0), default=None, envvar="SLURM_ARRAY_TASK_ID",
+              help="The card to run (default: $SLURM_ARRAY_TASK_ID).")
+@click.option("--ops", default=None, help="Only these of the card's ops, op[:dtype] comma-separated (default: all).")
+@click.option("--db", "db_path", type=click.Path(dir_okay=False), default=None,
+              help="Record each finished cell into this database (default: record nothing; the submitter does).")
+@click.option("--device", default=None,
+              help="The id for the visible-devices variable (default: the card number); 'inherit' keeps "
+                   "what the scheduler set.")
+@click.option("--run-id", default=None, help="Written into the status file, so a watcher tells this run from an earlier one.")
+@click.option("--poll", type=click.FloatRange(min=0.05), default=0.5, show_default=True,
+              help="Seconds between looks for finished cells.")
+def run_card(root, card, ops, db_path, device, run_id, poll):
+    """Run one card of a campaign root: its ops from partition.tsv, in turn.
+
+    What `run campaign` starts once per card, locally or as a Slurm array
+    task. The settings come from the root's campaign.env (rounds, command,
+    CELL_TIMEOUT, switch, and the caliber every card measures under). Each
+    event (op started, cells finished, op done, finished, interrupted) is
+    appended to <root>/status/card<N>.json, replaced whole each time, and
+    printed as a JSON line. With --db each finished cell is recorded there;
+    without, nothing is written but the tree (on Slurm the submitting
+    process records).
+
+    Exit status: 0 every op ran cleanly; 1 some op failed; 2 usage (no such
+    card, an op not in its plan); 130 interrupted (SIGINT, SIGTERM: scancel
+    or a time limit kills the op's process group first).
+
+    Example:
+
+        \b
+        zlstore run card runs/campaign_20261013_090000 --card 3 --db zlstore.db
+    """
+    from . import card as cardmod
+
+    if card is None:
+        raise click.UsageError("--card is required outside a Slurm array task")
+    try:
+        status = cardmod.run_card(root, card, ops=ops, db=db_path, run_id=run_id, device=device, poll_s=poll,
+                                  out=sys.stdout)
+    except (cardmod.CardError, ValueError) as error:
+        raise click.UsageError(str(error))
+    sys.exit(status)
 
 
 # -- FlagGems' own benchmark as the cell command (flaggems.py) ----------------------

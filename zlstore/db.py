@@ -19,7 +19,7 @@ from typing import Callable, Dict, Iterator, List, NamedTuple, Optional
 
 from . import caliber, judge, pairing, stats, ttgir
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 BUSY_TIMEOUT_MS = 60_000
 WRITE_ATTEMPTS = 10
 
@@ -557,6 +557,24 @@ def _findings(conn):
 
 # Set by a migration: screening cells may lack fingerprints under some rule.
 BACKFILL_SETTING = "backfill_screen_fingerprints"
+
+
+@migration(5)
+def _superseded_cells(conn):
+    """Release 5 keeps the cells of an interrupted campaign op that a
+    resumed campaign ran again from the start (cells.superseded_at): kept
+    and shown, never paired. Marking one re-pairs its round, so the update
+    trigger watches the new column too."""
+    conn.execute("ALTER TABLE cells ADD COLUMN superseded_at TEXT")
+    conn.execute("DROP TRIGGER IF EXISTS cells_update_marks_rounds")
+    conn.execute(
+        """CREATE TRIGGER cells_update_marks_rounds AFTER UPDATE OF
+               root_id, card, repeat_dir, op, dtype, round, side, caliber_id, superseded_at ON cells
+           BEGIN
+               INSERT INTO ab_stale_rounds (root_id, card, repeat_dir, cell_op, cell_dtype, round)
+               VALUES (OLD.root_id, OLD.card, OLD.repeat_dir, OLD.op, OLD.dtype, OLD.round),
+                      (NEW.root_id, NEW.card, NEW.repeat_dir, NEW.op, NEW.dtype, NEW.round);
+           END""")
 
 
 def _user_version(conn) -> int:

@@ -1,6 +1,8 @@
-"""The live view of a campaign: per card its current op, ops done and left,
-elapsed time and an estimate from the weights. Redrawn in place on a
-terminal; otherwise a line per event and the table every so often."""
+"""The live view of a campaign: per card its state (the local process's,
+or the Slurm task's as the scheduler reports it) with its job, its current
+op, ops done and left, elapsed time and an estimate from the weights.
+Redrawn in place on a terminal; otherwise a line per event and the table
+every so often."""
 
 import time
 from dataclasses import dataclass, field
@@ -24,13 +26,39 @@ class CardState:
     finished: Optional[float] = None
     interrupted: bool = False
     remaining: List[Op] = field(default_factory=list)
+    state: str = ""                       # pending, running, done, failed, cancelled, timeout, ...
+    job: str = ""                         # the Slurm task (<array job>_<task>) or the local pid
+    node: str = ""
+    timeout_s: Optional[float] = None     # when the current op is killed (card.op_timeout_s)
+    stopped_during: Optional[Op] = None   # the op it was running when it was stopped
+
+    def overdue(self, now: float) -> bool:
+        """The current op has run past its weight: its end is not known."""
+        return self.current is not None and now - (self.current_since or now) > self.current.weight_s
 
     def estimate_s(self, now: float) -> Optional[float]:
-        """Weight still ahead: ops not started plus what is left of the current one."""
+        """Weight still ahead: ops not started plus what is left of the
+        current one; None when unknown (no weights, or an op past its own)."""
         total = sum(op.weight_s for op in self.remaining)
         if self.current is not None:
-            total += max(0.0, self.current.weight_s - (now - (self.current_since or now)))
+            if self.overdue(now):
+                return None
+            total += self.current.weight_s - (now - (self.current_since or now))
         return total if total == total else None  # NaN: a plan without weights
+
+    def current_text(self, now: float) -> str:
+        if self.current is not None:
+            if self.overdue(now) and self.timeout_s is not None:
+                left = self.timeout_s - (now - (self.current_since or now))
+                return f"{self.current.label} (past its estimate; op timeout in {_clock(max(0.0, left))})"
+            return self.current.label
+        if self.interrupted:
+            return "(interrupted)"
+        if self.finished is not None:
+            return "(finished)"
+        if self.started is None or self.state.startswith("pending"):
+            return "(starting)" if self.ops else "(idle)"
+        return "-"
 
 
 def _clock(seconds: Optional[float]) -> str:
@@ -60,26 +88,17 @@ class Display:
         eta = None if any(e is None for e in estimates) else max(estimates, default=0.0)
         lines = [f"{self.title}: {len(self.cards)} cards, elapsed {_clock(now - self.start)}, "
                  f"est. {_clock(eta)} left"]
-        header = ("card", "current op", "done", "left", "failed", "cells", "elapsed", "est. left")
+        header = ("card", "state", "job", "current op", "done", "left", "failed", "cells", "elapsed", "est. left")
         rows = []
         for c, estimate in zip(self.cards, estimates):
-            if c.current is not None:
-                current = c.current.label
-            elif c.interrupted:
-                current = "(interrupted)"
-            elif c.finished is not None:
-                current = "(finished)"
-            elif c.started is None:
-                current = "(starting)" if c.ops else "(idle)"
-            else:
-                current = "-"
             left = len(c.remaining) + (1 if c.current is not None else 0)
             end = c.finished if c.finished is not None else now
             elapsed = (end - c.started) if c.started is not None else 0.0
-            rows.append((str(c.card), current, str(c.done + c.skipped), str(left), str(len(c.failed)),
-                         str(c.cells), _clock(elapsed), _clock(estimate)))
+            job = f"{c.job} on {c.node}" if c.job and c.node else c.job
+            rows.append((str(c.card), c.state or "-", job or "-", c.current_text(now), str(c.done + c.skipped),
+                         str(left), str(len(c.failed)), str(c.cells), _clock(elapsed), _clock(estimate)))
         widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-        fmt = lambda values: "  ".join(v.ljust(w) if i == 1 else v.rjust(w)
+        fmt = lambda values: "  ".join(v.ljust(w) if i in (1, 2, 3) else v.rjust(w)
                                        for i, (v, w) in enumerate(zip(values, widths))).rstrip()
         lines.append(fmt(header))
         lines.extend(fmt(r) for r in rows)

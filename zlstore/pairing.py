@@ -61,12 +61,15 @@ _STEPS = [
     "DELETE FROM temp.ab_keys_unique",
     """INSERT INTO temp.ab_rounds_now (root_id, card, repeat_dir, cell_op, cell_dtype, round)
        SELECT DISTINCT root_id, card, repeat_dir, cell_op, cell_dtype, round FROM ab_stale_rounds""",
-    # A round's cell of a side is the latest stored one.
+    # A round's cell of a side is the latest stored one that no later run
+    # of its op superseded (a resumed campaign's earlier, interrupted run).
     f"""UPDATE temp.ab_rounds_now SET
         before_cell_id = (SELECT max(c.id) FROM cells c
-                          WHERE {_round_match('c', 'ab_rounds_now', cells=True)} AND c.side = 'before'),
+                          WHERE {_round_match('c', 'ab_rounds_now', cells=True)} AND c.side = 'before'
+                            AND c.superseded_at IS NULL),
         after_cell_id = (SELECT max(c.id) FROM cells c
-                         WHERE {_round_match('c', 'ab_rounds_now', cells=True)} AND c.side = 'after')""",
+                         WHERE {_round_match('c', 'ab_rounds_now', cells=True)} AND c.side = 'after'
+                           AND c.superseded_at IS NULL)""",
     """UPDATE temp.ab_rounds_now SET
         before_caliber_id = (SELECT caliber_id FROM cells WHERE id = before_cell_id),
         after_caliber_id = (SELECT caliber_id FROM cells WHERE id = after_cell_id)""",

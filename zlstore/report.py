@@ -246,8 +246,12 @@ def campaign(result) -> str:
     lines = [f"{result.root}: {result.done} ops run, {result.skipped} skipped as complete, "
              f"{len(result.failed)} failed; {result.cells} cells recorded"]
     lines.extend(f"failed: {failure}" for failure in result.failed)
+    resume = getattr(result, "resume_command", None) or output.command("run", "campaign", "--resume", "--root",
+                                                                        result.root)
     if result.interrupted:
-        lines.append(f"interrupted: continue with {output.command('run', 'campaign', '--resume', '--root', result.root)}")
+        lines.append(f"interrupted: continue with {resume}")
     else:
+        if getattr(result, "resume_command", None):
+            lines.append(f"ops left: continue with {resume}")
         lines.append(f"next: {output.command('ab', result.root)}")
     return "\n".join(lines)

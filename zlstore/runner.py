@@ -3,17 +3,16 @@ cell ends.
 
 A screen runs one pair per op, before then after, each side one process
 capped by CELL_TIMEOUT; zlstore writes the cell's cell.env last and records
-it. A campaign runs a plan: one worker process per card (each with its own
-Store), ops one after another within a card, each op the user's command with
-the card's own AB_ROOT; the worker records every cell of the op as soon as
-its cell.env has RC. Every command runs in its own process group, so a
-timeout or a Ctrl-C kills it with its children."""
+it. A campaign runs a plan: one `zlstore run card` per card (card.py), ops
+one after another within a card, each op the user's command with the card's
+own AB_ROOT; locally each card records its cells as their cell.env gets RC,
+on Slurm (slurm.py) this process records them from the shared tree. Every
+command runs in its own process group, so a timeout or a Ctrl-C kills it
+with its children."""
 
 import datetime
 import json
-import multiprocessing
 import os
-import queue as queue_mod
 import shlex
 import signal
 import socket
@@ -22,15 +21,18 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, IO, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, IO, List, Optional, Sequence, Tuple
 
-from . import caliber, files, judge, layout
+from . import caliber, files, judge, layout, pairing
 from . import plan as planmod
 from .db import write_transaction
 from .ingest import now as utc_now
 from .display import CardState, Display
 from .plan import Op, Plan, PlanError
 from .procs import KILL_GRACE_S, signal_group, group_alive, interrupts, kill_group, shell_rc, start_group
+
+if TYPE_CHECKING:
+    from .slurm import SlurmOptions
 
 DEFAULT_CELL_TIMEOUT = 2400.0
 DEFAULT_SWITCH_VALUES = ("0", "1")   # the switch off (before) and on (after)
@@ -307,13 +309,16 @@ def screen_config(*, ops: str, command: str, switch: str, cell_timeout: float = 
                   values: str = ",".join(DEFAULT_SWITCH_VALUES)) -> ScreenConfig:
     """A screening pass's config from the command's options: ops and switch
     values parsed (ValueError names a bad spec), root and backend defaulted,
-    and an unknown backend refused (RunError) before anything is written."""
+    and an unknown backend or a caliber variable missing from the
+    environment refused (RunError, CaliberMissing) before anything is
+    written."""
     pairs = [(op, dtype or "") for op, dtype in planmod.parse_op_spec(ops)]
     config = ScreenConfig(
         root=root_dir or f"runs/screen_{timestamp()}", ops=pairs, command=command,
         switch=switch, cell_timeout=cell_timeout, card=card,
         backend=backend or default_backend(), values=switch_values(values))
     visible_devices_var(config.backend)
+    require_screen_caliber(dict(os.environ))
     return config
 
 
@@ -370,6 +375,16 @@ def _cell_name(op: str, dtype: str, side: str) -> str:
 
 
 # == campaign =================================================================
+#
+# A campaign runs each card's ops with `zlstore run card` (card.py): locally
+# one process per card, each recording its own cells; on Slurm one array
+# task per card, whose cells this process records from the shared tree. The
+# cards report through status files in the campaign root; this process
+# reads them, asks the scheduler (or the local processes) how each card's
+# task stands, and shows both. (card.py and slurm.py import this module's
+# helpers, so this module imports them in the functions that use them.)
+
+ISOLATE_TUNER_CACHE = "ZL_ISOLATE_TUNER_CACHE"   # campaigns force it to 1
 
 
 @dataclass
@@ -386,16 +401,62 @@ class CampaignConfig:
     grace: float = KILL_GRACE_S
     resume: bool = False
     status_every_s: float = 30.0
+    cell_timeout: float = DEFAULT_CELL_TIMEOUT
+    slurm: Optional["SlurmOptions"] = None   # run the cards as one Slurm job array
+
+
+class CaliberMissing(RunError):
+    """The environment does not give the caliber a run needs: refused before
+    anything runs (exit status 2)."""
+
+
+def missing_caliber_error(missing, what: str) -> CaliberMissing:
+    names = ", ".join(f"{f.env} ({f.name})" for f in missing)
+    return CaliberMissing(
+        f"{what}: the caliber variables {names} are not set: every cell would be stored with an unknown "
+        f"caliber and never paired. Set them first, e.g. export {' '.join(f.env + '=...' for f in missing)}")
+
+
+def require_screen_caliber(env: Dict[str, str]):
+    """A screening pass measures under its environment's caliber: all seven must be set."""
+    missing = caliber.missing(env)
+    if missing:
+        raise missing_caliber_error(missing, "run screen")
+
+
+def campaign_caliber(config: CampaignConfig, env: Dict[str, str]) -> Dict[str, str]:
+    """The caliber variables the campaign's cells are measured under: the
+    environment's (ZL_ISOLATE_TUNER_CACHE forced to 1), or, on resume, those
+    campaign.env recorded, which every card, on every host, runs with. An
+    environment that names a different value is refused rather than
+    silently overruled; a field neither gives is named."""
+    values = {k: v for k, v in caliber_items(env)}
+    if config.resume:
+        recorded = dict(caliber_items(layout.read_env(Path(config.root) / layout.CAMPAIGN_ENV, []) or {}))
+        differ = [f"{k}={values[k]} here, {v} in campaign.env" for k, v in recorded.items()
+                  if k != ISOLATE_TUNER_CACHE and k in values and values[k] != v]
+        if differ:
+            raise CaliberMissing(
+                f"refusing to resume {config.root}: a resumed campaign measures under the caliber it started "
+                f"with, and this environment differs: {'; '.join(differ)}")
+        values.update(recorded)
+    values[ISOLATE_TUNER_CACHE] = "1"
+    missing = caliber.missing(values)
+    if missing:
+        raise missing_caliber_error(missing, "run campaign")
+    return values
 
 
 def campaign_config(store, *, plan_path=None, screen_root: Optional[str] = None, ops: Optional[str] = None,
                     cards: int = 8, rounds: int = DEFAULT_ROUNDS, extra_ops: Optional[str] = None,
                     command: Optional[str] = None, root_dir=None, resume: bool = False,
                     switch: Optional[str] = None, backend: Optional[str] = None, devices: Optional[str] = None,
-                    poll_s: float = 0.5, status_every_s: float = 30.0) -> CampaignConfig:
+                    poll_s: float = 0.5, status_every_s: float = 30.0, cell_timeout: Optional[float] = None,
+                    slurm=None) -> CampaignConfig:
     """A campaign's config from the command's options. With resume, the
     root's campaign.env fills what was not given (rounds, command, switch,
-    screening root) and its partition.tsv is the plan; otherwise the plan is
+    screening root, cell timeout; on Slurm the sbatch options it was first
+    submitted with) and its partition.tsv is the plan; otherwise the plan is
     plan_path's, or computed from the screening root as `zlstore plan` does.
     The switch and screening root default to the screening root's own.
     RunError when the options do not make a campaign; LookupError or
@@ -409,6 +470,11 @@ def campaign_config(store, *, plan_path=None, screen_root: Optional[str] = None,
         command = command or env.get("COMMAND")
         switch = switch or env.get("SWITCH") or None
         screen_root = screen_root or env.get("SCREEN_ROOT") or None
+        cell_timeout = cell_timeout or float(env.get("CELL_TIMEOUT") or DEFAULT_CELL_TIMEOUT)
+        if slurm is not None and not slurm.given():
+            from .slurm import saved_options
+
+            slurm = saved_options(root_dir) or slurm
     elif plan_path:
         plan = planmod.read_partition_tsv(plan_path)
     elif screen_root:
@@ -428,14 +494,15 @@ def campaign_config(store, *, plan_path=None, screen_root: Optional[str] = None,
         screen_root=(screen_row or {}).get("path") or screen_root,
         backend=backend or default_backend(),
         devices=[d.strip() for d in devices.split(",")] if devices else None,
-        poll_s=poll_s, resume=resume, status_every_s=status_every_s)
+        poll_s=poll_s, resume=resume, status_every_s=status_every_s,
+        cell_timeout=cell_timeout or DEFAULT_CELL_TIMEOUT, slurm=slurm)
 
 
 def op_label(op: str, dtype: str) -> str:
     return f"{op}:{dtype}" if dtype else op
 
 
-def prepare_campaign(config: CampaignConfig) -> Path:
+def prepare_campaign(config: CampaignConfig, caliber_values: Dict[str, str]) -> Path:
     """A new campaign root with campaign.env and partition.tsv (refusing an
     existing one), or, with resume, the existing root as it is."""
     root = Path(config.root).resolve()
@@ -446,181 +513,91 @@ def prepare_campaign(config: CampaignConfig) -> Path:
     if root.exists() and any(root.iterdir()):
         raise RunError(f"{root} exists and is not empty; continue it with --resume, or choose another --root")
     root.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, ZL_ISOLATE_TUNER_CACHE="1")
     items = [("KIND", "campaign"), ("ROUNDS", config.rounds), ("CARDS", len(config.plan.cards))]
     items += [(k, v) for k, v in (("SWITCH", config.switch), ("SCREEN_ROOT", config.screen_root)) if v]
     items += [("HOST", socket.gethostname()), ("STARTED_AT", local_now()),
              ("BACKEND_VISIBLE_DEVICES", visible_devices_var(config.backend)),
-             ("COMMAND", config.command)]
-    items += caliber_items(env)
+             ("CELL_TIMEOUT", _num(config.cell_timeout)), ("COMMAND", config.command)]
+    items += caliber_items(caliber_values)
     planmod.write_partition_tsv(config.plan, root / layout.PARTITION_TSV)
     write_atomic(root / layout.CAMPAIGN_ENV, env_text(items))
     return root
 
 
+def refuse_known_root(store, root):
+    """A new campaign at a path whose cells the store already holds (the
+    directory deleted and made again) would add its rounds to theirs."""
+    known = store.conn.execute(
+        "SELECT count(*) FROM cells JOIN roots ON roots.id = cells.root_id WHERE roots.path = ?",
+        (str(Path(root).resolve()),)).fetchone()[0]
+    if known:
+        raise RunError(f"{Path(root).resolve()}: the store already holds {known} cells of a campaign there; "
+                       "continue it with --resume, or choose another --root")
+
+
 def read_campaign(root: Path) -> Tuple[Dict[str, str], Plan]:
     """A campaign root's campaign.env and partition.tsv, for --resume."""
+    from .card import read_command
+
     root = Path(root)
     env = layout.read_env(root / layout.CAMPAIGN_ENV, []) or {}
-    try:
-        line = next(l for l in (root / layout.CAMPAIGN_ENV).read_text().splitlines() if l.startswith("COMMAND="))
-        words = shlex.split(line[len("COMMAND="):])
-        env["COMMAND"] = words[0] if len(words) == 1 else " ".join(words)
-    except (StopIteration, ValueError, FileNotFoundError):
-        env.pop("COMMAND", None)
+    env.pop("COMMAND", None)
+    command = read_command(root)
+    if command:
+        env["COMMAND"] = command
     if not (root / layout.PARTITION_TSV).is_file():
         raise RunError(f"{root} has no {layout.PARTITION_TSV}")
     return env, planmod.read_partition_tsv(root / layout.PARTITION_TSV)
 
 
-def card_dir(root: Path, card: int) -> Path:
-    return Path(root) / f"card{card}"
-
-
-def _log_name(card: int, op: str, dtype: str) -> str:
-    return f"card{card}_{op}{'_' + dtype if dtype else ''}.log"
-
-
 def complete_ops(store, root: Path, rounds: int) -> set:
-    """(op, dtype) pairs with all 2 x rounds cells of the campaign recorded."""
+    """(op, dtype) pairs with all 2 x rounds current cells of the campaign recorded."""
     rows = store.conn.execute(
         """SELECT cells.op, COALESCE(cells.dtype, ''), COUNT(DISTINCT cells.round || ':' || cells.side)
            FROM cells JOIN roots ON roots.id = cells.root_id
            WHERE roots.path = ? AND cells.round BETWEEN 1 AND ? AND cells.side IN ('before', 'after')
-             AND cells.rc IS NOT NULL
+             AND cells.rc IS NOT NULL AND cells.superseded_at IS NULL
            GROUP BY cells.op, COALESCE(cells.dtype, '')""",
         (str(Path(root).resolve()), rounds),
     ).fetchall()
     return {(op, dtype) for op, dtype, n in rows if n >= 2 * rounds}
 
 
-class _Recorder:
-    """Records a card's finished cells, each once, as they appear."""
-
-    def __init__(self, store, directory: Path):
-        self.store, self.directory = store, Path(directory)
-        self.seen = {p for (p,) in store.conn.execute(
-            "SELECT path FROM cells WHERE path LIKE ?", (str(self.directory) + os.sep + "%",))}
-        self.stale = set()
-
-    def mark_stale(self):
-        """Cells left unfinished by an earlier command (an interrupted run):
-        never stored as they are by a later op's final sweep."""
-        self.stale.update(str(c) for c in layout.find_cell_dirs(self.directory) if str(c) not in self.seen)
-
-    def sweep(self, final: bool = False) -> Tuple[int, List[str]]:
-        """Record every finished cell not yet recorded; with final (the
-        command has returned, nothing will finish them), the unfinished too.
-        Returns (cells recorded, the unfinished ones stored as they are)."""
-        new = [c for c in layout.find_cell_dirs(self.directory) if str(c) not in self.seen]
-        if not new:
-            return 0, []
-        finished = [c for c in new if _finished(c)]
-        recorded, leftovers = 0, []
-        if finished:
-            summary = self.store.record(finished)
-            unfinished = set(summary["unfinished"])
-            self.seen.update(str(c) for c in finished if str(c) not in unfinished)
-            recorded += sum(summary[k] for k in ("cells_added", "cells_replaced", "cells_unchanged"))
-        if final:
-            rest = [c for c in new if str(c) not in self.seen and str(c) not in self.stale]
-            if rest:
-                summary = self.store.ingest_summary(rest, command="record").as_dict()
-                self.seen.update(str(c) for c in rest)
-                recorded += sum(summary[k] for k in ("cells_added", "cells_replaced", "cells_unchanged"))
-                leftovers = [str(c) for c in rest]
-        return recorded, leftovers
+def supersede(store, root: Path, card: int, op: str, dtype: str) -> int:
+    """Mark the current cells of an op on a card superseded: the op runs
+    again from the start (ab_repeat.sh always runs every round, in a new
+    directory), so its earlier, interrupted run must add neither rounds nor
+    half-rounds to its ranges. The cells stay in the store, shown in
+    cell_summary with superseded_at, never paired (pairing.py). Returns
+    how many were marked."""
+    conn = store.conn
+    with write_transaction(conn):
+        marked = conn.execute(
+            """UPDATE cells SET superseded_at = ?
+               WHERE root_id = (SELECT id FROM roots WHERE path = ?) AND card IS ? AND op = ?
+                 AND (dtype IS ? OR dtype IS NULL) AND superseded_at IS NULL""",
+            (utc_now(), str(Path(root).resolve()), card, op, dtype)).rowcount
+        pairing.refresh(conn)
+    return marked
 
 
-def _finished(cell: Path) -> bool:
-    env = layout.read_env(cell / layout.CELL_ENV, [])
-    return bool(env) and (env.get("RC") or "").strip() != ""
-
-
-def _run_op(spec: dict, store, recorder: "_Recorder", op: str, dtype: str, events, state: dict):
-    """One op's command in its own process group, its cells recorded as they
-    finish and the rest when it returns. Returns (exit status, problems)."""
-    card = spec["card"]
-    env = dict(os.environ)
-    env.update(spec["env"])
-    env.update({"OP": op, "DTYPE": dtype})
-    command = fill(spec["command"], {"op": op, "dtype": dtype, "card": card, "rounds": spec["rounds"]})
-    recorder.mark_stale()
-    with open(Path(spec["log_dir"]) / _log_name(card, op, dtype), "ab") as log:
-        proc = state["proc"] = start_group(command, env, log, cwd=spec["cwd"])
-        events.put(("start", card, op, dtype, proc.pid))
-        while proc.poll() is None:
-            time.sleep(spec["poll_s"])
-            n, _ = recorder.sweep()
-            if n:
-                events.put(("cells", card, n))
-    if group_alive(proc.pid):  # stragglers would compete with the next op for the card
-        kill_group(proc, spec["grace"])
-    state["proc"] = None
-    rc = shell_rc(proc.returncode)
-    n, leftovers = recorder.sweep(final=True)
-    if n:
-        events.put(("cells", card, n))
-    problems = []
-    if rc != 0:
-        problems.append(f"op {op_label(op, dtype)} on card {card}: command exited with status {rc}")
-    if leftovers:
-        problems.append(f"op {op_label(op, dtype)} on card {card}: {len(leftovers)} cells had no cell.env "
-                        f"with RC when the command returned; stored as they are: {', '.join(leftovers[:3])}")
-    return rc, problems
-
-
-def card_worker(spec: dict, events) -> None:
-    """One card: its ops one after another, each op's cells recorded as they
-    finish. Runs in its own process with its own Store. SIGINT / SIGTERM
-    kill the current op's process group and end the worker."""
-    state = {"stopping": False}
-
-    def on_signal(signum, frame):
-        if not state["stopping"]:
-            state["stopping"] = True
-            raise KeyboardInterrupt
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    from .store import Store  # here: the spawned process opens its own connection
-
-    card = spec["card"]
-    store = None
-    try:
-        store = Store(spec["db"])
-        directory = Path(spec["card_dir"])
-        directory.mkdir(parents=True, exist_ok=True)
-        recorder = _Recorder(store, directory)
-        n, _ = recorder.sweep()  # cells a previous run finished but did not record
-        if n:
-            events.put(("cells", card, n))
-        done = complete_ops(store, spec["root"], spec["rounds"]) if spec["resume"] else set()
-        for op, dtype, weight in spec["ops"]:
-            if (op, dtype) in done:
-                events.put(("skip", card, op, dtype))
-                continue
-            t0 = time.monotonic()
-            try:
-                rc, problems = _run_op(spec, store, recorder, op, dtype, events, state)
-            except Exception as error:  # the card goes on with its next op
-                if state.get("proc") is not None:
-                    kill_group(state.pop("proc"), spec["grace"])
-                rc = 1
-                problems = [f"op {op_label(op, dtype)} on card {card}: {type(error).__name__}: {error}"]
-            for message in problems:
-                log_problem(store, f"run campaign card {card}", [str(directory)],
-                            str(Path(spec["log_dir"]) / _log_name(card, op, dtype)), message)
-            events.put(("done", card, op, dtype, rc, time.monotonic() - t0, problems))
-        events.put(("finished", card))
-    except KeyboardInterrupt:
-        if state.get("proc") is not None:
-            kill_group(state["proc"], spec["grace"])
-        events.put(("interrupted", card))
-        sys.exit(INTERRUPTED_EXIT)
-    finally:
-        if store is not None:
-            store.close()
+def settle_resume(store, root: Path, plan: Plan, rounds: int):
+    """Before a resumed campaign runs anything: store every cell the earlier
+    runs left in the tree (finished or not, as an ingest does: a card killed
+    between a cell's cell.env and its record, a task on a host that died),
+    then tell the complete ops from the rest, whose cells are superseded.
+    Returns (complete (op, dtype) pairs, {(card, op, dtype): cells superseded},
+    the ingest summary)."""
+    summary = store.ingest_summary([root], command="run campaign --resume")
+    done = complete_ops(store, root, rounds)
+    superseded = {}
+    for card in plan.cards:
+        for op in card.ops:
+            if (op.op, op.dtype) not in done:
+                n = supersede(store, root, card.card, op.op, op.dtype)
+                if n:
+                    superseded[(card.card, op.op, op.dtype)] = n
+    return done, superseded, summary
 
 
 @dataclass
@@ -629,6 +606,9 @@ class CampaignResult:
     interrupted: bool
     cards: List[CardState]
     last_screen: List[str]
+    resume_command: Optional[str] = None     # what continues it, as printed
+    where: str = "this host"                 # this host, or the Slurm job
+    db_arg: str = ""                         # " --db FILE" for the printed commands, when not the default
 
     @property
     def failed(self) -> List[str]:
@@ -649,159 +629,312 @@ class CampaignResult:
         """Cells recorded by this run, over every card."""
         return sum(c.cells for c in self.cards)
 
+    @property
+    def unfinished(self) -> bool:
+        """Some card has ops left (interrupted, or its task killed)."""
+        return any(c.remaining or c.current for c in self.cards)
+
     def as_dict(self) -> dict:
         return {
-            "root": str(self.root), "interrupted": self.interrupted,
-            "cards": [{"card": c.card, "done": c.done, "skipped": c.skipped, "failed": c.failed,
-                       "cells": c.cells, "left": len(c.remaining) + (1 if c.current else 0)} for c in self.cards],
+            "root": str(self.root), "interrupted": self.interrupted, "where": self.where,
+            "cards": [{"card": c.card, "state": c.state, "job": c.job, "node": c.node, "done": c.done,
+                       "skipped": c.skipped, "failed": c.failed, "cells": c.cells,
+                       "left": len(c.remaining) + (1 if c.current else 0)} for c in self.cards],
             "failed": self.failed,
         }
 
 
-def run_campaign(store_path, config: CampaignConfig, stream: IO = sys.stderr) -> CampaignResult:
-    """Run a plan with one worker process per card; returns when every card
-    is done, or after Ctrl-C / SIGTERM has stopped every worker and command."""
-    plan = config.plan
-    visible = visible_devices_var(config.backend)
-    devices = config.devices
-    if devices is not None and len(devices) < len(plan.cards):
-        raise RunError(f"--devices names {len(devices)} devices for {len(plan.cards)} cards")
-    root = prepare_campaign(config)
-    log_dir = root / "logs"
-    log_dir.mkdir(exist_ok=True)
-    store_path = str(Path(store_path).resolve())
-    states = [CardState(c.card, list(c.ops), remaining=list(c.ops)) for c in plan.cards]
-    display = Display(root.name, states, stream, config.status_every_s)
-    ctx = multiprocessing.get_context("spawn")
-    events = ctx.Queue()
-    workers: Dict[int, multiprocessing.Process] = {}
-    interrupted = False
-    try:
-        with interrupts():
-            _start_workers(config, root, log_dir, store_path, visible, ctx, events, workers, states)
-            _pump(events, workers, states, display)
-    except KeyboardInterrupt:
-        interrupted = True
-        with interrupts(ignore=True):
-            _stop(events, workers, states, display, config.grace)
-    last = display.final()
-    return CampaignResult(root, interrupted, states, last)
+def db_arg(store_path) -> str:
+    """ --db FILE when the store is not the default one, so that a printed
+    command works as printed; else nothing."""
+    from .store import default_db_path
+
+    if Path(store_path).resolve() == Path(default_db_path()).resolve():
+        return ""
+    return f" --db {shlex.quote(str(store_path))}"
 
 
-def _start_workers(config, root, log_dir, store_path, visible, ctx, events, workers, states):
-    """One worker process per card that has ops, each with its card's environment."""
-    devices = config.devices
-    for card in config.plan.cards:
-        if not card.ops:
-            continue
-        directory = card_dir(root, card.card)
-        directory.mkdir(parents=True, exist_ok=True)
-        env = {
-            "AB_ROOT": str(directory), "ZL_ISOLATE_TUNER_CACHE": "1", "ROUNDS": str(config.rounds),
-            "CARD": str(card.card), visible: str(devices[card.card] if devices else card.card),
-            "ZLSTORE_DB": store_path, "CAMPAIGN_ROOT": str(root),
-        }
-        if config.switch:
-            env["SWITCH"] = config.switch
-        spec = {
-            "card": card.card, "ops": [(o.op, o.dtype, o.weight_s) for o in card.ops],
-            "db": store_path, "root": str(root), "card_dir": str(directory), "log_dir": str(log_dir),
-            "command": config.command, "rounds": config.rounds, "env": env, "poll_s": config.poll_s,
-            "grace": config.grace, "resume": config.resume, "cwd": os.getcwd(),
-        }
-        worker = ctx.Process(target=card_worker, args=(spec, events), name=f"zlstore-card{card.card}")
-        worker.start()
-        workers[card.card] = worker
-        states[card.card].started = time.monotonic()
+def resume_command(root: Path, store_path, slurm: bool) -> str:
+    """The command that continues this campaign."""
+    slurm_flag = " --slurm" if slurm else ""
+    return f"zlstore run campaign{slurm_flag} --resume --root {shlex.quote(str(root))}{db_arg(store_path)}"
 
 
-def _apply(event, states: List[CardState], display: Display):
-    kind, card = event[0], event[1]
-    state = states[card]
+class LocalLauncher:
+    """One `zlstore run card` process per card on this host, each recording
+    its own cells into the store (one writer per card)."""
+
+    records_here = False
+    settle_s = 0.0   # a process that ended has written all it will
+    note = ""
+
+    def __init__(self, store_path, devices: Optional[List[str]], poll_s: float):
+        self.store_path, self.devices, self.poll_s = str(Path(store_path).resolve()), devices, poll_s
+        self.procs: Dict[int, subprocess.Popen] = {}
+
+    def check(self, cards: int):
+        if self.devices is not None and len(self.devices) < cards:
+            raise RunError(f"--devices names {len(self.devices)} devices for {cards} cards")
+
+    def start(self, root: Path, run_id: str, todo: Dict[int, List[Op]]):
+        from .card import op_spec
+
+        for card, ops in sorted(todo.items()):
+            argv = [sys.executable, "-m", "zlstore", "run", "card", str(root), "--card", str(card),
+                    "--ops", ",".join(op_spec(o) for o in ops), "--db", self.store_path,
+                    "--run-id", run_id, "--poll", _num(self.poll_s)]
+            if self.devices:
+                argv += ["--device", self.devices[card]]
+            with open(Path(root) / "logs" / f"card{card}.out", "ab") as out:
+                self.procs[card] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
+                                                    stderr=subprocess.STDOUT)
+
+    def poll(self):
+        from .card import Task
+
+        tasks = {}
+        for card, proc in self.procs.items():
+            rc = proc.poll()
+            if rc is None:
+                tasks[card] = Task("running", job=f"pid {proc.pid}")
+            else:
+                rc = shell_rc(rc)
+                state = {0: "done", 1: "failed", INTERRUPTED_EXIT: "interrupted"}.get(rc, "failed")
+                tasks[card] = Task(state, job=f"pid {proc.pid}", ended=True, exit_code=rc, raw_state=f"exit {rc}")
+        return tasks
+
+    def cancel(self):
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+
+    def kill(self, pgids: Dict[int, int]):
+        """A card that did not end when asked, and its op's group."""
+        for card, proc in self.procs.items():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=5)
+            if card in pgids:
+                signal_group(pgids[card], signal.SIGKILL)
+
+    def live(self, root: Path) -> List[str]:
+        """Cards of this campaign whose process still runs here."""
+        from .card import still_running
+
+        cards = sorted(int(p.stem[4:]) for p in (Path(root) / "status").glob("card*.json") if p.stem[4:].isdigit())
+        return [found for found in (still_running(root, card) for card in cards) if found]
+
+    def where(self) -> str:
+        return "this host"
+
+
+class _Cards:
+    """What the cards said (their status files) and how their tasks stand
+    (the launcher), applied to the display's card states. With recorders
+    (Slurm), the cells the cards name are recorded here."""
+
+    def __init__(self, root: Path, run_id: str, states: List[CardState], display: Display,
+                 cards: Sequence[int], recorders: Optional[dict] = None):
+        from .card import StatusReader
+
+        self.states, self.display, self.recorders = states, display, recorders
+        self.readers = {card: StatusReader(root, card, run_id) for card in cards}
+        self.tasks: dict = {}
+
+    def update(self, tasks: dict):
+        """The cards' new events first (a card says it finished before its
+        task ends), then the tasks' states."""
+        for card, reader in self.readers.items():
+            recorder = self.recorders.get(card) if self.recorders else None
+            for event in reader.new_events():
+                if recorder is not None:
+                    recorder.apply(event)
+                _apply(event, card, self.states[card], self.display, counted=recorder is None)
+            if recorder is not None:
+                recorder.flush()
+                self.states[card].cells = recorder.recorded
+        now = time.monotonic()
+        for card, task in tasks.items():
+            state = self.states[card]
+            if task.state != state.state:
+                where = f"{task.job} on {task.node}" if task.node else task.job
+                self.display.event(f"card {card}: {where} {task.state}")
+            state.state, state.job, state.node = task.state, task.job, task.node
+            if state.started is None and not task.state.startswith(("pending", "submitting")):
+                state.started = now
+        self.tasks = tasks
+
+    def settled(self) -> bool:
+        """Every task ended and every card's last word read (or waited for long enough)."""
+        if not self.tasks or not all(t.ended for t in self.tasks.values()):
+            return False
+        return all(self.readers[c].final for c in self.tasks)
+
+    def pgids(self) -> Dict[int, int]:
+        return {card: s.pgid for card, s in enumerate(self.states) if s.pgid}
+
+
+def _apply(event: dict, card: int, state: CardState, display: Display, counted: bool):
+    kind = event["event"]
     now = time.monotonic()
     if kind == "start":
-        _, _, op, dtype, pgid = event
+        op, dtype = event["op"], event["dtype"]
         match = next((o for o in state.remaining if (o.op, o.dtype) == (op, dtype)), Op(op, dtype, float("nan")))
         if match in state.remaining:
             state.remaining.remove(match)
-        state.current, state.current_since, state.pgid = match, now, pgid
+        state.current, state.current_since, state.pgid = match, now, event.get("pgid")
+        state.timeout_s = event.get("timeout_s")
         display.event(f"card {card}: {match.label} started")
-    elif kind == "skip":
-        _, _, op, dtype = event
-        state.remaining = [o for o in state.remaining if (o.op, o.dtype) != (op, dtype)]
-        state.skipped += 1
-        display.event(f"card {card}: {op_label(op, dtype)} already complete in the store, skipped")
     elif kind == "cells":
-        state.cells += event[2]
+        if counted:
+            state.cells += len(event["paths"])
     elif kind == "done":
-        _, _, op, dtype, rc, elapsed, problems = event
-        state.current, state.pgid = None, None
+        op, dtype, rc = event["op"], event["dtype"], event["rc"]
+        state.current, state.pgid, state.timeout_s = None, None, None
         state.done += 1
         if rc != 0:
-            state.failed.append(f"card {card} {op_label(op, dtype)}: exit status {rc}")
-        display.event(f"card {card}: {op_label(op, dtype)} done, exit status {rc}, {elapsed:.1f} s")
-        for problem in problems:
+            why = "killed at its op timeout" if event.get("timed_out") else f"exit status {rc}"
+            state.failed.append(f"card {card} {op_label(op, dtype)}: {why}")
+        display.event(f"card {card}: {op_label(op, dtype)} done, exit status {rc}, {event['elapsed_s']:.1f} s")
+        for problem in event.get("problems") or []:
             display.event("problem: " + problem)
     elif kind == "finished":
         state.finished = now
         display.event(f"card {card}: finished")
     elif kind == "interrupted":
-        if state.current is not None:  # not done: still left
-            state.remaining.insert(0, state.current)
-        state.interrupted, state.current, state.pgid = True, None, None
+        _stopped(state, now)
+
+
+def _stopped(state: CardState, now: float):
+    """A card that ended before its ops did: the op it was running is left."""
+    if state.current is not None:
+        state.remaining.insert(0, state.current)
+        state.stopped_during = state.current
+    state.interrupted, state.current, state.pgid = True, None, None
+    if state.finished is None:
         state.finished = now
 
 
-def _drain(events, states, display, timeout: float) -> bool:
-    try:
-        event = events.get(timeout=timeout)
-    except queue_mod.Empty:
-        return False
-    _apply(event, states, display)
-    return True
-
-
-def _pump(events, workers, states, display):
-    """Apply the workers' events until every worker has ended."""
-    while any(w.is_alive() for w in workers.values()):
-        if _drain(events, states, display, 0.25):
-            continue
+def _watch(cards: _Cards, launcher, poll_s: float, display: Display, until: Optional[float] = None):
+    """Until every task has ended and said its last word (a task that never
+    will, killed hard, is waited for launcher.settle_s), or until `until`."""
+    ended_at = None
+    while True:
+        cards.update(launcher.poll())
+        if cards.settled():
+            return
+        if cards.tasks and all(t.ended for t in cards.tasks.values()):
+            ended_at = ended_at or time.monotonic()
+            if time.monotonic() - ended_at >= launcher.settle_s:
+                return
+        if until is not None and time.monotonic() > until:
+            return
         display.refresh()
-    while _drain(events, states, display, 0.1):
-        pass
-    for card, worker in workers.items():
-        worker.join()
-        state = states[card]
-        if state.finished is None:  # died without saying so
-            state.finished = time.monotonic()
-            state.failed.append(f"card {card}: worker ended with exit code {worker.exitcode}")
-            if state.pgid:
-                signal_group(state.pgid, signal.SIGKILL)
+        time.sleep(poll_s)
 
 
-def _stop(events, workers, states, display, grace: float):
-    """Ctrl-C: every worker kills its op's process group and ends; a worker
-    that does not end in time is killed, and so is its op's group."""
-    display.event("interrupted: stopping every card")
-    for worker in workers.values():
-        if worker.is_alive():
-            try:
-                os.kill(worker.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-    deadline = time.monotonic() + grace + 15
-    while any(w.is_alive() for w in workers.values()) and time.monotonic() < deadline:
-        _drain(events, states, display, 0.1)
-    for card, worker in workers.items():
-        if worker.is_alive():
-            worker.kill()
-        worker.join(timeout=5)
-        if states[card].pgid:
-            signal_group(states[card].pgid, signal.SIGKILL)
-    while _drain(events, states, display, 0.05):
-        pass
-    for state in states:
-        if state.finished is None:
-            if state.current is not None:
-                state.remaining.insert(0, state.current)
-            state.interrupted, state.current = True, None
+def _task_failures(cards: _Cards, launcher, cancelled: bool):
+    """A card whose task ended without the card saying it finished: killed
+    (a Slurm time limit, scancel, a node failure) or dead. Named with the
+    scheduler's reason; its recorded cells stay."""
+    now = time.monotonic()
+    for card, task in cards.tasks.items():
+        state, reader = cards.states[card], cards.readers[card]
+        said = (reader.doc or {}).get("state")
+        if said == "finished" or (cancelled and said in ("interrupted", None)):
+            if said != "finished":
+                _stopped(state, now)
+            continue
+        _stopped(state, now)
+        during = f", during {state.stopped_during.label}" if state.stopped_during is not None else ""
+        total = state.done + len(state.remaining)
+        if isinstance(launcher, LocalLauncher):
+            what = f"worker ended with exit code {task.exit_code}{during} (see logs/card{card}.out)"
+        else:
+            reason = f" ({task.reason})" if task.reason else ""
+            on = f" on {task.node}" if task.node else ""
+            what = (f"Slurm task {task.job}{on} ended {task.raw_state or task.state}{reason}{during}; "
+                    f"{state.done} of {total} ops done")
+        state.failed.append(f"card {card}: {what}; its recorded cells are kept")
+
+
+def run_campaign(store, config: CampaignConfig, stream: IO = sys.stderr) -> CampaignResult:
+    """Run a plan, one `zlstore run card` per card: local processes, or one
+    Slurm job array (config.slurm). Returns when every card's task has
+    ended, or after Ctrl-C / SIGTERM has stopped them all (scancel on Slurm)."""
+    from .card import Recorder
+    from .slurm import SlurmLauncher
+
+    plan = config.plan
+    visible_devices_var(config.backend)
+    values = campaign_caliber(config, dict(os.environ))
+    if config.slurm is not None:
+        launcher = SlurmLauncher(config.slurm, config.poll_s)
+    else:
+        launcher = LocalLauncher(store.path, config.devices, config.poll_s)
+    launcher.check(len(plan.cards))
+    if not config.resume:
+        refuse_known_root(store, config.root)
+    root = prepare_campaign(config, values)
+    (root / "logs").mkdir(exist_ok=True)
+    states = [CardState(c.card, list(c.ops), remaining=list(c.ops)) for c in plan.cards]
+    display = Display(root.name, states, stream, config.status_every_s)
+    todo = {c.card: list(c.ops) for c in plan.cards if c.ops}
+    if config.resume:
+        live = launcher.live(root)
+        if live:
+            raise RunError(f"refusing to resume {root}: {'; '.join(live)} still runs; wait for it or stop it "
+                           "(scancel on Slurm), then --resume")
+        todo = _resume(store, root, plan, config.rounds, states, display)
+    run_id = f"{timestamp()}-{os.getpid()}"
+    recorders = {card: Recorder(store, root, card) for card in todo} if launcher.records_here else None
+    cards = _Cards(root, run_id, states, display, list(todo), recorders)
+    interrupted = False
+    try:
+        with interrupts():
+            if todo:
+                if launcher.note:
+                    display.event(launcher.note)
+                launcher.start(root, run_id, todo)
+                display.title = f"{root.name} ({launcher.where()})"
+                _watch(cards, launcher, config.poll_s, display)
+    except KeyboardInterrupt:
+        interrupted = True
+        with interrupts(ignore=True):
+            display.event(f"interrupted: stopping every card ({launcher.where()})")
+            launcher.cancel()
+            _watch(cards, launcher, min(config.poll_s, 0.2), display,
+                   until=time.monotonic() + config.grace + 15 + launcher.settle_s)
+            launcher.kill(cards.pgids())
+            cards.update(launcher.poll())
+    _task_failures(cards, launcher, cancelled=interrupted)
+    last = display.final()
+    result = CampaignResult(root, interrupted, states, last, where=launcher.where(), db_arg=db_arg(store.path))
+    if interrupted or result.unfinished:
+        result.resume_command = resume_command(root, store.path, config.slurm is not None)
+    return result
+
+
+def _resume(store, root: Path, plan: Plan, rounds: int, states: List[CardState], display: Display):
+    """The ops a resumed campaign still runs, per card; the complete ones
+    skipped, the cells of the others' earlier runs superseded."""
+    done, superseded, summary = settle_resume(store, root, plan, rounds)
+    display.event(f"resume: {summary.line()}")
+    todo = {}
+    for card in plan.cards:
+        state = states[card.card]
+        for op in card.ops:
+            if (op.op, op.dtype) in done:
+                state.remaining.remove(op)
+                state.skipped += 1
+                display.event(f"card {card.card}: {op.label} already complete in the store, skipped")
+            else:
+                todo.setdefault(card.card, []).append(op)
+                n = superseded.get((card.card, op.op, op.dtype))
+                if n:
+                    display.event(f"card {card.card}: {op.label} runs again from the start; the {n} cells of its "
+                                  "earlier run are kept in the store, marked superseded")
+        if card.card not in todo:
+            state.finished = state.started = time.monotonic()
+            state.state = "done"
+    return todo
