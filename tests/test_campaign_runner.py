@@ -125,7 +125,7 @@ def test_resume_refuses_an_environment_whose_caliber_differs_from_the_campaign_s
     env["BENCH_LEVEL"] = "core"
     again = subprocess.run(campaign(tmp_path, plan, root, db, "--rounds", 1), env=env, capture_output=True,
                            text=True, timeout=60)
-    assert again.returncode == 1 and "the store already holds 2 cells of a campaign there" in again.stderr
+    assert again.returncode == 2 and "the store already holds 2 cells of a campaign there" in again.stderr
 
 
 def test_run_card_alone_records_into_its_database_and_reports_json_lines(tmp_path):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from scipy import stats as scipy_stats
 
-from zlstore import Store, judge, stats
+from zlstore import Store, db, judge, stats
 from zlstore.cli import cli
 
 from .effects import Shape, shape_key, write_repeat_root
@@ -287,7 +287,7 @@ def test_a_release_3_store_upgrades_to_findings(tmp_path):
     assert before.execute("SELECT count(*) FROM fingerprints WHERE rule = 'v4'").fetchone()[0] == 0
     before.close()
     with Store(path) as store:
-        assert store.schema_version == 4
+        assert store.schema_version == db.SCHEMA_VERSION
         rows = judge.ab_ranges(store, floor_tree.CAMPAIGN)
         assert {(r["op"], r["dtype"]): r["finding"] for r in rows} == floor_tree.FINDING
         lacking = store.conn.execute(
