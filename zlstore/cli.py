@@ -429,7 +429,8 @@ def run():
 @click.option("--switch", required=True, help="The switch under test, e.g. FLAGTREE_MUSA_RLC_ENHANCE.")
 @click.option("--values", default="0,1", show_default=True,
               help="The switch's value before,after, e.g. ieee,tf32 for TRITON_F32_DEFAULT.")
-@click.option("--cell-timeout", type=click.FloatRange(min=0, min_open=True), default=2400, show_default=True,
+@click.option("--cell-timeout", envvar="CELL_TIMEOUT", show_envvar=True, type=click.FloatRange(min=0, min_open=True),
+              default=2400, show_default=True,
               help="Seconds per side; a side that hits it is killed with its children, RC 124.")
 @click.option("--root", "root_dir", type=click.Path(file_okay=False), default=None,
               help="The screening root to create (default: runs/screen_<timestamp>).")
@@ -510,7 +511,8 @@ def slurm_options(fn):
 @click.option("--resume", is_flag=True,
               help="Continue --root: skip ops whose 2 x rounds cells are all recorded; run the others again "
                    "from the start, their earlier cells kept but superseded.")
-@click.option("--cell-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--cell-timeout", envvar="CELL_TIMEOUT", show_envvar=True, type=click.FloatRange(min=0, min_open=True),
+              default=None,
               help="CELL_TIMEOUT for the op command (default 2400, or campaign.env's on --resume); an op is "
                    "killed after (2 x rounds + 1) x this.")
 @click.option("--switch", default=None, help="For campaign.env (default: the screening root's).")
