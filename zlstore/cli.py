@@ -113,6 +113,8 @@ def serve(store, host, port, open_browser, get_path):
 def report_summary(summary, as_json):
     for problem in summary.problems:
         click.echo(f"problem: {problem}", err=True)
+    for move in summary.moved:
+        click.echo(f"moved: {move['root']} from {move['from']} to {move['to']}", err=True)
     if as_json:
         click.echo(output.to_json(summary.as_dict()))
     else:
