@@ -401,13 +401,6 @@ class _KnownCells(dict):
                 self[path] = tuple(row)
         self.complete = True
 
-    def load_root(self, root_id: int):
-        """Every stored cell of a root just moved to where this run finds it."""
-        if self.complete:
-            for path, *row in self.conn.execute(
-                    "SELECT path, id, stat_sig, content_sig FROM cells WHERE root_id = ?", (root_id,)):
-                self[path] = tuple(row)
-
     def get(self, key, default=None):
         if not dict.__contains__(self, key):
             if self.complete:
@@ -796,7 +789,6 @@ class Ingester:
                                                  f"it is kept as {away}"))
             moved_from = roots.relocate(self.conn, root_id, path)
             self.summary.moved.append({"root": root.name, "from": moved_from, "to": path})
-            self.cells.load_root(root_id)
             files_sig = self.conn.execute("SELECT files_sig FROM roots WHERE id = ?", (root_id,)).fetchone()[0]
         else:
             root_id = files_sig = None
