@@ -57,7 +57,8 @@ STORE_LOCAL = ("root_path", "path")
 
 def judged(db_path) -> dict:
     """What `screen --json`, `noise --json` and `ab --json` print, without the
-    store-local columns (ids, paths), the roots of a floor as a set: equal
+    store-local columns (ids, paths), the roots of a floor as a set, and in
+    an order of their own (the commands' order ends in caliber ids): equal
     for any two stores that hold the same runs, however they came to."""
     def plain(row):
         row = {k: v for k, v in row.items() if not k.endswith("_id") and k not in STORE_LOCAL}
@@ -65,5 +66,6 @@ def judged(db_path) -> dict:
             row["roots"] = sorted(row["roots"].split(","))
         return row
 
-    return {command: [plain(row) for row in json_out(invoke(db_path, command, "--json"))]
+    return {command: sorted((plain(row) for row in json_out(invoke(db_path, command, "--json"))),
+                            key=lambda row: json.dumps(row, sort_keys=True))
             for command in ("screen", "noise", "ab")}
