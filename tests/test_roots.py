@@ -64,6 +64,7 @@ def test_a_moved_tree_is_one_root(ingested, tmp_path):
     moved = runs.rename(tmp_path / "runsB")
     summary = ingest(db_path, moved)
     assert (summary["cells_added"], summary["cells_replaced"], summary["cells_unchanged"]) == (0, 0, 72)
+    assert summary["problems"] == []  # the cut-off run.log was named when it was stored
     assert judged(db_path) == before  # 18 pairs, not 36
     assert len(before["screen"]) == 18
     assert root_paths(db_path) == sorted(str(p) for p in moved.iterdir())

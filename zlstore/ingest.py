@@ -723,10 +723,10 @@ class Ingester:
         if not self.cells.complete:  # a whole tree: each path comes once, keep nothing per cell
             self.cells[key] = (cell_id, stat_sig, parsed.content_sig)
         self.summary.counts["cells_" + outcome] += 1
-        if outcome != "unchanged":
+        if outcome != "unchanged":  # an unchanged cell's problems were told when it was stored
             self.summary.counts["rows_added"] += len(parsed.stored_rows())
             self.summary.counts["kernels_added"] += len(parsed.kernels)
-        self.summary.problems.extend(parsed.problems)
+            self.summary.problems.extend(parsed.problems)
         return outcome
 
     def _forget_uncommitted(self):
