@@ -16,7 +16,6 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent

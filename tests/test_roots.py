@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from zlstore import Store, db, layout, pairing, roots, unchanged
-from zlstore.cli import cli
 
 from .judging import invoke, json_out, judged
 from .test_ingest import record, write_cell, write_root_env

@@ -19,7 +19,6 @@ place, and one from a newer release is refused before anything is merged.
 
 import contextlib
 import json
-import os
 import shutil
 import sqlite3
 import tempfile
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 from . import db as dbmod
-from . import pairing, roots
+from . import caliber, pairing, roots
 from .ingest import now
 from .layout import Problem
 
@@ -214,8 +213,6 @@ class Merger:
 
     def _calibers(self):
         """Every source caliber in the target, and temp.merge_calibers: source id -> target id."""
-        from . import caliber
-
         fields = ", ".join(caliber.NAMES)
         self.conn.execute(f"INSERT OR IGNORE INTO main.calibers ({fields}) SELECT {fields} FROM src.calibers")
         self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS merge_calibers (src_id INTEGER PRIMARY KEY, dst_id INTEGER)")
@@ -234,7 +231,8 @@ class Merger:
                 "SELECT files_sig, ingested_at FROM roots WHERE id = ?", (root_id,)).fetchone()
             if files_sig != source["files_sig"]:
                 newer = (source["ingested_at"] or "") > (ingested_at or "")
-                self._conflict(source_path, source["name"], source["path"], None, newer,
+                target_path = self.conn.execute("SELECT path FROM roots WHERE id = ?", (root_id,)).fetchone()[0]
+                self._conflict(source_path, source["name"], target_path, None, newer,
                                source["ingested_at"], ingested_at, "its root files (env, screen.tsv, partition.tsv)")
                 if newer:
                     self._copy_root_row(source, root_id)
