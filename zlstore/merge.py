@@ -209,6 +209,8 @@ class Merger:
             with dbmod.write_transaction(self.conn):
                 self._problem(Problem(str(source_path), None,
                                       f"root {source['name']} ({source['path']}) not merged: {error}"))
+            self._advance(self.conn.execute("SELECT count(*) FROM src.cells WHERE root_id = ?",
+                                            (source["id"],)).fetchone()[0])  # passed over: the bar still ends full
             return None
 
     def _calibers(self):
