@@ -39,10 +39,12 @@ CREATE TABLE IF NOT EXISTS calibers (
     UNIQUE ([[caliber: {f}]])
 );
 
--- A directory one screening, repeat run or campaign created.
+-- A directory one screening, repeat run or campaign created. A root is
+-- what it is, not where: the same tree under another mount point, host or
+-- copy is the same root (identity), and its path is where it was seen last.
 CREATE TABLE IF NOT EXISTS roots (
     id INTEGER PRIMARY KEY,
-    path TEXT NOT NULL UNIQUE,          -- absolute path when ingested
+    path TEXT NOT NULL UNIQUE,          -- absolute path where last ingested (PATH#... : another root of its name holds PATH)
     name TEXT NOT NULL,                 -- its directory name, how users name it
     kind TEXT NOT NULL CHECK (kind IN ('screen', 'repeat', 'campaign')),
     switch TEXT,
@@ -55,7 +57,8 @@ CREATE TABLE IF NOT EXISTS roots (
     env_file TEXT,                      -- root.env / campaign.env / NULL
     env TEXT,                           -- that file as a JSON object
     files_sig TEXT,                     -- content signature of the root-level files
-    ingested_at TEXT
+    ingested_at TEXT,
+    identity TEXT                       -- name and env file, hashed (layout.root_identity); not unique: see roots.py
 );
 
 -- One side of one op in one round on one card: one benchmark process.
@@ -64,8 +67,8 @@ CREATE TABLE IF NOT EXISTS roots (
 CREATE TABLE IF NOT EXISTS cells (
     id INTEGER PRIMARY KEY,
     root_id INTEGER NOT NULL REFERENCES roots(id) ON DELETE CASCADE,
-    path TEXT NOT NULL UNIQUE,          -- absolute path of the cell directory
-    relpath TEXT NOT NULL,              -- relative to its root
+    path TEXT NOT NULL UNIQUE,          -- absolute path of the cell directory: its root's path, /, relpath
+    relpath TEXT NOT NULL,              -- relative to its root: what the cell is, within its root
     repeat_dir TEXT,                    -- campaign: the card's repeat run directory
     card INTEGER,
     op TEXT,
@@ -104,6 +107,7 @@ CREATE TABLE IF NOT EXISTS cells (
                                         -- shown, never paired, never counted as done; NULL: current
 );
 CREATE INDEX IF NOT EXISTS cells_root ON cells(root_id, op, dtype, round, side);
+CREATE UNIQUE INDEX IF NOT EXISTS cells_relpath ON cells(root_id, relpath);
 CREATE INDEX IF NOT EXISTS cells_caliber ON cells(caliber_id);
 -- A re-ingest reads every signature of a tree: from this index alone, not
 -- from the cells rows, which are wide.

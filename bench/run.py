@@ -38,6 +38,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(BENCH))
 
 import harness  # noqa: E402
+import merge as merge_bench  # noqa: E402
 from zlstore import Store, judge  # noqa: E402
 
 PYTHON = sys.executable
@@ -297,7 +298,7 @@ def suite(args) -> dict:
         warm = run_ingest_command(runs, db_path, sample_memory=True)
         results["memory1_tree_kb"] = warm["peak_tree_kb"]
         m = {k: [] for k in ("floor", "ingest", "ingest_cpu", "ingest_rss", "reingest", "reingest_cmd",
-                             "rescore", "harness_rescore", "ab_library", "ab_command", "harness_ab")}
+                             "rescore", "harness_rescore", "ab_library", "ab_command", "harness_ab", "merge")}
         for i in range(args.repeat):
             order = ("floor", "ingest") if i % 2 == 0 else ("ingest", "floor")
             for what in order:
@@ -311,11 +312,12 @@ def suite(args) -> dict:
                     m["ingest"].append(r["seconds"])
                     m["ingest_cpu"].append(r["cpu"])
                     m["ingest_rss"].append(r["maxrss_kb"])
+            m["merge"].append(merge_bench.merge_once(db_path, work, manifest["cells"]))  # the store just ingested
             m["reingest"].append(median_of(args.samples, reingest, runs, db_path, manifest["cells"]))
             if i == 0:  # the whole command once, for the record (start-up included)
                 m["reingest_cmd"].append(run_ingest_command(runs, db_path)["seconds"])
             log(f"round {i + 1}: floor {m['floor'][-1]:.1f} s, ingest {m['ingest'][-1]:.1f} s, "
-                f"re-ingest {m['reingest'][-1]:.2f} s")
+                f"merge {m['merge'][-1]:.1f} s, re-ingest {m['reingest'][-1]:.2f} s")
 
             samples = [store_rescore(db_path, args.rule) for _ in range(args.samples)]
             assert all(computed == manifest["cells"] for _, computed, _ in samples)
@@ -397,6 +399,11 @@ def table(results: dict, args) -> dict:
     row("ingest", "zlstore ingest RUNS --db DB (new db): " + cmd, med["ingest"], "s", n=len(m["ingest"]))
     r = ratios("ingest", "floor")
     row("ingest / floor", "per-iteration ratio, median", r, "x", "<= 2.0", r <= 2.0)
+    row("merge", "zlstore merge DB --db MERGED (the store just ingested, into a new db): " + cmd, med["merge"], "s",
+        n=len(m["merge"]))
+    r = ratios("ingest", "merge")
+    row("merge / ingest throughput", "cells/s of the merge over cells/s of the ingest (the same cells), "
+        "per iteration (bench/merge.py)", r, "x", ">= 1.0", r >= 1.0)
     short = f", each iteration the median of {args.samples} calls"
     row("re-ingest", "Store.ingest(RUNS), unchanged tree: " + lib + short, med["reingest"], "s", n=len(m["reingest"]))
     row("re-ingest (command)", "zlstore ingest RUNS again: " + cmd + ", start-up included, first iteration",

@@ -48,3 +48,24 @@ def median(values):
 
 def by_key(rows, *keys):
     return {tuple(row[k] for k in keys): row for row in rows}
+
+
+# Columns whose values are the store's own (row ids, where a tree was
+# ingested from): two stores holding the same runs differ in them only.
+STORE_LOCAL = ("root_path", "path")
+
+
+def judged(db_path) -> dict:
+    """What `screen --json`, `noise --json` and `ab --json` print, without the
+    store-local columns (ids, paths), the roots of a floor as a set, and in
+    an order of their own (the commands' order ends in caliber ids): equal
+    for any two stores that hold the same runs, however they came to."""
+    def plain(row):
+        row = {k: v for k, v in row.items() if not k.endswith("_id") and k not in STORE_LOCAL}
+        if "roots" in row and row["roots"]:
+            row["roots"] = sorted(row["roots"].split(","))
+        return row
+
+    return {command: sorted((plain(row) for row in json_out(invoke(db_path, command, "--json"))),
+                            key=lambda row: json.dumps(row, sort_keys=True))
+            for command in ("screen", "noise", "ab")}

@@ -232,6 +232,8 @@ def _server_path(value):
 def report_summary(summary, as_json):
     for problem in summary.problems:
         click.echo(f"problem: {problem}", err=True)
+    for move in summary.moved:
+        click.echo(f"moved: {move['root']} from {move['from']} to {move['to']}", err=True)
     if as_json:
         click.echo(output.to_json(summary.as_dict()))
     else:
@@ -307,6 +309,94 @@ def check(store, full):
                     f"or ingest the runs/ tree into a new database")
     click.echo(f"{store.path}: ok ({'integrity_check, foreign_key_check' if full else 'quick_check'}, "
                f"{store.path.stat().st_size / 1e6:.1f} MB, {time.perf_counter() - started:.2f} s)")
+
+
+@cli.command()
+@click.argument("root")
+@db_option(writes=True)
+@json_option
+def forget(store, root, as_json):
+    """Remove ROOT (a directory name or path) from the store, with
+    everything derived from it: its cells, their rows, kernels and
+    fingerprints, its recorded verdicts and plan, its A/B pairs and ranges,
+    the directory listings kept under its path, and the IR texts no other
+    cell uses; the noise floors its pairs fed are recomputed. One
+    transaction: all of it or nothing. The files on disk are not touched
+    (ingesting the tree again stores it again); the ingest log keeps a line
+    saying what was forgotten.
+
+    Exit status: 0 forgotten; 2 no such root, or a name two roots share
+    (give its path).
+
+    Example:
+
+        \b
+        zlstore forget /data/old/runs/ab_rlc_20261012_101500 --db zlstore.db
+    """
+    with judge_errors():
+        removed = store.forget(root)
+    if as_json:
+        click.echo(output.to_json(removed))
+        return
+    click.echo(f"forgot {removed['root']} ({removed['path']}): {removed['cells']} cells, "
+               f"{removed['measurements']} rows, {removed['kernels']} kernels, {removed['fingerprints']} fingerprints, "
+               f"{removed['recorded_verdicts']} recorded verdicts, {removed['partitions']} plan rows, "
+               f"{removed['ir_texts']} IR texts no other cell used, {removed['walked_dirs']} directory listings")
+
+
+def _mergeable(ctx, param, sources):
+    """Refuse a source before the target is opened or anything merged."""
+    from . import merge as merging
+
+    for source in sources:
+        try:
+            merging.check_source(source)
+        except merging.SourceError as error:
+            raise click.BadParameter(str(error), ctx=ctx, param=param)
+    return sources
+
+
+@cli.command()
+@click.argument("sources", nargs=-1, required=True, type=click.Path(dir_okay=False), callback=_mergeable)
+@db_option(create=True, writes=True)
+@json_option
+def merge(store, sources, as_json):
+    """Merge stores made elsewhere (another host, a Slurm task, a
+    colleague's laptop: SOURCES, database files) into the --db store.
+
+    Roots are matched by what they are (name and root.env / campaign.env),
+    cells by their path inside their root, IR texts by content: merging a
+    store twice adds nothing. Each root is merged in one transaction, whole
+    or not at all. A cell both stores hold with different content keeps the
+    newer (ingested later), and a line on stderr and the ingest log say
+    which. The A/B pairs, ranges and noise floors are recomputed in the
+    target, so every view and command sees the merged roots as if they had
+    been ingested there. Sources are only read: one made by an older zlstore
+    is read through a migrated copy; one made by a newer zlstore is refused.
+
+    Exit status: 0 merged; 1 merged, with conflicts or problems (on stderr;
+    the newer content kept); 2 a source refused (missing, not a zlstore
+    store, a newer schema, the target itself): nothing merged.
+
+    Example:
+
+        \b
+        zlstore merge host1.db host2.db --db all.db
+        zlstore merge /scratch/zl/task-*.db --db campaign.db --json
+    """
+    from . import merge as merging
+
+    update, finish = progress_reporter("merging")
+    try:
+        summary = merging.Merger(store).run(sources, progress=update)
+    except merging.SourceError as error:
+        raise Refusal(str(error))
+    finally:
+        finish()
+    for problem in summary.problems:
+        click.echo(f"problem: {problem}", err=True)
+    click.echo(output.to_json(summary.as_dict()) if as_json else summary.line())
+    sys.exit(EXIT_PROBLEMS if summary.problems else EXIT_OK)
 
 
 # -- live writing: record, plan, run (issue 4) ----------------------------------

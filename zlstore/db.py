@@ -7,6 +7,7 @@ write lock at their start (BEGIN IMMEDIATE) with a bounded retry."""
 
 import contextlib
 import hashlib
+import json
 import os
 import random
 import re
@@ -17,9 +18,9 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, NamedTuple, Optional
 
 
-from . import caliber, judge, pairing, stats, ttgir
+from . import caliber, judge, layout, pairing, stats, ttgir
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 BUSY_TIMEOUT_MS = 60_000
 WRITE_ATTEMPTS = 10
 
@@ -575,6 +576,27 @@ def _superseded_cells(conn):
                VALUES (OLD.root_id, OLD.card, OLD.repeat_dir, OLD.op, OLD.dtype, OLD.round),
                       (NEW.root_id, NEW.card, NEW.repeat_dir, NEW.op, NEW.dtype, NEW.round);
            END""")
+
+
+@migration(6)
+def _roots_by_identity(conn):
+    """Release 6 knows a root by what it is, its name and env file
+    (layout.root_identity), not by where it was: a tree moved, copied or
+    seen from another host is the same root, and a cell is its path inside
+    its root. Each stored root's identity comes from what its row holds."""
+    conn.execute("ALTER TABLE roots ADD COLUMN identity TEXT")
+    conn.executemany("UPDATE roots SET identity = ? WHERE id = ?", [
+        (layout.root_identity(name, env_file, _json_object(env)), root_id)
+        for root_id, name, env_file, env in conn.execute("SELECT id, name, env_file, env FROM roots").fetchall()])
+    conn.execute("CREATE UNIQUE INDEX IF NOT EXISTS cells_relpath ON cells(root_id, relpath)")
+
+
+def _json_object(text):
+    try:
+        value = json.loads(text) if text else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _user_version(conn) -> int:

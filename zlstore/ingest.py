@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
 
-from . import caliber, forked, judge, layout, pairing, runlog, ttgir, unchanged
+from . import caliber, forked, judge, layout, pairing, roots, runlog, ttgir, unchanged
 from .db import bulk_checkpoints, retry_busy, write_transaction
 from .layout import Problem
 
@@ -82,10 +82,11 @@ class Summary:
     counts: Dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTS, 0))
     problems: List[Problem] = field(default_factory=list)
     unfinished: List[str] = field(default_factory=list)
+    moved: List[Dict[str, str]] = field(default_factory=list)  # roots seen at a new path: root, from, to
 
     def as_dict(self) -> dict:
         return {**self.counts, "problems": [p.as_dict() for p in self.problems],
-                "unfinished": self.unfinished}
+                "unfinished": self.unfinished, "moved": self.moved}
 
     def line(self) -> str:
         c = self.counts
@@ -96,6 +97,7 @@ class Summary:
             + (f", {c['cells_failed']} failed" if c["cells_failed"] else "")
             + f"; {c['rows_added']} rows, {c['kernels_added']} kernels, "
             f"{c['ir_texts_added']} new IR texts; {len(self.problems)} problems"
+            + (f"; {len(self.moved)} roots moved" if self.moved else "")
         )
 
 
@@ -541,7 +543,7 @@ class Ingester:
         with contextlib.closing(prepared), bulk_checkpoints(self.conn, bulk):  # closing: the workers end with it
             self._write_all(prepared, len(cells), _Batch(self.conn) if bulk and not require_finished else None,
                             require_finished, progress)
-        self.summary.counts["roots"] = len(self.roots)
+        self.summary.counts["roots"] = len({root_id for _, root_id in self.roots.values()})
         with self._write():
             self.conn.execute(
                 "UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?",
@@ -712,7 +714,8 @@ class Ingester:
             return "unchanged"
         with self._write():
             # Another writer may have stored this cell since we looked.
-            row = self.conn.execute("SELECT id, content_sig FROM cells WHERE path = ?", (key,)).fetchone()
+            row = self.conn.execute("SELECT id, content_sig FROM cells WHERE root_id = ? AND relpath = ?",
+                                    (root_id, parsed.cell_columns()[1])).fetchone()
             if row and row[1] == parsed.content_sig:
                 outcome = "unchanged"
                 self.conn.execute("UPDATE cells SET stat_sig = ? WHERE id = ?", (stat_sig, row[0]))
@@ -728,10 +731,10 @@ class Ingester:
         if not self.cells.complete:  # a whole tree: each path comes once, keep nothing per cell
             self.cells[key] = (cell_id, stat_sig, parsed.content_sig)
         self.summary.counts["cells_" + outcome] += 1
-        if outcome != "unchanged":
+        if outcome != "unchanged":  # an unchanged cell's problems were told when it was stored
             self.summary.counts["rows_added"] += len(parsed.stored_rows())
             self.summary.counts["kernels_added"] += len(parsed.kernels)
-        self.summary.problems.extend(parsed.problems)
+            self.summary.problems.extend(parsed.problems)
         return outcome
 
     def _forget_uncommitted(self):
@@ -760,24 +763,60 @@ class Ingester:
     # -- roots -------------------------------------------------------------
 
     def root(self, ref: layout.RootRef) -> Tuple[layout.Root, int]:
+        """The stored root of ref (roots.py: known by what it is, wherever
+        it is seen), stored or moved here first where it is not."""
         if ref.path in self.roots:
             return self.roots[ref.path]
         root = layout.load_root(ref)
-        select = "SELECT id, files_sig FROM roots WHERE path = ?"
-        row = self.conn.execute(select, (str(ref.path),)).fetchone()
-        if row and row[1] == root.files_sig:
+        row = roots.stored_at(self.conn, str(ref.path))
+        if row and row[1:] == (root.identity, root.files_sig):
             root_id = row[0]
         else:
-            with self._write():
-                row = self.conn.execute(select, (str(ref.path),)).fetchone()  # another writer may have been first
-                if row and row[1] == root.files_sig:
-                    root_id = row[0]
-                else:
-                    root_id = self._upsert_root(root, row[0] if row else None)
-                    self._store_problems(root.problems)
-                    self.summary.problems.extend(root.problems)
+            with self._write():  # looked up again inside: another writer may have been first
+                root_id = self._place_root(root)
+        self._stored_twice(root, root_id)
         self.roots[ref.path] = (root, root_id)
         return root, root_id
+
+    def _place_root(self, root: layout.Root) -> int:
+        """The id of the stored root that root is, brought up to date: the
+        one at its path; else the one with its identity, moved here (the
+        tree was moved or copied, or is seen from elsewhere), setting aside
+        another root of its name stored at this path; else a new one."""
+        path, identity = str(root.path), root.identity
+        here = roots.stored_at(self.conn, path)
+        same = roots.with_identity(self.conn, identity, path)
+        if here and (here[1] == identity or not same):
+            # where not the same identity, its env file was edited here: read its files again
+            root_id, files_sig = here[0], here[2] if here[1] == identity else None
+        elif same:
+            root_id = same[0][0]
+            if here:
+                away = roots.set_aside(self.conn, path)
+                self.problem(Problem(path, None, f"the root stored at this path was another root named {root.name}: "
+                                                 f"it is kept as {away}"))
+            moved_from = roots.relocate(self.conn, root_id, path)
+            self.summary.moved.append({"root": root.name, "from": moved_from, "to": path})
+            files_sig = self.conn.execute("SELECT files_sig FROM roots WHERE id = ?", (root_id,)).fetchone()[0]
+        else:
+            root_id = files_sig = None
+            others = roots.namesakes(self.conn, root.name, identity)
+            if others:
+                self.problem(Problem(path, None, roots.namesake_message(root.name, root.env_file, root.env, others)))
+        if root_id is None or files_sig != root.files_sig:
+            root_id = self._upsert_root(root, root_id)
+            self._store_problems(root.problems)
+            self.summary.problems.extend(root.problems)
+        return root_id
+
+    def _stored_twice(self, root: layout.Root, root_id: int):
+        """Name the other rows of the same root: a store made before roots
+        were known by identity holds a moved tree twice."""
+        for _, path in roots.with_identity(self.conn, root.identity):
+            if path != str(root.path):
+                self.problem(Problem(str(root.path), None, f"the same root ({root.name}, the same "
+                                     f"{root.env_file or 'name'}) is also stored from {path}, by an older zlstore: "
+                                     f"`zlstore forget '{path}'` removes that copy"))
 
     def _upsert_root(self, root: layout.Root, root_id: Optional[int]) -> int:
         env = root.env
@@ -787,7 +826,7 @@ class Ingester:
             rounds=layout._int(env.get("ROUNDS")), cards=layout._int(env.get("CARDS")),
             screen_root=env.get("SCREEN_ROOT"), caliber_id=self.caliber_id(caliber.complete(root.caliber())),
             env_file=root.env_file, env=json.dumps(env, sort_keys=True) if root.env_file else None,
-            files_sig=root.files_sig, ingested_at=now(),
+            files_sig=root.files_sig, ingested_at=now(), identity=root.identity,
         )
         if root_id is None:
             columns = ", ".join(values)

@@ -412,6 +412,10 @@ class Root:
     def name(self) -> str:
         return self.path.name
 
+    @property
+    def identity(self) -> str:
+        return root_identity(self.name, self.env_file, self.env if self.env_file else None)
+
     def caliber(self) -> Dict[str, str]:
         return caliber.from_env(self.env)
 
@@ -461,6 +465,17 @@ def load_root(ref: RootRef) -> Root:
     root.screen_orig = read_tsv(ref.path / SCREEN_TSV_ORIG, root.problems) or []
     root.partition = read_tsv(ref.path / PARTITION_TSV, root.problems) or []
     return root
+
+
+def root_identity(name: str, env_file: Optional[str], env: Optional[Mapping[str, str]]) -> str:
+    """What a root is, wherever it is seen (another mount point, host or
+    copy): its directory name and its env file's settings, parsed (as
+    roots.env stores them). Its other files are content, not identity:
+    screen.tsv is written at the end and rewritten by a rescore (which adds
+    screen.tsv.orig), and partition.tsv gains EXTRA_OPS; the env file is
+    written once, at the start. A root without one is known by its name."""
+    text = json.dumps([name, env_file, dict(env) if env_file and env is not None else None], sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def root_files_sig(path: Path) -> str:

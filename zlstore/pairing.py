@@ -348,7 +348,7 @@ def refresh(conn: sqlite3.Connection) -> bool:
         for statement in round_steps:
             conn.execute(statement)
         if conn.execute(_SCREEN_ROUNDS).fetchone() is not None:
-            conn.execute(_EVERY_RULE_STALE)
+            mark_every_floor(conn)
     if _any(conn, "ab_stale_floors"):
         for statement in floor_steps:
             conn.execute(statement)
@@ -358,6 +358,11 @@ def refresh(conn: sqlite3.Connection) -> bool:
 def mark_floors(conn: sqlite3.Connection, rule: str):
     """Mark a rule's noise floors stale (its fingerprints were just added)."""
     conn.execute("INSERT OR IGNORE INTO ab_stale_floors (rule) VALUES (?)", (rule,))
+
+
+def mark_every_floor(conn: sqlite3.Connection):
+    """Mark every rule's noise floors stale (a screening root was removed)."""
+    conn.execute(_EVERY_RULE_STALE)
 
 
 def mark_every_round(conn: sqlite3.Connection):

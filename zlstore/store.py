@@ -3,6 +3,7 @@ operations the CLI, the runners and datasette share."""
 
 import contextlib
 import functools
+import json
 import os
 import sqlite3
 import zlib
@@ -10,8 +11,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Union
 
 from . import db as dbmod
-from . import forked, pairing, ttgir
-from .ingest import Ingester, _worker_count
+from . import forked, pairing, roots, ttgir
+from .ingest import Ingester, _worker_count, now
 
 PathLike = Union[str, os.PathLike]
 
@@ -371,7 +372,7 @@ class Store:
         Raises LookupError naming the known roots when there is none, or the
         candidates when a name is ambiguous."""
         text = str(name_or_path).rstrip("/")
-        candidates = list(self.db.query("SELECT * FROM roots WHERE path = ?", (str(Path(text).resolve()),)))
+        candidates = list(self.db.query("SELECT * FROM roots WHERE path IN (?, ?)", (str(Path(text).resolve()), text)))
         if not candidates:
             candidates = list(self.db.query("SELECT * FROM roots WHERE name = ?", (Path(text).name,)))
         if len(candidates) == 1:
@@ -381,3 +382,16 @@ class Store:
             raise LookupError(f"root name {text!r} is ambiguous: {paths}; give its path")
         known = ", ".join(r["name"] for r in self.roots()) or "none: ingest a runs/ tree first"
         raise LookupError(f"no root {text!r} in {self.path}; known roots: {known}")
+
+    def forget(self, name_or_path: PathLike) -> dict:
+        """Remove a root (see root()) and everything derived from it, in one
+        transaction (roots.forget), and log it as an ingest run of its own.
+        Returns what was removed: the root's name and path, and counts."""
+        found = self.root(name_or_path)
+        with dbmod.write_transaction(self.conn):
+            counts = roots.forget(self.conn, found["id"])
+            summary = {"root": found["name"], "path": found["path"], **counts}
+            self.conn.execute(
+                "INSERT INTO ingest_runs (started_at, finished_at, command, paths, summary) VALUES (?, ?, ?, ?, ?)",
+                (now(), now(), "forget", json.dumps([found["path"]]), json.dumps(summary)))
+        return summary

@@ -1,0 +1,413 @@
+"""Merging stores made elsewhere (another host, a Slurm task, a colleague's
+laptop) into one, by content.
+
+A root is matched by what it is (roots.py: its name and env file), a cell by
+its path inside its root, an IR text by its hash: merging a store twice adds
+nothing. Each root is merged in one transaction, whole or not at all. A cell
+both stores hold with different content keeps the newer (its ingested_at),
+and the summary and the ingest log say which. What the writers derive (the
+A/B pairs, ranges and noise floors) is not copied but recomputed in the
+target, inside the same transaction (pairing.py), so the target's views see
+the merged roots as if they had been ingested there. A source is only read:
+one from an older release is read through a migrated copy, never upgraded in
+place, and one from a newer release is refused before anything is merged.
+
+    from zlstore import Store, merge
+    with Store("all.db") as target:
+        summary = merge.merge(target, ["host1.db", "host2.db"])
+"""
+
+import contextlib
+import json
+import shutil
+import sqlite3
+import tempfile
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, Iterator, List, Optional, Sequence
+
+from . import db as dbmod
+from . import caliber, pairing, roots
+from .ingest import now
+from .layout import Problem
+
+# What a summary counts, in the order it is printed.
+COUNTS = ("roots", "roots_added", "cells_added", "cells_replaced", "cells_unchanged", "rows_added",
+          "kernels_added", "ir_texts_added", "log_runs_added")
+CHUNK_CELLS = 1024  # cells copied per statement group: the progress bar moves this often
+
+
+class SourceError(Exception):
+    """A source that cannot be merged: missing, not a zlstore store, from a
+    newer release, or the target itself. Raised before anything is merged."""
+
+
+@dataclass
+class MergeSummary:
+    sources: List[str] = field(default_factory=list)
+    counts: Dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTS, 0))
+    conflicts: List[dict] = field(default_factory=list)  # cells and roots both stores hold, differently
+    problems: List[Problem] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"sources": self.sources, **self.counts, "conflicts": self.conflicts,
+                "problems": [p.as_dict() for p in self.problems]}
+
+    def line(self) -> str:
+        c = self.counts
+        return (f"{len(self.sources)} stores, {c['roots']} roots ({c['roots_added']} new), cells: "
+                f"{c['cells_added']} added, {c['cells_replaced']} replaced, {c['cells_unchanged']} unchanged; "
+                f"{c['rows_added']} rows, {c['kernels_added']} kernels, {c['ir_texts_added']} new IR texts, "
+                f"{c['log_runs_added']} ingest runs logged; {len(self.conflicts)} conflicts, "
+                f"{len(self.problems)} problems")
+
+
+def merge(target, sources: Sequence, progress: Optional[Callable[[int, int], None]] = None) -> dict:
+    """Merge the stores at sources into target (a Store); returns the
+    summary as a dict. progress(done, total) counts source cells."""
+    return Merger(target).run(sources, progress).as_dict()
+
+
+def _uri(path: Path) -> str:
+    return "file:" + urllib.parse.quote(str(path)) + "?mode=ro"
+
+
+def _read_only(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(_uri(path), uri=True, timeout=dbmod.BUSY_TIMEOUT_MS / 1000)
+
+
+def check_source(path, target_path: Optional[Path] = None) -> int:
+    """The schema version of the store at path, or SourceError saying why
+    it cannot be merged."""
+    path = Path(path)
+    if not path.is_file():
+        raise SourceError(f"{path}: no such database file")
+    if target_path is not None and target_path.exists() and path.resolve() == Path(target_path).resolve():
+        raise SourceError(f"{path} is the target database itself")
+    try:
+        with contextlib.closing(_read_only(path)) as conn:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as error:
+        raise SourceError(f"{path}: not a zlstore database ({error})")
+    if not {"roots", "cells", "measurements"} <= tables:
+        raise SourceError(f"{path}: not a zlstore database (no roots, cells and measurements tables)")
+    if version > dbmod.SCHEMA_VERSION:
+        raise SourceError(f"{path}: schema version {version} is newer than this zlstore's "
+                          f"({dbmod.SCHEMA_VERSION}): upgrade zlstore to merge it")
+    return version
+
+
+@contextlib.contextmanager
+def readable(path: Path, version: int) -> Iterator[Path]:
+    """A file holding the source at the current schema version: the source
+    itself, or a migrated copy of it (made with SQLite's backup, which reads
+    through the source's WAL and writes nothing to it)."""
+    if version == dbmod.SCHEMA_VERSION:
+        yield path
+        return
+    scratch = tempfile.mkdtemp(prefix="zlstore-merge-")
+    try:
+        copy = Path(scratch) / path.name
+        with contextlib.closing(_read_only(path)) as source, contextlib.closing(sqlite3.connect(copy)) as dest:
+            source.backup(dest)
+        from .store import Store
+
+        Store(copy).close()  # migrations run on the copy
+        yield copy
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _columns(conn, schema: str, table: str) -> List[str]:
+    return [row[1] for row in conn.execute(f"PRAGMA {schema}.table_info({table})")]
+
+
+class Merger:
+    """One merge run into one target store."""
+
+    def __init__(self, target):
+        self.target = target
+        self.conn: sqlite3.Connection = target.conn
+        self.summary = MergeSummary()
+        self.run_id: Optional[int] = None
+        self.done = 0
+        self.total = 0
+        self.progress = None
+
+    def run(self, sources: Sequence, progress=None) -> MergeSummary:
+        paths = [Path(p) for p in sources]
+        versions = [check_source(p, self.target.path) for p in paths]  # refuse before merging anything
+        self.summary.sources = [str(p) for p in paths]
+        self.progress = progress
+        for path in paths:
+            with contextlib.closing(_read_only(path)) as conn:
+                self.total += conn.execute("SELECT count(*) FROM cells").fetchone()[0]
+        with dbmod.write_transaction(self.conn):
+            self.run_id = self.conn.execute(
+                "INSERT INTO ingest_runs (started_at, command, paths) VALUES (?, ?, ?)",
+                (now(), "merge", json.dumps([str(p.resolve()) for p in paths]))).lastrowid
+        merged_roots = set()
+        with dbmod.bulk_checkpoints(self.conn):
+            for path, version in zip(paths, versions):
+                with readable(path, version) as readable_path, self._attached(readable_path):
+                    for source_root in self._source_roots():
+                        root_id = self._merge_root(path, source_root)
+                        if root_id is not None:
+                            merged_roots.add(root_id)
+                    self._merge_log()
+            self._complete_fingerprints()
+        self.summary.counts["roots"] = len(merged_roots)
+        with dbmod.write_transaction(self.conn):
+            self.conn.execute("UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?",
+                              (now(), json.dumps(self.summary.as_dict()), self.run_id))
+        return self.summary
+
+    @contextlib.contextmanager
+    def _attached(self, path: Path):
+        self.conn.execute("ATTACH DATABASE ? AS src", (_uri(path),))
+        try:
+            attached = next(r[2] for r in self.conn.execute("PRAGMA database_list") if r[1] == "src")
+            if Path(attached).resolve() != path.resolve():  # an SQLite that does not take URIs in ATTACH
+                raise SourceError(f"{path}: could not be opened read-only (SQLite attached {attached!r})")
+            yield
+        finally:
+            self.conn.execute("DETACH DATABASE src")
+
+    def _source_roots(self) -> List[dict]:
+        cursor = self.conn.execute("SELECT * FROM src.roots ORDER BY id")
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+    def _problem(self, problem: Problem):
+        """A problem of this merge: in the summary and the ingest log."""
+        self.summary.problems.append(problem)
+        self.conn.execute("INSERT INTO ingest_problems (run_id, file, line, message) VALUES (?, ?, ?, ?)",
+                          (self.run_id, problem.file, problem.line, problem.message))
+
+    # -- one root, in one transaction -------------------------------------------
+
+    def _merge_root(self, source_path: Path, source: dict) -> Optional[int]:
+        """Merge one root of the attached source; its id in the target, or
+        None where it could not be merged (a problem says why)."""
+        counts_before = dict(self.summary.counts)
+        kept = len(self.summary.conflicts), len(self.summary.problems)
+        cells_before = self.done
+        try:
+            with dbmod.write_transaction(self.conn):
+                self._calibers()
+                root_id = self._root_row(source_path, source)
+                self._cells(source_path, source, root_id)
+                pairing.refresh(self.conn)
+            return root_id
+        except sqlite3.DatabaseError as error:
+            # The transaction rolled back: nothing of this root counts.
+            self.summary.counts = counts_before
+            del self.summary.conflicts[kept[0]:], self.summary.problems[kept[1]:]
+            self.done = cells_before
+            with dbmod.write_transaction(self.conn):
+                self._problem(Problem(str(source_path), None,
+                                      f"root {source['name']} ({source['path']}) not merged: {error}"))
+            self._advance(self.conn.execute("SELECT count(*) FROM src.cells WHERE root_id = ?",
+                                            (source["id"],)).fetchone()[0])  # passed over: the bar still ends full
+            return None
+
+    def _calibers(self):
+        """Every source caliber in the target, and temp.merge_calibers: source id -> target id."""
+        fields = ", ".join(caliber.NAMES)
+        self.conn.execute(f"INSERT OR IGNORE INTO main.calibers ({fields}) SELECT {fields} FROM src.calibers")
+        self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS merge_calibers (src_id INTEGER PRIMARY KEY, dst_id INTEGER)")
+        self.conn.execute("DELETE FROM temp.merge_calibers")
+        match = " AND ".join(f"t.{n} = s.{n}" for n in caliber.NAMES)
+        self.conn.execute(f"INSERT INTO temp.merge_calibers SELECT s.id, t.id FROM src.calibers s "
+                          f"JOIN main.calibers t ON {match}")
+
+    def _root_row(self, source_path: Path, source: dict) -> int:
+        """The target's root for the source's: the one with its identity,
+        brought up to date where the source's files are newer, or a new one."""
+        same = roots.with_identity(self.conn, source["identity"], source["path"])
+        if same:
+            root_id = same[0][0]
+            files_sig, ingested_at = self.conn.execute(
+                "SELECT files_sig, ingested_at FROM roots WHERE id = ?", (root_id,)).fetchone()
+            if files_sig != source["files_sig"]:
+                newer = (source["ingested_at"] or "") > (ingested_at or "")
+                target_path = self.conn.execute("SELECT path FROM roots WHERE id = ?", (root_id,)).fetchone()[0]
+                self._conflict(source_path, source["name"], target_path, None, newer,
+                               source["ingested_at"], ingested_at, "its root files (env, screen.tsv, partition.tsv)")
+                if newer:
+                    self._copy_root_row(source, root_id)
+            return root_id
+        self.summary.counts["roots_added"] += 1
+        path = source["path"]
+        if roots.stored_at(self.conn, path) is not None:  # another root of its name, there on another host
+            path = roots.away_path(self.conn, path, source["identity"])
+        others = roots.namesakes(self.conn, source["name"], source["identity"])
+        if others:
+            env = json.loads(source["env"]) if source["env"] else {}
+            self._problem(Problem(path, None, roots.namesake_message(source["name"], source["env_file"], env, others)))
+        return self._copy_root_row(source, None, path)
+
+    def _copy_root_row(self, source: dict, root_id: Optional[int], path: Optional[str] = None) -> int:
+        """Insert the source's root row (at path), or overwrite root_id's
+        with it but for its path; its recorded verdicts and plan come along."""
+        columns = [c for c in _columns(self.conn, "main", "roots")
+                   if c in source and c not in ("id", "path", "caliber_id")]
+        values = [source[c] for c in columns]
+        caliber_id = self.conn.execute("SELECT dst_id FROM temp.merge_calibers WHERE src_id = ?",
+                                       (source["caliber_id"],)).fetchone()
+        columns.append("caliber_id")
+        values.append(caliber_id[0] if caliber_id else None)
+        if root_id is None:
+            columns.append("path")
+            values.append(path)
+            root_id = self.conn.execute(
+                f"INSERT INTO roots ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                values).lastrowid
+        else:
+            self.conn.execute(f"UPDATE roots SET {', '.join(c + ' = ?' for c in columns)} WHERE id = ?",
+                              (*values, root_id))
+        for table in ("recorded_verdicts", "partitions"):
+            self.conn.execute(f"DELETE FROM main.{table} WHERE root_id = ?", (root_id,))
+            copied = [c for c in _columns(self.conn, "main", table)
+                      if c in _columns(self.conn, "src", table) and c not in ("id", "root_id")]
+            self.conn.execute(f"INSERT INTO main.{table} (root_id, {', '.join(copied)}) "
+                              f"SELECT ?, {', '.join(copied)} FROM src.{table} WHERE root_id = ? ORDER BY id",
+                              (root_id, source["id"]))
+        return root_id
+
+    def _conflict(self, source_path: Path, root_name: str, where: str, cell: Optional[str], newer: bool,
+                  source_at: Optional[str], target_at: Optional[str], what: str = "its content"):
+        kept = "source" if newer else "target"
+        self.summary.conflicts.append({"root": root_name, "cell": cell, "kept": kept, "source": str(source_path),
+                                       "source_ingested_at": source_at, "target_ingested_at": target_at})
+        newer_text = (f"the source's from {source_path} (ingested {source_at}), replacing the target's (ingested {target_at})"
+                      if newer else f"the target's (ingested {target_at}; {source_path}'s: {source_at})")
+        self._problem(Problem(where, None, f"{what} differs between the target and {source_path}: "
+                                           f"kept the newer, {newer_text}"))
+
+    def _cells(self, source_path: Path, source: dict, root_id: int):
+        """Copy the source root's cells the target lacks, or holds with older
+        different content, with their rows, kernels, texts and fingerprints."""
+        conn = self.conn
+        conn.execute("""CREATE TEMP TABLE IF NOT EXISTS merge_cells (
+                            src_id INTEGER PRIMARY KEY, relpath TEXT, content_sig TEXT, ingested_at TEXT,
+                            dst_id INTEGER, dst_content_sig TEXT, dst_ingested_at TEXT, copy INTEGER)""")
+        conn.execute("DELETE FROM temp.merge_cells")
+        conn.execute("""INSERT INTO temp.merge_cells
+                        SELECT s.id, s.relpath, s.content_sig, s.ingested_at, t.id, t.content_sig, t.ingested_at, 0
+                        FROM src.cells s LEFT JOIN main.cells t ON t.root_id = ? AND t.relpath = s.relpath
+                        WHERE s.root_id = ?""", (root_id, source["id"]))
+        conn.execute("""UPDATE temp.merge_cells SET copy = 1 WHERE dst_id IS NULL
+                        OR (dst_content_sig IS NOT content_sig AND coalesce(ingested_at, '') > coalesce(dst_ingested_at, ''))""")
+        target_path = conn.execute("SELECT path FROM roots WHERE id = ?", (root_id,)).fetchone()[0]
+        for relpath, newer, source_at, target_at in conn.execute(
+                """SELECT relpath, copy, ingested_at, dst_ingested_at FROM temp.merge_cells
+                   WHERE dst_id IS NOT NULL AND dst_content_sig IS NOT content_sig ORDER BY src_id""").fetchall():
+            self._conflict(source_path, source["name"], target_path.rstrip("/") + "/" + relpath, relpath,
+                           bool(newer), source_at, target_at)
+        unchanged, replaced = conn.execute(
+            "SELECT count(*) FILTER (WHERE copy = 0), count(*) FILTER (WHERE copy = 1 AND dst_id IS NOT NULL) "
+            "FROM temp.merge_cells").fetchone()
+        self.summary.counts["cells_unchanged"] += unchanged
+        self.summary.counts["cells_replaced"] += replaced
+        self.summary.counts["cells_added"] += conn.execute(
+            "SELECT count(*) FROM temp.merge_cells WHERE copy = 1 AND dst_id IS NULL").fetchone()[0]
+        self._advance(unchanged)
+        conn.execute("DELETE FROM main.cells WHERE id IN (SELECT dst_id FROM temp.merge_cells WHERE copy = 1)")
+        # The cells of equal content may lack fingerprints under rules the source computed.
+        added = conn.execute("""INSERT OR IGNORE INTO main.fingerprints (cell_id, rule, fingerprint)
+                                SELECT c.dst_id, f.rule, f.fingerprint
+                                FROM temp.merge_cells c JOIN src.fingerprints f ON f.cell_id = c.src_id
+                                WHERE c.copy = 0""").rowcount
+        if added:
+            self._digests("WHERE copy = 0")
+            pairing.mark_every_floor(conn)
+        cell_columns = [c for c in _columns(conn, "main", "cells")
+                        if c in _columns(conn, "src", "cells") and c not in ("id", "root_id", "caliber_id", "path")]
+        chunks = [row[0] for row in conn.execute("SELECT src_id FROM temp.merge_cells WHERE copy = 1 ORDER BY src_id")]
+        for at in range(0, len(chunks), CHUNK_CELLS):
+            low, high = chunks[at], chunks[min(at + CHUNK_CELLS, len(chunks)) - 1]
+            self._copy_cells(root_id, target_path, cell_columns, low, high)
+            self._advance(min(CHUNK_CELLS, len(chunks) - at))
+
+    def _digests(self, where: str):
+        """The source's digests of the texts of temp.merge_cells rows (where)."""
+        self.conn.execute(f"""INSERT OR IGNORE INTO main.ir_digests (ir_hash, rule, digest)
+                              SELECT d.ir_hash, d.rule, d.digest FROM src.ir_digests d
+                              WHERE d.ir_hash IN (SELECT k.ir_hash FROM temp.merge_cells c
+                                                  JOIN src.kernels k ON k.cell_id = c.src_id {where})
+                                AND d.ir_hash IN (SELECT hash FROM main.blobs)""")
+
+    def _copy_cells(self, root_id: int, root_path: str, cell_columns: List[str], low: int, high: int):
+        """Copy the cells of temp.merge_cells marked copy with src_id in
+        [low, high], in source order."""
+        conn, counts = self.conn, self.summary.counts
+        chunk = f"c.copy = 1 AND c.src_id BETWEEN {int(low)} AND {int(high)}"
+        blob_columns = [c for c in _columns(conn, "main", "blobs") if c in _columns(conn, "src", "blobs")]
+        needed = f"""SELECT k.ir_hash FROM temp.merge_cells c JOIN src.kernels k ON k.cell_id = c.src_id WHERE {chunk}
+                     UNION SELECT s.index_hash FROM temp.merge_cells c JOIN src.cells s ON s.id = c.src_id
+                     WHERE {chunk} AND s.index_hash IS NOT NULL"""
+        for kind, count in (("ttgir", "ir_texts_added"), ("index.tsv", None)):
+            added = conn.execute(
+                f"""INSERT OR IGNORE INTO main.blobs ({', '.join(blob_columns)})
+                    SELECT {', '.join('b.' + c for c in blob_columns)} FROM src.blobs b
+                    WHERE b.kind = ? AND b.hash IN ({needed})
+                      AND NOT EXISTS (SELECT 1 FROM main.blobs t WHERE t.hash = b.hash)""", (kind,)).rowcount
+            if count:
+                counts[count] += added
+        self._digests(f"WHERE {chunk}")
+        conn.execute(
+            f"""INSERT INTO main.cells (root_id, caliber_id, path, {', '.join(cell_columns)})
+                SELECT ?, m.dst_id, ? || s.relpath, {', '.join('s.' + c for c in cell_columns)}
+                FROM temp.merge_cells c JOIN src.cells s ON s.id = c.src_id
+                LEFT JOIN temp.merge_calibers m ON m.src_id = s.caliber_id
+                WHERE {chunk} ORDER BY c.src_id""", (root_id, root_path.rstrip("/") + "/"))
+        conn.execute(f"""UPDATE temp.merge_cells AS c SET dst_id = t.id FROM main.cells t
+                         WHERE t.root_id = ? AND t.relpath = c.relpath AND {chunk}""", (root_id,))
+        for table, count in (("measurements", "rows_added"), ("kernels", "kernels_added"), ("fingerprints", None)):
+            columns = [col for col in _columns(conn, "main", table)
+                       if col in _columns(conn, "src", table) and col not in ("id", "cell_id")]
+            order = "x.cell_id, x.rule" if table == "fingerprints" else "x.id"
+            added = conn.execute(
+                f"""INSERT INTO main.{table} (cell_id, {', '.join(columns)})
+                    SELECT c.dst_id, {', '.join('x.' + col for col in columns)}
+                    FROM temp.merge_cells c JOIN src.{table} x ON x.cell_id = c.src_id
+                    WHERE {chunk} ORDER BY {order}""").rowcount
+            if count:
+                counts[count] += added
+
+    def _advance(self, cells: int):
+        self.done += cells
+        if self.progress and cells:
+            self.progress(self.done, self.total)
+
+    # -- the ingest log ---------------------------------------------------------
+
+    def _merge_log(self):
+        """The source's ingest runs and their problems that the target lacks
+        (the same start, command, paths and summary), in one transaction."""
+        with dbmod.write_transaction(self.conn):
+            missing = self.conn.execute(
+                """SELECT s.id, s.started_at, s.finished_at, s.command, s.paths, s.summary FROM src.ingest_runs s
+                   WHERE NOT EXISTS (SELECT 1 FROM main.ingest_runs t WHERE t.started_at = s.started_at
+                         AND t.command IS s.command AND t.paths IS s.paths AND t.summary IS s.summary)
+                   ORDER BY s.id""").fetchall()
+            for source_id, *values in missing:
+                run_id = self.conn.execute(
+                    "INSERT INTO ingest_runs (started_at, finished_at, command, paths, summary) VALUES (?, ?, ?, ?, ?)",
+                    values).lastrowid
+                self.conn.execute("""INSERT INTO ingest_problems (run_id, file, line, message)
+                                     SELECT ?, file, line, message FROM src.ingest_problems
+                                     WHERE run_id = ? ORDER BY id""", (run_id, source_id))
+            self.summary.counts["log_runs_added"] += len(missing)
+
+    def _complete_fingerprints(self):
+        """Every cell fingerprinted under every rule the target now holds
+        (a source may have computed a rule the target had not, and the other
+        way round), from the stored IR, as `zlstore rescore` would."""
+        rules = [r for (r,) in self.conn.execute(
+            "SELECT DISTINCT rule FROM fingerprints UNION SELECT value FROM settings WHERE key = 'current_rule'")]
+        for rule in rules:
+            self.target.compute_fingerprints(rule)

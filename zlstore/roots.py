@@ -1,0 +1,152 @@
+"""Which stored root a root is, wherever it is seen, and a root's life in
+the store: moved, set aside, forgotten.
+
+A root is known by what it is (layout.root_identity: its directory name and
+its env file), not by where it is, and a cell by its path inside its root
+(cells.relpath). A row still keeps the absolute path its root and cells were
+last seen at: a re-ingest finds the stored cells under a directory by path
+(unchanged.py) for a few stat() calls each. So a root seen at another path
+(moved, copied, another mount point or host) is moved in the store, its
+cells' paths with it; the next ingest of the tree where it was before moves
+it back. The identity is not unique: a store made before release 6 may hold
+one root twice (a tree ingested, moved and ingested again); `zlstore forget`
+removes the copy that is not wanted."""
+
+import json
+import sqlite3
+from typing import List, Optional, Tuple
+
+from . import unchanged
+
+# A root whose path another root of its name holds (a different root of that
+# name was ingested there since, or merged from a store where it was there)
+# keeps its rows under PATH + AWAY + the start of its identity: a path no
+# walk meets, until an ingest finds the root on disk again.
+AWAY = "#"
+
+
+def stored_at(conn: sqlite3.Connection, path: str) -> Optional[Tuple[int, str, str]]:
+    """(id, identity, files_sig) of the root stored at path."""
+    return conn.execute("SELECT id, identity, files_sig FROM roots WHERE path = ?", (path,)).fetchone()
+
+
+def with_identity(conn: sqlite3.Connection, identity: str, path: str = "") -> List[Tuple[int, str]]:
+    """(id, path) of every stored root with that identity: the one at path
+    first, then the most recently ingested."""
+    return conn.execute(
+        "SELECT id, path FROM roots WHERE identity = ? ORDER BY path = ? DESC, ingested_at DESC, id DESC",
+        (identity, path)).fetchall()
+
+
+def namesakes(conn: sqlite3.Connection, name: str, identity: str) -> List[Tuple[str, Optional[str], Optional[str]]]:
+    """(path, env_file, env) of the stored roots named name that are other roots."""
+    return conn.execute("SELECT path, env_file, env FROM roots WHERE name = ? AND identity IS NOT ? ORDER BY id",
+                        (name, identity)).fetchall()
+
+
+def differing_keys(env: dict, stored_env: Optional[str]) -> List[str]:
+    """The env file keys whose values differ between env and a stored roots.env."""
+    try:
+        other = json.loads(stored_env) if stored_env else {}
+    except ValueError:
+        other = {}
+    other = other if isinstance(other, dict) else {}
+    return sorted(k for k in set(env) | set(other) if env.get(k) != other.get(k))
+
+
+def namesake_message(name: str, env_file: Optional[str], env: dict, others) -> str:
+    """A problem's text: a root stored apart from the other roots of its name."""
+    where = []
+    for path, other_file, other_env in others:
+        if env_file is None or other_file is None:
+            why = "one of them has no root.env or campaign.env"
+        elif other_file != env_file:
+            why = f"one has {env_file}, the other {other_file}"
+        else:
+            keys = differing_keys(env, other_env)
+            why = f"their {env_file} differ in {', '.join(keys[:6]) or 'content'}"
+        where.append(f"{path} ({why})")
+    return (f"another root named {name} is stored, from {'; '.join(where)}: this one is kept apart as a "
+            f"root of its own; name each by its path")
+
+
+def relocate(conn: sqlite3.Connection, root_id: int, path: str) -> str:
+    """Move a root and its cells to path in the store; returns where it was."""
+    old = conn.execute("SELECT path FROM roots WHERE id = ?", (root_id,)).fetchone()[0]
+    if old != path:
+        conn.execute("UPDATE roots SET path = ? WHERE id = ?", (path, root_id))
+        conn.execute("UPDATE cells SET path = ? || relpath WHERE root_id = ?", (path.rstrip("/") + "/", root_id))
+    return old
+
+
+def away_path(conn: sqlite3.Connection, path: str, identity: str) -> str:
+    """A free path for a root set aside from path (see AWAY)."""
+    for length in range(12, len(identity) + 1, 4):
+        candidate = f"{path}{AWAY}{identity[:length]}"
+        if conn.execute("SELECT 1 FROM roots WHERE path = ?", (candidate,)).fetchone() is None:
+            return candidate
+    n = 2
+    while conn.execute("SELECT 1 FROM roots WHERE path = ?", (f"{path}{AWAY}{identity}.{n}",)).fetchone():
+        n += 1
+    return f"{path}{AWAY}{identity}.{n}"
+
+
+def set_aside(conn: sqlite3.Connection, path: str) -> Optional[str]:
+    """Move whatever root is stored at path out of its way; returns where to."""
+    row = stored_at(conn, path)
+    if row is None:
+        return None
+    away = away_path(conn, path, row[1] or "")
+    relocate(conn, row[0], away)
+    return away
+
+
+# What forget() counts, in the order a summary prints them.
+FORGOTTEN = ("cells", "measurements", "kernels", "fingerprints", "recorded_verdicts", "partitions",
+             "ir_texts", "walked_dirs")
+
+
+def forget(conn: sqlite3.Connection, root_id: int) -> dict:
+    """Delete a root and everything derived from it: its cells with their
+    rows, kernels and fingerprints, its recorded verdicts and plan, its
+    pairs and ranges (the noise floors its pairs fed are recomputed), the
+    directory listings kept under its path, and the stored texts no other
+    cell names. Call it inside a write transaction: all or nothing. The
+    ingest log (ingest_runs, ingest_problems) is history and stays."""
+    from . import pairing
+
+    path, kind = conn.execute("SELECT path, kind FROM roots WHERE id = ?", (root_id,)).fetchone()
+    cells = "SELECT id FROM cells WHERE root_id = ?"
+    counts = {
+        "cells": conn.execute("SELECT count(*) FROM cells WHERE root_id = ?", (root_id,)).fetchone()[0],
+        "measurements": conn.execute(f"SELECT count(*) FROM measurements WHERE cell_id IN ({cells})", (root_id,)).fetchone()[0],
+        "kernels": conn.execute(f"SELECT count(*) FROM kernels WHERE cell_id IN ({cells})", (root_id,)).fetchone()[0],
+        "fingerprints": conn.execute(f"SELECT count(*) FROM fingerprints WHERE cell_id IN ({cells})", (root_id,)).fetchone()[0],
+        "recorded_verdicts": conn.execute("SELECT count(*) FROM recorded_verdicts WHERE root_id = ?", (root_id,)).fetchone()[0],
+        "partitions": conn.execute("SELECT count(*) FROM partitions WHERE root_id = ?", (root_id,)).fetchone()[0],
+    }
+    conn.execute("CREATE TEMP TABLE IF NOT EXISTS forget_blobs (hash TEXT PRIMARY KEY) WITHOUT ROWID")
+    conn.execute("DELETE FROM temp.forget_blobs")
+    conn.execute(f"""INSERT OR IGNORE INTO temp.forget_blobs
+                     SELECT ir_hash FROM kernels WHERE cell_id IN ({cells})
+                     UNION SELECT index_hash FROM cells WHERE root_id = ? AND index_hash IS NOT NULL""",
+                 (root_id, root_id))
+    for table in ("ab_slot_rows", "ab_range_rows", "ab_round_ranges"):
+        conn.execute(f"DELETE FROM {table} WHERE root_id = ?", (root_id,))
+    conn.execute("DELETE FROM cells WHERE root_id = ?", (root_id,))  # rows, kernels, fingerprints cascade
+    conn.execute("DELETE FROM ab_stale_rounds WHERE root_id = ?", (root_id,))  # nothing of it left to pair
+    conn.execute("DELETE FROM roots WHERE id = ?", (root_id,))  # recorded verdicts and partitions cascade
+    counts["walked_dirs"] = conn.execute(
+        f"DELETE FROM walked_dirs WHERE {unchanged.AT_OR_UNDER}", unchanged.at_or_under(path)).rowcount
+    unreferenced = """SELECT hash FROM temp.forget_blobs
+                      WHERE hash NOT IN (SELECT ir_hash FROM kernels)
+                        AND hash NOT IN (SELECT index_hash FROM cells WHERE index_hash IS NOT NULL)"""
+    conn.execute(f"DELETE FROM ir_digests WHERE ir_hash IN ({unreferenced})")
+    counts["ir_texts"] = conn.execute(
+        f"SELECT count(*) FROM blobs WHERE kind = 'ttgir' AND hash IN ({unreferenced})").fetchone()[0]
+    conn.execute(f"DELETE FROM blobs WHERE hash IN ({unreferenced})")
+    conn.execute("DELETE FROM temp.forget_blobs")
+    if kind == "screen":  # its NO_IR_DIFF pairs fed the noise floors
+        pairing.mark_every_floor(conn)
+    pairing.refresh(conn)
+    return counts
