@@ -970,15 +970,18 @@ settled AS (
                                          / nullif(abs(abs(judged.log_mean) - ln(1 + judged.min_effect)), 0) AS spread))))
         END AS to_settle,
         CASE WHEN judged.noise_floor IS NULL AND judged.rounds > 0 THEN coalesce((
-            SELECT 'none under this caliber; ' || group_concat(
-                printf('%.4g where ', o.floor) || substr(
+            SELECT 'none under this caliber; ' || group_concat(other, '; ')
+            FROM (
+                SELECT printf('%.4g where ', o.floor) || substr(
                     [[caliber ||: CASE WHEN oc.{f} IS NOT rc.{f} THEN ', {f}=' || coalesce(oc.{f}, '?') ELSE '' END]],
-                    3), '; ')
-            FROM noise_floor_rows o
-            JOIN calibers oc ON oc.id = o.caliber_id
-            JOIN calibers rc ON rc.id = judged.caliber_id
-            WHERE o.rule = (SELECT value FROM settings WHERE key = 'current_rule')
-              AND o.op IS judged.op AND o.dtype IS judged.dtype
+                    3) AS other
+                FROM noise_floor_rows o
+                JOIN calibers oc ON oc.id = o.caliber_id
+                JOIN calibers rc ON rc.id = judged.caliber_id
+                WHERE o.rule = (SELECT value FROM settings WHERE key = 'current_rule')
+                  AND o.op IS judged.op AND o.dtype IS judged.dtype
+                ORDER BY other  -- the same text in every store, whatever its caliber ids
+            )
             HAVING count(*) > 0
         ), 'none: no NO_IR_DIFF pair screened') END AS floor_note
     FROM judged

@@ -61,7 +61,10 @@ def judged(db_path) -> dict:
     an order of their own (the commands' order ends in caliber ids): equal
     for any two stores that hold the same runs, however they came to."""
     def plain(row):
-        row = {k: v for k, v in row.items() if not k.endswith("_id") and k not in STORE_LOCAL}
+        # the statistics sum over the rounds in the order the rows were
+        # stored: 12 significant digits are the same however they came
+        row = {k: float(f"{v:.12g}") if isinstance(v, float) else v
+               for k, v in row.items() if not k.endswith("_id") and k not in STORE_LOCAL}
         if "roots" in row and row["roots"]:
             row["roots"] = sorted(row["roots"].split(","))
         return row

@@ -301,28 +301,32 @@ def test_a_release_1_root_ingested_from_another_path_is_moved_not_stored_twice(e
         assert store.conn.execute("SELECT count(*) FROM cells").fetchone()[0] == 8
 
 
-def release_3_store(db_path, tree):
-    """A store as release 3 left it: no roots.identity, no (root, relpath) index."""
+# The last schema version that kept roots by path (migration 6 added identity).
+BEFORE_IDENTITY = 5
+
+
+def store_before_identity(db_path, tree):
+    """A store as release 5 left it: no roots.identity, no (root, relpath) index."""
     ingest(db_path, tree)
     conn = sqlite3.connect(db_path)
     conn.execute("DROP INDEX cells_relpath")
     conn.execute("ALTER TABLE roots DROP COLUMN identity")
-    conn.execute("PRAGMA user_version = 3")
+    conn.execute(f"PRAGMA user_version = {BEFORE_IDENTITY}")
     conn.commit()
     conn.close()
 
 
-def test_release_3_store_upgrades_and_an_older_duplicate_is_named(example_tree, tmp_path):
+def test_a_store_before_identity_upgrades_and_an_older_duplicate_is_named(example_tree, tmp_path):
     tree, _ = example_tree
     db_path = tmp_path / "t.db"
-    release_3_store(db_path, tree)
+    store_before_identity(db_path, tree)
     with Store(db_path) as store:
         assert store.schema_version == db.SCHEMA_VERSION
         assert store.conn.execute("SELECT count(*) FROM roots WHERE identity IS NULL").fetchone()[0] == 0
         with pytest.raises(sqlite3.IntegrityError):  # a cell is its path inside its root
             store.conn.execute("INSERT INTO cells (root_id, path, relpath) "
                                "SELECT root_id, path || '-2', relpath FROM cells LIMIT 1")
-        # What release 3 did to a moved tree: the same root stored a second time.
+        # What release 5 did to a moved tree: the same root stored a second time.
         store.conn.execute("""INSERT INTO roots (path, name, kind, identity, files_sig)
                               SELECT '/gone/' || name, name, kind, identity, files_sig FROM roots
                               WHERE name = ?""", (SCREEN,))

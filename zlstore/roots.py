@@ -142,6 +142,12 @@ def forget(conn: sqlite3.Connection, root_id: int) -> dict:
                       WHERE hash NOT IN (SELECT ir_hash FROM kernels)
                         AND hash NOT IN (SELECT index_hash FROM cells WHERE index_hash IS NOT NULL)"""
     conn.execute(f"DELETE FROM ir_digests WHERE ir_hash IN ({unreferenced})")
+    # A text still used keeps its digests only under the rules a cell using
+    # it is fingerprinted under: a screening root's cells have every rule,
+    # a campaign's not (ingest.cell_rules).
+    conn.execute("""DELETE FROM ir_digests WHERE ir_hash IN (SELECT hash FROM temp.forget_blobs)
+                    AND NOT EXISTS (SELECT 1 FROM kernels k JOIN fingerprints f ON f.cell_id = k.cell_id
+                                    WHERE k.ir_hash = ir_digests.ir_hash AND f.rule = ir_digests.rule)""")
     counts["ir_texts"] = conn.execute(
         f"SELECT count(*) FROM blobs WHERE kind = 'ttgir' AND hash IN ({unreferenced})").fetchone()[0]
     conn.execute(f"DELETE FROM blobs WHERE hash IN ({unreferenced})")
