@@ -724,7 +724,6 @@ class Ingester:
                 batch.rollback()
                 self.summary.counts = committed[0]
                 del self.summary.problems[committed[1]:]
-                self.roots.clear()  # their rows may have gone with the batch
             raise
         finally:
             self.batch = None
