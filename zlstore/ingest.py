@@ -163,6 +163,9 @@ def scan_cell(cell: Path) -> CellFiles:
             for n, e in listing.items():
                 if n in files or n.startswith("tmp.pid_"):
                     continue
+                if n.endswith(".ttgir"):
+                    problems.append(Problem(e.path, None, "a directory where a kernel's .ttgir belongs: "
+                                                          "its IR is not read"))
                 if e.is_symlink():
                     problems.append(Problem(e.path, None, "a symbolic link to a directory: not followed, "
                                                           "its kernels not read"))
@@ -858,6 +861,10 @@ class Ingester:
     def _cell(self, cell: Union[Path, str], require_finished: bool, prepared=None) -> str:
         """cell: a str only where a worker prepared it (no Path per cell then)."""
         key = str(cell)
+        if prepared is not None and isinstance(prepared[2], ParsedCell):
+            # first: the worker sends each text once, and later cells of the
+            # op need it even when this one goes no further
+            self.packed.update(prepared[2].packed)
         if not layout.storable(key):
             raise NotStored("its path holds bytes that are not UTF-8, which the store cannot keep as a path "
                             "(rename the directory)", key)
@@ -889,7 +896,6 @@ class Ingester:
             parsed = self.parse(files, ref, root)
         else:
             parsed.root = root
-            self.packed.update(parsed.packed)
         if parsed.reread:
             stat_sig = _UNREAD_SIG
         if known and known[2] == parsed.content_sig:

@@ -266,6 +266,7 @@ _PY_TOKEN = re.compile(
     r"""('(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*")"""
     r"""|(?<![\w.])(-\s*)?(nan|NaN|inf|Infinity)(?![\w.(])"""
 )
+_PY_WORD = re.compile(r"None|True|False|nan|inf|NaN|Infinity")
 _NAN_SENTINEL = "\x00zlstore-nan\x00"
 
 
@@ -293,7 +294,11 @@ def _from_py(v: Any) -> Any:
 
 def _literal(text: str) -> Any:
     """FlagGems `--query` mode logs `str(dict)`: single quotes, None,
-    True/False and bare nan/inf, which json refuses."""
+    True/False and bare nan/inf, which json refuses. Text with none of
+    these is no repr, and is not given to the Python parser (which takes
+    seconds and a lot of memory over a long line of garbage)."""
+    if "'" not in text and not _PY_WORD.search(text):
+        return _FAIL
     if "nan" in text or "inf" in text or "NaN" in text or "Infinity" in text:
         text = _PY_TOKEN.sub(_py_token, text)
     try:
