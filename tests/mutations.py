@@ -290,11 +290,12 @@ def _under(path: str, top: str) -> bool:
 # -- running one ingest, judging it ---------------------------------------------------------------------------
 
 
-def run_ingest(tree: Path, db: Path, out: Path, timeout: float = TIMEOUT_S) -> Tuple[Optional[int], str, str]:
+def run_ingest(tree: Path, db: Path, out: Path, timeout: Optional[float] = None) -> Tuple[Optional[int], str, str]:
     """`zlstore ingest tree --db db --json` in a forked child under an alarm:
     (exit status or None for a hang, stdout, stderr). A traceback exits 99.
     The child leads a process group of its own: a hung worker dies with it."""
     stdout, stderr = out / "stdout", out / "stderr"
+    timeout = TIMEOUT_S if timeout is None else timeout
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -307,7 +308,7 @@ def run_ingest(tree: Path, db: Path, out: Path, timeout: float = TIMEOUT_S) -> T
             sys.stdout = open(1, "w", closefd=False)  # not what a test runner made of them
             sys.stderr = open(2, "w", closefd=False)
             signal.signal(signal.SIGALRM, signal.SIG_DFL)
-            signal.alarm(int(timeout))
+            signal.setitimer(signal.ITIMER_REAL, timeout)
             from zlstore.cli import cli
 
             try:
