@@ -255,6 +255,15 @@ def test_one_bad_record_costs_its_rows_only(tmp_path):
     assert rows == [(1, "[[32]]"), (3, "[[64]]")]  # the rest of the cell, and of the record
 
 
+def test_bytes_that_are_not_utf8_are_named_in_any_info_line():
+    """A record whose "result" key lost its spelling to a bad byte reads as
+    no record: its bytes are still named, so the record is not lost unseen."""
+    from zlstore import runlog
+
+    log = runlog.parse_runlog(b'noise\n[INFO] {"op_name": "x", "re\xffsult": [{"latency": 0.1}]}\n')
+    assert (log.records, [(p.line, p.message) for p in log.problems]) == (0, [(2, "invalid UTF-8 bytes replaced")])
+
+
 # -- nothing outside the tree -------------------------------------------------------------------------
 
 
@@ -340,12 +349,15 @@ def test_ir_not_read_in_full_is_no_verdict_until_it_is(nobody_dir):
     db = base / "db" / "z.db"
     hidden = root / "argmax_float16_after" / "triton_cache" / "hafter" / "argmax_kernel.ttgir"
     os.chmod(hidden, 0)
+    locked = root / "argmax_float16_before" / "triton_cache"
+    os.chmod(locked, 0)
     (root / "topk_float16_before" / "triton_cache").rename(root / "topk.cache")
     (root / "topk_float16_before" / "triton_cache").write_text("a file where the cache belongs")
     done = as_nobody(["ingest", str(base / "runs"), "--db", str(db), "--json"])
     summary = json.loads(done.stdout)
     assert done.returncode == 1
     assert any("Permission denied" in m for m in messages(summary, hidden))
+    assert any("cannot list this directory" in m for m in messages(summary, locked))
     assert any("not a directory" in m for m in messages(summary, root / "topk_float16_before" / "triton_cache"))
     verdicts = dict(stored(db, "SELECT op, verdict FROM verdicts"))
     assert verdicts == {"argmax": "IR_UNREAD", "topk": "IR_UNREAD"}  # not IR_CHANGED, not NO_TRITON
@@ -353,6 +365,7 @@ def test_ir_not_read_in_full_is_no_verdict_until_it_is(nobody_dir):
     assert licenses == [("nothing: a side's IR could not be read in full; fix the files and ingest again", None)]
 
     os.chmod(hidden, 0o644)  # fixed: its directory's times did not change, the next ingest reads it anyway
+    os.chmod(locked, 0o755)
     (root / "topk_float16_before" / "triton_cache").unlink()
     (root / "topk.cache").rename(root / "topk_float16_before" / "triton_cache")
     done = as_nobody(["ingest", str(base / "runs"), "--db", str(db), "--json"])

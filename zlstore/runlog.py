@@ -369,6 +369,8 @@ def parse_runlog(data: bytes) -> RunLog:
                 pending_fallback = True
             i += 1  # the lines it swallowed are not [INFO] lines: rescan them
             continue
+        for j in bad_lines:  # named even where the object is no record: its bytes may hide one
+            out.problems.append(Problem(j + 1, "invalid UTF-8 bytes replaced"))
         if not isinstance(obj, dict) or "result" not in obj:
             # Some other [INFO] object: noise, unless it carries the marker.
             if has_marker and any(FALLBACK_MARKER in x for x in lines[i:end]):
@@ -376,8 +378,6 @@ def parse_runlog(data: bytes) -> RunLog:
             i = end
             continue
 
-        for j in bad_lines:
-            out.problems.append(Problem(j + 1, "invalid UTF-8 bytes replaced"))
         if trailing:
             out.problems.append(
                 Problem(i + 1, "text after the record's closing brace ignored")
