@@ -72,7 +72,8 @@ def main(argv=None) -> int:
                           + (f" unreported: {[t.how for t in outcome.unreported]}" if outcome.unreported else ""),
                           file=sys.stderr)
             if (i + 1) % 100 == 0:
-                print(f"... {i + 1} cases, {time.monotonic() - started:.0f} s", file=sys.stderr)
+                print(f"... {i + 1} cases, {time.monotonic() - started:.0f} s: {counts['crashes']} crashes, "
+                      f"{counts['hangs']} hangs, {counts['good cells lost']} good cells lost", file=sys.stderr)
     finally:
         if args.work is None:
             mutations._remove(work)

@@ -493,3 +493,26 @@ def test_record_on_a_full_disk_stops_cleanly(corpus, small_disk):
     summary = json.loads(result.stdout)
     assert summary["state"] == "stopped: database or disk is full"
     assert 0 < summary["cells_added"] == stored(db, "SELECT count(*) FROM cells")[0][0] < len(cells)
+
+
+def test_a_release_3_database_keeps_its_problems_open(example_source, tmp_path):
+    """Migration 4 ties a problem stored before it to the cell its run
+    stored: the cut-off log stays open after the upgrade and the re-ingest."""
+    tree, _ = example_source
+    db = tmp_path / "v3.db"
+    with Store(db) as store:
+        store.ingest(tree)
+        conn = store.conn
+        for (view,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'view'").fetchall():
+            conn.execute(f"DROP VIEW [{view}]")
+        for index in ("ingest_problems_open", "ingest_problems_cell", "ingest_problems_root"):
+            conn.execute(f"DROP INDEX {index}")
+        for table, column in (("ingest_problems", "cell_id"), ("ingest_problems", "root_id"),
+                              ("ingest_problems", "closed_by"), ("cells", "ir_incomplete")):
+            conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+        conn.execute("DELETE FROM settings WHERE key = 'schema_hash'")
+        conn.execute("PRAGMA user_version = 3")
+    with Store(db) as store:
+        assert store.conn.execute("SELECT count(*) FROM ingest_problems WHERE cell_id IS NOT NULL").fetchone() == (1,)
+    status, summary, _ = ingest(tree, db)
+    assert status == 1 and summary["cells_added"] == 0 and summary["open_problems"] == 1

@@ -682,12 +682,14 @@ class Ingester:
         """Close the earlier problems under paths that no stored cell or root
         holds (a cell that could not be stored, a directory that could not be
         listed): this run looked at their files again, and named what it found."""
-        with self._write():
-            for path in paths:
-                self.conn.execute(
-                    "UPDATE ingest_problems SET closed_by = :run WHERE closed_by IS NULL AND run_id < :run "
-                    f"AND cell_id IS NULL AND root_id IS NULL AND {_FILE_AT_OR_UNDER}",
-                    {"run": self.run_id, **_file_bounds(str(path))})
+        where = f"closed_by IS NULL AND run_id < :run AND cell_id IS NULL AND root_id IS NULL AND {_FILE_AT_OR_UNDER}"
+        covered = [{"run": self.run_id, **_file_bounds(str(path))} for path in paths]
+        covered = [bounds for bounds in covered  # most runs close nothing: no write lock for them
+                   if self.conn.execute(f"SELECT 1 FROM ingest_problems WHERE {where} LIMIT 1", bounds).fetchone()]
+        if covered:
+            with self._write():
+                for bounds in covered:
+                    self.conn.execute(f"UPDATE ingest_problems SET closed_by = :run WHERE {where}", bounds)
 
     def _open_problems(self, paths: List[Path]) -> int:
         """The problems still open in what this run covered, and its own."""

@@ -69,8 +69,11 @@ def printable(text) -> str:
         text.encode("utf-8")
         return text
     except UnicodeEncodeError:
-        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace") \
-            .encode("utf-8", "backslashreplace").decode("utf-8")
+        pass
+    try:  # a file name's bytes as \xff
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate from elsewhere (a JSON "\ud800") as \ud800
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def storable(text: str) -> bool:
