@@ -71,7 +71,10 @@ class Tree:
         """One of rels under copy that no earlier mutation touched (nor a
         directory above it): a mutation never writes through another's link.
         IndexError where there is none."""
-        return copy / rng.choice([r for r in rels if self.free(str(copy / r))])
+        free = [r for r in rels if self.free(str(copy / r))]
+        if not free:
+            raise IndexError("nothing left to touch")
+        return copy / rng.choice(free)
 
 
 def _kind(path: Path) -> str:
