@@ -368,7 +368,7 @@ def _merged(shares: List[Found]) -> Found:
         found.cells += share.cells
         found.changed += share.changed
         found.unchanged += share.unchanged
-        found.problems += share.problems
+        found.problems += [p for p in share.problems if p not in found.problems]  # shares walk common ancestors
         for met in share.roots:
             if met[1] not in first or _key(met[0]) < _key(first[met[1]][0]):
                 first[met[1]] = met
