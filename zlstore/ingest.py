@@ -976,6 +976,7 @@ class Ingester:
                 if row and row[1] == root.files_sig:
                     root_id = row[0]
                 else:
+                    layout.check_root_numbers(root)
                     root_id = self._upsert_root(root, row[0] if row else None)
                     if row:  # its problems were the old files': closed
                         self.conn.execute("UPDATE ingest_problems SET closed_by = ? "

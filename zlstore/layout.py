@@ -588,20 +588,27 @@ def load_root(ref: RootRef) -> Root:
         env = read_env(ref.path / env_name, root.problems, within)
         if env is not None:
             root.env_file, root.env = env_name, env
-            check_numbers(env, ROOT_NUMBERS, str(ref.path / env_name), None, root.problems)
             break
     kind = (root.env.get("KIND") or "").strip().lower()
     if ref.kind != "campaign" and kind in ("screen", "repeat"):
         root.kind = kind
-    for name, attribute, numbers in ((SCREEN_TSV, "screen", SCREEN_NUMBERS),
-                                     (SCREEN_TSV_ORIG, "screen_orig", SCREEN_NUMBERS),
-                                     (PARTITION_TSV, "partition", PARTITION_NUMBERS)):
-        path = ref.path / name
-        rows = read_tsv(path, root.problems, within) or []
-        for line, row in rows:
-            check_numbers(row, numbers, str(path), line, root.problems)
-        setattr(root, attribute, rows)
+    root.screen = read_tsv(ref.path / SCREEN_TSV, root.problems, within) or []
+    root.screen_orig = read_tsv(ref.path / SCREEN_TSV_ORIG, root.problems, within) or []
+    root.partition = read_tsv(ref.path / PARTITION_TSV, root.problems, within) or []
     return root
+
+
+def check_root_numbers(root: Root):
+    """Name in root.problems every number in its files that is not one (or
+    does not fit 64 bits): what is stored of it is unknown. Asked for where
+    the root is stored, not every time it is read."""
+    if root.env_file:
+        check_numbers(root.env, ROOT_NUMBERS, str(root.path / root.env_file), None, root.problems)
+    for name, rows, numbers in ((SCREEN_TSV, root.screen, SCREEN_NUMBERS),
+                                (SCREEN_TSV_ORIG, root.screen_orig, SCREEN_NUMBERS),
+                                (PARTITION_TSV, root.partition, PARTITION_NUMBERS)):
+        for line, row in rows:
+            check_numbers(row, numbers, str(root.path / name), line, root.problems)
 
 
 def root_files_sig(path: Path) -> str:
