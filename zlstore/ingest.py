@@ -1077,42 +1077,44 @@ class Ingester:
         problems.extend(files.problems)
         reread = bool(files.problems)  # what was not read leaves no trace in the stat signature
 
-        def read(rel: str, missing: Optional[str] = None) -> Optional[bytes]:
-            """A file of the cell, or None: missing (a problem if missing
-            says why), or refused (a problem names it; its refusal goes
-            into the content hash, so that it stays until the file changes)."""
+        def read(rel: str, missing: Optional[str] = None) -> Tuple[Optional[bytes], Optional[str]]:
+            """A file of the cell and its sha256, or (None, None): missing (a
+            problem if missing says why), or refused (a problem names it; its
+            refusal goes into the content hash, so that it stays until the
+            file changes)."""
             path = os.path.join(top, rel)
             try:
                 data = _read(path, within)
             except FileNotFoundError:
                 if missing:
                     problems.append(Problem(path, None, missing))
-                return None
+                return None, None
             except OSError as error:
                 message = str(error) if isinstance(error, layout.Unreadable) else f"cannot read: {error}"
                 problems.append(Problem(path, None, message))
                 add_content(rel, "refused: " + message)
-                return None
-            add_content(rel, _sha256(data))
-            return data
+                return None, None
+            digest = _sha256(data)
+            add_content(rel, digest)
+            return data, digest
 
-        env_bytes = read(layout.CELL_ENV)
+        env_bytes, _ = read(layout.CELL_ENV)
         env = None
         if env_bytes is not None:
             env_path = os.path.join(top, layout.CELL_ENV)
             env = layout._parse_env(env_bytes, env_path, problems)
             layout.check_numbers(env, layout.CELL_NUMBERS, env_path, None, problems)
         values = layout.resolve_cell(ref, root, env)
-        log_bytes = read(layout.RUN_LOG, "missing: the cell has no run.log")
+        log_bytes, _ = read(layout.RUN_LOG, "missing: the cell has no run.log")
         if log_bytes is not None:
             log = runlog.parse_runlog(log_bytes)
             problems.extend(Problem(str(cell / layout.RUN_LOG), p.line, p.message) for p in log.problems)
         else:
             log = runlog.RunLog(rows=[], problems=[], records=0, lines=0)
         index = None
-        index_bytes = read(layout.INDEX_TSV)
+        index_bytes, index_hash = read(layout.INDEX_TSV)
         if index_bytes is not None:
-            index = (_sha256(index_bytes), index_bytes)
+            index = (index_hash, index_bytes)
         kernels, texts = [], {}
         for rel, name in files.ttgir:
             if not layout.storable(rel) or _CONTROL.search(rel):
@@ -1120,20 +1122,18 @@ class Ingester:
                                         "UTF-8 (a control character, or bytes that are not UTF-8): not read"))
                 reread = True
                 continue
-            raw = read(rel)
+            raw, ir_hash = read(rel)
             if raw is None:
                 reread = True
                 continue
-            ir_hash = _sha256(raw)
             if ir_hash not in texts:  # decoded only where something is still to be computed from it
                 known = ir_hash in self.layout_counts and all((ir_hash, r.name) in self.digests for r in self.rules)
                 texts[ir_hash] = (raw, None if known else raw.decode("utf-8", "surrogateescape"))
             if ir_hash not in self.layout_counts:
                 self.layout_counts[ir_hash] = ttgir.count_convert_layouts(texts[ir_hash][1])
             warps = stages = None
-            meta_bytes = read(files.meta_json[rel]) if rel in files.meta_json else None
+            meta_bytes, meta_hash = read(files.meta_json[rel]) if rel in files.meta_json else (None, None)
             if meta_bytes is not None:
-                meta_hash = _sha256(meta_bytes)
                 if meta_hash not in self.kernel_meta:  # every round compiles the same kernels
                     _bounded(self.kernel_meta, COMBINED_ENTRIES)
                     self.kernel_meta[meta_hash] = _kernel_meta(meta_bytes)
