@@ -103,8 +103,9 @@ CREATE TABLE IF NOT EXISTS cells (
     stat_sig TEXT,                      -- names, sizes and times: the cheap "unchanged" test (unchanged.py)
     content_sig TEXT,                   -- content hashes: the sure one
     ingested_at TEXT,
-    superseded_at TEXT                  -- when a resumed campaign re-ran its op from the start: kept and
+    superseded_at TEXT,                 -- when a resumed campaign re-ran its op from the start: kept and
                                         -- shown, never paired, never counted as done; NULL: current
+    ir_incomplete INTEGER NOT NULL DEFAULT 0  -- 1: some of its IR could not be read (a problem names it): no IR verdict
 );
 CREATE INDEX IF NOT EXISTS cells_root ON cells(root_id, op, dtype, round, side);
 CREATE UNIQUE INDEX IF NOT EXISTS cells_relpath ON cells(root_id, relpath);
@@ -245,13 +246,23 @@ CREATE TABLE IF NOT EXISTS ingest_runs (
 );
 
 -- What was wrong with what was read: file and line, never silently dropped.
+-- A problem stays open (open_problems) until what it names is read again:
+-- a cell's or a root's while that cell or root is stored as it was read (a
+-- replaced one closes them); any other (a cell that could not be stored, a
+-- directory that could not be listed) until a later run covers its file.
 CREATE TABLE IF NOT EXISTS ingest_problems (
     id INTEGER PRIMARY KEY,
     run_id INTEGER REFERENCES ingest_runs(id) ON DELETE CASCADE,
     file TEXT NOT NULL,
     line INTEGER,
-    message TEXT NOT NULL
+    message TEXT NOT NULL,
+    cell_id INTEGER REFERENCES cells(id) ON DELETE SET NULL,  -- the stored cell it belongs to
+    root_id INTEGER REFERENCES roots(id) ON DELETE SET NULL,  -- the stored root it belongs to (its own files)
+    closed_by INTEGER                   -- the run that read its file again; NULL: open
 );
+CREATE INDEX IF NOT EXISTS ingest_problems_open ON ingest_problems(file) WHERE closed_by IS NULL;
+CREATE INDEX IF NOT EXISTS ingest_problems_cell ON ingest_problems(cell_id) WHERE cell_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS ingest_problems_root ON ingest_problems(root_id) WHERE root_id IS NOT NULL;
 
 -- A/B pairing, kept by the writers so that reading a campaign's ranges is a
 -- lookup, not a pairing of every measured row (the views ab_slots, ab_pairs,
@@ -471,6 +482,28 @@ SELECT
 FROM cells
 JOIN roots ON roots.id = cells.root_id
 LEFT JOIN calibers ON calibers.id = cells.caliber_id;
+
+-- The problems with the input that are still there: each names its file (and
+-- line), with the root and cell it belongs to and the run that found it.
+-- `zlstore problems` prints it; an ingest counts it under what it covered.
+CREATE VIEW open_problems AS
+SELECT
+    p.file,
+    p.line,
+    p.message,
+    roots.name AS root,
+    cells.relpath AS cell,
+    runs.command,
+    runs.started_at AS found_at,
+    p.run_id,
+    p.cell_id,
+    coalesce(p.root_id, cells.root_id) AS root_id,
+    p.id
+FROM ingest_problems p
+LEFT JOIN cells ON cells.id = p.cell_id
+LEFT JOIN roots ON roots.id = coalesce(p.root_id, cells.root_id)
+LEFT JOIN ingest_runs runs ON runs.id = p.run_id
+WHERE p.closed_by IS NULL;
 
 -- ---------------------------------------------------------------------------
 -- Judging (issue 3). Every number below is either a finding with its
@@ -715,6 +748,7 @@ judged AS (
         CASE
             WHEN b.rc IN ([[timeout_rcs]]) OR a.rc IN ([[timeout_rcs]]) THEN [[verdict TRUNCATED]]
             WHEN b.id IS NULL OR a.id IS NULL OR b.n_counted = 0 OR a.n_counted = 0 THEN [[verdict NO_ROWS]]
+            WHEN b.ir_incomplete OR a.ir_incomplete THEN [[verdict IR_UNREAD]]
             WHEN b.n_kernels = 0 AND a.n_kernels = 0 THEN [[verdict NO_TRITON]]
             WHEN fb.fingerprint <> fa.fingerprint THEN [[verdict IR_CHANGED]]
             WHEN fb.fingerprint = fa.fingerprint THEN [[verdict NO_IR_DIFF]]

@@ -209,7 +209,7 @@ def test_bad_input_is_named_and_the_rest_goes_on(tmp_path):
     write_cell(root / "topk_after", good, env={"RC": 0})
     broken = write_cell(root / "sort_before", good, env={"RC": 0})
     (broken / "run.log").unlink()
-    (broken / "run.log").mkdir()  # a directory where the log belongs: the cell cannot be read
+    (broken / "run.log").mkdir()  # a directory where the log belongs: named, and read as no log
     (root / "cell.env.bak").write_text("x")
     db = tmp_path / "z.db"
     result = CliRunner().invoke(cli, ["ingest", str(root), "--db", str(db), "--json"])
@@ -217,11 +217,12 @@ def test_bad_input_is_named_and_the_rest_goes_on(tmp_path):
     summary = json.loads(result.stdout)
     problems = {(p["file"], p["line"]) for p in summary["problems"]}
     assert (str(root / "topk_before" / "run.log"), 2) in problems
-    assert any(f == str(broken) for f, _ in problems)
+    assert (str(broken / "run.log"), None) in problems
+    assert "a directory, not a regular file" in result.stderr
     assert str(root / "topk_before" / "run.log") + ":2:" in result.stderr
-    assert (summary["cells_added"], summary["cells_failed"]) == (2, 1)
+    assert (summary["cells_added"], summary["cells_failed"]) == (3, 0)
     with Store(db) as store:
-        assert count(store, "SELECT count(*) FROM cells WHERE op = 'sort'") == 0  # not half-written
+        assert count(store, "SELECT n_rows FROM cells WHERE op = 'sort'") == 0  # stored, with no log read
         assert count(store, "SELECT count(*) FROM ingest_problems") == len(summary["problems"])
         assert count(store, "SELECT count(*) FROM measurements") == 2
 

@@ -234,10 +234,24 @@ def report_summary(summary, as_json):
         click.echo(f"problem: {problem}", err=True)
     for move in summary.moved:
         click.echo(f"moved: {move['root']} from {move['from']} to {move['to']}", err=True)
+    earlier = summary.problem_count() - len(summary.problems)
+    if earlier > 0:
+        click.echo(f"problem: {earlier} found by an earlier ingest still open (the files are unchanged): "
+                   "zlstore problems", err=True)
+    if summary.stopped:
+        click.echo(f"error: ingest {summary.state}; the counts are what was stored. "
+                   "Run it again with space to store the rest.", err=True)
     if as_json:
         click.echo(output.to_json(summary.as_dict()))
     else:
         click.echo(summary.line())
+
+
+def summary_exit(summary):
+    """0 clean; 1 some input has problems (open ones included); 2 stopped (a full disk)."""
+    if summary.stopped:
+        sys.exit(EXIT_USAGE)
+    sys.exit(EXIT_PROBLEMS if summary.problem_count() else EXIT_OK)
 
 
 @cli.command()
@@ -276,7 +290,37 @@ def ingest(store, paths, rehash, as_json):
     finally:
         finish()
     report_summary(summary, as_json)
-    sys.exit(EXIT_PROBLEMS if summary.problems else EXIT_OK)
+    summary_exit(summary)
+
+
+@cli.command()
+@click.argument("root", required=False)
+@db_option
+@json_option
+def problems(store, root, as_json):
+    """The problems with the input that are still open: each bad file (and
+    line) an ingest or record named, of ROOT (a directory name or path;
+    default: every root). A problem stays open while its file is as it was
+    read; once the file is fixed, the next ingest of it closes it.
+
+    Exit status: 0 none open; 1 some open; 2 usage error.
+
+    Example:
+
+        \b
+        zlstore problems ab_rlc_20261012_101500
+
+        zlstore problems --json
+    """
+    with judge_errors():
+        rows = store.problems(root)
+    if as_json:
+        click.echo(output.to_json(rows))
+    elif rows:
+        click.echo(output.table(rows, ["file", "line", "message", "found_at"]))
+    else:
+        click.echo("(no open problems)", err=True)
+    sys.exit(EXIT_PROBLEMS if rows else EXIT_OK)
 
 
 @cli.command()
@@ -428,13 +472,13 @@ def record(store, cell_dirs, as_json):
     for path in summary.unfinished:
         click.echo(f"unfinished: {path}: no cell.env with RC yet; nothing stored", err=True)
     report_summary(summary, as_json)
-    if summary.unfinished:
+    if summary.unfinished and not summary.stopped:
         sys.exit(EXIT_UNFINISHED)
     counts = summary.counts
-    if not counts["cells_added"] + counts["cells_replaced"] + counts["cells_unchanged"]:
+    if not summary.stopped and not counts["cells_added"] + counts["cells_replaced"] + counts["cells_unchanged"]:
         click.echo("nothing recorded", err=True)
         sys.exit(EXIT_USAGE)
-    sys.exit(EXIT_PROBLEMS if summary.problems else EXIT_OK)
+    summary_exit(summary)
 
 
 def plan_options(fn):

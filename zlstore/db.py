@@ -20,7 +20,7 @@ from typing import Callable, Dict, Iterator, List, NamedTuple, Optional
 
 from . import caliber, judge, layout, pairing, stats, ttgir
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 BUSY_TIMEOUT_MS = 60_000
 WRITE_ATTEMPTS = 10
 
@@ -597,6 +597,33 @@ def _json_object(text):
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
+
+
+@migration(7)
+def _problems_stay_open(conn):
+    """Release 7 keeps a problem open while what it names is stored as it
+    was read (ingest_problems.cell_id, root_id, closed_by: the view
+    open_problems), and marks a cell whose IR could not be read in full
+    (cells.ir_incomplete). A problem stored before is tied to the cell or
+    root that the same run stored, where one did; the others are closed by
+    the next run that covers their file."""
+    conn.execute("ALTER TABLE cells ADD COLUMN ir_incomplete INTEGER NOT NULL DEFAULT 0")
+    conn.execute("ALTER TABLE ingest_problems ADD COLUMN cell_id INTEGER REFERENCES cells(id) ON DELETE SET NULL")
+    conn.execute("ALTER TABLE ingest_problems ADD COLUMN root_id INTEGER REFERENCES roots(id) ON DELETE SET NULL")
+    conn.execute("ALTER TABLE ingest_problems ADD COLUMN closed_by INTEGER")
+    # The cell or root holding a file is the one with the greatest path not
+    # after it, if that path is a prefix of it (an index lookup per problem).
+    for table, column, where in (("cells", "cell_id", ""),
+                                 ("roots", "root_id", "AND instr(substr(p.file, length(o.path) + 2), '/') = 0")):
+        conn.execute(f"""
+            UPDATE ingest_problems SET {column} = (
+                SELECT o.id FROM (SELECT id, path, ingested_at FROM {table} WHERE path <= ingest_problems.file
+                                  ORDER BY path DESC LIMIT 1) o
+                JOIN ingest_problems p ON p.id = ingest_problems.id
+                JOIN ingest_runs r ON r.id = p.run_id
+                WHERE substr(p.file, 1, length(o.path) + 1) = o.path || '/' {where}
+                  AND o.ingested_at BETWEEN r.started_at AND coalesce(r.finished_at, o.ingested_at))
+            WHERE cell_id IS NULL""")
 
 
 def _user_version(conn) -> int:

@@ -10,12 +10,14 @@ the full scan and then a content hash decide."""
 import collections
 import contextlib
 import datetime
+import errno
 import hashlib
 import io
 import itertools
 import json
 import operator
 import os
+import re
 import sqlite3
 import stat
 import sys
@@ -53,7 +55,7 @@ CELL_COLUMNS = (
     "started_at", "nodeid", "switch", "switch_value", "cell_timeout", "caliber_missing",
     "card_source", "op_source", "dtype_source", "side_source", "round_source", "rc_source",
     "elapsed_source", "caliber_source", "provenance", "n_records", "n_rows", "n_counted",
-    "n_kernels", "convert_layouts", "index_hash", "n_problems", "content_sig",
+    "n_kernels", "convert_layouts", "index_hash", "n_problems", "content_sig", "ir_incomplete",
 )
 _INSERT_CELL = (f"INSERT INTO cells (root_id, caliber_id, stat_sig, ingested_at, {', '.join(CELL_COLUMNS)}) "
                 f"VALUES ({', '.join('?' * (4 + len(CELL_COLUMNS)))})")
@@ -80,12 +82,24 @@ def now() -> str:
 @dataclass
 class Summary:
     counts: Dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTS, 0))
-    problems: List[Problem] = field(default_factory=list)
+    problems: List[Problem] = field(default_factory=list)  # found by this run
     unfinished: List[str] = field(default_factory=list)
     moved: List[Dict[str, str]] = field(default_factory=list)  # roots seen at a new path: root, from, to
+    # The stored problems still open in what the run covered, its own
+    # included (open_problems): a file that is still bad stays counted.
+    open_problems: Optional[int] = None
+    state: str = "complete"  # or "stopped: <why>" (a full disk): the counts are what was committed
+
+    @property
+    def stopped(self) -> bool:
+        return self.state != "complete"
+
+    def problem_count(self) -> int:
+        return len(self.problems) if self.open_problems is None else max(self.open_problems, len(self.problems))
 
     def as_dict(self) -> dict:
         return {**self.counts, "problems": [p.as_dict() for p in self.problems],
+                "open_problems": self.problem_count(), "state": self.state,
                 "unfinished": self.unfinished, "moved": self.moved}
 
     def line(self) -> str:
@@ -96,7 +110,7 @@ class Summary:
             + (f", {c['cells_unfinished']} unfinished" if c["cells_unfinished"] else "")
             + (f", {c['cells_failed']} failed" if c["cells_failed"] else "")
             + f"; {c['rows_added']} rows, {c['kernels_added']} kernels, "
-            f"{c['ir_texts_added']} new IR texts; {len(self.problems)} problems"
+            f"{c['ir_texts_added']} new IR texts; {self.problem_count()} problems"
             + (f"; {len(self.moved)} roots moved" if self.moved else "")
         )
 
@@ -109,6 +123,9 @@ class CellFiles:
     stats: Dict[str, Optional[os.stat_result]]  # relpath (a directory's ends in /) -> stat, None: missing
     ttgir: List[Tuple[str, str]]          # (relpath, kernel name)
     meta_json: Dict[str, str]              # ttgir relpath -> sibling .json relpath
+    # What of triton_cache could not be listed or entered: the cell's IR is
+    # then incomplete, and a verdict must not rest on it.
+    problems: List[Problem] = field(default_factory=list)
 
     @property
     def stat_sig(self) -> str:
@@ -122,24 +139,41 @@ def scan_cell(cell: Path) -> CellFiles:
     no .ttgir play no part. The stat signature covers cell.env, run.log,
     index.tsv and every directory entered, not the files in triton_cache:
     Triton writes a cache directory once, by rename, so an entry added,
-    removed or renamed changes its directory's times (unchanged.py)."""
-    stats, kernels, meta = {}, [], {}
+    removed or renamed changes its directory's times (unchanged.py).
+    triton_cache and the directories below it are entered only as what they
+    are, never through a symbolic link (README: "What is read"); one that is
+    a link, not a directory, or cannot be listed is a problem of the cell's
+    IR."""
+    stats, kernels, meta, problems = {}, [], {}, []
     top = str(cell)
     for name in (layout.CELL_ENV, layout.RUN_LOG, layout.INDEX_TSV):  # stat'ed by name: no listing
         stats[name] = _stat(None, os.path.join(top, name))
     cache = os.path.join(top, layout.TRITON_CACHE)
     cache_stat = stats[layout.TRITON_CACHE + "/"] = _stat(None, cache)
+    if cache_stat is not None or os.path.islink(cache):
+        refused = _not_a_directory(cache)
+        if refused:
+            problems.append(Problem(cache, None, refused))
+            cache_stat = None
     if cache_stat is not None and stat.S_ISDIR(cache_stat.st_mode):
         pending = [(cache, layout.TRITON_CACHE)]
         while pending:  # depth first, sorted: the order os.walk gave
             directory, rel_dir = pending.pop()
-            listing = _listing(directory)
+            listing = _listing(directory, problems)
             files = {n: e for n, e in listing.items() if not _is_dir(e)}
-            below = sorted(  # paths differ: entries are never compared
-                ((e.path, rel_dir + "/" + n, e) for n, e in listing.items()
-                 if n not in files and not n.startswith("tmp.pid_") and not e.is_symlink()),
-                reverse=True,
-            )
+            below = []
+            for n, e in listing.items():
+                if n in files or n.startswith("tmp.pid_"):
+                    continue
+                if n.endswith(".ttgir"):
+                    problems.append(Problem(e.path, None, "a directory where a kernel's .ttgir belongs: "
+                                                          "its IR is not read"))
+                if e.is_symlink():
+                    problems.append(Problem(e.path, None, "a symbolic link to a directory: not followed, "
+                                                          "its kernels not read"))
+                    continue
+                below.append((e.path, rel_dir + "/" + n, e))
+            below.sort(reverse=True)  # paths differ: entries are never compared
             for path, rel, entry in below:
                 stats[rel + "/"] = _stat(entry)
                 pending.append((path, rel))
@@ -152,7 +186,21 @@ def scan_cell(cell: Path) -> CellFiles:
                 if ((sibling in files and not sibling.startswith("__grp__"))
                         or os.path.exists(os.path.join(directory, sibling))):
                     meta[rel] = rel_dir + "/" + sibling
-    return CellFiles(cell, stats, kernels, meta)
+    return CellFiles(cell, stats, kernels, meta, problems)
+
+
+def _not_a_directory(cache: str) -> Optional[str]:
+    """Why a cell's triton_cache cannot be read as its kernels, or None."""
+    try:
+        st = os.lstat(cache)
+    except OSError as error:
+        return f"cannot read: {error.strerror or error}; the cell's kernels are not read"
+    if stat.S_ISLNK(st.st_mode):
+        return (f"a symbolic link (to {os.readlink(cache)}), not a directory: not followed, "
+                "the cell's kernels not read")
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{layout._kind(st.st_mode)}, not a directory: the cell's kernels not read"
+    return None
 
 
 def _stat(entry, path: Optional[str] = None) -> Optional[os.stat_result]:
@@ -162,14 +210,21 @@ def _stat(entry, path: Optional[str] = None) -> Optional[os.stat_result]:
         return entry.stat() if entry is not None else (os.stat(path) if path else None)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError as error:
+        if error.errno == errno.ELOOP:  # a symlink loop: there, and refused when read
+            return None
+        raise
 
 
-def _listing(directory: str) -> dict:
-    """name -> DirEntry; an unreadable directory lists nothing (as os.walk)."""
+def _listing(directory: str, problems: List[Problem]) -> dict:
+    """name -> DirEntry; a directory that cannot be listed lists nothing,
+    and is named in problems."""
     try:
         with os.scandir(directory) as it:
             return {e.name: e for e in it}
-    except OSError:
+    except OSError as error:
+        problems.append(Problem(directory, None, f"cannot list this directory: {error.strerror or error}; "
+                                                 "the kernels in it are not read"))
         return {}
 
 
@@ -196,18 +251,27 @@ def _cache_dir(rel: str) -> str:
     return os.path.relpath(directory, layout.TRITON_CACHE)
 
 
-def _kernel_meta(data: bytes) -> Tuple[Optional[int], Optional[int]]:
+def _kernel_meta(data: bytes) -> Tuple[Optional[int], Optional[int], Optional[str]]:
+    """(num_warps, num_stages, what is wrong with the file or None)."""
     try:
         meta = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        return None, None
+    except (ValueError, UnicodeDecodeError, RecursionError) as error:
+        return None, None, f"not JSON ({str(error)[:80] or type(error).__name__})"
     if not isinstance(meta, dict):
-        return None, None
+        return None, None, f"a JSON {type(meta).__name__}, not an object"
 
     def as_int(value):
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
+        return value if isinstance(value, int) and not isinstance(value, bool) and value in layout.INT64 else None
 
-    return as_int(meta.get("num_warps")), as_int(meta.get("num_stages"))
+    return as_int(meta.get("num_warps")), as_int(meta.get("num_stages")), None
+
+
+# A control character in a name: stored where it can be, and always named.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# The stat signature of a cell not read in full: matches no signature, so
+# that the next ingest reads the cell again (a file inside triton_cache that
+# is made readable keeps its directory's times).
+_UNREAD_SIG = "unread:"
 
 
 @dataclass
@@ -232,13 +296,14 @@ class ParsedCell:
     fingerprints: Optional[tuple] = None
     packed: Dict[str, Tuple[int, bytes, Optional[str]]] = field(default_factory=dict)  # ir_hash -> _packed(its text)
     columns: Optional[tuple] = None  # cell_columns()
+    reread: bool = False  # something was not read: the next ingest reads the cell again (_UNREAD_SIG)
 
     def __reduce__(self):
         """As a worker sends it (see Ingester._portable): plain values, which
         the writing process unpickles at a fraction of the cost of objects."""
         return (_portable_cell, (str(self.files.path), self.ref, self.values["caliber"], self.cell_columns(),
                                  [tuple(k) for k in self.kernels], tuple(self.texts), self.index, self.content_sig, self.problems,
-                                 self.stored_rows(), self.fingerprints, self.packed))
+                                 self.stored_rows(), self.fingerprints, self.packed, self.reread))
 
     def cell_columns(self) -> tuple:
         """The cells row's CELL_COLUMNS, as INSERTed."""
@@ -253,6 +318,7 @@ class ParsedCell:
                 sum(1 for r in rows if r[_COUNTED]), len(self.kernels),
                 sum(k.convert_layouts for k in self.kernels),
                 self.index[0] if self.index else None, len(self.problems), self.content_sig,
+                v["ir_incomplete"],
             )
         return self.columns
 
@@ -270,12 +336,12 @@ class ParsedCell:
 
 
 def _portable_cell(path, ref, caliber_values, columns, kernels, texts, index, content_sig, problems,
-                   measurements, fingerprints, packed) -> ParsedCell:
+                   measurements, fingerprints, packed, reread) -> ParsedCell:
     """A ParsedCell as a worker sent it: what the writer needs, nothing more."""
     return ParsedCell(
         CellFiles(path, {}, [], {}), None, ref, None, {"caliber": caliber_values}, None, kernels,
         dict.fromkeys(texts, (None, None)), index, content_sig, problems, measurements, fingerprints, packed,
-        columns)
+        columns, reread)
 
 
 # A whole tree is prepared (walked, read, hashed, parsed, normalized) in
@@ -453,6 +519,47 @@ def cell_rules(conn: sqlite3.Connection, root_kind: str) -> tuple:
     return SCREENING_RULES if root_kind == "screen" else ingest_rules(conn)
 
 
+class StoreStopped(Exception):
+    """The database cannot take more writes (disk full, I/O error): the run
+    stops, with what it committed."""
+
+
+class NotStored(Exception):
+    """A cell zlstore will not store, and why; filename: what to name."""
+
+    def __init__(self, message: str, filename: str):
+        super().__init__(message)
+        self.filename = filename
+
+
+def _storage_failure(error: BaseException) -> bool:
+    """Whether SQLite said the disk is full or failing: no write will do better."""
+    if not isinstance(error, sqlite3.OperationalError):
+        return False
+    code = getattr(error, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR)
+    return "disk is full" in str(error) or "disk I/O error" in str(error)
+
+
+def _resolved(path) -> Path:
+    """An input path made absolute, links resolved where they can be (a
+    loop or a name too long is left for the walk to name)."""
+    try:
+        return Path(path).resolve()
+    except (OSError, RuntimeError):
+        return Path(os.path.abspath(path))
+
+
+# A file column's test for a path and every path under it, given _file_bounds(path).
+_FILE_AT_OR_UNDER = "(file = :at OR (file > :low AND file < :high))"
+
+
+def _file_bounds(path: str) -> dict:
+    prefix = path if path.endswith("/") else path + "/"
+    return {"at": path, "low": prefix, "high": prefix[:-1] + "0"}
+
+
 class _Batch:
     """The cells of a whole-tree ingest share a transaction for up to
     BATCH_SECONDS, each cell in a savepoint of its own: a cell is still stored
@@ -522,48 +629,107 @@ class Ingester:
 
     def run(self, paths: Iterable, progress: Optional[Callable[[int, int], None]] = None,
             require_finished: bool = False) -> Summary:
-        paths = [Path(p).resolve() for p in paths]
-        with self._write():
-            self.run_id = self.conn.execute(
-                "INSERT INTO ingest_runs (started_at, command, paths) VALUES (?, ?, ?)",
-                (now(), self.command, json.dumps([str(p) for p in paths])),
-            ).lastrowid
-        cells = _CellPaths()
-        for path in paths:
-            if not path.exists():
-                self.problem(Problem(str(path), None, "no such file or directory"))
-                continue
-            if not self._find(path, cells, require_finished):
-                self.problem(Problem(str(path), None, "no cell directories found (no run.log or cell.env)"))
-        workers = 0 if require_finished else _worker_count(len(cells))
-        if workers or len(cells) > PARALLEL_MIN_CELLS:  # a forked worker must not query the store
-            self.cells.preload(paths)
-        prepared = self._prepared(cells, workers) if workers else ((cell, None) for cell in cells)
-        bulk = len(cells) > PARALLEL_MIN_CELLS
-        with contextlib.closing(prepared), bulk_checkpoints(self.conn, bulk):  # closing: the workers end with it
-            self._write_all(prepared, len(cells), _Batch(self.conn) if bulk and not require_finished else None,
-                            require_finished, progress)
+        """Store the cells under paths. On a full disk (or a failing one) the
+        run stops at once: the summary counts what was committed, and its
+        state names the cause; the next run, with space, stores the rest."""
+        paths = [_resolved(p) for p in paths]
+        try:
+            with self._write():
+                self.run_id = self.conn.execute(
+                    "INSERT INTO ingest_runs (started_at, command, paths) VALUES (?, ?, ?)",
+                    (now(), self.command, json.dumps([str(p) for p in paths])),
+                ).lastrowid
+            cells = _CellPaths()
+            for path in paths:
+                if not os.path.lexists(path):
+                    self.problem(Problem(str(path), None, "no such file or directory"))
+                    continue
+                if not self._find(path, cells, require_finished):
+                    self.problem(Problem(str(path), None, "no cell directories found (no run.log or cell.env)"))
+            workers = 0 if require_finished else _worker_count(len(cells))
+            if workers or len(cells) > PARALLEL_MIN_CELLS:  # a forked worker must not query the store
+                self.cells.preload(paths)
+            prepared = self._prepared(cells, workers) if workers else ((cell, None) for cell in cells)
+            bulk = len(cells) > PARALLEL_MIN_CELLS
+            with contextlib.closing(prepared), bulk_checkpoints(self.conn, bulk):  # closing: the workers end with it
+                self._write_all(prepared, len(cells), _Batch(self.conn) if bulk and not require_finished else None,
+                                require_finished, progress)
+            self._close_covered(paths)
+            self.summary.open_problems = self._open_problems(paths)
+        except StoreStopped as stop:
+            self.summary.state = f"stopped: {stop}"
+            self._forget_uncommitted()
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            self.summary.counts["roots"] = self._stored_roots()
+            self._finish()
+            return self.summary
         self.summary.counts["roots"] = len({root_id for _, root_id in self.roots.values()})
-        with self._write():
-            self.conn.execute(
-                "UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?",
-                (now(), json.dumps(self.summary.as_dict()), self.run_id),
-            )
+        self._finish()
         return self.summary
+
+    def _finish(self):
+        """The run's row gets its summary: what was committed, nothing else
+        (on a full disk it may not get even that)."""
+        if self.run_id is None:
+            return
+        try:
+            with self._write():
+                self.conn.execute(
+                    "UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?",
+                    (now(), json.dumps(self.summary.as_dict()), self.run_id),
+                )
+        except StoreStopped:
+            pass
+
+    def _stored_roots(self) -> int:
+        """The roots this run met that are stored (after a rollback, some may not be)."""
+        ids = [root_id for _, root_id in self.roots.values()]
+        return sum(1 for root_id in ids
+                   if self.conn.execute("SELECT 1 FROM roots WHERE id = ?", (root_id,)).fetchone())
+
+    def _close_covered(self, paths: List[Path]):
+        """Close the earlier problems under paths that no stored cell or root
+        holds (a cell that could not be stored, a directory that could not be
+        listed): this run looked at their files again, and named what it found."""
+        where = f"closed_by IS NULL AND run_id < :run AND cell_id IS NULL AND root_id IS NULL AND {_FILE_AT_OR_UNDER}"
+        covered = [{"run": self.run_id, **_file_bounds(str(path))} for path in paths]
+        covered = [bounds for bounds in covered  # most runs close nothing: no write lock for them
+                   if self.conn.execute(f"SELECT 1 FROM ingest_problems WHERE {where} LIMIT 1", bounds).fetchone()]
+        if covered:
+            with self._write():
+                for bounds in covered:
+                    self.conn.execute(f"UPDATE ingest_problems SET closed_by = :run WHERE {where}", bounds)
+
+    def _open_problems(self, paths: List[Path]) -> int:
+        """The problems still open in what this run covered, and its own."""
+        clauses = " OR ".join(f"({_FILE_AT_OR_UNDER.replace(':', f':p{i}_')})" for i in range(len(paths)))
+        bounds = {f"p{i}_{k}": v for i, path in enumerate(paths) for k, v in _file_bounds(str(path)).items()}
+        return self.conn.execute(
+            f"SELECT count(*) FROM ingest_problems WHERE closed_by IS NULL AND (run_id = :run OR {clauses or '0'})",
+            {"run": self.run_id, **bounds}).fetchone()[0]
 
     def _write_all(self, prepared, total: int, batch: Optional[_Batch], require_finished: bool, progress):
         """Store each (cell, what a worker prepared) in batches, or each in
-        a transaction of its own (batch None)."""
+        a transaction of its own (batch None). The summary counts a batch's
+        cells when it commits: a batch rolled back (a full disk) counts none."""
         self.batch = batch
+        committed = (dict(self.summary.counts), len(self.summary.problems))
         try:
-            for done, (cell, ready) in enumerate(prepared, 1):
-                self.cell(cell if ready is not None else Path(cell), require_finished, ready)
-                if batch and batch.due():
+            try:
+                for done, (cell, ready) in enumerate(prepared, 1):
+                    self.cell(cell if ready is not None else Path(cell), require_finished, ready)
+                    if batch and batch.due():
+                        batch.commit()
+                        committed = (dict(self.summary.counts), len(self.summary.problems))
+                    if progress:
+                        progress(done, total)
+                if batch:
                     batch.commit()
-                if progress:
-                    progress(done, total)
-            if batch:
-                batch.commit()
+            except sqlite3.OperationalError as error:  # a walk's listings, a batch's commit
+                if _storage_failure(error):
+                    raise StoreStopped(error) from error
+                raise
         except (KeyboardInterrupt, SystemExit):
             if batch:  # every cell written so far is whole: keep them
                 batch.commit()
@@ -571,6 +737,8 @@ class Ingester:
         except BaseException:
             if batch:
                 batch.rollback()
+                self.summary.counts = committed[0]
+                del self.summary.problems[committed[1]:]
             raise
         finally:
             self.batch = None
@@ -579,10 +747,21 @@ class Ingester:
         """Add the cells under top to cells, but for those stored unchanged:
         these are only counted, and their roots looked up (as a cell's are,
         by the first cell of each). Returns how many cells were found."""
-        if require_finished or self.rehash:  # a harness's record: new cells, each to be seen finished first
-            return cells.add(top, layout.cell_paths(str(top)))
-        found = unchanged.sort_out(self.conn, str(top), _worker_count)
-        cells.add(top, found.changed)
+        try:
+            if require_finished or self.rehash:  # a harness's record: new cells, each to be seen finished first
+                walked: List[Problem] = []
+                n = cells.add(top, layout.cell_paths(str(top), walked))
+                for problem in walked:
+                    self.problem(problem)
+                return n
+            found = unchanged.sort_out(self.conn, str(top), _worker_count)
+            cells.add(top, found.changed)
+        except sqlite3.OperationalError as error:  # the walk's listings (walked_dirs)
+            if _storage_failure(error):
+                raise StoreStopped(error) from error
+            raise
+        for problem in found.problems:
+            self.problem(problem)
         self.summary.counts["cells_unchanged"] += found.unchanged
         for _, root, kind, parts, first_unchanged in found.roots:
             if root not in self.roots_met:
@@ -608,14 +787,20 @@ class Ingester:
     def _write(self):
         """A cell's writes: a transaction of their own, or a savepoint in a
         whole-tree ingest's batch. Pairs are brought up to date before any
-        commit (pairing.py), so a committed database never has stale ones."""
-        if self.batch is not None:
-            self.batch.open()
-        outermost = not self.conn.in_transaction
-        with write_transaction(self.conn):
-            yield
-            if outermost:
-                pairing.refresh(self.conn)
+        commit (pairing.py), so a committed database never has stale ones.
+        A full disk is StoreStopped."""
+        try:
+            if self.batch is not None:
+                self.batch.open()
+            outermost = not self.conn.in_transaction
+            with write_transaction(self.conn):
+                yield
+                if outermost:
+                    pairing.refresh(self.conn)
+        except sqlite3.OperationalError as error:
+            if _storage_failure(error):
+                raise StoreStopped(error) from error
+            raise
 
     def prepare(self, cell: Path):
         """In a worker: (root ref, the files' stat signature, the parsed cell
@@ -652,10 +837,12 @@ class Ingester:
             with self._write():
                 self._store_problems([problem])
 
-    def _store_problems(self, problems: List[Problem]):
+    def _store_problems(self, problems: List[Problem], cell_id: Optional[int] = None, root_id: Optional[int] = None):
+        """A cell's (or a root's) problems stay open while it is stored as
+        it was read; others until a later run covers their file (open_problems)."""
         self.conn.executemany(
-            "INSERT INTO ingest_problems (run_id, file, line, message) VALUES (?, ?, ?, ?)",
-            [(self.run_id, p.file, p.line, p.message) for p in problems],
+            "INSERT INTO ingest_problems (run_id, file, line, message, cell_id, root_id) VALUES (?, ?, ?, ?, ?, ?)",
+            [(self.run_id, p.file, p.line, p.message, cell_id, root_id) for p in problems],
         )
 
     # -- one cell ----------------------------------------------------------
@@ -665,18 +852,34 @@ class Ingester:
         unfinished or failed."""
         try:
             return self._cell(cell, require_finished, prepared)
-        except (KeyboardInterrupt, SystemExit):
+        except (KeyboardInterrupt, SystemExit, StoreStopped):
             self._forget_uncommitted()
             raise
         except Exception as error:  # one bad cell never stops the run
             self._forget_uncommitted()
+            if _storage_failure(error):
+                raise StoreStopped(error) from error
             self.summary.counts["cells_failed"] += 1
-            self.problem(Problem(str(cell), None, f"not stored: {type(error).__name__}: {error}"))
+            if isinstance(error, (layout.Unreadable, NotStored)):
+                problem = Problem(error.filename or str(cell), None, f"not stored: {error}")
+            elif isinstance(error, OSError):
+                problem = Problem(error.filename or str(cell), None, f"not stored: cannot read: "
+                                                                    f"{error.strerror or error}")
+            else:
+                problem = Problem(str(cell), None, f"not stored: {type(error).__name__}: {error}")
+            self.problem(problem)
             return "failed"
 
     def _cell(self, cell: Union[Path, str], require_finished: bool, prepared=None) -> str:
         """cell: a str only where a worker prepared it (no Path per cell then)."""
         key = str(cell)
+        if prepared is not None and isinstance(prepared[2], ParsedCell):
+            # first: the worker sends each text once, and later cells of the
+            # op need it even when this one goes no further
+            self.packed.update(prepared[2].packed)
+        if not layout.storable(key):
+            raise NotStored("its path holds bytes that are not UTF-8, which the store cannot keep as a path "
+                            "(rename the directory)", key)
         if require_finished and not self._finished(cell):  # before the root: store nothing at all
             self.summary.counts["cells_unfinished"] += 1
             self.summary.unfinished.append(key)
@@ -705,7 +908,8 @@ class Ingester:
             parsed = self.parse(files, ref, root)
         else:
             parsed.root = root
-            self.packed.update(parsed.packed)
+        if parsed.reread:
+            stat_sig = _UNREAD_SIG
         if known and known[2] == parsed.content_sig:
             with self._write():
                 self.conn.execute("UPDATE cells SET stat_sig = ? WHERE id = ?", (stat_sig, known[0]))
@@ -721,7 +925,9 @@ class Ingester:
                 self.conn.execute("UPDATE cells SET stat_sig = ? WHERE id = ?", (stat_sig, row[0]))
                 cell_id = row[0]
             else:
-                if row:
+                if row:  # its problems were the old files': closed
+                    self.conn.execute("UPDATE ingest_problems SET closed_by = ? WHERE cell_id = ? AND closed_by IS NULL",
+                                      (self.run_id, row[0]))
                     self.conn.execute("DELETE FROM cells WHERE id = ?", (row[0],))
                 cell_id = self._insert(parsed, root_id, stat_sig)
                 outcome = "replaced" if row else "added"
@@ -754,10 +960,15 @@ class Ingester:
                 self.summary.counts["ir_texts_added"] += 1
         self.pending_blobs.clear()
 
-    @staticmethod
-    def _finished(cell: Path) -> bool:
-        """The harness writes cell.env last, with RC: before that the cell is still running."""
-        env = layout.read_env(cell / layout.CELL_ENV, [])
+    def _finished(self, cell: Path) -> bool:
+        """The harness writes cell.env last, with RC: before that the cell is
+        still running. A cell.env that cannot be read is not a running cell:
+        NotStored, naming it."""
+        refused: List[Problem] = []
+        within = str(layout.locate_root(Path(cell), self.root_refs).path)
+        env = layout.read_env(Path(cell) / layout.CELL_ENV, refused, within)
+        if refused:
+            raise NotStored(refused[0].message, refused[0].file)
         return bool(env) and (env.get("RC") or "").strip() != ""
 
     # -- roots -------------------------------------------------------------
@@ -804,8 +1015,14 @@ class Ingester:
             if others:
                 self.problem(Problem(path, None, roots.namesake_message(root.name, root.env_file, root.env, others)))
         if root_id is None or files_sig != root.files_sig:
+            layout.check_root_numbers(root)
+            known = root_id is not None
             root_id = self._upsert_root(root, root_id)
-            self._store_problems(root.problems)
+            if known:  # its problems were the old files': closed
+                self.conn.execute("UPDATE ingest_problems SET closed_by = ? "
+                                  "WHERE root_id = ? AND cell_id IS NULL AND closed_by IS NULL",
+                                  (self.run_id, root_id))
+            self._store_problems(root.problems, root_id=root_id)
             self.summary.problems.extend(root.problems)
         return root_id
 
@@ -904,33 +1121,59 @@ class Ingester:
         def add_content(name: str, digest: str):
             content.update(f"{name}\0{digest}\n".encode("utf-8", "surrogateescape"))
 
-        env, env_bytes = layout.read_env_bytes(os.path.join(top, layout.CELL_ENV), problems)
+        within = str(ref.path)
+        problems.extend(files.problems)
+        reread = bool(files.problems)  # what was not read leaves no trace in the stat signature
+
+        def read(rel: str, missing: Optional[str] = None) -> Tuple[Optional[bytes], Optional[str]]:
+            """A file of the cell and its sha256, or (None, None): missing (a
+            problem if missing says why), or refused (a problem names it; its
+            refusal goes into the content hash, so that it stays until the
+            file changes)."""
+            path = os.path.join(top, rel)
+            try:
+                data = _read(path, within)
+            except FileNotFoundError:
+                if missing:
+                    problems.append(Problem(path, None, missing))
+                return None, None
+            except OSError as error:
+                message = str(error) if isinstance(error, layout.Unreadable) else f"cannot read: {error}"
+                problems.append(Problem(path, None, message))
+                add_content(rel, "refused: " + message)
+                return None, None
+            digest = _sha256(data)
+            add_content(rel, digest)
+            return data, digest
+
+        env_bytes, _ = read(layout.CELL_ENV)
+        env = None
         if env_bytes is not None:
-            add_content(layout.CELL_ENV, _sha256(env_bytes))
+            env_path = os.path.join(top, layout.CELL_ENV)
+            env = layout._parse_env(env_bytes, env_path, problems)
+            layout.check_numbers(env, layout.CELL_NUMBERS, env_path, None, problems)
         values = layout.resolve_cell(ref, root, env)
-        try:
-            log_bytes = _read(os.path.join(top, layout.RUN_LOG))
-        except FileNotFoundError:
-            log_bytes = None
-            problems.append(Problem(str(cell / layout.RUN_LOG), None, "missing: the cell has no run.log"))
+        log_bytes, _ = read(layout.RUN_LOG, "missing: the cell has no run.log")
         if log_bytes is not None:
-            add_content(layout.RUN_LOG, _sha256(log_bytes))
             log = runlog.parse_runlog(log_bytes)
             problems.extend(Problem(str(cell / layout.RUN_LOG), p.line, p.message) for p in log.problems)
         else:
             log = runlog.RunLog(rows=[], problems=[], records=0, lines=0)
         index = None
-        try:
-            index_bytes = _read(os.path.join(top, layout.INDEX_TSV))
-            index = (_sha256(index_bytes), index_bytes)
-            add_content(layout.INDEX_TSV, index[0])
-        except FileNotFoundError:
-            pass
+        index_bytes, index_hash = read(layout.INDEX_TSV)
+        if index_bytes is not None:
+            index = (index_hash, index_bytes)
         kernels, texts = [], {}
         for rel, name in files.ttgir:
-            raw = _read(os.path.join(top, rel))
-            ir_hash = _sha256(raw)
-            add_content(rel, ir_hash)
+            if not layout.storable(rel) or _CONTROL.search(rel):
+                problems.append(Problem(os.path.join(top, rel), None, "a kernel name that is not printable "
+                                        "UTF-8 (a control character, or bytes that are not UTF-8): not read"))
+                reread = True
+                continue
+            raw, ir_hash = read(rel)
+            if raw is None:
+                reread = True
+                continue
             if ir_hash not in texts:  # decoded only where something is still to be computed from it
                 known = ir_hash in self.layout_counts and all(
                     (ir_hash, r.name) in self.digests for r in self.rules_for(root))
@@ -938,17 +1181,24 @@ class Ingester:
             if ir_hash not in self.layout_counts:
                 self.layout_counts[ir_hash] = ttgir.count_convert_layouts(texts[ir_hash][1])
             warps = stages = None
-            if rel in files.meta_json:
-                meta_bytes = _read(os.path.join(top, files.meta_json[rel]))
-                meta_hash = _sha256(meta_bytes)
-                add_content(files.meta_json[rel], meta_hash)
+            meta_bytes, meta_hash = read(files.meta_json[rel]) if rel in files.meta_json else (None, None)
+            if meta_bytes is not None:
                 if meta_hash not in self.kernel_meta:  # every round compiles the same kernels
                     _bounded(self.kernel_meta, COMBINED_ENTRIES)
                     self.kernel_meta[meta_hash] = _kernel_meta(meta_bytes)
-                warps, stages = self.kernel_meta[meta_hash]
+                warps, stages, fault = self.kernel_meta[meta_hash]
+                if fault:
+                    problems.append(Problem(os.path.join(top, files.meta_json[rel]), None,
+                                            f"{fault}: the kernel's num_warps and num_stages are unknown"))
+            elif rel in files.meta_json:
+                reread = True
             kernels.append(Kernel(name, _cache_dir(rel), ir_hash, self.layout_counts[ir_hash], warps, stages))
+        values["ir_incomplete"] = 1 if len(kernels) < len(files.ttgir) or files.problems else 0
+        if _CONTROL.search(top):
+            problems.append(Problem(top, None, "the cell's path holds a control character (a newline?): "
+                                               "stored, but tools that read paths by lines will misread it"))
         parsed = ParsedCell(files, root, ref, env, values, log, kernels, texts, index,
-                            content.hexdigest(), problems)
+                            content.hexdigest(), problems, reread=reread)
         parsed.fingerprints = self._fingerprints(parsed)  # here, not under the write lock in _insert
         return parsed
 
@@ -986,7 +1236,7 @@ class Ingester:
         self.conn.executemany("INSERT INTO fingerprints (cell_id, rule, fingerprint) VALUES (?, ?, ?)",
                               [(cell_id, rule, fingerprint) for rule, fingerprint in fingerprints])
         if parsed.problems:
-            self._store_problems(parsed.problems)
+            self._store_problems(parsed.problems, cell_id=cell_id)
         return cell_id
 
     def _fingerprints(self, parsed: ParsedCell):

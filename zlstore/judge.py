@@ -26,6 +26,8 @@ VERDICTS = (
             "nothing: re-run with a larger timeout", None),
     Verdict("NO_ROWS", "either side has no counted measurement",
             "nothing (usually the dtype)", None),
+    Verdict("IR_UNREAD", "a side's IR could not be read in full (cells.ir_incomplete)",
+            "nothing: a side's IR could not be read in full; fix the files and ingest again", None),
     Verdict("NO_TRITON", "both sides compiled no .ttgir at all",
             "nothing: the Triton pass under test had nothing to act on", None),
     Verdict("IR_CHANGED", "the two fingerprints differ",

@@ -46,6 +46,11 @@ class Problem:
     line: Optional[int]
     message: str
 
+    def __post_init__(self):
+        # A name or message holding bytes that are not UTF-8 (a directory
+        # name, an OSError's filename) is shown and stored with them escaped.
+        self.file, self.message = printable(self.file), printable(self.message)
+
     def as_dict(self):
         return {"file": self.file, "line": self.line, "message": self.message}
 
@@ -54,50 +59,173 @@ class Problem:
         return f"{where}: {self.message}"
 
 
+def printable(text) -> str:
+    """text with what cannot be written as UTF-8 (the surrogates that stand
+    for a file name's undecodable bytes) spelled as backslash escapes."""
+    text = str(text)
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:  # a file name's bytes as \xff
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate from elsewhere (a JSON "\ud800") as \ud800
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def storable(text: str) -> bool:
+    """Whether SQLite can take text as TEXT (valid UTF-8, which a file name
+    need not be)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
+# What zlstore reads of a runs/ tree (README: "What is read"): regular files
+# only, each at most MAX_FILE_BYTES; a symbolic link only where it resolves to
+# a regular file inside the file's root; directories only as they are, never
+# through a link. Anything else is a named problem, and no read may block: a
+# FIFO or a device is refused before a byte is read.
+MAX_FILE_BYTES = 256 << 20
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISREG, "a regular file"))
 
-def read_bytes(path) -> bytes:
-    """A whole file, with a third of the system calls of open().read(): an
-    ingest reads ten files per cell, tens of thousands in all."""
-    fd = os.open(path, os.O_RDONLY)
+
+class Unreadable(OSError):
+    """A file zlstore will not or cannot read; str() says why, for a
+    Problem that names the file."""
+
+    def __str__(self):
+        return self.args[0]
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def read_bytes(path, within: Optional[str] = None, cap: int = MAX_FILE_BYTES) -> bytes:
+    """A whole regular file, read without ever blocking. FileNotFoundError
+    where there is none; Unreadable (an OSError) for what the policy above
+    refuses or the system will not give: a symlink (followed only where it
+    resolves inside `within`, a root directory), a FIFO, a device, a
+    directory, a file over cap bytes, a permission denied. One open, one
+    fstat and one read for a file of the usual size: an ingest reads ten
+    files per cell, tens of thousands in all."""
+    path = os.fspath(path)
     try:
-        size = os.fstat(fd).st_size
-        data = os.read(fd, size + 1)
-        if len(data) <= size:
-            return data
-        chunks = [data]  # grown since the fstat (or not a regular file): read to the end
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError as error:
+        if error.errno == errno.ELOOP:  # the name is a symlink (O_NOFOLLOW)
+            return read_bytes(_link_target(path, within), None, cap)
+        if error.errno in (errno.ENOENT, errno.ENOTDIR):
+            raise FileNotFoundError(error.errno, error.strerror, path) from None
+        raise Unreadable(f"cannot read: {error.strerror or error}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Unreadable(f"{_kind(st.st_mode)}, not a regular file: not read")
+        size = st.st_size
+        if size > cap:
+            raise Unreadable(f"{size} bytes, over the {cap >> 20} MB a file may have: not read")
+        try:
+            data = os.read(fd, size + 1)
+            if len(data) <= size:
+                return data
+            chunks, total = [data], len(data)  # grown since the fstat: read on, up to the cap
+            while True:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    return b"".join(chunks)
+                total += len(chunk)
+                if total > cap:
+                    raise Unreadable(f"grew over the {cap >> 20} MB a file may have while read: not read")
+                chunks.append(chunk)
+        except Unreadable:
+            raise
+        except OSError as error:
+            raise Unreadable(f"cannot read: {error.strerror or error}") from None
     finally:
         os.close(fd)
 
 
-def read_env(path: Path, problems: List[Problem]) -> Optional[Dict[str, str]]:
+def _link_target(path: str, within: Optional[str]) -> str:
+    """Where a symlink leads, if the policy lets it be followed; else Unreadable."""
+    target = os.path.realpath(path)
+    try:
+        shown = os.readlink(path)
+    except OSError:
+        shown = target
+    if within is None:
+        raise Unreadable(f"a symbolic link (to {shown}): not followed")
+    inside = within.rstrip("/") + "/"
+    if not target.startswith(inside):
+        raise Unreadable(f"a symbolic link to {shown}, outside {within}: not followed")
+    if os.path.islink(target):
+        raise Unreadable("a symbolic link loop: not read")
+    if not os.path.lexists(target):
+        raise Unreadable(f"a dangling symbolic link (to {shown}): not read")
+    return target
+
+
+def read_env(path: Path, problems: List[Problem], within: Optional[str] = None) -> Optional[Dict[str, str]]:
     """KEY=VALUE lines as the harness writes them (shell quoting, `export`,
     comments, CRLF tolerated). None when the file does not exist."""
-    return read_env_bytes(path, problems)[0]
+    return read_env_bytes(path, problems, within)[0]
 
 
-def read_env_bytes(path, problems: List[Problem]) -> Tuple[Optional[Dict[str, str]], Optional[bytes]]:
+def read_env_bytes(path, problems: List[Problem], within: Optional[str] = None) \
+        -> Tuple[Optional[Dict[str, str]], Optional[bytes]]:
     """read_env, and the bytes it read (an ingest hashes them): (None,
     None) where it read none."""
-    try:
-        data = read_bytes(path)
-    except FileNotFoundError:
-        return None, None
-    except OSError as error:
-        problems.append(Problem(str(path), None, f"cannot read: {error}"))
+    data = read_file(path, problems, within)
+    if data is None:
         return None, None
     return _parse_env(data, path, problems), data
 
 
+def read_file(path, problems: List[Problem], within: Optional[str] = None) -> Optional[bytes]:
+    """read_bytes, with what it refuses named in problems; None where the
+    file is missing or refused."""
+    try:
+        return read_bytes(path, within)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        problems.append(Problem(str(path), None, str(error) if isinstance(error, Unreadable)
+                                else f"cannot read: {error.strerror or error}"))
+        return None
+
+
+def decoded_lines(data: bytes, path, problems: List[Problem]) -> List[str]:
+    """data's lines as text; a line with bytes that are not UTF-8 is named
+    in problems (its bad bytes read as U+FFFD)."""
+    try:
+        return data.decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        pass
+    lines = []
+    for number, raw in enumerate(data.splitlines(), 1):
+        try:
+            lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            problems.append(Problem(str(path), number, "bytes that are not UTF-8 (read as U+FFFD)"))
+            lines.append(raw.decode("utf-8", "replace"))
+    return lines
+
+
 def _parse_env(data: bytes, path, problems: List[Problem]) -> Dict[str, str]:
     env = {}
-    for number, raw in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
+    for number, raw in enumerate(decoded_lines(data, path, problems), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
@@ -115,14 +243,15 @@ def _parse_env(data: bytes, path, problems: List[Problem]) -> Dict[str, str]:
     return env
 
 
-def read_tsv(path: Path, problems: List[Problem]) -> Optional[List[Tuple[int, Mapping[str, str]]]]:
+def read_tsv(path: Path, problems: List[Problem], within: Optional[str] = None) \
+        -> Optional[List[Tuple[int, Mapping[str, str]]]]:
     """A harness TSV with a header row, columns matched by name: (line, row)
-    pairs, each row what dict(zip(header, values)) gives (a TsvRow)."""
-    try:
-        text = path.read_bytes().decode("utf-8", "replace")
-    except FileNotFoundError:
+    pairs, each row what dict(zip(header, values)) gives (a TsvRow). None
+    where the file is missing or refused (a problem then names it)."""
+    data = read_file(path, problems, within)
+    if data is None:
         return None
-    lines = text.splitlines()
+    lines = decoded_lines(data, path, problems)
     if not lines:
         return []
     header = [h.strip() for h in lines[0].split("\t")]
@@ -200,14 +329,16 @@ def find_cell_dirs(top: Path) -> Iterator[Path]:
         yield Path(path)
 
 
-def cell_paths(top: str) -> Iterator[str]:
-    """find_cell_dirs on path strings."""
-    for path, _ in walk_cells(top):
+def cell_paths(top: str, problems: Optional[List[Problem]] = None) -> Iterator[str]:
+    """find_cell_dirs on path strings; directories that cannot be listed are
+    named in problems, where given."""
+    for path, _ in walk_cells(top, problems=problems):
         yield path
 
 
 def walk_cells(top: str, markers: Optional[dict] = None, enter: Optional[Callable[[str], bool]] = None,
-               likely: Optional[Callable[[str], bool]] = None, listings=None) \
+               likely: Optional[Callable[[str], bool]] = None, listings=None,
+               problems: Optional[List[Problem]] = None) \
         -> Iterator[Tuple[str, Optional[os.stat_result]]]:
     """find_cell_dirs on path strings, without recursion (a campaign has
     thousands of directories), each cell with the stat of its run.log where
@@ -217,7 +348,9 @@ def walk_cells(top: str, markers: Optional[dict] = None, enter: Optional[Callabl
     and all under it. likely(path) false lists a directory before looking
     for its run.log: most directories are not cells, most likely ones are.
     listings (unchanged.Listings) gives the listings of directories that
-    have not changed since a walk listed them, and keeps the new ones."""
+    have not changed since a walk listed them, and keeps the new ones. A
+    directory that cannot be listed (permissions, a path too long) is named
+    in problems, where given: nothing under it is stored."""
     pending = [top]
     while pending:
         directory = pending.pop()
@@ -238,8 +371,9 @@ def walk_cells(top: str, markers: Optional[dict] = None, enter: Optional[Callabl
                 # A cell we may not list.
                 if _is_file(os.path.join(directory, RUN_LOG)) or _is_file(os.path.join(directory, CELL_ENV)):
                     yield directory, None
-                elif not isinstance(error, (NotADirectoryError, FileNotFoundError, PermissionError)):
-                    raise
+                elif problems is not None and not isinstance(error, (NotADirectoryError, FileNotFoundError)):
+                    problems.append(Problem(directory, None, f"cannot list this directory: "
+                                            f"{error.strerror or error}; nothing under it is stored"))
                 continue
             names = [e.name for e in entries]
             if RUN_LOG in names or CELL_ENV in names:
@@ -268,11 +402,7 @@ def _regular(path: str) -> Optional[os.stat_result]:
     """The stat of path if it is a regular file (following links), else None."""
     try:
         found = os.stat(path)
-    except OSError as error:
-        if error.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP):
-            raise
-        return None
-    except ValueError:
+    except (OSError, ValueError):  # missing, a loop, a permission denied, a name too long: not a file here
         return None
     return found if stat.S_ISREG(found.st_mode) else None
 
@@ -383,10 +513,10 @@ def path_values(ref: RootRef) -> Dict[str, object]:
             values.update(op=split[0], dtype=split[1], side=split[2], round=0)
         return values
     if len(parts) >= 3 and _ROUND.match(parts[-2]) and parts[-1] in SIDES:
-        values.update(op=parts[-3], round=int(_ROUND.match(parts[-2]).group(1)), side=parts[-1])
+        values.update(op=parts[-3], round=_int(_ROUND.match(parts[-2]).group(1)), side=parts[-1])
         leading = parts[:-3]
         if leading and _CARD.match(leading[0]):
-            values["card"] = int(_CARD.match(leading[0]).group(1))
+            values["card"] = _int(_CARD.match(leading[0]).group(1))
             if len(leading) >= 2:
                 values["repeat_dir"] = leading[1]
         elif leading:
@@ -451,19 +581,24 @@ def _row_for(rows, op, dtype):
 
 
 def load_root(ref: RootRef) -> Root:
+    """A root's own files, read once for all its cells. A file that cannot
+    be read, or a value in it that is not what it should be, is a problem
+    of the root, named with its file and line; the cells are still stored,
+    without what it would have given them."""
     root = Root(path=ref.path, kind=ref.kind)
     root.files_sig = root_files_sig(ref.path)
+    within = str(ref.path)
     for env_name in (CAMPAIGN_ENV, ROOT_ENV):
-        env = read_env(ref.path / env_name, root.problems)
+        env = read_env(ref.path / env_name, root.problems, within)
         if env is not None:
             root.env_file, root.env = env_name, env
             break
     kind = (root.env.get("KIND") or "").strip().lower()
     if ref.kind != "campaign" and kind in ("screen", "repeat"):
         root.kind = kind
-    root.screen = read_tsv(ref.path / SCREEN_TSV, root.problems) or []
-    root.screen_orig = read_tsv(ref.path / SCREEN_TSV_ORIG, root.problems) or []
-    root.partition = read_tsv(ref.path / PARTITION_TSV, root.problems) or []
+    root.screen = read_tsv(ref.path / SCREEN_TSV, root.problems, within) or []
+    root.screen_orig = read_tsv(ref.path / SCREEN_TSV_ORIG, root.problems, within) or []
+    root.partition = read_tsv(ref.path / PARTITION_TSV, root.problems, within) or []
     return root
 
 
@@ -478,24 +613,46 @@ def root_identity(name: str, env_file: Optional[str], env: Optional[Mapping[str,
     return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
+def check_root_numbers(root: Root):
+    """Name in root.problems every number in its files that is not one (or
+    does not fit 64 bits): what is stored of it is unknown. Asked for where
+    the root is stored, not every time it is read."""
+    if root.env_file:
+        check_numbers(root.env, ROOT_NUMBERS, str(root.path / root.env_file), None, root.problems)
+    for name, rows, numbers in ((SCREEN_TSV, root.screen, SCREEN_NUMBERS),
+                                (SCREEN_TSV_ORIG, root.screen_orig, SCREEN_NUMBERS),
+                                (PARTITION_TSV, root.partition, PARTITION_NUMBERS)):
+        for line, row in rows:
+            check_numbers(row, numbers, str(root.path / name), line, root.problems)
+
+
 def root_files_sig(path: Path) -> str:
     """The hash of a root's own files: what Root.files_sig holds, without
-    parsing them (a re-ingest compares it, and parses nothing)."""
+    parsing them (a re-ingest compares it, and parses nothing). A file the
+    reading policy refuses counts as its refusal, so that it stays a
+    problem until it changes."""
     digest = hashlib.sha256()
     for name in ROOT_FILES:
         try:
-            data = (path / name).read_bytes()
-        except (FileNotFoundError, IsADirectoryError):
+            data = read_bytes(path / name, str(path))
+        except FileNotFoundError:
             continue
+        except OSError as error:
+            data = b"\0refused\0" + str(error).encode("utf-8", "backslashreplace")
         digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
     return digest.hexdigest()
 
 
+# SQLite's INTEGER is 64-bit: a larger value is unknown, and a problem.
+INT64 = range(-(1 << 63), 1 << 63)
+
+
 def _int(value) -> Optional[int]:
     try:
-        return int(str(value).strip())
+        number = int(str(value).strip())
     except (TypeError, ValueError):
         return None
+    return number if number in INT64 else None
 
 
 def _float(value) -> Optional[float]:
@@ -503,6 +660,25 @@ def _float(value) -> Optional[float]:
         return float(str(value).strip())
     except (TypeError, ValueError):
         return None
+
+
+# The numeric values of each file, by key or column: the function that reads one.
+CELL_NUMBERS = {"RC": _int, "ROUND": _int, "CARD": _int, "ELAPSED_S": _float, "CELL_TIMEOUT": _float}
+ROOT_NUMBERS = {"ROUNDS": _int, "CARDS": _int}
+SCREEN_NUMBERS = {"cl_before": _int, "cl_after": _int, "rc_before": _int, "rc_after": _int,
+                  "elapsed_before": _float, "elapsed_after": _float}
+PARTITION_NUMBERS = {"card": _int, "weight_min": _float}
+
+
+def check_numbers(values: Mapping[str, str], numbers: Mapping[str, Callable], file: str,
+                  line: Optional[int], problems: List[Problem]):
+    """Name in problems each value of numbers' keys that is set but is not a
+    number that fits (an integer beyond 64 bits): it is stored as unknown."""
+    for key, read in numbers.items():
+        value = values.get(key)
+        if value is not None and value.strip() and read(value) is None:
+            what = "a 64-bit integer" if read is _int else "a number"
+            problems.append(Problem(file, line, f"{key}: {value[:40]!r} is not {what}; stored as unknown"))
 
 
 def resolve_cell(ref: RootRef, root: Root, cell_env: Optional[Dict[str, str]]) -> Dict[str, object]:
@@ -541,6 +717,13 @@ def resolve_cell(ref: RootRef, root: Root, cell_env: Optional[Dict[str, str]]) -
         table_name, table_row = PARTITION_TSV, root.partition_row(values["op"], values["dtype"])
     if values["dtype"] is None and table_row is not None:
         values["dtype"], sources["dtype"] = (table_row.get("dtype") or ""), table_name
+    elif values["dtype"] == "" and sources.get("dtype") == "path" and root.kind == "screen":
+        # `<op>_<side>` says no dtype, not which: the root's one screen.tsv
+        # row for the op does (ARTIFACTS.md), where it has exactly one.
+        only = root.screen_row(values["op"], None)
+        if only is not None:
+            table_row = only
+            values["dtype"], sources["dtype"] = (only.get("dtype") or "").removeprefix("torch."), SCREEN_TSV
 
     side = values["side"]
     screen_row = table_row if table_name == SCREEN_TSV else None

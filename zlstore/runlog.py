@@ -266,6 +266,7 @@ _PY_TOKEN = re.compile(
     r"""('(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*")"""
     r"""|(?<![\w.])(-\s*)?(nan|NaN|inf|Infinity)(?![\w.(])"""
 )
+_PY_WORD = re.compile(r"None|True|False|nan|inf|NaN|Infinity")
 _NAN_SENTINEL = "\x00zlstore-nan\x00"
 
 
@@ -293,7 +294,11 @@ def _from_py(v: Any) -> Any:
 
 def _literal(text: str) -> Any:
     """FlagGems `--query` mode logs `str(dict)`: single quotes, None,
-    True/False and bare nan/inf, which json refuses."""
+    True/False and bare nan/inf, which json refuses. Text with none of
+    these is no repr, and is not given to the Python parser (which takes
+    seconds and a lot of memory over a long line of garbage)."""
+    if "'" not in text and not _PY_WORD.search(text):
+        return _FAIL
     if "nan" in text or "inf" in text or "NaN" in text or "Infinity" in text:
         text = _PY_TOKEN.sub(_py_token, text)
     try:
@@ -364,6 +369,8 @@ def parse_runlog(data: bytes) -> RunLog:
                 pending_fallback = True
             i += 1  # the lines it swallowed are not [INFO] lines: rescan them
             continue
+        for j in bad_lines:  # named even where the object is no record: its bytes may hide one
+            out.problems.append(Problem(j + 1, "invalid UTF-8 bytes replaced"))
         if not isinstance(obj, dict) or "result" not in obj:
             # Some other [INFO] object: noise, unless it carries the marker.
             if has_marker and any(FALLBACK_MARKER in x for x in lines[i:end]):
@@ -371,13 +378,12 @@ def parse_runlog(data: bytes) -> RunLog:
             i = end
             continue
 
-        for j in bad_lines:
-            out.problems.append(Problem(j + 1, "invalid UTF-8 bytes replaced"))
         if trailing:
             out.problems.append(
                 Problem(i + 1, "text after the record's closing brace ignored")
             )
-        _add_record(out, obj, i + 1, pending_fallback)
+        suspect = any(map(_suspect, lines[i:end]))
+        _add_record(out, obj, i + 1, pending_fallback, suspect)
         pending_fallback = False
         i = end
     return out
@@ -433,7 +439,36 @@ def _read_candidate(lines: List[bytes], i: int, start: int):
     return _FAIL, False, [], j, why
 
 
-def _add_record(out: RunLog, obj: dict, line: int, fallback: bool) -> None:
+# What a record's text must hold for a value in it to be one SQLite cannot
+# store: an integer beyond 64 bits (19 digits or more, or a Python dict
+# repr's 0x... literal: any ' marks a repr), or a \\u escape (a lone
+# surrogate, "\\ud800", is no UTF-8). Only such a record's rows are
+# checked one by one (_unstorable): the test costs a few microseconds a
+# line, the check a Python loop per value.
+_DIGITS_AS_9 = bytes.maketrans(b"0123456789", b"9" * 10)
+_LONG_RUN = b"9" * 19
+_INT64 = range(-(1 << 63), 1 << 63)
+
+
+def _suspect(line: bytes) -> bool:
+    return b"\\" in line or b"'" in line or _LONG_RUN in line.translate(_DIGITS_AS_9)
+
+
+def _unstorable(row: Row) -> Optional[str]:
+    """What in a row SQLite could not take as it is, or None. Lists and
+    objects are stored as JSON text (escaped): only scalars matter."""
+    for value in (row.op_name, row.dtype, row.mode, row.level, row.shape_key, *row.values.values()):
+        if type(value) is int and value not in _INT64:
+            return "an integer beyond 64 bits"
+        if type(value) is str and not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return "a string with a lone surrogate escape (\\ud800 ...), which is not UTF-8"
+    return None
+
+
+def _add_record(out: RunLog, obj: dict, line: int, fallback: bool, suspect: bool = False) -> None:
     record = out.records
     out.records += 1
     op_name = _text(obj.get("op_name"))
@@ -467,11 +502,17 @@ def _add_record(out: RunLog, obj: dict, line: int, fallback: bool) -> None:
         if rec_extra:
             extra["_record"] = dict(rec_extra)
         ok, reason = counted(values)
-        append(Row(
+        row = Row(
             line, record, index, op_name, dtype, mode, level,
             canonical_shape(values["shape_detail"]),
             values, extra, ok, reason, fallback,
-        ))
+        )
+        why = _unstorable(row) if suspect else None
+        if why is not None:
+            out.problems.append(Problem(line, f"record {record} ({op_name}): result[{index}] "
+                                              f"holds {why}; that row is not stored"))
+            continue
+        append(row)
 
 
 def read_runlog(path) -> RunLog:

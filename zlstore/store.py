@@ -229,6 +229,18 @@ class Store:
         an unfinished cell (no cell.env with RC yet) is reported, not stored."""
         return self.ingest_summary(cell_dirs, command="record", require_finished=True).as_dict()
 
+    def problems(self, root: Optional[PathLike] = None) -> list:
+        """The problems with the input that are still open (open_problems),
+        of one root (a name or path; LookupError if unknown) or of every
+        path: each with its file, line, message, root and cell."""
+        where, params = "", ()
+        if root is not None:
+            path = self.root(root)["path"]
+            where, params = " WHERE file = ? OR (file > ? AND file < ?)", (path, path + "/", path + "0")
+        return [dict(r) for r in self.db.query(
+            f"SELECT file, line, message, root, cell, command, found_at FROM open_problems{where} "
+            "ORDER BY file, line, id", params)]
+
     # -- rules ------------------------------------------------------------------
 
     def setting(self, key: str, default: Optional[str] = None) -> Optional[str]:

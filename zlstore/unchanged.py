@@ -140,6 +140,7 @@ class Found:
     unchanged: int = 0
     roots: List[Tuple[str, str, str, Tuple[str, ...], bool]] = field(default_factory=list)
     listings: Optional["Listings"] = None  # a share's new listings, for the parent to save
+    problems: list = field(default_factory=list)  # directories that could not be listed (layout.Problem)
 
 
 class Listings:
@@ -180,6 +181,8 @@ class Listings:
         if before is not None:
             prefix = _under(directory)[0]
             self.gone.extend(prefix + name for name in set(_names(before[3])).difference(subdirs))
+        if not layout.storable(directory + "".join(subdirs)):  # not UTF-8: listed every time, never kept
+            return
         if max(st.st_mtime_ns, st.st_ctime_ns) <= time.time_ns() - RACY_NS:  # else too young to trust
             self.new.append((directory, st.st_ino, st.st_mtime_ns, st.st_ctime_ns,
                              "/".join(subdirs), "/".join(root_files)))
@@ -322,7 +325,7 @@ def _walk(top: str, known: dict, low: Optional[str], high: Optional[str], found:
     markers, root_sigs, roots = {}, {}, set()
     enter = None if low is None and high is None else _enter(low, high)
     likely = known.__contains__ if known else None  # else every directory may be a new cell
-    for cell, run_log in layout.walk_cells(top, markers, enter, likely, listings):
+    for cell, run_log in layout.walk_cells(top, markers, enter, likely, listings, found.problems):
         if (low is not None and cell < low) or (high is not None and cell >= high):
             continue
         found.cells += 1
@@ -365,6 +368,7 @@ def _merged(shares: List[Found]) -> Found:
         found.cells += share.cells
         found.changed += share.changed
         found.unchanged += share.unchanged
+        found.problems += [p for p in share.problems if p not in found.problems]  # shares walk common ancestors
         for met in share.roots:
             if met[1] not in first or _key(met[0]) < _key(first[met[1]][0]):
                 first[met[1]] = met
