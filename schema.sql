@@ -103,9 +103,10 @@ CREATE TABLE IF NOT EXISTS cells (
     stat_sig TEXT,                      -- names, sizes and times: the cheap "unchanged" test (unchanged.py)
     content_sig TEXT,                   -- content hashes: the sure one
     ingested_at TEXT,
-    superseded_at TEXT,                 -- when a resumed campaign re-ran its op from the start: kept and
-                                        -- shown, never paired, never counted as done; NULL: current
-    ir_incomplete INTEGER NOT NULL DEFAULT 0  -- 1: some of its IR could not be read (a problem names it): no IR verdict
+    ir_incomplete INTEGER NOT NULL DEFAULT 0,  -- 1: some of its IR could not be read (a problem names it): no IR verdict
+    -- when a resumed campaign re-ran its op from the start: kept and shown,
+    -- never paired, never counted as done; NULL: current
+    superseded_at TEXT
 );
 CREATE INDEX IF NOT EXISTS cells_root ON cells(root_id, op, dtype, round, side);
 CREATE UNIQUE INDEX IF NOT EXISTS cells_relpath ON cells(root_id, relpath);

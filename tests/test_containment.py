@@ -336,8 +336,9 @@ def test_record_of_a_cell_with_a_fifo_cell_env(tmp_path):
     os.mkfifo(cell / "cell.env")
     done = subprocess.run([sys.executable, "-m", "zlstore", "record", str(cell), "--db", str(tmp_path / "z.db")],
                           capture_output=True, text=True, timeout=TIMEOUT)
-    assert done.returncode == 1 and "Traceback" not in done.stderr
-    assert f"{cell / 'cell.env'}: not stored: a FIFO" in done.stderr
+    # record that stored nothing exits 2 (issue 13: never 1), naming the FIFO
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"{cell / 'cell.env'}: not stored: a FIFO" in done.stderr and "nothing recorded" in done.stderr
 
 
 # -- honest IR ----------------------------------------------------------------------------------------
@@ -495,11 +496,16 @@ def test_record_on_a_full_disk_stops_cleanly(corpus, small_disk):
     assert 0 < summary["cells_added"] == stored(db, "SELECT count(*) FROM cells")[0][0] < len(cells)
 
 
-def test_a_release_3_database_keeps_its_problems_open(example_source, tmp_path):
-    """Migration 4 ties a problem stored before it to the cell its run
+# The last schema version whose problems closed with the next run (migration
+# 7 keeps them open while what they name is stored as read).
+BEFORE_OPEN_PROBLEMS = 6
+
+
+def test_a_database_before_open_problems_keeps_its_problems_open(example_source, tmp_path):
+    """Migration 7 ties a problem stored before it to the cell its run
     stored: the cut-off log stays open after the upgrade and the re-ingest."""
     tree, _ = example_source
-    db = tmp_path / "v3.db"
+    db = tmp_path / "v6.db"
     with Store(db) as store:
         store.ingest(tree)
         conn = store.conn
@@ -511,7 +517,7 @@ def test_a_release_3_database_keeps_its_problems_open(example_source, tmp_path):
                               ("ingest_problems", "closed_by"), ("cells", "ir_incomplete")):
             conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         conn.execute("DELETE FROM settings WHERE key = 'schema_hash'")
-        conn.execute("PRAGMA user_version = 3")
+        conn.execute(f"PRAGMA user_version = {BEFORE_OPEN_PROBLEMS}")
     with Store(db) as store:
         assert store.conn.execute("SELECT count(*) FROM ingest_problems WHERE cell_id IS NOT NULL").fetchone() == (1,)
     status, summary, _ = ingest(tree, db)

@@ -301,38 +301,30 @@ def test_a_release_1_root_ingested_from_another_path_is_moved_not_stored_twice(e
         assert store.conn.execute("SELECT count(*) FROM cells").fetchone()[0] == 8
 
 
-# The last schema version that kept roots by path (migration 6 added identity).
-BEFORE_IDENTITY = 5
+def test_a_release_3_store_upgrades_and_an_older_duplicate_is_named(tmp_path):
+    """tests/data/store-v3.db holds the floor tree as release 3 stored it,
+    by path (made by the code at e4e9785, its tree gone since): the upgrade
+    gives every root its identity and a cell its path inside its root; the
+    tree ingested at a new place is those roots, moved."""
+    from . import floor_tree
 
-
-def store_before_identity(db_path, tree):
-    """A store as release 5 left it: no roots.identity, no (root, relpath) index."""
-    ingest(db_path, tree)
-    conn = sqlite3.connect(db_path)
-    conn.execute("DROP INDEX cells_relpath")
-    conn.execute("ALTER TABLE roots DROP COLUMN identity")
-    conn.execute(f"PRAGMA user_version = {BEFORE_IDENTITY}")
-    conn.commit()
-    conn.close()
-
-
-def test_a_store_before_identity_upgrades_and_an_older_duplicate_is_named(example_tree, tmp_path):
-    tree, _ = example_tree
     db_path = tmp_path / "t.db"
-    store_before_identity(db_path, tree)
+    shutil.copy(Path(__file__).parent / "data" / "store-v3.db", db_path)
+    tree = floor_tree.make_floor_tree(tmp_path / "runs")
     with Store(db_path) as store:
         assert store.schema_version == db.SCHEMA_VERSION
         assert store.conn.execute("SELECT count(*) FROM roots WHERE identity IS NULL").fetchone()[0] == 0
         with pytest.raises(sqlite3.IntegrityError):  # a cell is its path inside its root
             store.conn.execute("INSERT INTO cells (root_id, path, relpath) "
                                "SELECT root_id, path || '-2', relpath FROM cells LIMIT 1")
-        # What release 5 did to a moved tree: the same root stored a second time.
+        # What release 3 did to a moved tree: the same root stored a second time.
         store.conn.execute("""INSERT INTO roots (path, name, kind, identity, files_sig)
                               SELECT '/gone/' || name, name, kind, identity, files_sig FROM roots
-                              WHERE name = ?""", (SCREEN,))
+                              WHERE name = ?""", (floor_tree.SCREEN,))
     result = invoke(db_path, "ingest", tree)
     assert result.exit_code == 1
-    assert f"is also stored from /gone/{SCREEN}" in result.stderr
-    assert f"zlstore forget '/gone/{SCREEN}'" in result.stderr
-    assert invoke(db_path, "forget", f"/gone/{SCREEN}").exit_code == 0
+    assert result.stderr.count("moved: ") == 2  # both roots, from where release 3 stored them
+    assert f"is also stored from /gone/{floor_tree.SCREEN}" in result.stderr
+    assert f"zlstore forget '/gone/{floor_tree.SCREEN}'" in result.stderr
+    assert invoke(db_path, "forget", f"/gone/{floor_tree.SCREEN}").exit_code == 0
     assert invoke(db_path, "ingest", tree).exit_code == 0
