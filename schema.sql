@@ -989,10 +989,12 @@ settled AS (
 )
 SELECT
     settled.*,
-    -- the judged members as one object without its braces (min_effect, a
-    -- number, ends it: the trailing brace is the object's own)
-    '{' || json_head || ',' || rtrim(ltrim(json_object(
-        'q_value', q_value, 'finding', finding, 'finding_position', finding_position, 'to_settle', to_settle,
-        'noise_floor', noise_floor, 'clears_floor', clears_floor, 'floor_note', floor_note,
-        'q_max', q_max, 'min_effect', min_effect), '{'), '}') || ',' || json_tail || '}' AS json
+    -- the judged members between the kept ones, written as the fragments
+    -- are (pairing.py: json.dumps' '"key": value, ' layout, as every
+    -- --json prints its rows)
+    '{' || json_head || ', "q_value": ' || json_quote(q_value) || ', "finding": ' || json_quote(finding)
+        || ', "finding_position": ' || json_quote(finding_position) || ', "to_settle": ' || json_quote(to_settle)
+        || ', "noise_floor": ' || json_quote(noise_floor) || ', "clears_floor": ' || json_quote(clears_floor)
+        || ', "floor_note": ' || json_quote(floor_note) || ', "q_max": ' || json_quote(q_max)
+        || ', "min_effect": ' || json_quote(min_effect) || ', ' || json_tail || '}' AS json
 FROM settled;
