@@ -263,8 +263,9 @@ def test_a_store_this_user_cannot_write_is_read_and_a_write_says_why(case, share
     store_dir.chmod(dir_mode)
     before = snapshot(store_dir)
 
-    for argv in (["screen", SCREEN_ROOT], ["noise"], ["ab", CAMPAIGN], ["export", SCREEN_ROOT, "--format", "csv"],
-                 ["serve", "--get", "/zlstore/roots.json?_shape=array"], ["check"]):
+    for argv in (["screen", SCREEN_ROOT], ["noise"], ["ab", CAMPAIGN], ["export", SCREEN_ROOT, "--csv"],
+                 ["serve", "--get", "/zlstore/roots.json?_shape=array"], ["check"], ["rescore", "--rule", "v4"],
+                 ["rule"]):
         read = as_nobody(ZLSTORE + [*argv, "--db", str(path)], cwd=shared_dir)
         assert read.returncode == 0, (argv, read.stderr)
     assert as_nobody(ZLSTORE + ["screen", SCREEN_ROOT, "--db", str(path)], cwd=shared_dir).stdout == expected
@@ -273,7 +274,7 @@ def test_a_store_this_user_cannot_write_is_read_and_a_write_says_why(case, share
     shutil.copytree(example_source[0], runs)
     why = "the file is read-only" if case == "read-only file" else f"its directory {store_dir} is not writable"
     for argv in (["ingest", str(runs)], ["record", str(runs / SCREEN_ROOT / "topk_float16_before")],
-                 ["rescore", "--rule", "v4"], ["init"]):
+                 ["rule", "v4"], ["rule", "--q-max", "0.01"], ["init"]):
         write = as_nobody(ZLSTORE + [*argv, "--db", str(path)], cwd=shared_dir)
         if argv == ["init"]:  # init of a current store writes nothing: it reports
             assert write.returncode == 0, write.stderr
