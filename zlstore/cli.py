@@ -121,7 +121,7 @@ def output_options(fn=None, *, tsv_help="TSV: a header, then the rows, tab-separ
     if fn is None:
         return functools.partial(output_options, tsv_help=tsv_help)
     flags = {
-        "as_json": ("--json", "JSON: rows one a line, as sqlite-utils query prints them."),
+        "as_json": ("--json", "JSON: rows one a line, as sqlite-utils query prints them (a summary: one object)."),
         "nl": ("--nl", "Newline-delimited JSON: one row a line."),
         "as_csv": ("--csv", "CSV: a header, then the rows."),
         "as_tsv": ("--tsv", tsv_help),
@@ -186,6 +186,11 @@ def cli():
     path, bad --db, unknown or wrong-kind root, newer schema); 3 record of
     an unfinished cell; 70 internal error (a bug); 130 interrupted; 141
     stdout closed before the output was written.
+
+    Output, in every command that prints rows: its own text for people,
+    or --json, --nl, --csv, --tsv, -t/--table with --fmt, as sqlite-utils
+    prints them. --rule, where a command has it, only views under a rule;
+    `zlstore rule` switches the current one.
 
     Example:
 
