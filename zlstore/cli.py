@@ -387,7 +387,6 @@ def forget(store, root, out):
     emit(out, [removed], document=removed, human=lambda: report.forgotten(removed))
 
 
-
 def _mergeable(ctx, param, sources):
     """Refuse a source before the target is opened or anything merged."""
     from . import merge as merging
