@@ -7,6 +7,7 @@ Real files throughout: copies of a real store, pages overwritten on disk,
 and the read-only cases run as another user."""
 
 import hashlib
+import json
 import os
 import random
 import shutil
@@ -164,6 +165,11 @@ def test_a_garbled_page_is_found_before_a_command_reads_around_it(example_store_
     assert result.exit_code == 2 and result.stdout == "" and "damaged" in result.stderr
     result = CliRunner().invoke(cli, ["check", "--db", str(path)])
     assert result.exit_code == 2 and "problem: " in result.stderr and "damaged" in result.stderr
+    assert result.stdout == ""
+    result = CliRunner().invoke(cli, ["check", "--db", str(path), "--json"])  # a script reads what is wrong
+    assert result.exit_code == 2 and "damaged" in result.stderr
+    assert json.loads(result.stdout)["problems"] == [line.removeprefix("problem: ") for line in
+                                                     result.stderr.splitlines() if line.startswith("problem: ")]
 
 
 def test_quick_check_on_open_is_for_small_files_and_check_does_any(example_store_path, tmp_path, monkeypatch):
