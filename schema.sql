@@ -949,7 +949,14 @@ LEFT JOIN calibers ON calibers.id = j.caliber_id;
 -- a campaign's thousands of ranges without a Python object per value.
 CREATE VIEW ab_range_judgements AS
 WITH thresholds AS MATERIALIZED (
-    SELECT q_max, min_effect, min_rounds FROM judging_settings
+    SELECT q_max, min_effect, min_rounds,
+           ', "q_max": ' || json_quote(q_max) || ', "min_effect": ' || json_quote(min_effect) AS thresholds_json
+    FROM judging_settings
+),
+kinds AS MATERIALIZED (
+    SELECT position, finding,
+           ', "finding": ' || json_quote(finding) || ', "finding_position": ' || position AS finding_json
+    FROM finding_kinds
 ),
 judged AS (
     SELECT
@@ -959,6 +966,7 @@ judged AS (
         t.q_max,
         t.min_effect,
         t.min_rounds,
+        t.thresholds_json,
         CASE
             WHEN r.q_value <= t.q_max AND r.ci_low > 1 + t.min_effect THEN [[finding faster]]
             WHEN r.q_value <= t.q_max AND r.ci_high < 1 / (1 + t.min_effect) THEN [[finding slower]]
@@ -980,6 +988,7 @@ settled AS (
     SELECT
         judged.*,
         kinds.position AS finding_position,
+        kinds.finding_json,
         -- An inconclusive range needs its interval's half-width, t sd /
         -- sqrt(n) on the log scale, to shrink below its distance from the
         -- nearer bound, ln(1 + min_effect): n = (t sd / distance)^2, with
@@ -1020,14 +1029,17 @@ settled AS (
             HAVING count(*) > 0
         ), 'none: no NO_IR_DIFF pair screened') END AS floor_note
     FROM judged
-    LEFT JOIN finding_kinds kinds ON kinds.finding = judged.finding
+    LEFT JOIN kinds ON kinds.finding = judged.finding
 )
 SELECT
     settled.*,
-    -- the judged members as one object without its braces (min_effect, a
-    -- number, ends it: the trailing brace is the object's own)
-    '{' || json_head || ',' || rtrim(ltrim(json_object(
-        'q_value', q_value, 'finding', finding, 'finding_position', finding_position, 'to_settle', to_settle,
-        'noise_floor', noise_floor, 'clears_floor', clears_floor, 'floor_note', floor_note,
-        'q_max', q_max, 'min_effect', min_effect), '{'), '}') || ',' || json_tail || '}' AS json
+    -- the judged members between the kept ones, written as the fragments
+    -- are (pairing.py: json.dumps' '"key": value, ' layout, as every
+    -- --json prints its rows); what is the same for many rows (a finding,
+    -- the thresholds) is written once above, and clears_floor (0, 1 or
+    -- NULL) needs no json_quote: as fast as one json_object
+    '{' || json_head || ', "q_value": ' || json_quote(q_value) || finding_json
+        || ', "to_settle": ' || json_quote(to_settle) || ', "noise_floor": ' || json_quote(noise_floor)
+        || ', "clears_floor": ' || coalesce(clears_floor, 'null') || ', "floor_note": ' || json_quote(floor_note)
+        || thresholds_json || ', ' || json_tail || '}' AS json
 FROM settled;

@@ -1,6 +1,10 @@
 """compare: two screening roots side by side only under one and the same
 known caliber; otherwise refused, naming every differing field and value."""
 
+import csv
+import io
+import json
+
 import pytest
 
 from zlstore import caliber, judge
@@ -83,3 +87,21 @@ def test_compare_takes_screening_roots_only(example_store_path, example_source):
     result = invoke(example_store_path, "compare", manifest["roots"][0], manifest["campaign"]["root"])
     assert result.exit_code == 2
     assert "screening roots" in result.output
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_a_refusal_is_json_with_json(example_store_path, example_source, index):
+    """A script asking for JSON gets the refusal as JSON on stdout, with
+    every differing field and its value in each root; still exit 2, and
+    the one-line error on stderr."""
+    _, manifest = example_source
+    a, b, fields = manifest["incomparable_roots"][index]
+    cal_a, cal_b = manifest["root_info"][a]["caliber"], manifest["root_info"][b]["caliber"]
+    result = invoke(example_store_path, "compare", a, b, "--json")
+    assert result.exit_code == 2
+    refusal = json.loads(result.stdout)
+    assert refusal["a"] == a and refusal["b"] == b and refusal["error"].startswith("refusing to compare: ")
+    assert refusal["differences"] == [{"field": f, "a": cal_a[f], "b": cal_b[f]} for f in fields]
+    assert result.stderr.startswith("Error: refusing to compare: ")
+    rows = list(csv.DictReader(io.StringIO(invoke(example_store_path, "compare", a, b, "--csv").stdout)))
+    assert rows == [{"field": f, "a": cal_a[f], "b": cal_b[f]} for f in fields]

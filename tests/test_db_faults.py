@@ -7,6 +7,7 @@ Real files throughout: copies of a real store, pages overwritten on disk,
 and the read-only cases run as another user."""
 
 import hashlib
+import json
 import os
 import random
 import shutil
@@ -164,6 +165,11 @@ def test_a_garbled_page_is_found_before_a_command_reads_around_it(example_store_
     assert result.exit_code == 2 and result.stdout == "" and "damaged" in result.stderr
     result = CliRunner().invoke(cli, ["check", "--db", str(path)])
     assert result.exit_code == 2 and "problem: " in result.stderr and "damaged" in result.stderr
+    assert result.stdout == ""
+    result = CliRunner().invoke(cli, ["check", "--db", str(path), "--json"])  # a script reads what is wrong
+    assert result.exit_code == 2 and "damaged" in result.stderr
+    assert json.loads(result.stdout)["problems"] == [line.removeprefix("problem: ") for line in
+                                                     result.stderr.splitlines() if line.startswith("problem: ")]
 
 
 def test_quick_check_on_open_is_for_small_files_and_check_does_any(example_store_path, tmp_path, monkeypatch):
@@ -263,8 +269,9 @@ def test_a_store_this_user_cannot_write_is_read_and_a_write_says_why(case, share
     store_dir.chmod(dir_mode)
     before = snapshot(store_dir)
 
-    for argv in (["screen", SCREEN_ROOT], ["noise"], ["ab", CAMPAIGN], ["export", SCREEN_ROOT, "--format", "csv"],
-                 ["serve", "--get", "/zlstore/roots.json?_shape=array"], ["check"]):
+    for argv in (["screen", SCREEN_ROOT], ["noise"], ["ab", CAMPAIGN], ["export", SCREEN_ROOT, "--csv"],
+                 ["serve", "--get", "/zlstore/roots.json?_shape=array"], ["check"], ["rescore", "--rule", "v4"],
+                 ["rule"]):
         read = as_nobody(ZLSTORE + [*argv, "--db", str(path)], cwd=shared_dir)
         assert read.returncode == 0, (argv, read.stderr)
     assert as_nobody(ZLSTORE + ["screen", SCREEN_ROOT, "--db", str(path)], cwd=shared_dir).stdout == expected
@@ -273,7 +280,7 @@ def test_a_store_this_user_cannot_write_is_read_and_a_write_says_why(case, share
     shutil.copytree(example_source[0], runs)
     why = "the file is read-only" if case == "read-only file" else f"its directory {store_dir} is not writable"
     for argv in (["ingest", str(runs)], ["record", str(runs / SCREEN_ROOT / "topk_float16_before")],
-                 ["rescore", "--rule", "v4"], ["init"]):
+                 ["rule", "v4"], ["rule", "--q-max", "0.01"], ["init"]):
         write = as_nobody(ZLSTORE + [*argv, "--db", str(path)], cwd=shared_dir)
         if argv == ["init"]:  # init of a current store writes nothing: it reports
             assert write.returncode == 0, write.stderr

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from zlstore import layout
+from zlstore import Store, judge, layout
 
 from .judging import invoke, screen_pairs
 
@@ -17,10 +17,10 @@ def expected(manifest, root=ROOT):
     return {(op, dtype): spec["verdict"]["v3"] for r, op, dtype, spec in screen_pairs(manifest) if r == root}
 
 
-@pytest.mark.parametrize("fmt,delimiter", [("tsv", "\t"), ("csv", ",")])
-def test_delimited(example_store_path, example_source, fmt, delimiter):
+@pytest.mark.parametrize("options,delimiter", [((), "\t"), (("--tsv",), "\t"), (("--csv",), ",")])
+def test_delimited(example_store_path, example_source, options, delimiter):
     _, manifest = example_source
-    result = invoke(example_store_path, "export", ROOT, "--format", fmt)
+    result = invoke(example_store_path, "export", ROOT, *options)
     assert result.exit_code == 0, result.output
     reader = csv.reader(io.StringIO(result.stdout), delimiter=delimiter)
     header, *rows = list(reader)
@@ -31,7 +31,7 @@ def test_delimited(example_store_path, example_source, fmt, delimiter):
 
 def test_json(example_store_path, example_source):
     _, manifest = example_source
-    rows = json.loads(invoke(example_store_path, "export", ROOT, "--format", "json").stdout)
+    rows = json.loads(invoke(example_store_path, "export", ROOT, "--json").stdout)
     assert all(list(r) == list(layout.SCREEN_COLUMNS) for r in rows)
     assert {(r["op"], r["dtype"]): r["verdict"] for r in rows} == expected(manifest)
 
@@ -49,3 +49,24 @@ def test_export_refuses_what_is_not_a_screening_root(example_store_path, example
     assert invoke(example_store_path, "export", "nope").exit_code == 2
     result = invoke(example_store_path, "export", manifest["campaign"]["root"])
     assert result.exit_code == 2 and "not a screening root" in result.output
+
+
+def test_tsv_is_the_harness_screen_tsv_the_default_prints(example_store_path):
+    """--tsv means one thing in export: the harness's screen.tsv text (what
+    the default prints and rescore --write writes), so that every format
+    option of the other commands works here too."""
+    default = invoke(example_store_path, "export", ROOT)
+    assert default.exit_code == 0, default.output
+    assert invoke(example_store_path, "export", ROOT, "--tsv").stdout == default.stdout
+    with Store(example_store_path) as store:
+        assert default.stdout == judge.screen_tsv_text(judge.export_rows(store, ROOT))
+    assert "screen.tsv" in invoke(example_store_path, "export", "--help").output.split("--tsv", 1)[1].split("--", 1)[0]
+
+
+def test_rule_is_a_view(example_store_path, example_source):
+    _, manifest = example_source
+    rows = json.loads(invoke(example_store_path, "export", ROOT, "--rule", "v1", "--json").stdout)
+    assert {(r["op"], r["dtype"]): r["verdict"] for r in rows} == {
+        (op, dtype): spec["verdict"]["v1"] for r, op, dtype, spec in screen_pairs(manifest) if r == ROOT}
+    with Store(example_store_path) as store:
+        assert store.current_rule == "v3"

@@ -50,11 +50,21 @@ def test_no_kernel_is_never_a_move(example_store, example_source):
         assert not moved & no_kernel
 
 
-def test_cli_json_gives_the_moved_pairs(example_store, example_source):
+def test_cli_json_gives_the_moved_pairs_and_the_totals(example_store, example_source):
     _, manifest = example_source
-    rows = json_out(invoke(example_store.path, "rescore", "--json"))
+    result = json_out(invoke(example_store.path, "rescore", "--json"))
+    rows = result["moved"]
     assert all(list(r) == ["root", "op", "dtype", "from", "to"] for r in rows)
     assert {tuple(r.values()) for r in rows} == expected_moves(manifest, "v3")
+    pairs = list(screen_pairs(manifest))
+    assert result["rule"] == "v3" and result["pairs"] == len(pairs)
+    without = sum(1 for root, _, _, spec in pairs if original_verdict(manifest, root, spec) is None)
+    assert result["without_original"] == without
+    assert result["unchanged"] == len(pairs) - without - len(rows)
+    assert sum(c["n"] for c in result["counts"]) == len(rows)
+    # the other formats give the moved pairs, the same ones
+    csv_rows = list(csv.DictReader(io.StringIO(invoke(example_store.path, "rescore", "--csv").stdout)))
+    assert [tuple(r.values()) for r in csv_rows] == [tuple(r.values()) for r in rows]
 
 
 def test_cli_table_prints_counts(example_store_path, example_source):
@@ -68,13 +78,22 @@ def test_cli_table_prints_counts(example_store_path, example_source):
     assert f"{len(moves)} moved" in result.stdout
 
 
-def test_rule_option_makes_the_rule_current(example_store, example_source):
+def test_rule_option_views_without_switching(example_store, example_source):
+    """--rule means one thing in every command: judge under it, for this
+    output only. `zlstore rule RULE` is the one way to switch."""
     _, manifest = example_source
-    rows = json_out(invoke(example_store.path, "rescore", "--rule", "v1", "--json"))
-    assert {tuple(r.values()) for r in rows} == expected_moves(manifest, "v1")
+    result = json_out(invoke(example_store.path, "rescore", "--rule", "v1", "--json"))
+    assert result["rule"] == "v1"
+    assert {tuple(r.values()) for r in result["moved"]} == expected_moves(manifest, "v1")
+    with Store(example_store.path) as store:
+        assert store.current_rule == "v3"
+        assert {r["rule"] for r in store.db.query("SELECT rule FROM verdicts")} == {"v3"}
+    assert json_out(invoke(example_store.path, "rule", "v1", "--json"))["current_rule"] == "v1"
     with Store(example_store.path) as store:
         assert store.current_rule == "v1"
         assert {r["rule"] for r in store.db.query("SELECT rule FROM verdicts")} == {"v1"}
+    moved = json_out(invoke(example_store.path, "rescore", "--json"))["moved"]
+    assert {tuple(r.values()) for r in moved} == expected_moves(manifest, "v1")
 
 
 def read_tsv(path):
@@ -97,6 +116,7 @@ def test_write_keeps_the_replaced_file_as_orig(private_store):
     before = screen_tsv.read_bytes()
     result = invoke(store.path, "rescore", root, "--rule", "v2", "--write")
     assert result.exit_code == 0, result.output
+    assert store.current_rule == "v3"  # written under v2, judged under v3 still
     assert (tree / root / layout.SCREEN_TSV_ORIG).read_bytes() == before
     rows = read_tsv(screen_tsv)
     assert list(rows[0])[: len(layout.SCREEN_COLUMNS)] == list(layout.SCREEN_COLUMNS)
@@ -105,7 +125,7 @@ def test_write_keeps_the_replaced_file_as_orig(private_store):
     }
     # the store followed the file: recorded verdicts are the new ones, the original is kept
     with Store(store.path) as reopened:
-        for row in judge.verdicts(reopened, root):
+        for row in judge.verdicts(reopened, root, "v2"):
             assert row["recorded_verdict"] == row["verdict"]
             spec = manifest["screen"][root][f"{row['op']}|{row['dtype']}"]
             assert row["orig_verdict"] == spec["recorded"]

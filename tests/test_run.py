@@ -3,6 +3,7 @@ command, as real processes: timeouts kill whole process groups, cells reach
 the store while the run goes on, Ctrl-C leaves nothing behind, --resume
 finishes the job."""
 
+import json
 import os
 import signal
 import sqlite3
@@ -273,3 +274,40 @@ def test_ctrl_c_leaves_nothing_behind_and_resume_finishes(tmp_path):
                             WHERE rc IS NOT NULL GROUP BY op ORDER BY op""")
     assert [tuple(r) for r in complete] == [("rand", 4), ("slowa", 4), ("slowb", 4), ("topk", 4)]
     assert query(db, "SELECT count(*) FROM cells WHERE op IN ('topk', 'rand')")[0][0] == 8   # not rerun
+
+
+# -- the JSON summaries -------------------------------------------------------------
+
+
+def test_screen_and_campaign_end_with_a_json_summary(tmp_path):
+    """--json: what a script needs from a run, on stdout, the progress on stderr."""
+    screen_root, db = tmp_path / "runs" / "ab_rlc_json", tmp_path / "j.db"
+    env = base_env(tmp_path, FAKE_SAME_IR="rand", FAKE_SLEEP=0.1)
+    result = subprocess.run(
+        ZLSTORE + ["run", "screen", "--ops", "topk:float16,rand", "--switch", "FLAGTREE_MUSA_RLC_ENHANCE",
+                   "--command", f"{FAKE} cell", "--root", str(screen_root), "--db", str(db), "--json"],
+        env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["root"] == str(screen_root) and summary["sides"] == 4 and summary["failed"] == []
+    assert summary["switch"] == "FLAGTREE_MUSA_RLC_ENHANCE" and summary["switch_values"] == ["0", "1"]
+    assert {(r["op"], r["dtype"]): r["verdict"] for r in summary["verdicts"]} == {
+        (op, dtype): verdict for op, dtype, verdict in query(db, "SELECT op, dtype, verdict FROM verdicts")}
+    assert list(summary["verdicts"][0]) == list(layout.SCREEN_COLUMNS)
+    assert "topk:float16 before: RC 0" in result.stderr
+
+    root = tmp_path / "runs" / "campaign_json"
+    plan = write_plan(tmp_path / "partition.tsv", [(0, "topk", "float16", 0.1), (1, "rand", "", 0.1)])
+    result = subprocess.run(
+        ZLSTORE + ["run", "campaign", "--plan", str(plan), "--rounds", "2", "--root", str(root),
+                   "--command", f"{FAKE} repeat {{op}} {{dtype}}", "--poll", "0.2", "--db", str(db), "--json"],
+        env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["root"] == str(root) and not summary["interrupted"] and summary["failed"] == []
+    assert summary["done"] == 2 and summary["skipped"] == 0
+    assert summary["cells"] == 8 == query(db, "SELECT count(*) FROM cells WHERE root_id = "
+                                              "(SELECT id FROM roots WHERE name = 'campaign_json')")[0][0]
+    assert [(c["card"], c["done"], c["left"], c["cells"]) for c in summary["cards"]] == [(0, 1, 0, 4), (1, 1, 0, 4)]
+    assert summary["resume"] is None and summary["next"] == f"zlstore ab {root} --db {db}"
+    assert "current op" in result.stderr  # the status table went to stderr

@@ -95,8 +95,8 @@ def db_option(fn=None, *, create: bool = False, writes: bool = False, check=None
         return functools.partial(db_option, create=create, writes=writes, check=check)
 
     @click.option(
-        "--db", "db_path", type=click.Path(dir_okay=False), default=None,
-        help="Database file (default: $ZLSTORE_DB, else ./zlstore.db)"
+        "--db", "db_path", type=click.Path(dir_okay=False), default=None, envvar="ZLSTORE_DB", show_envvar=True,
+        help="Database file (default: ./zlstore.db)"
              + ("." if create else "; it must exist: this command never creates one."),
     )
     @functools.wraps(fn)
@@ -114,8 +114,45 @@ def db_option(fn=None, *, create: bool = False, writes: bool = False, check=None
     return wrapper
 
 
-def json_option(fn):
-    return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(fn)
+def output_options(fn=None, *, tsv_help="TSV: a header, then the rows, tab-separated."):
+    """--json, --nl, --csv, --tsv, -t/--table and --fmt, as sqlite-utils
+    has them, for every command that prints rows: the command gets `out`,
+    an output.Format (its own text for people when none is given)."""
+    if fn is None:
+        return functools.partial(output_options, tsv_help=tsv_help)
+    flags = {
+        "as_json": ("--json", "JSON: rows one a line, as sqlite-utils query prints them (a summary: one object)."),
+        "nl": ("--nl", "Newline-delimited JSON: one row a line."),
+        "as_csv": ("--csv", "CSV: a header, then the rows."),
+        "as_tsv": ("--tsv", tsv_help),
+        "as_table": ("--table", "The rows as a table (tabulate; --fmt for another layout)."),
+    }
+
+    @functools.wraps(fn)
+    def wrapper(*args, as_json, nl, as_csv, as_tsv, as_table, fmt, **kwargs):
+        given = {"as_json": as_json, "nl": nl, "as_csv": as_csv, "as_tsv": as_tsv, "as_table": as_table or bool(fmt)}
+        chosen = [name for name, on in given.items() if on]
+        if len(chosen) > 1:
+            raise click.UsageError(" and ".join(flags[name][0] for name in chosen) + " go one at a time")
+        kind = {"as_json": "json", "nl": "nl", "as_csv": "csv", "as_tsv": "tsv", "as_table": "table"}
+        out = output.Format(kind[chosen[0]], fmt or "simple") if chosen else output.HUMAN
+        return fn(*args, out=out, **kwargs)
+
+    for name, (flag, help_text) in reversed(flags.items()):
+        decls = ("-t", flag, name) if name == "as_table" else (flag, name)
+        if name == "as_table":
+            wrapper = click.option("--fmt", type=click.Choice(output.TABLE_FORMATS), default=None, metavar="FORMAT",
+                                   help="The table's layout, one of tabulate's: simple (the default), github, "
+                                        "grid, psql, latex, html, ... (implies -t).")(wrapper)
+        wrapper = click.option(*decls, is_flag=True, help=help_text)(wrapper)
+    return wrapper
+
+
+def emit(out, rows, columns=None, human=None, document=None):
+    """Print what a command says in the format asked for (output.render)."""
+    text = output.render(out, rows, columns=columns, human=human, document=document)
+    if text:
+        click.echo(text)
 
 
 def progress_reporter(label):
@@ -150,6 +187,11 @@ def cli():
     an unfinished cell; 70 internal error (a bug); 130 interrupted; 141
     stdout closed before the output was written.
 
+    Output, in every command that prints rows: its own text for people,
+    or --json, --nl, --csv, --tsv, -t/--table with --fmt, as sqlite-utils
+    prints them. --rule, where a command has it, only views under a rule;
+    `zlstore rule` switches the current one.
+
     Example:
 
         \b
@@ -159,8 +201,10 @@ def cli():
 
 @cli.command()
 @db_option(create=True)
-def init(store):
-    """Create or upgrade a database; print its path and schema version.
+@output_options
+def init(store, out):
+    """Create or upgrade a database; print its path and schema version
+    (--json: as an object).
 
     A file that is not a zlstore store (another program's SQLite database,
     a damaged or truncated one, one from a newer zlstore) is refused and
@@ -172,7 +216,8 @@ def init(store):
         \b
         zlstore init --db campaign.db
     """
-    click.echo(f"{store.path}\tschema version {store.schema_version}")
+    summary = {"path": str(store.path), "schema_version": store.schema_version}
+    emit(out, [summary], document=summary, human=lambda: f"{store.path}\tschema version {store.schema_version}")
 
 
 @cli.command()
@@ -229,10 +274,12 @@ def _server_path(value):
     return value
 
 
-def report_summary(summary, as_json):
+def report_summary(summary, out):
+    """An ingest's or a merge's problems (and moved roots) on stderr, then its
+    summary: --json the whole of it, the other formats its counts as a row."""
     for problem in summary.problems:
         click.echo(f"problem: {problem}", err=True)
-    for move in summary.moved:
+    for move in getattr(summary, "moved", ()):
         click.echo(f"moved: {move['root']} from {move['from']} to {move['to']}", err=True)
     earlier = summary.problem_count() - len(summary.problems)
     if earlier > 0:
@@ -241,10 +288,7 @@ def report_summary(summary, as_json):
     if summary.stopped:
         click.echo(f"error: ingest {summary.state}; the counts are what was stored. "
                    "Run it again with space to store the rest.", err=True)
-    if as_json:
-        click.echo(output.to_json(summary.as_dict()))
-    else:
-        click.echo(summary.line())
+    emit(out, [summary.counts], document=summary.as_dict, human=summary.line)
 
 
 def summary_exit(summary):
@@ -259,8 +303,8 @@ def summary_exit(summary):
 @click.option("--rehash", is_flag=True,
               help="Read and hash every cell, trusting no stat signature (after editing files in place).")
 @db_option(create=True, writes=True)
-@json_option
-def ingest(store, paths, rehash, as_json):
+@output_options
+def ingest(store, paths, rehash, out):
     """Store every root and cell under PATHS (runs/ trees, roots or cells).
 
     A cell is stored whole or not at all. Ingesting the same tree again adds
@@ -289,15 +333,15 @@ def ingest(store, paths, rehash, as_json):
         summary = store.ingest_summary(paths, progress=update, rehash=rehash)
     finally:
         finish()
-    report_summary(summary, as_json)
+    report_summary(summary, out)
     summary_exit(summary)
 
 
 @cli.command()
 @click.argument("root", required=False)
 @db_option
-@json_option
-def problems(store, root, as_json):
+@output_options
+def problems(store, root, out):
     """The problems with the input that are still open: each bad file (and
     line) an ingest or record named, of ROOT (a directory name or path;
     default: every root). A problem stays open while its file is as it was
@@ -309,15 +353,12 @@ def problems(store, root, as_json):
 
         \b
         zlstore problems ab_rlc_20261012_101500
-
         zlstore problems --json
     """
     with judge_errors():
         rows = store.problems(root)
-    if as_json:
-        click.echo(output.to_json(rows))
-    elif rows:
-        click.echo(output.table(rows, ["file", "line", "message", "found_at"]))
+    if rows or out.kind != "human":
+        emit(out, rows, human=lambda: output.table(rows, ["file", "line", "message", "found_at"]))
     else:
         click.echo("(no open problems)", err=True)
     sys.exit(EXIT_PROBLEMS if rows else EXIT_OK)
@@ -327,7 +368,8 @@ def problems(store, root, as_json):
 @click.option("--full", is_flag=True,
               help="SQLite's integrity_check and foreign_key_check too: every index against its table (slower).")
 @db_option(check=False)
-def check(store, full):
+@output_options
+def check(store, full, out):
     """Check the database file with SQLite's own checks: every page and
     record (quick_check), with --full every index and foreign key too.
     Every open of a store up to 16 MB quick-checks it anyway, and serve
@@ -348,18 +390,22 @@ def check(store, full):
     problems = dbmod.integrity_problems(store.conn, full=full)
     for problem in problems:
         click.echo(f"problem: {problem}", err=True)
+    checked = {"path": str(store.path), "checks": "integrity_check, foreign_key_check" if full else "quick_check",
+               "bytes": store.path.stat().st_size, "seconds": round(time.perf_counter() - started, 3),
+               "problems": problems}
+    if not problems or out.kind != "human":  # a script reads the problems on stdout too
+        emit(out, [checked], document=checked, human=lambda: (
+            f"{store.path}: ok ({checked['checks']}, {checked['bytes'] / 1e6:.1f} MB, {checked['seconds']:.2f} s)"))
     if problems:
         raise Fault(f"{store.path} is damaged ({len(problems)} problems above); restore it from a copy, "
                     f"or ingest the runs/ tree into a new database")
-    click.echo(f"{store.path}: ok ({'integrity_check, foreign_key_check' if full else 'quick_check'}, "
-               f"{store.path.stat().st_size / 1e6:.1f} MB, {time.perf_counter() - started:.2f} s)")
 
 
 @cli.command()
 @click.argument("root")
 @db_option(writes=True)
-@json_option
-def forget(store, root, as_json):
+@output_options
+def forget(store, root, out):
     """Remove ROOT (a directory name or path) from the store, with
     everything derived from it: its cells, their rows, kernels and
     fingerprints, its recorded verdicts and plan, its A/B pairs and ranges,
@@ -379,13 +425,7 @@ def forget(store, root, as_json):
     """
     with judge_errors():
         removed = store.forget(root)
-    if as_json:
-        click.echo(output.to_json(removed))
-        return
-    click.echo(f"forgot {removed['root']} ({removed['path']}): {removed['cells']} cells, "
-               f"{removed['measurements']} rows, {removed['kernels']} kernels, {removed['fingerprints']} fingerprints, "
-               f"{removed['recorded_verdicts']} recorded verdicts, {removed['partitions']} plan rows, "
-               f"{removed['ir_texts']} IR texts no other cell used, {removed['walked_dirs']} directory listings")
+    emit(out, [removed], document=removed, human=lambda: report.forgotten(removed))
 
 
 def _mergeable(ctx, param, sources):
@@ -403,8 +443,8 @@ def _mergeable(ctx, param, sources):
 @cli.command()
 @click.argument("sources", nargs=-1, required=True, type=click.Path(dir_okay=False), callback=_mergeable)
 @db_option(create=True, writes=True)
-@json_option
-def merge(store, sources, as_json):
+@output_options
+def merge(store, sources, out):
     """Merge stores made elsewhere (another host, a Slurm task, a
     colleague's laptop: SOURCES, database files) into the --db store.
 
@@ -437,9 +477,7 @@ def merge(store, sources, as_json):
         raise Refusal(str(error))
     finally:
         finish()
-    for problem in summary.problems:
-        click.echo(f"problem: {problem}", err=True)
-    click.echo(output.to_json(summary.as_dict()) if as_json else summary.line())
+    report_summary(summary, out)
     sys.exit(EXIT_PROBLEMS if summary.problems else EXIT_OK)
 
 
@@ -449,8 +487,8 @@ def merge(store, sources, as_json):
 @cli.command()
 @click.argument("cell_dirs", nargs=-1, required=True, type=click.Path(exists=True))
 @db_option(create=True, writes=True)
-@json_option
-def record(store, cell_dirs, as_json):
+@output_options
+def record(store, cell_dirs, out):
     """Store finished cells now: the line a harness adds after each cell.
 
     A cell is finished when its cell.env exists with RC (the harness writes
@@ -471,7 +509,7 @@ def record(store, cell_dirs, as_json):
     summary = store.ingest_summary(cell_dirs, command="record", require_finished=True)
     for path in summary.unfinished:
         click.echo(f"unfinished: {path}: no cell.env with RC yet; nothing stored", err=True)
-    report_summary(summary, as_json)
+    report_summary(summary, out)
     if summary.unfinished and not summary.stopped:
         sys.exit(EXIT_UNFINISHED)
     counts = summary.counts
@@ -502,8 +540,8 @@ def plan_options(fn):
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None,
               help="Write the plan as partition.tsv (card op dtype weight_min).")
 @db_option
-@json_option
-def plan(store, screen_root, ops, cards, rounds, extra_ops, out_path, as_json):
+@output_options
+def plan(store, screen_root, ops, cards, rounds, extra_ops, out_path, out):
     """Partition a screening root's ops across cards, longest first.
 
     Each op weighs its screening pair's time (elapsed_before + elapsed_after,
@@ -513,7 +551,10 @@ def plan(store, screen_root, ops, cards, rounds, extra_ops, out_path, as_json):
     share (total / cards) and a plain hash partition's critical path. An op
     with no screening time is an error that names it. Of the default ops
     (the IR_CHANGED pairs), those that differ only in what the strictest
-    rule leaves out are named on stderr (a hint; --json: "hints").
+    rule leaves out are named on stderr (a hint; --json: "hints"). Every
+    weight is in one unit: minutes from a 2-minute critical path, else
+    seconds; --json and the other formats give seconds (weight_s), the
+    other formats one row per planned op.
 
     Exit status: 0 planned; 2 the plan cannot be made (the message says
     why: an unknown root, an op without a screening time) or a bad --db.
@@ -535,12 +576,9 @@ def plan(store, screen_root, ops, cards, rounds, extra_ops, out_path, as_json):
     hinted = [] if ops else hinted_ops(store, root)
     if out_path:
         planmod.write_partition_tsv(the_plan, out_path)
-    if as_json:
-        click.echo(output.to_json({**the_plan.as_dict(), "hints": [
-            {"op": op, "dtype": dtype, "hint": hint} for op, dtype, hint in hinted]}))
-        return
-    click.echo(planmod.describe(the_plan))
-    for op, dtype, hint in hinted:
+    emit(out, the_plan.rows, human=lambda: planmod.describe(the_plan), document=lambda: {
+        **the_plan.as_dict(), "hints": [{"op": op, "dtype": dtype, "hint": hint} for op, dtype, hint in hinted]})
+    for op, dtype, hint in hinted if out.kind != "json" else ():
         click.echo(f"hint: {op}{':' + dtype if dtype else ''} {hint}; a campaign on it measures nothing "
                    "the switch changed (leave it out with --ops, or judge under that rule: zlstore rule)", err=True)
 
@@ -571,7 +609,8 @@ def run():
 @click.option("--card", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--backend", default=None, help="Names the visible-devices variable (default: $ZL_BACKEND, else cuda).")
 @db_option(create=True, writes=True)
-def run_screen(store, ops, command, switch, values, cell_timeout, root_dir, card, backend):
+@output_options
+def run_screen(store, ops, command, switch, values, cell_timeout, root_dir, card, backend, out):
     """Screen ops: one pair each, before (the switch at the first of
     --values) then after (at the second).
 
@@ -581,7 +620,9 @@ def run_screen(store, ops, command, switch, values, cell_timeout, root_dir, card
     the cell's cell.env (RC, ELAPSED_S, STARTED_AT, SWITCH_VALUE, the caliber
     variables of its environment) last and records it; at the end it writes
     the root's screen.tsv from the verdicts view. root.env keeps the switch
-    and its two values (SWITCH_VALUES=before,after).
+    and its two values (SWITCH_VALUES=before,after). It ends with the
+    verdicts; --json gives them in a summary with the root, the switch and
+    every failed side.
 
     Exit status: 0 every side ran cleanly; 1 some side failed or hit the
     timeout (recorded: its verdict says so); 2 it could not start: a
@@ -610,7 +651,9 @@ def run_screen(store, ops, command, switch, values, cell_timeout, root_dir, card
     except KeyboardInterrupt:
         click.echo("interrupted: the running side was killed; finished cells are recorded", err=True)
         sys.exit(EXIT_INTERRUPTED)
-    click.echo(report.run_screen(result, runner.screen_tsv_rows(result)))
+    rows = judge.export_rows(store, result["root"])
+    emit(out, rows, columns=layout.SCREEN_COLUMNS, human=lambda: report.run_screen(result, rows),
+         document={**result, "verdicts": rows})
     failed = len(result["failed"])
     sys.exit(EXIT_OK if not failed else EXIT_USAGE if failed == result["sides"] else EXIT_PROBLEMS)
 
@@ -658,9 +701,10 @@ def slurm_options(fn):
 @click.option("--status-every", type=click.FloatRange(min=0.1), default=30, show_default=True,
               help="Seconds between status tables when stderr is not a terminal.")
 @db_option(create=True, writes=True)
+@output_options
 def run_campaign(store, plan_path, screen_root, ops, cards, rounds, extra_ops, command, root_dir, resume,
                  cell_timeout, switch, backend, devices, slurm, partition, gres, time_limit, account, sbatch_args,
-                 poll, status_every):
+                 poll, status_every, out):
     """Run a plan: one `zlstore run card` per card, ops in turn within a card.
 
     Each op runs --command with AB_ROOT = <root>/card<N>, ROUNDS,
@@ -684,6 +728,9 @@ def run_campaign(store, plan_path, screen_root, ops, cards, rounds, extra_ops, c
     this process records the cells (no database is written from another
     host), Ctrl-C cancels the array (scancel), and a task Slurm kills is
     named with its reason. --resume runs only the cards with ops left.
+
+    It ends with the totals and what to run next; --json gives them with
+    each card's (the other formats: a row per card).
 
     Exit status: 0 every op ran cleanly; 1 some op failed or a task was
     killed (the other cards went on); 2 it could not start (the message
@@ -720,7 +767,8 @@ def run_campaign(store, plan_path, screen_root, ops, cards, rounds, extra_ops, c
         raise Refusal(str(error))
     except (runner.RunError, SlurmError, LookupError, ValueError) as error:
         raise Fault(str(error).strip("'\""))
-    click.echo(report.campaign(result))
+    summary = {**result.as_dict(), **report.campaign_next(result)}
+    emit(out, summary["cards"], human=lambda: report.campaign(result), document=summary)
     if result.interrupted:
         sys.exit(EXIT_INTERRUPTED)
     sys.exit(EXIT_PROBLEMS if result.failed else EXIT_OK)
@@ -870,9 +918,9 @@ def flaggems_cell(checkout, python, tests, pytest_args):
               help="Seconds per cell; a cell that hits it is killed with its process group, RC 124.")
 @click.option("--card", envvar="CARD", show_envvar=True, type=click.IntRange(min=0), default=0, show_default=True)
 @flaggems_options
-@json_option
+@output_options
 def flaggems_repeat(op, dtype, ab_root, rounds, switch, values, cell_timeout, card, checkout, python, tests,
-                    pytest_args, as_json):
+                    pytest_args, out):
     """Every round of one op: what `zlstore run campaign` runs per op.
 
     Writes <AB_ROOT>/ab_<timestamp>/OP/r<N>/<side>/ for N in 1..ROUNDS,
@@ -880,7 +928,7 @@ def flaggems_repeat(op, dtype, ab_root, rounds, switch, values, cell_timeout, ca
     (the caliber variables of the environment, RC last). DTYPE '' is the
     op's own set of dtypes. BENCH_LEVEL is required (FlagGems' --level). A
     failed or killed cell does not stop the rounds. Progress goes to
-    stderr; --json prints the cells.
+    stderr; --json (and the other formats) print the cells.
 
     Exit status: 0 every cell RC 0; 1 some cell failed or was killed;
     2 usage error (nothing run); 130 interrupted (the running cell has no
@@ -916,14 +964,20 @@ def flaggems_repeat(op, dtype, ab_root, rounds, switch, values, cell_timeout, ca
     except KeyboardInterrupt:
         click.echo("interrupted: the running cell was killed and has no cell.env", err=True)
         sys.exit(EXIT_INTERRUPTED)
-    if as_json:
-        click.echo(output.to_json([run.as_dict() for run in runs]))
+    emit(out, [run.as_dict() for run in runs], human=lambda: "")  # people read the progress on stderr
     sys.exit(EXIT_OK if all(run.rc == 0 for run in runs) else EXIT_PROBLEMS)
 
 
 # -- judging: thin wrappers over judge.py; the judgement itself is in the views --
 
 RULE_CHOICE = click.Choice(sorted(ttgir.RULES))
+
+
+def rule_option(fn):
+    """--rule: one meaning in every command, a view; `zlstore rule` switches."""
+    return click.option("--rule", type=RULE_CHOICE, default=None,
+                        help="Judge under this fingerprint rule (default: the current one) without making it "
+                             "the current one: `zlstore rule RULE` does that.")(fn)
 
 
 class Refusal(Fault):
@@ -936,7 +990,7 @@ def judge_errors():
     try:
         yield
     except judge.JudgeError as error:
-        raise Refusal(str(error))
+        raise Refusal(str(error)) from error
     except LookupError as error:
         if type(error) is not LookupError:  # a KeyError or IndexError is a bug, not a usage error
             raise
@@ -945,11 +999,10 @@ def judge_errors():
 
 @cli.command()
 @click.argument("root", required=False)
-@click.option("--rule", type=RULE_CHOICE, default=None,
-              help="Judge under this fingerprint rule without making it the current one.")
+@rule_option
 @db_option
-@json_option
-def screen(store, root, rule, as_json):
+@output_options
+def screen(store, root, rule, out):
     """The screening verdicts: one line per (op, dtype) pair of ROOT (a
     directory name or path; default: every screening root) under the current
     fingerprint rule.
@@ -983,54 +1036,49 @@ def screen(store, root, rule, as_json):
     for axis in axes.values():
         if axis["axis"] == "dead":
             click.echo(report.dead_axis_warning(axis), err=True)
-    if as_json:
-        click.echo(output.to_json(rows))
-        return
-    if not rows:
+    if not rows and out.kind == "human":
         click.echo("(no screening pairs: ingest a screening root first)", err=True)
         return
-    click.echo(report.screen(rows, rule_name, axes))
+    emit(out, rows, human=lambda: report.screen(rows, rule_name, axes))
 
 
 @cli.command()
 @click.argument("root", required=False)
-@click.option("--rule", type=RULE_CHOICE, default=None,
-              help="Rescore under this rule, and make it the current rule.")
+@rule_option
 @click.option("--write", is_flag=True,
-              help="Rewrite screen.tsv in each root from the verdicts, keeping the replaced file as "
-                   "screen.tsv.orig (an existing .orig is never overwritten); the root is then ingested again.")
+              help="Rewrite screen.tsv in each root from the verdicts under the rule, keeping the replaced file "
+                   "as screen.tsv.orig (an existing .orig is never overwritten); the root is then ingested again.")
 @db_option
-@json_option
-def rescore(store, root, rule, write, as_json):
+@output_options
+def rescore(store, root, rule, write, out):
     """Re-judge screening roots under a fingerprint rule (default: the
-    current one) against the harness's original judgement: screen.tsv.orig
-    where the root has one, else screen.tsv. Prints the pairs whose verdict
-    moved and the count of each move; NO_KERNEL and NO_TRITON are one
-    verdict and never a move. --json gives the moved pairs.
+    current one, which rescore never changes: `zlstore rule RULE` does)
+    against the harness's original judgement: screen.tsv.orig where the
+    root has one, else screen.tsv. Prints the pairs whose verdict moved,
+    the count of each move and the totals; NO_KERNEL and NO_TRITON are one
+    verdict and never a move. --json gives all of it (rule, pairs, moved,
+    counts, unchanged, without_original); the other formats the moved
+    pairs.
 
     Exit status: 0 done; 2 an unknown root, a root directory that is gone
-    (--write), or a bad --db (--rule and --write need one this user can
-    write).
+    (--write), or a bad --db (--write needs one this user can write).
 
     Example:
 
         \b
-        zlstore rescore ab_rlc_20261012_101500 --rule v3 --write
+        zlstore rescore ab_rlc_20261012_101500 --rule v4
+        zlstore rescore ab_rlc_20261012_101500 --write
     """
-    if rule is not None or write:
+    if write:
         store.require_writable()
     with judge_errors():
-        found = store.root(root) if root is not None else None  # an unknown root leaves the rule alone
-        if rule is not None:
-            store.set_rule(rule)
-        result = judge.rescore(store, found)
-        written = judge.rescore_write(store, found) if write else []
+        found = store.root(root) if root is not None else None
+        result = judge.rescore(store, found, rule)
+        written = judge.rescore_write(store, found, rule) if write else []
     for path in written:
         click.echo(f"wrote {path} (the original is {path.name}.orig)", err=True)
-    if as_json:
-        click.echo(output.to_json(result["moved"]))
-        return
-    click.echo(report.rescore(result))
+    emit(out, result["moved"], columns=["root", "op", "dtype", "from", "to"], human=lambda: report.rescore(result),
+         document=result)
 
 
 @cli.command("rule")
@@ -1040,11 +1088,16 @@ def rescore(store, root, rule, write, as_json):
 @click.option("--min-effect", type=click.FloatRange(0, min_open=True), default=None,
               help="The smallest change worth a finding, as a fraction: 0.02 is 2% (default 0.02).")
 @db_option
-@json_option
-def rule(store, rule_name, q_max, min_effect, as_json):
+@output_options
+def rule(store, rule_name, q_max, min_effect, out):
     """Show or set what judging keeps: the current fingerprint rule (every
-    view judges under it) and a finding's thresholds. Without arguments,
-    prints them.
+    view judges under it; the one way to switch it: --rule elsewhere only
+    views under another) and a finding's thresholds. Without arguments,
+    prints them. A rule the store has not computed yet is computed from the
+    stored IR first.
+
+    Exit status: 0 done; 2 a bad --db (setting needs one this user can
+    write).
 
     Example:
 
@@ -1052,6 +1105,8 @@ def rule(store, rule_name, q_max, min_effect, as_json):
         zlstore rule
         zlstore rule v4 --min-effect 0.05
     """
+    if rule_name is not None or q_max is not None or min_effect is not None:
+        store.require_writable()
     with judge_errors():
         if rule_name is not None:
             store.set_rule(rule_name)
@@ -1059,18 +1114,15 @@ def rule(store, rule_name, q_max, min_effect, as_json):
             if value is not None:
                 store.set_setting(key, repr(value))
         settings = judge.judging_settings(store)
-    if as_json:
-        click.echo(output.to_json(settings))
-        return
-    click.echo(output.table([settings], list(settings)))
+    emit(out, [settings], document=settings)
 
 
 @cli.command()
 @click.argument("root", required=False)
 @click.option("--rejected", is_flag=True, help="List the rows that did not pair, and why.")
 @db_option
-@json_option
-def ab(store, root, rejected, as_json):
+@output_options
+def ab(store, root, rejected, out):
     """A/B findings of repeat runs and campaigns: per (root, row op, dtype,
     shape), what the paired rounds say of the ratio latency before / latency
     after (above 1: faster with the switch).
@@ -1110,24 +1162,21 @@ def ab(store, root, rejected, as_json):
     """
     with judge_errors():
         found = store.root(root) if root is not None else None
-        if as_json and not rejected:  # built by SQLite: a campaign has thousands of ranges
-            click.echo(judge.ab_ranges_json(store, found))
-            return
-        rows = judge.ab_rejected(store, found) if rejected else judge.ab_ranges(store, found)
-    if as_json:
-        click.echo(output.to_json(rows))
+    if out.kind in ("json", "nl") and not rejected:  # built by SQLite: a campaign has thousands of ranges
+        emit(out, [], document=output.JSONText(judge.ab_ranges_json(store, found)))
         return
-    if not rows:
+    rows = judge.ab_rejected(store, found) if rejected else judge.ab_ranges(store, found)
+    if not rows and out.kind == "human":
         click.echo("(every row paired)" if rejected else report.no_ab_ranges(found), err=True)
         return
-    click.echo(report.rejected(rows) if rejected else report.ab(rows, judge.judging_settings(store)))
+    emit(out, rows, human=lambda: report.rejected(rows) if rejected else report.ab(rows, judge.judging_settings(store)))
 
 
 @cli.command()
 @click.option("--op", default=None, help="Only this row op.")
 @db_option
-@json_option
-def noise(store, op, as_json):
+@output_options
+def noise(store, op, out):
     """Noise floors: per (row op, dtype, caliber), floor = max |before/after
     - 1| over the paired rows of every NO_IR_DIFF screening pair under the
     current rule (the same code measured twice), with the number of rows it
@@ -1143,25 +1192,24 @@ def noise(store, op, as_json):
         zlstore noise --op softmax
     """
     rows = judge.noise_floors(store, op)
-    if as_json:
-        click.echo(output.to_json(rows))
-        return
-    click.echo(report.noise(rows))
-    if not rows:
+    emit(out, rows, human=lambda: report.noise(rows))
+    if not rows and out.kind == "human":
         click.echo("(no noise floor: no NO_IR_DIFF pair with paired rows)", err=True)
 
 
 @cli.command()
 @click.argument("root_a")
 @click.argument("root_b")
-@click.option("--rule", type=RULE_CHOICE, default=None, help="Judge under this rule (default: the current one).")
+@rule_option
 @db_option
-@json_option
-def compare(store, root_a, root_b, rule, as_json):
+@output_options
+def compare(store, root_a, root_b, rule, out):
     """Two screening roots side by side: verdict and speedup range per (op,
     dtype). Only when both were measured under one and the same known
     caliber; otherwise refuses (exit status 2) and names every caliber field
-    that differs, with its value in each root.
+    that differs, with its value in each root: on stderr, and on stdout in
+    the format asked for (--json: the refusal with its "differences", each
+    a field with its value in a and in b; the other formats: those rows).
 
     Exit status: 0 done; 2 an unknown or wrong-kind root, or a bad --db
     (missing: never created; not a zlstore store; damaged; newer).
@@ -1175,21 +1223,27 @@ def compare(store, root_a, root_b, rule, as_json):
         with judge_errors():
             result = judge.compare(store, root_a, root_b, rule)
     except Refusal as refusal:
+        mismatch = refusal.__cause__
+        if isinstance(mismatch, judge.CaliberMismatch) and out.kind != "human":
+            differences = [{"field": field, "a": a, "b": b} for field, a, b in mismatch.differences]
+            emit(out, differences, document={"error": "refusing to compare: " + refusal.message, "a": mismatch.a,
+                                             "b": mismatch.b, "differences": differences})
         raise Refusal("refusing to compare: " + refusal.message)
-    if as_json:
-        click.echo(output.to_json(result["rows"]))
-        return
-    click.echo(report.compare(result))
+    emit(out, result["rows"], human=lambda: report.compare(result))
 
 
 @cli.command()
 @click.argument("root")
-@click.option("--format", "fmt", type=click.Choice(["tsv", "csv", "json"]), default="tsv", show_default=True)
-@click.option("--rule", type=RULE_CHOICE, default=None, help="Judge under this rule (default: the current one).")
+@rule_option
 @db_option
-def export(store, root, fmt, rule):
+@output_options(tsv_help="The harness's screen.tsv text, as the default prints it.")
+def export(store, root, rule, out):
     """A screening root's verdict table in the harness's screen.tsv column
-    order, for people and scripts that still read that file.
+    order, for people and scripts that still read that file: by default
+    (and with --tsv) as the harness writes screen.tsv (a header, tab-
+    separated, empty for NULL, tabs and newlines in a value made spaces,
+    numbers in full), rows in the order of the root's screen.tsv; --csv,
+    --json, --nl and -t give the same rows and columns.
 
     Exit status: 0 done; 2 an unknown or wrong-kind root, or a bad --db
     (missing: never created; not a zlstore store; damaged; newer).
@@ -1197,13 +1251,11 @@ def export(store, root, fmt, rule):
     Example:
 
         \b
-        zlstore export ab_rlc_20261012_101500 --format csv > screen.csv
+        zlstore export ab_rlc_20261012_101500 > screen.tsv
+        zlstore export ab_rlc_20261012_101500 --csv > screen.csv
     """
     with judge_errors():
         rows = judge.export_rows(store, root, rule)
-    if fmt == "json":
-        click.echo(output.to_json(rows))
-    elif fmt == "csv":
-        click.echo(output.to_delimited(rows, layout.SCREEN_COLUMNS), nl=False)
-    else:
-        click.echo(judge.screen_tsv_text(rows), nl=False)
+    if out.kind == "tsv":
+        out = output.HUMAN
+    emit(out, rows, columns=layout.SCREEN_COLUMNS, human=lambda: judge.screen_tsv_text(rows).rstrip("\n"))

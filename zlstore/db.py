@@ -20,7 +20,7 @@ from typing import Callable, Dict, Iterator, List, NamedTuple, Optional
 
 from . import caliber, judge, layout, pairing, stats, ttgir
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 BUSY_TIMEOUT_MS = 60_000
 WRITE_ATTEMPTS = 10
 
@@ -589,6 +589,14 @@ def _roots_by_identity(conn):
         (layout.root_identity(name, env_file, _json_object(env)), root_id)
         for root_id, name, env_file, env in conn.execute("SELECT id, name, env_file, env FROM roots").fetchall()])
     conn.execute("CREATE UNIQUE INDEX IF NOT EXISTS cells_relpath ON cells(root_id, relpath)")
+
+
+@migration(8)
+def _spaced_range_json(conn):
+    """Release 8 writes each range's kept JSON as every --json writes its
+    rows ('"key": value, ...', json.dumps' layout): re-pairing every round
+    rewrites the fragments kept in ab_range_rows."""
+    pairing.mark_every_round(conn)
 
 
 def _json_object(text):

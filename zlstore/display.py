@@ -2,13 +2,19 @@
 or the Slurm task's as the scheduler reports it) with its job, its current
 op, ops done and left, elapsed time and an estimate from the weights.
 Redrawn in place on a terminal; otherwise a line per event and the table
-every so often."""
+every so often. The table is tabulate's, as every other (output.table);
+README, "Dependencies", says why the redraw is not rich's."""
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import IO, List, Optional
 
+from . import output
 from .plan import Op
+
+COLUMNS = ("card", "state", "job", "current op", "done", "left", "failed", "cells", "elapsed", "est. left")
+ALIGN = ("right", "left", "left", "left", "right", "right", "right", "right", "right", "right")
 
 
 @dataclass
@@ -88,20 +94,16 @@ class Display:
         eta = None if any(e is None for e in estimates) else max(estimates, default=0.0)
         lines = [f"{self.title}: {len(self.cards)} cards, elapsed {_clock(now - self.start)}, "
                  f"est. {_clock(eta)} left"]
-        header = ("card", "state", "job", "current op", "done", "left", "failed", "cells", "elapsed", "est. left")
         rows = []
         for c, estimate in zip(self.cards, estimates):
             left = len(c.remaining) + (1 if c.current is not None else 0)
             end = c.finished if c.finished is not None else now
             elapsed = (end - c.started) if c.started is not None else 0.0
             job = f"{c.job} on {c.node}" if c.job and c.node else c.job
-            rows.append((str(c.card), c.state or "-", job or "-", c.current_text(now), str(c.done + c.skipped),
-                         str(left), str(len(c.failed)), str(c.cells), _clock(elapsed), _clock(estimate)))
-        widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-        fmt = lambda values: "  ".join(v.ljust(w) if i in (1, 2, 3) else v.rjust(w)
-                                       for i, (v, w) in enumerate(zip(values, widths))).rstrip()
-        lines.append(fmt(header))
-        lines.extend(fmt(r) for r in rows)
+            rows.append(dict(zip(COLUMNS, (c.card, c.state or "-", job or "-", c.current_text(now),
+                                           c.done + c.skipped, left, len(c.failed), c.cells, _clock(elapsed),
+                                           _clock(estimate)))))
+        lines.extend(output.table(rows, COLUMNS, align=ALIGN).split("\n"))
         for c in self.cards:
             for failure in c.failed:
                 lines.append(f"  failed: {failure}")
@@ -115,7 +117,7 @@ class Display:
     def refresh(self, force: bool = False):
         now = time.monotonic()
         if self.tty:
-            lines = self.screen()
+            lines = self._fitted(self.screen())
             if self.drawn:
                 self.stream.write(f"\x1b[{self.drawn}F\x1b[J")
             self.stream.write("\n".join(lines) + "\n")
@@ -125,6 +127,16 @@ class Display:
             self.stream.write("\n".join(self.screen()) + "\n")
             self.stream.flush()
             self.last_status = now
+
+    def _fitted(self, lines: List[str]) -> List[str]:
+        """Lines cut to the terminal's width: a line that wrapped would take
+        two rows, and the next redraw would move up too few and leave a
+        stale copy behind."""
+        try:
+            width = os.get_terminal_size(self.stream.fileno()).columns
+        except (AttributeError, OSError, ValueError):
+            return lines
+        return [line if len(line) < width else line[:max(width - 4, 1)] + "..." for line in lines]
 
     def final(self) -> List[str]:
         lines = self.screen()

@@ -245,15 +245,15 @@ def screen_tsv_text(rows: Sequence[dict], columns: Optional[Sequence[str]] = Non
     return "\n".join(lines) + "\n"
 
 
-def write_screen_tsv(store, root) -> Path:
-    """Write a screening root's screen.tsv from the verdicts view (current
-    rule), the way the harness's RESCORE did: screen.tsv column order, then
+def write_screen_tsv(store, root, rule: Optional[str] = None) -> Path:
+    """Write a screening root's screen.tsv from the verdicts under `rule`
+    (default: the current one), the way the harness's RESCORE did: screen.tsv column order, then
     any extra columns the replaced file had, kept per (op, dtype). The file
     it replaces is kept as screen.tsv.orig, unless a .orig already exists:
     that one is the harness's original and is never overwritten. Returns
     the path written. Ingest the root again to update recorded_verdicts."""
     found = _root(store, root)
-    rows = export_rows(store, found)
+    rows = export_rows(store, found, rule)
     directory = Path(found["path"])
     if not directory.is_dir():
         raise JudgeError(f"root directory {directory} does not exist (moved since it was ingested?)")
@@ -276,9 +276,10 @@ def write_screen_tsv(store, root) -> Path:
     return _files.replace_atomic(path, data)
 
 
-def rescore_write(store, root=None) -> List[Path]:
+def rescore_write(store, root=None, rule: Optional[str] = None) -> List[Path]:
     """`rescore --write`: rewrite screen.tsv of one root (default: every
-    screening root) from the verdicts under the current rule, then ingest
+    screening root) from the verdicts under `rule` (default: the current
+    one), then ingest
     the roots again so recorded_verdicts matches the files. Refuses
     (JudgeError) before writing anything when a root's directory is gone.
     Returns the paths written, in order."""
@@ -286,7 +287,7 @@ def rescore_write(store, root=None) -> List[Path]:
     missing = [t["path"] for t in targets if not Path(t["path"]).is_dir()]
     if missing:
         raise JudgeError("cannot write screen.tsv: no such root directory: " + ", ".join(missing))
-    written = [write_screen_tsv(store, target) for target in targets]
+    written = [write_screen_tsv(store, target, rule) for target in targets]
     if targets:
         store.ingest([t["path"] for t in targets])
     return written
@@ -307,21 +308,22 @@ def ab_ranges(store, root=None) -> List[dict]:
 
 
 def ab_ranges_json(store, root=None) -> str:
-    """ab_ranges() as a JSON array of objects, one per line, the same keys in
-    the same order, the ranges by key (AB_KEY_ORDER). A campaign has
-    thousands of ranges: the JSON of each is
-    kept with it when it is computed (ab_range_rows), and only what depends
-    on the settings (the finding, the noise floor) is added here, by the
-    view, so no Python object is made per value. Reals are written with 15
+    """ab_ranges() as a JSON array of objects, the same keys in the same
+    order, the ranges by key (AB_KEY_ORDER), laid out as every --json is
+    (output.json_text: one object a line, as sqlite-utils query prints
+    rows). A campaign has thousands of ranges: the JSON of each is kept
+    with it when it is computed (ab_range_rows), and only what depends on
+    the settings (the finding, the noise floor) is added here, by the view,
+    so no Python object is made per value. Reals are written with 15
     significant digits (SQLite's JSON)."""
     where, params = _root_clause(store, root)
     store.refresh_pairs()
     text = store.conn.execute(
-        "SELECT group_concat(json, ',' || char(10)) "
+        "SELECT group_concat(json, ',' || char(10) || ' ') "
         f"FROM (SELECT json FROM ab_range_judgements WHERE 1{where} ORDER BY {AB_KEY_ORDER})",
         params,
     ).fetchone()[0]
-    return "[]" if text is None else "[\n" + text + "\n]"
+    return "[]" if text is None else "[" + text + "]"
 
 
 def judging_settings(store) -> dict:

@@ -1,5 +1,7 @@
-"""Plain-text tables and machine formats for command output: a table for
-people, JSON and CSV for scripts. No dependency beyond the standard library."""
+"""What commands print: text for people, and the formats scripts read, as
+sqlite-utils prints them (--json, --nl, --csv, --tsv, -t/--table with
+--fmt). The options are cli.output_options; the rendering is here, once.
+Tables are tabulate's."""
 
 import contextlib
 import contextvars
@@ -8,7 +10,10 @@ import io
 import json
 import math
 import shlex
-from typing import Any, Iterable, Iterator, List, Mapping, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, List, Mapping, Optional, Sequence, Union
+
+import tabulate
 
 # The database a printed command ("next: zlstore ab ROOT") names, set by the
 # command line for the command it runs (hints_for). None: the default
@@ -35,46 +40,161 @@ def command(*words: Any) -> str:
     return " ".join(shlex.quote(w) for w in words)
 
 
-def cell_text(value: Any, digits: int = 4) -> str:
+# -- numbers for people ------------------------------------------------------
+
+SIGNIFICANT = 4
+
+
+def cell_text(value: Any, digits: int = SIGNIFICANT) -> str:
+    """A value as a table shows it. A number keeps its meaning: its whole
+    integer part and at least one decimal (an elapsed 1710.2 s is 1710.2,
+    not 1710 or 1.71e+03), else `digits` significant digits (a ratio of
+    1.10345 is 1.103, a q of 0.03914 stays 0.03914, one of 0.0000123 is
+    1.23e-05, never 0); trailing zeros are dropped (121.0 is 121)."""
     if value is None:
         return ""
-    if isinstance(value, float):
-        if math.isnan(value) or math.isinf(value):
-            return str(value)
-        return f"{value:.{digits}g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.3e}"
-    return str(value)
+    if isinstance(value, (Mapping, list, tuple)):
+        return _dumps(value)
+    if isinstance(value, bool) or not isinstance(value, float):
+        return " ".join(str(value).split("\n"))
+    if not math.isfinite(value):
+        return str(value)
+    if abs(value) < 1:
+        return f"{value:.{digits}g}"
+    decimals = max(1, digits - len(str(int(abs(value)))))
+    return f"{value:.{decimals}f}".rstrip("0").rstrip(".")
 
 
-def table(rows: Sequence[Mapping[str, Any]], columns: Optional[Sequence[str]] = None,
-          headers: Optional[Sequence[str]] = None) -> str:
-    """A fixed-width table; numbers right-aligned."""
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# -- formats -----------------------------------------------------------------
+
+KINDS = ("human", "json", "nl", "csv", "tsv", "table")
+TABLE_FORMATS = tuple(tabulate.tabulate_formats)
+
+
+@dataclass(frozen=True)
+class Format:
+    """How a command prints: human (its own text, the default), json, nl,
+    csv, tsv, or table (tabulate's, in tablefmt)."""
+
+    kind: str = "human"
+    tablefmt: str = "simple"
+
+
+HUMAN = Format()
+
+
+class JSONText(str):
+    """JSON already written, in json_text's layout (by SQLite: a campaign's
+    ranges), printed as it is."""
+
+
+Rows = Sequence[Mapping[str, Any]]
+Lazy = Union[Any, Callable[[], Any]]
+
+
+def _value(lazy: Lazy) -> Any:
+    return lazy() if callable(lazy) else lazy
+
+
+def render(fmt: Format, rows: Lazy, columns: Optional[Sequence[str]] = None,
+           human: Optional[Callable[[], str]] = None, document: Lazy = None) -> str:
+    """The text a command prints in fmt. rows: what --nl, --csv, --tsv and
+    -t print (each may be a function, called only when needed); columns:
+    theirs (default: the first row's keys); human: the default text
+    (default: the rows as a table); document: what --json prints where it
+    says more than the rows (totals, a plan, a refusal)."""
+    if fmt.kind == "json":
+        return json_text(_value(rows) if document is None else _value(document))
+    if fmt.kind == "nl":
+        if isinstance(document, JSONText):
+            return json_lines(document)
+        return "\n".join(_dumps(row) for row in _value(rows))
+    if fmt.kind == "human" and human is not None:
+        return human()
+    rows = _value(rows)
     columns = list(columns or (rows[0].keys() if rows else []))
-    headers = list(headers or columns)
-    text = [[cell_text(row.get(c)) for c in columns] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in text]) for i, h in enumerate(headers)]
-    numeric = [
-        all(isinstance(row.get(c), (int, float)) or row.get(c) is None for row in rows) and rows
-        for c in columns
-    ]
-
-    def fmt(values):
-        return "  ".join(
-            (v.rjust(w) if num else v.ljust(w)) for v, w, num in zip(values, widths, numeric)
-        ).rstrip()
-
-    lines = [fmt(headers), "  ".join("-" * w for w in widths)]
-    lines.extend(fmt(r) for r in text)
-    return "\n".join(lines)
+    if fmt.kind in ("csv", "tsv"):
+        return to_delimited(rows, columns, "\t" if fmt.kind == "tsv" else ",").rstrip("\n")
+    return table(rows, columns, tablefmt=fmt.tablefmt if fmt.kind == "table" else "simple")
 
 
-def to_json(rows: Any) -> str:
-    return json.dumps(rows, indent=2, default=str)
+def _plain(value: Any) -> Any:
+    """A value JSON can say: NaN and infinities are null (JSON has no word for them)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
-def to_delimited(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], delimiter: str = ",") -> str:
+def _dumps(value: Any, indent: Optional[int] = None) -> str:
+    return json.dumps(_plain(value), indent=indent, default=str, ensure_ascii=False)
+
+
+def json_text(value: Any) -> str:
+    """JSON as sqlite-utils query prints it: an array of rows one a line,
+    '[{"a": 1},' then ' {"a": 2}]' ('[]' for none); any other value (a
+    summary, a plan) indented by two."""
+    if isinstance(value, JSONText):
+        return str(value)
+    if isinstance(value, (list, tuple)) and all(isinstance(row, Mapping) for row in value):
+        return "[" + ",\n ".join(_dumps(row) for row in value) + "]"
+    return _dumps(value, indent=2)
+
+
+def json_lines(text: str) -> str:
+    """An array in json_text's layout as newline-delimited JSON: each row is
+    one line there already (a newline inside a JSON string is escaped)."""
+    return text[1:-1].replace(",\n ", "\n")
+
+
+def to_delimited(rows: Rows, columns: Sequence[str], delimiter: str = ",") -> str:
+    """A header and the rows, CSV (or TSV with a tab); empty for NULL, JSON
+    for a nested value, full precision for a number."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, delimiter=delimiter, lineterminator="\n")
     writer.writerow(columns)
     for row in rows:
-        writer.writerow(["" if row.get(c) is None else row.get(c) for c in columns])
+        writer.writerow([_delimited_value(row.get(c)) for c in columns])
     return buffer.getvalue()
+
+
+def _delimited_value(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, (Mapping, list, tuple)):
+        return _dumps(value)
+    return value
+
+
+def table(rows: Rows, columns: Optional[Sequence[str]] = None, headers: Optional[Sequence[str]] = None,
+          tablefmt: str = "simple", align: Optional[Sequence[str]] = None) -> str:
+    """The rows as tabulate's table: numbers written by cell_text and
+    right-aligned (or as align says, per column); tabulate's "simple"
+    layout (two spaces between columns, a rule under the header) without
+    trailing blanks."""
+    columns = list(columns or (rows[0].keys() if rows else []))
+    headers = list(headers or columns)
+    align = list(align or ["right" if rows and all(is_number(row.get(c)) or row.get(c) is None for row in rows)
+                           else "left" for c in columns])
+    body = [[cell_text(row.get(c)) for c in columns] for row in rows]
+    padding, tabulate.MIN_PADDING = tabulate.MIN_PADDING, 0  # no wider than its widest cell (a module
+    try:                                                      # setting: tabulate takes no argument for it)
+        text = tabulate.tabulate(body, headers=headers, tablefmt=tablefmt, disable_numparse=True,
+                                 colalign=align or None)
+    finally:
+        tabulate.MIN_PADDING = padding
+    if tablefmt in ("simple", "plain"):
+        text = "\n".join(line.rstrip() for line in text.split("\n"))
+    return text
+
+
+def to_json(value: Any) -> str:
+    """What --json prints of value (json_text)."""
+    return json_text(value)

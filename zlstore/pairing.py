@@ -37,12 +37,14 @@ def _json_fields(*columns: str) -> str:
     """SQL for the JSON text of these columns as members of an object, without
     its braces: a fragment of ab_ranges' JSON (`zlstore ab --json`) kept with
     the range, which the view joins with the members it judges on each read.
+    Written '"key": value, "key": value' (json_quote: what json_object
+    writes for a value), the layout json.dumps gives every other --json.
     A column is "expression AS key", or a qualified column keyed by its name."""
     members = []
     for column in columns:
         expression, _, key = column.partition(" AS ")
-        members.append(f"'{key or expression.split('.')[-1]}', {expression}")
-    return f"rtrim(ltrim(json_object({', '.join(members)}), '{{'), '}}')"
+        members.append(f"'\"{key or expression.split('.')[-1]}\": ' || json_quote({expression})")
+    return " || ', ' || ".join(members)
 
 
 _SETUP = [

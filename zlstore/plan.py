@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Tuple
 
-from . import files
+from . import files, output
 from .layout import PARTITION_COLUMNS
 
 
@@ -80,16 +80,28 @@ class Plan:
     def as_dict(self) -> dict:
         return {
             "cards": [
-                {"card": c.card, "ops": [{"op": o.op, "dtype": o.dtype, "weight_s": o.weight_s} for o in c.ops],
-                 "weight_s": c.weight_s}
+                {"card": c.card, "ops": [{"op": o.op, "dtype": o.dtype, "weight_s": seconds(o.weight_s)} for o in c.ops],
+                 "weight_s": seconds(c.weight_s)}
                 for c in self.cards
             ],
-            "makespan_s": self.makespan_s,
-            "heaviest_s": self.heaviest_s,
+            "makespan_s": seconds(self.makespan_s),
+            "heaviest_s": seconds(self.heaviest_s),
             "heaviest_op": self.heaviest.label if self.heaviest else None,
-            "ideal_s": self.ideal_s,
-            "hash_makespan_s": self.hash_makespan_s,
+            "ideal_s": seconds(self.ideal_s),
+            "hash_makespan_s": seconds(self.hash_makespan_s),
         }
+
+    def rows(self) -> List[dict]:
+        """One row per planned op: its card and weight."""
+        return [{"card": c.card, "op": o.op, "dtype": o.dtype, "weight_s": seconds(o.weight_s)}
+                for c in self.cards for o in c.ops]
+
+
+def seconds(value: float) -> float:
+    """A weight as printed for scripts: 12 significant digits, which drops
+    the binary noise of the sums (3.093, not 3.0930000000000004) and keeps
+    every digit a timing has."""
+    return float(f"{value:.12g}")
 
 
 def _check(ops: Sequence[Op], cards: int):
@@ -217,23 +229,26 @@ def parse_op_spec(text: str) -> List[Tuple[str, Optional[str]]]:
 
 
 def describe(plan: Plan) -> str:
-    """The plan for people: per card its ops and weight, then the critical
-    path, the floor, the ideal share and the hash partition's critical path."""
+    """The plan for people: per card its weight and ops (each with its
+    own), then the critical path, the floor, the ideal share and the hash
+    partition's critical path. Every weight in one unit, minutes when the
+    critical path is 2 minutes or more, else seconds."""
+    unit, per = ("min", 60.0) if plan.makespan_s >= 120 else ("s", 1.0)
 
-    def minutes(seconds):
-        return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+    def amount(value):
+        return output.cell_text(float(value) / per)
 
-    lines = []
-    for card in plan.cards:
-        ops = ", ".join(f"{o.label} ({minutes(o.weight_s)})" for o in card.ops) or "(idle)"
-        lines.append(f"card {card.card}  {minutes(card.weight_s):>10}  {ops}")
+    rows = [{"card": card.card, "weight": card.weight_s / per,
+             "ops": ", ".join(f"{o.label} ({amount(o.weight_s)})" for o in card.ops) or "(idle)"}
+            for card in plan.cards]
     critical = plan.critical_card
     heaviest = plan.heaviest
-    lines.append("")
-    lines.append(f"critical path    {minutes(plan.makespan_s)}"
+    lines = [output.table(rows, ["card", "weight", "ops"], ["card", f"weight ({unit})", f"ops (weight in {unit})"]), ""]
+    lines.append(f"critical path    {amount(plan.makespan_s)} {unit}"
                  + (f" (card {critical.card})" if critical else ""))
-    lines.append(f"heaviest op      {minutes(plan.heaviest_s)}"
+    lines.append(f"heaviest op      {amount(plan.heaviest_s)} {unit}"
                  + (f" ({heaviest.label}): the floor no plan can beat" if heaviest else ""))
-    lines.append(f"ideal share      {minutes(plan.ideal_s)} (total {minutes(plan.total_s)} / {len(plan.cards)} cards)")
-    lines.append(f"hash partition   {minutes(plan.hash_makespan_s)} critical path (crc32 of op:dtype mod cards)")
+    lines.append(f"ideal share      {amount(plan.ideal_s)} {unit} "
+                 f"(total {amount(plan.total_s)} {unit} / {len(plan.cards)} cards)")
+    lines.append(f"hash partition   {amount(plan.hash_makespan_s)} {unit} critical path (crc32 of op:dtype mod cards)")
     return "\n".join(lines)

@@ -85,6 +85,14 @@ def dead_axis_warning(axis: Mapping) -> str:
             "(spelled right, reaching the compiler) before reading or reusing this screen")
 
 
+def forgotten(removed: Mapping) -> str:
+    """What `zlstore forget` removed."""
+    return (f"forgot {removed['root']} ({removed['path']}): {removed['cells']} cells, "
+            f"{removed['measurements']} rows, {removed['kernels']} kernels, {removed['fingerprints']} fingerprints, "
+            f"{removed['recorded_verdicts']} recorded verdicts, {removed['partitions']} plan rows, "
+            f"{removed['ir_texts']} IR texts no other cell used, {removed['walked_dirs']} directory listings")
+
+
 def rescore(result: Mapping) -> str:
     """The pairs whose verdict moved, the count of each move, and the totals."""
     lines: List[str] = []
@@ -239,19 +247,27 @@ def run_screen(result: Mapping, rows: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
+def campaign_next(result) -> dict:
+    """What to run after a campaign, as printed: the line that continues it
+    where it has ops left (interrupted, or a task killed), and zlstore ab
+    unless it was interrupted; with --db where it is not the default."""
+    resume = getattr(result, "resume_command", None)
+    if result.interrupted and not resume:
+        resume = output.command("run", "campaign", "--resume", "--root", result.root)
+    return {"resume": resume, "next": None if result.interrupted else output.command("ab", result.root)}
+
+
 def campaign(result) -> str:
     """A campaign's closing lines: totals, each failure, and what to run next
-    (resume when interrupted, else zlstore ab), with --db where it is not
-    the default, so that either works pasted as printed."""
+    (campaign_next), so that either works pasted as printed."""
     lines = [f"{result.root}: {result.done} ops run, {result.skipped} skipped as complete, "
              f"{len(result.failed)} failed; {result.cells} cells recorded"]
     lines.extend(f"failed: {failure}" for failure in result.failed)
-    resume = getattr(result, "resume_command", None) or output.command("run", "campaign", "--resume", "--root",
-                                                                        result.root)
+    then = campaign_next(result)
     if result.interrupted:
-        lines.append(f"interrupted: continue with {resume}")
+        lines.append(f"interrupted: continue with {then['resume']}")
     else:
-        if getattr(result, "resume_command", None):
-            lines.append(f"ops left: continue with {resume}")
-        lines.append(f"next: {output.command('ab', result.root)}")
+        if then["resume"]:
+            lines.append(f"ops left: continue with {then['resume']}")
+        lines.append(f"next: {then['next']}")
     return "\n".join(lines)

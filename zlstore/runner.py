@@ -322,12 +322,6 @@ def screen_config(*, ops: str, command: str, switch: str, cell_timeout: float = 
     return config
 
 
-def screen_tsv_rows(result: dict) -> List[dict]:
-    """The rows of the screen.tsv a screening pass wrote (empty when it has
-    none), for the table printed at its end."""
-    return [row for _, row in layout.read_tsv(Path(result["screen_tsv"]), []) or []]
-
-
 def _num(value: float) -> str:
     return format(value, "g")
 
@@ -640,7 +634,7 @@ class CampaignResult:
             "cards": [{"card": c.card, "state": c.state, "job": c.job, "node": c.node, "done": c.done,
                        "skipped": c.skipped, "failed": c.failed, "cells": c.cells,
                        "left": len(c.remaining) + (1 if c.current else 0)} for c in self.cards],
-            "failed": self.failed,
+            "failed": self.failed, "done": self.done, "skipped": self.skipped, "cells": self.cells,
         }
 
 
