@@ -49,6 +49,12 @@ class MergeSummary:
     counts: Dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTS, 0))
     conflicts: List[dict] = field(default_factory=list)  # cells and roots both stores hold, differently
     problems: List[Problem] = field(default_factory=list)
+    stopped = False  # a merge is whole roots or nothing: it never stops half-way
+
+    def problem_count(self) -> int:
+        """The problems this merge found (ingest.Summary's question, asked
+        by the command line of every summary)."""
+        return len(self.problems)
 
     def as_dict(self) -> dict:
         return {"sources": self.sources, **self.counts, "conflicts": self.conflicts,
