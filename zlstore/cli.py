@@ -294,9 +294,24 @@ def _server_path(value):
     return value
 
 
+def shown_problem(problem) -> str:
+    """A problem as printed: its file relative to the current directory when
+    it lies below it, as the user named the tree (runs/...), else absolute.
+    --json and the ingest log keep the absolute path."""
+    if not isinstance(problem, layout.Problem):
+        return str(problem)
+    try:
+        relative = os.path.relpath(problem.file)
+    except ValueError:
+        return str(problem)
+    if relative.startswith(os.pardir):
+        return str(problem)
+    return str(layout.Problem(relative, problem.line, problem.message))
+
+
 def report_summary(summary, as_json):
     for problem in summary.problems:
-        click.echo(f"problem: {problem}", err=True)
+        click.echo(f"problem: {shown_problem(problem)}", err=True)
     for move in summary.moved:
         click.echo(f"moved: {move['root']} from {move['from']} to {move['to']}", err=True)
     if as_json:
@@ -332,7 +347,6 @@ def ingest(store, paths, rehash, as_json):
 
         \b
         zlstore ingest runs/ --db zlstore.db
-
         zlstore ingest runs/ --rehash
     """
     update, finish = progress_reporter("ingesting")
@@ -459,7 +473,7 @@ def merge(store, sources, as_json):
     finally:
         finish()
     for problem in summary.problems:
-        click.echo(f"problem: {problem}", err=True)
+        click.echo(f"problem: {shown_problem(problem)}", err=True)
     click.echo(output.to_json(summary.as_dict()) if as_json else summary.line())
     sys.exit(EXIT_PROBLEMS if summary.problems else EXIT_OK)
 
@@ -994,7 +1008,6 @@ def screen(store, root, rule, as_json):
 
         \b
         zlstore screen ab_rlc_20261012_101500
-
         zlstore screen --rule v2 --json
     """
     with judge_errors():
@@ -1126,7 +1139,6 @@ def ab(store, root, rejected, as_json):
 
         \b
         zlstore ab campaign_20261013_090000
-
         zlstore ab campaign_20261013_090000 --rejected
     """
     with judge_errors():
