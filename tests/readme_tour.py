@@ -183,7 +183,7 @@ def command_table() -> str:
         ctx = click.Context(command, info_name=" ".join(("zlstore", *words)))
         arguments = [piece for piece in command.collect_usage_pieces(ctx) if piece != "[OPTIONS]"]
         usage = " ".join(("zlstore", *words, *arguments))
-        what = command.get_short_help_str(limit=200).rstrip(".").replace("|", "\\|")
+        what = first_sentence(command.help or "", limit=120).replace("|", "\\|")
         rows.append(f"| `{usage}` | {what} |")
     return "\n".join(rows) + "\n"
 
@@ -198,16 +198,25 @@ def command_reference() -> str:
     return "\n".join(parts)
 
 
+def first_sentence(text: str, limit: int = 150) -> str:
+    """A text's first sentence; a long one up to its first ':' or ',' outside parentheses."""
+    paragraph = " ".join(text.split("\n\n")[0].split())
+    sentence = re.match(r"(.+?)[.!?](?:\s|$)", paragraph + " ").group(1)
+    if len(sentence) > limit:
+        depth = 0
+        for i, char in enumerate(sentence):
+            depth += {"(": 1, ")": -1}.get(char, 0)
+            if depth == 0 and char in ":,":
+                return sentence[:i]
+    return sentence
+
+
 def summary_line(path: Path) -> str:
-    """A module's docstring, first sentence (up to its first ':' or ',' if that is long)."""
+    """What a module is for: its docstring's first sentence."""
     doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
     if not doc:
         raise ValueError(f"{path.relative_to(REPO)} has no docstring: say in one sentence what it is for")
-    paragraph = " ".join(doc.split("\n\n")[0].split())
-    sentence = re.match(r"(.+?)[.!?](?:\s|$)", paragraph + " ").group(1)
-    if len(sentence) > 150:
-        sentence = re.split(r"[:,]", sentence, maxsplit=1)[0]
-    return sentence
+    return first_sentence(doc)
 
 
 def layout(order: Sequence[str], width: int = 28) -> str:
