@@ -179,6 +179,25 @@ def assert_loaded_only_from(browser, base):
     assert not severe, severe
 
 
+def example_verdicts(manifest) -> Counter:
+    """The example tree's screening verdicts under v3, counted."""
+    return Counter(pair["verdict"]["v3"] for pairs in manifest["screen"].values() for pair in pairs.values())
+
+
+def verdict_facet(browser, url) -> dict:
+    """The verdict facet's counts on the table page at url."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(url)
+    facet = wait_for(browser, lambda b: b.find_elements(By.CSS_SELECTOR, '.facet-info[data-column="verdict"]'),
+                     "the verdict facet")[0]
+    shown = {}
+    for item in facet.find_elements(By.CSS_SELECTOR, "li"):
+        label = item.find_element(By.TAG_NAME, "a").text
+        shown[label] = int(item.text[len(label):].strip().replace(",", ""))
+    return shown
+
+
 def test_index_page(driver, server):
     from selenium.webdriver.common.by import By
 
@@ -196,18 +215,9 @@ def test_index_page(driver, server):
 def test_verdicts_page_shows_facet_counts(driver, server, example_source):
     from selenium.webdriver.common.by import By
 
-    manifest = example_source[1]
-    expected = Counter(pair["verdict"]["v3"] for pairs in manifest["screen"].values()
-                       for pair in pairs.values())
+    expected = example_verdicts(example_source[1])
     expected.update({"NO_IR_DIFF": 3, "IR_CHANGED": 2})  # the floor tree's screening root
-    driver.get(server + "/zlstore/verdicts")
-    facet = wait_for(driver, lambda b: b.find_elements(By.CSS_SELECTOR, '.facet-info[data-column="verdict"]'),
-                     "the verdict facet")[0]
-    shown = {}
-    for item in facet.find_elements(By.CSS_SELECTOR, "li"):
-        label = item.find_element(By.TAG_NAME, "a").text
-        shown[label] = int(item.text[len(label):].strip().replace(",", ""))
-    assert shown == dict(expected)
+    assert verdict_facet(driver, server + "/zlstore/verdicts") == dict(expected)
     assert driver.find_elements(By.CSS_SELECTOR, '.facet-info[data-column="root"]')
     # the zlstore plugin folds the column descriptions and puts them on the headings
     details = driver.find_element(By.CSS_SELECTOR, "details.zlstore-column-descriptions")
@@ -295,16 +305,8 @@ def test_chart_renders(driver, server):
 def test_plain_datasette_verdicts_page(driver, plain_server, example_source):
     from selenium.webdriver.common.by import By
 
-    expected = Counter(pair["verdict"]["v3"] for pairs in example_source[1]["screen"].values()
-                       for pair in pairs.values())
-    driver.get(plain_server + "/examples/verdicts")
-    facet = wait_for(driver, lambda b: b.find_elements(By.CSS_SELECTOR, '.facet-info[data-column="verdict"]'),
-                     "the verdict facet")[0]
-    shown = {}
-    for item in facet.find_elements(By.CSS_SELECTOR, "li"):
-        label = item.find_element(By.TAG_NAME, "a").text
-        shown[label] = int(item.text[len(label):].strip().replace(",", ""))
-    assert shown == dict(expected)
+    expected = example_verdicts(example_source[1])
+    assert verdict_facet(driver, plain_server + "/examples/verdicts") == dict(expected)
     assert driver.find_element(By.CSS_SELECTOR, "h1").text.startswith("Screening verdicts (current rule)")
     driver.find_element(By.CSS_SELECTOR, "details.zlstore-column-descriptions")
     heading = driver.find_element(By.CSS_SELECTOR, 'table.rows-and-columns th[data-column="verdict"]')

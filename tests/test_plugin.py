@@ -12,7 +12,6 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-from urllib.parse import urlencode
 
 import pytest
 import yaml
@@ -23,21 +22,9 @@ from datasette.plugins import pm
 from zlstore import Store, datasette_plugin, serve
 from zlstore.cli import cli
 
-from .test_serve import CANNED, PUBLIC_VIEWS
+from .test_serve import CANNED, PUBLIC_VIEWS, fetch, rows
 
 CAMPAIGN = "campaign_20261013_090000"
-
-
-def fetch(ds, path, **params):
-    if params:
-        path += ("&" if "?" in path else "?") + urlencode(params)
-    return asyncio.run(ds.client.get(path))
-
-
-def rows(ds, path, **params):
-    response = fetch(ds, f"{path}.json", _shape="array", _size="max", **params)
-    assert response.status_code == 200, response.text
-    return response.json()
 
 
 def copy_store(source, dest):

@@ -8,7 +8,6 @@ import json
 import os
 import re
 
-import pytest
 from click.testing import CliRunner
 
 from zlstore.cli import cli
