@@ -189,6 +189,7 @@ def test_metadata_command_names_the_database(files):
     assert set(CANNED) <= set(data["databases"]["examples"]["queries"])
     assert {c["db"] for c in data["plugins"]["datasette-dashboards"]["campaign"]["charts"].values()} == {"examples"}
     assert "[[" not in result.stdout and '"@' not in result.stdout
+    assert "{db}" not in result.stdout and "{-db}" not in result.stdout and "/zlstore/" not in result.stdout
     named = json.loads(CliRunner().invoke(cli, ["metadata", "--db", str(files[0]), "--name", "runs"]).stdout)
     assert list(named["databases"]) == ["runs"] and 'href=\\"/runs/verdicts' in json.dumps(named)
     refused = CliRunner().invoke(cli, ["metadata", "--db", str(files[1])])

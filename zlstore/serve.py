@@ -145,21 +145,22 @@ def _source() -> dict:
     return yaml.safe_load(text)
 
 
-def dashboard_slug(db_name: str, db_names) -> str:
-    """The charts of a store are /-/dashboards/campaign; where one datasette
-    serves several stores, /-/dashboards/campaign-NAME for each."""
-    return "campaign" if len(db_names) == 1 else f"campaign-{db_name}"
+def _suffix(db_name: str, db_names) -> str:
+    """What tells a store's dashboards apart where one datasette serves
+    several stores: /-/dashboards/campaign for the one store, else
+    /-/dashboards/campaign-NAME for each."""
+    return "" if len(db_names) == 1 else f"-{db_name}"
 
 
-def _fill_links(text: str, db_name: str, dashboard: str) -> str:
-    return text.replace("{db}", tilde_encode(db_name)).replace("{dashboard}", dashboard)
+def _fill_links(text: str, db_name: str, suffix: str) -> str:
+    return text.replace("{db}", tilde_encode(db_name)).replace("{-db}", suffix)
 
 
 def metadata(*db_names: str, instance: bool = True) -> dict:
     """Datasette metadata for the stores served under db_names (default: one,
     as zlstore serve names it): the curated YAML with the caliber fields,
     verdicts and reasons filled in from their one definition, each store's
-    canned queries and dashboard reading that store. instance: the title and
+    canned queries and dashboards reading that store. instance: the title and
     front-page text too (only where one store is all datasette serves)."""
     db_names = db_names or (DB_NAME,)
     source = _expand_sql(copy.deepcopy(_source()))
@@ -167,20 +168,21 @@ def metadata(*db_names: str, instance: bool = True) -> dict:
     if instance and len(db_names) == 1:
         for key, value in source.items():
             if key not in ("database", "plugins"):
-                data[key] = _fill_links(value, db_names[0], dashboard_slug(db_names[0], db_names))
+                data[key] = _fill_links(value, db_names[0], "")
     data["databases"] = {}
     dashboards = {}
     for name in db_names:
-        slug = dashboard_slug(name, db_names)
-        data["databases"][name] = _database(copy.deepcopy(source["database"]), name, slug)
-        dashboards[slug] = _dashboard(copy.deepcopy(source["plugins"]["datasette-dashboards"]["campaign"]), name)
+        suffix = _suffix(name, db_names)
+        data["databases"][name] = _database(copy.deepcopy(source["database"]), name, suffix)
+        for slug, dashboard in source["plugins"]["datasette-dashboards"].items():
+            dashboards[slug + suffix] = _dashboard(copy.deepcopy(dashboard), name)
     data["plugins"] = {"datasette-dashboards": dashboards}
     return data
 
 
-def _database(database: dict, db_name: str, dashboard: str) -> dict:
+def _database(database: dict, db_name: str, suffix: str) -> dict:
     if "description_html" in database:
-        database["description_html"] = _fill_links(database["description_html"], db_name, dashboard)
+        database["description_html"] = _fill_links(database["description_html"], db_name, suffix)
     for table in database.get("tables", {}).values():
         _expand_table(table)
     for name in HIDDEN_TABLES:
