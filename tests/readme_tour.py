@@ -189,9 +189,9 @@ def command_table() -> str:
 
 
 def command_reference() -> str:
-    """Every command's --help, each folded under its name."""
+    """zlstore --help and every command's, each folded under its name."""
     parts = []
-    for words, _ in commands():
+    for words in [(), *(words for words, _ in commands())]:
         name = " ".join(("zlstore", *words))
         parts.append(f"<details><summary><code>{name} --help</code></summary>\n\n"
                      f"```\n{help_text(words).rstrip()}\n```\n\n</details>\n")
