@@ -78,7 +78,7 @@ def stores(datasette) -> tuple:
     in its order; each file is looked at once."""
     seen = datasette.__dict__.setdefault("_zlstore_stores", {})
     names = []
-    for name, database in list(datasette.databases.items()):
+    for name, database in list(getattr(datasette, "databases", {}).items()):
         key = (name, database.path)
         if key not in seen:
             seen[key] = _file_is_store(database)
