@@ -7,9 +7,11 @@ Screenshots are saved under test-artifacts/ (or $ZLSTORE_TEST_ARTIFACTS);
 with $ZLSTORE_DOCS_SCREENSHOTS=docs the README's screenshots are written too.
 Skipped when chromium is absent, unless CI is set: then they fail instead."""
 
+import contextlib
 import os
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -55,20 +57,13 @@ def free_port():
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server(example_source, tmp_path_factory):
-    """`zlstore serve` on the example tree plus the floor tree, as a real process."""
-    dest = tmp_path_factory.mktemp("browser")
-    floor_tree.make_floor_tree(dest / "runs")
-    db = dest / "zlstore.db"
-    with Store(db) as store:
-        store.ingest(example_source[0])
-        store.ingest(dest / "runs")
+@contextlib.contextmanager
+def running(command, log_path):
+    """A server process on a free port until the block ends; yields its base URL."""
     port = free_port()
-    log = open(dest / "serve.log", "w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "zlstore", "serve", "--db", str(db), "--port", str(port)],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log = open(log_path, "w")
+    process = subprocess.Popen([*command, "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + WAIT_S
@@ -78,8 +73,7 @@ def server(example_source, tmp_path_factory):
                 break
             except OSError:
                 if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("zlstore serve did not start: "
-                                       + (dest / "serve.log").read_text())
+                    raise RuntimeError(f"{' '.join(map(str, command))} did not start: " + log_path.read_text())
                 time.sleep(0.2)
         yield base
     finally:
@@ -90,6 +84,35 @@ def server(example_source, tmp_path_factory):
             process.kill()
             process.wait()
         log.close()
+
+
+@pytest.fixture(scope="module")
+def server(example_source, tmp_path_factory):
+    """`zlstore serve` on the example tree plus the floor tree, as a real process."""
+    dest = tmp_path_factory.mktemp("browser")
+    floor_tree.make_floor_tree(dest / "runs")
+    db = dest / "zlstore.db"
+    with Store(db) as store:
+        store.ingest(example_source[0])
+        store.ingest(dest / "runs")
+    with running([sys.executable, "-m", "zlstore", "serve", "--db", str(db)], dest / "serve.log") as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def plain_server(example_source, tmp_path_factory):
+    """Plain `datasette examples.db other.db`: zlstore's plugin comes from its
+    entry point; other.db is not a store."""
+    dest = tmp_path_factory.mktemp("plain")
+    with Store(dest / "examples.db") as store:
+        store.ingest(example_source[0])
+    with sqlite3.connect(dest / "other.db") as conn:
+        conn.execute("CREATE TABLE notes (text TEXT)")
+        conn.execute("INSERT INTO notes VALUES ('not a store')")
+    datasette = Path(sys.executable).parent / "datasette"
+    command = [str(datasette)] if datasette.exists() else [sys.executable, "-m", "datasette"]
+    with running([*command, str(dest / "examples.db"), str(dest / "other.db")], dest / "datasette.log") as base:
+        yield base
 
 
 @pytest.fixture(scope="module")
@@ -156,6 +179,25 @@ def assert_loaded_only_from(browser, base):
     assert not severe, severe
 
 
+def example_verdicts(manifest) -> Counter:
+    """The example tree's screening verdicts under v3, counted."""
+    return Counter(pair["verdict"]["v3"] for pairs in manifest["screen"].values() for pair in pairs.values())
+
+
+def verdict_facet(browser, url) -> dict:
+    """The verdict facet's counts on the table page at url."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(url)
+    facet = wait_for(browser, lambda b: b.find_elements(By.CSS_SELECTOR, '.facet-info[data-column="verdict"]'),
+                     "the verdict facet")[0]
+    shown = {}
+    for item in facet.find_elements(By.CSS_SELECTOR, "li"):
+        label = item.find_element(By.TAG_NAME, "a").text
+        shown[label] = int(item.text[len(label):].strip().replace(",", ""))
+    return shown
+
+
 def test_index_page(driver, server):
     from selenium.webdriver.common.by import By
 
@@ -173,18 +215,9 @@ def test_index_page(driver, server):
 def test_verdicts_page_shows_facet_counts(driver, server, example_source):
     from selenium.webdriver.common.by import By
 
-    manifest = example_source[1]
-    expected = Counter(pair["verdict"]["v3"] for pairs in manifest["screen"].values()
-                       for pair in pairs.values())
+    expected = example_verdicts(example_source[1])
     expected.update({"NO_IR_DIFF": 3, "IR_CHANGED": 2})  # the floor tree's screening root
-    driver.get(server + "/zlstore/verdicts")
-    facet = wait_for(driver, lambda b: b.find_elements(By.CSS_SELECTOR, '.facet-info[data-column="verdict"]'),
-                     "the verdict facet")[0]
-    shown = {}
-    for item in facet.find_elements(By.CSS_SELECTOR, "li"):
-        label = item.find_element(By.TAG_NAME, "a").text
-        shown[label] = int(item.text[len(label):].strip().replace(",", ""))
-    assert shown == dict(expected)
+    assert verdict_facet(driver, server + "/zlstore/verdicts") == dict(expected)
     assert driver.find_elements(By.CSS_SELECTOR, '.facet-info[data-column="root"]')
     # the zlstore plugin folds the column descriptions and puts them on the headings
     details = driver.find_element(By.CSS_SELECTOR, "details.zlstore-column-descriptions")
@@ -265,3 +298,54 @@ def test_chart_renders(driver, server):
     width, height, _ = rendered_chart(driver, "campaign", 11)  # one chart: its div is named by the dashboard
     assert width > 100 and height > 100
     screenshot(driver, "chart-ranges", "chart-ranges", height=560)
+
+
+# -- plain datasette, zlstore's plugin from its entry point ------------------------------
+
+def test_plain_datasette_verdicts_page(driver, plain_server, example_source):
+    from selenium.webdriver.common.by import By
+
+    expected = example_verdicts(example_source[1])
+    assert verdict_facet(driver, plain_server + "/examples/verdicts") == dict(expected)
+    assert driver.find_element(By.CSS_SELECTOR, "h1").text.startswith("Screening verdicts (current rule)")
+    driver.find_element(By.CSS_SELECTOR, "details.zlstore-column-descriptions")
+    heading = driver.find_element(By.CSS_SELECTOR, 'table.rows-and-columns th[data-column="verdict"]')
+    assert "TRUNCATED" in heading.get_attribute("title")
+    assert_loaded_only_from(driver, plain_server)
+    screenshot(driver, "plain-datasette-verdicts")
+
+
+def test_plain_datasette_median_and_canned_query(driver, plain_server):
+    from selenium.webdriver.common.by import By
+
+    driver.get(plain_server + "/examples?sql=select+median(column1)+as+m+from+(values+(1),(10),(2),(4))")
+    cell = wait_for(driver, lambda b: b.find_elements(By.CSS_SELECTOR, "table.rows-and-columns td.col-m"),
+                    "the median")[0]
+    assert cell.text == "3.0"
+    driver.get(plain_server + "/examples/noise_floor?op=rand")
+    table_rows = wait_for(driver, lambda b: b.find_elements(By.CSS_SELECTOR, "table.rows-and-columns tbody tr"),
+                          "the canned query's answer")
+    assert driver.find_element(By.CSS_SELECTOR, "h1").text == "Noise floor of one operator"
+    assert len(table_rows) == 2
+    assert_loaded_only_from(driver, plain_server)
+
+
+def test_plain_datasette_chart_renders(driver, plain_server):
+    driver.get(plain_server + "/-/dashboards/campaign?root=campaign_20261013_090000")
+    for chart, marks in (("ranges", 18), ("verdicts", 2), ("progress", 4)):
+        width, height, _ = rendered_chart(driver, chart, marks)
+        assert width > 100 and height > 100, (chart, width, height)
+    assert_loaded_only_from(driver, plain_server)
+    screenshot(driver, "plain-datasette-dashboard")
+
+
+def test_plain_datasette_leaves_other_databases_alone(driver, plain_server):
+    from selenium.webdriver.common.by import By
+
+    driver.get(plain_server + "/other/notes")
+    wait_for(driver, lambda b: b.find_elements(By.CSS_SELECTOR, "table.rows-and-columns tbody tr"), "the notes")
+    assert "not a store" in driver.find_element(By.TAG_NAME, "body").text
+    assert not driver.find_elements(By.CSS_SELECTOR, "details.zlstore-column-descriptions")
+    driver.get(plain_server + "/")
+    wait_for(driver, lambda b: b.find_elements(By.CSS_SELECTOR, "h1"), "the index page")
+    assert driver.find_element(By.CSS_SELECTOR, "h1").text != "zlstore"  # two databases: datasette's own front page

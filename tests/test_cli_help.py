@@ -40,3 +40,14 @@ def test_examples_are_printed_as_written(path, command):
                if line.strip().startswith("zlstore")]
     printed = [line.strip() for line in CliRunner().invoke(cli, [*path, "--help"]).output.splitlines()]
     assert written and all(line in printed for line in written)
+
+
+@pytest.mark.parametrize("path", [p for p, _ in all_commands()], ids=" ".join)
+def test_example_lines_are_aligned(path):
+    """An example block reads as one: every line of it at one indentation
+    (a blank line inside ends click's \\b block and shifts what follows)."""
+    printed = CliRunner().invoke(cli, [*path, "--help"]).output
+    block = printed.split("Example:")[-1].split("Options:")[0]
+    starts = {len(line) - len(line.lstrip()) for line in block.splitlines()
+              if line.strip() and not line.startswith(" " * 12)}  # continuation lines go deeper
+    assert len(starts) == 1, block

@@ -1,3 +1,5 @@
+"""`python -m zlstore`: the zlstore command line."""
+
 from .cli import cli
 
 if __name__ == "__main__":

@@ -220,26 +220,64 @@ def init(store, out):
     emit(out, [summary], document=summary, human=lambda: f"{store.path}\tschema version {store.schema_version}")
 
 
-@cli.command()
-@click.option("--host", default="127.0.0.1", show_default=True,
+class DatasetteSetting(click.types.CompositeParamType):
+    """--setting NAME VALUE, checked and typed as datasette's own --setting is."""
+
+    name = "setting"
+    arity = 2
+
+    def convert(self, value, param, ctx):
+        from datasette.cli import Setting
+
+        try:
+            return Setting().convert(value, param, ctx)
+        except click.BadParameter as error:
+            self.fail(error.message.replace("--help-settings", "datasette serve --help-settings"), param, ctx)
+
+
+def _metadata_file(ctx, param, value):
+    """--metadata FILE: datasette's JSON or YAML metadata, read as datasette reads it."""
+    if value is None:
+        return None
+    from datasette.utils import BadMetadataError, parse_metadata
+
+    try:
+        return parse_metadata(Path(value).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, BadMetadataError) as error:
+        raise click.BadParameter(f"{value}: {error}", param_hint="--metadata") from None
+
+
+# -h is --host, as in datasette serve; --help alone is help.
+@cli.command(context_settings={"help_option_names": ["--help"]})
+@click.option("-h", "--host", default="127.0.0.1", show_default=True,
               help="Address to bind; anything but loopback exposes the SQL page to the network.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8001, show_default=True)
+@click.option("-p", "--port", type=click.IntRange(0, 65535), default=8001, show_default=True)
+@click.option("--setting", "settings", type=DatasetteSetting(), multiple=True, metavar="NAME VALUE",
+              help="A datasette setting (datasette serve --help-settings lists them), over zlstore's "
+                   "own (sql_time_limit_ms 5000, facet_time_limit_ms 500, max_returned_rows 5000); repeatable.")
+@click.option("--cors", is_flag=True, help="Send CORS headers (Access-Control-Allow-Origin: *), as datasette's --cors.")
+@click.option("-m", "--metadata", "extra_metadata", type=click.Path(dir_okay=False, exists=True), default=None,
+              callback=_metadata_file, metavar="FILE",
+              help="Datasette metadata (JSON or YAML) merged over zlstore's, as datasette's --metadata is.")
 @click.option("--open", "open_browser", is_flag=True, help="Open a browser on the index page.")
 @click.option("--get", "get_path", default=None, metavar="PATH", callback=lambda ctx, param, value: _server_path(value),
               help="Answer one request (e.g. /zlstore/verdicts.json) without a server, print it and exit.")
 @click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
               help="Also answer requests for this host name (a DNS alias of this machine); repeatable.")
 @db_option(check=True)
-def serve(store, host, port, open_browser, get_path, allow_hosts):
+def serve(store, host, port, settings, cors, extra_metadata, open_browser, get_path, allow_hosts):
     """Browse the store in datasette: views, canned questions, charts.
 
-    Live: cells recorded while it runs show on the next page load. It
-    answers only requests for its own host names: localhost, an IP
-    address, the --host it binds, this machine's name (when bound beyond
-    loopback) and each --allow-host; any other Host header gets 400, so a
-    web page whose name is made to resolve to this machine (DNS
-    rebinding) cannot read the store. The database is checked
-    (quick_check) before it is served, and never created.
+    The store is served as /zlstore whatever its file is called. Live:
+    cells recorded while it runs show on the next page load. It answers
+    only requests for its own host names: localhost, an IP address, the
+    --host it binds, this machine's name (when bound beyond loopback) and
+    each --allow-host; any other Host header gets 400, so a web page whose
+    name is made to resolve to this machine (DNS rebinding) cannot read
+    the store. The database is checked (quick_check) before it is served,
+    and never created. For datasette's other options, run plain datasette:
+    `datasette campaign.db` has zlstore's plugin (served as /campaign,
+    without the Host check).
 
     Exit status: with --get, 0 for an answer of 200, else 2; 2 a bad
     --db, or an address it cannot listen on; 130 stopped by Ctrl-C.
@@ -248,22 +286,49 @@ def serve(store, host, port, open_browser, get_path, allow_hosts):
 
         \b
         zlstore serve --db campaign.db --open
+        zlstore serve --db campaign.db -p 8002 --setting max_returned_rows 20000
         zlstore serve --get '/zlstore/verdicts.json?_shape=array'
     """
     from . import serve as serving
 
+    options = dict(settings=dict(settings), extra_metadata=extra_metadata, cors=cors)
     if get_path is not None:
-        status, text = serving.get(serving.datasette_app(store.path), get_path)
+        status, text = serving.get(serving.datasette_app(store.path, **options), get_path)
         click.echo(text)
         if status != 200:
             click.echo(f"error: {get_path} answered {status}", err=True)
         sys.exit(EXIT_OK if status == 200 else EXIT_USAGE)
     store.close()  # datasette opens its own connections
     try:
-        serving.serve(store.path, host=host, port=port, open_browser=open_browser, allow_hosts=allow_hosts)
+        serving.serve(store.path, host=host, port=port, open_browser=open_browser, allow_hosts=allow_hosts,
+                      **options)
     except serving.ServeError as error:
         raise Fault(str(error))
     raise KeyboardInterrupt  # uvicorn returns only once Ctrl-C stopped it
+
+
+@cli.command("metadata")
+@click.option("--name", default=None,
+              help="The database name datasette serves the store under (default: the --db file's "
+                   "stem, as plain datasette names it).")
+@db_option
+def metadata_command(store, name):
+    """Print zlstore's datasette metadata as JSON, for datasette -m.
+
+    zlstore's plugin gives plain datasette the same metadata already,
+    wherever zlstore is installed; this is for a datasette without it
+    (another environment, datasette publish) or to edit. The canned
+    queries and charts read the database NAME.
+
+    Example:
+
+        \b
+        zlstore metadata --db campaign.db > metadata.json
+        datasette campaign.db -m metadata.json
+    """
+    from . import serve as serving
+
+    click.echo(output.to_json(serving.metadata(name or Path(store.path).stem)))
 
 
 def _server_path(value):
@@ -274,11 +339,26 @@ def _server_path(value):
     return value
 
 
+def shown_problem(problem) -> str:
+    """A problem as printed: its file relative to the current directory when
+    it lies below it, as the user named the tree (runs/...), else absolute.
+    --json and the ingest log keep the absolute path."""
+    if not isinstance(problem, layout.Problem):
+        return str(problem)
+    try:
+        relative = os.path.relpath(problem.file)
+    except ValueError:
+        return str(problem)
+    if relative.startswith(os.pardir):
+        return str(problem)
+    return str(layout.Problem(relative, problem.line, problem.message))
+
+
 def report_summary(summary, out):
     """An ingest's or a merge's problems (and moved roots) on stderr, then its
     summary: --json the whole of it, the other formats its counts as a row."""
     for problem in summary.problems:
-        click.echo(f"problem: {problem}", err=True)
+        click.echo(f"problem: {shown_problem(problem)}", err=True)
     for move in getattr(summary, "moved", ()):
         click.echo(f"moved: {move['root']} from {move['from']} to {move['to']}", err=True)
     earlier = summary.problem_count() - len(summary.problems)
@@ -325,7 +405,6 @@ def ingest(store, paths, rehash, out):
 
         \b
         zlstore ingest runs/ --db zlstore.db
-
         zlstore ingest runs/ --rehash
     """
     update, finish = progress_reporter("ingesting")
@@ -1026,7 +1105,6 @@ def screen(store, root, rule, out):
 
         \b
         zlstore screen ab_rlc_20261012_101500
-
         zlstore screen --rule v2 --json
     """
     with judge_errors():
@@ -1157,7 +1235,6 @@ def ab(store, root, rejected, out):
 
         \b
         zlstore ab campaign_20261013_090000
-
         zlstore ab campaign_20261013_090000 --rejected
     """
     with judge_errors():

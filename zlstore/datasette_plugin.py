@@ -1,11 +1,25 @@
-"""zlstore's datasette plugin: small touches on datasette's own pages.
+"""zlstore's datasette plugin: a zlstore store served by any datasette gets
+zlstore's SQL functions, descriptions, canned queries and charts.
 
-Registered by zlstore.serve.datasette_app for the app it builds (not through
-an entry point, so a plain `datasette` in the same environment is untouched)."""
+Registered through the `datasette` entry point (pyproject.toml), so plain
+`datasette zlstore.db` in zlstore's environment has it, under whatever name
+datasette gives the file (the stem: /zlstore for zlstore.db, /examples for
+examples.db). It acts only on databases that are zlstore stores (is_store):
+another database served beside one gets none of it. `zlstore serve` uses the
+same hooks and adds the Host check (asgi_wrapper), which plain datasette
+does without: whoever runs plain datasette chose datasette's own behaviour."""
+
+import sqlite3
+from pathlib import Path
 
 from datasette import hookimpl
 
 from . import pairing
+from .db import STORE_TABLES
+
+# A zlstore store: zlstore's tables (db.STORE_TABLES) and the views the
+# metadata describes first.
+STORE_VIEWS = ("verdicts", "ab_ranges")
 
 # Datasette 0.65 lists every column description above a table, which pushes
 # the rows and facets of a wide view (verdicts has 40 columns) off the first
@@ -35,17 +49,73 @@ FOLD_COLUMN_DESCRIPTIONS = """
 """
 
 
+def is_store(conn: sqlite3.Connection) -> bool:
+    """Whether the database on conn is a zlstore store (an unreadable one is not)."""
+    try:
+        names = {name for (name,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+    except sqlite3.DatabaseError:
+        return False
+    return set(STORE_TABLES + STORE_VIEWS) <= names
+
+
+def _file_is_store(database) -> bool:
+    if database.is_memory or not database.path:
+        return False
+    mode = "mode=ro" if database.is_mutable else "immutable=1"
+    try:
+        conn = sqlite3.connect(f"{Path(database.path).resolve().as_uri()}?{mode}", uri=True)
+    except sqlite3.Error:
+        return False
+    try:
+        return is_store(conn)
+    finally:
+        conn.close()
+
+
+def stores(datasette) -> tuple:
+    """The names of the databases datasette serves that are zlstore stores,
+    in its order; each file is looked at once."""
+    seen = datasette.__dict__.setdefault("_zlstore_stores", {})
+    names = []
+    for name, database in list(getattr(datasette, "databases", {}).items()):
+        key = (name, database.path)
+        if key not in seen:
+            seen[key] = _file_is_store(database)
+        if seen[key]:
+            names.append(name)
+    return tuple(names)
+
+
 @hookimpl
-def extra_body_script(view_name, datasette):
-    if view_name == "table" and getattr(datasette, "_zlstore", False):
+def get_metadata(datasette):
+    """zlstore's metadata for every store served (serve.metadata), nothing
+    for other databases; the title and front page only where one store is
+    all there is. Datasette's own --metadata is merged over it."""
+    names = stores(datasette)
+    if not names:
+        return None
+    alone = not [name for name in datasette.databases if name not in names and name != "_internal"]
+    built = datasette.__dict__.setdefault("_zlstore_metadata", {})
+    if (names, alone) not in built:
+        from . import serve
+
+        built[(names, alone)] = serve.metadata(*names, instance=alone and len(names) == 1)
+    return built[(names, alone)]
+
+
+@hookimpl
+def extra_body_script(view_name, database, datasette):
+    if view_name == "table" and database in stores(datasette):
         return FOLD_COLUMN_DESCRIPTIONS
     return None
 
 
 @hookimpl
 def asgi_wrapper(datasette):
-    """Answer only requests for this machine's own names (serve.HostCheck):
-    a DNS-rebinding page cannot read the store."""
+    """Under zlstore serve, answer only requests for this machine's own names
+    (serve.HostCheck): a DNS-rebinding page cannot read the store. Plain
+    datasette (no host names set) passes every request through."""
     from .serve import HostCheck
 
     return lambda app: HostCheck(app, lambda: getattr(datasette, "_zlstore_host_names", None))
@@ -53,5 +123,7 @@ def asgi_wrapper(datasette):
 
 @hookimpl
 def prepare_connection(conn):
-    """median(), the aggregate every zlstore range uses, for ad-hoc SQL too."""
-    pairing.register(conn)
+    """median() and the t-test functions (pairing.register) on a store's
+    connections, for ad-hoc SQL too; other databases' connections untouched."""
+    if is_store(conn):
+        pairing.register(conn)

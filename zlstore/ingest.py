@@ -72,6 +72,11 @@ RECORDED_VERDICT_COLUMNS = (
 _NOW = [0, ""]  # the second last formatted, and its text: cells are stored hundreds a second
 
 
+def plural(n: int, noun: str) -> str:
+    """'1 problem', '2 problems': a count with its noun, as a sentence says it."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def now() -> str:
     second = int(time.time())
     if second != _NOW[0]:
@@ -105,13 +110,13 @@ class Summary:
     def line(self) -> str:
         c = self.counts
         return (
-            f"{c['roots']} roots, cells: {c['cells_added']} added, {c['cells_replaced']} replaced, "
+            f"{plural(c['roots'], 'root')}, cells: {c['cells_added']} added, {c['cells_replaced']} replaced, "
             f"{c['cells_unchanged']} unchanged"
             + (f", {c['cells_unfinished']} unfinished" if c["cells_unfinished"] else "")
             + (f", {c['cells_failed']} failed" if c["cells_failed"] else "")
             + f"; {c['rows_added']} rows, {c['kernels_added']} kernels, "
-            f"{c['ir_texts_added']} new IR texts; {self.problem_count()} problems"
-            + (f"; {len(self.moved)} roots moved" if self.moved else "")
+            f"{c['ir_texts_added']} new IR texts; {plural(self.problem_count(), 'problem')}"
+            + (f"; {plural(len(self.moved), 'root')} moved" if self.moved else "")
         )
 
 

@@ -29,7 +29,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 from . import db as dbmod
 from . import caliber, pairing, roots
-from .ingest import now
+from .ingest import now, plural
 from .layout import Problem
 
 # What a summary counts, in the order it is printed.
@@ -62,11 +62,11 @@ class MergeSummary:
 
     def line(self) -> str:
         c = self.counts
-        return (f"{len(self.sources)} stores, {c['roots']} roots ({c['roots_added']} new), cells: "
+        return (f"{plural(len(self.sources), 'store')}, {plural(c['roots'], 'root')} ({c['roots_added']} new), cells: "
                 f"{c['cells_added']} added, {c['cells_replaced']} replaced, {c['cells_unchanged']} unchanged; "
                 f"{c['rows_added']} rows, {c['kernels_added']} kernels, {c['ir_texts_added']} new IR texts, "
-                f"{c['log_runs_added']} ingest runs logged; {len(self.conflicts)} conflicts, "
-                f"{len(self.problems)} problems")
+                f"{c['log_runs_added']} ingest runs logged; {plural(len(self.conflicts), 'conflict')}, "
+                f"{plural(len(self.problems), 'problem')}")
 
 
 def merge(target, sources: Sequence, progress: Optional[Callable[[int, int], None]] = None) -> dict:

@@ -1,5 +1,10 @@
 """zlstore in datasette: the metadata, canned queries and charts that make a
-store browsable, and the app that serves them.
+store browsable, and the app zlstore serve serves it with.
+
+Plain datasette gets the same metadata through zlstore's plugin
+(zlstore/datasette_plugin.py), for a store under any name; what only
+zlstore serve adds is the store's name (/zlstore, whatever the file is
+called), settings for long views, and the Host check (HostCheck).
 
 The curated text (descriptions, units, facets, canned queries, dashboards)
 is data, in metadata.yaml beside this module. What is defined elsewhere is
@@ -29,6 +34,7 @@ import yaml
 from datasette.app import Datasette
 from datasette.database import Database
 from datasette.plugins import pm
+from datasette.utils import tilde_encode
 
 from . import caliber, datasette_plugin, judge
 from . import db as dbmod
@@ -139,45 +145,80 @@ def _source() -> dict:
     return yaml.safe_load(text)
 
 
-def metadata(db_name: str = DB_NAME) -> dict:
-    """Datasette metadata for a store served as db_name: the curated YAML with
-    the caliber fields, verdicts and reasons filled in from their one definition."""
-    data = _expand_sql(copy.deepcopy(_source()))
-    database = data.pop("database")
+def _suffix(db_name: str, db_names) -> str:
+    """What tells a store's dashboards apart where one datasette serves
+    several stores: /-/dashboards/campaign for the one store, else
+    /-/dashboards/campaign-NAME for each."""
+    return "" if len(db_names) == 1 else f"-{db_name}"
+
+
+def _fill_links(text: str, db_name: str, suffix: str) -> str:
+    return text.replace("{db}", tilde_encode(db_name)).replace("{-db}", suffix)
+
+
+def metadata(*db_names: str, instance: bool = True) -> dict:
+    """Datasette metadata for the stores served under db_names (default: one,
+    as zlstore serve names it): the curated YAML with the caliber fields,
+    verdicts and reasons filled in from their one definition, each store's
+    canned queries and dashboards reading that store. instance: the title and
+    front-page text too (only where one store is all datasette serves)."""
+    db_names = db_names or (DB_NAME,)
+    source = _expand_sql(copy.deepcopy(_source()))
+    data = {}
+    if instance and len(db_names) == 1:
+        for key, value in source.items():
+            if key not in ("database", "plugins"):
+                data[key] = _fill_links(value, db_names[0], "")
+    data["databases"] = {}
+    dashboards = {}
+    for name in db_names:
+        suffix = _suffix(name, db_names)
+        data["databases"][name] = _database(copy.deepcopy(source["database"]), name, suffix)
+        for slug, dashboard in source["plugins"]["datasette-dashboards"].items():
+            dashboards[slug + suffix] = _dashboard(copy.deepcopy(dashboard), name)
+    data["plugins"] = {"datasette-dashboards": dashboards}
+    return data
+
+
+def _database(database: dict, db_name: str, suffix: str) -> dict:
+    if "description_html" in database:
+        database["description_html"] = _fill_links(database["description_html"], db_name, suffix)
     for table in database.get("tables", {}).values():
         _expand_table(table)
     for name in HIDDEN_TABLES:
         database.setdefault("tables", {}).setdefault(name, {})["hidden"] = True
-    data["databases"] = {db_name: database}
-    dashboards = data.get("plugins", {}).get("datasette-dashboards", {})
-    for dashboard in dashboards.values():
-        for flt in dashboard.get("filters", {}).values():
-            if "query" in flt:
-                flt["db"] = db_name
-        for chart in dashboard.get("charts", {}).values():
-            if "query" in chart:
-                chart["db"] = db_name
-    return data
+    return database
+
+
+def _dashboard(dashboard: dict, db_name: str) -> dict:
+    """The campaign dashboard with every query pointed at the store db_name."""
+    for part in (*dashboard.get("filters", {}).values(), *dashboard.get("charts", {}).values()):
+        if "query" in part:
+            part["db"] = db_name
+    return dashboard
 
 
 def datasette_app(db_path, settings: Optional[dict] = None, host: Optional[str] = None,
-                  allow_hosts=()) -> Datasette:
+                  allow_hosts=(), extra_metadata: Optional[dict] = None, cors: bool = False) -> Datasette:
     """A Datasette serving the store at db_path as /zlstore, mutable: rows
     written while it runs show on the next request. The file must be a
     zlstore store already (its schema is upgraded where it can be written):
     a missing, foreign or damaged one raises db.StoreError, untouched. A
     store in a directory this user cannot write is served immutable.
-    Requests are answered only for the host names host_names(host,
-    allow_hosts) gives (HostCheck)."""
+    zlstore's metadata comes from the plugin (zlstore/datasette_plugin.py),
+    as in plain datasette; extra_metadata is merged over it, as datasette's
+    --metadata is. Requests are answered only for the host names
+    host_names(host, allow_hosts) gives (HostCheck)."""
     path = Path(db_path)
     Store(path, create=False).close()
     immutable = dbmod.check_path(path, create=False)
     if not pm.is_registered(datasette_plugin):
+        # Installed, zlstore's entry point has registered it; not when run
+        # from a source tree, or where datasette skips entry points (its own tests).
         pm.register(datasette_plugin, name="zlstore")
-    ds = Datasette(metadata=metadata(), settings={**SETTINGS, **(settings or {})})
+    ds = Datasette(metadata=extra_metadata, settings={**SETTINGS, **(settings or {})}, cors=cors)
     ds.add_database(Database(ds, path=str(path.resolve()), is_mutable=not immutable), name=DB_NAME)
     ds.remove_database("_memory")
-    ds._zlstore = True  # the plugin's hooks act on this app only
     ds._zlstore_host_names = host_names(host, allow_hosts)
     return ds
 
@@ -294,12 +335,14 @@ class ServeError(Exception):
     """The server could not start (the address is taken, say)."""
 
 
-def serve(db_path, host: str = "127.0.0.1", port: int = 8001, open_browser: bool = False, allow_hosts=()):
+def serve(db_path, host: str = "127.0.0.1", port: int = 8001, open_browser: bool = False, allow_hosts=(),
+          **app_options):
     """Serve the store until interrupted (Ctrl-C: returns; SIGTERM ends the
-    process as the signal does). ServeError when it cannot listen."""
+    process as the signal does). ServeError when it cannot listen.
+    app_options: datasette_app's settings, extra_metadata and cors."""
     import uvicorn
 
-    ds = datasette_app(db_path, host=host, allow_hosts=allow_hosts)
+    ds = datasette_app(db_path, host=host, allow_hosts=allow_hosts, **app_options)
     if not is_loopback(host):
         print(NETWORK_WARNING.format(host=host, port=port, db=db_path), file=sys.stderr)
         names = ", ".join(sorted(ds._zlstore_host_names - set(LOCAL_NAMES)))

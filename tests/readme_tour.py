@@ -1,0 +1,230 @@
+"""What README.md shows, made from the real thing: cog's generators in the
+README call these (`cog -r README.md` regenerates, `cog --check README.md`
+fails in CI when the README and the code disagree), and tests/test_readme.py
+runs the README's tour as printed.
+
+Commands run as a reader runs them: through bash, in a temporary copy of
+the repository's examples/ with this venv linked in as .venv and activated
+as the tour says (nothing else of this environment on PATH)."""
+
+import ast
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+REPO = Path(__file__).resolve().parent.parent
+VENV = Path(sys.prefix)
+ACTIVATE = ". .venv/bin/activate"
+_DONE = "@@ zlstore readme: command done @@"
+# What a reader's shell would not have set: zlstore's and the harness's variables.
+_UNSET = re.compile(r"^(ZLSTORE_|ZL_|FAKE_|BENCH_LEVEL$|SHAPE_MODE$|USE_FLAGTUNE$|CELL_TIMEOUT$|VIRTUAL_ENV$|PYTHON)")
+
+
+class Sandbox:
+    """A directory holding a copy of examples/ and .venv, where commands run as printed."""
+
+    def __init__(self, root: Optional[Path] = None):
+        self.root = Path(root) if root else Path(tempfile.mkdtemp(prefix="zlstore-readme-"))
+        shutil.copytree(REPO / "examples", self.root / "examples")
+        (self.root / ".venv").symlink_to(VENV, target_is_directory=True)
+        if root is None:
+            import atexit
+
+            atexit.register(shutil.rmtree, self.root, True)
+
+    def env(self) -> dict:
+        env = {k: v for k, v in os.environ.items() if not _UNSET.match(k)}
+        venv_bin = str(VENV / "bin")
+        env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
+                                      if p and os.path.realpath(p) != os.path.realpath(venv_bin))
+        return env
+
+    def run(self, commands: Sequence[str], timeout: float = 600) -> List[Tuple[str, int]]:
+        """Run commands in order in one bash (its state, $? included, carries
+        from one to the next); (stdout and stderr as a terminal shows them,
+        exit status) for each."""
+        script = []
+        for command in commands:
+            # the brace group closes on a line of its own: a command may end in a # comment
+            script.append(f"{{ {command}\n}} 2>&1; __rc=$?; echo; echo \"{_DONE} $__rc\"; (exit $__rc)")
+        done = subprocess.run(["bash", "-c", "\n".join(script)], cwd=self.root, env=self.env(),
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, timeout=timeout)
+        parts = re.split(rf"\n{re.escape(_DONE)} (\d+)\n", done.stdout)
+        if len(parts) != 2 * len(commands) + 1:
+            raise RuntimeError(f"bash stopped before the last command: {done.stdout}")
+        return [(parts[i], int(parts[i + 1])) for i in range(0, len(parts) - 1, 2)]
+
+    def transcript(self, *commands: str) -> str:
+        """The commands as a README code block: each '$ command', then what it printed.
+        Every block runs in the venv (the tour activates it once, first)."""
+        outputs = self.run([ACTIVATE, *commands])[1:]
+        lines = []
+        for command, (output, _) in zip(commands, outputs):
+            lines.append(f"$ {command}")
+            lines.extend(output.splitlines())
+        return code_block(lines)
+
+
+def code_block(lines: Sequence[str]) -> str:
+    """A fenced console block; trailing blanks dropped (tables pad their last column).
+    (Fenced, not indented: cog re-indents what it writes to its marker's column.)"""
+    return "```console\n" + "".join(f"{line}".rstrip() + "\n" for line in lines) + "```\n"
+
+
+# -- reading the README back: the tour as printed ---------------------------------
+
+def section(text: str, title: str) -> str:
+    """The body of the README section '## title', up to the next '## ',
+    without HTML comments (cog's generators live in them)."""
+    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    if match is None:
+        raise LookupError(f"README.md has no section '## {title}'")
+    return re.sub(r"<!--.*?-->", "", match.group(1), flags=re.S)
+
+
+def code_blocks(text: str) -> List[List[str]]:
+    """The code blocks of a markdown text (fenced, or indented by four
+    spaces), each as its lines without the fence or the indent."""
+    blocks, current, blank, fenced = [], [], 0, False
+    for line in text.splitlines():
+        if fenced:
+            if line.startswith("```"):
+                blocks.append(current)
+                current, fenced = [], False
+            else:
+                current.append(line)
+        elif line.startswith("```"):
+            if current:
+                blocks.append(current)
+            current, blank, fenced = [], 0, True
+        elif line.startswith("    "):
+            current.extend([""] * blank)
+            current.append(line[4:])
+            blank = 0
+        elif not line.strip() and current:
+            blank += 1
+        else:
+            if current:
+                blocks.append(current)
+            current, blank = [], 0
+    if current:
+        blocks.append(current)
+    return blocks
+
+
+def steps(text: str) -> List[Tuple[str, Optional[List[str]]]]:
+    """(command, the output printed after it) for each '$ command' of a
+    transcript block; (command, None) for each line of a block of bare
+    commands (shown without output)."""
+    out = []
+    for block in code_blocks(text):
+        if block[0].startswith("$ "):
+            for line in block:
+                if line.startswith("$ "):
+                    out.append((line[2:], []))
+                else:
+                    out[-1][1].append(line)
+        else:
+            out.extend((line, None) for line in block if line.strip())
+    return [(command, _trimmed(output)) for command, output in out]
+
+
+def _trimmed(lines):
+    if lines is None:
+        return None
+    lines = [line.rstrip() for line in lines]
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+# -- the command reference and the layout ---------------------------------------------
+
+def commands():
+    """(words, click command) for every command, in the order `zlstore --help` lists them."""
+    import click
+
+    from zlstore.cli import cli
+
+    def walk(group, prefix):
+        for name in group.list_commands(None):
+            command = group.get_command(None, name)
+            if command.hidden:
+                continue
+            yield (*prefix, name), command
+            if isinstance(command, click.Group):
+                yield from walk(command, (*prefix, name))
+
+    return list(walk(cli, ()))
+
+
+def help_text(words: Sequence[str]) -> str:
+    from click.testing import CliRunner
+
+    from zlstore.cli import cli
+
+    result = CliRunner().invoke(cli, [*words, "--help"], prog_name="zlstore", terminal_width=80)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def command_table() -> str:
+    """| command | what it does |, from each command's usage and first help line."""
+    import click
+
+    rows = ["| command | what it does |", "|---|---|"]
+    for words, command in commands():
+        ctx = click.Context(command, info_name=" ".join(("zlstore", *words)))
+        arguments = [piece for piece in command.collect_usage_pieces(ctx) if piece != "[OPTIONS]"]
+        usage = " ".join(("zlstore", *words, *arguments))
+        what = first_sentence(command.help or "", limit=120).replace("|", "\\|")
+        rows.append(f"| `{usage}` | {what} |")
+    return "\n".join(rows) + "\n"
+
+
+def command_reference() -> str:
+    """zlstore --help and every command's, each folded under its name."""
+    parts = []
+    for words in [(), *(words for words, _ in commands())]:
+        name = " ".join(("zlstore", *words))
+        parts.append(f"<details><summary><code>{name} --help</code></summary>\n\n"
+                     f"```\n{help_text(words).rstrip()}\n```\n\n</details>\n")
+    return "\n".join(parts)
+
+
+def first_sentence(text: str, limit: int = 150) -> str:
+    """A text's first sentence; a long one up to its first ':' or ',' outside parentheses."""
+    paragraph = " ".join(text.split("\n\n")[0].split())
+    sentence = re.match(r"(.+?)[.!?](?:\s|$)", paragraph + " ").group(1)
+    if len(sentence) > limit:
+        depth = 0
+        for i, char in enumerate(sentence):
+            depth += {"(": 1, ")": -1}.get(char, 0)
+            if depth == 0 and char in ":,":
+                return sentence[:i]
+    return sentence
+
+
+def summary_line(path: Path) -> str:
+    """What a module is for: its docstring's first sentence."""
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
+    if not doc:
+        raise ValueError(f"{path.relative_to(REPO)} has no docstring: say in one sentence what it is for")
+    return first_sentence(doc)
+
+
+def layout(order: Sequence[str], width: int = 28) -> str:
+    """`zlstore/<module>  what it is` for each module of the package, in
+    order; a module missing from order (or listed and gone) is an error."""
+    package = REPO / "zlstore"
+    present = {p.name for p in package.glob("*.py")}
+    if set(order) != present:
+        raise ValueError(f"the README's layout and zlstore/ differ: not listed {sorted(present - set(order))}, "
+                         f"listed but gone {sorted(set(order) - present)}")
+    return "".join(f"{'zlstore/' + name:<{width}}{summary_line(package / name)}\n" for name in order)
