@@ -542,14 +542,39 @@ VALUES [[rules: ({position}, {name}, {description}, {ignores}, {hint})]];
 -- faster or slower, as a fraction; min_rounds: fewer paired rounds get no
 -- test). `zlstore rule` and the settings table change the first three.
 CREATE VIEW judging_settings AS
+WITH given AS MATERIALIZED (
+    SELECT
+        (SELECT value FROM settings WHERE key = 'current_rule') AS rule,
+        (SELECT value FROM settings WHERE key = 'q_max') AS q_max,
+        (SELECT value FROM settings WHERE key = 'min_effect') AS min_effect
+),
+-- A setting edited by hand to something that is not one (an unknown rule,
+-- 'nan', 'inf', a negative or an empty text: SQLite reads those as 0, which
+-- would call every range a finding) is not used: its default is, and
+-- settings_note says so.
+valid AS MATERIALIZED (
+    SELECT
+        given.*,
+        given.rule IN (SELECT rule FROM fingerprint_rules) AS rule_ok,
+        CAST(given.q_max AS REAL) > 0 AND CAST(given.q_max AS REAL) <= 1 AS q_max_ok,
+        CAST(given.min_effect AS REAL) > 0 AND CAST(given.min_effect AS REAL) < 1e300 AS min_effect_ok
+    FROM given
+)
 SELECT
-    coalesce((SELECT value FROM settings WHERE key = 'current_rule'), [[setting current_rule]]) AS current_rule,
+    CASE WHEN rule_ok THEN rule ELSE [[setting current_rule]] END AS current_rule,
     [[strictest_rule]] AS strictest_rule,
-    coalesce((SELECT CAST(value AS REAL) FROM settings WHERE key = 'q_max'),
-             CAST([[setting q_max]] AS REAL)) AS q_max,
-    coalesce((SELECT CAST(value AS REAL) FROM settings WHERE key = 'min_effect'),
-             CAST([[setting min_effect]] AS REAL)) AS min_effect,
-    [[min_rounds]] AS min_rounds;
+    CASE WHEN q_max_ok THEN CAST(q_max AS REAL) ELSE CAST([[setting q_max]] AS REAL) END AS q_max,
+    CASE WHEN min_effect_ok THEN CAST(min_effect AS REAL) ELSE CAST([[setting min_effect]] AS REAL) END AS min_effect,
+    [[min_rounds]] AS min_rounds,
+    nullif(substr(
+        CASE WHEN rule IS NOT NULL AND NOT rule_ok
+             THEN '; current_rule ' || quote(rule) || ' is not a rule: ' || [[setting current_rule]] || ' used' ELSE '' END
+        || CASE WHEN q_max IS NOT NULL AND NOT q_max_ok
+             THEN '; q_max ' || quote(q_max) || ' is not in (0, 1]: ' || [[setting q_max]] || ' used' ELSE '' END
+        || CASE WHEN min_effect IS NOT NULL AND NOT min_effect_ok
+             THEN '; min_effect ' || quote(min_effect) || ' is not a positive number: ' || [[setting min_effect]]
+                  || ' used' ELSE '' END, 3), '') AS settings_note
+FROM valid;
 
 -- One row per measured row identity in a round, both sides side by side.
 -- A round is the before and after cell of one cell op and dtype in one
@@ -831,7 +856,7 @@ LEFT JOIN ab_round_ranges ranges
 -- verdicts_by_rule; this is the table `zlstore screen` prints.
 CREATE VIEW verdicts AS
 SELECT * FROM verdicts_by_rule
-WHERE rule = (SELECT value FROM settings WHERE key = 'current_rule');
+WHERE rule = (SELECT current_rule FROM judging_settings);
 
 -- Per (row op, row dtype, caliber): how far one measurement of that
 -- operator wanders on this machine: floor = max |ratio - 1| over the paired
@@ -853,7 +878,7 @@ SELECT
     f.caliber_id
 FROM noise_floor_rows f
 JOIN calibers ON calibers.id = f.caliber_id
-WHERE f.rule = (SELECT value FROM settings WHERE key = 'current_rule');
+WHERE f.rule = (SELECT current_rule FROM judging_settings);
 
 -- Per screening root: is the switch's axis live? A switch that changes no
 -- IR anywhere still gives a full table of NO_IR_DIFF (the seed: "confirm
@@ -939,7 +964,8 @@ SELECT
     j.log_mean, j.log_sd,
     j.cards, j.root_kind, j.caliber_id,
     [[caliber: calibers.{f}]],
-    j.root_id
+    j.root_id,
+    j.root_path
 FROM ab_range_judgements j
 LEFT JOIN calibers ON calibers.id = j.caliber_id;
 
@@ -963,6 +989,7 @@ judged AS (
         r.*,
         roots.name AS root,
         roots.kind AS root_kind,
+        roots.path AS root_path,
         t.q_max,
         t.min_effect,
         t.min_rounds,
@@ -981,7 +1008,7 @@ judged AS (
     JOIN roots ON roots.id = r.root_id AND roots.kind <> 'screen'
     CROSS JOIN thresholds t
     LEFT JOIN noise_floor_rows floors  -- looked up by its index, a range at a time
-        ON floors.rule = (SELECT value FROM settings WHERE key = 'current_rule')
+        ON floors.rule = (SELECT current_rule FROM judging_settings)
        AND floors.op IS r.op AND floors.dtype IS r.dtype AND floors.caliber_id = r.caliber_id
 ),
 settled AS (
@@ -1001,6 +1028,9 @@ settled AS (
                 THEN 'at least ' || judged.min_rounds || ' paired rounds (' || judged.rounds || ' so far)'
             WHEN [[finding inconclusive]] THEN (
                 SELECT CASE
+                    WHEN judged.log_sd IS NULL THEN 'no test: a ratio of the rounds is not a finite number'
+                    WHEN judged.log_sd = 0
+                        THEN 'the rounds agree exactly, at the minimum effect: more rounds would not settle it'
                     WHEN needed IS NULL OR needed > 30
                         THEN 'a quieter card: a round varies by about '
                              || printf('%.1f%%', 100 * (exp(judged.log_sd) - 1))
@@ -1022,7 +1052,7 @@ settled AS (
                 FROM noise_floor_rows o
                 JOIN calibers oc ON oc.id = o.caliber_id
                 JOIN calibers rc ON rc.id = judged.caliber_id
-                WHERE o.rule = (SELECT value FROM settings WHERE key = 'current_rule')
+                WHERE o.rule = (SELECT current_rule FROM judging_settings)
                   AND o.op IS judged.op AND o.dtype IS judged.dtype
                 ORDER BY other  -- the same text in every store, whatever its caliber ids
             )
@@ -1041,5 +1071,5 @@ SELECT
     '{' || json_head || ', "q_value": ' || json_quote(q_value) || finding_json
         || ', "to_settle": ' || json_quote(to_settle) || ', "noise_floor": ' || json_quote(noise_floor)
         || ', "clears_floor": ' || coalesce(clears_floor, 'null') || ', "floor_note": ' || json_quote(floor_note)
-        || thresholds_json || ', ' || json_tail || '}' AS json
+        || thresholds_json || ', ' || json_tail || ', "root_path": ' || json_quote(root_path) || '}' AS json
 FROM settled;

@@ -292,18 +292,28 @@ def test_a_store_this_user_cannot_write_is_read_and_a_write_says_why(case, share
     assert snapshot(store_dir) == before
 
 
-def test_an_older_store_that_cannot_be_written_says_it_needs_an_upgrade(shared_dir, example_store_path):
-    path = copy_store(example_store_path, shared_dir / "old.db")
-    conn = sqlite3.connect(path)
-    conn.execute("ALTER TABLE blobs DROP COLUMN markers")  # as release 2 left it (migration 3 adds it)
-    conn.execute("PRAGMA user_version = 2")
-    conn.commit()
-    conn.close()
+def test_an_older_store_that_cannot_be_written_is_read_through_an_upgraded_copy(shared_dir):
+    """tests/data/store-v3.db, read-only for nobody: every command that only
+    reads answers from an upgraded copy; the file stays byte for byte; a
+    command that writes refuses in one line."""
+    from . import floor_tree
+
+    path = shared_dir / "old.db"
+    shutil.copy(Path(__file__).parent / "data" / "store-v3.db", path)
     path.chmod(0o444)
-    result = as_nobody(ZLSTORE + ["screen", "--db", str(path)], cwd=shared_dir)
-    assert result.returncode == 2
-    assert f"cannot write {path}: the file is read-only for this user, and its schema (version " in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
+    before = path.read_bytes()
+    result = as_nobody(ZLSTORE + ["screen", floor_tree.SCREEN, "--json", "--db", str(path)], cwd=shared_dir)
+    assert result.returncode == 0, result.stderr
+    assert f"note: {path} is from an older zlstore and read-only for this user" in result.stderr
+    assert {r["op"] for r in json.loads(result.stdout)} == {op for op, _ in floor_tree.SCREEN_PAIRS}
+    found = as_nobody(ZLSTORE + ["ab", floor_tree.CAMPAIGN, "--json", "--db", str(path)], cwd=shared_dir)
+    assert found.returncode == 0 and {(r["op"], r["dtype"]): r["finding"] for r in json.loads(found.stdout)} \
+        == floor_tree.FINDING
+    write = as_nobody(ZLSTORE + ["rule", "v4", "--db", str(path)], cwd=shared_dir)
+    assert write.returncode == 2, write.stderr
+    assert write.stderr.strip().splitlines()[-1] == \
+        f"Error: cannot write {path}: the file is read-only for this user; commands that only read it still work"
+    assert path.read_bytes() == before and not list(shared_dir.glob("old.db-*"))
 
 
 def test_a_store_with_views_of_another_build_is_read_with_a_warning(shared_dir, example_store_path):

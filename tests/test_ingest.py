@@ -328,3 +328,21 @@ def test_tsv_rows_read_as_dict_zip_gives_them(tmp_path, header, lines):
         assert all(row.get(name) == want.get(name) for name in [*names, "absent"])
         assert row == want
     assert len(problems) == sum(len(line.split("\t")) != len(names) for line in lines)
+
+
+def test_a_cell_env_side_in_other_case_is_read_and_one_that_is_no_side_is_named(store, tmp_path):
+    """SIDE=AFTER (or with spaces) is the after side; SIDE=sideways is named
+    and the path's side is used: a pair is never split by its spelling."""
+    root = tmp_path / "ab_rlc_x"
+    write_root_env(root)
+    write_cell(root / "topk_float16_before", record(), env={"SIDE": " Before ", "RC": 0},
+               kernels={"h1/topk.ttgir": IR})
+    write_cell(root / "topk_float16_after", record(), env={"SIDE": "sideways", "RC": 0},
+               kernels={"h2/topk.ttgir": IR})
+    summary = store.ingest(root)
+    sides = dict(store.conn.execute("SELECT relpath, side FROM cells"))
+    assert sides == {"topk_float16_before": "before", "topk_float16_after": "after"}
+    (problem,) = summary["problems"]
+    assert problem["file"].endswith("topk_float16_after/cell.env") and "'sideways' is neither" in problem["message"]
+    (verdict,) = judge.verdicts(store)
+    assert verdict["verdict"] == "NO_IR_DIFF"

@@ -228,3 +228,43 @@ def test_merge_keeps_the_rules_the_sources_computed(two_hosts, tmp_path):
             "SELECT count(*) FROM cells WHERE id NOT IN (SELECT cell_id FROM fingerprints WHERE rule = 'v4')")
         assert lacking.fetchone()[0] == 0
         assert not pairing.stale(store.conn)
+
+
+def test_two_contents_stored_in_the_same_instant_merge_alike_in_either_order(two_hosts, tmp_path):
+    """A cell both stores hold differently, stamped with the same ingested_at
+    (two hosts ingesting at once): the one kept does not depend on which
+    store is merged first, and the conflict says how it was chosen."""
+    a, b, _ = two_hosts
+    other = tmp_path / "other.db"
+    shutil.copy(a, other)
+    with sqlite3.connect(other) as conn:
+        (cell_id, stamp) = conn.execute("SELECT id, ingested_at FROM cells ORDER BY id LIMIT 1").fetchone()
+        conn.execute("UPDATE measurements SET latency = latency * 3 WHERE cell_id = ?", (cell_id,))
+        conn.execute("UPDATE cells SET content_sig = 'ff' || content_sig WHERE id = ?", (cell_id,))
+    with sqlite3.connect(a) as conn:
+        conn.execute("UPDATE cells SET ingested_at = ? WHERE id = ?", (stamp, cell_id))
+    one, two = tmp_path / "ab.db", tmp_path / "ba.db"
+    first = run_merge(one, a, other, code=1)
+    run_merge(two, other, a, code=1)
+    assert judged(one) == judged(two)
+    (conflict,) = first["conflicts"]
+    assert conflict["source_ingested_at"] == conflict["target_ingested_at"] == stamp
+    problem = next(p["message"] for p in first["problems"] if "differs between" in p["message"])
+    assert "the one whose content hash sorts last was kept" in problem
+
+
+def test_a_damaged_source_is_refused_before_anything_is_merged(two_hosts, tmp_path):
+    a, _, _ = two_hosts
+    damaged = tmp_path / "damaged.db"
+    shutil.copy(a, damaged)
+    with sqlite3.connect(damaged) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        (root_page,) = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'measurements'").fetchone()
+    with open(damaged, "r+b") as f:  # the measurements table's root page, garbage
+        f.seek((root_page - 1) * page_size)
+        f.write(bytes(range(256)) * (page_size // 256))
+    target = tmp_path / "t.db"
+    result = invoke(target, "merge", damaged)
+    assert result.exit_code == 2 and "is damaged" in result.stderr, result.output
+    assert not target.exists()

@@ -155,3 +155,20 @@ def test_an_interrupted_campaign_says_how_to_resume_not_what_is_next():
     ]
     finished = report.campaign(CampaignResult(Path("/r/c"), False, cards, []))
     assert finished.endswith("\nnext: zlstore ab /r/c") and "--resume" not in finished
+
+
+def test_a_shape_under_two_calibers_says_which_row_is_which():
+    rows = [ab_row(root_id=1, caliber_id=1, cudagraph="0", backend="cuda"),
+            ab_row(root_id=1, caliber_id=2, cudagraph="1", backend="cuda"),
+            ab_row(root_id=1, op="topk", caliber_id=1, cudagraph="0", backend="cuda")]
+    notes = report.caliber_notes(rows)
+    assert notes == {0: "one of 2 calibers of this shape: cudagraph=0",
+                     1: "one of 2 calibers of this shape: cudagraph=1"}
+    text = report.ab(rows, SETTINGS)
+    assert "one of 2 calibers of this shape: cudagraph=1" in text
+
+
+def test_too_few_rounds_show_no_effect():
+    text = report.ab([ab_row(finding="too few rounds", rounds=2, p_value=None, q_value=None, ci_low=None,
+                             ci_high=None, effect=1.87654)], SETTINGS)
+    assert "1.877" not in text and "too few rounds" in text

@@ -135,6 +135,11 @@ def test_two_roots_of_one_name_are_two_roots_and_a_problem_names_them(tmp_path):
         with pytest.raises(LookupError, match="ambiguous"):
             store.root(first.name)
         assert store.root(second)["path"] == str(second)
+    # shown as two roots, each named by its path, never one root of twice its pairs
+    text = invoke(db_path, "screen").stdout
+    assert f"{first.name} ({first})  (rule" in text and f"{first.name} ({second})  (rule" in text
+    rows = json_out(invoke(db_path, "screen", "--json"))
+    assert len({r["root_id"] for r in rows}) == 2 and {r["root_path"] for r in rows} == {str(first), str(second)}
     assert len(json_out(invoke(db_path, "screen", "--json"))) == 2
     again = invoke(db_path, "ingest", first, second)  # told once, when the second was stored
     assert again.exit_code == 0, again.stderr

@@ -2,6 +2,7 @@
 
 import contextlib
 import functools
+import math
 import os
 import sqlite3
 import sys
@@ -107,6 +108,9 @@ def db_option(fn=None, *, create: bool = False, writes: bool = False, check=None
             if store.views_outdated:
                 click.echo(f"warning: {store.path} has views from another zlstore build and cannot be "
                            f"written: answers come from the views it has", err=True)
+            if store.read_from_copy is not None and not writes:
+                click.echo(f"note: {store.path} is from an older zlstore and read-only for this user: "
+                           f"read through an upgraded copy of it (the file is left as it is)", err=True)
             if writes:
                 store.require_writable()
             return fn(*args, store=store, **kwargs)
@@ -354,7 +358,7 @@ def shown_problem(problem) -> str:
     return str(layout.Problem(relative, problem.line, problem.message))
 
 
-def report_summary(summary, out):
+def report_summary(summary, out, command: str = "ingest"):
     """An ingest's or a merge's problems (and moved roots) on stderr, then its
     summary: --json the whole of it, the other formats its counts as a row."""
     for problem in summary.problems:
@@ -364,9 +368,9 @@ def report_summary(summary, out):
     earlier = summary.problem_count() - len(summary.problems)
     if earlier > 0:
         click.echo(f"problem: {earlier} found by an earlier ingest still open (the files are unchanged): "
-                   "zlstore problems", err=True)
+                   f"{output.command('problems')}", err=True)
     if summary.stopped:
-        click.echo(f"error: ingest {summary.state}; the counts are what was stored. "
+        click.echo(f"error: {command} {summary.state}; the counts are what was stored. "
                    "Run it again with space to store the rest.", err=True)
     emit(out, [summary.counts], document=summary.as_dict, human=summary.line)
 
@@ -556,7 +560,7 @@ def merge(store, sources, out):
         raise Refusal(str(error))
     finally:
         finish()
-    report_summary(summary, out)
+    report_summary(summary, out, "merge")
     sys.exit(EXIT_PROBLEMS if summary.problems else EXIT_OK)
 
 
@@ -588,7 +592,7 @@ def record(store, cell_dirs, out):
     summary = store.ingest_summary(cell_dirs, command="record", require_finished=True)
     for path in summary.unfinished:
         click.echo(f"unfinished: {path}: no cell.env with RC yet; nothing stored", err=True)
-    report_summary(summary, out)
+    report_summary(summary, out, "record")
     if summary.unfinished and not summary.stopped:
         sys.exit(EXIT_UNFINISHED)
     counts = summary.counts
@@ -1159,11 +1163,18 @@ def rescore(store, root, rule, write, out):
          document=result)
 
 
+def finite(ctx, param, value):
+    """Refuse nan and inf, which a FloatRange lets through (SQLite would read them as 0)."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value!r} is not a finite number", ctx=ctx, param=param)
+    return value
+
+
 @cli.command("rule")
 @click.argument("rule_name", metavar="[RULE]", required=False, type=RULE_CHOICE)
-@click.option("--q-max", type=click.FloatRange(0, 1, min_open=True), default=None,
+@click.option("--q-max", type=click.FloatRange(0, 1, min_open=True), default=None, callback=finite,
               help="The false-discovery rate a faster / slower finding is held to (default 0.05).")
-@click.option("--min-effect", type=click.FloatRange(0, min_open=True), default=None,
+@click.option("--min-effect", type=click.FloatRange(0, min_open=True), default=None, callback=finite,
               help="The smallest change worth a finding, as a fraction: 0.02 is 2% (default 0.02).")
 @db_option
 @output_options

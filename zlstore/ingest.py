@@ -69,19 +69,15 @@ RECORDED_VERDICT_COLUMNS = (
 ) + caliber.NAMES + ("extra",)
 
 
-_NOW = [0, ""]  # the second last formatted, and its text: cells are stored hundreds a second
-
-
 def plural(n: int, noun: str) -> str:
     """'1 problem', '2 problems': a count with its noun, as a sentence says it."""
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def now() -> str:
-    second = int(time.time())
-    if second != _NOW[0]:
-        _NOW[:] = second, datetime.datetime.fromtimestamp(second, datetime.timezone.utc).isoformat()
-    return _NOW[1]
+    """The time a cell or run is stored, to the microsecond: a merge keeps
+    the newer of two contents, and two hosts ingest in the same second."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
 
 
 @dataclass
@@ -511,7 +507,7 @@ def ingest_rules(conn: sqlite3.Connection) -> tuple:
     every location) is not paid for on every round of a campaign. A
     screening cell gets every rule (SCREENING_RULES): the verdicts compare
     rules, and the strictest tells whether the axis is live."""
-    row = conn.execute("SELECT value FROM settings WHERE key = 'current_rule'").fetchone()
+    row = conn.execute("SELECT current_rule FROM judging_settings").fetchone()
     current = row[0] if row else ttgir.DEFAULT_RULE
     return tuple(rule for name, rule in ttgir.RULES.items() if name == current or rule.triggers == ())
 
@@ -1157,6 +1153,7 @@ class Ingester:
             env_path = os.path.join(top, layout.CELL_ENV)
             env = layout._parse_env(env_bytes, env_path, problems)
             layout.check_numbers(env, layout.CELL_NUMBERS, env_path, None, problems)
+            layout.check_side(env, env_path, problems)
         values = layout.resolve_cell(ref, root, env)
         log_bytes, _ = read(layout.RUN_LOG, "missing: the cell has no run.log")
         if log_bytes is not None:

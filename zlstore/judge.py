@@ -157,7 +157,7 @@ def verdicts(store, root=None, rule: Optional[str] = None) -> List[dict]:
     rule) for one root or every screening root."""
     rule = resolve_rule(store, rule)
     where, params = _root_clause(store, root)
-    return _rows(store, f"SELECT * FROM verdicts_by_rule WHERE rule = ?{where} ORDER BY root, op, dtype",
+    return _rows(store, f"SELECT * FROM verdicts_by_rule WHERE rule = ?{where} ORDER BY root, root_id, op, dtype",
                  (rule, *params))
 
 
@@ -294,10 +294,10 @@ def rescore_write(store, root=None, rule: Optional[str] = None) -> List[Path]:
 
 
 # Ranges in the order `zlstore ab` shows them: per root, findings first.
-AB_ORDER = "root, finding_position, op, dtype, shape, caliber_id"
+AB_ORDER = "root, root_id, finding_position, op, dtype, shape, caliber_id"
 # --json's order: by key, the order the ranges are kept in (no sort of a
 # campaign's thousands of JSON texts).
-AB_KEY_ORDER = "root, op, dtype, shape, caliber_id"
+AB_KEY_ORDER = "root, root_id, op, dtype, shape, caliber_id"
 
 
 def ab_ranges(store, root=None) -> List[dict]:

@@ -681,6 +681,21 @@ def check_numbers(values: Mapping[str, str], numbers: Mapping[str, Callable], fi
             problems.append(Problem(file, line, f"{key}: {value[:40]!r} is not {what}; stored as unknown"))
 
 
+def _side(value: Optional[str]) -> Optional[str]:
+    """A side as cell.env spells it, read whatever its case and spaces; None
+    where it is not one."""
+    side = (value or "").strip().lower()
+    return side if side in SIDES else None
+
+
+def check_side(env: Mapping[str, str], file: str, problems: List[Problem]):
+    """Name a cell.env SIDE that is neither side: the path's is used."""
+    value = env.get("SIDE")
+    if value is not None and value.strip() and _side(value) is None:
+        problems.append(Problem(file, None, f"SIDE: {value[:40]!r} is neither {' nor '.join(SIDES)}; "
+                                            "the side the path gives is used, if any"))
+
+
 def resolve_cell(ref: RootRef, root: Root, cell_env: Optional[Dict[str, str]]) -> Dict[str, object]:
     """A cell's values, each with its source, by the order ARTIFACTS.md gives:
     cell.env, path, root env file, screen.tsv (partition.tsv in a campaign)."""
@@ -697,7 +712,7 @@ def resolve_cell(ref: RootRef, root: Root, cell_env: Optional[Dict[str, str]]) -
         values[name] = None
 
     take("op", [(CELL_ENV, env.get("OP")), ("path", from_path.get("op"))])
-    take("side", [(CELL_ENV, env.get("SIDE")), ("path", from_path.get("side"))])
+    take("side", [(CELL_ENV, _side(env.get("SIDE"))), ("path", from_path.get("side"))])
     take("round", [(CELL_ENV, _int(env.get("ROUND"))), ("path", from_path.get("round"))])
     take("card", [(CELL_ENV, _int(env.get("CARD"))), ("path", from_path.get("card"))])
     # An empty DTYPE in cell.env is a value: the operator's own default set.

@@ -75,6 +75,13 @@ def merge(target, sources: Sequence, progress: Optional[Callable[[int, int], Non
     return Merger(target).run(sources, progress).as_dict()
 
 
+def newer_than(a: tuple, b: tuple) -> bool:
+    """Whether (ingested_at, content hash) a is newer than b: the later
+    ingest, and between two of the same instant the greater hash, so that
+    merging in either order keeps the same one."""
+    return tuple(v or "" for v in a) > tuple(v or "" for v in b)
+
+
 def _uri(path: Path) -> str:
     return "file:" + urllib.parse.quote(str(path)) + "?mode=ro"
 
@@ -95,10 +102,16 @@ def check_source(path, target_path: Optional[Path] = None) -> int:
         with contextlib.closing(_read_only(path)) as conn:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            # every page read once before any is copied: a damaged source is
+            # refused whole, not found out root by root in the middle
+            damaged = dbmod.integrity_problems(conn) if {"roots", "cells"} <= tables else []
     except sqlite3.DatabaseError as error:
         raise SourceError(f"{path}: not a zlstore database ({error})")
     if not {"roots", "cells", "measurements"} <= tables:
         raise SourceError(f"{path}: not a zlstore database (no roots, cells and measurements tables)")
+    if damaged:
+        raise SourceError(f"{path} is damaged (SQLite's quick_check: {damaged[0]}): nothing merged; "
+                          "merge a sound copy, or ingest its runs/ tree again")
     if version > dbmod.SCHEMA_VERSION:
         raise SourceError(f"{path}: schema version {version} is newer than this zlstore's "
                           f"({dbmod.SCHEMA_VERSION}): upgrade zlstore to merge it")
@@ -238,7 +251,7 @@ class Merger:
             files_sig, ingested_at = self.conn.execute(
                 "SELECT files_sig, ingested_at FROM roots WHERE id = ?", (root_id,)).fetchone()
             if files_sig != source["files_sig"]:
-                newer = (source["ingested_at"] or "") > (ingested_at or "")
+                newer = newer_than((source["ingested_at"], source["files_sig"]), (ingested_at, files_sig))
                 target_path = self.conn.execute("SELECT path FROM roots WHERE id = ?", (root_id,)).fetchone()[0]
                 self._conflict(source_path, source["name"], target_path, None, newer,
                                source["ingested_at"], ingested_at, "its root files (env, screen.tsv, partition.tsv)")
@@ -290,6 +303,9 @@ class Merger:
                                        "source_ingested_at": source_at, "target_ingested_at": target_at})
         newer_text = (f"the source's from {source_path} (ingested {source_at}), replacing the target's (ingested {target_at})"
                       if newer else f"the target's (ingested {target_at}; {source_path}'s: {source_at})")
+        if source_at == target_at:
+            newer_text += ("; both were ingested at the same time, so the one whose content hash sorts last "
+                           "was kept (the same whichever store is merged first)")
         self._problem(Problem(where, None, f"{what} differs between the target and {source_path}: "
                                            f"kept the newer, {newer_text}"))
 
@@ -306,7 +322,9 @@ class Merger:
                         FROM src.cells s LEFT JOIN main.cells t ON t.root_id = ? AND t.relpath = s.relpath
                         WHERE s.root_id = ?""", (root_id, source["id"]))
         conn.execute("""UPDATE temp.merge_cells SET copy = 1 WHERE dst_id IS NULL
-                        OR (dst_content_sig IS NOT content_sig AND coalesce(ingested_at, '') > coalesce(dst_ingested_at, ''))""")
+                        OR (dst_content_sig IS NOT content_sig
+                            AND (coalesce(ingested_at, ''), coalesce(content_sig, ''))
+                              > (coalesce(dst_ingested_at, ''), coalesce(dst_content_sig, '')))""")
         target_path = conn.execute("SELECT path FROM roots WHERE id = ?", (root_id,)).fetchone()[0]
         for relpath, newer, source_at, target_at in conn.execute(
                 """SELECT relpath, copy, ingested_at, dst_ingested_at FROM temp.merge_cells
@@ -414,6 +432,6 @@ class Merger:
         (a source may have computed a rule the target had not, and the other
         way round), from the stored IR, as `zlstore rescore` would."""
         rules = [r for (r,) in self.conn.execute(
-            "SELECT DISTINCT rule FROM fingerprints UNION SELECT value FROM settings WHERE key = 'current_rule'")]
+            "SELECT DISTINCT rule FROM fingerprints UNION SELECT current_rule FROM judging_settings")]
         for rule in rules:
             self.target.compute_fingerprints(rule)

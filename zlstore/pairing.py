@@ -169,7 +169,8 @@ _STEPS = [
             fallback, fallback_rows, cards, rejected, rejected_reasons, log_mean, log_sd,
             effect, ci_low, ci_high, p_value, json_head, json_tail)
         WITH keyed AS MATERIALIZED (
-            SELECT k.key_id, s.card, s.reason, s.before_caliber_id AS caliber_id,
+            SELECT k.key_id, s.card, s.repeat_dir, s.cell_op, s.cell_dtype, s.round, s.reason,
+                   s.before_caliber_id AS caliber_id,
                    CASE WHEN s.reason IS NULL THEN s.latency_before / s.latency_after END AS ratio,
                    max(s.before_fallback, s.after_fallback) AS fallback
             FROM temp.ab_keys_unique k
@@ -177,15 +178,30 @@ _STEPS = [
             CROSS JOIN ab_slot_rows s ON s.root_id = k.root_id AND s.op IS k.op AND s.dtype IS k.dtype
              AND s.shape = k.shape
         ),
-        ranges AS (
-            SELECT key_id, caliber_id, count(*) AS rounds, min(ratio) AS min, median(ratio) AS median,
-                max(ratio) AS max, max(fallback) AS fallback, sum(fallback) AS fallback_rows,
-                count(DISTINCT card) AS cards, avg(ln(ratio)) AS log_mean,
-                CASE WHEN count(*) > 1 THEN sqrt(max(0.0,
-                    (sum(ln(ratio) * ln(ratio)) - count(*) * avg(ln(ratio)) * avg(ln(ratio))) / (count(*) - 1)))
-                END AS log_sd
+        -- A round is one before and one after process: a shape its cells
+        -- recorded twice is one observation of that round (the mean of its
+        -- log ratios), never two rounds.
+        per_round AS (
+            SELECT key_id, caliber_id, avg(ln(ratio)) AS round_log
             FROM keyed WHERE reason IS NULL
+            GROUP BY key_id, caliber_id, card, repeat_dir, cell_op, cell_dtype, round
+        ),
+        over_rounds AS (
+            SELECT key_id, caliber_id, count(*) AS rounds, avg(round_log) AS log_mean,
+                CASE WHEN count(*) > 1 THEN sqrt(max(0.0,
+                    (sum(round_log * round_log) - count(*) * avg(round_log) * avg(round_log)) / (count(*) - 1)))
+                END AS log_sd
+            FROM per_round
             GROUP BY key_id, caliber_id
+        ),
+        ranges AS (
+            SELECT r.key_id, r.caliber_id, o.rounds, min(r.ratio) AS min, median(r.ratio) AS median,
+                max(r.ratio) AS max, max(r.fallback) AS fallback, sum(r.fallback) AS fallback_rows,
+                count(DISTINCT r.card) AS cards, o.log_mean, o.log_sd
+            FROM keyed r
+            JOIN over_rounds o ON o.key_id = r.key_id AND o.caliber_id = r.caliber_id
+            WHERE r.reason IS NULL
+            GROUP BY r.key_id, r.caliber_id
         ),
         rejected AS MATERIALIZED (
             SELECT key_id, count(*) AS rejected, group_concat(DISTINCT reason) AS rejected_reasons
@@ -296,7 +312,7 @@ _SCREEN_ROUNDS = """
 _EVERY_RULE_STALE = """
     INSERT OR IGNORE INTO ab_stale_floors (rule)
     SELECT DISTINCT rule FROM fingerprints
-    UNION SELECT value FROM settings WHERE key = 'current_rule'"""
+    UNION SELECT current_rule FROM judging_settings"""
 
 
 class Median:

@@ -3,14 +3,25 @@ rows and results the library returns to strings. No click and no I/O here,
 so the wording can be tested without a terminal and the CLI stays wiring."""
 
 import itertools
-from typing import Iterable, List, Mapping, Optional, Sequence
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 from . import caliber, judge, output
 
 
-def _grouped(rows: Iterable[dict], key: str = "root"):
-    """Consecutive rows of one root (the queries order by root first)."""
-    return itertools.groupby(rows, key=lambda r: r[key])
+def _grouped(rows: Sequence[dict]):
+    """Consecutive rows of one root (the queries order by root first), each
+    group named as people name a root: by its name, and where two stored
+    roots share one (two hosts' screens of the same second), by its path too."""
+    paths: Dict[str, set] = {}
+    for row in rows:
+        paths.setdefault(row["root"], set()).add(row.get("root_id"))
+    for _, group in itertools.groupby(rows, key=lambda r: r.get("root_id", r["root"])):
+        group = list(group)
+        first = group[0]
+        name = first["root"]
+        if len(paths[name]) > 1:
+            name = f"{name} ({first.get('root_path') or 'root ' + str(first.get('root_id'))})"
+        yield name, group
 
 
 def range_text(row: Mapping, count: str = "n_rows", unit: str = "rows") -> str:
@@ -146,12 +157,34 @@ AB_COLUMNS = ["op", "dtype", "shape", "rounds", "effect", "interval", "q_value",
 AB_HEADERS = ["op", "dtype", "shape", "rounds", "effect", "95% interval", "q", "finding", "note", "noise floor"]
 
 
+def caliber_notes(rows: Sequence[Mapping]) -> Dict[int, str]:
+    """For a shape measured under several calibers in one root (a range
+    each, never pooled), what tells each of its rows apart: the caliber
+    fields that differ, by the row's position in rows."""
+    keyed: Dict[tuple, List[int]] = {}
+    for i, row in enumerate(rows):
+        keyed.setdefault((row.get("root_id"), row["op"], row["dtype"], row["shape"]), []).append(i)
+    notes = {}
+    for positions in keyed.values():
+        if len(positions) < 2:
+            continue
+        differing = [name for name in caliber.NAMES if len({rows[i].get(name) for i in positions}) > 1]
+        for i in positions:
+            fields = ", ".join(f"{name}={rows[i].get(name)}" for name in differing) or "caliber unknown"
+            notes[i] = f"one of {len(positions)} calibers of this shape: {fields}"
+    return notes
+
+
 def ab(rows: Sequence[dict], settings: Mapping) -> str:
     """The A/B ranges per root, findings first, each with its effect,
     interval, q-value, finding and the op's noise floor beside it; then the
-    count of each finding and the thresholds they were held to."""
-    noted = [{**row, "note": ab_note(row), "interval": interval_text(row), "floor": floor_text(row)}
-             for row in rows]
+    count of each finding and the thresholds they were held to. An effect
+    is shown only where there is a test: too few rounds show none."""
+    by_caliber = caliber_notes(rows)
+    noted = [{**row, "note": "; ".join(filter(None, (by_caliber.get(i), ab_note(row)))),
+              "interval": interval_text(row), "floor": floor_text(row),
+              "effect": row["effect"] if row["p_value"] is not None else None}
+             for i, row in enumerate(rows)]
     lines: List[str] = []
     for name, group in _grouped(noted):
         group = list(group)
@@ -163,6 +196,8 @@ def ab(rows: Sequence[dict], settings: Mapping) -> str:
     counts = judge.finding_counts(rows)
     lines.append(f"{len(rows)} ranges: " + ", ".join(f"{n} {name}" for name, n in counts.items())
                  + f" (rule {settings['current_rule']}; {thresholds_text(settings)})")
+    if settings.get("settings_note"):
+        lines.append(f"note: {settings['settings_note']}")
     unpaired, fallback = sum(1 for r in rows if r["rejected"]), sum(1 for r in rows if r["fallback"])
     if unpaired or fallback:
         lines.append(f"{unpaired} with rows that did not pair, {fallback} with direct-fallback rows")

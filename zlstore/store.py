@@ -5,7 +5,9 @@ import contextlib
 import functools
 import json
 import os
+import shutil
 import sqlite3
+import tempfile
 import zlib
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Union
@@ -136,6 +138,7 @@ class Store:
         self.path = Path(path or default_db_path())
         self.conn = dbmod.open_checked(self.path, create=create, quick=check)
         self.views_outdated = False
+        self.read_from_copy: Optional[Path] = None  # an older read-only store: an upgraded copy of it
         try:
             self.schema_version = self._ensure_schema()
             self.refresh_pairs()
@@ -151,12 +154,23 @@ class Store:
             if not dbmod.is_readonly_error(error):
                 raise
             version = self.conn.execute("PRAGMA user_version").fetchone()[0]
-            if version != dbmod.SCHEMA_VERSION:
-                raise dbmod.StoreError(dbmod.cannot_write(
-                    self.path, f"{dbmod.write_refusal(self.path) or error}, and its schema (version {version}) "
-                    f"must be upgraded to version {dbmod.SCHEMA_VERSION} before this zlstore can read it")) from None
+            if version < dbmod.SCHEMA_VERSION:
+                return self._read_upgraded_copy()
             self.views_outdated = True  # read with the views it has
             return version
+
+    def _read_upgraded_copy(self) -> int:
+        """An older store this user cannot write is read through a copy
+        upgraded in a temporary directory (the store itself is left as it
+        is), so that every command that only reads works on it."""
+        scratch = Path(tempfile.mkdtemp(prefix="zlstore-read-"))
+        copy = scratch / self.path.name
+        with contextlib.closing(sqlite3.connect(copy)) as dest:
+            self.conn.backup(dest)
+        self.conn.close()
+        self.read_from_copy = copy
+        self.conn = dbmod.connect(copy)
+        return dbmod.ensure_schema(self.conn, defaults={"current_rule": ttgir.DEFAULT_RULE})
 
     def _backfill_screening_fingerprints(self):
         """Every rule's fingerprints for screening cells that a migration left
@@ -203,6 +217,8 @@ class Store:
 
     def close(self):
         self.conn.close()
+        if self.read_from_copy is not None:
+            shutil.rmtree(self.read_from_copy.parent, ignore_errors=True)
 
     def __enter__(self):
         return self
@@ -257,7 +273,12 @@ class Store:
 
     @property
     def current_rule(self) -> str:
-        return self.setting("current_rule", ttgir.DEFAULT_RULE)
+        """The rule every view judges under (judging_settings: the stored one
+        where it names a rule, else the default)."""
+        try:
+            return self.conn.execute("SELECT current_rule FROM judging_settings").fetchone()[0]
+        except sqlite3.OperationalError:  # read with another build's views (views_outdated)
+            return self.setting("current_rule", ttgir.DEFAULT_RULE)
 
     def set_rule(self, rule: str) -> int:
         """Make rule current for every view; computes its fingerprints first
