@@ -5,7 +5,7 @@ an entry point, so a plain `datasette` in the same environment is untouched)."""
 
 from datasette import hookimpl
 
-from . import pairing
+from . import stats
 
 # Datasette 0.65 lists every column description above a table, which pushes
 # the rows and facets of a wide view (verdicts has 40 columns) off the first
@@ -54,4 +54,4 @@ def asgi_wrapper(datasette):
 @hookimpl
 def prepare_connection(conn):
     """median(), the aggregate every zlstore range uses, for ad-hoc SQL too."""
-    pairing.register(conn)
+    stats.register(conn)

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 from . import db as dbmod
-from . import caliber, pairing, roots
-from .ingest import now
+from . import caliber, floors, pairing, roots
+from .db import now
 from .layout import Problem
 
 # What a summary counts, in the order it is printed.
@@ -323,7 +323,7 @@ class Merger:
                                 WHERE c.copy = 0""").rowcount
         if added:
             self._digests("WHERE copy = 0")
-            pairing.mark_every_floor(conn)
+            floors.mark_every(conn)
         cell_columns = [c for c in _columns(conn, "main", "cells")
                         if c in _columns(conn, "src", "cells") and c not in ("id", "root_id", "caliber_id", "path")]
         chunks = [row[0] for row in conn.execute("SELECT src_id FROM temp.merge_cells WHERE copy = 1 ORDER BY src_id")]

@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, IO, List, Optional, Sequence, Tuple
 
 from . import caliber, files, judge, layout, pairing
+from .names import EXIT_INTERRUPTED, TIMEOUT_RC
 from . import plan as planmod
-from .db import write_transaction
-from .ingest import now as utc_now
+from .db import render_schema, write_transaction
+from .db import now as utc_now
 from .display import CardState, Display
 from .plan import Op, Plan, PlanError
 from .procs import KILL_GRACE_S, signal_group, group_alive, interrupts, kill_group, shell_rc, start_group
@@ -37,8 +38,6 @@ if TYPE_CHECKING:
 DEFAULT_CELL_TIMEOUT = 2400.0
 DEFAULT_SWITCH_VALUES = ("0", "1")   # the switch off (before) and on (after)
 DEFAULT_ROUNDS = 6
-TIMEOUT_RC = 124            # what a cell killed at CELL_TIMEOUT is recorded with
-INTERRUPTED_EXIT = 130      # 128 + SIGINT
 
 # The environment variable that makes one card visible, per backend: the one place.
 VISIBLE_DEVICES = {
@@ -154,10 +153,9 @@ def screen_pairs(store, screen_root: str) -> Tuple[dict, Dict[Tuple[str, str], d
 
 def ir_changed_ops(store, root: dict) -> List[Tuple[str, str]]:
     """The pairs the verdicts view judges IR_CHANGED under the current rule."""
-    rows = store.conn.execute(
-        "SELECT op, COALESCE(dtype, '') FROM verdicts WHERE root_path = ? AND verdict = 'IR_CHANGED' ORDER BY op, dtype",
-        (root["path"],),
-    ).fetchall()
+    rows = store.conn.execute(render_schema(
+        "SELECT op, COALESCE(dtype, '') FROM verdicts WHERE root_path = ? AND verdict = [[verdict IR_CHANGED]] "
+        "ORDER BY op, dtype"), (root["path"],)).fetchall()
     return [(op, dtype) for op, dtype in rows]
 
 
@@ -699,7 +697,7 @@ class LocalLauncher:
                 tasks[card] = Task("running", job=f"pid {proc.pid}")
             else:
                 rc = shell_rc(rc)
-                state = {0: "done", 1: "failed", INTERRUPTED_EXIT: "interrupted"}.get(rc, "failed")
+                state = {0: "done", 1: "failed", EXIT_INTERRUPTED: "interrupted"}.get(rc, "failed")
                 tasks[card] = Task(state, job=f"pid {proc.pid}", ended=True, exit_code=rc, raw_state=f"exit {rc}")
         return tasks
 
