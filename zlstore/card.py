@@ -36,8 +36,7 @@ from .db import now as utc_now
 from .names import EXIT_INTERRUPTED, TIMEOUT_RC
 from .plan import Op
 from .procs import KILL_GRACE_S, group_alive, interrupts, kill_group, shell_rc, start_group
-from .runner import (DEFAULT_CELL_TIMEOUT, caliber_items, env_text, fill,
-                     log_problem, write_atomic)
+from .harness import DEFAULT_CELL_TIMEOUT, caliber_items, env_text, fill, log_problem, write_atomic
 
 STATUS_DIR = "status"
 LOG_DIR = "logs"
