@@ -233,7 +233,7 @@ def test_names_is_a_leaf_and_db_imports_only_leaves():
     every = graph()
     leaves = {m for m, imported in every.items() if not imported}
     assert every["names"] == set() and every["floors"] == set()
-    assert every["db"] <= leaves | {"ttgir"} and every["ttgir"] <= leaves  # ttgir: canonical JSON only
+    assert every["db"] <= leaves | {"ttgir"} and every["ttgir"] <= leaves  # ttgir: canonical JSON, names
     assert not {"judge", "layout", "pairing"} & every["db"]
 
 

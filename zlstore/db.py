@@ -117,9 +117,8 @@ def _case(kinds, first: Optional[str], indent: str) -> str:
 # "[[kind NAME]]" macro may quote, and the kinds "[[case KINDS]]" decides.
 _ITEMS = {"verdicts": lambda: names.VERDICTS, "reasons": lambda: names.REASONS,
           "findings": lambda: names.FINDINGS, "rules": _rule_rows}
-_SETTINGS = {"current_rule": ttgir.DEFAULT_RULE, **names.SETTINGS}
 _NAMES = {"verdict": lambda: names.VERDICT_NAMES, "reason": lambda: names.REASON_NAMES,
-          "finding": lambda: names.FINDING_NAMES, "setting": lambda: tuple(_SETTINGS)}
+          "finding": lambda: names.FINDING_NAMES, "setting": lambda: tuple(names.SETTINGS)}
 _CASES = {"verdicts": (names.VERDICTS, None), "reasons": (names.REASONS, names.PAIRED),
           "findings": (names.FINDINGS, None)}
 # The columns a "[[kind SEP: TEMPLATE]]" macro repeats TEMPLATE over: each as
@@ -164,7 +163,7 @@ def render_schema(text: str) -> str:
         known = _NAMES[kind]()
         if arg not in known:
             raise SchemaError(f"SQL names unknown {kind} {arg!r}; known: {', '.join(known)}")
-        return _sql_literal(_SETTINGS[arg]) if kind == "setting" else _sql_literal(arg)
+        return _sql_literal(names.SETTINGS[arg]) if kind == "setting" else _sql_literal(arg)
 
     return _MACRO.sub(expand, text)
 

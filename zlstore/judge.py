@@ -10,7 +10,7 @@ from . import caliber as _caliber
 from . import files as _files
 from . import layout as _layout
 from . import ttgir as _ttgir
-from .names import (BY_NAME, FINDING_NAMES, FINDINGS, REASON_NAMES, REASONS, TIMEOUT_RCS,  # noqa: F401
+from .names import (BY_NAME, FINDING_NAMES, FINDINGS, REASON_NAMES, REASONS, SETTINGS, TIMEOUT_RCS,  # noqa: F401
                     VERDICT_ALIASES, VERDICT_NAMES, VERDICTS, Finding, Reason, Verdict, canonical_verdict)
 
 

@@ -147,11 +147,11 @@ FINDINGS = (
 )
 FINDING_NAMES = tuple(f.name for f in FINDINGS)
 
-# The thresholds judging keeps beside the current rule (settings), with
-# their defaults: q_max, the false-discovery rate a finding is held to;
-# min_effect, the smallest change (as a fraction, 0.02 = 2%) worth calling
-# faster or slower. (The current rule's default is ttgir.DEFAULT_RULE.)
-SETTINGS = {"q_max": "0.05", "min_effect": "0.02"}
+# The settings judging reads (the settings table), with their defaults:
+# current_rule, the fingerprint rule the verdicts use (ttgir.RULES);
+# q_max, the false-discovery rate a finding is held to; min_effect, the
+# smallest change (as a fraction, 0.02 = 2%) worth calling faster or slower.
+SETTINGS = {"current_rule": "v3", "q_max": "0.05", "min_effect": "0.02"}
 
 
 class RoundColumn(NamedTuple):

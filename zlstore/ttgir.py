@@ -28,8 +28,8 @@ must hold for the rule to change it.  A text holding none is left as it is
 by construction (:meth:`Rule.leaves` is asked first), and the store records
 which triggers each text holds (:func:`markers`), so that a rescore digests
 such a text without reading it.  Of zlstore, this module imports only
-canonical.py (its JSON), and every function in it is pure (the caches only
-remember answers).
+leaves (canonical.py, its JSON; names.py, the default rule), and every
+function in it is pure (the caches only remember answers).
 
 The layout-conversion count (:func:`count_convert_layouts`) says what *kind* of
 change a fingerprint difference is.  It is not the criterion: equal counts do
@@ -44,7 +44,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Tuple, Union
 
-from . import canonical
+from . import canonical, names
 
 __all__ = [
     "Rule",
@@ -650,7 +650,8 @@ def markers(raw: bytes) -> str:
     in the bytes exactly where it is in the text they decode to."""
     return json.dumps({t: int(t.encode("ascii") in raw) for t in TRIGGERS}, separators=(",", ":"))
 
-DEFAULT_RULE = "v3"
+DEFAULT_RULE = names.SETTINGS["current_rule"]  # the current rule of a new store
+assert DEFAULT_RULE in RULES
 
 RuleLike = Union[Rule, str]
 
