@@ -4,24 +4,39 @@
 -- them, datasette shows them). Tables may change between releases, views keep
 -- their columns.
 --
--- Two macros are expanded by zlstore/db.py before this file reaches SQLite,
--- so that the caliber fields and the verdict / reason names are defined once,
--- in zlstore/caliber.py and zlstore/judge.py:
---   "caliber: TEMPLATE" in double brackets: TEMPLATE once per caliber
---       field ({f} = the field name), joined with ", "
---   "caliber SEP: TEMPLATE": the same, joined with SEP
---   "verdict NAME" / "reason NAME": the quoted name; an unknown name is an
---       error when the schema is applied
---   "timeout_rcs": the exit statuses of a cell killed at its timeout
---   "verdicts: TEMPLATE" / "reasons: TEMPLATE": TEMPLATE once per verdict
---       (reason) in judge.py's order, joined with ", "; {position} is 1, 2,
---       ..., and each field of judge.Verdict ({name}, {when}, {licenses},
---       {range_label}) or judge.Reason ({name}, {meaning}) is an SQL literal
+-- Macros in double brackets are expanded by zlstore/db.py (render_schema)
+-- before this file reaches SQLite, so that each name and rule is defined
+-- once: the caliber in zlstore/caliber.py; verdicts, reasons, findings and
+-- the round key in zlstore/names.py; the noise floor in zlstore/floors.py;
+-- fingerprint rules in zlstore/ttgir.py. The same macros serve pairing.py's
+-- SQL and the canned queries.
+--   "caliber: TEMPLATE": TEMPLATE once per caliber field ({f} = the field
+--       name), joined with ", "; "caliber SEP: TEMPLATE": joined with SEP
+--   "round: TEMPLATE", "round SEP: TEMPLATE": the same per column of the
+--       round key ({k}: its name in the ab_* tables, {c}: the cells column
+--       it comes from, {is}: how two values compare, = or IS)
+--   "verdict NAME" / "reason NAME" / "finding NAME" / "setting NAME": the
+--       quoted name (a setting's default value); an unknown name is an error
+--       when the schema is applied
+--   "case verdicts": the CASE deciding a pair's verdict, each verdict's
+--       condition in names.VERDICTS' order (the first that applies wins),
+--       over the aliases b, a (the pair's before and after cells) and fb, fa
+--       (their fingerprints under the rule); "case reasons": why a row does
+--       not pair (NULL: it pairs), over r (the round) and s (the row's two
+--       sides); "case findings": a range's finding, over r (ab_range_rows) and
+--       t (the thresholds). names.py says what each alias holds
+--   "clears_floor": whether a range r clears its noise floor floors
+--   "timeout_rcs": the exit statuses of a cell killed at its timeout;
+--       "strictest_rule", "min_rounds": the values
+--   "verdicts: TEMPLATE" / "reasons: ..." / "findings: ..." / "rules: ...":
+--       TEMPLATE once per verdict (reason, finding, fingerprint rule) in
+--       their order, joined with ", "; {position} is 1, 2, ..., and each
+--       field ({name}, {when}, {licenses}, ...) is an SQL literal
 --
 -- Statements are separated by ";" at the end of a line. Section markers
--- ("-- @tables", "-- @views") tell db.py what is recreated on upgrade: views
--- are dropped and recreated whenever this file changes, tables only through
--- migrations.
+-- (@tables, @triggers and @views, each on a line of its own after "--")
+-- tell db.py what is recreated on upgrade: triggers and views are dropped
+-- and recreated whenever this file changes, tables only through migrations.
 
 -- @tables
 
@@ -386,29 +401,31 @@ CREATE TABLE IF NOT EXISTS ab_stale_floors (
     rule TEXT PRIMARY KEY
 );
 
+-- @triggers
+
 -- Fingerprints deleted by hand move their rule's floors (only a screening
 -- cell's can: a campaign has thousands). New ones come from ingest, whose
 -- rounds are re-paired anyway, or from Store.compute_fingerprints, which
--- marks its rule itself.
-CREATE TRIGGER IF NOT EXISTS fingerprints_delete_marks_floors AFTER DELETE ON fingerprints
+-- marks its rule itself (zlstore/floors.py).
+CREATE TRIGGER fingerprints_delete_marks_floors AFTER DELETE ON fingerprints
 WHEN EXISTS (SELECT 1 FROM cells JOIN roots ON roots.id = cells.root_id
              WHERE cells.id = OLD.cell_id AND roots.kind = 'screen')
 BEGIN
     INSERT OR IGNORE INTO ab_stale_floors (rule) VALUES (OLD.rule);
 END;
 
-CREATE TRIGGER IF NOT EXISTS cells_insert_marks_round AFTER INSERT ON cells
+-- Every insert, delete or edit of a cell marks its round (names.ROUND_KEY)
+-- stale; zlstore/pairing.py pairs it again before the writer commits.
+CREATE TRIGGER cells_insert_marks_round AFTER INSERT ON cells
 WHEN NEW.side IN ('before', 'after')
 BEGIN
-    INSERT INTO ab_stale_rounds (root_id, card, repeat_dir, cell_op, cell_dtype, round)
-    VALUES (NEW.root_id, NEW.card, NEW.repeat_dir, NEW.op, NEW.dtype, NEW.round);
+    INSERT INTO ab_stale_rounds ([[round: {k}]]) VALUES ([[round: NEW.{c}]]);
 END;
 
-CREATE TRIGGER IF NOT EXISTS cells_delete_marks_round AFTER DELETE ON cells
+CREATE TRIGGER cells_delete_marks_round AFTER DELETE ON cells
 WHEN OLD.side IN ('before', 'after')
 BEGIN
-    INSERT INTO ab_stale_rounds (root_id, card, repeat_dir, cell_op, cell_dtype, round)
-    VALUES (OLD.root_id, OLD.card, OLD.repeat_dir, OLD.op, OLD.dtype, OLD.round);
+    INSERT INTO ab_stale_rounds ([[round: {k}]]) VALUES ([[round: OLD.{c}]]);
 END;
 
 -- Edits by hand (a cell's caliber corrected, a row deleted) re-pair too; the
@@ -416,34 +433,33 @@ END;
 -- (runner.supersede: a round pairs its latest current cell per side). A row inserted into a cell that is
 -- already stored is the one change these triggers do not see: zlstore
 -- replaces a changed cell whole, rows included.
-CREATE TRIGGER IF NOT EXISTS cells_update_marks_rounds AFTER UPDATE OF
-    root_id, card, repeat_dir, op, dtype, round, side, caliber_id, superseded_at ON cells
+CREATE TRIGGER cells_update_marks_rounds AFTER UPDATE OF
+    [[round: {c}]], side, caliber_id, superseded_at ON cells
 BEGIN
-    INSERT INTO ab_stale_rounds (root_id, card, repeat_dir, cell_op, cell_dtype, round)
-    VALUES (OLD.root_id, OLD.card, OLD.repeat_dir, OLD.op, OLD.dtype, OLD.round),
-           (NEW.root_id, NEW.card, NEW.repeat_dir, NEW.op, NEW.dtype, NEW.round);
+    INSERT INTO ab_stale_rounds ([[round: {k}]])
+    VALUES ([[round: OLD.{c}]]), ([[round: NEW.{c}]]);
 END;
 
 -- A root's kind decides which of its ranges are kept.
-CREATE TRIGGER IF NOT EXISTS roots_kind_marks_rounds AFTER UPDATE OF kind ON roots
+CREATE TRIGGER roots_kind_marks_rounds AFTER UPDATE OF kind ON roots
 WHEN OLD.kind IS NOT NEW.kind
 BEGIN
-    INSERT INTO ab_stale_rounds (root_id, card, repeat_dir, cell_op, cell_dtype, round)
-    SELECT DISTINCT root_id, card, repeat_dir, op, dtype, round FROM cells
+    INSERT INTO ab_stale_rounds ([[round: {k}]])
+    SELECT DISTINCT [[round: {c}]] FROM cells
     WHERE root_id = NEW.id AND side IN ('before', 'after');
 END;
 
-CREATE TRIGGER IF NOT EXISTS measurements_update_marks_round AFTER UPDATE ON measurements
+CREATE TRIGGER measurements_update_marks_round AFTER UPDATE ON measurements
 BEGIN
-    INSERT INTO ab_stale_rounds (root_id, card, repeat_dir, cell_op, cell_dtype, round)
-    SELECT root_id, card, repeat_dir, op, dtype, round FROM cells
+    INSERT INTO ab_stale_rounds ([[round: {k}]])
+    SELECT [[round: {c}]] FROM cells
     WHERE id IN (OLD.cell_id, NEW.cell_id) AND side IN ('before', 'after');
 END;
 
-CREATE TRIGGER IF NOT EXISTS measurements_delete_marks_round AFTER DELETE ON measurements
+CREATE TRIGGER measurements_delete_marks_round AFTER DELETE ON measurements
 BEGIN
-    INSERT INTO ab_stale_rounds (root_id, card, repeat_dir, cell_op, cell_dtype, round)
-    SELECT root_id, card, repeat_dir, op, dtype, round FROM cells
+    INSERT INTO ab_stale_rounds ([[round: {k}]])
+    SELECT [[round: {c}]] FROM cells
     WHERE id = OLD.cell_id AND side IN ('before', 'after');
 END;
 
@@ -514,18 +530,18 @@ WHERE p.closed_by IS NULL;
 
 -- The verdicts in the order they are decided (the first that applies wins),
 -- what each licenses, and what a speedup range of such a pair is
--- (range_label NULL: no range is ever shown). From judge.VERDICTS.
+-- (range_label NULL: no range is ever shown). From names.VERDICTS.
 CREATE VIEW verdict_kinds (position, verdict, decided_when, licenses, range_label) AS
 VALUES [[verdicts: ({position}, {name}, {when}, {licenses}, {range_label})]];
 
 -- Why a measured row did not become an A/B pair, in order of precedence
--- (the first that applies is the row's reason). From judge.REASONS.
+-- (the first that applies is the row's reason). From names.REASONS.
 CREATE VIEW rejection_reasons (position, reason, meaning) AS
 VALUES [[reasons: ({position}, {name}, {meaning})]];
 
 -- What a repeat run's or campaign's range says about the switch, in the
 -- order they are shown (findings first); the conditions never overlap
--- (ab_ranges decides them). From judge.FINDINGS.
+-- (ab_ranges decides them). From names.FINDINGS.
 CREATE VIEW finding_kinds (position, finding, decided_when, licenses) AS
 VALUES [[findings: ({position}, {name}, {when}, {licenses})]];
 
@@ -771,14 +787,7 @@ judged AS (
         rules.rule,
         b.rc AS rc_before, a.rc AS rc_after,
         fb.fingerprint AS fp_before, fa.fingerprint AS fp_after,
-        CASE
-            WHEN b.rc IN ([[timeout_rcs]]) OR a.rc IN ([[timeout_rcs]]) THEN [[verdict TRUNCATED]]
-            WHEN b.id IS NULL OR a.id IS NULL OR b.n_counted = 0 OR a.n_counted = 0 THEN [[verdict NO_ROWS]]
-            WHEN b.ir_incomplete OR a.ir_incomplete THEN [[verdict IR_UNREAD]]
-            WHEN b.n_kernels = 0 AND a.n_kernels = 0 THEN [[verdict NO_TRITON]]
-            WHEN fb.fingerprint <> fa.fingerprint THEN [[verdict IR_CHANGED]]
-            WHEN fb.fingerprint = fa.fingerprint THEN [[verdict NO_IR_DIFF]]
-        END AS verdict,
+        [[case verdicts]] AS verdict,
         CASE
             WHEN b.id IS NULL THEN a.caliber_id
             WHEN a.id IS NULL THEN b.caliber_id
@@ -994,16 +1003,9 @@ judged AS (
         t.min_effect,
         t.min_rounds,
         t.thresholds_json,
-        CASE
-            WHEN r.q_value <= t.q_max AND r.ci_low > 1 + t.min_effect THEN [[finding faster]]
-            WHEN r.q_value <= t.q_max AND r.ci_high < 1 / (1 + t.min_effect) THEN [[finding slower]]
-            WHEN r.ci_low > 1 / (1 + t.min_effect) AND r.ci_high < 1 + t.min_effect THEN [[finding no change]]
-            WHEN r.rounds < t.min_rounds THEN [[finding too few rounds]]
-            ELSE [[finding inconclusive]]
-        END AS finding,
+        [[case findings]] AS finding,
         floors.floor AS noise_floor,
-        CASE WHEN floors.floor IS NOT NULL
-             THEN (r.min > 1 + floors.floor OR r.max < 1 - floors.floor) END AS clears_floor
+        CASE WHEN floors.floor IS NOT NULL THEN [[clears_floor]] END AS clears_floor
     FROM ab_range_rows r
     JOIN roots ON roots.id = r.root_id AND roots.kind <> 'screen'
     CROSS JOIN thresholds t

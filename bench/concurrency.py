@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from zlstore import testing  # noqa: E402
+from tests import generator as testing  # noqa: E402
 
 WRITER = r"""
 import json, os, sys, time

@@ -23,9 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
-import mutations  # noqa: E402
+from tests import mutations  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -238,10 +238,10 @@ def concurrency_figure() -> dict:
 # ---------------------------------------------------------------- the suite
 
 def generate(dest: Path, scale: float) -> dict:
-    """The project's generator (python -m zlstore.testing --corpus), in its own
+    """The project's generator (python -m tests.generator --corpus), in its own
     process: the corpus is not held in this one's memory."""
     manifest_file = dest.parent / f"{dest.name}.manifest.json"
-    run_command([PYTHON, "-m", "zlstore.testing", str(dest), "--corpus", "--scale", f"{scale:g}",
+    run_command([PYTHON, "-m", "tests.generator", str(dest), "--corpus", "--scale", f"{scale:g}",
                  "--cards", "8", "--rounds", "6", "--rows", "20", "--kernels", "3", "--seed", "0",
                  "--manifest", str(manifest_file)])
     manifest = json.loads(manifest_file.read_text())

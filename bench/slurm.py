@@ -45,7 +45,8 @@ sys.path.insert(0, str(REPO))
 
 from tests.slurm.cluster import Cluster, missing_programs  # noqa: E402
 from tests.test_plan import SEED_MINUTES  # noqa: E402  the seed's batch, in minutes for 6 rounds
-from zlstore import slurm, testing  # noqa: E402
+from tests import generator  # noqa: E402
+from zlstore import slurm  # noqa: E402
 from zlstore.plan import Op, make_plan  # noqa: E402
 
 PYTHON = sys.executable
@@ -111,7 +112,7 @@ def campaign_to_running(env: dict, work: Path, cards: int, iteration: int) -> di
     root = work / f"campaign_{iteration}"
     db = work / f"bench{iteration}.db"
     run_env = dict(env, FAKE_SLOW=",".join(f"slow{c}" for c in range(cards)), FAKE_SLOW_SLEEP="120",
-                   PYTHONPATH=str(REPO), **testing.SCREEN_CALIBER)
+                   PYTHONPATH=str(REPO), **generator.SCREEN_CALIBER)
     t0 = time.monotonic()
     process = subprocess.Popen([PYTHON, "-m", "zlstore", "run", "campaign", "--slurm", "--plan", str(plan),
                                 "--rounds", "1", "--root", str(root), "--command", f"{FAKE} repeat {{op}} {{dtype}}",

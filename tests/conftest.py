@@ -16,7 +16,7 @@ collect_ignore = ["flaggems_standin"]
 @pytest.fixture(scope="session")
 def example_source(tmp_path_factory):
     """The example tree, generated once per session, with its manifest."""
-    from zlstore import testing as generator
+    from . import generator
 
     dest = tmp_path_factory.mktemp("example") / "runs"
     manifest = generator.make_example_tree(dest)

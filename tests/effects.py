@@ -13,7 +13,7 @@ import random
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Sequence
 
-from zlstore import testing as generator
+from . import generator
 
 BASE_MS = 0.5
 

@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from zlstore.caliber import CALIBER_FIELDS  # noqa: E402
-from zlstore.testing import (  # noqa: E402
+from tests.generator import (  # noqa: E402
     CellSpec, RowSpec, cache_hash, cell_env_items, render_run_log, ttgir_text, write_cell,
 )
 

@@ -24,7 +24,7 @@ ranges, intervals beyond 2%), exp too few rounds (2).
 
 from pathlib import Path
 
-from zlstore import testing as generator
+from . import generator
 
 SCREEN = "ab_floor_20261020_090000"
 CAMPAIGN = "campaign_20261021_080000"

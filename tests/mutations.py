@@ -1,6 +1,6 @@
 """Mutations of a generated runs/ tree, and one ingest of it judged: the
 fuzz test (test_fuzz.py) and the standalone fuzzer (bench/fuzz.py) share
-this. Only zlstore.testing and zlstore.cli are used, so that the same cases
+this. Only tests/generator.py and zlstore.cli are used, so that the same cases
 run against an older checkout (PYTHONPATH) for a before/after figure.
 
 A case copies the template tree, applies a few mutations (each names the
@@ -396,9 +396,9 @@ class Fuzzer:
         self.work = work
         template = work / "template" / "runs"
         if make_tree is None:
-            from zlstore import testing
+            from . import generator
 
-            testing.make_example_tree(template)
+            generator.make_example_tree(template)
             for path in list(template.rglob("*")):  # what zlstore never reads: copied for nothing
                 if path.is_file() and _kind(path) not in READ and "triton_cache" in path.parts:
                     path.unlink()

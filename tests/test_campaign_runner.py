@@ -11,10 +11,11 @@ import time
 
 import pytest
 
-from zlstore import Store, card, layout, runner, testing
+from zlstore import Store, card, layout, runner
 from zlstore.display import CardState
 from zlstore.plan import Op, read_partition_tsv
 
+from . import generator
 from .test_run import FAKE, ZLSTORE, base_env, interrupt_when, pid_files, query, wait_gone, write_plan
 from .test_slurm import campaign_progress, invoke, zl
 
@@ -163,7 +164,7 @@ def test_a_card_past_its_estimate_says_so_instead_of_counting_down():
 
 def test_a_superseded_cell_is_never_paired_and_marking_one_re_pairs_its_round(tmp_path):
     runs = tmp_path / "runs"
-    testing.make_example_tree(runs)
+    generator.make_example_tree(runs)
     with Store(tmp_path / "s.db") as store:
         store.ingest(runs)
         before = {(r["op"], r["shape"]): r["rounds"] for r in store.db.query(

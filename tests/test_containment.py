@@ -452,10 +452,10 @@ def small_disk(tmp_path):
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """A campaign and its screening root: 128 cells, 11 MB of IR."""
-    from zlstore import testing
+    from . import generator
 
     dest = tmp_path_factory.mktemp("corpus") / "runs"
-    testing.make_campaign_corpus(dest, cards=2, ops=8, rounds=3, rows=10, kernels=2, kb=(20, 60))
+    generator.make_campaign_corpus(dest, cards=2, ops=8, rounds=3, rows=10, kernels=2, kb=(20, 60))
     return dest
 
 

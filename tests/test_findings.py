@@ -193,7 +193,7 @@ def test_findings_come_first_and_the_summary_counts_them(tmp_path):
 # -- screening: one round is never a result; hints; a dead axis --------------------
 
 def test_a_switch_that_changes_no_ir_is_a_dead_axis(tmp_path):
-    from zlstore import testing as generator
+    from . import generator
 
     root = tmp_path / "runs" / "ab_dead"
     root.mkdir(parents=True)

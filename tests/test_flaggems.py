@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from zlstore import flaggems, layout, runner
+from zlstore import flaggems, harness, layout, runner
 from zlstore.cli import cli
 
 HERE = Path(__file__).resolve().parent
@@ -361,10 +361,10 @@ def test_a_record_file_name_too_long_for_the_file_system_is_refused(tmp_path):
 
 
 def test_switch_values_are_two_different_values():
-    assert runner.switch_values("ieee, tf32") == ("ieee", "tf32")
+    assert harness.switch_values("ieee, tf32") == ("ieee", "tf32")
     for bad in ("ieee", "ieee,ieee", "ieee,", "ieee,tf32,tf32x3"):
         with pytest.raises(ValueError, match="before,after"):
-            runner.switch_values(bad)
+            harness.switch_values(bad)
 
 
 def test_a_repeat_takes_its_values_as_given_else_from_the_screening_root(tmp_path):
@@ -376,9 +376,9 @@ def test_a_repeat_takes_its_values_as_given_else_from_the_screening_root(tmp_pat
     env = {"CAMPAIGN_ROOT": str(campaign)}
     assert flaggems.repeat_values(None, env) == ("ieee", "tf32x3")
     assert flaggems.repeat_values("tf32,ieee", env) == ("tf32", "ieee")
-    assert flaggems.repeat_values(None, {}) == runner.DEFAULT_SWITCH_VALUES
+    assert flaggems.repeat_values(None, {}) == harness.DEFAULT_SWITCH_VALUES
     (screen / "root.env").write_text("KIND=screen\n")           # a screen from before --values
-    assert flaggems.repeat_values(None, env) == runner.DEFAULT_SWITCH_VALUES
+    assert flaggems.repeat_values(None, env) == harness.DEFAULT_SWITCH_VALUES
 
 
 def test_run_screen_refuses_bad_values_before_writing_anything(tmp_path):

@@ -1,4 +1,4 @@
-"""Sanity tests of the runs/ tree generator itself (zlstore.testing).
+"""Sanity tests of the runs/ tree generator itself (tests/generator.py).
 
 They check that the generator writes what its manifest says, using only the
 standard library: no parser, fingerprint rule or SQL of this project is
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from zlstore import testing as T
-from zlstore.testing import (
+from . import generator as T
+from .generator import (
     CellSpec,
     RowSpec,
     cell_dir_name,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from zlstore import Store, ingest
+from zlstore import Store, parallel
 
 from .test_ingest import IR, record, write_cell, write_root_env
 
@@ -40,7 +40,7 @@ def contents(db_path) -> dict:
 
 
 def ingest_with(workers, source, db_path, monkeypatch):
-    monkeypatch.setattr(ingest, "_worker_count", lambda cells: workers)
+    monkeypatch.setattr(parallel, "worker_count", lambda cells: workers)
     with Store(db_path) as store:
         summary = store.ingest(source)
     return summary
@@ -52,7 +52,7 @@ def test_workers_store_what_one_process_stores(example_source, tmp_path, monkeyp
     alone = ingest_with(0, source, tmp_path / "alone.db", monkeypatch)
     shared = ingest_with(workers, source, tmp_path / "shared.db", monkeypatch)
     assert alone == shared
-    assert alone["cells_added"] > ingest.PARALLEL_MIN_CELLS
+    assert alone["cells_added"] > parallel.PARALLEL_MIN_CELLS
     one, two = contents(tmp_path / "alone.db"), contents(tmp_path / "shared.db")
     assert one.keys() == two.keys()
     for table in one:
@@ -75,15 +75,15 @@ def deadline():
 
 def test_a_worker_that_dies_stops_the_ingest_with_an_error(example_source, tmp_path, monkeypatch, deadline):
     source, _ = example_source
-    prepare = ingest.Ingester.prepare
+    prepare = parallel.Preparer.prepare
 
     def dying(self, cell):
         if cell.name == "after" and cell.parent.name == "r2":
             os._exit(7)  # in the worker: as a segfault or an OOM kill would end it
         return prepare(self, cell)
 
-    monkeypatch.setattr(ingest.Ingester, "prepare", dying)
-    monkeypatch.setattr(ingest, "_worker_count", lambda cells: 2)
+    monkeypatch.setattr(parallel.Preparer, "prepare", dying)
+    monkeypatch.setattr(parallel, "worker_count", lambda cells: 2)
     with Store(tmp_path / "died.db") as store:
         with pytest.raises(RuntimeError, match="ended before it was done"):
             store.ingest(source)
@@ -101,8 +101,8 @@ def test_an_error_in_a_worker_outside_a_cell_is_raised_here(example_source, tmp_
     def broken(self, cell):
         raise ValueError("no such thing")
 
-    monkeypatch.setattr(ingest.Ingester, "prepare", broken)
-    monkeypatch.setattr(ingest, "_worker_count", lambda cells: 2)
+    monkeypatch.setattr(parallel.Preparer, "prepare", broken)
+    monkeypatch.setattr(parallel, "worker_count", lambda cells: 2)
     with Store(tmp_path / "broken.db") as store:
         with pytest.raises(RuntimeError, match="ValueError: no such thing"):
             store.ingest(source)

@@ -48,6 +48,9 @@ def test_two_hosts_stores_merge_into_what_one_host_would_have_stored(two_hosts, 
         assert pairing.stale(raw) is False
     merged = judged(tmp_path / "m.db")
     assert merged == judged(single)
+    rules = "SELECT rule, count(*) FROM fingerprints GROUP BY rule"
+    with sqlite3.connect(tmp_path / "m.db") as one, sqlite3.connect(single) as other:
+        assert one.execute(rules).fetchall() == other.execute(rules).fetchall()  # v4: the screening cells only
     assert len(merged["screen"]) == 18 and merged["ab"] and merged["noise"]
     run_merge(tmp_path / "reversed.db", b, a)
     assert judged(tmp_path / "reversed.db") == merged

@@ -6,7 +6,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from zlstore import Store, testing
+from zlstore import Store
+
+from . import generator
 from zlstore.cli import cli
 from zlstore.plan import Op, PlanError, hash_makespan, make_plan, read_partition_tsv, write_partition_tsv
 
@@ -91,17 +93,17 @@ def write_screen_root(root, pairs, drop_elapsed=(), screen_tsv=None):
     root.mkdir(parents=True)
     (root / "root.env").write_text(
         "KIND=screen\nSWITCH=FLAGTREE_MUSA_RLC_ENHANCE\n"
-        + "".join(f"{k}={v}\n" for k, v in testing.SCREEN_CALIBER.items()))
+        + "".join(f"{k}={v}\n" for k, v in generator.SCREEN_CALIBER.items()))
     for (op, dtype), (before, after, changed) in pairs.items():
         for side, elapsed in (("before", before), ("after", after)):
             kernel = f"{op}_kernel"
-            text = testing.ttgir_text(kernel, variant=1 if (changed and side == "after") else 0,
+            text = generator.ttgir_text(kernel, variant=1 if (changed and side == "after") else 0,
                                       rlc=side == "after")
-            spec = testing.CellSpec(
+            spec = generator.CellSpec(
                 op=op, dtype=dtype, side=side, round=0, card=0, elapsed_s=elapsed or 0.0,
-                rows=[testing.RowSpec(shape=[64, 64], latency=0.02)], kernels={kernel: text},
+                rows=[generator.RowSpec(shape=[64, 64], latency=0.02)], kernels={kernel: text},
                 drop_env=("ELAPSED_S",) if (op, dtype) in drop_elapsed else (), noise=False)
-            testing.write_cell(root / testing.cell_dir_name(op, dtype, side), spec)
+            generator.write_cell(root / generator.cell_dir_name(op, dtype, side), spec)
     if screen_tsv:
         lines = ["op\tdtype\tverdict\telapsed_before\telapsed_after"]
         lines += [f"{op}\t{dtype}\t\t{b}\t{a}" for (op, dtype), (b, a) in screen_tsv.items()]

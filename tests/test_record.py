@@ -10,10 +10,11 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from zlstore import Store, testing
+from zlstore import Store
 from zlstore.ingest import cell_rules
 from zlstore.cli import cli
 
+from . import generator
 from .fake_bench import make_campaign_tree, spec, write_cell
 
 WRITERS, CELLS_PER_WRITER = 8, 300
@@ -85,7 +86,7 @@ print(json.dumps({"queries": queries, "errors": errors}))
 
 def test_eight_writers_an_ingest_and_a_reader(tmp_path):
     root = tmp_path / "runs" / "campaign_big"
-    per_card = make_campaign_tree(root, WRITERS, OPS_PER_CARD, ROUNDS, testing.CAMPAIGN_CALIBER)
+    per_card = make_campaign_tree(root, WRITERS, OPS_PER_CARD, ROUNDS, generator.CAMPAIGN_CALIBER)
     assert all(len(cells) == CELLS_PER_WRITER for cells in per_card)
     db = tmp_path / "live.db"
     Store(db).close()          # the reader opens read-only, as datasette does: the file must exist

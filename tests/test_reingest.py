@@ -13,7 +13,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from zlstore import ingest, layout, unchanged
+from zlstore import ingest, layout, parallel, parse, unchanged
 from zlstore.cli import cli
 
 from .test_ingest import IR, record, write_cell, write_root_env
@@ -57,7 +57,7 @@ def no_scans(monkeypatch):
     """From here on a cell that is listed and read fails the test."""
     def scan_cell(cell):
         raise AssertionError(f"{cell} was scanned")
-    monkeypatch.setattr(ingest, "scan_cell", scan_cell)
+    monkeypatch.setattr(parse, "scan_cell", scan_cell)
 
 
 def kernels(store, cell):
@@ -222,7 +222,7 @@ def test_a_fresh_cell_is_read_again_until_its_times_settle(store, tmp_path, monk
     sigs = [r[0] for r in store.conn.execute("SELECT stat_sig FROM cells")]
     assert all(s.startswith(unchanged.RACY) for s in sigs)
     scanned = []
-    monkeypatch.setattr(ingest, "scan_cell", lambda cell, scan=ingest.scan_cell: scanned.append(cell) or scan(cell))
+    monkeypatch.setattr(parse, "scan_cell", lambda cell, scan=parse.scan_cell: scanned.append(cell) or scan(cell))
     again = store.ingest(root)
     assert (again["cells_unchanged"], again["cells_replaced"], len(scanned)) == (2, 0, 2)
 
@@ -230,7 +230,7 @@ def test_a_fresh_cell_is_read_again_until_its_times_settle(store, tmp_path, monk
 @pytest.mark.parametrize("how", ["children read the store", "another thread runs", "a child dies"])
 def test_shares_in_forked_processes_find_what_one_walk_finds(store, tmp_path, monkeypatch, how):
     monkeypatch.setattr(unchanged, "SPLIT_MIN_CELLS", 1)
-    monkeypatch.setattr(ingest, "_worker_count", lambda cells: 3 if cells >= 16 else 0)  # the walk only
+    monkeypatch.setattr(parallel, "worker_count", lambda cells: 3 if cells >= 16 else 0)  # the walk only
     if how == "another thread runs":  # then this process reads every share from the store before forking
         done = threading.Event()
         threading.Thread(target=done.wait, daemon=True).start()
@@ -327,7 +327,7 @@ def test_young_directories_are_listed_again(store, tmp_path, monkeypatch):
 
 def test_the_listings_of_forked_shares_are_kept(store, tmp_path, monkeypatch):
     monkeypatch.setattr(unchanged, "SPLIT_MIN_CELLS", 1)
-    monkeypatch.setattr(ingest, "_worker_count", lambda cells: 3 if cells >= 16 else 0)
+    monkeypatch.setattr(parallel, "worker_count", lambda cells: 3 if cells >= 16 else 0)
     runs = tmp_path / "runs"
     for name in ("repeat_5", "repeat_6", "repeat_7"):
         campaign_tree(runs / name)

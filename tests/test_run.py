@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from zlstore import layout, testing
+from zlstore import layout
+
+from . import generator
 
 HERE = Path(__file__).resolve().parent
 FAKE = f"{sys.executable} {HERE / 'fake_bench.py'}"
@@ -23,7 +25,7 @@ ZLSTORE = [sys.executable, "-m", "zlstore"]
 
 def base_env(tmp_path, **extra):
     env = dict(os.environ, PYTHONPATH=str(HERE.parent), FAKE_PID_DIR=str(tmp_path / "pids"),
-               ZL_BACKEND="cuda", **{k: v for k, v in testing.SCREEN_CALIBER.items() if k != "ZL_BACKEND"})
+               ZL_BACKEND="cuda", **{k: v for k, v in generator.SCREEN_CALIBER.items() if k != "ZL_BACKEND"})
     env.pop("ZLSTORE_DB", None)
     env.update({k: str(v) for k, v in extra.items()})
     return env

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from zlstore import Store, files, plan, runner
+from zlstore import Store, files, harness, plan
 from zlstore.cli import cli
 
 SCREEN_ROOT = "ab_rlc_20261012_101500"
@@ -91,7 +91,7 @@ def test_write_atomic_through_planted_links(tmp_path):
     outside = outside_file(tmp_path)
     plant(cell / "cell.env.tmp", outside)  # the temporary name it used before
     plant(cell / "cell.env", outside)
-    runner.write_atomic(cell / "cell.env", "OP=topk\nRC=0\n")
+    harness.write_atomic(cell / "cell.env", "OP=topk\nRC=0\n")
     assert outside.read_text() == "precious: not zlstore's to write\n"
     assert not (cell / "cell.env").is_symlink() and (cell / "cell.env").read_text() == "OP=topk\nRC=0\n"
     assert sorted(p.name for p in cell.iterdir()) == ["cell.env", "cell.env.tmp"]  # no temporary left

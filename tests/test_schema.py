@@ -1,6 +1,7 @@
 """The schema: one definition of the caliber, versioned, migratable, safe to
 create from several processes at once, shipped inside the wheel."""
 
+import re
 import sqlite3
 import subprocess
 import sys
@@ -89,6 +90,25 @@ def test_views_are_recreated_when_the_schema_changes(tmp_path, monkeypatch):
     monkeypatch.setattr(db, "schema_source", lambda: original + "\nCREATE VIEW extra_view AS SELECT 1 AS one;\n")
     with Store(path) as store:
         assert store.conn.execute("SELECT one FROM extra_view").fetchone() == (1,)
+
+
+def test_triggers_are_recreated_when_the_schema_changes(tmp_path, monkeypatch):
+    """Triggers are derived, like views: once schema.sql changes, a store
+    has this release's triggers (the round key they spell comes from
+    names.py), not the ones an older release made, and pairs as before."""
+    path = tmp_path / "t.db"
+    Store(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TRIGGER cells_insert_marks_round")
+    conn.execute("CREATE TRIGGER an_older_releases AFTER INSERT ON cells BEGIN SELECT 1; END")
+    conn.commit()
+    conn.close()
+    original = db.schema_source()
+    monkeypatch.setattr(db, "schema_source", lambda: original + "\n-- a later release\n")
+    with Store(path) as store:
+        triggers = {r[0] for r in store.conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+        assert "cells_insert_marks_round" in triggers and "an_older_releases" not in triggers
+        assert triggers == set(re.findall(r"CREATE TRIGGER (\w+)", db.schema_parts()["triggers"]))
 
 
 def test_concurrent_creation_of_a_new_database(tmp_path):

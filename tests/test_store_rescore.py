@@ -9,6 +9,8 @@ import pytest
 
 from zlstore import Store, store as storemod, ttgir
 
+from .test_ttgir import fingerprint
+
 
 def tree_fingerprints(store, rule) -> dict:
     """Every cell's fingerprint under rule from its files on disk, by the str
@@ -19,7 +21,7 @@ def tree_fingerprints(store, rule) -> dict:
         kernels = [(f.name[:-len(".ttgir")], f.read_bytes().decode("utf-8", "surrogateescape"))
                    for f in Path(path, "triton_cache").rglob("*.ttgir")]
         index = Path(path, "index.tsv")
-        out[cell_id] = ttgir.fingerprint(r, kernels, index.read_bytes() if index.exists() else None)
+        out[cell_id] = fingerprint(r, kernels, index.read_bytes() if index.exists() else None)
     return out
 
 
@@ -35,7 +37,7 @@ def forget(store, rule, digests_where="1"):
 @pytest.fixture(params=[0, 2], ids=["in-process", "workers"])
 def workers(request, monkeypatch):
     """The rescore in this process, or in two forked workers however few texts."""
-    monkeypatch.setattr(storemod, "_worker_count", lambda n: request.param)
+    monkeypatch.setattr(storemod, "worker_count", lambda n: request.param)
     return request.param
 
 
@@ -196,7 +198,7 @@ def test_a_text_its_rule_leaves_alone_is_not_read(example_store, monkeypatch):
     reads only the texts holding one of its rule's, and gives the fingerprints
     of a rescore that reads every text (markers unknown: stored before
     release 3)."""
-    monkeypatch.setattr(storemod, "_worker_count", lambda n: 0)  # read here, where it can be seen
+    monkeypatch.setattr(storemod, "worker_count", lambda n: 0)  # read here, where it can be seen
     read = []
     monkeypatch.setattr(storemod, "_read_blobs", lambda conn, hashes, real=storemod._read_blobs:
                         read.extend(hashes) or real(conn, hashes))

@@ -25,10 +25,21 @@ from zlstore.ttgir import (
     combine,
     count_convert_layouts,
     digest,
-    fingerprint,
     get_rule,
     text_digest,
 )
+
+
+def fingerprint(rule, kernels, index_bytes=None):
+    """A cell's fingerprint from its (kernel name, IR text) pairs and the raw
+    bytes of its index.tsv (None: it has none), as the store assembles it
+    (ttgir.fingerprint), each text digested by text_digest."""
+    r = get_rule(rule)
+    kernels = list(kernels)
+    texts = {digest(text): text for _, text in kernels}
+    return ttgir.fingerprint(r, [(name, digest(text)) for name, text in kernels],
+                             lambda ir_hash: text_digest(r, texts[ir_hash]),
+                             None if index_bytes is None else digest(index_bytes))
 
 # A realistic FlagGems kernel as Triton dumps it (MLIR with debug locations).
 # Placeholders: {path} the generated source file, {mod_attrs} extra module

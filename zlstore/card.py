@@ -32,11 +32,11 @@ from typing import Dict, IO, List, Optional, Sequence, Tuple
 
 from . import caliber, layout
 from . import plan as planmod
-from .ingest import now as utc_now
+from .db import now as utc_now
+from .names import EXIT_INTERRUPTED, TIMEOUT_RC
 from .plan import Op
 from .procs import KILL_GRACE_S, group_alive, interrupts, kill_group, shell_rc, start_group
-from .runner import (DEFAULT_CELL_TIMEOUT, INTERRUPTED_EXIT, TIMEOUT_RC, caliber_items, env_text, fill,
-                     log_problem, write_atomic)
+from .harness import DEFAULT_CELL_TIMEOUT, caliber_items, env_text, fill, log_problem, write_atomic
 
 STATUS_DIR = "status"
 LOG_DIR = "logs"
@@ -267,17 +267,12 @@ class CellWatch:
 
     def newly_finished(self) -> List[str]:
         """Cells of this op finished since the last call."""
-        done = [c for c in self.new_cells() if c not in self.reported and finished(Path(c))]
+        done = [c for c in self.new_cells() if c not in self.reported and layout.finished(c)]
         self.reported.update(done)
         return done
 
     def unfinished(self) -> List[str]:
-        return [c for c in self.new_cells() if c not in self.reported and not finished(Path(c))]
-
-
-def finished(cell: Path) -> bool:
-    env = layout.read_env(cell / layout.CELL_ENV, [])
-    return bool(env) and (env.get("RC") or "").strip() != ""
+        return [c for c in self.new_cells() if c not in self.reported and not layout.finished(c)]
 
 
 def write_truncated_env(cell: Path, plan: CardPlan, op: Op, elapsed_s: float):
@@ -531,7 +526,7 @@ def run_card(root, card: int, *, ops: Optional[str] = None, db=None, run_id: Opt
     except KeyboardInterrupt:
         with interrupts(ignore=True):
             runner.interrupted()
-        return INTERRUPTED_EXIT
+        return EXIT_INTERRUPTED
     finally:
         if store is not None:
             store.close()

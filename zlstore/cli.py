@@ -16,13 +16,8 @@ from . import judge, layout, output, report, ttgir
 from .store import Store, default_db_path
 
 # Exit statuses: one meaning each, in every command (README: "Exit statuses").
-EXIT_OK = 0             # everything done
-EXIT_PROBLEMS = 1       # some input had problems; everything readable was stored
-EXIT_USAGE = 2          # usage or environment error: bad path, bad --db, unknown or wrong-kind root, newer schema
-EXIT_UNFINISHED = 3     # record: a cell without cell.env / RC yet (nothing of it stored)
-EXIT_INTERNAL = 70      # a bug in zlstore (BSD's EX_SOFTWARE): the traceback is printed
-EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT
-EXIT_BROKEN_PIPE = 141  # the reader of stdout went away (zlstore ab | head): 128 + SIGPIPE
+from .names import (EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEMS,
+                    EXIT_UNFINISHED, EXIT_USAGE)
 
 class Fault(click.ClickException):
     """A usage or environment error the message explains: exit status 2."""

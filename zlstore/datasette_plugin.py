@@ -14,7 +14,7 @@ from pathlib import Path
 
 from datasette import hookimpl
 
-from . import pairing
+from . import stats
 from .db import STORE_TABLES
 
 # A zlstore store: zlstore's tables (db.STORE_TABLES) and the views the
@@ -123,7 +123,7 @@ def asgi_wrapper(datasette):
 
 @hookimpl
 def prepare_connection(conn):
-    """median() and the t-test functions (pairing.register) on a store's
+    """median() and the t-test functions (stats.register) on a store's
     connections, for ad-hoc SQL too; other databases' connections untouched."""
     if is_store(conn):
-        pairing.register(conn)
+        stats.register(conn)

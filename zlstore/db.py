@@ -6,6 +6,7 @@ a long busy timeout, foreign keys on, and write transactions that take the
 write lock at their start (BEGIN IMMEDIATE) with a bounded retry."""
 
 import contextlib
+import datetime
 import hashlib
 import json
 import os
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, NamedTuple, Optional
 
 
-from . import caliber, judge, layout, pairing, stats, ttgir
+from . import caliber, floors, names, stats, ttgir
 
 SCHEMA_VERSION = 8
 BUSY_TIMEOUT_MS = 60_000
@@ -40,6 +41,13 @@ class BusyStats:
     retries = 0
 
 
+def now() -> str:
+    """The time a store records (ingested_at, started_at, ...): ISO 8601 in
+    UTC, to the microsecond: a merge keeps the newer of two contents, and
+    two hosts ingest in the same second."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
+
+
 def schema_source() -> str:
     """The text of schema.sql: shipped inside the wheel, or the checkout's top-level file."""
     packaged = resources.files("zlstore").joinpath("schema.sql")
@@ -49,8 +57,8 @@ def schema_source() -> str:
 
 
 _MACRO = re.compile(
-    r"\[\[(caliber|verdicts|verdict|reasons|reason|findings|finding|rules|timeout_rcs|strictest_rule"
-    r"|min_rounds|setting)(?: ([^:\]]*?))?(?:: (.*?))?\]\]")
+    r"\[\[(caliber|round|verdicts|verdict|reasons|reason|findings|finding|case|rules|timeout_rcs|strictest_rule"
+    r"|min_rounds|setting|clears_floor)(?: ([^:\]]*?))?(?:: (.*?))?\]\]")
 
 
 def _sql_literal(value) -> str:
@@ -83,42 +91,74 @@ def _rule_rows() -> List[RuleRow]:
     for rule in ttgir.RULES.values():
         beyond = ttgir.ignored_beyond(rule, ttgir.STRICTEST_RULE)
         words = ", ".join(beyond[:-1]) + " and " + beyond[-1] if len(beyond) > 1 else "".join(beyond)
-        hint = (f"differs only in {words}: {judge.BY_NAME['NO_IR_DIFF'].name} under {ttgir.STRICTEST_RULE}"
+        hint = (f"differs only in {words}: {names.BY_NAME['NO_IR_DIFF'].name} under {ttgir.STRICTEST_RULE}"
                 if beyond else None)
         rows.append(RuleRow(rule.name, rule.description, ", ".join(rule.ignores) or None, hint))
     return rows
 
 
-# What each "[[kind: TEMPLATE]]" macro repeats TEMPLATE over, and the names a
-# "[[kind NAME]]" macro may quote.
-_ITEMS = {"verdicts": lambda: judge.VERDICTS, "reasons": lambda: judge.REASONS,
-          "findings": lambda: judge.FINDINGS, "rules": _rule_rows}
-_NAMES = {"verdict": lambda: judge.VERDICT_NAMES, "reason": lambda: judge.REASON_NAMES,
-          "finding": lambda: judge.FINDING_NAMES, "setting": lambda: tuple(judge.SETTINGS)}
+def _case(kinds, first: Optional[str], indent: str) -> str:
+    """The CASE that decides one of kinds (names.VERDICTS, REASONS or
+    FINDINGS): each one's condition in their order, the first that applies
+    wins; the one without a condition takes the rest (ELSE). first: a
+    condition under which the CASE is NULL, tried before them."""
+    lines = [f"WHEN {first} THEN NULL"] if first else []
+    lines += [f"WHEN {kind.condition} THEN {_sql_literal(kind.name)}" for kind in kinds if kind.condition]
+    lines += [f"ELSE {_sql_literal(kind.name)}" for kind in kinds if kind.condition is None]
+    return "CASE\n" + "".join(f"{indent}    {line}\n" for line in lines) + f"{indent}END"
+
+
+# What each "[[kind: TEMPLATE]]" macro repeats TEMPLATE over, the names a
+# "[[kind NAME]]" macro may quote, and the kinds "[[case KINDS]]" decides.
+_ITEMS = {"verdicts": lambda: names.VERDICTS, "reasons": lambda: names.REASONS,
+          "findings": lambda: names.FINDINGS, "rules": _rule_rows}
+_NAMES = {"verdict": lambda: names.VERDICT_NAMES, "reason": lambda: names.REASON_NAMES,
+          "finding": lambda: names.FINDING_NAMES, "setting": lambda: tuple(names.SETTINGS)}
+_CASES = {"verdicts": (names.VERDICTS, None), "reasons": (names.REASONS, names.PAIRED),
+          "findings": (names.FINDINGS, None)}
+# The columns a "[[kind SEP: TEMPLATE]]" macro repeats TEMPLATE over: each as
+# {placeholder: text}.
+_COLUMNS = {"caliber": lambda: [{"{f}": name} for name in caliber.NAMES],
+            "round": lambda: [{"{k}": c.name, "{c}": c.cells, "{is}": c.same} for c in names.ROUND_KEY]}
+
+
+def _filled(template: str, columns: dict) -> str:
+    for placeholder, text in columns.items():
+        template = template.replace(placeholder, text)
+    return template
 
 
 def render_schema(text: str) -> str:
-    """Expand the macros that keep caliber fields, verdict, reason and
-    finding names, rules and thresholds defined once."""
+    """Expand the macros that keep caliber fields, the round key, verdict,
+    reason and finding names and conditions, rules and thresholds defined
+    once (the list is at the top of schema.sql). Every SQL text that names
+    them goes through here: schema.sql, pairing.py, the canned queries."""
 
     def expand(match):
         kind, arg, template = match.group(1), match.group(2), match.group(3)
         if kind == "timeout_rcs":
-            return ", ".join(str(rc) for rc in judge.TIMEOUT_RCS)
+            return ", ".join(str(rc) for rc in names.TIMEOUT_RCS)
         if kind == "strictest_rule":
             return _sql_literal(ttgir.STRICTEST_RULE)
         if kind == "min_rounds":
             return str(stats.MIN_ROUNDS)
-        if kind == "caliber":
+        if kind == "clears_floor":
+            return floors.CLEARS
+        if kind in _COLUMNS:
             sep = " " + arg.strip() + " " if arg else ", "
-            return sep.join(template.replace("{f}", name) for name in caliber.NAMES)
+            return sep.join(_filled(template, columns) for columns in _COLUMNS[kind]())
+        if kind == "case":
+            if arg not in _CASES:
+                raise SchemaError(f"[[case {arg}]]: a case decides one of {', '.join(_CASES)}")
+            line = text[text.rfind("\n", 0, match.start()) + 1:match.start()]
+            return _case(*_CASES[arg], indent=line[:len(line) - len(line.lstrip())])
         if kind in _ITEMS:
             sep = " " + arg.strip() + " " if arg else ", "
             return sep.join(_fill(template, item, n) for n, item in enumerate(_ITEMS[kind](), 1))
-        names = _NAMES[kind]()
-        if arg not in names:
-            raise SchemaError(f"schema.sql names unknown {kind} {arg!r}; known: {', '.join(names)}")
-        return _sql_literal(judge.SETTINGS[arg]) if kind == "setting" else _sql_literal(arg)
+        known = _NAMES[kind]()
+        if arg not in known:
+            raise SchemaError(f"SQL names unknown {kind} {arg!r}; known: {', '.join(known)}")
+        return _sql_literal(names.SETTINGS[arg]) if kind == "setting" else _sql_literal(arg)
 
     return _MACRO.sub(expand, text)
 
@@ -141,11 +181,14 @@ def split_statements(sql: str) -> List[str]:
 
 
 def schema_parts() -> Dict[str, str]:
-    """The rendered schema split at its section markers: tables and views."""
+    """The rendered schema split at its section markers: tables, triggers
+    and views."""
     text = render_schema(schema_source())
     _, _, rest = text.partition("\n-- @tables\n")
-    tables, _, views = rest.partition("\n-- @views\n")
-    return {"tables": tables, "views": views, "hash": hashlib.sha256(text.encode()).hexdigest()}
+    tables, _, rest = rest.partition("\n-- @triggers\n")
+    triggers, _, views = rest.partition("\n-- @views\n")
+    return {"tables": tables, "triggers": triggers, "views": views,
+            "hash": hashlib.sha256(text.encode()).hexdigest()}
 
 
 def connect(path, wal: bool = True, immutable: bool = False) -> sqlite3.Connection:
@@ -160,7 +203,7 @@ def connect(path, wal: bool = True, immutable: bool = False) -> sqlite3.Connecti
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA foreign_keys = ON")
     conn.execute("PRAGMA temp_store = MEMORY")  # re-pairing's scratch tables and sorts
-    pairing.register(conn)
+    stats.register(conn)
     if wal:
         retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL"))
         conn.execute("PRAGMA synchronous = NORMAL")
@@ -469,15 +512,24 @@ def _savepoint(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
 
 # Migrations bring a database made by an older release up to SCHEMA_VERSION.
 # MIGRATIONS[n] takes a database at version n - 1 to version n. A new
-# database gets the current schema.sql directly and SCHEMA_VERSION.
+# database gets the current schema.sql directly and SCHEMA_VERSION. Each is a
+# fixed step that calls nothing that may change since (as llm's are): it
+# changes tables only. What the writers derive from the stored cells (the
+# A/B pairs, ranges and noise floors: pairing.py) is not its business: a
+# migration registered with rederive=True has them all computed again, by
+# this release's pairing, once the schema is current (ensure_schema's
+# derive); the views and triggers come from schema.sql.
 MIGRATIONS: Dict[int, Callable[[sqlite3.Connection], None]] = {}
+REDERIVE: set = set()
 
 
-def migration(version: int):
+def migration(version: int, rederive: bool = False):
     """Register the function that takes a database to `version`."""
 
     def register(fn):
         MIGRATIONS[version] = fn
+        if rederive:
+            REDERIVE.add(version)
         return fn
 
     return register
@@ -518,11 +570,11 @@ CREATE TABLE IF NOT EXISTS ab_stale_floors (rule TEXT PRIMARY KEY);
 """
 
 
-@migration(2)
+@migration(2, rederive=True)
 def _pairs_kept_in_tables(conn):
-    """Release 2 keeps the A/B pairs and ranges in tables (pairing.py): create
-    them and mark every stored round stale; ensure_schema then fills them.
-    Rows pair by their occurrence in the cell, now a column."""
+    """Release 2 keeps the A/B pairs and ranges in tables (pairing.py):
+    create them (ensure_schema's derive fills them). Rows pair by their
+    occurrence in the cell, now a column."""
     conn.execute("ALTER TABLE measurements ADD COLUMN occurrence INTEGER")
     conn.execute(
         """UPDATE measurements SET occurrence = o.n FROM (
@@ -531,7 +583,6 @@ def _pairs_kept_in_tables(conn):
            WHERE o.id = measurements.id""")
     for statement in split_statements(_RELEASE_2_TABLES):
         conn.execute(statement)
-    pairing.mark_every_round(conn)
 
 
 @migration(3)
@@ -542,17 +593,16 @@ def _blob_markers(conn):
     conn.execute("ALTER TABLE blobs ADD COLUMN markers TEXT")
 
 
-@migration(4)
+@migration(4, rederive=True)
 def _findings(conn):
     """Release 4 tests each range over its rounds (zlstore/stats.py): the
     statistics are new columns of ab_range_rows, filled by re-pairing every
-    round. Screening cells get a fingerprint under every rule (the verdicts'
+    round (ensure_schema's derive). Screening cells get a fingerprint under every rule (the verdicts'
     hint and screen_roots read the strictest): Store computes those the
     store lacks when it next opens it for writing (BACKFILL_SETTING)."""
     for column in ("log_mean REAL", "log_sd REAL", "effect REAL", "ci_low REAL", "ci_high REAL",
                    "p_value REAL", "q_value REAL"):
         conn.execute(f"ALTER TABLE ab_range_rows ADD COLUMN {column}")
-    pairing.mark_every_round(conn)
     conn.execute("INSERT OR REPLACE INTO settings (key, value) VALUES (?, '1')", (BACKFILL_SETTING,))
 
 
@@ -564,39 +614,37 @@ BACKFILL_SETTING = "backfill_screen_fingerprints"
 def _superseded_cells(conn):
     """Release 5 keeps the cells of an interrupted campaign op that a
     resumed campaign ran again from the start (cells.superseded_at): kept
-    and shown, never paired. Marking one re-pairs its round, so the update
-    trigger watches the new column too."""
+    and shown, never paired. Marking one re-pairs its round: schema.sql's
+    trigger cells_update_marks_rounds watches the new column."""
     conn.execute("ALTER TABLE cells ADD COLUMN superseded_at TEXT")
-    conn.execute("DROP TRIGGER IF EXISTS cells_update_marks_rounds")
-    conn.execute(
-        """CREATE TRIGGER cells_update_marks_rounds AFTER UPDATE OF
-               root_id, card, repeat_dir, op, dtype, round, side, caliber_id, superseded_at ON cells
-           BEGIN
-               INSERT INTO ab_stale_rounds (root_id, card, repeat_dir, cell_op, cell_dtype, round)
-               VALUES (OLD.root_id, OLD.card, OLD.repeat_dir, OLD.op, OLD.dtype, OLD.round),
-                      (NEW.root_id, NEW.card, NEW.repeat_dir, NEW.op, NEW.dtype, NEW.round);
-           END""")
+
+
+def _release_6_identity(name: str, env_file: Optional[str], env: Optional[dict]) -> str:
+    """A root's identity as release 6 defined it (layout.root_identity then):
+    its directory name and its env file's settings, hashed."""
+    text = json.dumps([name, env_file, dict(env) if env_file and env is not None else None], sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 @migration(6)
 def _roots_by_identity(conn):
     """Release 6 knows a root by what it is, its name and env file
-    (layout.root_identity), not by where it was: a tree moved, copied or
-    seen from another host is the same root, and a cell is its path inside
-    its root. Each stored root's identity comes from what its row holds."""
+    (layout.root_identity), not by where it was: a tree moved, copied or seen from
+    another host is the same root, and a cell is its path inside its root.
+    Each stored root's identity comes from what its row holds."""
     conn.execute("ALTER TABLE roots ADD COLUMN identity TEXT")
     conn.executemany("UPDATE roots SET identity = ? WHERE id = ?", [
-        (layout.root_identity(name, env_file, _json_object(env)), root_id)
+        (_release_6_identity(name, env_file, _json_object(env)), root_id)
         for root_id, name, env_file, env in conn.execute("SELECT id, name, env_file, env FROM roots").fetchall()])
     conn.execute("CREATE UNIQUE INDEX IF NOT EXISTS cells_relpath ON cells(root_id, relpath)")
 
 
-@migration(8)
+@migration(8, rederive=True)
 def _spaced_range_json(conn):
     """Release 8 writes each range's kept JSON as every --json writes its
-    rows ('"key": value, ...', json.dumps' layout): re-pairing every round
-    rewrites the fragments kept in ab_range_rows."""
-    pairing.mark_every_round(conn)
+    rows ('"key": value, ...', json.dumps' layout), and counts a shape
+    recorded twice in one round as one round: every round is paired again
+    (rederive), which rewrites ab_range_rows."""
 
 
 def _json_object(text):
@@ -646,10 +694,14 @@ def _stored_schema_hash(conn):
     return row[0] if row else None
 
 
-def ensure_schema(conn: sqlite3.Connection, defaults: Dict[str, str] = None) -> int:
-    """Create or upgrade the schema; recreate the views when schema.sql changed.
-    Returns the schema version. Safe when several processes open a new
-    database at once: all of it happens inside one BEGIN IMMEDIATE."""
+def ensure_schema(conn: sqlite3.Connection, defaults: Dict[str, str] = None,
+                  derive: Optional[Callable[[sqlite3.Connection, bool], object]] = None) -> int:
+    """Create or upgrade the schema; recreate the views and triggers when
+    schema.sql changed. derive(conn, every) then brings what the writers
+    derive up to date in the same transaction (Store passes pairing.derive);
+    every: a migration asked for all of it to be computed again. Returns the
+    schema version. Safe when several processes open a new database at
+    once: all of it happens inside one BEGIN IMMEDIATE."""
     parts = schema_parts()
     if _user_version(conn) == SCHEMA_VERSION and _stored_schema_hash(conn) == parts["hash"]:
         return SCHEMA_VERSION
@@ -661,16 +713,16 @@ def ensure_schema(conn: sqlite3.Connection, defaults: Dict[str, str] = None) -> 
                 f"(version {SCHEMA_VERSION}): upgrade zlstore"
             )
         existing = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if version > 0 or "cells" in existing:
-            for target in range(max(version, 1) + 1, SCHEMA_VERSION + 1):
-                MIGRATIONS[target](conn)
+        migrated = range(max(version, 1) + 1, SCHEMA_VERSION + 1) if version > 0 or "cells" in existing else ()
+        for target in migrated:
+            MIGRATIONS[target](conn)
         for statement in split_statements(parts["tables"]):
             conn.execute(statement)
-        if _stored_schema_hash(conn) != parts["hash"]:
-            views = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'view'")]
-            for view in views:
-                conn.execute(f"DROP VIEW IF EXISTS [{view}]")
-            for statement in split_statements(parts["views"]):
+        if migrated or _stored_schema_hash(conn) != parts["hash"]:
+            for kind in ("view", "trigger"):
+                for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = ?", (kind,)).fetchall():
+                    conn.execute(f"DROP {kind.upper()} IF EXISTS [{name}]")
+            for statement in split_statements(parts["triggers"]) + split_statements(parts["views"]):
                 conn.execute(statement)
         conn.execute(
             "INSERT INTO settings (key, value) VALUES ('schema_hash', ?) "
@@ -679,6 +731,7 @@ def ensure_schema(conn: sqlite3.Connection, defaults: Dict[str, str] = None) -> 
         )
         for key, value in (defaults or {}).items():
             conn.execute("INSERT OR IGNORE INTO settings (key, value) VALUES (?, ?)", (key, value))
-        pairing.refresh(conn)
+        if derive is not None:
+            derive(conn, any(target in REDERIVE for target in migrated))
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     return SCHEMA_VERSION

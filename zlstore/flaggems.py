@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import caliber, layout
+from .names import TIMEOUT_RC
 from .procs import KILL_GRACE_S, group_alive, interrupts, kill_group, shell_rc, start_group
-from .runner import (
-    DEFAULT_CELL_TIMEOUT, DEFAULT_SWITCH_VALUES, TIMEOUT_RC, local_now, switch_values, timestamp, write_atomic,
+from .harness import (
+    DEFAULT_CELL_TIMEOUT, DEFAULT_SWITCH_VALUES, local_now, switch_values, timestamp, write_atomic,
     write_cell_env,
 )
 

@@ -5,31 +5,26 @@ transaction (`record`, a live writer) or in one savepoint of a batch that
 commits every BATCH_SECONDS (a whole-tree ingest). Re-ingesting is cheap:
 a stored cell whose files and directories have the same sizes and times is
 skipped without listing or reading them (unchanged.py); where those changed,
-the full scan and then a content hash decide."""
+the full scan and then a content hash decide.
 
-import collections
+This module is the writer, which owns the transaction: a cell's files are
+read and parsed by parse.py, on a large tree in worker processes
+(parallel.py)."""
+
 import contextlib
-import datetime
-import errno
-import hashlib
 import io
-import itertools
 import json
-import operator
 import os
-import re
 import sqlite3
-import stat
-import sys
 import time
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
 
-from . import caliber, forked, judge, layout, pairing, roots, runlog, ttgir, unchanged
-from .db import bulk_checkpoints, retry_busy, write_transaction
+from . import caliber, layout, names, pairing, parallel, parse, roots, ttgir, unchanged
+from .db import bulk_checkpoints, now, retry_busy, write_transaction
 from .layout import Problem
+from .parse import ParsedCell, bounded
 
 # What a summary reports, in the order it is printed.
 COUNTS = (
@@ -37,32 +32,12 @@ COUNTS = (
     "cells_failed", "rows_added", "kernels_added", "ir_texts_added",
 )
 
-MEASUREMENT_COLUMNS = (
-    "cell_id", "line", "record", "idx", "op_name", "dtype", "mode", "level", "shape",
-) + tuple(f for f in runlog.KNOWN_FIELDS if f != "shape_detail") + (
-    "extra", "counted", "not_counted_reason", "fallback", "occurrence",
-)
-_JSON_FIELDS = {"legacy_shape"}
-_STORED_FIELDS = tuple(f for f in runlog.KNOWN_FIELDS if f != "shape_detail")
-_JSON_POSITIONS = frozenset(i for i, f in enumerate(_STORED_FIELDS) if f in _JSON_FIELDS)
-_STORED_VALUES = operator.itemgetter(*_STORED_FIELDS)
-_CONTAINERS = frozenset((list, dict))
-_COUNTED = MEASUREMENT_COLUMNS.index("counted") - 1  # in a stored row without its cell_id
-# The cells columns a cell's files give (ParsedCell.cell_columns); the
-# writer adds root_id, caliber_id, stat_sig and ingested_at.
-CELL_COLUMNS = (
-    "path", "relpath", "repeat_dir", "card", "op", "dtype", "side", "round", "rc", "elapsed_s",
-    "started_at", "nodeid", "switch", "switch_value", "cell_timeout", "caliber_missing",
-    "card_source", "op_source", "dtype_source", "side_source", "round_source", "rc_source",
-    "elapsed_source", "caliber_source", "provenance", "n_records", "n_rows", "n_counted",
-    "n_kernels", "convert_layouts", "index_hash", "n_problems", "content_sig", "ir_incomplete",
-)
-_INSERT_CELL = (f"INSERT INTO cells (root_id, caliber_id, stat_sig, ingested_at, {', '.join(CELL_COLUMNS)}) "
-                f"VALUES ({', '.join('?' * (4 + len(CELL_COLUMNS)))})")
-# A kernels row but for its cell_id.
-Kernel = collections.namedtuple("Kernel", "name cache_dir ir_hash convert_layouts num_warps num_stages")
-_INSERT_KERNEL = (f"INSERT INTO kernels (cell_id, {', '.join(Kernel._fields)}) "
-                  f"VALUES ({', '.join('?' * (1 + len(Kernel._fields)))})")
+_INSERT_CELL = (f"INSERT INTO cells (root_id, caliber_id, stat_sig, ingested_at, {', '.join(parse.CELL_COLUMNS)}) "
+                f"VALUES ({', '.join('?' * (4 + len(parse.CELL_COLUMNS)))})")
+_INSERT_KERNEL = (f"INSERT INTO kernels (cell_id, {', '.join(parse.Kernel._fields)}) "
+                  f"VALUES ({', '.join('?' * (1 + len(parse.Kernel._fields)))})")
+_INSERT_MEASUREMENT = (f"INSERT INTO measurements ({', '.join(parse.MEASUREMENT_COLUMNS)}) "
+                       f"VALUES ({', '.join('?' * len(parse.MEASUREMENT_COLUMNS))})")
 RECORDED_VERDICT_COLUMNS = (
     "root_id", "file", "line", "op", "dtype", "verdict", "raw_verdict", "cl_before", "cl_after",
     "fp_before", "fp_after", "elapsed_before", "elapsed_after", "rc_before", "rc_after",
@@ -72,12 +47,6 @@ RECORDED_VERDICT_COLUMNS = (
 def plural(n: int, noun: str) -> str:
     """'1 problem', '2 problems': a count with its noun, as a sentence says it."""
     return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
-def now() -> str:
-    """The time a cell or run is stored, to the microsecond: a merge keeps
-    the newer of two contents, and two hosts ingest in the same second."""
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
 
 
 @dataclass
@@ -116,300 +85,15 @@ class Summary:
         )
 
 
-@dataclass
-class CellFiles:
-    """A cell directory's relevant files and their stat signature."""
-
-    path: Path
-    stats: Dict[str, Optional[os.stat_result]]  # relpath (a directory's ends in /) -> stat, None: missing
-    ttgir: List[Tuple[str, str]]          # (relpath, kernel name)
-    meta_json: Dict[str, str]              # ttgir relpath -> sibling .json relpath
-    # What of triton_cache could not be listed or entered: the cell's IR is
-    # then incomplete, and a verdict must not rest on it.
-    problems: List[Problem] = field(default_factory=list)
-
-    @property
-    def stat_sig(self) -> str:
-        return unchanged.files_sig(self.stats)
-
-
-def scan_cell(cell: Path) -> CellFiles:
-    """List what feeds the store: cell.env, run.log, index.tsv, and inside
-    triton_cache/ every .ttgir with its sibling .json. Interrupted compiles
-    (tmp.pid_*), group files (__grp__*.json) and launcher directories with
-    no .ttgir play no part. The stat signature covers cell.env, run.log,
-    index.tsv and every directory entered, not the files in triton_cache:
-    Triton writes a cache directory once, by rename, so an entry added,
-    removed or renamed changes its directory's times (unchanged.py).
-    triton_cache and the directories below it are entered only as what they
-    are, never through a symbolic link (README: "What is read"); one that is
-    a link, not a directory, or cannot be listed is a problem of the cell's
-    IR."""
-    stats, kernels, meta, problems = {}, [], {}, []
-    top = str(cell)
-    for name in (layout.CELL_ENV, layout.RUN_LOG, layout.INDEX_TSV):  # stat'ed by name: no listing
-        stats[name] = _stat(None, os.path.join(top, name))
-    cache = os.path.join(top, layout.TRITON_CACHE)
-    cache_stat = stats[layout.TRITON_CACHE + "/"] = _stat(None, cache)
-    if cache_stat is not None or os.path.islink(cache):
-        refused = _not_a_directory(cache)
-        if refused:
-            problems.append(Problem(cache, None, refused))
-            cache_stat = None
-    if cache_stat is not None and stat.S_ISDIR(cache_stat.st_mode):
-        pending = [(cache, layout.TRITON_CACHE)]
-        while pending:  # depth first, sorted: the order os.walk gave
-            directory, rel_dir = pending.pop()
-            listing = _listing(directory, problems)
-            files = {n: e for n, e in listing.items() if not _is_dir(e)}
-            below = []
-            for n, e in listing.items():
-                if n in files or n.startswith("tmp.pid_"):
-                    continue
-                if n.endswith(".ttgir"):
-                    problems.append(Problem(e.path, None, "a directory where a kernel's .ttgir belongs: "
-                                                          "its IR is not read"))
-                if e.is_symlink():
-                    problems.append(Problem(e.path, None, "a symbolic link to a directory: not followed, "
-                                                          "its kernels not read"))
-                    continue
-                below.append((e.path, rel_dir + "/" + n, e))
-            below.sort(reverse=True)  # paths differ: entries are never compared
-            for path, rel, entry in below:
-                stats[rel + "/"] = _stat(entry)
-                pending.append((path, rel))
-            # name[:-6].strip("."): what os.path.splitext calls a stem (".ttgir" has none)
-            found = [(rel_dir + "/" + name, name[:-6])
-                     for name in sorted(files) if name.endswith(".ttgir") and name[:-6].strip(".")]
-            kernels.extend(found)
-            for rel, stem in found:
-                sibling = stem + ".json"
-                if ((sibling in files and not sibling.startswith("__grp__"))
-                        or os.path.exists(os.path.join(directory, sibling))):
-                    meta[rel] = rel_dir + "/" + sibling
-    return CellFiles(cell, stats, kernels, meta, problems)
-
-
-def _not_a_directory(cache: str) -> Optional[str]:
-    """Why a cell's triton_cache cannot be read as its kernels, or None."""
-    try:
-        st = os.lstat(cache)
-    except OSError as error:
-        return f"cannot read: {error.strerror or error}; the cell's kernels are not read"
-    if stat.S_ISLNK(st.st_mode):
-        return (f"a symbolic link (to {os.readlink(cache)}), not a directory: not followed, "
-                "the cell's kernels not read")
-    if not stat.S_ISDIR(st.st_mode):
-        return f"{layout._kind(st.st_mode)}, not a directory: the cell's kernels not read"
-    return None
-
-
-def _stat(entry, path: Optional[str] = None) -> Optional[os.stat_result]:
-    """A listed entry's (or else path's) stat, following links; None: missing
-    (a cell that is not a directory has none of its files)."""
-    try:
-        return entry.stat() if entry is not None else (os.stat(path) if path else None)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as error:
-        if error.errno == errno.ELOOP:  # a symlink loop: there, and refused when read
-            return None
-        raise
-
-
-def _listing(directory: str, problems: List[Problem]) -> dict:
-    """name -> DirEntry; a directory that cannot be listed lists nothing,
-    and is named in problems."""
-    try:
-        with os.scandir(directory) as it:
-            return {e.name: e for e in it}
-    except OSError as error:
-        problems.append(Problem(directory, None, f"cannot list this directory: {error.strerror or error}; "
-                                                 "the kernels in it are not read"))
-        return {}
-
-
-def _is_dir(entry) -> bool:
-    try:
-        return entry.is_dir()
-    except OSError:
-        return False
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-_read = layout.read_bytes
-
-
-def _cache_dir(rel: str) -> str:
-    """The directory of a triton_cache/... relpath, relative to triton_cache."""
-    directory = os.path.dirname(rel)
-    prefix = layout.TRITON_CACHE + "/"
-    if directory.startswith(prefix) and "/." not in directory and "//" not in directory:
-        return directory[len(prefix):]
-    return os.path.relpath(directory, layout.TRITON_CACHE)
-
-
-def _kernel_meta(data: bytes) -> Tuple[Optional[int], Optional[int], Optional[str]]:
-    """(num_warps, num_stages, what is wrong with the file or None)."""
-    try:
-        meta = json.loads(data)
-    except (ValueError, UnicodeDecodeError, RecursionError) as error:
-        return None, None, f"not JSON ({str(error)[:80] or type(error).__name__})"
-    if not isinstance(meta, dict):
-        return None, None, f"a JSON {type(meta).__name__}, not an object"
-
-    def as_int(value):
-        return value if isinstance(value, int) and not isinstance(value, bool) and value in layout.INT64 else None
-
-    return as_int(meta.get("num_warps")), as_int(meta.get("num_stages")), None
-
-
-# A control character in a name: stored where it can be, and always named.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # The stat signature of a cell not read in full: matches no signature, so
 # that the next ingest reads the cell again (a file inside triton_cache that
 # is made readable keeps its directory's times).
-_UNREAD_SIG = "unread:"
+UNREAD_SIG = "unread:"
 
-
-@dataclass
-class ParsedCell:
-    files: CellFiles
-    root: layout.Root
-    ref: layout.RootRef
-    env: Optional[Dict[str, str]]
-    values: Dict[str, object]
-    log: runlog.RunLog
-    kernels: List[tuple]                    # Kernel, or a plain tuple of its fields where a worker sent it
-    texts: Dict[str, Tuple[bytes, str]]     # ir_hash -> (raw bytes, text or None: all computed already)
-    index: Optional[Tuple[str, bytes]]
-    content_sig: str
-    problems: List[Problem]
-    # Filled by the process that parsed the cell, and all a worker sends of
-    # it (texts and Row objects stay in the worker): its rows as stored,
-    # its fingerprints and text digests (Ingester._fingerprints), the
-    # (size, zlib data) of the texts that worker had not sent before, and
-    # the cells row.
-    measurements: Optional[List[tuple]] = None
-    fingerprints: Optional[tuple] = None
-    packed: Dict[str, Tuple[int, bytes, Optional[str]]] = field(default_factory=dict)  # ir_hash -> _packed(its text)
-    columns: Optional[tuple] = None  # cell_columns()
-    reread: bool = False  # something was not read: the next ingest reads the cell again (_UNREAD_SIG)
-
-    def __reduce__(self):
-        """As a worker sends it (see Ingester._portable): plain values, which
-        the writing process unpickles at a fraction of the cost of objects."""
-        return (_portable_cell, (str(self.files.path), self.ref, self.values["caliber"], self.cell_columns(),
-                                 [tuple(k) for k in self.kernels], tuple(self.texts), self.index, self.content_sig, self.problems,
-                                 self.stored_rows(), self.fingerprints, self.packed, self.reread))
-
-    def cell_columns(self) -> tuple:
-        """The cells row's CELL_COLUMNS, as INSERTed."""
-        if self.columns is None:
-            v, rows, sources = self.values, self.stored_rows(), self.values["sources"]
-            self.columns = (
-                str(self.files.path), "/".join(self.ref.parts), v["repeat_dir"], v["card"], v["op"], v["dtype"],
-                v["side"], v["round"], v["rc"], v["elapsed_s"], v["started_at"], v["nodeid"], v["switch"],
-                v["switch_value"], v["cell_timeout"], v["caliber_missing"],
-                *(sources.get(k) for k in ("card", "op", "dtype", "side", "round", "rc", "elapsed")),
-                v["caliber_source"], layout.provenance_json(sources), self.log.records, len(rows),
-                sum(1 for r in rows if r[_COUNTED]), len(self.kernels),
-                sum(k.convert_layouts for k in self.kernels),
-                self.index[0] if self.index else None, len(self.problems), self.content_sig,
-                v["ir_incomplete"],
-            )
-        return self.columns
-
-    def stored_rows(self) -> List[tuple]:
-        """The measurements rows without their cell_id, as INSERTed."""
-        if self.measurements is None:
-            seen: Dict[tuple, int] = {}
-            self.measurements = []
-            for row in self.log.rows:
-                # The n-th row of an identity in a cell pairs with the n-th on the other side.
-                identity = (row.op_name, row.dtype, row.shape_key)
-                seen[identity] = occurrence = seen.get(identity, 0) + 1
-                self.measurements.append(Ingester._measurement_values(row) + (occurrence,))
-        return self.measurements
-
-
-def _portable_cell(path, ref, caliber_values, columns, kernels, texts, index, content_sig, problems,
-                   measurements, fingerprints, packed, reread) -> ParsedCell:
-    """A ParsedCell as a worker sent it: what the writer needs, nothing more."""
-    return ParsedCell(
-        CellFiles(path, {}, [], {}), None, ref, None, {"caliber": caliber_values}, None, kernels,
-        dict.fromkeys(texts, (None, None)), index, content_sig, problems, measurements, fingerprints, packed,
-        columns, reread)
-
-
-# A whole tree is prepared (walked, read, hashed, parsed, normalized) in
-# worker processes while this process writes the cells, in the same order, in
-# batches (_Batch): reading and parsing are most of an ingest.
-# ZLSTORE_INGEST_WORKERS sets how many (0: prepare in this process).
-PARALLEL_MIN_CELLS = 64
-ZLIB_LEVEL = 2  # IR is stored once; level 2 is within 15% of 6's size at a third of its time
-PREPARE_CHUNK = 16
 BATCH_SECONDS = 2.0  # a whole-tree ingest commits its cells this often
 
 
-def _packed(raw: bytes, kind: str) -> Tuple[int, bytes, Optional[str]]:
-    """A blob as stored: its size, its zlib data, and for a .ttgir the
-    fingerprint-rule triggers it holds (ttgir.markers)."""
-    return len(raw), zlib.compress(raw, ZLIB_LEVEL), ttgir.markers(raw) if kind == "ttgir" else None
-
-
-def _worker_count(cells: int) -> int:
-    if cells < PARALLEL_MIN_CELLS or not sys.platform.startswith("linux"):  # forked workers: Linux only
-        return 0
-    setting = os.environ.get("ZLSTORE_INGEST_WORKERS", "").strip()
-    if setting.isdigit():
-        return int(setting)
-    cores = os.cpu_count() or 1
-    return min(cores, 2) if cores > 1 else 0
-
-
-def _op_key(cell: str) -> str:
-    """Which op a cell path is most likely of (`.../<op>/r<N>/<side>`,
-    `.../<op>[_<dtype>]_<side>`): only for sharing work out, never a value."""
-    parts = cell.rsplit("/", 3)
-    if len(parts) == 4 and parts[2][:1] == "r" and parts[2][1:].isdigit():
-        return parts[1]
-    stem = parts[-1].rpartition("_")[0]
-    op, _, last = stem.rpartition("_")
-    return op if op and last in layout.TORCH_DTYPES else stem
-
-
-def _assign(cells: "_CellPaths", workers: int):
-    """(worker, chunk of cells) in the order the cells are written. The cells
-    of one op always go to the same worker: its rounds (and its screening
-    pair) share their IR, which each worker normalizes and compresses once.
-    An op met for the first time goes to the least loaded worker: the writes
-    take the cells in order, so an idle worker waits. Deterministic: the
-    writing process and every worker compute the same assignment."""
-    owner: Dict[str, int] = {}
-    load = [0] * workers
-    for key, group in itertools.groupby(cells, _op_key):
-        group = list(group)
-        if key not in owner:
-            _bounded(owner, 4 * CACHE_ENTRIES)
-            owner[key] = load.index(min(load))
-        load[owner[key]] += len(group)
-        for i in range(0, len(group), PREPARE_CHUNK):
-            yield owner[key], group[i:i + PREPARE_CHUNK]
-
-
-CACHE_ENTRIES = 2048
-# Kernel sets (with their fingerprints and digests, a few KB each) kept for
-# the rounds that follow: an op's rounds come together, so a few hundred do,
-# and a campaign four times as large needs no more memory.
-COMBINED_ENTRIES = 256
-ROOT_CACHE_ENTRIES = 256  # directories' markers and roots: siblings follow each other
-
-
-class _CellPaths:
+class CellPaths:
     """The cell directories found, in order, as strings: one NUL-joined
     string per input path, not an object per cell (a campaign has tens of
     thousands; an ingest's memory must not grow with the tree)."""
@@ -439,13 +123,6 @@ class _CellPaths:
                 end = joined.index("\0", start)
                 yield base + joined[start:end]
                 start = end + 1
-
-
-def _bounded(cache, limit: int = CACHE_ENTRIES):
-    """A run's caches (digests, layout counts, known blobs, root lookups) are
-    emptied when full: memory stays flat whatever the size of the tree."""
-    if len(cache) >= limit:
-        cache.clear()
 
 
 class _KnownCells(dict):
@@ -494,7 +171,7 @@ class _KnownBlobs(set):
             return True
         if self.conn.execute("SELECT 1 FROM blobs WHERE hash = ?", (digest,)).fetchone() is None:
             return False
-        _bounded(self)
+        bounded(self)
         self.add(digest)
         return True
 
@@ -512,12 +189,9 @@ def ingest_rules(conn: sqlite3.Connection) -> tuple:
     return tuple(rule for name, rule in ttgir.RULES.items() if name == current or rule.triggers == ())
 
 
-SCREENING_RULES = tuple(ttgir.RULES.values())
-
-
 def cell_rules(conn: sqlite3.Connection, root_kind: str) -> tuple:
     """The rules an ingest fingerprints a cell of a root of root_kind under."""
-    return SCREENING_RULES if root_kind == "screen" else ingest_rules(conn)
+    return parse.SCREENING_RULES if root_kind == "screen" else ingest_rules(conn)
 
 
 class StoreStopped(Exception):
@@ -611,19 +285,13 @@ class Ingester:
         self.blobs = _KnownBlobs(self.conn)
         self.pending_blobs: Dict[str, str] = {}  # written in the open transaction: known once it commits
         self.caliber_ids: Dict[tuple, int] = {}
-        self.digests: Dict[Tuple[str, str], str] = {}
-        self.combined: Dict[tuple, tuple] = {}  # a cell's kernels and index -> _fingerprints
-        self.kernel_meta: Dict[str, tuple] = {}  # a kernel .json's sha256 -> (num_warps, num_stages)
-        self.layout_counts: Dict[str, int] = {}
         self.run_id: Optional[int] = None
         self.packed: Dict[str, Tuple[int, bytes, Optional[str]]] = {}  # from workers, until stored
         self.digested: set = set()                      # texts whose digests this run stored
         self.pending_digested: set = set()
-        self.sent: set = set()                          # in a worker: texts packed already
-        self.loaded_roots: Dict[Path, layout.Root] = {}  # in a worker
         self.roots_met: set = set()                      # by _find: roots of cells found, as strings
         self.batch: Optional[_Batch] = None              # a whole-tree ingest's open batch
-        self.rules = ingest_rules(self.conn)
+        self.parser = parse.CellParser(ingest_rules(self.conn))
         self.rehash = rehash  # read every cell: its content hash decides, not its stat signature
 
     # -- the run -----------------------------------------------------------
@@ -640,18 +308,19 @@ class Ingester:
                     "INSERT INTO ingest_runs (started_at, command, paths) VALUES (?, ?, ?)",
                     (now(), self.command, json.dumps([str(p) for p in paths])),
                 ).lastrowid
-            cells = _CellPaths()
+            cells = CellPaths()
             for path in paths:
                 if not os.path.lexists(path):
                     self.problem(Problem(str(path), None, "no such file or directory"))
                     continue
                 if not self._find(path, cells, require_finished):
                     self.problem(Problem(str(path), None, "no cell directories found (no run.log or cell.env)"))
-            workers = 0 if require_finished else _worker_count(len(cells))
-            if workers or len(cells) > PARALLEL_MIN_CELLS:  # a forked worker must not query the store
+            workers = 0 if require_finished else parallel.worker_count(len(cells))
+            if workers or len(cells) > parallel.PARALLEL_MIN_CELLS:  # a forked worker must not query the store
                 self.cells.preload(paths)
-            prepared = self._prepared(cells, workers) if workers else ((cell, None) for cell in cells)
-            bulk = len(cells) > PARALLEL_MIN_CELLS
+            prepared = (parallel.prepared(cells, workers, parallel.Preparer(self.parser, self.cells, self.rehash))
+                        if workers else ((cell, None) for cell in cells))
+            bulk = len(cells) > parallel.PARALLEL_MIN_CELLS
             with contextlib.closing(prepared), bulk_checkpoints(self.conn, bulk):  # closing: the workers end with it
                 self._write_all(prepared, len(cells), _Batch(self.conn) if bulk and not require_finished else None,
                                 require_finished, progress)
@@ -744,7 +413,7 @@ class Ingester:
         finally:
             self.batch = None
 
-    def _find(self, top: Path, cells: "_CellPaths", require_finished: bool = False) -> int:
+    def _find(self, top: Path, cells: "CellPaths", require_finished: bool = False) -> int:
         """Add the cells under top to cells, but for those stored unchanged:
         these are only counted, and their roots looked up (as a cell's are,
         by the first cell of each). Returns how many cells were found."""
@@ -755,7 +424,7 @@ class Ingester:
                 for problem in walked:
                     self.problem(problem)
                 return n
-            found = unchanged.sort_out(self.conn, str(top), _worker_count)
+            found = unchanged.sort_out(self.conn, str(top), parallel.worker_count)
             cells.add(top, found.changed)
         except sqlite3.OperationalError as error:  # the walk's listings (walked_dirs)
             if _storage_failure(error):
@@ -770,19 +439,6 @@ class Ingester:
                 if first_unchanged:  # else that first cell is ingested, and looks its root up then
                     self.root(layout.RootRef(Path(root), kind, parts))
         return found.cells
-
-    def _prepared(self, cells: "_CellPaths", workers: int):
-        """(cell, what a worker prepared for it) in order. Each worker goes
-        through the same assignment (_assign) and prepares its own chunks;
-        this process reads each chunk from its worker when it gets to it."""
-        def share(me):
-            for owner, chunk in _assign(cells, workers):
-                if owner == me:
-                    yield [self.prepare(Path(cell)) for cell in chunk]
-
-        with forked.Workers(workers, share) as prepared:
-            for owner, chunk in _assign(cells, workers):
-                yield from zip(chunk, prepared.next_from(owner))
 
     @contextlib.contextmanager
     def _write(self):
@@ -802,35 +458,6 @@ class Ingester:
             if _storage_failure(error):
                 raise StoreStopped(error) from error
             raise
-
-    def prepare(self, cell: Path):
-        """In a worker: (root ref, the files' stat signature, the parsed cell
-        made portable, or None where the stored cell has the same stat
-        signature, or the error's (type name, message))."""
-        try:
-            _bounded(self.root_refs, ROOT_CACHE_ENTRIES)
-            _bounded(self.sent)
-            ref = layout.locate_root(cell, self.root_refs)
-            root = self.loaded_roots.get(ref.path)
-            if root is None:
-                root = self.loaded_roots[ref.path] = layout.load_root(ref)
-            files = scan_cell(cell)
-            files_sig = files.stat_sig
-            known = self.cells.get(str(cell))
-            if known and not self.rehash and known[1] == files_sig + root.files_sig:
-                return ref, files_sig, None
-            return ref, files_sig, self._portable(self.parse(files, ref, root))
-        except Exception as error:
-            return None, None, (type(error).__name__, str(error))
-
-    def _portable(self, parsed: ParsedCell) -> ParsedCell:
-        """What the writing process needs of a parsed cell, small to send."""
-        for ir_hash, (raw, _) in parsed.texts.items():
-            if ir_hash not in self.sent:
-                self.sent.add(ir_hash)
-                parsed.packed[ir_hash] = _packed(raw, "ttgir")
-        parsed.stored_rows()
-        return parsed  # pickled by ParsedCell.__reduce__: only what the writer needs
 
     def problem(self, problem: Problem, store: bool = True):
         self.summary.problems.append(problem)
@@ -889,13 +516,13 @@ class Ingester:
             prepared = None  # the worker failed on it: fail here, the same way
         if prepared is None:
             cell = Path(cell)
-            _bounded(self.root_refs, ROOT_CACHE_ENTRIES)
+            bounded(self.root_refs, parse.ROOT_CACHE_ENTRIES)
             ref = layout.locate_root(cell, self.root_refs)
         else:
             ref, files_sig, parsed = prepared
         root, root_id = self.root(ref)
         if prepared is None:
-            files, parsed = scan_cell(cell), None
+            files, parsed = parse.scan_cell(cell), None
             files_sig = files.stat_sig
         known = self.cells.get(key)
         stat_sig = files_sig + root.files_sig
@@ -904,13 +531,13 @@ class Ingester:
             return "unchanged"
         if parsed is None:
             if prepared is not None:  # the worker saw it unchanged; this process does not
-                files = scan_cell(Path(cell))
+                files = parse.scan_cell(Path(cell))
                 stat_sig = files.stat_sig + root.files_sig
-            parsed = self.parse(files, ref, root)
+            parsed = self.parser.parse(files, ref, root)
         else:
             parsed.root = root
         if parsed.reread:
-            stat_sig = _UNREAD_SIG
+            stat_sig = UNREAD_SIG
         if known and known[2] == parsed.content_sig:
             with self._write():
                 self.conn.execute("UPDATE cells SET stat_sig = ? WHERE id = ?", (stat_sig, known[0]))
@@ -951,8 +578,8 @@ class Ingester:
         self.caliber_ids.clear()
 
     def _committed(self):
-        _bounded(self.blobs)
-        _bounded(self.digested, 4 * CACHE_ENTRIES)  # an entry per text: a campaign has thousands
+        bounded(self.blobs)
+        bounded(self.digested, 4 * parse.CACHE_ENTRIES)  # an entry per text: a campaign has thousands
         self.digested.update(self.pending_digested)
         self.pending_digested.clear()
         for digest, kind in self.pending_blobs.items():
@@ -966,11 +593,10 @@ class Ingester:
         still running. A cell.env that cannot be read is not a running cell:
         NotStored, naming it."""
         refused: List[Problem] = []
-        within = str(layout.locate_root(Path(cell), self.root_refs).path)
-        env = layout.read_env(Path(cell) / layout.CELL_ENV, refused, within)
+        done = layout.finished(cell, refused, str(layout.locate_root(Path(cell), self.root_refs).path))
         if refused:
             raise NotStored(refused[0].message, refused[0].file)
-        return bool(env) and (env.get("RC") or "").strip() != ""
+        return done
 
     # -- roots -------------------------------------------------------------
 
@@ -1041,7 +667,7 @@ class Ingester:
         values = dict(
             path=str(root.path), name=root.name, kind=root.kind, switch=env.get("SWITCH"),
             host=env.get("HOST"), started_at=env.get("STARTED_AT"),
-            rounds=layout._int(env.get("ROUNDS")), cards=layout._int(env.get("CARDS")),
+            rounds=layout.to_int(env.get("ROUNDS")), cards=layout.to_int(env.get("CARDS")),
             screen_root=env.get("SCREEN_ROOT"), caliber_id=self.caliber_id(caliber.complete(root.caliber())),
             env_file=root.env_file, env=json.dumps(env, sort_keys=True) if root.env_file else None,
             files_sig=root.files_sig, ingested_at=now(), identity=root.identity,
@@ -1066,8 +692,8 @@ class Ingester:
         self.conn.executemany(
             "INSERT INTO partitions (root_id, line, card, op, dtype, weight_min) VALUES (?, ?, ?, ?, ?, ?)",
             [
-                (root_id, line, layout._int(row.get("card")), row["op"], row.get("dtype") or "",
-                 layout._float(row.get("weight_min")))
+                (root_id, line, layout.to_int(row.get("card")), row["op"], row.get("dtype") or "",
+                 layout.to_float(row.get("weight_min")))
                 for line, row in root.partition if row.get("op")
             ],
         )
@@ -1080,11 +706,11 @@ class Ingester:
         raw = row.get("verdict")
         return (
             root_id, file_name, line, row["op"], row.get("dtype") or "",
-            judge.canonical_verdict(raw), raw or None,
-            layout._int(row.get("cl_before")), layout._int(row.get("cl_after")),
+            names.canonical_verdict(raw), raw or None,
+            layout.to_int(row.get("cl_before")), layout.to_int(row.get("cl_after")),
             row.get("fp_before") or None, row.get("fp_after") or None,
-            layout._float(row.get("elapsed_before")), layout._float(row.get("elapsed_after")),
-            layout._int(row.get("rc_before")), layout._int(row.get("rc_after")),
+            layout.to_float(row.get("elapsed_before")), layout.to_float(row.get("elapsed_after")),
+            layout.to_int(row.get("rc_before")), layout.to_int(row.get("rc_after")),
             *[(row.get(n) or None) for n in caliber.NAMES],
             json.dumps(extra) if extra else None,
         )
@@ -1109,110 +735,6 @@ class Ingester:
             self.caliber_ids[values] = row[0]
         return self.caliber_ids[values]
 
-    # -- parsing (no writes) -----------------------------------------------
-
-    def parse(self, files: CellFiles, ref: layout.RootRef, root: layout.Root) -> ParsedCell:
-        cell = files.path
-        top = str(cell)
-        _bounded(self.digests, 4 * CACHE_ENTRIES)  # an entry per text and rule
-        _bounded(self.layout_counts)
-        problems: List[Problem] = []
-        content = hashlib.sha256(root.files_sig.encode())
-
-        def add_content(name: str, digest: str):
-            content.update(f"{name}\0{digest}\n".encode("utf-8", "surrogateescape"))
-
-        within = str(ref.path)
-        problems.extend(files.problems)
-        reread = bool(files.problems)  # what was not read leaves no trace in the stat signature
-
-        def read(rel: str, missing: Optional[str] = None) -> Tuple[Optional[bytes], Optional[str]]:
-            """A file of the cell and its sha256, or (None, None): missing (a
-            problem if missing says why), or refused (a problem names it; its
-            refusal goes into the content hash, so that it stays until the
-            file changes)."""
-            path = os.path.join(top, rel)
-            try:
-                data = _read(path, within)
-            except FileNotFoundError:
-                if missing:
-                    problems.append(Problem(path, None, missing))
-                return None, None
-            except OSError as error:
-                message = str(error) if isinstance(error, layout.Unreadable) else f"cannot read: {error}"
-                problems.append(Problem(path, None, message))
-                add_content(rel, "refused: " + message)
-                return None, None
-            digest = _sha256(data)
-            add_content(rel, digest)
-            return data, digest
-
-        env_bytes, _ = read(layout.CELL_ENV)
-        env = None
-        if env_bytes is not None:
-            env_path = os.path.join(top, layout.CELL_ENV)
-            env = layout._parse_env(env_bytes, env_path, problems)
-            layout.check_numbers(env, layout.CELL_NUMBERS, env_path, None, problems)
-            layout.check_side(env, env_path, problems)
-        values = layout.resolve_cell(ref, root, env)
-        log_bytes, _ = read(layout.RUN_LOG, "missing: the cell has no run.log")
-        if log_bytes is not None:
-            log = runlog.parse_runlog(log_bytes)
-            problems.extend(Problem(str(cell / layout.RUN_LOG), p.line, p.message) for p in log.problems)
-        else:
-            log = runlog.RunLog(rows=[], problems=[], records=0, lines=0)
-        index = None
-        index_bytes, index_hash = read(layout.INDEX_TSV)
-        if index_bytes is not None:
-            index = (index_hash, index_bytes)
-        kernels, texts = [], {}
-        for rel, name in files.ttgir:
-            if not layout.storable(rel) or _CONTROL.search(rel):
-                problems.append(Problem(os.path.join(top, rel), None, "a kernel name that is not printable "
-                                        "UTF-8 (a control character, or bytes that are not UTF-8): not read"))
-                reread = True
-                continue
-            raw, ir_hash = read(rel)
-            if raw is None:
-                reread = True
-                continue
-            if ir_hash not in texts:  # decoded only where something is still to be computed from it
-                known = ir_hash in self.layout_counts and all(
-                    (ir_hash, r.name) in self.digests for r in self.rules_for(root))
-                texts[ir_hash] = (raw, None if known else raw.decode("utf-8", "surrogateescape"))
-            if ir_hash not in self.layout_counts:
-                self.layout_counts[ir_hash] = ttgir.count_convert_layouts(texts[ir_hash][1])
-            warps = stages = None
-            meta_bytes, meta_hash = read(files.meta_json[rel]) if rel in files.meta_json else (None, None)
-            if meta_bytes is not None:
-                if meta_hash not in self.kernel_meta:  # every round compiles the same kernels
-                    _bounded(self.kernel_meta, COMBINED_ENTRIES)
-                    self.kernel_meta[meta_hash] = _kernel_meta(meta_bytes)
-                warps, stages, fault = self.kernel_meta[meta_hash]
-                if fault:
-                    problems.append(Problem(os.path.join(top, files.meta_json[rel]), None,
-                                            f"{fault}: the kernel's num_warps and num_stages are unknown"))
-            elif rel in files.meta_json:
-                reread = True
-            kernels.append(Kernel(name, _cache_dir(rel), ir_hash, self.layout_counts[ir_hash], warps, stages))
-        values["ir_incomplete"] = 1 if len(kernels) < len(files.ttgir) or files.problems else 0
-        if _CONTROL.search(top):
-            problems.append(Problem(top, None, "the cell's path holds a control character (a newline?): "
-                                               "stored, but tools that read paths by lines will misread it"))
-        parsed = ParsedCell(files, root, ref, env, values, log, kernels, texts, index,
-                            content.hexdigest(), problems, reread=reread)
-        parsed.fingerprints = self._fingerprints(parsed)  # here, not under the write lock in _insert
-        return parsed
-
-    def digest(self, rule: ttgir.Rule, ir_hash: str, text: str) -> str:
-        key = (ir_hash, rule.name)
-        if key not in self.digests:
-            normalized = rule.normalized(text)
-            # Left as it was, the text hashes to its own ir_hash (the sha256 of
-            # the bytes it was decoded from with surrogateescape).
-            self.digests[key] = ir_hash if normalized is text else ttgir.digest(normalized)
-        return self.digests[key]
-
     # -- writing (inside the cell's transaction) ---------------------------
 
     def _insert(self, parsed: ParsedCell, root_id: int, stat_sig: str) -> int:
@@ -1222,8 +744,7 @@ class Ingester:
             self._insert_blob(parsed.index[0], "index.tsv", parsed.index[1])
         cell_id = self.conn.execute(_INSERT_CELL, (root_id, caliber_id, stat_sig, now(), *parsed.cell_columns())).lastrowid
         self.conn.executemany(
-            f"INSERT INTO measurements ({', '.join(MEASUREMENT_COLUMNS)}) "
-            f"VALUES ({', '.join('?' * len(MEASUREMENT_COLUMNS))})",
+            _INSERT_MEASUREMENT,
             [(cell_id, *row) for row in rows],
         )
         for ir_hash, (raw, _) in parsed.texts.items():
@@ -1241,58 +762,12 @@ class Ingester:
             self._store_problems(parsed.problems, cell_id=cell_id)
         return cell_id
 
-    def _fingerprints(self, parsed: ParsedCell):
-        """The cell's (rule, fingerprint) under every rule of this run, and
-        the (ir_hash, rule, digest) of each of its texts. Every round of an
-        op compiles the same kernels: they are combined once."""
-        key = (tuple((k.name, k.ir_hash) for k in parsed.kernels), parsed.index and parsed.index[0],
-               parsed.root.kind == "screen")
-        if key not in self.combined:
-            _bounded(self.combined, COMBINED_ENTRIES)
-            self.combined[key] = self._combine(parsed)
-        return self.combined[key]
-
-    def _combine(self, parsed: ParsedCell):
-        fingerprints, digests = [], []
-        for rule in self.rules_for(parsed.root):
-            pairs = []
-            for k in parsed.kernels:
-                digest = self.digest(rule, k.ir_hash, parsed.texts[k.ir_hash][1])
-                pairs.append((k.name, digest))
-            for ir_hash, (_, text) in parsed.texts.items():
-                digests.append((ir_hash, rule.name, self.digest(rule, ir_hash, text)))
-            index_digest = parsed.index[0] if (rule.hashes_index and parsed.index) else None
-            fingerprints.append((rule.name, ttgir.combine(rule, pairs, index_digest)))
-        return fingerprints, digests
-
-    def rules_for(self, root: layout.Root) -> tuple:
-        """The rules a cell of root is fingerprinted under (ingest_rules)."""
-        return SCREENING_RULES if root.kind == "screen" else self.rules
-
     def _insert_blob(self, digest: str, kind: str, raw: Optional[bytes],
                      packed: Optional[Tuple[int, bytes, Optional[str]]] = None):
-        """raw bytes, or what a worker made of them (_packed)."""
-        size, data, markers = packed if raw is None else _packed(raw, kind)
+        """raw bytes, or what a worker made of them (parse.packed)."""
+        size, data, markers = packed if raw is None else parse.packed(raw, kind)
         self.conn.execute(
             "INSERT OR IGNORE INTO blobs (hash, kind, size, data, markers) VALUES (?, ?, ?, ?, ?)",
             (digest, kind, size, data, markers),
         )
         self.pending_blobs[digest] = kind
-
-    @staticmethod
-    def _measurement_values(row: "runlog.Row") -> tuple:
-        values = _STORED_VALUES(row.values)
-        # A hundred thousand rows: the common case (only scalars, no JSON
-        # field set) is told at C speed; the rest is encoded field by field.
-        if not _CONTAINERS.isdisjoint(map(type, values)) or any(values[i] is not None for i in _JSON_POSITIONS):
-            values = [
-                json.dumps(value, sort_keys=True)
-                if value is not None and (i in _JSON_POSITIONS or isinstance(value, (list, dict))) else value
-                for i, value in enumerate(values)
-            ]
-        return (
-            row.line, row.record, row.index, row.op_name, row.dtype, row.mode, row.level,
-            row.shape_key, *values, json.dumps(row.extra, sort_keys=True, default=str) if row.extra else None,
-            1 if row.counted else 0, row.not_counted_reason, 1 if row.fallback else 0,
-        )
-

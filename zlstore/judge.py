@@ -1,105 +1,17 @@
-"""Verdict and rejection-reason names: defined here once. The views in
-schema.sql may only use these names (db.py refuses a schema that names any
-other), and every command reads them from here. Below the names: the
-queries behind the judging commands (library only, no click)."""
+"""The queries behind the judging commands (library only, no click). The
+names they judge by (verdicts, reasons, findings) are defined in names.py
+and re-exported here for the commands that read them from this module."""
 
 import json
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import caliber as _caliber
 from . import files as _files
-from . import layout as _layout  # layout imports this module: use its names at call time only
+from . import layout as _layout
 from . import ttgir as _ttgir
-
-
-class Verdict(NamedTuple):
-    name: str
-    when: str
-    licenses: str
-    range_label: Optional[str]  # what a speedup range of such a pair is, or None: no range
-
-
-# In the order they are decided: the first that applies wins.
-VERDICTS = (
-    Verdict("TRUNCATED", "either side's RC is 124 or 137 (killed at CELL_TIMEOUT)",
-            "nothing: re-run with a larger timeout", None),
-    Verdict("NO_ROWS", "either side has no counted measurement",
-            "nothing (usually the dtype)", None),
-    Verdict("IR_UNREAD", "a side's IR could not be read in full (cells.ir_incomplete)",
-            "nothing: a side's IR could not be read in full; fix the files and ingest again", None),
-    Verdict("NO_TRITON", "both sides compiled no .ttgir at all",
-            "nothing: the Triton pass under test had nothing to act on", None),
-    Verdict("IR_CHANGED", "the two fingerprints differ",
-            "measure it with repeated rounds", "indicative (one round)"),
-    Verdict("NO_IR_DIFF", "the fingerprints are equal",
-            "skip it; its speedup range is the machine's noise floor for that op",
-            "noise floor"),
-)
-VERDICT_NAMES = tuple(v.name for v in VERDICTS)
-BY_NAME = {v.name: v for v in VERDICTS}
-
-# Older harness files spell a verdict differently; read them as the current name.
-VERDICT_ALIASES = {"NO_KERNEL": "NO_TRITON"}
-
-TIMEOUT_RCS = (124, 137)
-
-
-def canonical_verdict(raw: Optional[str]) -> Optional[str]:
-    """The current name of a verdict as a harness file spelled it."""
-    if raw is None:
-        return None
-    raw = raw.strip()
-    if raw == "":
-        return None
-    return VERDICT_ALIASES.get(raw, raw)
-
-
-class Reason(NamedTuple):
-    name: str
-    meaning: str
-
-
-# Why a measured row did not become an A/B pair, in order of precedence: a
-# row gets the first that applies. Caliber first: a row under an unknown or
-# different caliber could never pair, whatever else holds.
-REASONS = (
-    Reason("CALIBER_UNKNOWN", "at least one cell's caliber could not be established"),
-    Reason("CALIBER_MISMATCH", "the two cells were measured under different calibers"),
-    Reason("MISSING_SIDE", "the row (or its whole cell) exists on one side of the round only"),
-    Reason("NOT_COUNTED", "the row is not a counted measurement on at least one side"),
-)
-REASON_NAMES = tuple(r.name for r in REASONS)
-
-
-class Finding(NamedTuple):
-    name: str
-    when: str
-    licenses: str
-
-
-# What a repeat run's or campaign's range says about the switch, in the
-# order they are shown (findings first). The views decide them (schema.sql:
-# ab_ranges) from the statistics in zlstore/stats.py and the thresholds in
-# SETTINGS; the conditions never overlap.
-FINDINGS = (
-    Finding("faster", "q_value <= q_max and the whole interval lies above 1 + min_effect",
-            "saying the switch made this shape faster, by about the effect"),
-    Finding("slower", "q_value <= q_max and the whole interval lies below 1 / (1 + min_effect)",
-            "saying the switch made this shape slower, by about the effect"),
-    Finding("no change", "the whole interval lies within 1 / (1 + min_effect) .. 1 + min_effect",
-            "saying that any change is smaller than min_effect (an equivalence result)"),
-    Finding("inconclusive", "none of the above: the interval straddles a bound, or q_value > q_max",
-            "nothing yet: to_settle says what would settle it (more rounds, a quieter card)"),
-    Finding("too few rounds", "fewer paired rounds than the test needs (min_rounds)",
-            "nothing: run more rounds"),
-)
-FINDING_NAMES = tuple(f.name for f in FINDINGS)
-
-# The settings judging keeps beside the current rule, with their defaults:
-# q_max, the false-discovery rate a finding is held to; min_effect, the
-# smallest change (as a fraction, 0.02 = 2%) worth calling faster or slower.
-SETTINGS = {"current_rule": _ttgir.DEFAULT_RULE, "q_max": "0.05", "min_effect": "0.02"}
+from .names import (BY_NAME, FINDING_NAMES, FINDINGS, REASON_NAMES, REASONS, SETTINGS, TIMEOUT_RCS,  # noqa: F401
+                    VERDICT_ALIASES, VERDICT_NAMES, VERDICTS, Finding, Reason, Verdict, canonical_verdict)
 
 
 # ---------------------------------------------------------------------------

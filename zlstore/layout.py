@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
-from . import caliber, judge
+from . import caliber
 
 SIDES = ("before", "after")
 TORCH_DTYPES = frozenset(
@@ -109,7 +109,7 @@ class Unreadable(OSError):
         return self.args[0]
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
@@ -133,7 +133,7 @@ def read_bytes(path, within: Optional[str] = None, cap: int = MAX_FILE_BYTES) ->
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise Unreadable(f"{_kind(st.st_mode)}, not a regular file: not read")
+            raise Unreadable(f"{file_kind(st.st_mode)}, not a regular file: not read")
         size = st.st_size
         if size > cap:
             raise Unreadable(f"{size} bytes, over the {cap >> 20} MB a file may have: not read")
@@ -183,6 +183,14 @@ def read_env(path: Path, problems: List[Problem], within: Optional[str] = None) 
     return read_env_bytes(path, problems, within)[0]
 
 
+def finished(cell, problems: Optional[List[Problem]] = None, within: Optional[str] = None) -> bool:
+    """Whether a cell is done: the harness writes its cell.env last, with
+    RC, so before that the cell is still running. A cell.env that cannot be
+    read is named in problems."""
+    env = read_env(Path(cell) / CELL_ENV, [] if problems is None else problems, within)
+    return bool(env) and (env.get("RC") or "").strip() != ""
+
+
 def read_env_bytes(path, problems: List[Problem], within: Optional[str] = None) \
         -> Tuple[Optional[Dict[str, str]], Optional[bytes]]:
     """read_env, and the bytes it read (an ingest hashes them): (None,
@@ -190,7 +198,7 @@ def read_env_bytes(path, problems: List[Problem], within: Optional[str] = None) 
     data = read_file(path, problems, within)
     if data is None:
         return None, None
-    return _parse_env(data, path, problems), data
+    return parse_env(data, path, problems), data
 
 
 def read_file(path, problems: List[Problem], within: Optional[str] = None) -> Optional[bytes]:
@@ -223,7 +231,7 @@ def decoded_lines(data: bytes, path, problems: List[Problem]) -> List[str]:
     return lines
 
 
-def _parse_env(data: bytes, path, problems: List[Problem]) -> Dict[str, str]:
+def parse_env(data: bytes, path, problems: List[Problem]) -> Dict[str, str]:
     env = {}
     for number, raw in enumerate(decoded_lines(data, path, problems), 1):
         line = raw.strip()
@@ -513,10 +521,10 @@ def path_values(ref: RootRef) -> Dict[str, object]:
             values.update(op=split[0], dtype=split[1], side=split[2], round=0)
         return values
     if len(parts) >= 3 and _ROUND.match(parts[-2]) and parts[-1] in SIDES:
-        values.update(op=parts[-3], round=_int(_ROUND.match(parts[-2]).group(1)), side=parts[-1])
+        values.update(op=parts[-3], round=to_int(_ROUND.match(parts[-2]).group(1)), side=parts[-1])
         leading = parts[:-3]
         if leading and _CARD.match(leading[0]):
-            values["card"] = _int(_CARD.match(leading[0]).group(1))
+            values["card"] = to_int(_CARD.match(leading[0]).group(1))
             if len(leading) >= 2:
                 values["repeat_dir"] = leading[1]
         elif leading:
@@ -647,7 +655,7 @@ def root_files_sig(path: Path) -> str:
 INT64 = range(-(1 << 63), 1 << 63)
 
 
-def _int(value) -> Optional[int]:
+def to_int(value) -> Optional[int]:
     try:
         number = int(str(value).strip())
     except (TypeError, ValueError):
@@ -655,7 +663,7 @@ def _int(value) -> Optional[int]:
     return number if number in INT64 else None
 
 
-def _float(value) -> Optional[float]:
+def to_float(value) -> Optional[float]:
     try:
         return float(str(value).strip())
     except (TypeError, ValueError):
@@ -663,11 +671,11 @@ def _float(value) -> Optional[float]:
 
 
 # The numeric values of each file, by key or column: the function that reads one.
-CELL_NUMBERS = {"RC": _int, "ROUND": _int, "CARD": _int, "ELAPSED_S": _float, "CELL_TIMEOUT": _float}
-ROOT_NUMBERS = {"ROUNDS": _int, "CARDS": _int}
-SCREEN_NUMBERS = {"cl_before": _int, "cl_after": _int, "rc_before": _int, "rc_after": _int,
-                  "elapsed_before": _float, "elapsed_after": _float}
-PARTITION_NUMBERS = {"card": _int, "weight_min": _float}
+CELL_NUMBERS = {"RC": to_int, "ROUND": to_int, "CARD": to_int, "ELAPSED_S": to_float, "CELL_TIMEOUT": to_float}
+ROOT_NUMBERS = {"ROUNDS": to_int, "CARDS": to_int}
+SCREEN_NUMBERS = {"cl_before": to_int, "cl_after": to_int, "rc_before": to_int, "rc_after": to_int,
+                  "elapsed_before": to_float, "elapsed_after": to_float}
+PARTITION_NUMBERS = {"card": to_int, "weight_min": to_float}
 
 
 def check_numbers(values: Mapping[str, str], numbers: Mapping[str, Callable], file: str,
@@ -677,7 +685,7 @@ def check_numbers(values: Mapping[str, str], numbers: Mapping[str, Callable], fi
     for key, read in numbers.items():
         value = values.get(key)
         if value is not None and value.strip() and read(value) is None:
-            what = "a 64-bit integer" if read is _int else "a number"
+            what = "a 64-bit integer" if read is to_int else "a number"
             problems.append(Problem(file, line, f"{key}: {value[:40]!r} is not {what}; stored as unknown"))
 
 
@@ -713,8 +721,8 @@ def resolve_cell(ref: RootRef, root: Root, cell_env: Optional[Dict[str, str]]) -
 
     take("op", [(CELL_ENV, env.get("OP")), ("path", from_path.get("op"))])
     take("side", [(CELL_ENV, _side(env.get("SIDE"))), ("path", from_path.get("side"))])
-    take("round", [(CELL_ENV, _int(env.get("ROUND"))), ("path", from_path.get("round"))])
-    take("card", [(CELL_ENV, _int(env.get("CARD"))), ("path", from_path.get("card"))])
+    take("round", [(CELL_ENV, to_int(env.get("ROUND"))), ("path", from_path.get("round"))])
+    take("card", [(CELL_ENV, to_int(env.get("CARD"))), ("path", from_path.get("card"))])
     # An empty DTYPE in cell.env is a value: the operator's own default set.
     if "DTYPE" in env:
         values["dtype"], sources["dtype"] = env["DTYPE"].strip().removeprefix("torch."), CELL_ENV
@@ -742,17 +750,17 @@ def resolve_cell(ref: RootRef, root: Root, cell_env: Optional[Dict[str, str]]) -
 
     side = values["side"]
     screen_row = table_row if table_name == SCREEN_TSV else None
-    take("rc", [(CELL_ENV, _int(env.get("RC")))]
-         + ([(SCREEN_TSV, _int(screen_row.get(f"rc_{side}")))] if screen_row and side else []))
-    take("elapsed_s", [(CELL_ENV, _float(env.get("ELAPSED_S")))]
-         + ([(SCREEN_TSV, _float(screen_row.get(f"elapsed_{side}")))] if screen_row and side else []))
+    take("rc", [(CELL_ENV, to_int(env.get("RC")))]
+         + ([(SCREEN_TSV, to_int(screen_row.get(f"rc_{side}")))] if screen_row and side else []))
+    take("elapsed_s", [(CELL_ENV, to_float(env.get("ELAPSED_S")))]
+         + ([(SCREEN_TSV, to_float(screen_row.get(f"elapsed_{side}")))] if screen_row and side else []))
     if "elapsed_s" in sources:
         sources["elapsed"] = sources.pop("elapsed_s")
     take("started_at", [(CELL_ENV, env.get("STARTED_AT"))])
     take("nodeid", [(CELL_ENV, env.get("NODEID"))])
     take("switch", [(CELL_ENV, env.get("SWITCH")), (root.env_file, root.env.get("SWITCH"))])
     take("switch_value", [(CELL_ENV, env.get("SWITCH_VALUE"))])
-    take("cell_timeout", [(CELL_ENV, _float(env.get("CELL_TIMEOUT")))])
+    take("cell_timeout", [(CELL_ENV, to_float(env.get("CELL_TIMEOUT")))])
 
     fields: Dict[str, str] = {}
     layers = [(CELL_ENV, caliber.from_env(env)), (root.env_file, root.caliber())]

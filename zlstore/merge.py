@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 from . import db as dbmod
-from . import caliber, pairing, roots
-from .ingest import now, plural
+from . import caliber, floors, pairing, roots
+from .db import now
+from .ingest import cell_rules, plural
 from .layout import Problem
 
 # What a summary counts, in the order it is printed.
@@ -347,7 +348,7 @@ class Merger:
                                 WHERE c.copy = 0""").rowcount
         if added:
             self._digests("WHERE copy = 0")
-            pairing.mark_every_floor(conn)
+            floors.mark_every(conn)
         cell_columns = [c for c in _columns(conn, "main", "cells")
                         if c in _columns(conn, "src", "cells") and c not in ("id", "root_id", "caliber_id", "path")]
         chunks = [row[0] for row in conn.execute("SELECT src_id FROM temp.merge_cells WHERE copy = 1 ORDER BY src_id")]
@@ -428,10 +429,16 @@ class Merger:
             self.summary.counts["log_runs_added"] += len(missing)
 
     def _complete_fingerprints(self):
-        """Every cell fingerprinted under every rule the target now holds
-        (a source may have computed a rule the target had not, and the other
-        way round), from the stored IR, as `zlstore rescore` would."""
-        rules = [r for (r,) in self.conn.execute(
-            "SELECT DISTINCT rule FROM fingerprints UNION SELECT current_rule FROM judging_settings")]
-        for rule in rules:
+        """Every cell fingerprinted as an ingest would have it (ingest.cell_rules:
+        a screening cell under every rule, another under the current rule and
+        those that change no text), and under every rule some cell of a
+        repeat run or campaign holds in the target now (a source may have
+        computed one, `zlstore rescore --rule v4`, that the target had not,
+        and the other way round): from the stored IR, as a rescore would."""
+        held = [r for (r,) in self.conn.execute(
+            """SELECT DISTINCT rule FROM fingerprints WHERE cell_id IN (
+                   SELECT cells.id FROM cells JOIN roots ON roots.id = cells.root_id WHERE roots.kind <> 'screen')""")]
+        for rule in dict.fromkeys([r.name for r in cell_rules(self.conn, "campaign")] + held):
             self.target.compute_fingerprints(rule)
+        for rule in cell_rules(self.conn, "screen"):
+            self.target.compute_fingerprints(rule.name, root_kind="screen")

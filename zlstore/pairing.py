@@ -12,25 +12,15 @@ before it commits. The views
 depends on settings (noise floors under the current rule) stays in the views.
 
 The SQL here is the one definition of how rows pair; schema.sql documents
-what the columns mean.
+what the columns mean. It names the round key, reasons and verdicts through
+db.render_schema's macros, as schema.sql does: what a round is and why a row
+does not pair are defined in names.py, the noise floors in floors.py.
 """
 
 import functools
 import sqlite3
-import statistics
 
-from . import caliber, stats
-
-# A round, as the triggers record it and as cells are matched to it.
-_ROUND_MATCH = """
-    {a}.root_id = {b}.root_id AND {a}.{op} IS {b}.cell_op AND {a}.{dtype} IS {b}.cell_dtype
-    AND {a}.round IS {b}.round AND {a}.card IS {b}.card AND {a}.repeat_dir IS {b}.repeat_dir"""
-
-
-def _round_match(a: str, b: str, cells: bool = False) -> str:
-    """SQL matching a's round with b's (an ab_stale_rounds-shaped row);
-    cells=True when a is the cells table (op / dtype instead of cell_*)."""
-    return _ROUND_MATCH.format(a=a, b=b, op="op" if cells else "cell_op", dtype="dtype" if cells else "cell_dtype")
+from . import caliber, db, floors
 
 
 def _json_fields(*columns: str) -> str:
@@ -48,11 +38,17 @@ def _json_fields(*columns: str) -> str:
 
 
 _SETUP = [
-    "CREATE TEMP TABLE IF NOT EXISTS ab_rounds_now (root_id, card, repeat_dir, cell_op, cell_dtype, round, "
+    "CREATE TEMP TABLE IF NOT EXISTS ab_rounds_now ([[round: {k}]], "
     "before_cell_id, after_cell_id, before_caliber_id, after_caliber_id)",
     "CREATE TEMP TABLE IF NOT EXISTS ab_keys_now (root_id, op, dtype, shape)",
     "CREATE TEMP TABLE IF NOT EXISTS ab_keys_unique (key_id INTEGER PRIMARY KEY, root_id, op, dtype, shape)",
 ]
+
+# The row identities the stale rounds hold: their ranges change too (read
+# before the rounds are paired again, and after).
+_KEYS_OF_ROUNDS = """INSERT INTO temp.ab_keys_now
+        SELECT s.root_id, s.op, s.dtype, s.shape
+        FROM temp.ab_rounds_now r CROSS JOIN ab_slot_rows s ON [[round AND: s.{k} {is} r.{k}]]"""
 
 # The joins are written CROSS JOIN where the stale rounds must drive: SQLite
 # keeps that order, and these few rounds are looked up through the indexes
@@ -61,32 +57,30 @@ _STEPS = [
     "DELETE FROM temp.ab_rounds_now",
     "DELETE FROM temp.ab_keys_now",
     "DELETE FROM temp.ab_keys_unique",
-    """INSERT INTO temp.ab_rounds_now (root_id, card, repeat_dir, cell_op, cell_dtype, round)
-       SELECT DISTINCT root_id, card, repeat_dir, cell_op, cell_dtype, round FROM ab_stale_rounds""",
+    """INSERT INTO temp.ab_rounds_now ([[round: {k}]])
+       SELECT DISTINCT [[round: {k}]] FROM ab_stale_rounds""",
     # A round's cell of a side is the latest stored one that no later run
     # of its op superseded (a resumed campaign's earlier, interrupted run).
-    f"""UPDATE temp.ab_rounds_now SET
+    """UPDATE temp.ab_rounds_now SET
         before_cell_id = (SELECT max(c.id) FROM cells c
-                          WHERE {_round_match('c', 'ab_rounds_now', cells=True)} AND c.side = 'before'
+                          WHERE [[round AND: c.{c} {is} ab_rounds_now.{k}]] AND c.side = 'before'
                             AND c.superseded_at IS NULL),
         after_cell_id = (SELECT max(c.id) FROM cells c
-                         WHERE {_round_match('c', 'ab_rounds_now', cells=True)} AND c.side = 'after'
+                         WHERE [[round AND: c.{c} {is} ab_rounds_now.{k}]] AND c.side = 'after'
                            AND c.superseded_at IS NULL)""",
     """UPDATE temp.ab_rounds_now SET
         before_caliber_id = (SELECT caliber_id FROM cells WHERE id = before_cell_id),
         after_caliber_id = (SELECT caliber_id FROM cells WHERE id = after_cell_id)""",
     # The row identities these rounds held: their ranges change too.
-    f"""INSERT INTO temp.ab_keys_now
-        SELECT s.root_id, s.op, s.dtype, s.shape
-        FROM temp.ab_rounds_now r CROSS JOIN ab_slot_rows s ON {_round_match('s', 'r')}""",
-    f"""DELETE FROM ab_slot_rows WHERE rowid IN (
-        SELECT s.rowid FROM temp.ab_rounds_now r CROSS JOIN ab_slot_rows s ON {_round_match('s', 'r')})""",
+    _KEYS_OF_ROUNDS,
+    """DELETE FROM ab_slot_rows WHERE rowid IN (
+        SELECT s.rowid FROM temp.ab_rounds_now r CROSS JOIN ab_slot_rows s ON [[round AND: s.{k} {is} r.{k}]])""",
     # Each row identity of a round (the row's own op, dtype and canonical
     # shape, and its occurrence: the n-th such row of a cell pairs with the
     # n-th on the other side), both sides side by side, and why it is not a
     # pair where it is not: the first that applies of rejection_reasons.
     """INSERT INTO ab_slot_rows (
-            root_id, card, repeat_dir, cell_op, cell_dtype, round, op, dtype, shape, occurrence,
+            [[round: {k}]], op, dtype, shape, occurrence,
             before_cell_id, after_cell_id, before_caliber_id, after_caliber_id,
             before_measurement_id, after_measurement_id, before_counted, after_counted,
             before_not_counted, after_not_counted, latency_before, latency_after,
@@ -114,42 +108,29 @@ _STEPS = [
                   AND mb.shape = ma.shape AND mb.occurrence = ma.occurrence)
         )
         SELECT
-            r.root_id, r.card, r.repeat_dir, r.cell_op, r.cell_dtype, r.round, s.op, s.dtype, s.shape,
+            [[round: r.{k}]], s.op, s.dtype, s.shape,
             s.occurrence, r.before_cell_id, r.after_cell_id, r.before_caliber_id, r.after_caliber_id,
             s.before_id, s.after_id, s.before_counted, s.after_counted, s.before_not_counted,
             s.after_not_counted, s.latency_before, s.latency_after, s.before_fallback, s.after_fallback,
-            CASE
-                WHEN s.before_id IS NOT NULL AND s.after_id IS NOT NULL
-                 AND s.before_counted = 1 AND s.after_counted = 1
-                 AND r.before_caliber_id = r.after_caliber_id
-                    THEN NULL
-                WHEN (r.before_cell_id IS NOT NULL AND r.before_caliber_id IS NULL)
-                  OR (r.after_cell_id IS NOT NULL AND r.after_caliber_id IS NULL)
-                    THEN {reason_caliber_unknown}
-                WHEN r.before_caliber_id <> r.after_caliber_id THEN {reason_caliber_mismatch}
-                WHEN s.before_id IS NULL OR s.after_id IS NULL THEN {reason_missing_side}
-                ELSE {reason_not_counted}
-            END
+            [[case reasons]]
         FROM slots s
         JOIN temp.ab_rounds_now r ON r.rowid = s.round_id""",
-    f"""INSERT INTO temp.ab_keys_now
-        SELECT s.root_id, s.op, s.dtype, s.shape
-        FROM temp.ab_rounds_now r CROSS JOIN ab_slot_rows s ON {_round_match('s', 'r')}""",
-    f"""DELETE FROM ab_round_ranges WHERE rowid IN (
-        SELECT g.rowid FROM temp.ab_rounds_now r CROSS JOIN ab_round_ranges g ON {_round_match('g', 'r')})""",
+    _KEYS_OF_ROUNDS,
+    """DELETE FROM ab_round_ranges WHERE rowid IN (
+        SELECT g.rowid FROM temp.ab_rounds_now r CROSS JOIN ab_round_ranges g ON [[round AND: g.{k} {is} r.{k}]])""",
     # A screening round's range (what its verdict shows): n_rows, min, median
     # (the middle ratio, or the mean of the two middle ones) and max over its
     # paired rows.
-    f"""INSERT INTO ab_round_ranges (
-            root_id, card, repeat_dir, cell_op, cell_dtype, round, before_cell_id, after_cell_id,
+    """INSERT INTO ab_round_ranges (
+            [[round: {k}]], before_cell_id, after_cell_id,
             n_rows, min, median, max, fallback)
-        SELECT s.root_id, s.card, s.repeat_dir, s.cell_op, s.cell_dtype, s.round, s.before_cell_id,
+        SELECT [[round: s.{k}]], s.before_cell_id,
             s.after_cell_id, count(*), min(s.latency_before / s.latency_after),
             median(s.latency_before / s.latency_after), max(s.latency_before / s.latency_after),
             max(max(s.before_fallback, s.after_fallback))
         FROM temp.ab_rounds_now r
         JOIN roots ON roots.id = r.root_id AND roots.kind = 'screen'
-        CROSS JOIN ab_slot_rows s ON {_round_match('s', 'r')} AND s.reason IS NULL
+        CROSS JOIN ab_slot_rows s ON [[round AND: s.{k} {is} r.{k}]] AND s.reason IS NULL
         GROUP BY r.rowid""",
     """INSERT INTO temp.ab_keys_unique (root_id, op, dtype, shape)
         SELECT DISTINCT root_id, op, dtype, shape FROM temp.ab_keys_now""",
@@ -169,7 +150,7 @@ _STEPS = [
             fallback, fallback_rows, cards, rejected, rejected_reasons, log_mean, log_sd,
             effect, ci_low, ci_high, p_value, json_head, json_tail)
         WITH keyed AS MATERIALIZED (
-            SELECT k.key_id, s.card, s.repeat_dir, s.cell_op, s.cell_dtype, s.round, s.reason,
+            SELECT k.key_id, [[round: s.{{k}}]], s.reason,
                    s.before_caliber_id AS caliber_id,
                    CASE WHEN s.reason IS NULL THEN s.latency_before / s.latency_after END AS ratio,
                    max(s.before_fallback, s.after_fallback) AS fallback
@@ -184,7 +165,7 @@ _STEPS = [
         per_round AS (
             SELECT key_id, caliber_id, avg(ln(ratio)) AS round_log
             FROM keyed WHERE reason IS NULL
-            GROUP BY key_id, caliber_id, card, repeat_dir, cell_op, cell_dtype, round
+            GROUP BY key_id, caliber_id, [[round: {{k}}]]
         ),
         over_rounds AS (
             SELECT key_id, caliber_id, count(*) AS rounds, avg(round_log) AS log_mean,
@@ -210,7 +191,7 @@ _STEPS = [
         ),
         tested AS (
             SELECT g.*, exp(g.log_mean) AS effect,
-                   CASE WHEN g.rounds >= {stats.MIN_ROUNDS}
+                   CASE WHEN g.rounds >= [[min_rounds]]
                         THEN t_critical(g.rounds - 1) * g.log_sd / sqrt(g.rounds) END AS half_width,
                    t_test_p(g.log_mean, g.log_sd, g.rounds) AS p_value
             FROM (
@@ -263,84 +244,18 @@ _STEPS = [
 ]
 
 
-def _steps(steps) -> list:
-    """The statements with the reason and verdict names filled in from
-    judge.py ({reason_caliber_unknown}, {verdict_no_ir_diff}, ...)."""
-    from . import judge
-
-    names = {f"{{reason_{n.lower()}}}": n for n in judge.REASON_NAMES}
-    names.update({f"{{verdict_{n.lower()}}}": n for n in judge.VERDICT_NAMES})
-    filled = []
-    for step in steps:
-        for placeholder, name in names.items():
-            step = step.replace(placeholder, "'" + name + "'")
-        if "{reason_" in step or "{verdict_" in step:
-            raise ValueError("pairing.py names a reason or verdict judge.py does not define")
-        filled.append(step)
-    return filled
-
-
-# The noise floors of the stale rules (ab_stale_floors): per (rule, row op,
-# dtype, caliber), floor = max |ratio - 1| over the paired rows of every
-# NO_IR_DIFF screening pair under that rule, n = the rows it rests on.
-_FLOOR_STEPS = [
-    "DELETE FROM noise_floor_rows WHERE rule IN (SELECT rule FROM ab_stale_floors)",
-    """INSERT INTO noise_floor_rows (rule, op, dtype, caliber_id, n, floor, roots, fallback_rows)
-        WITH quiet AS MATERIALIZED (
-            SELECT v.before_cell_id, v.after_cell_id, v.rule
-            FROM verdicts_by_rule v
-            WHERE v.rule IN (SELECT rule FROM ab_stale_floors) AND v.verdict = {verdict_no_ir_diff}
-        )
-        SELECT quiet.rule, s.op, s.dtype, s.before_caliber_id, count(*),
-               max(abs(s.latency_before / s.latency_after - 1)), group_concat(DISTINCT roots.name),
-               sum(max(s.before_fallback, s.after_fallback))
-        FROM quiet
-        JOIN cells b ON b.id = quiet.before_cell_id
-        JOIN ab_slot_rows s
-            ON s.root_id = b.root_id AND s.cell_op IS b.op AND s.cell_dtype IS b.dtype AND s.round IS b.round
-           AND s.card IS b.card AND s.repeat_dir IS b.repeat_dir
-           AND s.before_cell_id = quiet.before_cell_id AND s.after_cell_id = quiet.after_cell_id
-           AND s.reason IS NULL
-        JOIN roots ON roots.id = s.root_id
-        GROUP BY quiet.rule, s.op, s.dtype, s.before_caliber_id""",
-    "DELETE FROM ab_stale_floors",
-]
-
 # A re-paired screening round can move every rule's floors.
 _SCREEN_ROUNDS = """
     SELECT 1 FROM temp.ab_rounds_now r JOIN roots ON roots.id = r.root_id AND roots.kind = 'screen' LIMIT 1"""
-_EVERY_RULE_STALE = """
-    INSERT OR IGNORE INTO ab_stale_floors (rule)
-    SELECT DISTINCT rule FROM fingerprints
-    UNION SELECT current_rule FROM judging_settings"""
-
-
-class Median:
-    """median(x): the middle value, or the mean of the two middle values for
-    an even count; NULLs are skipped. The one definition of a range's median
-    (every median zlstore shows is computed by it, here)."""
-
-    def __init__(self):
-        self.values = []
-
-    def step(self, value):
-        if value is not None:
-            self.values.append(value)
-
-    def finalize(self):
-        return statistics.median(self.values) if self.values else None
-
-
-def register(conn: sqlite3.Connection):
-    """Make median() available on a connection (zlstore's and datasette's)."""
-    conn.create_aggregate("median", 1, Median)
-    stats.register(conn)
+_EVERY_ROUND = db.render_schema("""
+    INSERT INTO ab_stale_rounds ([[round: {k}]])
+    SELECT DISTINCT [[round: {c}]] FROM cells WHERE side IN ('before', 'after')""")
 
 
 @functools.lru_cache(maxsize=None)
 def _prepared() -> tuple:
-    """(round steps, floor steps), the names filled in once per process."""
-    return _steps(_STEPS), _steps(_FLOOR_STEPS)
+    """(setup, round steps, floor steps) with their macros expanded, once per process."""
+    return tuple([db.render_schema(step) for step in steps] for steps in (_SETUP, _STEPS, floors.STEPS))
 
 
 def _any(conn: sqlite3.Connection, table: str) -> bool:
@@ -359,33 +274,29 @@ def refresh(conn: sqlite3.Connection) -> bool:
     rounds = _any(conn, "ab_stale_rounds")
     if not rounds and not _any(conn, "ab_stale_floors"):
         return False
-    round_steps, floor_steps = _prepared()
-    for statement in _SETUP:
+    setup, round_steps, floor_steps = _prepared()
+    for statement in setup:
         conn.execute(statement)
     if rounds:
         for statement in round_steps:
             conn.execute(statement)
         if conn.execute(_SCREEN_ROUNDS).fetchone() is not None:
-            mark_every_floor(conn)
+            floors.mark_every(conn)
     if _any(conn, "ab_stale_floors"):
         for statement in floor_steps:
             conn.execute(statement)
     return True
 
 
-def mark_floors(conn: sqlite3.Connection, rule: str):
-    """Mark a rule's noise floors stale (its fingerprints were just added)."""
-    conn.execute("INSERT OR IGNORE INTO ab_stale_floors (rule) VALUES (?)", (rule,))
-
-
-def mark_every_floor(conn: sqlite3.Connection):
-    """Mark every rule's noise floors stale (a screening root was removed)."""
-    conn.execute(_EVERY_RULE_STALE)
-
-
 def mark_every_round(conn: sqlite3.Connection):
-    """Mark every round stale (a database from before these tables existed)."""
-    conn.execute(
-        """INSERT INTO ab_stale_rounds (root_id, card, repeat_dir, cell_op, cell_dtype, round)
-           SELECT DISTINCT root_id, card, repeat_dir, op, dtype, round FROM cells
-           WHERE side IN ('before', 'after')""")
+    """Mark every round stale: all pairs and ranges are computed again."""
+    conn.execute(_EVERY_ROUND)
+
+
+def derive(conn: sqlite3.Connection, every: bool = False) -> bool:
+    """Bring the pairs, ranges and noise floors up to date (refresh), every
+    round of them computed again where every (a migration asked for it:
+    db.ensure_schema)."""
+    if every:
+        mark_every_round(conn)
+    return refresh(conn)

@@ -16,7 +16,7 @@ import json
 import sqlite3
 from typing import List, Optional, Tuple
 
-from . import unchanged
+from . import floors, pairing, unchanged
 
 # A root whose path another root of its name holds (a different root of that
 # name was ingested there since, or merged from a store where it was there)
@@ -113,8 +113,6 @@ def forget(conn: sqlite3.Connection, root_id: int) -> dict:
     directory listings kept under its path, and the stored texts no other
     cell names. Call it inside a write transaction: all or nothing. The
     ingest log (ingest_runs, ingest_problems) is history and stays."""
-    from . import pairing
-
     path, kind = conn.execute("SELECT path, kind FROM roots WHERE id = ?", (root_id,)).fetchone()
     cells = "SELECT id FROM cells WHERE root_id = ?"
     counts = {
@@ -153,6 +151,6 @@ def forget(conn: sqlite3.Connection, root_id: int) -> dict:
     conn.execute(f"DELETE FROM blobs WHERE hash IN ({unreferenced})")
     conn.execute("DELETE FROM temp.forget_blobs")
     if kind == "screen":  # its NO_IR_DIFF pairs fed the noise floors
-        pairing.mark_every_floor(conn)
+        floors.mark_every(conn)
     pairing.refresh(conn)
     return counts

@@ -8,7 +8,7 @@ lines, bytes that are not UTF-8) and says, in `counted`, what counts as a
 measurement. It never raises on the content of a log: what it cannot read
 becomes a `Problem` with a line number, and the rest of the file still parses.
 
-Pure parsing, stdlib only: ingest, views and CLI build on it.
+Pure parsing (of zlstore, only canonical.py's JSON): ingest, views and CLI build on it.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, List, Optional, Tuple
+
+from . import canonical
 
 # Why a row is stored but does not count as a measurement; `counted` returns
 # only these names, and the schema and views take them from here.
@@ -139,21 +141,8 @@ def _truthy(v: Any) -> bool:
         return True
 
 
-_CANON = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=True
-)
-# _CANON's own C encoder, made once rather than per call (encode() builds a
-# new one each time, which costs more than encoding a shape). No circular
-# check: parsed JSON has no cycles, and a cycle still ends in the fallback.
-_CANON_C = json.encoder.c_make_encoder and json.encoder.c_make_encoder(
-    None, _CANON.default, json.encoder.encode_basestring, None, ":", ",", True, False, True
-)
-
-
-def _canon_encode(value: Any) -> str:
-    if _CANON_C is None:
-        return _CANON.encode(value)
-    return "".join(_CANON_C(value, 0))
+_CANON = canonical.json_encoder(ascii=False)
+_canon_encode = canonical.encode_function(ascii=False)  # a cycle still ends in the fallback
 
 
 def canonical_shape(shape_detail: Any) -> str:

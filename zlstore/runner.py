@@ -10,8 +10,6 @@ on Slurm (slurm.py) this process records them from the shared tree. Every
 command runs in its own process group, so a timeout or a Ctrl-C kills it
 with its children."""
 
-import datetime
-import json
 import os
 import shlex
 import signal
@@ -23,10 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, IO, List, Optional, Sequence, Tuple
 
-from . import caliber, files, judge, layout, pairing
+from . import caliber, judge, layout, pairing
 from . import plan as planmod
-from .db import write_transaction
-from .ingest import now as utc_now
+from .harness import (DEFAULT_CELL_TIMEOUT, DEFAULT_SWITCH_VALUES, caliber_items, env_text, fill, local_now, num,
+                      switch_values, timestamp, write_atomic, write_cell_env)
+from .names import EXIT_INTERRUPTED, TIMEOUT_RC
+from .db import render_schema, write_transaction
+from .db import now as utc_now
 from .display import CardState, Display
 from .plan import Op, Plan, PlanError
 from .procs import KILL_GRACE_S, signal_group, group_alive, interrupts, kill_group, shell_rc, start_group
@@ -34,11 +35,7 @@ from .procs import KILL_GRACE_S, signal_group, group_alive, interrupts, kill_gro
 if TYPE_CHECKING:
     from .slurm import SlurmOptions
 
-DEFAULT_CELL_TIMEOUT = 2400.0
-DEFAULT_SWITCH_VALUES = ("0", "1")   # the switch off (before) and on (after)
 DEFAULT_ROUNDS = 6
-TIMEOUT_RC = 124            # what a cell killed at CELL_TIMEOUT is recorded with
-INTERRUPTED_EXIT = 130      # 128 + SIGINT
 
 # The environment variable that makes one card visible, per backend: the one place.
 VISIBLE_DEVICES = {
@@ -67,68 +64,6 @@ def default_backend() -> str:
     return (os.environ.get("ZL_BACKEND") or "cuda").strip().lower()
 
 
-def timestamp() -> str:
-    return datetime.datetime.now().strftime("%Y%m%d_%H%M%S")
-
-
-def local_now() -> str:
-    return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-
-
-def fill(template: str, values: Dict[str, object]) -> str:
-    """The command template with {name} placeholders replaced by shell-quoted
-    values (an empty dtype becomes ''); any other braces (${VAR}) stay."""
-    text = template
-    for name, value in values.items():
-        text = text.replace("{" + name + "}", shlex.quote(str(value)))
-    return text
-
-
-def env_text(items: Sequence[Tuple[str, object]]) -> str:
-    """KEY=VALUE lines; values with shell metacharacters are quoted."""
-    lines = []
-    for key, value in items:
-        value = "" if value is None else str(value)
-        safe = all(c.isalnum() or c in "_./:,+@%-" for c in value)
-        lines.append(f"{key}={value if safe else shlex.quote(value)}\n")
-    return "".join(lines)
-
-
-def write_atomic(path: Path, text: str):
-    """Write a file whole or not at all: a reader never sees half of it, and
-    a link planted at its place or its temporary name redirects nothing."""
-    files.replace_atomic(path, text.encode("utf-8"))
-
-
-def caliber_items(env: Dict[str, str]) -> List[Tuple[str, str]]:
-    """The caliber variables an environment sets, by zlstore.caliber's one list."""
-    return [(f.env, env[f.env].strip()) for f in caliber.CALIBER_FIELDS
-            if (env.get(f.env) or "").strip()]
-
-
-def switch_values(text: str) -> Tuple[str, str]:
-    """`before,after`: the switch's value on each side (real switches are not
-    all 0/1: TRITON_F32_DEFAULT takes ieee, tf32, tf32x3). ValueError unless
-    two different non-empty values."""
-    values = tuple(v.strip() for v in text.split(","))
-    if len(values) != 2 or not all(values) or values[0] == values[1]:
-        raise ValueError(f"the switch values are two different values, before,after (e.g. ieee,tf32), not {text!r}")
-    return values
-
-
-def write_cell_env(out: Path, *, op: str, dtype: str, side: str, round_: int, card: int, started_at: str,
-                   switch: str, switch_value: str, cell_timeout: float, env: Dict[str, str],
-                   elapsed_s: float, rc: int, nodeid: Optional[str] = None):
-    """A finished cell's cell.env, whole, RC last: a cell.env with RC says
-    the cell is finished. The caliber variables are those env sets."""
-    items = [("OP", op), ("DTYPE", dtype), ("SIDE", side), ("ROUND", round_), ("CARD", card),
-             ("STARTED_AT", started_at)] + ([("NODEID", nodeid)] if nodeid else [])
-    items += [("SWITCH", switch), ("SWITCH_VALUE", switch_value), ("CELL_TIMEOUT", _num(cell_timeout))]
-    items += caliber_items(env)
-    items += [("ELAPSED_S", f"{elapsed_s:.3f}"), ("RC", rc)]
-    write_atomic(Path(out) / layout.CELL_ENV, env_text(items))
-
-
 # -- weights from the store (plan.py stays pure) -----------------------------
 
 
@@ -154,10 +89,9 @@ def screen_pairs(store, screen_root: str) -> Tuple[dict, Dict[Tuple[str, str], d
 
 def ir_changed_ops(store, root: dict) -> List[Tuple[str, str]]:
     """The pairs the verdicts view judges IR_CHANGED under the current rule."""
-    rows = store.conn.execute(
-        "SELECT op, COALESCE(dtype, '') FROM verdicts WHERE root_path = ? AND verdict = 'IR_CHANGED' ORDER BY op, dtype",
-        (root["path"],),
-    ).fetchall()
+    rows = store.conn.execute(render_schema(
+        "SELECT op, COALESCE(dtype, '') FROM verdicts WHERE root_path = ? AND verdict = [[verdict IR_CHANGED]] "
+        "ORDER BY op, dtype"), (root["path"],)).fetchall()
     return [(op, dtype) for op, dtype in rows]
 
 
@@ -230,18 +164,6 @@ def plan_from_store(store, screen_root: str, cards: int, rounds: int,
     return plan, root
 
 
-def log_problem(store, command: str, paths: List[str], file: str, message: str):
-    """A problem outside any cell (a failed op command) in the ingest log."""
-    conn = store.conn
-    with write_transaction(conn):
-        run_id = conn.execute(
-            "INSERT INTO ingest_runs (started_at, finished_at, command, paths, summary) VALUES (?, ?, ?, ?, ?)",
-            (utc_now(), utc_now(), command, json.dumps(paths), json.dumps({"problems": [message]})),
-        ).lastrowid
-        conn.execute("INSERT INTO ingest_problems (run_id, file, line, message) VALUES (?, ?, NULL, ?)",
-                     (run_id, file, message))
-
-
 # == screen ===================================================================
 
 
@@ -284,7 +206,7 @@ def run_screen(store, config: ScreenConfig, report: Callable[[str], None] = lamb
     started = local_now()
     write_atomic(root / layout.ROOT_ENV, env_text(
         [("KIND", "screen"), ("SWITCH", config.switch), ("SWITCH_VALUES", ",".join(config.values)),
-         ("HOST", socket.gethostname()), ("STARTED_AT", started), ("CELL_TIMEOUT", _num(config.cell_timeout))]
+         ("HOST", socket.gethostname()), ("STARTED_AT", started), ("CELL_TIMEOUT", num(config.cell_timeout))]
         + caliber_items(dict(os.environ))))
     results: List[SideResult] = []
     for op, dtype in config.ops:
@@ -293,7 +215,7 @@ def run_screen(store, config: ScreenConfig, report: Callable[[str], None] = lamb
                 result = _screen_side(store, config, root, op, dtype, side, value, visible)
             results.append(result)
             label = op_label(op, dtype)
-            how = f"killed at the {_num(config.cell_timeout)} s timeout, RC {result.rc}" if result.timed_out else f"RC {result.rc}"
+            how = f"killed at the {num(config.cell_timeout)} s timeout, RC {result.rc}" if result.timed_out else f"RC {result.rc}"
             report(f"{label} {side}: {how}, {result.elapsed_s:.1f} s, recorded")
     screen_tsv = judge.write_screen_tsv(store, str(root))
     store.ingest_summary([root], command="run screen")  # recorded_verdicts: the file just written
@@ -326,6 +248,12 @@ def _num(value: float) -> str:
     return format(value, "g")
 
 
+def screen_tsv_rows(result: dict) -> List[dict]:
+    """The rows of the screen.tsv a screening pass wrote (empty when it has
+    none), for the table printed at its end."""
+    return [row for _, row in layout.read_tsv(Path(result["screen_tsv"]), []) or []]
+
+
 def _screen_side(store, config: ScreenConfig, root: Path, op: str, dtype: str, side: str,
                  value: str, visible: str) -> SideResult:
     out = root / _cell_name(op, dtype, side)
@@ -334,7 +262,7 @@ def _screen_side(store, config: ScreenConfig, root: Path, op: str, dtype: str, s
     env.update({
         "OUT_DIR": str(out), "OP": op, "DTYPE": dtype, "SIDE": side, "ROUND": "0",
         "CARD": str(config.card), "SWITCH": config.switch, "SWITCH_VALUE": value,
-        config.switch: value, "CELL_TIMEOUT": _num(config.cell_timeout),
+        config.switch: value, "CELL_TIMEOUT": num(config.cell_timeout),
         visible: str(config.device if config.device is not None else config.card),
         "ZLSTORE_DB": str(Path(store.path).resolve()),
     })
@@ -511,7 +439,7 @@ def prepare_campaign(config: CampaignConfig, caliber_values: Dict[str, str]) -> 
     items += [(k, v) for k, v in (("SWITCH", config.switch), ("SCREEN_ROOT", config.screen_root)) if v]
     items += [("HOST", socket.gethostname()), ("STARTED_AT", local_now()),
              ("BACKEND_VISIBLE_DEVICES", visible_devices_var(config.backend)),
-             ("CELL_TIMEOUT", _num(config.cell_timeout)), ("COMMAND", config.command)]
+             ("CELL_TIMEOUT", num(config.cell_timeout)), ("COMMAND", config.command)]
     items += caliber_items(caliber_values)
     planmod.write_partition_tsv(config.plan, root / layout.PARTITION_TSV)
     write_atomic(root / layout.CAMPAIGN_ENV, env_text(items))
@@ -676,7 +604,7 @@ class LocalLauncher:
         for card, ops in sorted(todo.items()):
             argv = [sys.executable, "-m", "zlstore", "run", "card", str(root), "--card", str(card),
                     "--ops", ",".join(op_spec(o) for o in ops), "--db", self.store_path,
-                    "--run-id", run_id, "--poll", _num(self.poll_s)]
+                    "--run-id", run_id, "--poll", num(self.poll_s)]
             if self.devices:
                 argv += ["--device", self.devices[card]]
             with open(Path(root) / "logs" / f"card{card}.out", "ab") as out:
@@ -693,7 +621,7 @@ class LocalLauncher:
                 tasks[card] = Task("running", job=f"pid {proc.pid}")
             else:
                 rc = shell_rc(rc)
-                state = {0: "done", 1: "failed", INTERRUPTED_EXIT: "interrupted"}.get(rc, "failed")
+                state = {0: "done", 1: "failed", EXIT_INTERRUPTED: "interrupted"}.get(rc, "failed")
                 tasks[card] = Task(state, job=f"pid {proc.pid}", ended=True, exit_code=rc, raw_state=f"exit {rc}")
         return tasks
 

@@ -1,5 +1,6 @@
-"""The statistics behind a finding: a paired t-test on the log ratios of a
-range's rounds, with Benjamini-Hochberg control over a root's ranges.
+"""The statistics behind a range and its finding: the median, and a paired
+t-test on the log ratios of a range's rounds, with Benjamini-Hochberg
+control over a root's ranges.
 
 A round's before and after cells ran back to back, so the rounds of a range
 are paired: each gives one log ratio d = ln(latency_before / latency_after).
@@ -9,13 +10,14 @@ t-test of mean d = 0. Latency noise is multiplicative, so its logarithm is
 the scale on which it is close to normal, and a t-test there reaches
 significance at 4 rounds where a rank test cannot (the README's "How zlstore
 decides" compares the anchors). pairing.py computes the columns in SQL with
-the two functions registered here; the views read what it stored.
+the functions registered here; the views read what it stored.
 
 This module imports nothing of zlstore. The distribution is scipy's, loaded
 on first use: most commands never compute a range."""
 
 import math
 import sqlite3
+import statistics
 from typing import Optional
 
 # Fewer paired rounds than this and a range gets no test, no interval and
@@ -53,13 +55,31 @@ def t_test_p(log_mean, log_sd, n) -> Optional[float]:
     return float(2 * _special().stdtr(n - 1, -abs(t)))
 
 
+class Median:
+    """median(x): the middle value, or the mean of the two middle values for
+    an even count; NULLs are skipped. The one definition of a range's median
+    (every median zlstore shows is computed by it)."""
+
+    def __init__(self):
+        self.values = []
+
+    def step(self, value):
+        if value is not None:
+            self.values.append(value)
+
+    def finalize(self):
+        return statistics.median(self.values) if self.values else None
+
+
 _MATH = {"ln": (1, math.log), "exp": (1, math.exp), "sqrt": (1, math.sqrt), "ceil": (1, math.ceil)}
 
 
 def register(conn: sqlite3.Connection):
-    """t_critical(df) and t_test_p(mean, sd, n) for the pairing SQL (and for
-    ad-hoc SQL in datasette); SQLite's math functions where the library was
-    built without them, so that the views read the same everywhere."""
+    """median(x), t_critical(df) and t_test_p(mean, sd, n) for the pairing
+    SQL and the views (zlstore's connections and datasette's); SQLite's math
+    functions where the library was built without them, so that the views
+    read the same everywhere."""
+    conn.create_aggregate("median", 1, Median)
     conn.create_function("t_critical", 1, t_critical, deterministic=True)
     conn.create_function("t_test_p", 3, t_test_p, deterministic=True)
     try:

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Union
 
 from . import db as dbmod
-from . import forked, pairing, roots, ttgir
-from .ingest import Ingester, _worker_count, now
+from . import floors, forked, pairing, roots, ttgir
+from .db import now
+from .ingest import Ingester
+from .parallel import worker_count
 
 PathLike = Union[str, os.PathLike]
 
@@ -98,7 +100,7 @@ class _Combiner:
                 self._settle(key)
 
     def _settle(self, key):
-        self.done[key] = ttgir.combine(self.rule, [(name, self.digests[h]) for name, h in self.kernels[key]], key[0])
+        self.done[key] = ttgir.fingerprint(self.rule, self.kernels[key], self.digests.__getitem__, key[0])
 
     def waited(self) -> set:
         """The texts some kernel set still lacks the digest of."""
@@ -149,7 +151,8 @@ class Store:
 
     def _ensure_schema(self) -> int:
         try:
-            return dbmod.ensure_schema(self.conn, defaults={"current_rule": ttgir.DEFAULT_RULE})
+            return dbmod.ensure_schema(self.conn, defaults={"current_rule": ttgir.DEFAULT_RULE},
+                                      derive=pairing.derive)
         except sqlite3.OperationalError as error:
             if not dbmod.is_readonly_error(error):
                 raise
@@ -331,7 +334,7 @@ class Store:
             conn.executemany("INSERT OR IGNORE INTO ir_digests (ir_hash, rule, digest) VALUES (?, ?, ?)",
                              [(h, rule_obj.name, d) for h, d in sorted(new.items())])
             conn.executemany("INSERT OR IGNORE INTO fingerprints (cell_id, rule, fingerprint) VALUES (?, ?, ?)", rows)
-            pairing.mark_floors(conn, rule_obj.name)
+            floors.mark(conn, rule_obj.name)
             pairing.refresh(conn)
         return len(rows)
 
@@ -341,7 +344,7 @@ class Store:
         hashes. Digesting is the work: with many texts, worker processes read
         and digest them, started before this yields so that this process can
         do its own part meanwhile."""
-        workers = _worker_count(len(hashes) // 8)
+        workers = worker_count(len(hashes) // 8)
         if not workers:
             yield (_digest_rows(rule.name, _read_blobs(self.conn, hashes[i:i + batch]))
                    for i in range(0, len(hashes), batch))

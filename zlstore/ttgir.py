@@ -27,8 +27,9 @@ decode and re-encode them, and name its ``triggers``: the substrings a text
 must hold for the rule to change it.  A text holding none is left as it is
 by construction (:meth:`Rule.leaves` is asked first), and the store records
 which triggers each text holds (:func:`markers`), so that a rescore digests
-such a text without reading it.  This module is stdlib only and every function in
-it is pure (the caches only remember answers).
+such a text without reading it.  Of zlstore, this module imports only
+leaves (canonical.py, its JSON; names.py, the default rule), and every
+function in it is pure (the caches only remember answers).
 
 The layout-conversion count (:func:`count_convert_layouts`) says what *kind* of
 change a fingerprint difference is.  It is not the criterion: equal counts do
@@ -42,6 +43,8 @@ import json
 import re
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Tuple, Union
+
+from . import canonical, names
 
 __all__ = [
     "Rule",
@@ -647,7 +650,8 @@ def markers(raw: bytes) -> str:
     in the bytes exactly where it is in the text they decode to."""
     return json.dumps({t: int(t.encode("ascii") in raw) for t in TRIGGERS}, separators=(",", ":"))
 
-DEFAULT_RULE = "v3"
+DEFAULT_RULE = names.SETTINGS["current_rule"]  # the current rule of a new store
+assert DEFAULT_RULE in RULES
 
 RuleLike = Union[Rule, str]
 
@@ -714,27 +718,18 @@ def combine(rule: RuleLike, kernel_digests: Iterable[tuple],
     return digest(_canonical_json(doc).encode("ascii"))
 
 
-_CANONICAL = json.JSONEncoder(ensure_ascii=True, sort_keys=True, separators=(",", ":"))
-# Its C encoder made once (encode() makes one per call, the larger cost for a
-# small document); no circular check, a fingerprint document has no cycles.
-_CANONICAL_C = json.encoder.c_make_encoder and json.encoder.c_make_encoder(
-    None, _CANONICAL.default, json.encoder.encode_basestring_ascii, None, ":", ",", True, False, True)
+_canonical_json = canonical.encode_function(ascii=True)
 
 
-def _canonical_json(doc) -> str:
-    """json.dumps(doc, ensure_ascii=True, sort_keys=True, separators=(",", ":"))."""
-    if _CANONICAL_C is None:
-        return _CANONICAL.encode(doc)
-    return "".join(_CANONICAL_C(doc, 0))
-
-
-def fingerprint(rule: RuleLike, kernels: Iterable[tuple],
-                index_bytes: Optional[bytes] = None) -> str:
-    """A cell's fingerprint from its (kernel name, IR text) pairs and the raw
-    bytes of its index.tsv (None: it has none)."""
-    r = get_rule(rule)
-    idx = digest(index_bytes) if r.hashes_index and index_bytes is not None else None
-    return combine(r, [(name, text_digest(r, text)) for name, text in kernels], idx)
+def fingerprint(rule: RuleLike, kernels: Iterable[Tuple[str, str]], digest_of: Callable[[str], str],
+                index_hash: Optional[str] = None) -> str:
+    """A cell's fingerprint under rule, assembled: its kernels' (name, IR
+    hash) pairs, each text's digest under the rule (digest_of(IR hash): a
+    text_digest or raw_digest, however it was obtained), and the sha256 of
+    its index.tsv bytes (None: it has none; only a rule that hashes_index
+    reads it), combined. The one assembly: an ingest and a rescore
+    (store.py) both call it."""
+    return combine(rule, [(name, digest_of(ir_hash)) for name, ir_hash in kernels], index_hash)
 
 
 # ---------------------------------------------------------------------------

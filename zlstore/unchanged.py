@@ -32,7 +32,6 @@ import functools
 import hashlib
 import json
 import os
-import pickle
 import sqlite3
 import struct
 import threading
@@ -41,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from . import layout
+from . import forked, layout
 from .db import write_transaction
 
 PREFIX = "q3:"           # a signature this module can check; older ones go to the full scan
@@ -377,14 +376,6 @@ def _merged(shares: List[Found]) -> Found:
     return found
 
 
-def _loaded(data: bytes) -> Optional[Found]:
-    """A child's answer; None where it died before giving it whole."""
-    try:
-        return pickle.loads(data) if data else None
-    except Exception:
-        return None
-
-
 def _key(path: str) -> List[str]:
     """A path's place in the walk's order (depth first, by name)."""
     return path.split("/")
@@ -399,28 +390,14 @@ def _root_sig(root: str, cache: Dict[str, str]) -> str:
 
 
 def _in_processes(jobs: List[Callable[[], Found]]) -> List[Found]:
-    """Each job's result: the first run here, the others in forked children
-    meanwhile (a job a child could not finish runs here afterwards)."""
-    children = []
-    try:
-        for job in jobs[1:]:
-            read, write = os.pipe()
-            pid = os.fork()
-            if pid == 0:  # the child: nothing but this job, no clean-up
-                try:
-                    os.close(read)
-                    data = pickle.dumps(job(), pickle.HIGHEST_PROTOCOL)
-                    with os.fdopen(write, "wb") as out:
-                        out.write(data)
-                finally:
-                    os._exit(0)
-            os.close(write)
-            children.append((pid, os.fdopen(read, "rb")))
+    """Each job's result: the first run here, the others in forked worker
+    processes meanwhile (forked.Workers); a job a worker could not finish
+    runs here afterwards."""
+    with forked.Workers(len(jobs) - 1, lambda me: [jobs[me + 1]()]) as workers:
         results = [jobs[0]()]
-        for _, answer in children:
-            results.append(_loaded(answer.read()))
-        return [r if r is not None else job() for r, job in zip(results, jobs)]
-    finally:
-        for pid, answer in children:
-            answer.close()  # a child still writing gets EPIPE and ends
-            os.waitpid(pid, 0)
+        for me, job in enumerate(jobs[1:]):
+            try:
+                results.append(workers.next_from(me))
+            except RuntimeError:
+                results.append(job())
+    return results

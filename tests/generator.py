@@ -1,6 +1,10 @@
 """Realistic `runs/` trees, generated: for the tests, the benchmarks and the demo.
 
-Stdlib only and deterministic given a seed: the same call writes the same bytes.
+The suite's test oracle: it knows what every tree it writes SHOULD give
+(its own verdict precedence, median and fingerprint identities, from its own
+spec), so it lives here under tests/, not in the package. Deterministic
+given a seed: the same call writes the same bytes. Of zlstore it reads only
+the caliber fields.
 
 * `ttgir_text` - Triton GPU IR (MLIR) the way Triton dumps it, with the knobs
   the fingerprint rules care about: real code (`variant`, `convert_layouts`),
@@ -18,8 +22,8 @@ Stdlib only and deterministic given a seed: the same call writes the same bytes.
   rounds x 2 sides = 5,760 cells, ~115k rows, 17,280 .ttgir files) plus the
   screening root it was planned from.
 
-    python -m zlstore.testing examples/runs            # the example tree
-    python -m zlstore.testing --corpus --scale 1 DEST  # the benchmark corpus
+    python -m tests.generator examples/runs            # the example tree (from the checkout's top)
+    python -m tests.generator --corpus --scale 1 DEST  # the benchmark corpus
 """
 
 from __future__ import annotations
@@ -1624,7 +1628,7 @@ def _clear(dest: Path, force: bool) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m zlstore.testing",
+    ap = argparse.ArgumentParser(prog="python -m tests.generator",
                                  description="Write a generated runs/ tree (the example tree, or "
                                              "with --corpus the benchmark corpus).")
     ap.add_argument("dest", help="directory to (re)create")

@@ -1,0 +1,258 @@
+"""Each rule is written in one place and derived everywhere else: these
+tests read the package's source and schema.sql and fail where a second copy
+of a rule appears (README: "Layout", which file holds each rule). Each
+guard is shown to catch the copy it is about, as the code was written
+before (release e4e9785), so that none of them can pass by matching
+nothing."""
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from zlstore import db, floors, names
+
+PACKAGE = Path(db.__file__).resolve().parent
+SCHEMA = PACKAGE.parent / "schema.sql"
+
+
+def modules():
+    return sorted(PACKAGE.glob("*.py"))
+
+
+def sql_code(text: str) -> str:
+    """schema.sql without its comments."""
+    return re.sub(r"--[^\n]*", "", text)
+
+
+def schema_statements():
+    """schema.sql's statements (comments removed), but for table and index
+    definitions: a table declares its columns, and only a migration changes it."""
+    return [s for s in db.split_statements(sql_code(SCHEMA.read_text()))
+            if not re.match(r"CREATE (TABLE|(UNIQUE )?INDEX)", s)]
+
+
+def strings(path: Path, skip=()):
+    """Every string constant of a module (f-strings' literal parts too), but
+    the values of the module-level names in skip."""
+    tree = ast.parse(path.read_text())
+    skipped = set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) in skip for t in node.targets):
+            skipped.update(id(n) for n in ast.walk(node.value))
+    return [n.value for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in skipped]
+
+
+def texts(exempt=(), skip=()):
+    """(where, text): schema.sql's statements and the package's string
+    constants, but for the modules in exempt."""
+    found = [("schema.sql", statement) for statement in schema_statements()]
+    for path in modules():
+        if path.name not in exempt:
+            found += [(path.name, text) for text in strings(path, skip)]
+    return found
+
+
+def copies(pattern, exempt=(), skip=()):
+    return sorted({where for where, text in texts(exempt, skip) if re.search(pattern, text)})
+
+
+# -- verdicts, reasons and findings: names.py -----------------------------
+
+# A hand-written CASE that decides between names, in SQL: a THEN (or ELSE)
+# giving a name, quoted or through the name macro.
+ALL_NAMES = names.VERDICT_NAMES + names.REASON_NAMES + names.FINDING_NAMES + tuple(names.VERDICT_ALIASES)
+DECIDES = (r"\b(THEN|ELSE)\s+(\[\[(verdict|reason|finding) |'(" + "|".join(map(re.escape, ALL_NAMES)) + ")')")
+# A name as an SQL literal: only the macros quote names (and check them).
+QUOTED = "'(" + "|".join(map(re.escape, ALL_NAMES)) + ")'"
+
+BEFORE_VERDICTS = """
+        CASE
+            WHEN b.rc IN ([[timeout_rcs]]) OR a.rc IN ([[timeout_rcs]]) THEN [[verdict TRUNCATED]]
+            WHEN fb.fingerprint = fa.fingerprint THEN [[verdict NO_IR_DIFF]]
+        END AS verdict"""
+BEFORE_REASONS = """
+                WHEN r.before_caliber_id <> r.after_caliber_id THEN {reason_caliber_mismatch}
+                ELSE {reason_not_counted}"""
+BEFORE_RUNNER = "SELECT op FROM verdicts WHERE root_path = ? AND verdict = 'IR_CHANGED' ORDER BY op"
+
+
+def test_verdicts_reasons_and_findings_are_decided_only_by_their_case_macro():
+    assert re.search(DECIDES, BEFORE_VERDICTS) and re.search(QUOTED, BEFORE_RUNNER)
+    assert copies(DECIDES) == []
+    assert copies(QUOTED, exempt={"names.py"}) == []
+    used = {kind: [where for where, text in texts(exempt={"names.py"}) if f"[[case {kind}]]" in text]
+            for kind in ("verdicts", "reasons", "findings")}
+    assert used == {"verdicts": ["schema.sql"], "reasons": ["pairing.py"], "findings": ["schema.sql"]}
+
+
+def test_the_case_macros_decide_in_the_order_names_py_gives():
+    for kind, defined in (("verdicts", names.VERDICTS), ("reasons", names.REASONS), ("findings", names.FINDINGS)):
+        rendered = db.render_schema(f"[[case {kind}]]")
+        decided = re.findall(r"(?:THEN|ELSE) '([^']+)'", rendered)
+        assert decided == [k.name for k in defined if k.condition] + [k.name for k in defined if not k.condition]
+        for k in defined:
+            assert k.condition is None or f"WHEN {k.condition} THEN '{k.name}'" in rendered
+    assert db.render_schema("[[case reasons]]").startswith(f"CASE\n    WHEN {names.PAIRED} THEN NULL")
+
+
+def module_names(path: Path, kind) -> set:
+    return {s for s in strings(path) if s in kind}
+
+
+@pytest.mark.parametrize("kind", [names.VERDICT_NAMES, names.REASON_NAMES, names.FINDING_NAMES],
+                         ids=["verdicts", "reasons", "findings"])
+def test_no_module_but_names_py_lists_several_names_of_a_kind(kind):
+    """A precedence (an if-chain, a table) names several of its kinds; a
+    module may name one, checked where it is used (BY_NAME, a macro)."""
+    listing = {p.name: module_names(p, kind) for p in modules() if p.name != "names.py"}
+    assert {m: n for m, n in listing.items() if len(n) >= 3} == {}
+    oracle = Path(__file__).parent / "generator.py"  # the suite's own, independent, by design
+    assert len(module_names(oracle, names.VERDICT_NAMES)) >= 3
+
+
+# -- the round key: names.ROUND_KEY ----------------------------------------
+
+# The key spelled out: its columns listed in a row (the round tables' names,
+# or the cells' op, dtype and round), or two rounds' columns compared. (A
+# view that shows the round lists the columns, one a line: its interface.)
+ROUND_KEY = (r"repeat_dir,[ \t]*(\w+\.)?cell_op|repeat_dir,[ \t]*(\w+\.)?op,[ \t]*(\w+\.)?dtype,[ \t]*(\w+\.)?round"
+             r"|\.(repeat_dir|cell_op|cell_dtype)\s+(IS|=)\s|\b(IS|=)\s+\w+\.(repeat_dir|cell_op|cell_dtype)\b")
+BEFORE_ROUND_KEYS = (
+    """INSERT INTO ab_stale_rounds (root_id, card, repeat_dir, cell_op, cell_dtype, round)
+       VALUES (NEW.root_id, NEW.card, NEW.repeat_dir, NEW.op, NEW.dtype, NEW.round)""",
+    """{a}.root_id = {b}.root_id AND {a}.{op} IS {b}.cell_op AND {a}.{dtype} IS {b}.cell_dtype
+       AND {a}.round IS {b}.round AND {a}.card IS {b}.card AND {a}.repeat_dir IS {b}.repeat_dir""",
+    "ON s.root_id = b.root_id AND s.cell_op IS b.op AND s.cell_dtype IS b.dtype AND s.round IS b.round",
+)
+
+
+def test_the_round_key_is_spelled_only_by_its_macro():
+    assert all(re.search(ROUND_KEY, before) for before in BEFORE_ROUND_KEYS)
+    # db.py's release-2 tables are a frozen migration: history, never changed with the key
+    assert copies(ROUND_KEY, exempt={"names.py"}, skip={"_RELEASE_2_TABLES"}) == []
+    rendered = db.render_schema("[[round: {k}]] / [[round AND: x.{c} {is} y.{k}]]")
+    assert rendered.split(" / ")[0] == ", ".join(c.name for c in names.ROUND_KEY)
+    assert all(f"x.{c.cells} {c.same} y.{c.name}" in rendered for c in names.ROUND_KEY)
+
+
+def test_the_triggers_mark_rounds_by_the_round_key():
+    triggers = db.schema_parts()["triggers"]
+    marked = re.findall(r"INSERT INTO ab_stale_rounds \(([^)]*)\)", triggers)
+    assert len(marked) == 6 and set(marked) == {", ".join(c.name for c in names.ROUND_KEY)}
+
+
+# -- the noise floor: floors.py ----------------------------------------------
+
+FLOOR = r"abs\(\s*[\w.]*latency_before\s*/\s*[\w.]*latency_after\s*-\s*1\s*\)|\b1\s*[-+]\s*[\w.]*floor\b"
+MARKS_FLOORS = r"INTO ab_stale_floors\b"
+BEFORE_FLOORS = ("max(abs(s.latency_before / s.latency_after - 1))",
+                 "THEN (r.min > 1 + floors.floor OR r.max < 1 - floors.floor) END AS clears_floor")
+
+
+def test_the_noise_floor_is_computed_judged_and_marked_stale_in_floors_py():
+    assert all(re.search(FLOOR, before) for before in BEFORE_FLOORS)
+    assert copies(FLOOR, exempt={"floors.py"}) == []
+    assert re.search(FLOOR, floors.CLEARS) and any(re.search(FLOOR, step) for step in floors.STEPS)
+    # besides floors.py, only the trigger for fingerprints deleted by hand
+    marks = [where for where, text in texts(exempt={"floors.py"}) if re.search(MARKS_FLOORS, text)]
+    assert marks == ["schema.sql"]
+
+
+# -- one fingerprint assembly, one template language, one JSON encoder,
+# -- one fork mechanism, one test of a finished cell: each in one module ---
+
+def refers(path: Path) -> set:
+    """The names a module's code refers to (f, x.f) and its strings."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute):
+            found.add(node.attr)
+        elif isinstance(node, ast.Name):
+            found.add(node.id)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found.add(node.value)
+    return found
+
+
+@pytest.mark.parametrize("called, home", [
+    ("combine", "ttgir.py"),             # a fingerprint is assembled by ttgir.fingerprint alone
+    ("c_make_encoder", "canonical.py"),  # canonical JSON
+    ("JSONEncoder", "canonical.py"),
+    ("fork", "forked.py"),               # worker processes: forked.Workers (os.fork, or "fork")
+    ("get_context", "forked.py"),
+])
+def test_one_module_does_it(called, home):
+    assert [p.name for p in modules() if called in refers(p)] == [home]
+
+
+def test_one_test_of_a_finished_cell_and_no_second_template_language():
+    assert 'env.get("RC") or "").strip()' in (PACKAGE / "layout.py").read_text()
+    assert [p.name for p in modules() if re.search(r"\.get\(\"RC\"\) or", p.read_text())] == ["layout.py"]
+    assert copies(r"\{(reason|verdict)_[a-z_]+\}") == []
+    assert re.search(r"\{(reason|verdict)_[a-z_]+\}", BEFORE_REASONS)
+
+
+def test_exit_statuses_are_defined_in_names_py():
+    statuses = {names.EXIT_INTERRUPTED, names.EXIT_BROKEN_PIPE, names.EXIT_INTERNAL, *names.TIMEOUT_RCS}
+    defined = []
+    for path in modules():
+        for node in ast.parse(path.read_text()).body:
+            if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+                    and node.value.value in statuses):
+                defined.append(path.name)
+    assert set(defined) == {"names.py"}
+
+
+# -- the import graph: names.py a leaf, db.py at the bottom, no cycle -------
+
+def imports(path: Path, in_functions: bool = True) -> set:
+    """The zlstore modules a module imports when it runs (not under TYPE_CHECKING)."""
+    found = set()
+
+    def visit(node, depth):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            inner = depth + isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if isinstance(child, ast.ImportFrom) and child.level == 1 and (in_functions or not inner):
+                found.update([child.module] if child.module else [a.name for a in child.names])
+            visit(child, inner)
+
+    visit(ast.parse(path.read_text()), 0)
+    return {name.split(".")[0] for name in found}
+
+
+def graph(in_functions=True):
+    return {p.stem: imports(p, in_functions) for p in modules()}
+
+
+def test_names_is_a_leaf_and_db_imports_only_leaves():
+    every = graph()
+    leaves = {m for m, imported in every.items() if not imported}
+    assert every["names"] == set() and every["floors"] == set()
+    assert every["db"] <= leaves | {"ttgir"} and every["ttgir"] <= leaves  # ttgir: canonical JSON, names
+    assert not {"judge", "layout", "pairing"} & every["db"]
+
+
+def test_no_import_cycle_among_module_level_imports():
+    edges = graph(in_functions=False)
+    state = {}
+
+    def cycle_from(module, path):
+        state[module] = "open"
+        for target in sorted(edges.get(module, ())):
+            if state.get(target) == "open":
+                return path + [target]
+            if target not in state:
+                found = cycle_from(target, path + [target])
+                if found:
+                    return found
+        state[module] = "done"
+        return None
+
+    for module in sorted(edges):
+        if module not in state:
+            assert cycle_from(module, [module]) is None

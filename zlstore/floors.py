@@ -1,0 +1,57 @@
+"""The noise floor, whole: how it is computed, what it judges, and when it
+is computed again.
+
+The rows of a NO_IR_DIFF screening pair measure the same code twice: the
+noise floor of (row op, row dtype, caliber) under a rule is max |ratio - 1|
+over the paired rows of every NO_IR_DIFF pair under that rule, n the rows
+it rests on (STEPS, run by pairing.refresh into noise_floor_rows). A
+campaign's range clears its floor when the whole range lies outside 1 +-
+floor (CLEARS: the view ab_range_judgements's clears_floor, through the
+"[[clears_floor]]" macro). A rule's floors are computed again when they
+are marked stale (ab_stale_floors): by mark() and mark_every() here, and by
+the trigger fingerprints_delete_marks_floors for fingerprints deleted by hand.
+
+This module imports nothing of zlstore: its SQL holds db.render_schema's
+macros, rendered where it runs (pairing.py)."""
+
+import sqlite3
+
+# The floors of the stale rules, computed again.
+STEPS = [
+    "DELETE FROM noise_floor_rows WHERE rule IN (SELECT rule FROM ab_stale_floors)",
+    """INSERT INTO noise_floor_rows (rule, op, dtype, caliber_id, n, floor, roots, fallback_rows)
+        WITH quiet AS MATERIALIZED (
+            SELECT v.before_cell_id, v.after_cell_id, v.rule
+            FROM verdicts_by_rule v
+            WHERE v.rule IN (SELECT rule FROM ab_stale_floors) AND v.verdict = [[verdict NO_IR_DIFF]]
+        )
+        SELECT quiet.rule, s.op, s.dtype, s.before_caliber_id, count(*),
+               max(abs(s.latency_before / s.latency_after - 1)), group_concat(DISTINCT roots.name),
+               sum(max(s.before_fallback, s.after_fallback))
+        FROM quiet
+        JOIN cells b ON b.id = quiet.before_cell_id
+        JOIN ab_slot_rows s
+            ON [[round AND: s.{k} {is} b.{c}]]
+           AND s.before_cell_id = quiet.before_cell_id AND s.after_cell_id = quiet.after_cell_id
+           AND s.reason IS NULL
+        JOIN roots ON roots.id = s.root_id
+        GROUP BY quiet.rule, s.op, s.dtype, s.before_caliber_id""",
+    "DELETE FROM ab_stale_floors",
+]
+
+# Whether a range clears its floor, over the range r (min, max) and its
+# floor's noise_floor_rows row, floors.
+CLEARS = "(r.min > 1 + floors.floor OR r.max < 1 - floors.floor)"
+
+
+def mark(conn: sqlite3.Connection, rule: str):
+    """Mark a rule's noise floors stale (fingerprints under it were added)."""
+    conn.execute("INSERT OR IGNORE INTO ab_stale_floors (rule) VALUES (?)", (rule,))
+
+
+def mark_every(conn: sqlite3.Connection):
+    """Mark every rule's noise floors stale: a screening pair was re-paired
+    or removed, or cells gained fingerprints they lacked."""
+    conn.execute("""INSERT OR IGNORE INTO ab_stale_floors (rule)
+                    SELECT DISTINCT rule FROM fingerprints
+                    UNION SELECT current_rule FROM judging_settings""")

@@ -1,0 +1,175 @@
+"""The names zlstore's SQL and Python share, each defined once here: the
+verdicts, the reasons a row does not pair and the findings (each with when
+it applies, in words and as the SQL condition the views decide it by), the
+round key, the judging thresholds' defaults, and the exit statuses.
+
+This module imports nothing of zlstore, so that every other module may
+import it. SQL reaches these names only through db.render_schema's macros
+(schema.sql and pairing.py): "[[verdict NAME]]" quotes a name and refuses
+one not defined here; "[[case verdicts]]" is the CASE that decides a
+verdict, from VERDICTS' conditions in their order (likewise reasons and
+findings); "[[round: ...]]" spells the round key."""
+
+from typing import NamedTuple, Optional
+
+# What a cell killed at its CELL_TIMEOUT exits with (timeout(1): 124; a
+# SIGKILL after it: 137). zlstore records a cell its runner killed with the first.
+TIMEOUT_RCS = (124, 137)
+TIMEOUT_RC = TIMEOUT_RCS[0]
+
+# The exit statuses of zlstore's commands (README: "Exit status").
+EXIT_OK = 0             # everything done
+EXIT_PROBLEMS = 1       # some input had problems; everything readable was stored
+EXIT_USAGE = 2          # usage or environment error: bad path, bad --db, unknown or wrong-kind root, newer schema
+EXIT_UNFINISHED = 3     # record: a cell without cell.env / RC yet (nothing of it stored)
+EXIT_INTERNAL = 70      # a bug in zlstore (BSD's EX_SOFTWARE): the traceback is printed
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT
+EXIT_BROKEN_PIPE = 141  # the reader of stdout went away (zlstore ab | head): 128 + SIGPIPE
+
+
+class Verdict(NamedTuple):
+    name: str
+    when: str
+    licenses: str
+    range_label: Optional[str]  # what a speedup range of such a pair is, or None: no range
+    # When it applies, in SQL over the pair's cells b (before) and a (after),
+    # NULL where a side has none, and their fingerprints fb and fa under the
+    # rule judged (view verdicts_by_rule).
+    condition: str
+
+
+_KILLED = ", ".join(str(rc) for rc in TIMEOUT_RCS)
+
+# In the order they are decided: the first that applies wins ("[[case
+# verdicts]]"); a pair none applies to (a fingerprint not computed) has none.
+VERDICTS = (
+    Verdict("TRUNCATED", f"either side's RC is {' or '.join(map(str, TIMEOUT_RCS))} (killed at CELL_TIMEOUT)",
+            "nothing: re-run with a larger timeout", None,
+            f"b.rc IN ({_KILLED}) OR a.rc IN ({_KILLED})"),
+    Verdict("NO_ROWS", "either side has no counted measurement",
+            "nothing (usually the dtype)", None,
+            "b.id IS NULL OR a.id IS NULL OR b.n_counted = 0 OR a.n_counted = 0"),
+    Verdict("IR_UNREAD", "a side's IR could not be read in full (cells.ir_incomplete)",
+            "nothing: a side's IR could not be read in full; fix the files and ingest again", None,
+            "b.ir_incomplete OR a.ir_incomplete"),
+    Verdict("NO_TRITON", "both sides compiled no .ttgir at all",
+            "nothing: the Triton pass under test had nothing to act on", None,
+            "b.n_kernels = 0 AND a.n_kernels = 0"),
+    Verdict("IR_CHANGED", "the two fingerprints differ",
+            "measure it with repeated rounds", "indicative (one round)",
+            "fb.fingerprint <> fa.fingerprint"),
+    Verdict("NO_IR_DIFF", "the fingerprints are equal",
+            "skip it; its speedup range is the machine's noise floor for that op",
+            "noise floor",
+            "fb.fingerprint = fa.fingerprint"),
+)
+VERDICT_NAMES = tuple(v.name for v in VERDICTS)
+BY_NAME = {v.name: v for v in VERDICTS}
+
+# Older harness files spell a verdict differently; read them as the current name.
+VERDICT_ALIASES = {"NO_KERNEL": "NO_TRITON"}
+
+
+def canonical_verdict(raw: Optional[str]) -> Optional[str]:
+    """The current name of a verdict as a harness file spelled it."""
+    if raw is None:
+        return None
+    raw = raw.strip()
+    if raw == "":
+        return None
+    return VERDICT_ALIASES.get(raw, raw)
+
+
+class Reason(NamedTuple):
+    name: str
+    meaning: str
+    # When it applies, in SQL over the round r (its before_cell_id,
+    # after_cell_id, before_caliber_id, after_caliber_id) and the row's two
+    # sides in it s (before_id, after_id: their measurements ids, NULL where
+    # the side lacks the row; before_counted, after_counted); None: every
+    # row that does not pair and no reason before it takes (the last).
+    condition: Optional[str]
+
+
+# A row of a round is an A/B pair when it is present and counted on both
+# sides and both cells have the same known caliber (over r and s, as
+# Reason.condition): the one definition of a pair ("[[case reasons]]" is
+# NULL for it).
+PAIRED = ("s.before_id IS NOT NULL AND s.after_id IS NOT NULL AND s.before_counted = 1 AND s.after_counted = 1"
+          " AND r.before_caliber_id = r.after_caliber_id")
+
+# Why a measured row did not become an A/B pair, in order of precedence: a
+# row gets the first that applies. Caliber first: a row under an unknown or
+# different caliber could never pair, whatever else holds.
+REASONS = (
+    Reason("CALIBER_UNKNOWN", "at least one cell's caliber could not be established",
+           "(r.before_cell_id IS NOT NULL AND r.before_caliber_id IS NULL)"
+           " OR (r.after_cell_id IS NOT NULL AND r.after_caliber_id IS NULL)"),
+    Reason("CALIBER_MISMATCH", "the two cells were measured under different calibers",
+           "r.before_caliber_id <> r.after_caliber_id"),
+    Reason("MISSING_SIDE", "the row (or its whole cell) exists on one side of the round only",
+           "s.before_id IS NULL OR s.after_id IS NULL"),
+    Reason("NOT_COUNTED", "the row is not a counted measurement on at least one side", None),
+)
+REASON_NAMES = tuple(r.name for r in REASONS)
+
+
+class Finding(NamedTuple):
+    name: str
+    when: str
+    licenses: str
+    # When it applies, in SQL over the range r (an ab_range_rows row: rounds,
+    # ci_low, ci_high, q_value) and the thresholds t (judging_settings:
+    # q_max, min_effect, min_rounds); None: every range no other takes.
+    condition: Optional[str]
+
+
+# What a repeat run's or campaign's range says about the switch, in the
+# order they are shown (findings first). The view ab_range_judgements
+# decides them ("[[case findings]]") from the statistics in
+# zlstore/stats.py and the thresholds in SETTINGS; the conditions never
+# overlap (under min_rounds a range has no interval).
+FINDINGS = (
+    Finding("faster", "q_value <= q_max and the whole interval lies above 1 + min_effect",
+            "saying the switch made this shape faster, by about the effect",
+            "r.q_value <= t.q_max AND r.ci_low > 1 + t.min_effect"),
+    Finding("slower", "q_value <= q_max and the whole interval lies below 1 / (1 + min_effect)",
+            "saying the switch made this shape slower, by about the effect",
+            "r.q_value <= t.q_max AND r.ci_high < 1 / (1 + t.min_effect)"),
+    Finding("no change", "the whole interval lies within 1 / (1 + min_effect) .. 1 + min_effect",
+            "saying that any change is smaller than min_effect (an equivalence result)",
+            "r.ci_low > 1 / (1 + t.min_effect) AND r.ci_high < 1 + t.min_effect"),
+    Finding("inconclusive", "none of the above: the interval straddles a bound, or q_value > q_max",
+            "nothing yet: to_settle says what would settle it (more rounds, a quieter card)", None),
+    Finding("too few rounds", "fewer paired rounds than the test needs (min_rounds)",
+            "nothing: run more rounds",
+            "r.rounds < t.min_rounds"),
+)
+FINDING_NAMES = tuple(f.name for f in FINDINGS)
+
+# The settings judging reads (the settings table), with their defaults:
+# current_rule, the fingerprint rule the verdicts use (ttgir.RULES);
+# q_max, the false-discovery rate a finding is held to; min_effect, the
+# smallest change (as a fraction, 0.02 = 2%) worth calling faster or slower.
+SETTINGS = {"current_rule": "v3", "q_max": "0.05", "min_effect": "0.02"}
+
+
+class RoundColumn(NamedTuple):
+    name: str   # in ab_stale_rounds, ab_slot_rows and ab_round_ranges
+    cells: str  # the cells column it is taken from
+    same: str   # how two rows' values are compared: '=' (never NULL) or 'IS'
+
+
+# A round: the before and after cell of one cell op and dtype in one round
+# on one card of one root (and one repeat directory of a campaign card).
+# Its rows pair with each other (pairing.py); the triggers in schema.sql
+# mark the round of every cell that changes. "[[round: TEMPLATE]]" repeats
+# TEMPLATE per column ({k} name, {c} cells column, {is} comparison).
+ROUND_KEY = (
+    RoundColumn("root_id", "root_id", "="),
+    RoundColumn("card", "card", "IS"),
+    RoundColumn("repeat_dir", "repeat_dir", "IS"),
+    RoundColumn("cell_op", "op", "IS"),
+    RoundColumn("cell_dtype", "dtype", "IS"),
+    RoundColumn("round", "round", "IS"),
+)

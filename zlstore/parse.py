@@ -1,0 +1,441 @@
+"""A cell's files, read and parsed into what the store keeps of it (a
+ParsedCell): its values and where each came from, its rows as stored, its
+kernels with their IR, and its fingerprints under every rule of the run.
+
+No database: the parser is given the rules, and its caches hold what a
+run's cells share (every round of an op compiles the same kernels). The
+writer (ingest.py) stores what this gives; on a large tree, worker
+processes call it (parallel.py)."""
+
+import collections
+import errno
+import hashlib
+import json
+import operator
+import os
+import re
+import stat
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from . import layout, runlog, ttgir, unchanged
+from .layout import Problem
+
+MEASUREMENT_COLUMNS = (
+    "cell_id", "line", "record", "idx", "op_name", "dtype", "mode", "level", "shape",
+) + tuple(f for f in runlog.KNOWN_FIELDS if f != "shape_detail") + (
+    "extra", "counted", "not_counted_reason", "fallback", "occurrence",
+)
+_JSON_FIELDS = {"legacy_shape"}
+_STORED_FIELDS = tuple(f for f in runlog.KNOWN_FIELDS if f != "shape_detail")
+_JSON_POSITIONS = frozenset(i for i, f in enumerate(_STORED_FIELDS) if f in _JSON_FIELDS)
+_STORED_VALUES = operator.itemgetter(*_STORED_FIELDS)
+_CONTAINERS = frozenset((list, dict))
+_COUNTED = MEASUREMENT_COLUMNS.index("counted") - 1  # in a stored row without its cell_id
+# The cells columns a cell's files give (ParsedCell.cell_columns); the
+# writer adds root_id, caliber_id, stat_sig and ingested_at.
+CELL_COLUMNS = (
+    "path", "relpath", "repeat_dir", "card", "op", "dtype", "side", "round", "rc", "elapsed_s",
+    "started_at", "nodeid", "switch", "switch_value", "cell_timeout", "caliber_missing",
+    "card_source", "op_source", "dtype_source", "side_source", "round_source", "rc_source",
+    "elapsed_source", "caliber_source", "provenance", "n_records", "n_rows", "n_counted",
+    "n_kernels", "convert_layouts", "index_hash", "n_problems", "content_sig", "ir_incomplete",
+)
+# A kernels row but for its cell_id.
+Kernel = collections.namedtuple("Kernel", "name cache_dir ir_hash convert_layouts num_warps num_stages")
+
+@dataclass
+class CellFiles:
+    """A cell directory's relevant files and their stat signature."""
+
+    path: Path
+    stats: Dict[str, Optional[os.stat_result]]  # relpath (a directory's ends in /) -> stat, None: missing
+    ttgir: List[Tuple[str, str]]          # (relpath, kernel name)
+    meta_json: Dict[str, str]              # ttgir relpath -> sibling .json relpath
+    # What of triton_cache could not be listed or entered: the cell's IR is
+    # then incomplete, and a verdict must not rest on it.
+    problems: List[Problem] = field(default_factory=list)
+
+    @property
+    def stat_sig(self) -> str:
+        return unchanged.files_sig(self.stats)
+
+
+def scan_cell(cell: Path) -> CellFiles:
+    """List what feeds the store: cell.env, run.log, index.tsv, and inside
+    triton_cache/ every .ttgir with its sibling .json. Interrupted compiles
+    (tmp.pid_*), group files (__grp__*.json) and launcher directories with
+    no .ttgir play no part. The stat signature covers cell.env, run.log,
+    index.tsv and every directory entered, not the files in triton_cache:
+    Triton writes a cache directory once, by rename, so an entry added,
+    removed or renamed changes its directory's times (unchanged.py).
+    triton_cache and the directories below it are entered only as what they
+    are, never through a symbolic link (README: "What is read"); one that is
+    a link, not a directory, or cannot be listed is a problem of the cell's
+    IR."""
+    stats, kernels, meta, problems = {}, [], {}, []
+    top = str(cell)
+    for name in (layout.CELL_ENV, layout.RUN_LOG, layout.INDEX_TSV):  # stat'ed by name: no listing
+        stats[name] = _stat(None, os.path.join(top, name))
+    cache = os.path.join(top, layout.TRITON_CACHE)
+    cache_stat = stats[layout.TRITON_CACHE + "/"] = _stat(None, cache)
+    if cache_stat is not None or os.path.islink(cache):
+        refused = _not_a_directory(cache)
+        if refused:
+            problems.append(Problem(cache, None, refused))
+            cache_stat = None
+    if cache_stat is not None and stat.S_ISDIR(cache_stat.st_mode):
+        pending = [(cache, layout.TRITON_CACHE)]
+        while pending:  # depth first, sorted: the order os.walk gave
+            directory, rel_dir = pending.pop()
+            listing = _listing(directory, problems)
+            files = {n: e for n, e in listing.items() if not _is_dir(e)}
+            below = []
+            for n, e in listing.items():
+                if n in files or n.startswith("tmp.pid_"):
+                    continue
+                if n.endswith(".ttgir"):
+                    problems.append(Problem(e.path, None, "a directory where a kernel's .ttgir belongs: "
+                                                          "its IR is not read"))
+                if e.is_symlink():
+                    problems.append(Problem(e.path, None, "a symbolic link to a directory: not followed, "
+                                                          "its kernels not read"))
+                    continue
+                below.append((e.path, rel_dir + "/" + n, e))
+            below.sort(reverse=True)  # paths differ: entries are never compared
+            for path, rel, entry in below:
+                stats[rel + "/"] = _stat(entry)
+                pending.append((path, rel))
+            # name[:-6].strip("."): what os.path.splitext calls a stem (".ttgir" has none)
+            found = [(rel_dir + "/" + name, name[:-6])
+                     for name in sorted(files) if name.endswith(".ttgir") and name[:-6].strip(".")]
+            kernels.extend(found)
+            for rel, stem in found:
+                sibling = stem + ".json"
+                if ((sibling in files and not sibling.startswith("__grp__"))
+                        or os.path.exists(os.path.join(directory, sibling))):
+                    meta[rel] = rel_dir + "/" + sibling
+    return CellFiles(cell, stats, kernels, meta, problems)
+
+
+def _not_a_directory(cache: str) -> Optional[str]:
+    """Why a cell's triton_cache cannot be read as its kernels, or None."""
+    try:
+        st = os.lstat(cache)
+    except OSError as error:
+        return f"cannot read: {error.strerror or error}; the cell's kernels are not read"
+    if stat.S_ISLNK(st.st_mode):
+        return (f"a symbolic link (to {os.readlink(cache)}), not a directory: not followed, "
+                "the cell's kernels not read")
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{layout.file_kind(st.st_mode)}, not a directory: the cell's kernels not read"
+    return None
+
+
+def _stat(entry, path: Optional[str] = None) -> Optional[os.stat_result]:
+    """A listed entry's (or else path's) stat, following links; None: missing
+    (a cell that is not a directory has none of its files)."""
+    try:
+        return entry.stat() if entry is not None else (os.stat(path) if path else None)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as error:
+        if error.errno == errno.ELOOP:  # a symlink loop: there, and refused when read
+            return None
+        raise
+
+
+def _listing(directory: str, problems: List[Problem]) -> dict:
+    """name -> DirEntry; a directory that cannot be listed lists nothing,
+    and is named in problems."""
+    try:
+        with os.scandir(directory) as it:
+            return {e.name: e for e in it}
+    except OSError as error:
+        problems.append(Problem(directory, None, f"cannot list this directory: {error.strerror or error}; "
+                                                 "the kernels in it are not read"))
+        return {}
+
+
+def _is_dir(entry) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+_read = layout.read_bytes
+
+
+def _cache_dir(rel: str) -> str:
+    """The directory of a triton_cache/... relpath, relative to triton_cache."""
+    directory = os.path.dirname(rel)
+    prefix = layout.TRITON_CACHE + "/"
+    if directory.startswith(prefix) and "/." not in directory and "//" not in directory:
+        return directory[len(prefix):]
+    return os.path.relpath(directory, layout.TRITON_CACHE)
+
+
+def _kernel_meta(data: bytes) -> Tuple[Optional[int], Optional[int], Optional[str]]:
+    """(num_warps, num_stages, what is wrong with the file or None)."""
+    try:
+        meta = json.loads(data)
+    except (ValueError, UnicodeDecodeError, RecursionError) as error:
+        return None, None, f"not JSON ({str(error)[:80] or type(error).__name__})"
+    if not isinstance(meta, dict):
+        return None, None, f"a JSON {type(meta).__name__}, not an object"
+
+    def as_int(value):
+        return value if isinstance(value, int) and not isinstance(value, bool) and value in layout.INT64 else None
+
+    return as_int(meta.get("num_warps")), as_int(meta.get("num_stages")), None
+
+
+# A control character in a name: stored where it can be, and always named.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@dataclass
+class ParsedCell:
+    files: CellFiles
+    root: layout.Root
+    ref: layout.RootRef
+    env: Optional[Dict[str, str]]
+    values: Dict[str, object]
+    log: runlog.RunLog
+    kernels: List[tuple]                    # Kernel, or a plain tuple of its fields where a worker sent it
+    texts: Dict[str, Tuple[bytes, str]]     # ir_hash -> (raw bytes, text or None: all computed already)
+    index: Optional[Tuple[str, bytes]]
+    content_sig: str
+    problems: List[Problem]
+    # Filled by the process that parsed the cell, and all a worker sends of
+    # it (texts and Row objects stay in the worker: parallel.py): its rows
+    # as stored, its fingerprints and text digests (CellParser._fingerprints),
+    # the (size, zlib data) of the texts that worker had not sent before, and
+    # the cells row.
+    measurements: Optional[List[tuple]] = None
+    fingerprints: Optional[tuple] = None
+    packed: Dict[str, Tuple[int, bytes, Optional[str]]] = field(default_factory=dict)  # ir_hash -> packed(its text)
+    columns: Optional[tuple] = None  # cell_columns()
+    reread: bool = False  # something was not read: the next ingest reads the cell again (ingest.UNREAD_SIG)
+
+    def cell_columns(self) -> tuple:
+        """The cells row's CELL_COLUMNS, as INSERTed."""
+        if self.columns is None:
+            v, rows, sources = self.values, self.stored_rows(), self.values["sources"]
+            self.columns = (
+                str(self.files.path), "/".join(self.ref.parts), v["repeat_dir"], v["card"], v["op"], v["dtype"],
+                v["side"], v["round"], v["rc"], v["elapsed_s"], v["started_at"], v["nodeid"], v["switch"],
+                v["switch_value"], v["cell_timeout"], v["caliber_missing"],
+                *(sources.get(k) for k in ("card", "op", "dtype", "side", "round", "rc", "elapsed")),
+                v["caliber_source"], layout.provenance_json(sources), self.log.records, len(rows),
+                sum(1 for r in rows if r[_COUNTED]), len(self.kernels),
+                sum(k.convert_layouts for k in self.kernels),
+                self.index[0] if self.index else None, len(self.problems), self.content_sig,
+                v["ir_incomplete"],
+            )
+        return self.columns
+
+    def stored_rows(self) -> List[tuple]:
+        """The measurements rows without their cell_id, as INSERTed."""
+        if self.measurements is None:
+            seen: Dict[tuple, int] = {}
+            self.measurements = []
+            for row in self.log.rows:
+                # The n-th row of an identity in a cell pairs with the n-th on the other side.
+                identity = (row.op_name, row.dtype, row.shape_key)
+                seen[identity] = occurrence = seen.get(identity, 0) + 1
+                self.measurements.append(measurement_values(row) + (occurrence,))
+        return self.measurements
+
+
+def measurement_values(row: "runlog.Row") -> tuple:
+    """A measurements row without its cell_id and occurrence, as INSERTed."""
+    values = _STORED_VALUES(row.values)
+    # A hundred thousand rows: the common case (only scalars, no JSON
+    # field set) is told at C speed; the rest is encoded field by field.
+    if not _CONTAINERS.isdisjoint(map(type, values)) or any(values[i] is not None for i in _JSON_POSITIONS):
+        values = [
+            json.dumps(value, sort_keys=True)
+            if value is not None and (i in _JSON_POSITIONS or isinstance(value, (list, dict))) else value
+            for i, value in enumerate(values)
+        ]
+    return (
+        row.line, row.record, row.index, row.op_name, row.dtype, row.mode, row.level,
+        row.shape_key, *values, json.dumps(row.extra, sort_keys=True, default=str) if row.extra else None,
+        1 if row.counted else 0, row.not_counted_reason, 1 if row.fallback else 0,
+    )
+
+
+CACHE_ENTRIES = 2048
+# Kernel sets (with their fingerprints and digests, a few KB each) kept for
+# the rounds that follow: an op's rounds come together, so a few hundred do,
+# and a campaign four times as large needs no more memory.
+COMBINED_ENTRIES = 256
+ROOT_CACHE_ENTRIES = 256  # directories' markers and roots: siblings follow each other
+
+
+def bounded(cache, limit: int = CACHE_ENTRIES):
+    """A run's caches (digests, layout counts, known blobs, root lookups) are
+    emptied when full: memory stays flat whatever the size of the tree."""
+    if len(cache) >= limit:
+        cache.clear()
+
+
+# Every rule: a screening cell is fingerprinted under each (the verdicts
+# compare rules, and the strictest tells whether the axis is live).
+SCREENING_RULES = tuple(ttgir.RULES.values())
+ZLIB_LEVEL = 2  # IR is stored once; level 2 is within 15% of 6's size at a third of its time
+
+
+def packed(raw: bytes, kind: str) -> Tuple[int, bytes, Optional[str]]:
+    """A blob as stored: its size, its zlib data, and for a .ttgir the
+    fingerprint-rule triggers it holds (ttgir.markers)."""
+    return len(raw), zlib.compress(raw, ZLIB_LEVEL), ttgir.markers(raw) if kind == "ttgir" else None
+
+
+class CellParser:
+    """Parses the cells of one run. rules: what a repeat run's or a
+    campaign's cell is fingerprinted under (ingest.ingest_rules); a
+    screening cell gets SCREENING_RULES."""
+
+    def __init__(self, rules: tuple):
+        self.rules = rules
+        self.digests: Dict[Tuple[str, str], str] = {}
+        self.combined: Dict[tuple, tuple] = {}  # a cell's kernels and index -> _fingerprints
+        self.kernel_meta: Dict[str, tuple] = {}  # a kernel .json's sha256 -> (num_warps, num_stages)
+        self.layout_counts: Dict[str, int] = {}
+
+    def parse(self, files: CellFiles, ref: layout.RootRef, root: layout.Root) -> ParsedCell:
+        cell = files.path
+        top = str(cell)
+        bounded(self.digests, 4 * CACHE_ENTRIES)  # an entry per text and rule
+        bounded(self.layout_counts)
+        problems: List[Problem] = []
+        content = hashlib.sha256(root.files_sig.encode())
+
+        def add_content(name: str, digest: str):
+            content.update(f"{name}\0{digest}\n".encode("utf-8", "surrogateescape"))
+
+        within = str(ref.path)
+        problems.extend(files.problems)
+        reread = bool(files.problems)  # what was not read leaves no trace in the stat signature
+
+        def read(rel: str, missing: Optional[str] = None) -> Tuple[Optional[bytes], Optional[str]]:
+            """A file of the cell and its sha256, or (None, None): missing (a
+            problem if missing says why), or refused (a problem names it; its
+            refusal goes into the content hash, so that it stays until the
+            file changes)."""
+            path = os.path.join(top, rel)
+            try:
+                data = _read(path, within)
+            except FileNotFoundError:
+                if missing:
+                    problems.append(Problem(path, None, missing))
+                return None, None
+            except OSError as error:
+                message = str(error) if isinstance(error, layout.Unreadable) else f"cannot read: {error}"
+                problems.append(Problem(path, None, message))
+                add_content(rel, "refused: " + message)
+                return None, None
+            digest = _sha256(data)
+            add_content(rel, digest)
+            return data, digest
+
+        env_bytes, _ = read(layout.CELL_ENV)
+        env = None
+        if env_bytes is not None:
+            env_path = os.path.join(top, layout.CELL_ENV)
+            env = layout.parse_env(env_bytes, env_path, problems)
+            layout.check_numbers(env, layout.CELL_NUMBERS, env_path, None, problems)
+            layout.check_side(env, env_path, problems)
+        values = layout.resolve_cell(ref, root, env)
+        log_bytes, _ = read(layout.RUN_LOG, "missing: the cell has no run.log")
+        if log_bytes is not None:
+            log = runlog.parse_runlog(log_bytes)
+            problems.extend(Problem(str(cell / layout.RUN_LOG), p.line, p.message) for p in log.problems)
+        else:
+            log = runlog.RunLog(rows=[], problems=[], records=0, lines=0)
+        index = None
+        index_bytes, index_hash = read(layout.INDEX_TSV)
+        if index_bytes is not None:
+            index = (index_hash, index_bytes)
+        kernels, texts = [], {}
+        for rel, name in files.ttgir:
+            if not layout.storable(rel) or _CONTROL.search(rel):
+                problems.append(Problem(os.path.join(top, rel), None, "a kernel name that is not printable "
+                                        "UTF-8 (a control character, or bytes that are not UTF-8): not read"))
+                reread = True
+                continue
+            raw, ir_hash = read(rel)
+            if raw is None:
+                reread = True
+                continue
+            if ir_hash not in texts:  # decoded only where something is still to be computed from it
+                known = ir_hash in self.layout_counts and all(
+                    (ir_hash, r.name) in self.digests for r in self.rules_for(root))
+                texts[ir_hash] = (raw, None if known else raw.decode("utf-8", "surrogateescape"))
+            if ir_hash not in self.layout_counts:
+                self.layout_counts[ir_hash] = ttgir.count_convert_layouts(texts[ir_hash][1])
+            warps = stages = None
+            meta_bytes, meta_hash = read(files.meta_json[rel]) if rel in files.meta_json else (None, None)
+            if meta_bytes is not None:
+                if meta_hash not in self.kernel_meta:  # every round compiles the same kernels
+                    bounded(self.kernel_meta, COMBINED_ENTRIES)
+                    self.kernel_meta[meta_hash] = _kernel_meta(meta_bytes)
+                warps, stages, fault = self.kernel_meta[meta_hash]
+                if fault:
+                    problems.append(Problem(os.path.join(top, files.meta_json[rel]), None,
+                                            f"{fault}: the kernel's num_warps and num_stages are unknown"))
+            elif rel in files.meta_json:
+                reread = True
+            kernels.append(Kernel(name, _cache_dir(rel), ir_hash, self.layout_counts[ir_hash], warps, stages))
+        values["ir_incomplete"] = 1 if len(kernels) < len(files.ttgir) or files.problems else 0
+        if _CONTROL.search(top):
+            problems.append(Problem(top, None, "the cell's path holds a control character (a newline?): "
+                                               "stored, but tools that read paths by lines will misread it"))
+        parsed = ParsedCell(files, root, ref, env, values, log, kernels, texts, index,
+                            content.hexdigest(), problems, reread=reread)
+        parsed.fingerprints = self._fingerprints(parsed)  # here, not under the write lock in _insert
+        return parsed
+
+    def digest(self, rule: ttgir.Rule, ir_hash: str, text: str) -> str:
+        key = (ir_hash, rule.name)
+        if key not in self.digests:
+            normalized = rule.normalized(text)
+            # Left as it was, the text hashes to its own ir_hash (the sha256 of
+            # the bytes it was decoded from with surrogateescape).
+            self.digests[key] = ir_hash if normalized is text else ttgir.digest(normalized)
+        return self.digests[key]
+
+    def _fingerprints(self, parsed: ParsedCell):
+        """The cell's (rule, fingerprint) under every rule of this run, and
+        the (ir_hash, rule, digest) of each of its texts. Every round of an
+        op compiles the same kernels: they are combined once."""
+        key = (tuple((k.name, k.ir_hash) for k in parsed.kernels), parsed.index and parsed.index[0],
+               parsed.root.kind == "screen")
+        if key not in self.combined:
+            bounded(self.combined, COMBINED_ENTRIES)
+            self.combined[key] = self._combine(parsed)
+        return self.combined[key]
+
+    def _combine(self, parsed: ParsedCell):
+        fingerprints, digests = [], []
+        kernels = [(k.name, k.ir_hash) for k in parsed.kernels]
+        for rule in self.rules_for(parsed.root):
+            digested = {ir_hash: self.digest(rule, ir_hash, text) for ir_hash, (_, text) in parsed.texts.items()}
+            digests.extend((ir_hash, rule.name, digest) for ir_hash, digest in digested.items())
+            fingerprints.append((rule.name, ttgir.fingerprint(rule, kernels, digested.__getitem__,
+                                                              parsed.index and parsed.index[0])))
+        return fingerprints, digests
+
+    def rules_for(self, root: layout.Root) -> tuple:
+        """The rules a cell of root is fingerprinted under (ingest_rules)."""
+        return SCREENING_RULES if root.kind == "screen" else self.rules
+
