@@ -149,10 +149,14 @@ class Store:
             self.conn.close()
             raise
 
+    def _migrate(self) -> int:
+        """The schema created or brought up to this release, its derived tables
+        with it (pairing.derive)."""
+        return dbmod.ensure_schema(self.conn, defaults={"current_rule": ttgir.DEFAULT_RULE}, derive=pairing.derive)
+
     def _ensure_schema(self) -> int:
         try:
-            return dbmod.ensure_schema(self.conn, defaults={"current_rule": ttgir.DEFAULT_RULE},
-                                      derive=pairing.derive)
+            return self._migrate()
         except sqlite3.OperationalError as error:
             if not dbmod.is_readonly_error(error):
                 raise
@@ -173,7 +177,7 @@ class Store:
         self.conn.close()
         self.read_from_copy = copy
         self.conn = dbmod.connect(copy)
-        return dbmod.ensure_schema(self.conn, defaults={"current_rule": ttgir.DEFAULT_RULE})
+        return self._migrate()
 
     def _backfill_screening_fingerprints(self):
         """Every rule's fingerprints for screening cells that a migration left
