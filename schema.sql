@@ -1045,7 +1045,12 @@ settled AS (
                             FROM (SELECT judged.log_sd
                                          / nullif(abs(abs(judged.log_mean) - ln(1 + judged.min_effect)), 0) AS spread))))
         END AS to_settle,
-        CASE WHEN judged.noise_floor IS NULL AND judged.rounds > 0 THEN coalesce((
+        CASE WHEN judged.noise_floor IS NULL AND judged.rounds > 0 THEN CASE
+            WHEN NOT EXISTS (SELECT 1 FROM noise_floor_rows o  -- the common case: an index probe
+                             WHERE o.rule = (SELECT current_rule FROM judging_settings)
+                               AND o.op IS judged.op AND o.dtype IS judged.dtype)
+                THEN 'none: no NO_IR_DIFF pair screened'
+            ELSE coalesce((
             SELECT 'none under this caliber; ' || group_concat(other, '; ')
             FROM (
                 SELECT printf('%.4g where ', o.floor) || substr(
@@ -1059,7 +1064,7 @@ settled AS (
                 ORDER BY other  -- the same text in every store, whatever its caliber ids
             )
             HAVING count(*) > 0
-        ), 'none: no NO_IR_DIFF pair screened') END AS floor_note
+        ), 'none: no NO_IR_DIFF pair screened') END END AS floor_note
     FROM judged
     LEFT JOIN kinds ON kinds.finding = judged.finding
 )

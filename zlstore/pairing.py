@@ -160,29 +160,24 @@ _STEPS = [
              AND s.shape = k.shape
         ),
         -- A round is one before and one after process: a shape its cells
-        -- recorded twice is one observation of that round (the mean of its
-        -- log ratios), never two rounds.
+        -- recorded twice is one observation of that round, its ratio the
+        -- geometric mean of the twice (never two rounds). The range is over
+        -- the rounds' ratios.
         per_round AS (
-            SELECT key_id, caliber_id, avg(ln(ratio)) AS round_log
+            SELECT key_id, caliber_id, card, avg(ln(ratio)) AS round_log, max(fallback) AS fallback,
+                   sum(fallback) AS fallback_rows
             FROM keyed WHERE reason IS NULL
             GROUP BY key_id, caliber_id, [[round: {{k}}]]
         ),
-        over_rounds AS (
-            SELECT key_id, caliber_id, count(*) AS rounds, avg(round_log) AS log_mean,
+        ranges AS (
+            SELECT key_id, caliber_id, count(*) AS rounds, exp(min(round_log)) AS min,
+                median(exp(round_log)) AS median, exp(max(round_log)) AS max, max(fallback) AS fallback,
+                sum(fallback_rows) AS fallback_rows, count(DISTINCT card) AS cards, avg(round_log) AS log_mean,
                 CASE WHEN count(*) > 1 THEN sqrt(max(0.0,
                     (sum(round_log * round_log) - count(*) * avg(round_log) * avg(round_log)) / (count(*) - 1)))
                 END AS log_sd
             FROM per_round
             GROUP BY key_id, caliber_id
-        ),
-        ranges AS (
-            SELECT r.key_id, r.caliber_id, o.rounds, min(r.ratio) AS min, median(r.ratio) AS median,
-                max(r.ratio) AS max, max(r.fallback) AS fallback, sum(r.fallback) AS fallback_rows,
-                count(DISTINCT r.card) AS cards, o.log_mean, o.log_sd
-            FROM keyed r
-            JOIN over_rounds o ON o.key_id = r.key_id AND o.caliber_id = r.caliber_id
-            WHERE r.reason IS NULL
-            GROUP BY r.key_id, r.caliber_id
         ),
         rejected AS MATERIALIZED (
             SELECT key_id, count(*) AS rejected, group_concat(DISTINCT reason) AS rejected_reasons
@@ -210,7 +205,7 @@ _STEPS = [
                 WHERE NOT EXISTS (SELECT 1 FROM keyed WHERE keyed.key_id = rejected.key_id AND keyed.reason IS NULL)
             ) g
         ),
-        bounded AS (
+        bounded AS MATERIALIZED (
             SELECT t.*, exp(t.log_mean - t.half_width) AS ci_low, exp(t.log_mean + t.half_width) AS ci_high
             FROM tested t
         )

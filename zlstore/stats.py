@@ -15,6 +15,7 @@ the functions registered here; the views read what it stored.
 This module imports nothing of zlstore. The distribution is scipy's, loaded
 on first use: most commands never compute a range."""
 
+import functools
 import math
 import sqlite3
 import statistics
@@ -35,6 +36,7 @@ def _special():
     return special
 
 
+@functools.lru_cache(maxsize=256)
 def t_critical(df) -> Optional[float]:
     """The Student t quantile at (1 + CONFIDENCE) / 2 with df degrees of
     freedom: an interval's half-width is this many standard errors."""
