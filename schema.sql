@@ -15,6 +15,8 @@
 --   "round: TEMPLATE", "round SEP: TEMPLATE": the same per column of the
 --       round key ({k}: its name in the ab_* tables, {c}: the cells column
 --       it comes from, {is}: how two values compare, = or IS)
+--   "range: TEMPLATE": the same per column of a range as pairing.py
+--       computes it ({c}: its name in ab_range_rows)
 --   "verdict NAME" / "reason NAME" / "finding NAME" / "setting NAME": the
 --       quoted name (a setting's default value); an unknown name is an error
 --       when the schema is applied
@@ -333,7 +335,12 @@ CREATE INDEX IF NOT EXISTS ab_slot_rows_key ON ab_slot_rows(root_id, op, dtype, 
 -- One row per (root, row op, dtype, shape, caliber) of a repeat run or
 -- campaign with at least one pair, and one with caliber_id NULL for a key
 -- that has rows but no pair, with the statistics of its finding (see the
--- view ab_ranges).
+-- view ab_ranges). The columns from finding on hold its judgement (the
+-- view ab_range_unjudged) as made under ab_judgement_basis, and json_body
+-- the JSON of its ab_ranges row but for root_path: ab_range_judgements
+-- reads them where that basis is the current one and judges the range
+-- again where it is not. json_body NULL: not judged since the range or
+-- its q-value changed.
 CREATE TABLE IF NOT EXISTS ab_range_rows (
     root_id INTEGER NOT NULL,
     op TEXT,
@@ -356,10 +363,32 @@ CREATE TABLE IF NOT EXISTS ab_range_rows (
     ci_high REAL,
     p_value REAL,                       -- t-test of log_mean = 0 (zlstore/stats.py)
     q_value REAL,                       -- Benjamini-Hochberg over the root's tested ranges
-    json_head TEXT,                     -- the row as ab_ranges' JSON, but for the members
-    json_tail TEXT                      -- between them, judged on each read (`zlstore ab --json`)
+    json_head TEXT,                     -- the JSON of the row before the judged members
+    json_tail TEXT,                     -- and after them
+    finding TEXT,
+    finding_position INTEGER,
+    to_settle TEXT,
+    noise_floor REAL,
+    clears_floor INTEGER,
+    floor_note TEXT,
+    json_body TEXT
 );
 CREATE INDEX IF NOT EXISTS ab_range_rows_key ON ab_range_rows(root_id, op, dtype, shape, caliber_id);
+CREATE INDEX IF NOT EXISTS ab_range_rows_unjudged ON ab_range_rows(root_id) WHERE json_body IS NULL;
+
+-- The roots whose ranges moved since their q-values were last adjusted
+-- (Benjamini-Hochberg runs over a root's whole family, once per write,
+-- not once per batch of a long ingest: pairing.refresh).
+CREATE TABLE IF NOT EXISTS ab_stale_q_values (
+    root_id INTEGER PRIMARY KEY
+);
+
+-- What the stored judgements of ab_range_rows were made under: the
+-- view judging_basis as it was then.
+CREATE TABLE IF NOT EXISTS ab_judgement_basis (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    basis TEXT NOT NULL
+);
 
 -- One row per screening round with at least one pair: n_rows, min, median
 -- and max of the ratio over its paired rows (see the view verdicts).
@@ -461,6 +490,16 @@ BEGIN
     INSERT INTO ab_stale_rounds ([[round: {k}]])
     SELECT [[round: {c}]] FROM cells
     WHERE id = OLD.cell_id AND side IN ('before', 'after');
+END;
+
+-- A range's statistics edited by hand are judged again (by the view on
+-- each read, and stored by the next zlstore write).
+CREATE TRIGGER ab_range_rows_edit_unjudges AFTER UPDATE OF
+    rounds, caliber_id, log_mean, log_sd, effect, ci_low, ci_high, p_value, q_value, json_head, json_tail
+ON ab_range_rows
+WHEN NEW.json_body IS NOT NULL
+BEGIN
+    UPDATE ab_range_rows SET json_body = NULL WHERE rowid = NEW.rowid;
 END;
 
 -- @views
@@ -978,12 +1017,34 @@ SELECT
 FROM ab_range_judgements j
 LEFT JOIN calibers ON calibers.id = j.caliber_id;
 
--- ab_ranges' rows judged under the current settings (the finding, what
--- would settle it, the noise floor beside it), and the JSON text of each
--- row, joined from the fragments kept with it: `zlstore ab --json` prints
--- a campaign's thousands of ranges without a Python object per value.
-CREATE VIEW ab_range_judgements AS
-WITH thresholds AS MATERIALIZED (
+-- What a range's judgement rests on beyond its own row: the settings
+-- (judging_settings), this release's schema (its findings' SQL) and the
+-- current rule's noise floors. A stored judgement made under another
+-- basis is not read (ab_range_judgements judges the row again).
+CREATE VIEW judging_basis AS
+SELECT
+    s.current_rule || '|' || s.q_max || '|' || s.min_effect || '|' || s.min_rounds
+    || '|' || coalesce((SELECT value FROM settings WHERE key = 'schema_hash'), '')
+    || '|' || coalesce((
+        SELECT group_concat(floor_text, ';') FROM (
+            SELECT quote(op) || ',' || quote(dtype) || ',' || caliber_id || ',' || quote(floor) AS floor_text
+            FROM noise_floor_rows WHERE rule = s.current_rule
+            ORDER BY op, dtype, caliber_id)), '') AS basis,
+    (SELECT basis FROM ab_judgement_basis WHERE id = 1) AS stored_basis
+FROM judging_settings s;
+
+-- The ranges of ab_range_rows whose stored judgement cannot be read (none
+-- yet, or made under another basis), judged now: the finding, what would
+-- settle it, the noise floor beside it, and the JSON text of the row
+-- (but root_path), joined from the fragments kept with it, so that
+-- `zlstore ab --json` prints a campaign's thousands of ranges without a
+-- Python object per value. zlstore stores what this gives before it
+-- commits (pairing.py); a read by hand between the two sees the same.
+CREATE VIEW ab_range_unjudged AS
+WITH basis AS MATERIALIZED (
+    SELECT basis IS stored_basis AS current FROM judging_basis
+),
+thresholds AS MATERIALIZED (
     SELECT q_max, min_effect, min_rounds,
            ', "q_max": ' || json_quote(q_max) || ', "min_effect": ' || json_quote(min_effect) AS thresholds_json
     FROM judging_settings
@@ -995,19 +1056,20 @@ kinds AS MATERIALIZED (
 ),
 judged AS (
     SELECT
-        r.*,
-        roots.name AS root,
-        roots.kind AS root_kind,
-        roots.path AS root_path,
-        t.q_max,
+        r.rowid AS range_rowid,
+        [[range: r.{c}]],
         t.min_effect,
         t.min_rounds,
         t.thresholds_json,
         [[case findings]] AS finding,
         floors.floor AS noise_floor,
         CASE WHEN floors.floor IS NOT NULL THEN [[clears_floor]] END AS clears_floor
-    FROM ab_range_rows r
-    JOIN roots ON roots.id = r.root_id AND roots.kind <> 'screen'
+    FROM (  -- two arms, so that the usual case, no range and a current basis, reads one index entry
+        SELECT rowid AS range_rowid FROM ab_range_rows WHERE json_body IS NULL AND (SELECT current FROM basis)
+        UNION ALL
+        SELECT rowid FROM ab_range_rows WHERE NOT (SELECT current FROM basis)
+    ) unjudged
+    CROSS JOIN ab_range_rows r ON r.rowid = unjudged.range_rowid
     CROSS JOIN thresholds t
     LEFT JOIN noise_floor_rows floors  -- looked up by its index, a range at a time
         ON floors.rule = (SELECT current_rule FROM judging_settings)
@@ -1069,7 +1131,9 @@ settled AS (
     LEFT JOIN kinds ON kinds.finding = judged.finding
 )
 SELECT
-    settled.*,
+    range_rowid,
+    [[range: {c}]],
+    finding, finding_position, to_settle, noise_floor, clears_floor, floor_note,
     -- the judged members between the kept ones, written as the fragments
     -- are (pairing.py: json.dumps' '"key": value, ' layout, as every
     -- --json prints its rows); what is the same for many rows (a finding,
@@ -1078,5 +1142,31 @@ SELECT
     '{' || json_head || ', "q_value": ' || json_quote(q_value) || finding_json
         || ', "to_settle": ' || json_quote(to_settle) || ', "noise_floor": ' || json_quote(noise_floor)
         || ', "clears_floor": ' || coalesce(clears_floor, 'null') || ', "floor_note": ' || json_quote(floor_note)
-        || thresholds_json || ', ' || json_tail || ', "root_path": ' || json_quote(root_path) || '}' AS json
+        || thresholds_json || ', ' || json_tail AS json_body
 FROM settled;
+
+-- ab_ranges' rows judged under the current settings: the judgement stored
+-- with each range where it was made under today's basis (judging_basis),
+-- else judged now (ab_range_unjudged), and the JSON text `zlstore ab
+-- --json` prints for it.
+CREATE VIEW ab_range_judgements AS
+WITH thresholds AS MATERIALIZED (
+    SELECT q_max, min_effect FROM judging_settings
+)
+SELECT
+    r.rowid AS range_rowid, [[range: r.{c}]],
+    r.finding, r.finding_position, r.to_settle, r.noise_floor, r.clears_floor, r.floor_note, r.json_body,
+    roots.name AS root, roots.kind AS root_kind, roots.path AS root_path, t.q_max, t.min_effect,
+    r.json_body || ', "root_path": ' || json_quote(roots.path) || '}' AS json
+FROM ab_range_rows r
+JOIN roots ON roots.id = r.root_id AND roots.kind <> 'screen'
+CROSS JOIN thresholds t
+WHERE r.json_body IS NOT NULL AND (SELECT basis IS stored_basis FROM judging_basis)
+UNION ALL
+SELECT
+    u.*,
+    roots.name, roots.kind, roots.path, t.q_max, t.min_effect,
+    u.json_body || ', "root_path": ' || json_quote(roots.path) || '}'
+FROM ab_range_unjudged u
+JOIN roots ON roots.id = u.root_id AND roots.kind <> 'screen'
+CROSS JOIN thresholds t;

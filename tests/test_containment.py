@@ -509,12 +509,15 @@ def test_a_database_before_open_problems_keeps_its_problems_open(example_source,
     with Store(db) as store:
         store.ingest(tree)
         conn = store.conn
-        for (view,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'view'").fetchall():
-            conn.execute(f"DROP VIEW [{view}]")
-        for index in ("ingest_problems_open", "ingest_problems_cell", "ingest_problems_root"):
+        for kind in ("view", "trigger"):
+            for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = ?", (kind,)).fetchall():
+                conn.execute(f"DROP {kind} [{name}]")
+        for index in ("ingest_problems_open", "ingest_problems_cell", "ingest_problems_root", "ab_range_rows_unjudged"):
             conn.execute(f"DROP INDEX {index}")
+        judged = ("finding", "finding_position", "to_settle", "noise_floor", "clears_floor", "floor_note", "json_body")
         for table, column in (("ingest_problems", "cell_id"), ("ingest_problems", "root_id"),
-                              ("ingest_problems", "closed_by"), ("cells", "ir_incomplete")):
+                              ("ingest_problems", "closed_by"), ("cells", "ir_incomplete"),
+                              *(("ab_range_rows", column) for column in judged)):  # release 9's
             conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         conn.execute("DELETE FROM settings WHERE key = 'schema_hash'")
         conn.execute(f"PRAGMA user_version = {BEFORE_OPEN_PROBLEMS}")

@@ -21,7 +21,7 @@ from typing import Callable, Dict, Iterator, List, NamedTuple, Optional
 
 from . import caliber, floors, names, stats, ttgir
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 BUSY_TIMEOUT_MS = 60_000
 WRITE_ATTEMPTS = 10
 
@@ -57,7 +57,7 @@ def schema_source() -> str:
 
 
 _MACRO = re.compile(
-    r"\[\[(caliber|round|verdicts|verdict|reasons|reason|findings|finding|case|rules|timeout_rcs|strictest_rule"
+    r"\[\[(caliber|round|range|verdicts|verdict|reasons|reason|findings|finding|case|rules|timeout_rcs|strictest_rule"
     r"|min_rounds|setting|clears_floor)(?: ([^:\]]*?))?(?:: (.*?))?\]\]")
 
 
@@ -119,7 +119,8 @@ _CASES = {"verdicts": (names.VERDICTS, None), "reasons": (names.REASONS, names.P
 # The columns a "[[kind SEP: TEMPLATE]]" macro repeats TEMPLATE over: each as
 # {placeholder: text}.
 _COLUMNS = {"caliber": lambda: [{"{f}": name} for name in caliber.NAMES],
-            "round": lambda: [{"{k}": c.name, "{c}": c.cells, "{is}": c.same} for c in names.ROUND_KEY]}
+            "round": lambda: [{"{k}": c.name, "{c}": c.cells, "{is}": c.same} for c in names.ROUND_KEY],
+            "range": lambda: [{"{c}": name} for name in names.RANGE_COLUMNS]}
 
 
 def _filled(template: str, columns: dict) -> str:
@@ -645,6 +646,17 @@ def _spaced_range_json(conn):
     rows ('"key": value, ...', json.dumps' layout), and counts a shape
     recorded twice in one round as one round: every round is paired again
     (rederive), which rewrites ab_range_rows."""
+
+
+@migration(9)
+def _judgements_stored(conn):
+    """Release 9 keeps each range's judgement with it (ab_range_rows,
+    made under ab_judgement_basis): reading a campaign's findings no longer
+    judges thousands of ranges. The new columns start empty; the ranges are
+    judged once the schema is current (ensure_schema's derive)."""
+    for column in ("finding TEXT", "finding_position INTEGER", "to_settle TEXT", "noise_floor REAL",
+                   "clears_floor INTEGER", "floor_note TEXT", "json_body TEXT"):
+        conn.execute(f"ALTER TABLE ab_range_rows ADD COLUMN {column}")
 
 
 def _json_object(text):

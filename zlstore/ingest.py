@@ -257,9 +257,11 @@ class _Batch:
         return self.started is not None and time.monotonic() - self.started >= self.seconds
 
     def commit(self):
-        """Commit the cells written so far, their rounds re-paired first."""
+        """Commit the cells written so far, their rounds re-paired first
+        (their roots' q-values and findings wait for the run's last commit,
+        Ingester._finish: a root's family is adjusted once, not per batch)."""
         if self.conn.in_transaction:
-            pairing.refresh(self.conn)
+            pairing.refresh(self.conn, final=False)
             retry_busy(lambda: self.conn.execute("COMMIT"))
         self.started = None
 

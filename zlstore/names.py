@@ -173,3 +173,14 @@ ROUND_KEY = (
     RoundColumn("cell_dtype", "dtype", "IS"),
     RoundColumn("round", "round", "IS"),
 )
+
+
+# A range of a repeat run or campaign as pairing.py computes it (the table
+# ab_range_rows, but for its judgement): its key, its rounds' range and
+# statistics, and its JSON fragments. "[[range: TEMPLATE]]" repeats
+# TEMPLATE per column ({c}).
+RANGE_COLUMNS = (
+    "root_id", "op", "dtype", "shape", "caliber_id", "rounds", "min", "median", "max",
+    "fallback", "fallback_rows", "cards", "rejected", "rejected_reasons", "log_mean", "log_sd",
+    "effect", "ci_low", "ci_high", "p_value", "q_value", "json_head", "json_tail",
+)

@@ -8,8 +8,11 @@ the rule of fingerprints deleted by hand in ab_stale_floors); refresh()
 recomputes exactly those rounds, the ranges of the row identities they
 touch and the noise floors they move, inside the writer's transaction,
 before it commits. The views
-(ab_slots, ab_pairs, ab_rejected, ab_ranges) read the tables; judging that
-depends on settings (noise floors under the current rule) stays in the views.
+(ab_slots, ab_pairs, ab_rejected, ab_ranges) read the tables. A range's
+judgement, which depends on settings (thresholds, noise floors under the
+current rule), is defined by a view (ab_range_unjudged) and stored with the
+range under the basis it was made on; the views judge on the fly what was
+stored under another (a setting edited by hand).
 
 The SQL here is the one definition of how rows pair; schema.sql documents
 what the columns mean. It names the round key, reasons and verdicts through
@@ -220,10 +223,22 @@ _STEPS = [
         FROM bounded b
         JOIN roots ON roots.id = b.root_id
         LEFT JOIN calibers ON calibers.id = b.caliber_id""",
-    # The q-value of every tested range of the roots whose ranges moved:
+    # Their roots' q-values are adjusted before the writer commits (_JUDGING).
+    """INSERT OR IGNORE INTO ab_stale_q_values (root_id)
+        SELECT DISTINCT k.root_id FROM temp.ab_keys_unique k
+        JOIN roots ON roots.id = k.root_id AND roots.kind <> 'screen'""",
+    "DELETE FROM ab_stale_rounds",
+]
+
+
+# Done once per write, not per batch of a long ingest: the q-values of the
+# roots whose ranges moved, then the judgement of every range whose stored
+# one cannot be read (schema.sql: ab_range_unjudged), stored with it.
+_JUDGING = [
     # Benjamini-Hochberg over all of a root's tested ranges, q = min over the
-    # ranks from its own up of p * m / rank, at most 1.
-    """UPDATE ab_range_rows SET q_value = adjusted.q_value FROM (
+    # ranks from its own up of p * m / rank, at most 1. A range whose q-value
+    # moves is judged again.
+    """UPDATE ab_range_rows SET q_value = adjusted.q_value, json_body = NULL FROM (
             SELECT range_rowid, min(1.0, min(p_value * family / rank) OVER (
                        PARTITION BY root_id ORDER BY rank DESC ROWS UNBOUNDED PRECEDING)) AS q_value
             FROM (
@@ -231,13 +246,26 @@ _STEPS = [
                        count(*) OVER (PARTITION BY root_id) AS family,
                        row_number() OVER (PARTITION BY root_id ORDER BY p_value, rowid) AS rank
                 FROM ab_range_rows
-                WHERE root_id IN (SELECT DISTINCT root_id FROM temp.ab_keys_unique) AND p_value IS NOT NULL
+                WHERE root_id IN (SELECT root_id FROM ab_stale_q_values) AND p_value IS NOT NULL
             )
         ) adjusted
-        WHERE ab_range_rows.rowid = adjusted.range_rowid""",
-    "DELETE FROM ab_stale_rounds",
+        WHERE ab_range_rows.rowid = adjusted.range_rowid AND ab_range_rows.q_value IS NOT adjusted.q_value""",
+    "DELETE FROM ab_stale_q_values",
+    "CREATE TEMP TABLE IF NOT EXISTS ab_judged_now "
+    "(range_rowid INTEGER PRIMARY KEY, finding, finding_position, to_settle, noise_floor, clears_floor, "
+    "floor_note, json_body)",
+    "DELETE FROM temp.ab_judged_now",
+    """INSERT INTO temp.ab_judged_now
+        SELECT range_rowid, finding, finding_position, to_settle, noise_floor, clears_floor, floor_note, json_body
+        FROM ab_range_unjudged""",
+    """UPDATE ab_range_rows SET finding = j.finding, finding_position = j.finding_position,
+            to_settle = j.to_settle, noise_floor = j.noise_floor, clears_floor = j.clears_floor,
+            floor_note = j.floor_note, json_body = j.json_body
+        FROM temp.ab_judged_now j WHERE ab_range_rows.rowid = j.range_rowid""",
+    """INSERT INTO ab_judgement_basis (id, basis) SELECT 1, basis FROM judging_basis WHERE true
+        ON CONFLICT (id) DO UPDATE SET basis = excluded.basis WHERE basis IS NOT excluded.basis""",
+    "DELETE FROM temp.ab_judged_now",
 ]
-
 
 # A re-paired screening round can move every rule's floors.
 _SCREEN_ROUNDS = """
@@ -249,27 +277,41 @@ _EVERY_ROUND = db.render_schema("""
 
 @functools.lru_cache(maxsize=None)
 def _prepared() -> tuple:
-    """(setup, round steps, floor steps) with their macros expanded, once per process."""
-    return tuple([db.render_schema(step) for step in steps] for steps in (_SETUP, _STEPS, floors.STEPS))
+    """(setup, round steps, floor steps, judging steps) with their macros
+    expanded, once per process."""
+    return tuple([db.render_schema(step) for step in steps] for steps in (_SETUP, _STEPS, floors.STEPS, _JUDGING))
 
 
 def _any(conn: sqlite3.Connection, table: str) -> bool:
     return conn.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone() is not None
 
 
+def unjudged(conn: sqlite3.Connection) -> bool:
+    """Whether a range's stored judgement cannot be read: its q-value is
+    to be adjusted, it has none, or it was made under another basis (the
+    settings, this release, the current rule's noise floors)."""
+    if _any(conn, "ab_stale_q_values") or _any(conn, "ab_range_rows WHERE json_body IS NULL"):
+        return True
+    return not conn.execute("SELECT basis IS stored_basis OR NOT EXISTS (SELECT 1 FROM ab_range_rows) "
+                            "FROM judging_basis").fetchone()[0]
+
+
 def stale(conn: sqlite3.Connection) -> bool:
-    return _any(conn, "ab_stale_rounds") or _any(conn, "ab_stale_floors")
+    return _any(conn, "ab_stale_rounds") or _any(conn, "ab_stale_floors") or unjudged(conn)
 
 
-def refresh(conn: sqlite3.Connection) -> bool:
+def refresh(conn: sqlite3.Connection, final: bool = True) -> bool:
     """Recompute the stale rounds' pairs and their keys' ranges, then the
-    stale noise floors. Call it, on a connection from db.connect (which has
-    median()), inside the transaction that made them stale, before it
-    commits. Returns whether there was anything to do."""
+    stale noise floors, then (final) the q-values and judgements that moved
+    with them. Call it, on a connection from db.connect (which has median()),
+    inside the transaction that made them stale, before it commits: final
+    unless a later commit of the same run will call it again (an ingest's
+    batches). Returns whether there was anything to do."""
     rounds = _any(conn, "ab_stale_rounds")
-    if not rounds and not _any(conn, "ab_stale_floors"):
+    floors_stale = _any(conn, "ab_stale_floors")
+    if not rounds and not floors_stale and not (final and unjudged(conn)):
         return False
-    setup, round_steps, floor_steps = _prepared()
+    setup, round_steps, floor_steps, judging_steps = _prepared()
     for statement in setup:
         conn.execute(statement)
     if rounds:
@@ -279,6 +321,9 @@ def refresh(conn: sqlite3.Connection) -> bool:
             floors.mark_every(conn)
     if _any(conn, "ab_stale_floors"):
         for statement in floor_steps:
+            conn.execute(statement)
+    if final:
+        for statement in judging_steps:
             conn.execute(statement)
     return True
 

@@ -132,7 +132,8 @@ def forget(conn: sqlite3.Connection, root_id: int) -> dict:
     for table in ("ab_slot_rows", "ab_range_rows", "ab_round_ranges"):
         conn.execute(f"DELETE FROM {table} WHERE root_id = ?", (root_id,))
     conn.execute("DELETE FROM cells WHERE root_id = ?", (root_id,))  # rows, kernels, fingerprints cascade
-    conn.execute("DELETE FROM ab_stale_rounds WHERE root_id = ?", (root_id,))  # nothing of it left to pair
+    for table in ("ab_stale_rounds", "ab_stale_q_values"):  # nothing of it left to pair or judge
+        conn.execute(f"DELETE FROM {table} WHERE root_id = ?", (root_id,))
     conn.execute("DELETE FROM roots WHERE id = ?", (root_id,))  # recorded verdicts and partitions cascade
     counts["walked_dirs"] = conn.execute(
         f"DELETE FROM walked_dirs WHERE {unchanged.AT_OR_UNDER}", unchanged.at_or_under(path)).rowcount

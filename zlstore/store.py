@@ -271,12 +271,15 @@ class Store:
         return row[0] if row else default
 
     def set_setting(self, key: str, value: str):
+        """Store a setting; the ranges are judged again under it where it is
+        one that judging reads (pairing.refresh)."""
         with dbmod.write_transaction(self.conn):
             self.conn.execute(
                 "INSERT INTO settings (key, value) VALUES (?, ?) "
                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 (key, value),
             )
+            pairing.refresh(self.conn)
 
     @property
     def current_rule(self) -> str:
