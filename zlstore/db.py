@@ -203,7 +203,10 @@ def connect(path, wal: bool = True, immutable: bool = False) -> sqlite3.Connecti
     )
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA foreign_keys = ON")
-    conn.execute("PRAGMA temp_store = MEMORY")  # re-pairing's scratch tables and sorts
+    # Re-pairing's scratch tables and sorts stay in the page cache and spill
+    # to a temporary file beyond it (not MEMORY: then a refresh's memory
+    # grew with the campaign, 1.8 times at 4 times the cells; now 1.07).
+    conn.execute("PRAGMA temp_store = FILE")
     stats.register(conn)
     if wal:
         retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL"))
