@@ -376,11 +376,15 @@ CREATE TABLE IF NOT EXISTS ab_range_rows (
 CREATE INDEX IF NOT EXISTS ab_range_rows_key ON ab_range_rows(root_id, op, dtype, shape, caliber_id);
 CREATE INDEX IF NOT EXISTS ab_range_rows_unjudged ON ab_range_rows(root_id) WHERE json_body IS NULL;
 
--- The roots whose ranges moved since their q-values were last adjusted
--- (Benjamini-Hochberg runs over a root's whole family, once per write,
--- not once per batch of a long ingest: pairing.refresh).
-CREATE TABLE IF NOT EXISTS ab_stale_q_values (
-    root_id INTEGER PRIMARY KEY
+-- The row identities (root, op, dtype, shape) of re-paired rounds whose
+-- ranges are to be computed again: once per write, with their roots'
+-- q-values (Benjamini-Hochberg runs over a root's whole family), not once
+-- per batch of a long ingest (pairing.refresh). Duplicates are harmless.
+CREATE TABLE IF NOT EXISTS ab_stale_ranges (
+    root_id INTEGER NOT NULL,
+    op TEXT,
+    dtype TEXT,
+    shape TEXT NOT NULL
 );
 
 -- What the stored judgements of ab_range_rows were made under: the
@@ -1057,7 +1061,7 @@ kinds AS MATERIALIZED (
 judged AS (
     SELECT
         r.rowid AS range_rowid,
-        [[range: r.{c}]],
+        r.op, r.dtype, r.caliber_id, r.rounds, r.log_mean, r.log_sd,
         t.min_effect,
         t.min_rounds,
         t.thresholds_json,
@@ -1075,9 +1079,40 @@ judged AS (
         ON floors.rule = (SELECT current_rule FROM judging_settings)
        AND floors.op IS r.op AND floors.dtype IS r.dtype AND floors.caliber_id = r.caliber_id
 ),
-settled AS (
+-- Why a range has no noise floor beside it: the same for every shape of
+-- an op and dtype under one caliber, so said once per such triple.
+notes AS MATERIALIZED (
     SELECT
-        judged.*,
+        lacking.op, lacking.dtype, lacking.caliber_id,
+        CASE
+            WHEN NOT EXISTS (SELECT 1 FROM noise_floor_rows o  -- the common case: an index probe
+                             WHERE o.rule = (SELECT current_rule FROM judging_settings)
+                               AND o.op IS lacking.op AND o.dtype IS lacking.dtype)
+                THEN 'none: no NO_IR_DIFF pair screened'
+            ELSE coalesce((
+            SELECT 'none under this caliber; ' || group_concat(other, '; ')
+            FROM (
+                SELECT printf('%.4g where ', o.floor) || substr(
+                    [[caliber ||: CASE WHEN oc.{f} IS NOT rc.{f} THEN ', {f}=' || coalesce(oc.{f}, '?') ELSE '' END]],
+                    3) AS other
+                FROM noise_floor_rows o
+                JOIN calibers oc ON oc.id = o.caliber_id
+                JOIN calibers rc ON rc.id = lacking.caliber_id
+                WHERE o.rule = (SELECT current_rule FROM judging_settings)
+                  AND o.op IS lacking.op AND o.dtype IS lacking.dtype
+                ORDER BY other  -- the same text in every store, whatever its caliber ids
+            )
+            HAVING count(*) > 0
+        ), 'none: no NO_IR_DIFF pair screened') END AS floor_note
+    FROM (SELECT DISTINCT op, dtype, caliber_id FROM judged WHERE noise_floor IS NULL AND rounds > 0) lacking
+),
+settled AS MATERIALIZED (
+    SELECT
+        judged.range_rowid,
+        judged.finding,
+        judged.noise_floor,
+        judged.clears_floor,
+        judged.thresholds_json,
         kinds.position AS finding_position,
         kinds.finding_json,
         -- An inconclusive range needs its interval's half-width, t sd /
@@ -1107,43 +1142,30 @@ settled AS (
                             FROM (SELECT judged.log_sd
                                          / nullif(abs(abs(judged.log_mean) - ln(1 + judged.min_effect)), 0) AS spread))))
         END AS to_settle,
-        CASE WHEN judged.noise_floor IS NULL AND judged.rounds > 0 THEN CASE
-            WHEN NOT EXISTS (SELECT 1 FROM noise_floor_rows o  -- the common case: an index probe
-                             WHERE o.rule = (SELECT current_rule FROM judging_settings)
-                               AND o.op IS judged.op AND o.dtype IS judged.dtype)
-                THEN 'none: no NO_IR_DIFF pair screened'
-            ELSE coalesce((
-            SELECT 'none under this caliber; ' || group_concat(other, '; ')
-            FROM (
-                SELECT printf('%.4g where ', o.floor) || substr(
-                    [[caliber ||: CASE WHEN oc.{f} IS NOT rc.{f} THEN ', {f}=' || coalesce(oc.{f}, '?') ELSE '' END]],
-                    3) AS other
-                FROM noise_floor_rows o
-                JOIN calibers oc ON oc.id = o.caliber_id
-                JOIN calibers rc ON rc.id = judged.caliber_id
-                WHERE o.rule = (SELECT current_rule FROM judging_settings)
-                  AND o.op IS judged.op AND o.dtype IS judged.dtype
-                ORDER BY other  -- the same text in every store, whatever its caliber ids
-            )
-            HAVING count(*) > 0
-        ), 'none: no NO_IR_DIFF pair screened') END END AS floor_note
+        notes.floor_note
     FROM judged
     LEFT JOIN kinds ON kinds.finding = judged.finding
+    LEFT JOIN notes ON judged.noise_floor IS NULL AND judged.rounds > 0
+         AND notes.op IS judged.op AND notes.dtype IS judged.dtype AND notes.caliber_id = judged.caliber_id
 )
 SELECT
-    range_rowid,
-    [[range: {c}]],
-    finding, finding_position, to_settle, noise_floor, clears_floor, floor_note,
+    settled.range_rowid,
+    [[range: r.{c}]],
+    settled.finding, settled.finding_position, settled.to_settle, settled.noise_floor, settled.clears_floor,
+    settled.floor_note,
     -- the judged members between the kept ones, written as the fragments
     -- are (pairing.py: json.dumps' '"key": value, ' layout, as every
     -- --json prints its rows); what is the same for many rows (a finding,
     -- the thresholds) is written once above, and clears_floor (0, 1 or
     -- NULL) needs no json_quote: as fast as one json_object
-    '{' || json_head || ', "q_value": ' || json_quote(q_value) || finding_json
-        || ', "to_settle": ' || json_quote(to_settle) || ', "noise_floor": ' || json_quote(noise_floor)
-        || ', "clears_floor": ' || coalesce(clears_floor, 'null') || ', "floor_note": ' || json_quote(floor_note)
-        || thresholds_json || ', ' || json_tail AS json_body
-FROM settled;
+    '{' || r.json_head || ', "q_value": ' || json_quote(r.q_value) || settled.finding_json
+        || ', "to_settle": ' || json_quote(settled.to_settle)
+        || ', "noise_floor": ' || json_quote(settled.noise_floor)
+        || ', "clears_floor": ' || coalesce(settled.clears_floor, 'null')
+        || ', "floor_note": ' || json_quote(settled.floor_note)
+        || settled.thresholds_json || ', ' || r.json_tail AS json_body
+FROM settled
+CROSS JOIN ab_range_rows r ON r.rowid = settled.range_rowid;
 
 -- ab_ranges' rows judged under the current settings: the judgement stored
 -- with each range where it was made under today's basis (judging_basis),

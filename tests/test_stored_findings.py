@@ -5,13 +5,16 @@ judgement was stored: these tests compare the stored rows with the same
 rows judged on the fly, and edit the settings, a q-value and the store's
 state behind zlstore's back with a plain sqlite3 connection."""
 
+import json
+import shutil
 import sqlite3
 
 import pytest
 
-from zlstore import Store, db, pairing
+from zlstore import Store, db, judge, pairing
 
 from .effects import Shape, write_repeat_root
+from .nobody import as_nobody, nobody_dir  # noqa: F401 (a fixture)
 
 # one clear 1.5x, one shape with no effect and a lot of noise, one quiet
 # shape with no effect: faster, inconclusive and no change under the defaults
@@ -63,20 +66,43 @@ def test_a_write_stores_every_judgement_and_they_are_the_views_own(db_path):
     assert judgements(conn) == stored
 
 
-def test_a_setting_edited_by_hand_is_seen_at_once_and_stored_by_the_next_write(db_path):
+def test_a_setting_edited_by_hand_is_seen_at_once_and_stored_by_the_next_write(db_path, tmp_path):
     conn = plain(db_path)
     before = findings(conn)
     assert "faster" in before
     conn.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('min_effect', '0.6')")
     # 1.5x is inside +-60%: every read sees it at once, nothing written
-    assert "faster" not in findings(conn)
+    expected = [f if f != "faster" else "no change" for f in before]
+    assert findings(conn) == expected
     assert unjudged(conn) == len(before)
-    with Store(db_path) as store:  # any writer brings the stored ones up to date
-        assert not pairing.stale(store.conn)
+    with Store(db_path) as store:  # opening it judges nothing; reading it judges on the fly
+        assert pairing.unjudged(store.conn) and not pairing.stale(store.conn)
+        assert [r["finding"] for r in sorted(judge.ab_ranges(store), key=lambda r: r["shape"])] == expected
+        # the next write that judges (new ranges here) stores every range's
+        write_repeat_root(tmp_path / "more", "ab_more", SHAPES[:1], rounds=4, seed=9)
+        store.ingest(tmp_path / "more")
     assert unjudged(conn) == 0
-    assert findings(conn) == [f if f != "faster" else "no change" for f in before]
-    stored = [r[0] for r in conn.execute("SELECT finding FROM ab_range_rows ORDER BY shape")]
-    assert stored == findings(conn)
+    stored = [r[0] for r in conn.execute(
+        "SELECT finding FROM ab_range_rows JOIN roots ON roots.id = root_id WHERE roots.name = 'ab_stored' "
+        "ORDER BY shape")]
+    assert stored == expected
+
+
+def test_a_rescore_that_puts_back_the_floors_judges_nothing(db_path):
+    """Noise floors that move by themselves (fingerprints deleted, then
+    computed again) are judged by the views meanwhile; the stored
+    judgements are good again once the floors are back."""
+    conn = plain(db_path)
+    stored = judgements(conn)
+    basis = conn.execute("SELECT basis FROM ab_judgement_basis").fetchone()[0]
+    conn.execute("DELETE FROM noise_floor_rows")
+    conn.execute("INSERT INTO noise_floor_rows (rule, op, dtype, caliber_id, n, floor, roots, fallback_rows) "
+                 "SELECT 'v3', op, dtype, caliber_id, 9, 0.5, 'x', 0 FROM ab_range_rows LIMIT 1")
+    assert unjudged(conn) == len(stored)
+    assert {r["noise_floor"] for r in judgements(conn)} == {0.5}  # one op, dtype and caliber
+    conn.execute("DELETE FROM noise_floor_rows")
+    assert conn.execute("SELECT basis FROM judging_basis").fetchone()[0] == basis
+    assert unjudged(conn) == 0 and judgements(conn) == stored
 
 
 def test_a_floor_or_rule_change_through_zlstore_rejudges(db_path):
@@ -97,23 +123,56 @@ def test_a_q_value_edited_by_hand_is_judged_again(db_path):
     assert '"q_value": 0.9' in row and '"finding": "inconclusive"' in row
 
 
-def test_ranges_written_between_an_ingests_batches_are_judged_by_the_next_writer(db_path):
-    """An ingest adjusts q-values and judges once, at its last commit; one
-    killed between two batches leaves ranges unjudged: the next zlstore
-    that opens the store for writing finishes the work, and a reader in
-    between sees them judged on the fly."""
+def test_rounds_paired_between_an_ingests_batches_get_their_ranges_from_the_next_writer(db_path):
+    """An ingest computes ranges, q-values and judgements once, at its last
+    commit; one killed between two batches leaves rounds paired whose
+    ranges are not computed yet (a reader meanwhile sees the ranges as
+    they were): the next zlstore that opens the store for writing
+    computes them, to what a whole run gives."""
     conn = plain(db_path)
     done = judgements(conn)
     with Store(db_path) as store:
-        with db.write_transaction(store.conn):  # every range computed again, as a batch computes its own
+        with db.write_transaction(store.conn):  # every round paired again, as a batch pairs its own
             pairing.mark_every_round(store.conn)
+            store.conn.execute("DELETE FROM ab_range_rows")
             pairing.refresh(store.conn, final=False)
-    assert conn.execute("SELECT count(*) FROM ab_stale_q_values").fetchone()[0] == 1
-    between = judgements(conn)
-    assert {r["q_value"] for r in between} == {None}
-    assert "faster" not in {r["finding"] for r in between}  # no q-value: nothing is called
+    assert conn.execute("SELECT count(DISTINCT shape) FROM ab_stale_ranges").fetchone()[0] == len(SHAPES)
+    assert judgements(conn) == []
     with Store(db_path):
         pass
-    assert conn.execute("SELECT count(*) FROM ab_stale_q_values").fetchone()[0] == 0
+    assert conn.execute("SELECT count(*) FROM ab_stale_ranges").fetchone()[0] == 0
     assert unjudged(conn) == 0
     assert without_rowids(judgements(conn)) == without_rowids(done)
+
+
+def test_ab_json_read_from_the_stored_judgements_is_the_views_text(db_path, tmp_path, nobody_dir):
+    """`zlstore ab --json` reads an up-to-date store's JSON along the key
+    index, and the view's where the store cannot be brought up to date (a
+    read-only one whose settings were edited by hand): the same text, and
+    the text of the view's rows."""
+    write_repeat_root(tmp_path / "more", "ab_second", SHAPES[:2], rounds=3, seed=4)
+    with Store(db_path) as store:
+        store.ingest(tmp_path / "more")
+        stored = judge.ab_ranges_json(store)
+        assert not pairing.unjudged(store.conn)
+        by_view = store.conn.execute(
+            "SELECT '[' || group_concat(json, ',' || char(10) || ' ') || ']' FROM "
+            f"(SELECT json FROM ab_range_judgements ORDER BY {judge.AB_KEY_ORDER})").fetchone()[0]
+        assert stored == by_view
+        rows = json.loads(stored)
+        assert [r["root"] for r in rows] == sorted(r["root"] for r in rows)  # by key: root first
+        assert {r["root"] for r in rows} == {"ab_stored", "ab_second"}
+        one = judge.ab_ranges_json(store, "ab_second")
+        assert [r["root"] for r in json.loads(one)] == ["ab_second"] * 2
+    # a store this user cannot write, its q_max edited by hand: the command
+    # cannot store the new judgements, and reads the view's
+    shared = nobody_dir / "ro.db"
+    shutil.copy(db_path, shared)
+    plain(shared).execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('q_max', '1e-9')")
+    read = as_nobody(["ab", "--json", "--db", str(shared)])
+    assert read.returncode == 0, read.stderr
+    rejudged = json.loads(read.stdout)
+    assert [r["shape"] for r in rejudged] == [r["shape"] for r in rows]
+    assert {r["q_max"] for r in rejudged} == {1e-9}
+    assert "faster" not in {r["finding"] for r in rejudged}
+    assert plain(shared).execute("SELECT count(*) FROM ab_range_unjudged").fetchone()[0] == len(rows)

@@ -135,8 +135,20 @@ _STEPS = [
         JOIN roots ON roots.id = r.root_id AND roots.kind = 'screen'
         CROSS JOIN ab_slot_rows s ON [[round AND: s.{k} {is} r.{k}]] AND s.reason IS NULL
         GROUP BY r.rowid""",
-    """INSERT INTO temp.ab_keys_unique (root_id, op, dtype, shape)
+    # Their ranges are computed before the writer commits (_RANGES).
+    """INSERT INTO ab_stale_ranges (root_id, op, dtype, shape)
         SELECT DISTINCT root_id, op, dtype, shape FROM temp.ab_keys_now""",
+    "DELETE FROM ab_stale_rounds",
+]
+
+# Done once per write, not per batch of a long ingest (whose batches touch
+# the same ranges again and again): the ranges of the stale row identities,
+# their roots' q-values, then the judgement of every range whose stored one
+# cannot be read (schema.sql: ab_range_unjudged), stored with it.
+_RANGES = [
+    "DELETE FROM temp.ab_keys_unique",
+    """INSERT INTO temp.ab_keys_unique (root_id, op, dtype, shape)
+        SELECT DISTINCT root_id, op, dtype, shape FROM ab_stale_ranges""",
     """DELETE FROM ab_range_rows WHERE rowid IN (
         SELECT g.rowid FROM temp.ab_keys_unique k
         CROSS JOIN ab_range_rows g ON g.root_id = k.root_id AND g.op IS k.op AND g.dtype IS k.dtype
@@ -223,18 +235,6 @@ _STEPS = [
         FROM bounded b
         JOIN roots ON roots.id = b.root_id
         LEFT JOIN calibers ON calibers.id = b.caliber_id""",
-    # Their roots' q-values are adjusted before the writer commits (_JUDGING).
-    """INSERT OR IGNORE INTO ab_stale_q_values (root_id)
-        SELECT DISTINCT k.root_id FROM temp.ab_keys_unique k
-        JOIN roots ON roots.id = k.root_id AND roots.kind <> 'screen'""",
-    "DELETE FROM ab_stale_rounds",
-]
-
-
-# Done once per write, not per batch of a long ingest: the q-values of the
-# roots whose ranges moved, then the judgement of every range whose stored
-# one cannot be read (schema.sql: ab_range_unjudged), stored with it.
-_JUDGING = [
     # Benjamini-Hochberg over all of a root's tested ranges, q = min over the
     # ranks from its own up of p * m / rank, at most 1. A range whose q-value
     # moves is judged again.
@@ -246,11 +246,14 @@ _JUDGING = [
                        count(*) OVER (PARTITION BY root_id) AS family,
                        row_number() OVER (PARTITION BY root_id ORDER BY p_value, rowid) AS rank
                 FROM ab_range_rows
-                WHERE root_id IN (SELECT root_id FROM ab_stale_q_values) AND p_value IS NOT NULL
+                WHERE root_id IN (SELECT DISTINCT root_id FROM temp.ab_keys_unique) AND p_value IS NOT NULL
             )
         ) adjusted
         WHERE ab_range_rows.rowid = adjusted.range_rowid AND ab_range_rows.q_value IS NOT adjusted.q_value""",
-    "DELETE FROM ab_stale_q_values",
+    "DELETE FROM ab_stale_ranges",
+]
+
+_JUDGING = [
     "CREATE TEMP TABLE IF NOT EXISTS ab_judged_now "
     "(range_rowid INTEGER PRIMARY KEY, finding, finding_position, to_settle, noise_floor, clears_floor, "
     "floor_note, json_body)",
@@ -277,41 +280,57 @@ _EVERY_ROUND = db.render_schema("""
 
 @functools.lru_cache(maxsize=None)
 def _prepared() -> tuple:
-    """(setup, round steps, floor steps, judging steps) with their macros
-    expanded, once per process."""
-    return tuple([db.render_schema(step) for step in steps] for steps in (_SETUP, _STEPS, floors.STEPS, _JUDGING))
+    """(setup, round steps, floor steps, range steps, judging steps) with
+    their macros expanded, once per process."""
+    return tuple([db.render_schema(step) for step in steps]
+                 for steps in (_SETUP, _STEPS, floors.STEPS, _RANGES, _JUDGING))
 
 
 def _any(conn: sqlite3.Connection, table: str) -> bool:
     return conn.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone() is not None
 
 
+def _unjudged_rows(conn: sqlite3.Connection) -> bool:
+    """Ranges to compute again, or computed and not judged since."""
+    return _any(conn, "ab_stale_ranges") or _any(conn, "ab_range_rows WHERE json_body IS NULL")
+
+
 def unjudged(conn: sqlite3.Connection) -> bool:
-    """Whether a range's stored judgement cannot be read: its q-value is
-    to be adjusted, it has none, or it was made under another basis (the
+    """Whether a range's stored judgement cannot be read: the range is to
+    be computed again, it has none, or it was made under another basis (the
     settings, this release, the current rule's noise floors)."""
-    if _any(conn, "ab_stale_q_values") or _any(conn, "ab_range_rows WHERE json_body IS NULL"):
+    if _unjudged_rows(conn):
         return True
     return not conn.execute("SELECT basis IS stored_basis OR NOT EXISTS (SELECT 1 FROM ab_range_rows) "
                             "FROM judging_basis").fetchone()[0]
 
 
 def stale(conn: sqlite3.Connection) -> bool:
-    return _any(conn, "ab_stale_rounds") or _any(conn, "ab_stale_floors") or unjudged(conn)
+    """Whether refresh() has work to do. A judgement made under another
+    basis is not (the views judge such a range on the fly): the next write
+    that judges stores it again."""
+    return _any(conn, "ab_stale_rounds") or _any(conn, "ab_stale_floors") or _unjudged_rows(conn)
 
 
-def refresh(conn: sqlite3.Connection, final: bool = True) -> bool:
-    """Recompute the stale rounds' pairs and their keys' ranges, then the
-    stale noise floors, then (final) the q-values and judgements that moved
-    with them. Call it, on a connection from db.connect (which has median()),
-    inside the transaction that made them stale, before it commits: final
-    unless a later commit of the same run will call it again (an ingest's
-    batches). Returns whether there was anything to do."""
+def refresh(conn: sqlite3.Connection, final: bool = True, rejudge: bool = False) -> bool:
+    """Recompute the stale rounds' pairs, then the stale noise floors, then
+    (final) the ranges of the row identities the rounds hold, their roots'
+    q-values and their judgements. Where anything is judged, every range
+    whose judgement was made under another basis (judging_basis) is judged
+    again with it; rejudge: those ranges in any case (a setting changed).
+    A floor that moves alone (a rescore) leaves the judging to the views
+    until then: a rescore that puts back what was there judges nothing.
+    Call it, on a connection from db.connect (which has median()), inside
+    the transaction that made them stale, before it commits: final unless
+    a later commit of the same run will call it again (an ingest's batches;
+    a reader in between sees the ranges as the last final one left them).
+    Returns whether there was anything to do."""
     rounds = _any(conn, "ab_stale_rounds")
     floors_stale = _any(conn, "ab_stale_floors")
-    if not rounds and not floors_stale and not (final and unjudged(conn)):
+    judge = final and (rejudge or _unjudged_rows(conn))
+    if not rounds and not floors_stale and not judge:
         return False
-    setup, round_steps, floor_steps, judging_steps = _prepared()
+    setup, round_steps, floor_steps, range_steps, judging_steps = _prepared()
     for statement in setup:
         conn.execute(statement)
     if rounds:
@@ -322,8 +341,8 @@ def refresh(conn: sqlite3.Connection, final: bool = True) -> bool:
     if _any(conn, "ab_stale_floors"):
         for statement in floor_steps:
             conn.execute(statement)
-    if final:
-        for statement in judging_steps:
+    if final and (rejudge or _unjudged_rows(conn)):
+        for statement in (range_steps if _any(conn, "ab_stale_ranges") else []) + judging_steps:
             conn.execute(statement)
     return True
 

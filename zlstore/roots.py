@@ -132,7 +132,7 @@ def forget(conn: sqlite3.Connection, root_id: int) -> dict:
     for table in ("ab_slot_rows", "ab_range_rows", "ab_round_ranges"):
         conn.execute(f"DELETE FROM {table} WHERE root_id = ?", (root_id,))
     conn.execute("DELETE FROM cells WHERE root_id = ?", (root_id,))  # rows, kernels, fingerprints cascade
-    for table in ("ab_stale_rounds", "ab_stale_q_values"):  # nothing of it left to pair or judge
+    for table in ("ab_stale_rounds", "ab_stale_ranges"):  # nothing of it left to pair or judge
         conn.execute(f"DELETE FROM {table} WHERE root_id = ?", (root_id,))
     conn.execute("DELETE FROM roots WHERE id = ?", (root_id,))  # recorded verdicts and partitions cascade
     counts["walked_dirs"] = conn.execute(

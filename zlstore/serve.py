@@ -57,7 +57,7 @@ SETTINGS = {
 # ingest bookkeeping, and the pairing the views read (ab_slots, ab_ranges,
 # noise_floors show it). Hidden from the index, still queryable by name.
 HIDDEN_TABLES = ("blobs", "ir_digests", "ingest_runs", "walked_dirs", "settings", "ab_stale_rounds",
-                 "ab_stale_floors", "ab_stale_q_values", "ab_slot_rows", "ab_range_rows", "ab_round_ranges",
+                 "ab_stale_floors", "ab_stale_ranges", "ab_slot_rows", "ab_range_rows", "ab_round_ranges",
                  "noise_floor_rows", "ab_judgement_basis")
 
 NETWORK_WARNING = (

@@ -279,7 +279,7 @@ class Store:
                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 (key, value),
             )
-            pairing.refresh(self.conn)
+            pairing.refresh(self.conn, rejudge=True)
 
     @property
     def current_rule(self) -> str:
