@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
 
-from . import caliber, layout, names, pairing, parallel, parse, roots, ttgir, unchanged
+from . import caliber, layout, names, pairing, parallel, parse, roots, stats, ttgir, unchanged
 from .db import bulk_checkpoints, now, retry_busy, write_transaction
 from .layout import Problem
 from .parse import ParsedCell, bounded
@@ -390,6 +390,8 @@ class Ingester:
         try:
             try:
                 for done, (cell, ready) in enumerate(prepared, 1):
+                    if done == 1 and batch:  # the workers are forked by now
+                        stats.load_in_background()
                     self.cell(cell if ready is not None else Path(cell), require_finished, ready)
                     if batch and batch.due():
                         batch.commit()

@@ -19,6 +19,7 @@ import functools
 import math
 import sqlite3
 import statistics
+import threading
 from typing import Optional
 
 # Fewer paired rounds than this and a range gets no test, no interval and
@@ -34,6 +35,14 @@ def _special():
     from scipy import special  # noqa: PLC0415 (0.2 s to import: only where a range is computed)
 
     return special
+
+
+def load_in_background():
+    """Import scipy's distribution in a thread. A long ingest needs it only
+    at its last commit and spends its first seconds waiting for its
+    workers; call it after they are forked (a fork during an import could
+    leave the child holding the import lock)."""
+    threading.Thread(target=_special, name="zlstore-load-scipy", daemon=True).start()
 
 
 @functools.lru_cache(maxsize=256)
