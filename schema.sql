@@ -336,11 +336,10 @@ CREATE INDEX IF NOT EXISTS ab_slot_rows_key ON ab_slot_rows(root_id, op, dtype, 
 -- campaign with at least one pair, and one with caliber_id NULL for a key
 -- that has rows but no pair, with the statistics of its finding (see the
 -- view ab_ranges). The columns from finding on hold its judgement (the
--- view ab_range_unjudged) as made under ab_judgement_basis, and json_body
--- the JSON of its ab_ranges row but for root_path: ab_range_judgements
--- reads them where that basis is the current one and judges the range
--- again where it is not. json_body NULL: not judged since the range or
--- its q-value changed.
+-- view ab_range_unjudged) as made under ab_judgement_basis, its JSON text
+-- is in ab_range_json: ab_range_judgements reads them where that basis is
+-- the current one and judges the range again where it is not. judged
+-- NULL: not judged since the range, its q-value or its root changed.
 CREATE TABLE IF NOT EXISTS ab_range_rows (
     root_id INTEGER NOT NULL,
     op TEXT,
@@ -371,10 +370,18 @@ CREATE TABLE IF NOT EXISTS ab_range_rows (
     noise_floor REAL,
     clears_floor INTEGER,
     floor_note TEXT,
-    json_body TEXT
+    judged INTEGER
 );
 CREATE INDEX IF NOT EXISTS ab_range_rows_key ON ab_range_rows(root_id, op, dtype, shape, caliber_id);
-CREATE INDEX IF NOT EXISTS ab_range_rows_unjudged ON ab_range_rows(root_id) WHERE json_body IS NULL;
+CREATE INDEX IF NOT EXISTS ab_range_rows_unjudged ON ab_range_rows(root_id) WHERE judged IS NULL;
+
+-- The JSON text of each judged range's ab_ranges row, as `zlstore ab
+-- --json` prints it: apart from the range, so that printing a campaign's
+-- thousands reads these texts and the key index, nothing else.
+CREATE TABLE IF NOT EXISTS ab_range_json (
+    range_rowid INTEGER PRIMARY KEY,    -- ab_range_rows.rowid
+    json TEXT NOT NULL
+);
 
 -- The row identities (root, op, dtype, shape) of re-paired rounds whose
 -- ranges are to be computed again: once per write, with their roots'
@@ -501,9 +508,21 @@ END;
 CREATE TRIGGER ab_range_rows_edit_unjudges AFTER UPDATE OF
     rounds, caliber_id, log_mean, log_sd, effect, ci_low, ci_high, p_value, q_value, json_head, json_tail
 ON ab_range_rows
-WHEN NEW.json_body IS NOT NULL
+WHEN NEW.judged IS NOT NULL
 BEGIN
-    UPDATE ab_range_rows SET json_body = NULL WHERE rowid = NEW.rowid;
+    UPDATE ab_range_rows SET judged = NULL WHERE rowid = NEW.rowid;
+END;
+
+CREATE TRIGGER ab_range_rows_delete_drops_json AFTER DELETE ON ab_range_rows
+BEGIN
+    DELETE FROM ab_range_json WHERE range_rowid = OLD.rowid;
+END;
+
+-- A root's name, kind and path are in its ranges' JSON.
+CREATE TRIGGER roots_update_unjudges AFTER UPDATE OF name, kind, path ON roots
+WHEN OLD.name IS NOT NEW.name OR OLD.kind IS NOT NEW.kind OR OLD.path IS NOT NEW.path
+BEGIN
+    UPDATE ab_range_rows SET judged = NULL WHERE root_id = NEW.id AND judged IS NOT NULL;
 END;
 
 -- @views
@@ -1069,7 +1088,7 @@ judged AS (
         floors.floor AS noise_floor,
         CASE WHEN floors.floor IS NOT NULL THEN [[clears_floor]] END AS clears_floor
     FROM (  -- two arms, so that the usual case, no range and a current basis, reads one index entry
-        SELECT rowid AS range_rowid FROM ab_range_rows WHERE json_body IS NULL AND (SELECT current FROM basis)
+        SELECT rowid AS range_rowid FROM ab_range_rows WHERE judged IS NULL AND (SELECT current FROM basis)
         UNION ALL
         SELECT rowid FROM ab_range_rows WHERE NOT (SELECT current FROM basis)
     ) unjudged
@@ -1163,9 +1182,11 @@ SELECT
         || ', "noise_floor": ' || json_quote(settled.noise_floor)
         || ', "clears_floor": ' || coalesce(settled.clears_floor, 'null')
         || ', "floor_note": ' || json_quote(settled.floor_note)
-        || settled.thresholds_json || ', ' || r.json_tail AS json_body
+        || settled.thresholds_json || ', ' || r.json_tail
+        || ', "root_path": ' || json_quote(roots.path) || '}' AS json
 FROM settled
-CROSS JOIN ab_range_rows r ON r.rowid = settled.range_rowid;
+CROSS JOIN ab_range_rows r ON r.rowid = settled.range_rowid
+JOIN roots ON roots.id = r.root_id;
 
 -- ab_ranges' rows judged under the current settings: the judgement stored
 -- with each range where it was made under today's basis (judging_basis),
@@ -1177,18 +1198,20 @@ WITH thresholds AS MATERIALIZED (
 )
 SELECT
     r.rowid AS range_rowid, [[range: r.{c}]],
-    r.finding, r.finding_position, r.to_settle, r.noise_floor, r.clears_floor, r.floor_note, r.json_body,
+    r.finding, r.finding_position, r.to_settle, r.noise_floor, r.clears_floor, r.floor_note,
     roots.name AS root, roots.kind AS root_kind, roots.path AS root_path, t.q_max, t.min_effect,
-    r.json_body || ', "root_path": ' || json_quote(roots.path) || '}' AS json
+    j.json
 FROM ab_range_rows r
 JOIN roots ON roots.id = r.root_id AND roots.kind <> 'screen'
+JOIN ab_range_json j ON j.range_rowid = r.rowid
 CROSS JOIN thresholds t
-WHERE r.json_body IS NOT NULL AND (SELECT basis IS stored_basis FROM judging_basis)
+WHERE r.judged IS NOT NULL AND (SELECT basis IS stored_basis FROM judging_basis)
 UNION ALL
 SELECT
-    u.*,
+    u.range_rowid, [[range: u.{c}]],
+    u.finding, u.finding_position, u.to_settle, u.noise_floor, u.clears_floor, u.floor_note,
     roots.name, roots.kind, roots.path, t.q_max, t.min_effect,
-    u.json_body || ', "root_path": ' || json_quote(roots.path) || '}'
+    u.json
 FROM ab_range_unjudged u
 JOIN roots ON roots.id = u.root_id AND roots.kind <> 'screen'
 CROSS JOIN thresholds t;

@@ -514,7 +514,7 @@ def test_a_database_before_open_problems_keeps_its_problems_open(example_source,
                 conn.execute(f"DROP {kind} [{name}]")
         for index in ("ingest_problems_open", "ingest_problems_cell", "ingest_problems_root", "ab_range_rows_unjudged"):
             conn.execute(f"DROP INDEX {index}")
-        judged = ("finding", "finding_position", "to_settle", "noise_floor", "clears_floor", "floor_note", "json_body")
+        judged = ("finding", "finding_position", "to_settle", "noise_floor", "clears_floor", "floor_note", "judged")
         for table, column in (("ingest_problems", "cell_id"), ("ingest_problems", "root_id"),
                               ("ingest_problems", "closed_by"), ("cells", "ir_incomplete"),
                               *(("ab_range_rows", column) for column in judged)):  # release 9's

@@ -23,8 +23,8 @@ def comparable(value, column: str):
     such sums too."""
     if isinstance(value, float):
         return round(value, 12)
-    if column.startswith("json_") and value is not None:  # json_body is the object but its closing brace
-        members = json.loads(value + "}" if column == "json_body" else "{" + value + "}")
+    if column.startswith("json_") and value is not None:
+        members = json.loads("{" + value + "}")
         return tuple((k, round(v, 12) if isinstance(v, float) else v) for k, v in members.items())
     return value
 

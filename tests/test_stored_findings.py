@@ -176,3 +176,16 @@ def test_ab_json_read_from_the_stored_judgements_is_the_views_text(db_path, tmp_
     assert {r["q_max"] for r in rejudged} == {1e-9}
     assert "faster" not in {r["finding"] for r in rejudged}
     assert plain(shared).execute("SELECT count(*) FROM ab_range_unjudged").fetchone()[0] == len(rows)
+
+
+def test_a_moved_root_is_judged_again_with_its_new_path(db_path, tmp_path):
+    """A range's stored JSON names its root's path: ingesting the tree from
+    where it was moved to rewrites it."""
+    moved = tmp_path / "moved"
+    (tmp_path / "runs").rename(moved)
+    with Store(db_path) as store:
+        store.ingest(moved)
+        rows = json.loads(judge.ab_ranges_json(store))
+        assert not pairing.unjudged(store.conn)
+    assert {r["root_path"] for r in rows} == {str(moved / "ab_stored")}
+    assert [r["root_path"] for r in judgements(plain(db_path))] == [str(moved / "ab_stored")] * len(rows)

@@ -658,7 +658,7 @@ def _judgements_stored(conn):
     judges thousands of ranges. The new columns start empty; the ranges are
     judged once the schema is current (ensure_schema's derive)."""
     for column in ("finding TEXT", "finding_position INTEGER", "to_settle TEXT", "noise_floor REAL",
-                   "clears_floor INTEGER", "floor_note TEXT", "json_body TEXT"):
+                   "clears_floor INTEGER", "floor_note TEXT", "judged INTEGER"):
         conn.execute(f"ALTER TABLE ab_range_rows ADD COLUMN {column}")
 
 

@@ -225,8 +225,8 @@ def ab_ranges(store, root=None) -> List[dict]:
 # judgements along the key index, no sort and no view (a test holds the two
 # to the same text).
 _STORED_JSON = """
-    SELECT r.json_body || ', "root_path": ' || json_quote(roots.path) || '}}' AS json
-    FROM roots CROSS JOIN ab_range_rows r ON r.root_id = roots.id
+    SELECT j.json
+    FROM roots CROSS JOIN ab_range_rows r ON r.root_id = roots.id CROSS JOIN ab_range_json j ON j.range_rowid = r.rowid
     WHERE roots.kind <> 'screen' {where}
     ORDER BY roots.name, r.root_id, r.op, r.dtype, r.shape, r.caliber_id"""
 
@@ -236,7 +236,7 @@ def ab_ranges_json(store, root=None) -> str:
     order, the ranges by key (AB_KEY_ORDER), laid out as every --json is
     (output.json_text: one object a line, as sqlite-utils query prints
     rows). A campaign has thousands of ranges: the JSON of each is stored
-    with its judgement (ab_range_rows.json_body), so no Python object is
+    with its judgement (ab_range_json), so no Python object is
     made per value, and nothing is judged on the read where the store is
     up to date (the view ab_range_judgements judges what is not). Reals are
     written with 15 significant digits (SQLite's JSON)."""
@@ -247,9 +247,9 @@ def ab_ranges_json(store, root=None) -> str:
     else:
         where, params = _root_clause(store, root, "r.root_id")
         rows = _STORED_JSON.format(where=where)
-    text = store.conn.execute(
-        f"SELECT group_concat(json, ',' || char(10) || ' ') FROM ({rows})", params).fetchone()[0]
-    return "[]" if text is None else "[" + text + "]"
+    return store.conn.execute(  # the brackets added by SQLite: no second copy of megabytes in Python
+        f"SELECT '[' || coalesce(group_concat(json, ',' || char(10) || ' '), '') || ']' FROM ({rows})",
+        params).fetchone()[0]
 
 
 def judging_settings(store) -> dict:

@@ -238,7 +238,7 @@ _RANGES = [
     # Benjamini-Hochberg over all of a root's tested ranges, q = min over the
     # ranks from its own up of p * m / rank, at most 1. A range whose q-value
     # moves is judged again.
-    """UPDATE ab_range_rows SET q_value = adjusted.q_value, json_body = NULL FROM (
+    """UPDATE ab_range_rows SET q_value = adjusted.q_value, judged = NULL FROM (
             SELECT range_rowid, min(1.0, min(p_value * family / rank) OVER (
                        PARTITION BY root_id ORDER BY rank DESC ROWS UNBOUNDED PRECEDING)) AS q_value
             FROM (
@@ -256,15 +256,17 @@ _RANGES = [
 _JUDGING = [
     "CREATE TEMP TABLE IF NOT EXISTS ab_judged_now "
     "(range_rowid INTEGER PRIMARY KEY, finding, finding_position, to_settle, noise_floor, clears_floor, "
-    "floor_note, json_body)",
+    "floor_note, json)",
     "DELETE FROM temp.ab_judged_now",
     """INSERT INTO temp.ab_judged_now
-        SELECT range_rowid, finding, finding_position, to_settle, noise_floor, clears_floor, floor_note, json_body
+        SELECT range_rowid, finding, finding_position, to_settle, noise_floor, clears_floor, floor_note, json
         FROM ab_range_unjudged""",
     """UPDATE ab_range_rows SET finding = j.finding, finding_position = j.finding_position,
             to_settle = j.to_settle, noise_floor = j.noise_floor, clears_floor = j.clears_floor,
-            floor_note = j.floor_note, json_body = j.json_body
+            floor_note = j.floor_note, judged = 1
         FROM temp.ab_judged_now j WHERE ab_range_rows.rowid = j.range_rowid""",
+    """INSERT OR REPLACE INTO ab_range_json (range_rowid, json)
+        SELECT range_rowid, json FROM temp.ab_judged_now""",
     """INSERT INTO ab_judgement_basis (id, basis) SELECT 1, basis FROM judging_basis WHERE true
         ON CONFLICT (id) DO UPDATE SET basis = excluded.basis WHERE basis IS NOT excluded.basis""",
     "DELETE FROM temp.ab_judged_now",
@@ -292,7 +294,7 @@ def _any(conn: sqlite3.Connection, table: str) -> bool:
 
 def _unjudged_rows(conn: sqlite3.Connection) -> bool:
     """Ranges to compute again, or computed and not judged since."""
-    return _any(conn, "ab_stale_ranges") or _any(conn, "ab_range_rows WHERE json_body IS NULL")
+    return _any(conn, "ab_stale_ranges") or _any(conn, "ab_range_rows WHERE judged IS NULL")
 
 
 def unjudged(conn: sqlite3.Connection) -> bool:
