@@ -451,3 +451,16 @@ def test_normalization_is_linear_enough():
     count_convert_layouts(body)
     assert time.perf_counter() - t < 5.0
     assert "rlc" not in out and "loc(" not in out
+
+
+def test_a_rule_built_on_another_normalizes_as_it_does_from_scratch():
+    """v4 digested after v3 at ingest starts from v3's text (Rule.builds_on):
+    the same text as normalizing the original from scratch, on every case
+    here, the texts left alone, and texts holding only one rule's triggers."""
+    texts = [BASE, *(annotated for annotated, _ in RLC_CASES.values()), "no triggers at all\n",
+             '%0 = x loc("/a.py":1:0)\n', RLC_CASES["bare_middle"][0].replace(PATH_A, PATH_B)]
+    for rule in ttgir.RULES.values():
+        if rule.builds_on:
+            base = ttgir.RULES[rule.builds_on]
+            for text in texts:
+                assert rule.finish(base.normalized(text)) == rule.normalized(text)

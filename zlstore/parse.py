@@ -405,10 +405,16 @@ class CellParser:
         parsed.fingerprints = self._fingerprints(parsed)  # here, not under the write lock in _insert
         return parsed
 
-    def digest(self, rule: ttgir.Rule, ir_hash: str, text: str) -> str:
+    def digest(self, rule: ttgir.Rule, ir_hash: str, text: str, normalized_now: Optional[dict] = None) -> str:
+        """The digest of a text under rule. normalized_now: the texts this
+        cell's combine normalized so far, by (ir_hash, rule name), for a
+        rule that builds on another's normalization (ttgir.Rule.builds_on)."""
         key = (ir_hash, rule.name)
         if key not in self.digests:
-            normalized = rule.normalized(text)
+            base = normalized_now.get((ir_hash, rule.builds_on)) if normalized_now and rule.builds_on else None
+            normalized = rule.finish(base) if base is not None else rule.normalized(text)
+            if normalized_now is not None:
+                normalized_now[key] = normalized
             # Left as it was, the text hashes to its own ir_hash (the sha256 of
             # the bytes it was decoded from with surrogateescape).
             self.digests[key] = ir_hash if normalized is text else ttgir.digest(normalized)
@@ -426,10 +432,11 @@ class CellParser:
         return self.combined[key]
 
     def _combine(self, parsed: ParsedCell):
-        fingerprints, digests = [], []
+        fingerprints, digests, normalized_now = [], [], {}
         kernels = [(k.name, k.ir_hash) for k in parsed.kernels]
         for rule in self.rules_for(parsed.root):
-            digested = {ir_hash: self.digest(rule, ir_hash, text) for ir_hash, (_, text) in parsed.texts.items()}
+            digested = {ir_hash: self.digest(rule, ir_hash, text, normalized_now)
+                        for ir_hash, (_, text) in parsed.texts.items()}
             digests.extend((ir_hash, rule.name, digest) for ir_hash, digest in digested.items())
             fingerprints.append((rule.name, ttgir.fingerprint(rule, kernels, digested.__getitem__,
                                                               parsed.index and parsed.index[0])))

@@ -594,6 +594,11 @@ class Rule:
     # differs under one rule and not under a stricter one differs only in
     # what the stricter one leaves out beyond it.
     ignores: Tuple[str, ...] = ()
+    # A rule that is another's normalization and then more: normalized(text)
+    # is finish(RULES[builds_on].normalized(text)), so that a text digested
+    # under both is not normalized twice (an ingest's screening cells).
+    builds_on: Optional[str] = None
+    finish: Optional[Callable[[str], str]] = None
 
     def leaves(self, data: Union[str, bytes]) -> bool:
         """Whether the rule leaves data (a text, or the bytes it decodes from)
@@ -623,9 +628,10 @@ RULES: dict = {
         Rule("v4", normalize_v4, False,
              ".ttgir texts without ttg.rlc-* annotations and without loc() location information",
              normalize_v4_raw, (_RLC_PREFIX, "loc("),
-             ("index.tsv cache hashes", "ttg.rlc-* annotations", "source locations")),
+             ("index.tsv cache hashes", "ttg.rlc-* annotations", "source locations"), "v3", strip_locations),
     )
 }
+assert all(r.finish is not None and r.builds_on in RULES for r in RULES.values() if r.builds_on)
 
 # The rule that leaves the most out: a pair IR_CHANGED under the current
 # rule but not under this one differs only in what it leaves out (the
