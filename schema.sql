@@ -518,9 +518,12 @@ BEGIN
     DELETE FROM ab_range_json WHERE range_rowid = OLD.rowid;
 END;
 
--- A root's name, kind and path are in its ranges' JSON.
-CREATE TRIGGER roots_update_unjudges AFTER UPDATE OF name, kind, path ON roots
-WHEN OLD.name IS NOT NEW.name OR OLD.kind IS NOT NEW.kind OR OLD.path IS NOT NEW.path
+-- A root's path is in its ranges' JSON, taken when they are judged (its
+-- name and kind are in the fragments kept with each range: a name never
+-- changes, it is part of the root's identity, and a change of kind pairs
+-- the root's rounds again).
+CREATE TRIGGER roots_path_unjudges AFTER UPDATE OF path ON roots
+WHEN OLD.path IS NOT NEW.path
 BEGIN
     UPDATE ab_range_rows SET judged = NULL WHERE root_id = NEW.id AND judged IS NOT NULL;
 END;
@@ -1042,30 +1045,35 @@ LEFT JOIN calibers ON calibers.id = j.caliber_id;
 
 -- What a range's judgement rests on beyond its own row: the settings
 -- (judging_settings), this release's schema (its findings' SQL) and the
--- current rule's noise floors. A stored judgement made under another
--- basis is not read (ab_range_judgements judges the row again).
+-- current rule's noise floors; the basis the stored judgements were made
+-- on; and whether that is today's (current = 1). A stored judgement made
+-- under another basis is not read (ab_range_judgements judges the row
+-- again).
 CREATE VIEW judging_basis AS
-SELECT
-    s.current_rule || '|' || s.q_max || '|' || s.min_effect || '|' || s.min_rounds
-    || '|' || coalesce((SELECT value FROM settings WHERE key = 'schema_hash'), '')
-    || '|' || coalesce((
-        SELECT group_concat(floor_text, ';') FROM (
-            SELECT quote(op) || ',' || quote(dtype) || ',' || caliber_id || ',' || quote(floor) AS floor_text
-            FROM noise_floor_rows WHERE rule = s.current_rule
-            ORDER BY op, dtype, caliber_id)), '') AS basis,
-    (SELECT basis FROM ab_judgement_basis WHERE id = 1) AS stored_basis
-FROM judging_settings s;
+WITH now AS MATERIALIZED (
+    SELECT
+        s.current_rule || '|' || s.q_max || '|' || s.min_effect || '|' || s.min_rounds
+        || '|' || coalesce((SELECT value FROM settings WHERE key = 'schema_hash'), '')
+        || '|' || coalesce((
+            SELECT group_concat(floor_text, ';') FROM (
+                SELECT quote(op) || ',' || quote(dtype) || ',' || caliber_id || ',' || quote(floor) AS floor_text
+                FROM noise_floor_rows WHERE rule = s.current_rule
+                ORDER BY op, dtype, caliber_id)), '') AS basis,
+        (SELECT basis FROM ab_judgement_basis WHERE id = 1) AS stored_basis
+    FROM judging_settings s
+)
+SELECT basis, stored_basis, basis IS stored_basis AS current FROM now;
 
 -- The ranges of ab_range_rows whose stored judgement cannot be read (none
 -- yet, or made under another basis), judged now: the finding, what would
--- settle it, the noise floor beside it, and the JSON text of the row
--- (but root_path), joined from the fragments kept with it, so that
--- `zlstore ab --json` prints a campaign's thousands of ranges without a
--- Python object per value. zlstore stores what this gives before it
--- commits (pairing.py); a read by hand between the two sees the same.
+-- settle it, the noise floor beside it, and the JSON text of the row,
+-- joined from the fragments kept with it, so that `zlstore ab --json`
+-- prints a campaign's thousands of ranges without a Python object per
+-- value. zlstore stores what this gives before it commits (pairing.py); a
+-- read by hand between the two sees the same.
 CREATE VIEW ab_range_unjudged AS
 WITH basis AS MATERIALIZED (
-    SELECT basis IS stored_basis AS current FROM judging_basis
+    SELECT current FROM judging_basis
 ),
 thresholds AS MATERIALIZED (
     SELECT q_max, min_effect, min_rounds,
@@ -1205,7 +1213,7 @@ FROM ab_range_rows r
 JOIN roots ON roots.id = r.root_id AND roots.kind <> 'screen'
 JOIN ab_range_json j ON j.range_rowid = r.rowid
 CROSS JOIN thresholds t
-WHERE r.judged IS NOT NULL AND (SELECT basis IS stored_basis FROM judging_basis)
+WHERE r.judged IS NOT NULL AND (SELECT current FROM judging_basis)
 UNION ALL
 SELECT
     u.range_rowid, [[range: u.{c}]],

@@ -45,6 +45,9 @@ _SETUP = [
     "before_cell_id, after_cell_id, before_caliber_id, after_caliber_id)",
     "CREATE TEMP TABLE IF NOT EXISTS ab_keys_now (root_id, op, dtype, shape)",
     "CREATE TEMP TABLE IF NOT EXISTS ab_keys_unique (key_id INTEGER PRIMARY KEY, root_id, op, dtype, shape)",
+    "CREATE TEMP TABLE IF NOT EXISTS ab_judged_now "
+    "(range_rowid INTEGER PRIMARY KEY, finding, finding_position, to_settle, noise_floor, clears_floor, "
+    "floor_note, json)",
 ]
 
 # The row identities the stale rounds hold: their ranges change too (read
@@ -254,9 +257,6 @@ _RANGES = [
 ]
 
 _JUDGING = [
-    "CREATE TEMP TABLE IF NOT EXISTS ab_judged_now "
-    "(range_rowid INTEGER PRIMARY KEY, finding, finding_position, to_settle, noise_floor, clears_floor, "
-    "floor_note, json)",
     "DELETE FROM temp.ab_judged_now",
     """INSERT INTO temp.ab_judged_now
         SELECT range_rowid, finding, finding_position, to_settle, noise_floor, clears_floor, floor_note, json
@@ -303,7 +303,7 @@ def unjudged(conn: sqlite3.Connection) -> bool:
     settings, this release, the current rule's noise floors)."""
     if _unjudged_rows(conn):
         return True
-    return not conn.execute("SELECT basis IS stored_basis OR NOT EXISTS (SELECT 1 FROM ab_range_rows) "
+    return not conn.execute("SELECT current OR NOT EXISTS (SELECT 1 FROM ab_range_rows) "
                             "FROM judging_basis").fetchone()[0]
 
 
