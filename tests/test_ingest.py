@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 from click.testing import CliRunner
 
-from zlstore import Store, db, judge, layout, ttgir
+from zlstore import Store, db, ingest, judge, layout, ttgir
 from zlstore.ingest import cell_rules
 from zlstore.cli import cli
 
@@ -346,3 +346,26 @@ def test_a_cell_env_side_in_other_case_is_read_and_one_that_is_no_side_is_named(
     assert problem["file"].endswith("topk_float16_after/cell.env") and "'sideways' is neither" in problem["message"]
     (verdict,) = judge.verdicts(store)
     assert verdict["verdict"] == "NO_IR_DIFF"
+
+
+def test_a_batch_keeps_its_scratch_in_memory_and_gives_it_back(tmp_path):
+    """A whole-tree ingest's batch keeps SQLite's scratch (each cell's
+    savepoint journal) in memory; everything else spills it to a file, so
+    that a refresh's memory does not grow with the campaign (db.scratch_in_memory)."""
+    def temp_store(conn):
+        return conn.execute("PRAGMA temp_store").fetchone()[0]  # 1: FILE, 2: MEMORY
+
+    with Store(tmp_path / "store.db") as store:
+        conn = store.conn
+        assert temp_store(conn) == 1
+        batch = ingest._Batch(conn)
+        for end in (batch.commit, batch.rollback):
+            batch.open()
+            assert conn.in_transaction and temp_store(conn) == 2
+            end()
+            assert not conn.in_transaction and temp_store(conn) == 1
+        db.scratch_in_memory(conn, True)
+        conn.execute("BEGIN")
+        db.scratch_in_memory(conn, False)  # SQLite refuses the change inside a transaction: left as it is
+        assert temp_store(conn) == 2
+        conn.execute("ROLLBACK")

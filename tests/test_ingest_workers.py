@@ -2,6 +2,7 @@
 writing its results into a pipe of its own, while the main process writes
 them in order. These tests run the real processes."""
 
+import json
 import os
 import signal
 import sqlite3
@@ -12,14 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from zlstore import Store, parallel
+from zlstore import Store, layout, parallel, parse
 
 from .test_ingest import IR, record, write_cell, write_root_env
 
 # Columns that say when, not what: they differ between any two ingests (a
 # stat signature of files younger than two seconds holds the time it was taken).
 WHEN = {"ingested_at", "started_at", "finished_at", "stat_sig"}
-SKIPPED_TABLES = {"ingest_runs", "ingest_problems", "settings"}
+# walked_dirs: the walk's listings, kept only for directories older than
+# two seconds (unchanged.RACY_NS): an ingest right after the tree was made
+# keeps none, one a moment later all of them.
+SKIPPED_TABLES = {"ingest_runs", "ingest_problems", "settings", "walked_dirs"}
 
 
 def contents(db_path) -> dict:
@@ -197,3 +201,33 @@ def test_workers_end_when_the_writing_process_is_killed(tmp_path):
     assert gone(workers), "a worker outlived the ingest it worked for"
     _, err = process.communicate(timeout=60)  # the workers' stderr too: it closes when they end
     assert b"Traceback" not in err
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_rows_with_and_without_the_sparse_fields_are_stored_whole_in_file_order(tmp_path, monkeypatch, workers):
+    """A row that sets none of parse.SPARSE_COLUMNS is INSERTed without them:
+    rows that set some, in between, keep every field and the file's order."""
+    root = tmp_path / "runs" / "screen_20260101_000000"
+    write_root_env(root)
+    sparse = {"gbps_base": 1.5, "gbps": 2.5, "tflops": 3.5, "utilization": 0.25, "accuracy": True,
+              "compared_speedup": 1.25, "legacy_shape": [[8, 8]], "error_msg": "it failed", "surplus": 7}
+    result = [{"shape_detail": [[n]], "latency_base": 0.03, "latency": 0.02 + n / 1e4, **(sparse if n % 3 else {})}
+              for n in range(1, 10)]
+    log = "[INFO] " + json.dumps({"op_name": "abs", "dtype": "torch.float16", "mode": "kernel", "level": "core",
+                                  "result": result}) + "\n"
+    for i in range(parallel.PARALLEL_MIN_CELLS + 2):  # enough cells for workers
+        write_cell(root / f"op{i:03d}_before", log, env={"RC": 0})
+    ingest_with(workers, root.parent, tmp_path / "store.db", monkeypatch)
+    parsed = parse.CellParser(parse.SCREENING_RULES).parse(
+        parse.scan_cell(root / "op000_before"), layout.locate_root(root / "op000_before", {}),
+        layout.load_root(layout.locate_root(root / "op000_before", {})))
+    conn = sqlite3.connect(tmp_path / "store.db")
+    stored = conn.execute(f"SELECT {', '.join(parse.MEASUREMENT_COLUMNS[1:])} FROM measurements "
+                          "WHERE cell_id = (SELECT id FROM cells WHERE path LIKE '%/op000_before') "
+                          "ORDER BY id").fetchall()
+    conn.close()
+    assert [tuple(row) for row in stored] == parsed.stored_rows()
+    assert [dense for dense, _ in parsed.insert_runs()] == [False, True] * 3  # n = 1-2, 3, 4-5, 6, 7-8, 9
+    gbps = parse.MEASUREMENT_COLUMNS.index("gbps") - 1
+    assert [row[gbps] for row in stored] == [None if n % 3 == 0 else 2.5 for n in range(1, 10)]
+    assert all(row[parse.MEASUREMENT_COLUMNS.index("extra") - 1] for row in stored if row[gbps] is not None)

@@ -203,15 +203,27 @@ def connect(path, wal: bool = True, immutable: bool = False) -> sqlite3.Connecti
     )
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA foreign_keys = ON")
-    # Re-pairing's scratch tables and sorts stay in the page cache and spill
-    # to a temporary file beyond it (not MEMORY: then a refresh's memory
-    # grew with the campaign, 1.8 times at 4 times the cells; now 1.07).
-    conn.execute("PRAGMA temp_store = FILE")
+    scratch_in_memory(conn, False)
     stats.register(conn)
     if wal:
         retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL"))
         conn.execute("PRAGMA synchronous = NORMAL")
     return conn
+
+
+def scratch_in_memory(conn: sqlite3.Connection, memory: bool):
+    """Where SQLite keeps its scratch: temporary tables, sorts and the
+    journals of savepoints and statements. By default a file (FILE): a
+    refresh's scratch stays in the page cache and spills beyond it, so its
+    memory does not grow with the campaign (with MEMORY it grew 1.8 times at
+    4 times the cells). A whole-tree ingest's batch asks for MEMORY
+    (ingest._Batch): its scratch is bounded by the batch, and each cell's
+    savepoint journal, written to a file, was a third of the writing
+    process's system time. SQLite drops the temporary tables on a change
+    (pairing.py creates its own again) and refuses one inside a transaction:
+    the setting is then left as it is."""
+    if not conn.in_transaction:
+        conn.execute(f"PRAGMA temp_store = {'MEMORY' if memory else 'FILE'}")
 
 
 # -- checking a file before it is opened or changed ----------------------------

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from . import caliber, layout, names, pairing, parallel, parse, roots, stats, ttgir, unchanged
-from .db import bulk_checkpoints, now, retry_busy, write_transaction
+from .db import bulk_checkpoints, now, retry_busy, scratch_in_memory, write_transaction
 from .layout import Problem
 from .parse import ParsedCell, bounded
 
@@ -32,12 +32,15 @@ COUNTS = (
     "cells_failed", "rows_added", "kernels_added", "ir_texts_added",
 )
 
-_INSERT_CELL = (f"INSERT INTO cells (root_id, caliber_id, stat_sig, ingested_at, {', '.join(parse.CELL_COLUMNS)}) "
-                f"VALUES ({', '.join('?' * (4 + len(parse.CELL_COLUMNS)))})")
-_INSERT_KERNEL = (f"INSERT INTO kernels (cell_id, {', '.join(parse.Kernel._fields)}) "
-                  f"VALUES ({', '.join('?' * (1 + len(parse.Kernel._fields)))})")
-_INSERT_MEASUREMENT = (f"INSERT INTO measurements ({', '.join(parse.MEASUREMENT_COLUMNS)}) "
-                       f"VALUES ({', '.join('?' * len(parse.MEASUREMENT_COLUMNS))})")
+
+def _insert_sql(table: str, columns) -> str:
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+
+
+_INSERT_CELL = _insert_sql("cells", ("root_id", "caliber_id", "stat_sig", "ingested_at") + parse.CELL_COLUMNS)
+_INSERT_KERNEL = _insert_sql("kernels", ("cell_id",) + parse.Kernel._fields)
+_INSERT_MEASUREMENT = _insert_sql("measurements", parse.MEASUREMENT_COLUMNS)
+_INSERT_DENSE_MEASUREMENT = _insert_sql("measurements", parse.DENSE_COLUMNS)
 RECORDED_VERDICT_COLUMNS = (
     "root_id", "file", "line", "op", "dtype", "verdict", "raw_verdict", "cl_before", "cl_after",
     "fp_before", "fp_after", "elapsed_before", "elapsed_after", "rc_before", "rc_after",
@@ -250,6 +253,7 @@ class _Batch:
 
     def open(self):
         if not self.conn.in_transaction:
+            scratch_in_memory(self.conn, True)
             retry_busy(lambda: self.conn.execute("BEGIN IMMEDIATE"))
             self.started = time.monotonic()
 
@@ -264,11 +268,13 @@ class _Batch:
             pairing.refresh(self.conn, final=False)
             retry_busy(lambda: self.conn.execute("COMMIT"))
         self.started = None
+        scratch_in_memory(self.conn, False)
 
     def rollback(self):
         if self.conn.in_transaction:
             self.conn.execute("ROLLBACK")
         self.started = None
+        scratch_in_memory(self.conn, False)
 
 
 class Ingester:
@@ -570,7 +576,7 @@ class Ingester:
             self.cells[key] = (cell_id, stat_sig, parsed.content_sig)
         self.summary.counts["cells_" + outcome] += 1
         if outcome != "unchanged":  # an unchanged cell's problems were told when it was stored
-            self.summary.counts["rows_added"] += len(parsed.stored_rows())
+            self.summary.counts["rows_added"] += parsed.row_count
             self.summary.counts["kernels_added"] += len(parsed.kernels)
             self.summary.problems.extend(parsed.problems)
         return outcome
@@ -689,8 +695,7 @@ class Ingester:
             self.conn.execute("DELETE FROM partitions WHERE root_id = ?", (root_id,))
         for file_name, rows in ((layout.SCREEN_TSV, root.screen), (layout.SCREEN_TSV_ORIG, root.screen_orig)):
             self.conn.executemany(
-                f"INSERT INTO recorded_verdicts ({', '.join(RECORDED_VERDICT_COLUMNS)}) "
-                f"VALUES ({', '.join('?' * len(RECORDED_VERDICT_COLUMNS))})",
+                _insert_sql("recorded_verdicts", RECORDED_VERDICT_COLUMNS),
                 [self._verdict_row(root_id, file_name, line, row) for line, row in rows if row.get("op")],
             )
         self.conn.executemany(
@@ -742,15 +747,13 @@ class Ingester:
     # -- writing (inside the cell's transaction) ---------------------------
 
     def _insert(self, parsed: ParsedCell, root_id: int, stat_sig: str) -> int:
-        rows = parsed.stored_rows()
         caliber_id = self.caliber_id(parsed.values["caliber"])
         if parsed.index and parsed.index[0] not in self.pending_blobs and parsed.index[0] not in self.blobs:
             self._insert_blob(parsed.index[0], "index.tsv", parsed.index[1])
         cell_id = self.conn.execute(_INSERT_CELL, (root_id, caliber_id, stat_sig, now(), *parsed.cell_columns())).lastrowid
-        self.conn.executemany(
-            _INSERT_MEASUREMENT,
-            [(cell_id, *row) for row in rows],
-        )
+        for dense, rows in parsed.insert_runs():
+            self.conn.executemany(_INSERT_DENSE_MEASUREMENT if dense else _INSERT_MEASUREMENT,
+                                  [(cell_id, *row) for row in rows])
         for ir_hash, (raw, _) in parsed.texts.items():
             if ir_hash not in self.pending_blobs and ir_hash not in self.blobs:
                 self._insert_blob(ir_hash, "ttgir", raw, self.packed.get(ir_hash))

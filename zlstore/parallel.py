@@ -114,7 +114,8 @@ class Preparer:
             if ir_hash not in self.sent:
                 self.sent.add(ir_hash)
                 parsed.packed[ir_hash] = parse.packed(raw, "ttgir")
-        parsed.stored_rows()
+        parsed.cell_columns()
+        parsed.insert_runs()
         return parsed  # pickled by _reduce: only what the writer needs
 
 
@@ -124,17 +125,18 @@ def _reduce(parsed: ParsedCell):
     objects. Registered with copyreg: pickle uses it for every ParsedCell."""
     return (_portable_cell, (str(parsed.files.path), parsed.ref, parsed.values["caliber"], parsed.cell_columns(),
                              [tuple(k) for k in parsed.kernels], tuple(parsed.texts), parsed.index,
-                             parsed.content_sig, parsed.problems, parsed.stored_rows(), parsed.fingerprints,
+                             parsed.content_sig, parsed.problems, parsed.insert_runs(), parsed.fingerprints,
                              parsed.packed, parsed.reread))
 
 
 def _portable_cell(path, ref, caliber_values, columns, kernels, texts, index, content_sig, problems,
-                   measurements, fingerprints, packed, reread) -> ParsedCell:
-    """A ParsedCell as a worker sent it: what the writer needs, nothing more."""
+                   runs, fingerprints, packed, reread) -> ParsedCell:
+    """A ParsedCell as a worker sent it: what the writer needs, nothing more
+    (its rows as they are INSERTed: insert_runs)."""
     return ParsedCell(
         CellFiles(path, {}, [], {}), None, ref, None, {"caliber": caliber_values}, None, kernels,
-        dict.fromkeys(texts, (None, None)), index, content_sig, problems, measurements, fingerprints, packed,
-        columns, reread)
+        dict.fromkeys(texts, (None, None)), index, content_sig, problems, None, fingerprints, packed,
+        columns, reread, runs)
 
 
 copyreg.pickle(ParsedCell, _reduce)
