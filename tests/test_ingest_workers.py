@@ -231,3 +231,20 @@ def test_rows_with_and_without_the_sparse_fields_are_stored_whole_in_file_order(
     gbps = parse.MEASUREMENT_COLUMNS.index("gbps") - 1
     assert [row[gbps] for row in stored] == [None if n % 3 == 0 else 2.5 for n in range(1, 10)]
     assert all(row[parse.MEASUREMENT_COLUMNS.index("extra") - 1] for row in stored if row[gbps] is not None)
+
+
+def test_a_bulk_ingest_collects_garbage_less_often_in_its_workers_too():
+    """ingest.fewer_collections raises the young generation's threshold for
+    the bulk write and the workers forked in it, and gives it back."""
+    import gc
+
+    from zlstore import forked, ingest
+
+    before = gc.get_threshold()
+    with ingest.fewer_collections():
+        assert gc.get_threshold()[0] == max(before[0], ingest.YOUNG_COLLECTION_OBJECTS)
+        with forked.Workers(1, lambda me: [gc.get_threshold()]) as workers:
+            assert workers.next_from(0) == gc.get_threshold()
+    assert gc.get_threshold() == before
+    with ingest.fewer_collections(bulk=False):
+        assert gc.get_threshold() == before

@@ -228,7 +228,8 @@ class ParsedCell:
     problems: List[Problem]
     # Filled by the process that parsed the cell, and all a worker sends of
     # it (texts and Row objects stay in the worker: parallel.py): its rows
-    # as stored, its fingerprints and text digests (CellParser._fingerprints),
+    # as INSERTed (runs; measurements, the rows as stored, stay in the
+    # worker), its fingerprints and text digests (CellParser._fingerprints),
     # the (size, zlib data) of the texts that worker had not sent before, and
     # the cells row.
     measurements: Optional[List[tuple]] = None
