@@ -211,6 +211,11 @@ def connect(path, wal: bool = True, immutable: bool = False) -> sqlite3.Connecti
     return conn
 
 
+def insert_sql(table: str, columns, verb: str = "INSERT") -> str:
+    """An INSERT of these columns, a ? for each."""
+    return f"{verb} INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+
+
 def scratch_in_memory(conn: sqlite3.Connection, memory: bool):
     """Where SQLite keeps its scratch: temporary tables, sorts and the
     journals of savepoints and statements. By default a file (FILE): a

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from . import caliber, layout, names, pairing, parallel, parse, roots, stats, ttgir, unchanged
-from .db import bulk_checkpoints, now, retry_busy, scratch_in_memory, write_transaction
+from .db import bulk_checkpoints, insert_sql, now, retry_busy, scratch_in_memory, write_transaction
 from .layout import Problem
 from .parse import ParsedCell, bounded
 
@@ -34,14 +34,10 @@ COUNTS = (
 )
 
 
-def _insert_sql(table: str, columns) -> str:
-    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
-
-
-_INSERT_CELL = _insert_sql("cells", ("root_id", "caliber_id", "stat_sig", "ingested_at") + parse.CELL_COLUMNS)
-_INSERT_KERNEL = _insert_sql("kernels", ("cell_id",) + parse.Kernel._fields)
-_INSERT_MEASUREMENT = _insert_sql("measurements", parse.MEASUREMENT_COLUMNS)
-_INSERT_DENSE_MEASUREMENT = _insert_sql("measurements", parse.DENSE_COLUMNS)
+_INSERT_CELL = insert_sql("cells", ("root_id", "caliber_id", "stat_sig", "ingested_at") + parse.CELL_COLUMNS)
+_INSERT_KERNEL = insert_sql("kernels", ("cell_id",) + parse.Kernel._fields)
+_INSERT_MEASUREMENT = insert_sql("measurements", parse.MEASUREMENT_COLUMNS)
+_INSERT_DENSE_MEASUREMENT = insert_sql("measurements", parse.DENSE_COLUMNS)
 RECORDED_VERDICT_COLUMNS = (
     "root_id", "file", "line", "op", "dtype", "verdict", "raw_verdict", "cl_before", "cl_after",
     "fp_before", "fp_after", "elapsed_before", "elapsed_after", "rc_before", "rc_after",
@@ -350,8 +346,8 @@ class Ingester:
             prepared = (parallel.prepared(cells, workers, parallel.Preparer(self.parser, self.cells, self.rehash))
                         if workers else ((cell, None) for cell in cells))
             bulk = len(cells) > parallel.PARALLEL_MIN_CELLS
+            # closing: the workers end with it
             with contextlib.closing(prepared), bulk_checkpoints(self.conn, bulk), fewer_collections(bulk):
-                # closing: the workers end with it
                 self._write_all(prepared, len(cells), _Batch(self.conn) if bulk and not require_finished else None,
                                 require_finished, progress)
             self._close_covered(paths)
@@ -705,11 +701,7 @@ class Ingester:
             files_sig=root.files_sig, ingested_at=now(), identity=root.identity,
         )
         if root_id is None:
-            columns = ", ".join(values)
-            root_id = self.conn.execute(
-                f"INSERT INTO roots ({columns}) VALUES ({', '.join('?' * len(values))})",
-                tuple(values.values()),
-            ).lastrowid
+            root_id = self.conn.execute(insert_sql("roots", tuple(values)), tuple(values.values())).lastrowid
         else:
             assignments = ", ".join(f"{k} = ?" for k in values)
             self.conn.execute(f"UPDATE roots SET {assignments} WHERE id = ?", (*values.values(), root_id))
@@ -717,7 +709,7 @@ class Ingester:
             self.conn.execute("DELETE FROM partitions WHERE root_id = ?", (root_id,))
         for file_name, rows in ((layout.SCREEN_TSV, root.screen), (layout.SCREEN_TSV_ORIG, root.screen_orig)):
             self.conn.executemany(
-                _insert_sql("recorded_verdicts", RECORDED_VERDICT_COLUMNS),
+                insert_sql("recorded_verdicts", RECORDED_VERDICT_COLUMNS),
                 [self._verdict_row(root_id, file_name, line, row) for line, row in rows if row.get("op")],
             )
         self.conn.executemany(
@@ -755,8 +747,7 @@ class Ingester:
             row = self.conn.execute(f"SELECT id FROM calibers WHERE {where}", values).fetchone()
             if row is None:
                 in_txn = self.conn.in_transaction
-                insert = (f"INSERT OR IGNORE INTO calibers ({', '.join(caliber.NAMES)}) "
-                          f"VALUES ({', '.join('?' * len(values))})")
+                insert = insert_sql("calibers", caliber.NAMES, "INSERT OR IGNORE")
                 if in_txn:
                     self.conn.execute(insert, values)
                 else:

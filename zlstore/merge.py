@@ -282,9 +282,7 @@ class Merger:
         if root_id is None:
             columns.append("path")
             values.append(path)
-            root_id = self.conn.execute(
-                f"INSERT INTO roots ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
-                values).lastrowid
+            root_id = self.conn.execute(dbmod.insert_sql("roots", columns), values).lastrowid
         else:
             self.conn.execute(f"UPDATE roots SET {', '.join(c + ' = ?' for c in columns)} WHERE id = ?",
                               (*values, root_id))

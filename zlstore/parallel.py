@@ -114,8 +114,6 @@ class Preparer:
             if ir_hash not in self.sent:
                 self.sent.add(ir_hash)
                 parsed.packed[ir_hash] = parse.packed(raw, "ttgir")
-        parsed.cell_columns()
-        parsed.insert_runs()
         return parsed  # pickled by _reduce: only what the writer needs
 
 

@@ -268,7 +268,6 @@ class ParsedCell:
                 self.measurements.append(measurement_values(row) + (occurrence,))
         return self.measurements
 
-
     def insert_runs(self) -> List[Tuple[bool, List[tuple]]]:
         """The measurements rows in the order they are INSERTed, as runs of
         (dense, rows): a dense row is its DENSE_COLUMNS (without cell_id),
