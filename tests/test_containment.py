@@ -435,11 +435,11 @@ def test_a_cell_without_dtype_takes_it_from_its_one_screen_row(tmp_path):
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 2 MB file system (tmpfs) for the database; skipped where this user
+    """A 1 MB file system (tmpfs) for the database; skipped where this user
     may not mount one."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
                           capture_output=True, text=True)
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs to fill (needs root): {done.stderr.strip()}")

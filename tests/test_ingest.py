@@ -369,3 +369,30 @@ def test_a_batch_keeps_its_scratch_in_memory_and_gives_it_back(tmp_path):
         db.scratch_in_memory(conn, False)  # SQLite refuses the change inside a transaction: left as it is
         assert temp_store(conn) == 2
         conn.execute("ROLLBACK")
+
+
+def test_a_batch_checks_the_wal_in_when_it_commits(tmp_path):
+    """A batch's commit is checked into the database file at once
+    (db.checkpoint_between_commits), while an ingest's workers go on: not
+    left to the run's last commit, which everything waits for. The database
+    file alone, without its WAL, holds what the batch committed. (A
+    checkpoint that fails, on a full disk, loses nothing and raises nothing:
+    test_containment.py's full disk, where every batch is one cell.)"""
+    def rows_in_file_alone(name):
+        shutil.copy(tmp_path / "store.db", tmp_path / name)  # the main file, not its -wal
+        conn = sqlite3.connect(tmp_path / name)
+        try:
+            return conn.execute("SELECT count(*) FROM ingest_runs").fetchone()[0]
+        finally:
+            conn.close()
+
+    with Store(tmp_path / "store.db") as store:
+        conn = store.conn
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the schema in the file
+        before = rows_in_file_alone("before.db")
+        batch = ingest._Batch(conn)
+        batch.open()
+        conn.execute("INSERT INTO ingest_runs (started_at, command, paths) VALUES ('now', 'test', '[]')")
+        batch.commit()
+        assert rows_in_file_alone("after.db") == before + 1
+

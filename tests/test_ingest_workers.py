@@ -248,3 +248,31 @@ def test_a_bulk_ingest_collects_garbage_less_often_in_its_workers_too():
     assert gc.get_threshold() == before
     with ingest.fewer_collections(bulk=False):
         assert gc.get_threshold() == before
+
+
+def test_a_batch_pairs_its_rounds_every_few_cells_and_stores_the_same(example_source, tmp_path, monkeypatch):
+    """A batch pairs the rounds of its last PAIR_CELLS cells before it
+    commits (ingest._Batch.written), so that the run's last commit, paid
+    after the workers are done, has only the cells after them to pair. What
+    is stored is what one pairing per commit stores."""
+    from zlstore import ingest
+
+    source, _ = example_source
+    left = []  # stale rounds at each commit: what the commit's own pairing has to do
+    commit = ingest._Batch.commit
+
+    def counting_commit(batch):
+        left.append(batch.conn.execute("SELECT count(*) FROM ab_stale_rounds").fetchone()[0])
+        commit(batch)
+
+    monkeypatch.setattr(ingest._Batch, "commit", counting_commit)
+    monkeypatch.setattr(ingest, "PAIR_CELLS", 10**9)
+    ingest_with(2, source, tmp_path / "per_commit.db", monkeypatch)
+    per_commit, left[:] = list(left), []
+    monkeypatch.setattr(ingest, "PAIR_CELLS", 3)
+    ingest_with(2, source, tmp_path / "every_3.db", monkeypatch)
+    assert max(per_commit) > 2 and max(left) <= 2  # a cell marks its one round
+    one, two = contents(tmp_path / "per_commit.db"), contents(tmp_path / "every_3.db")
+    for table in one:
+        assert one[table] == two[table], table
+    assert len(one["ab_slot_rows"]) > 0 and len(one["ab_range_rows"]) > 0

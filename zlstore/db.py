@@ -478,6 +478,20 @@ def retry_busy(operation: Callable, attempts: int = WRITE_ATTEMPTS):
 BULK_CHECKPOINT_PAGES = 16384
 
 
+def checkpoint_between_commits(conn: sqlite3.Connection):
+    """Check the WAL into the database between two commits of a bulk write
+    (an ingest's batches), as far as readers allow (PASSIVE: it waits for
+    none). Paid there, while an ingest's workers go on preparing cells, the
+    checkpoint is not left to the run's last commit, which would check in a
+    WAL past BULK_CHECKPOINT_PAGES alone (0.3 s at the end of a 6,720-cell
+    ingest). One that fails (a full disk) loses nothing: the WAL keeps what
+    was committed, and the next commit or close checks it in."""
+    try:
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+    except sqlite3.OperationalError:
+        pass
+
+
 @contextlib.contextmanager
 def bulk_checkpoints(conn: sqlite3.Connection, bulk: bool = True) -> Iterator[None]:
     checkpoint = conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]

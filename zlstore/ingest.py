@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from . import caliber, layout, names, pairing, parallel, parse, roots, stats, ttgir, unchanged
-from .db import bulk_checkpoints, insert_sql, now, retry_busy, scratch_in_memory, write_transaction
+from .db import (bulk_checkpoints, checkpoint_between_commits, insert_sql, now, retry_busy, scratch_in_memory,
+                 write_transaction)
 from .layout import Problem
 from .parse import ParsedCell, bounded
 
@@ -91,6 +92,11 @@ class Summary:
 UNREAD_SIG = "unread:"
 
 BATCH_SECONDS = 2.0  # a whole-tree ingest commits its cells this often
+# ... and pairs the rounds of its last cells this often, uncommitted: the
+# run's last commit, paid after the workers are done, then pairs only the
+# cells written after the last of these (0.05 s, not 0.3 s, at the end of a
+# 6,720-cell ingest), and the rest is paired while the workers work.
+PAIR_CELLS = 400
 
 
 class CellPaths:
@@ -247,6 +253,7 @@ class _Batch:
     def __init__(self, conn: sqlite3.Connection, seconds: Optional[float] = None):
         self.conn, self.started = conn, None
         self.seconds = BATCH_SECONDS if seconds is None else seconds
+        self.unpaired = 0  # cells written since their rounds were last paired
 
     def open(self):
         if not self.conn.in_transaction:
@@ -257,20 +264,29 @@ class _Batch:
     def due(self) -> bool:
         return self.started is not None and time.monotonic() - self.started >= self.seconds
 
+    def written(self):
+        """A cell was written: pair the rounds of the last PAIR_CELLS cells."""
+        self.unpaired += 1
+        if self.unpaired >= PAIR_CELLS and self.conn.in_transaction:
+            pairing.refresh(self.conn, final=False)
+            self.unpaired = 0
+
     def commit(self):
         """Commit the cells written so far, their rounds re-paired first
         (their roots' q-values and findings wait for the run's last commit,
-        Ingester._finish: a root's family is adjusted once, not per batch)."""
+        Ingester._finish: a root's family is adjusted once, not per batch),
+        and check the WAL in while the workers go on."""
         if self.conn.in_transaction:
             pairing.refresh(self.conn, final=False)
             retry_busy(lambda: self.conn.execute("COMMIT"))
-        self.started = None
+            checkpoint_between_commits(self.conn)
+        self.started, self.unpaired = None, 0
         scratch_in_memory(self.conn, False)
 
     def rollback(self):
         if self.conn.in_transaction:
             self.conn.execute("ROLLBACK")
-        self.started = None
+        self.started, self.unpaired = None, 0
         scratch_in_memory(self.conn, False)
 
 
@@ -420,6 +436,8 @@ class Ingester:
                     if batch and batch.due():
                         batch.commit()
                         committed = (dict(self.summary.counts), len(self.summary.problems))
+                    elif batch:
+                        batch.written()
                     if progress:
                         progress(done, total)
                 if batch:
