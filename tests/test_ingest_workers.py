@@ -276,3 +276,33 @@ def test_a_batch_pairs_its_rounds_every_few_cells_and_stores_the_same(example_so
     for table in one:
         assert one[table] == two[table], table
     assert len(one["ab_slot_rows"]) > 0 and len(one["ab_range_rows"]) > 0
+
+
+def test_a_bulk_ingest_writes_its_cells_with_a_larger_page_cache_and_pairs_them_with_the_default(
+        example_source, tmp_path, monkeypatch):
+    """The cells of a whole-tree ingest are written with BULK_CACHE_KIB of
+    page cache (db.bulk_cache), and the last pass over the campaign runs with
+    the default again: its memory must not grow with the campaign."""
+    from zlstore import db, ingest, pairing
+
+    source, _ = example_source
+    seen = {"cells": set(), "final": set()}
+    cell, refresh = ingest.Ingester.cell, pairing.refresh
+
+    def watched_cell(self, *args, **kwargs):
+        seen["cells"].add(self.conn.execute("PRAGMA cache_size").fetchone()[0])
+        return cell(self, *args, **kwargs)
+
+    def watched_refresh(conn, final=True, rejudge=False):
+        if final:
+            seen["final"].add(conn.execute("PRAGMA cache_size").fetchone()[0])
+        return refresh(conn, final=final, rejudge=rejudge)
+
+    monkeypatch.setattr(ingest.Ingester, "cell", watched_cell)
+    monkeypatch.setattr(pairing, "refresh", watched_refresh)
+    with Store(tmp_path / "store.db") as store:
+        default = store.conn.execute("PRAGMA cache_size").fetchone()[0]
+        store.ingest(source)
+        after = store.conn.execute("PRAGMA cache_size").fetchone()[0]
+    assert seen["cells"] == {-db.BULK_CACHE_KIB} and -db.BULK_CACHE_KIB != default
+    assert seen["final"] == {default} == {after}

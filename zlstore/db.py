@@ -492,6 +492,27 @@ def checkpoint_between_commits(conn: sqlite3.Connection):
         pass
 
 
+# A whole-tree ingest's batches each touch about 30 MB of pages: with
+# SQLite's default 2 MB of page cache, the writing process spilled and read
+# back pages all along (141,000 writes and 114,000 reads for 6,720 cells;
+# 105,000 and 43,000 with this). Only while the cells are written: the last
+# pass over a campaign (pairing.refresh) runs with the default again, so
+# that its memory does not grow with the campaign.
+BULK_CACHE_KIB = 16384
+
+
+@contextlib.contextmanager
+def bulk_cache(conn: sqlite3.Connection, bulk: bool = True) -> Iterator[None]:
+    """A larger page cache (BULK_CACHE_KIB) while a bulk write runs."""
+    before = conn.execute("PRAGMA cache_size").fetchone()[0]
+    if bulk:
+        conn.execute(f"PRAGMA cache_size = {-BULK_CACHE_KIB}")
+    try:
+        yield
+    finally:
+        conn.execute(f"PRAGMA cache_size = {before}")
+
+
 @contextlib.contextmanager
 def bulk_checkpoints(conn: sqlite3.Connection, bulk: bool = True) -> Iterator[None]:
     checkpoint = conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]

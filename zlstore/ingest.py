@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from . import caliber, layout, names, pairing, parallel, parse, roots, stats, ttgir, unchanged
-from .db import (bulk_checkpoints, checkpoint_between_commits, insert_sql, now, retry_busy, scratch_in_memory,
+from .db import (bulk_cache, bulk_checkpoints, checkpoint_between_commits, insert_sql, now, retry_busy, scratch_in_memory,
                  write_transaction)
 from .layout import Problem
 from .parse import ParsedCell, bounded
@@ -363,7 +363,8 @@ class Ingester:
                         if workers else ((cell, None) for cell in cells))
             bulk = len(cells) > parallel.PARALLEL_MIN_CELLS
             # closing: the workers end with it
-            with contextlib.closing(prepared), bulk_checkpoints(self.conn, bulk), fewer_collections(bulk):
+            with (contextlib.closing(prepared), bulk_checkpoints(self.conn, bulk), bulk_cache(self.conn, bulk),
+                  fewer_collections(bulk)):
                 self._write_all(prepared, len(cells), _Batch(self.conn) if bulk and not require_finished else None,
                                 require_finished, progress)
             self._close_covered(paths)
