@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from . import caliber, layout, names, pairing, parallel, parse, roots, stats, ttgir, unchanged
-from .db import (bulk_cache, bulk_checkpoints, checkpoint_between_commits, insert_sql, now, retry_busy, scratch_in_memory,
-                 write_transaction)
+from .db import (bulk_cache, bulk_checkpoints, checkpoint_between_commits, insert_sql, now, retry_busy,
+                 scratch_in_memory, write_transaction)
 from .layout import Problem
 from .parse import ParsedCell, bounded
 
