@@ -34,7 +34,6 @@ COUNTS = (
     "cells_failed", "rows_added", "kernels_added", "ir_texts_added",
 )
 
-
 _INSERT_CELL = insert_sql("cells", ("root_id", "caliber_id", "stat_sig", "ingested_at") + parse.CELL_COLUMNS)
 _INSERT_KERNEL = insert_sql("kernels", ("cell_id",) + parse.Kernel._fields)
 _INSERT_MEASUREMENT = insert_sql("measurements", parse.MEASUREMENT_COLUMNS)
