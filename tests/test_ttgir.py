@@ -16,6 +16,8 @@ import time
 from pathlib import PurePosixPath
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from zlstore import ttgir
 from zlstore.ttgir import (
@@ -284,6 +286,24 @@ def test_v4_crlf_definition_lines_go_whole():
 def test_v4_also_strips_rlc():
     annotated = RLC_CASES["bare_middle"][0].replace(PATH_A, PATH_B)
     assert fp("v4", annotated) == fp("v4", BASE)
+
+
+# Pieces of IR lines where locations hide: the fast passes of strip_locations
+# must remove exactly what the scanner does, for every mix of them.
+_LOC_PIECES = [
+    '#loc = loc("/a/b.py":1:0)', '#loc7 = loc("/a/b (copy).py":12:3)', '#loc.x = loc(unknown)',
+    '#loc2 = loc("x\\"y":3:4)', '#loc12 = loc(callsite(#loc9 at #loc24))', '#loc3 = loc("in0_ptr"(#loc))',
+    '#loc4 =loc("a.py":1:2)', '#loc5 = loc("a.py":1:2) ', '#loc6 = loc("a.py":1:2)\r', '#loc8 = loc("a.py":x:2)',
+    "#loc9 = loc(", "  %0 = tt.get_program_id x : i32", " loc(#loc1)", "\tloc(#loc2)", "  loc(#loc)",
+    ' loc("n(a)me"(callsite(#loc1 at #loc2)))', ' "s loc(3)"', "@my.loc(%0)", " {a = 1}", ")", "",
+]
+
+
+@given(st.lists(st.lists(st.sampled_from(_LOC_PIECES), max_size=4).map("".join), min_size=1, max_size=12))
+@settings(max_examples=400, deadline=None)
+def test_v4_fast_passes_remove_what_the_scanner_removes(lines):
+    text = "\n".join(lines) + "\n"
+    assert ttgir.strip_locations(text) == ttgir._strip_locations_scan(text)
 
 
 # --- real code differences survive every rule ------------------------------
