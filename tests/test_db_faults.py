@@ -216,6 +216,15 @@ def test_a_missing_database_through_a_real_process(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_the_hint_for_a_missing_database_is_a_command_that_runs_as_printed(tmp_path):
+    result = subprocess.run(ZLSTORE + ["noise", "--db", "my runs.db"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 2
+    assert "zlstore init --db 'my runs.db' creates one" in result.stderr
+    init = subprocess.run(ZLSTORE + ["init", "--db", "my runs.db"], cwd=tmp_path, capture_output=True, timeout=60)
+    assert init.returncode == 0 and (tmp_path / "my runs.db").is_file()
+
+
 def test_a_new_database_in_a_missing_directory_is_named(tmp_path, runs):
     path = tmp_path / "no" / "such" / "dir" / "x.db"
     result = CliRunner().invoke(cli, ["ingest", str(runs), "--db", str(path)])

@@ -10,7 +10,7 @@ from zlstore import Store
 
 from . import generator
 from zlstore.cli import cli
-from zlstore.plan import Op, PlanError, hash_makespan, make_plan, read_partition_tsv, write_partition_tsv
+from zlstore.plan import MAX_CARDS, Op, PlanError, hash_makespan, make_plan, read_partition_tsv, write_partition_tsv
 
 # The seed's batch, in minutes for 6 rounds: topk alone is 70.6 against an
 # ideal share of 45.4 on 8 cards (the other ops are made up to hold that).
@@ -124,6 +124,15 @@ def seed_store(tmp_path):
 
 def invoke(*args):
     return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+@pytest.mark.parametrize("cards", [MAX_CARDS + 1, 10_000_000, 10**20])
+def test_more_cards_than_a_plan_can_have_is_a_usage_error(seed_store, cards):
+    """Ten million cards ran out of memory (or a while) before saying anything."""
+    result = CliRunner().invoke(cli, ["plan", "ab_rlc_seed", "--cards", str(cards), "--db", str(seed_store)])
+    assert result.exit_code == 2 and "--cards" in result.output
+    with pytest.raises(PlanError, match="--cards must be from 1"):
+        make_plan([Op("topk", "float16", 60.0)], cards)
 
 
 def test_plan_command_on_the_seed_batch(seed_store, tmp_path):

@@ -176,6 +176,29 @@ def test_screen_refuses_an_existing_root(tmp_path):
     assert result.returncode == 2 and "not empty" in result.stderr
 
 
+@pytest.mark.parametrize("ops", ["../../escaped:float16", "..:float16", "topk:../x"])
+def test_screen_refuses_an_op_name_that_would_put_its_cells_elsewhere(tmp_path, ops):
+    """A cell directory is named after the op and dtype: '../../escaped'
+    wrote cells outside the root, then failed with a traceback."""
+    result = subprocess.run(
+        ZLSTORE + ["run", "screen", "--ops", ops, "--switch", "S", "--command", "true",
+                   "--root", str(tmp_path / "runs" / "r1"), "--db", str(tmp_path / "x.db")],
+        env=base_env(tmp_path), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "is no op or dtype name" in result.stderr and "Traceback" not in result.stderr
+    assert [p.name for p in tmp_path.rglob("*") if p.is_dir()] == []  # no root, no cell anywhere
+
+
+def test_screen_names_a_root_it_cannot_create(tmp_path):
+    (tmp_path / "file").write_text("")
+    result = subprocess.run(
+        ZLSTORE + ["run", "screen", "--ops", "topk", "--switch", "S", "--command", "true",
+                   "--root", str(tmp_path / "file" / "r1"), "--db", str(tmp_path / "x.db")],
+        env=base_env(tmp_path), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert f"cannot create the root {tmp_path / 'file' / 'r1'}" in result.stderr and "Traceback" not in result.stderr
+
+
 # -- campaign ------------------------------------------------------------------------
 
 

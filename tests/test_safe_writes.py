@@ -129,3 +129,40 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypat
         pass
     assert path.read_bytes() == b"old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["screen.tsv"]
+
+
+def test_plan_out_never_replaces_a_fifo_or_a_device(tree, tmp_path):
+    """Renaming over /dev/full (as root) destroyed the device and exited 0."""
+    _, db = tree
+    fifo = tmp_path / "p.fifo"
+    os.mkfifo(fifo)
+    result = CliRunner().invoke(cli, ["plan", SCREEN_ROOT, "--cards", "2", "--out", str(fifo), "--db", str(db)])
+    assert result.exit_code == 2, result.output
+    assert f"cannot write {fifo}: it is a FIFO, not a regular file" in result.output
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".p.fifo")) == []  # no temporary left
+
+
+def test_plan_out_into_a_missing_directory_is_named_not_a_traceback(tree, tmp_path):
+    _, db = tree
+    target = tmp_path / "missing" / "p.tsv"
+    result = CliRunner().invoke(cli, ["plan", SCREEN_ROOT, "--cards", "2", "--out", str(target), "--db", str(db)])
+    assert result.exit_code == 2, result.output
+    assert f"cannot write {target}: No such file or directory" in result.output
+
+
+def test_rescore_write_over_a_directory_named_screen_tsv_is_refused(tree):
+    root, db = tree
+    (root / "screen.tsv").unlink()
+    (root / "screen.tsv").mkdir()
+    result = CliRunner().invoke(cli, ["rescore", SCREEN_ROOT, "--write", "--db", str(db)])
+    assert result.exit_code == 2, result.output
+    assert f"{root / 'screen.tsv'}" in result.output and "Is a directory" in result.output
+    assert (root / "screen.tsv").is_dir() and not os.path.lexists(root / "screen.tsv.orig")
+    (root / "screen.tsv").rmdir()
+    (root / "screen.tsv.orig").mkdir()  # the original kept already: the directory is what it writes over
+    (root / "screen.tsv").mkdir()
+    result = CliRunner().invoke(cli, ["rescore", SCREEN_ROOT, "--write", "--db", str(db)])
+    assert result.exit_code == 2, result.output
+    assert "it is a directory, not a regular file; left as it is" in result.output
+    assert (root / "screen.tsv").is_dir()

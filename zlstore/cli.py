@@ -12,7 +12,8 @@ from pathlib import Path
 import click
 
 from . import db as dbmod
-from . import judge, layout, output, report, ttgir
+from . import files, judge, layout, output, report, ttgir
+from .plan import MAX_CARDS
 from .store import Store, default_db_path
 
 # Exit statuses: one meaning each, in every command (README: "Exit statuses").
@@ -38,7 +39,7 @@ class ZlstoreGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
-        except dbmod.StoreError as error:
+        except (dbmod.StoreError, files.CannotWrite) as error:
             raise Fault(str(error)) from None
         except BrokenPipeError:
             _quiet_stdout()
@@ -602,7 +603,7 @@ def plan_options(fn):
     for option in reversed((
         click.option("--ops", default=None, help="Ops to plan, op[:dtype] comma-separated "
                      "(default: the root's IR_CHANGED pairs under the current rule)."),
-        click.option("--cards", type=click.IntRange(min=1), default=8, show_default=True),
+        click.option("--cards", type=click.IntRange(min=1, max=MAX_CARDS), default=8, show_default=True),
         click.option("--rounds", type=click.IntRange(min=1), default=6, show_default=True,
                      help="Repeat rounds: an op weighs (elapsed_before + elapsed_after) x rounds."),
         click.option("--extra-ops", default=None,

@@ -12,6 +12,7 @@ import json
 import os
 import random
 import re
+import shlex
 import sqlite3
 import time
 from importlib import resources
@@ -310,8 +311,8 @@ def check_path(path, create: bool) -> bool:
         if path.is_symlink():
             raise StoreError(f"{path}: a symbolic link to nothing ({os.readlink(path)})")
         if not create:
-            raise StoreError(f"no such database: {path} (zlstore init --db {path} creates one; "
-                             f"zlstore ingest RUNS --db {path} fills one)")
+            raise StoreError(f"no such database: {path} (zlstore init --db {shlex.quote(str(path))} creates one; "
+                             f"zlstore ingest RUNS --db {shlex.quote(str(path))} fills one)")
         directory = path.parent
         if not directory.is_dir():
             raise StoreError(f"cannot create {path}: no such directory {directory}")

@@ -6,14 +6,43 @@ the target's name with the file; it never writes through it. A reader sees
 the old file or the new one, never half of either."""
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
+from .layout import file_kind
+
+
+class CannotWrite(OSError):
+    """A file zlstore was asked to write and could not, or would not (its
+    errno kept, where the system gave one): str() names the file and says
+    why. An environment error: exit 2."""
+
+    def __str__(self):
+        return self.strerror
+
+
+def _cannot(what: str, error: OSError) -> CannotWrite:
+    return CannotWrite(error.errno, f"cannot {what}: {error.strerror or error}")
+
 
 def replace_atomic(path, data: bytes) -> Path:
-    """Write data to path whole or not at all (flushed to disk first)."""
+    """Write data to path whole or not at all (flushed to disk first). A
+    directory, FIFO or device at path is refused, not replaced: renaming
+    over it would destroy what is there and write nothing anyone reads."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as error:
+        raise _cannot(f"write {path}", error) from None
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        raise CannotWrite(None, f"cannot write {path}: it is {file_kind(mode)}, not a regular file; left as it is")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as error:
+        raise _cannot(f"write {path}", error) from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -21,11 +50,13 @@ def replace_atomic(path, data: bytes) -> Path:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes it 0600: give it what open() would
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(error, OSError):
+            raise _cannot(f"write {path}", error) from None
         raise
     return path
 
@@ -40,19 +71,22 @@ def keep_once(path, kept) -> bool:
     if not os.path.lexists(path) or os.path.lexists(kept):
         return False
     try:
-        os.link(path, kept, follow_symlinks=False)
-    except FileExistsError:
-        return False
-    except OSError:  # a file system without hard links: copy the bytes, exclusively
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd, "rb") as source:
-            data = source.read()
         try:
-            out = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+            os.link(path, kept, follow_symlinks=False)
         except FileExistsError:
             return False
-        with os.fdopen(out, "wb") as f:
-            f.write(data)
+        except OSError:  # a file system without hard links: copy the bytes, exclusively
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, "rb") as source:
+                data = source.read()
+            try:
+                out = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+            except FileExistsError:
+                return False
+            with os.fdopen(out, "wb") as f:
+                f.write(data)
+    except OSError as error:
+        raise _cannot(f"keep {path} as {kept}", error) from None
     return True
 
 

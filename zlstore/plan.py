@@ -104,9 +104,14 @@ def seconds(value: float) -> float:
     return float(f"{value:.12g}")
 
 
+# More cards than any campaign has (eight a machine, a few machines): a
+# plan keeps a list per card, and ten million of them is a hang, not a plan.
+MAX_CARDS = 4096
+
+
 def _check(ops: Sequence[Op], cards: int):
-    if cards < 1:
-        raise PlanError(f"--cards must be at least 1, not {cards}")
+    if not 1 <= cards <= MAX_CARDS:
+        raise PlanError(f"--cards must be from 1 to {MAX_CARDS}, not {cards}")
     seen = set()
     for op in ops:
         if op.weight_s is None or not op.weight_s > 0:
@@ -224,6 +229,10 @@ def parse_op_spec(text: str) -> List[Tuple[str, Optional[str]]]:
         op, dtype = op.strip(), dtype.strip().removeprefix("torch.")
         if not op:
             raise PlanError(f"no op name in {item!r}")
+        for name in (op, dtype):
+            if "/" in name or "\0" in name or name in (".", ".."):
+                raise PlanError(f"{name!r} in {item!r} is no op or dtype name: a cell directory is named "
+                                "after them, and a '/' or a '.' or '..' alone would put it elsewhere")
         specs.append((op, dtype if sep else None))
     return specs
 

@@ -53,6 +53,14 @@ class RunError(Exception):
     """A run cannot start as asked."""
 
 
+def _make_root(root: Path):
+    """The root's directory, or RunError saying why it cannot be made."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise RunError(f"cannot create the root {root}: {error.strerror or error}") from None
+
+
 def visible_devices_var(backend: str) -> str:
     try:
         return VISIBLE_DEVICES[backend.strip().lower()]
@@ -202,7 +210,7 @@ def run_screen(store, config: ScreenConfig, report: Callable[[str], None] = lamb
     if not config.ops:
         raise RunError("no ops to screen")
     visible = visible_devices_var(config.backend)
-    root.mkdir(parents=True, exist_ok=True)
+    _make_root(root)
     started = local_now()
     write_atomic(root / layout.ROOT_ENV, env_text(
         [("KIND", "screen"), ("SWITCH", config.switch), ("SWITCH_VALUES", ",".join(config.values)),
@@ -434,7 +442,7 @@ def prepare_campaign(config: CampaignConfig, caliber_values: Dict[str, str]) -> 
         return root
     if root.exists() and any(root.iterdir()):
         raise RunError(f"{root} exists and is not empty; continue it with --resume, or choose another --root")
-    root.mkdir(parents=True, exist_ok=True)
+    _make_root(root)
     items = [("KIND", "campaign"), ("ROUNDS", config.rounds), ("CARDS", len(config.plan.cards))]
     items += [(k, v) for k, v in (("SWITCH", config.switch), ("SCREEN_ROOT", config.screen_root)) if v]
     items += [("HOST", socket.gethostname()), ("STARTED_AT", local_now()),
