@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from zlstore import Store, layout
+from zlstore import Store, layout, unchanged
 from zlstore.cli import cli
 
 from .nobody import as_nobody, nobody_dir  # noqa: F401 (a fixture)
@@ -306,6 +306,27 @@ def test_a_triton_cache_that_links_elsewhere_is_not_entered(tmp_path):
     assert stored(tmp_path / "z.db", "SELECT n_kernels, ir_incomplete FROM cells WHERE path IN (?, ?)",
                   (str(before), str(after))) == [(0, 1), (0, 1)]
     assert stored(tmp_path / "z.db", "SELECT verdict FROM verdicts WHERE op = 'argmax'") == [("IR_UNREAD",)]
+
+
+def test_a_root_or_cell_directory_that_is_a_link_is_named_not_skipped_in_silence(tmp_path, monkeypatch):
+    """Directories are never entered through a link; a root or a cell that
+    is one was left out with exit 0 and "0 problems", each ingest again."""
+    runs, elsewhere = tmp_path / "runs", tmp_path / "elsewhere"
+    screen_root(runs)
+    moved_root = screen_root(elsewhere, "ab_rlc_2")
+    (runs / "ab_rlc_2").symlink_to(moved_root)
+    cell = runs / "ab_rlc_1" / "topk_float16_after"
+    cell.rename(elsewhere / "topk_float16_after")
+    cell.symlink_to(elsewhere / "topk_float16_after")
+    monkeypatch.setattr(unchanged, "RACY_NS", 0)  # the walk keeps every listing it can
+    for _ in range(2):  # the second walk, with the listings the first kept, names them again
+        result = CliRunner().invoke(cli, ["ingest", str(runs), "--db", str(tmp_path / "z.db"), "--json"])
+        status, summary = result.exit_code, json.loads(result.stdout)
+        assert status == 1, summary
+        assert any("symbolic link to a directory" in m and "not entered" in m for m in messages(summary, cell))
+        assert any(str(moved_root) in m for m in messages(summary, runs / "ab_rlc_2"))
+    assert stored(tmp_path / "z.db", "SELECT count(*) FROM cells") == [(3,)]
+    assert stored(tmp_path / "z.db", "SELECT count(*) FROM cells WHERE path LIKE ?", (f"{elsewhere}%",)) == [(0,)]
 
 
 @pytest.mark.parametrize("name", ["run.log", "cell.env", "index.tsv", "triton_cache/hbefore/topk_kernel.ttgir"])

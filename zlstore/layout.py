@@ -389,7 +389,12 @@ def walk_cells(top: str, markers: Optional[dict] = None, enter: Optional[Callabl
                 continue
             subdirs = [e.name for e in entries if e.is_dir(follow_symlinks=False) and e.name != TRITON_CACHE]
             root_files = [n for n in names if n in ROOT_FILES]
-            if listings is not None:
+            linked = [e for e in entries if e.is_symlink() and _is_dir(e)]
+            if problems is not None:
+                problems.extend(Problem(e.path, None, f"a symbolic link to a directory (to {_target(e.path)}): "
+                                        "not entered, so no cell under it is stored; ingest the directory "
+                                        "itself, or put it here in place of the link") for e in linked)
+            if listings is not None and not linked:  # else listed again each walk: its problems stay named
                 listings.add(directory, subdirs, root_files)
         if markers is not None:
             _markers(directory, markers, root_files)
@@ -399,6 +404,21 @@ def walk_cells(top: str, markers: Optional[dict] = None, enter: Optional[Callabl
 
 
 _NAME = operator.attrgetter("name")
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    """Whether a listed entry is a directory, or leads to one (following links)."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
+def _target(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "?"
 
 
 def _is_file(path: str) -> bool:
