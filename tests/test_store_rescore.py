@@ -193,6 +193,30 @@ def test_nothing_to_compute_takes_no_write_lock(example_store):
     assert not [s for s in statements if s.lstrip().upper().startswith(("BEGIN", "INSERT", "COMMIT"))]
 
 
+@pytest.mark.parametrize("command", [["screen"], ["export", "ab_rlc_20261012_101500"], ["rescore"],
+                                     ["compare", "ab_rlc_20261012_101500", "ab_rlc_20261014_083000"]])
+def test_a_command_that_reads_judges_under_any_rule_without_writing(example_source, tmp_path, command):
+    """Only screening cells are judged, and an ingest gives them every rule:
+    `--rule v4` computed v4 for every campaign cell too, writing the store
+    (and failing on one this user cannot write)."""
+    from click.testing import CliRunner
+
+    from zlstore.cli import cli
+
+    db = tmp_path / "s.db"
+    with Store(db) as store:
+        store.ingest(example_source[0])
+        store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        lacking = store.conn.execute("SELECT count(*) FROM cells WHERE NOT EXISTS (SELECT 1 FROM fingerprints f "
+                                     "WHERE f.cell_id = cells.id AND f.rule = 'v4')").fetchone()[0]
+    assert lacking > 0  # the campaigns' cells, under v4
+    before = db.read_bytes()
+    result = CliRunner().invoke(cli, [*command, "--rule", "v4", "--db", str(db)])
+    assert result.exit_code in (0, 1), result.output
+    assert db.read_bytes() == before
+    assert not (tmp_path / "s.db-wal").exists() or (tmp_path / "s.db-wal").stat().st_size == 0
+
+
 def test_a_text_its_rule_leaves_alone_is_not_read(example_store, monkeypatch):
     """Ingest keeps which triggers each text holds (blobs.markers); a rescore
     reads only the texts holding one of its rule's, and gives the fingerprints

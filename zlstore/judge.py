@@ -57,11 +57,14 @@ def _root_clause(store, root, column: str = "root_id") -> Tuple[str, tuple]:
 
 def resolve_rule(store, rule: Optional[str] = None) -> str:
     """The rule's name (the current one when None), with its fingerprints
-    computed where the store lacks them. ValueError for an unknown rule."""
+    computed where the store lacks them. Only screening cells' fingerprints
+    are judged (verdicts_by_rule, the noise floors), and an ingest gives
+    them every rule: so a command that reads judges under any rule without
+    writing, also on a store it cannot write. ValueError for an unknown rule."""
     if rule is None:
         return store.current_rule
     name = _ttgir.get_rule(rule).name
-    store.compute_fingerprints(name)
+    store.compute_fingerprints(name, root_kind="screen")
     return name
 
 
