@@ -396,3 +396,38 @@ def test_a_batch_checks_the_wal_in_when_it_commits(tmp_path):
         batch.commit()
         assert rows_in_file_alone("after.db") == before + 1
 
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_a_forget_between_two_batches_costs_the_ingest_no_cell(example_source, tmp_path, monkeypatch, workers):
+    """A forget that commits while an ingest runs removes rows the ingest
+    remembers: a root's id, the calibers and IR texts no other stored cell
+    uses. The ingest's next cells of that caliber failed on a foreign key,
+    named as bad input. Now each batch, as it takes the write lock, sees
+    that another process wrote (PRAGMA data_version) and looks them up again."""
+    source, _ = example_source
+    runs = tmp_path / "runs"
+    shutil.copytree(source, runs)
+    first = runs / "ab_rlc_20261012_101500"  # walked first; the next screening root shares its caliber
+    first_cells = sum(1 for d in first.iterdir() if (d / "cell.env").exists() or (d / "run.log").exists())
+    monkeypatch.setattr(ingest, "BATCH_SECONDS", 0.0)  # a commit after every cell: the forget gets in
+    monkeypatch.setenv("ZLSTORE_INGEST_WORKERS", workers)  # a worker sends each IR text once
+    db_path = tmp_path / "s.db"
+    forgotten = []
+
+    def forget_the_first_root(done, total):
+        if done == first_cells:
+            with Store(db_path) as other:
+                forgotten.append(other.forget(str(first)))
+
+    with Store(db_path) as store:
+        summary = store.ingest_summary(runs, progress=forget_the_first_root)
+        assert forgotten
+        assert summary.counts["cells_failed"] == 0, [str(p) for p in summary.problems][:3]
+        assert store.conn.execute("PRAGMA foreign_key_check").fetchall() == []
+        got = store.conn.execute("SELECT count(*), sum(n_rows), sum(n_kernels) FROM cells").fetchone()
+    shutil.rmtree(first)
+    with Store(tmp_path / "without.db") as fresh:
+        fresh.ingest(runs)
+        expected = fresh.conn.execute("SELECT count(*), sum(n_rows), sum(n_kernels) FROM cells").fetchone()
+    assert got == expected

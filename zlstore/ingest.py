@@ -13,6 +13,7 @@ read and parsed by parse.py, on a large tree in worker processes
 
 import contextlib
 import gc
+import hashlib
 import io
 import json
 import os
@@ -163,9 +164,9 @@ class _KnownCells(dict):
 
 class _KnownBlobs(set):
     """Blob hashes known stored; others are looked up, and remembered when
-    found. Blobs are never deleted, and a cell that fails rolls back only
-    its own writes, whose hashes are still pending (Ingester.pending_blobs),
-    not found here: a hash found is there for the rest of the run."""
+    found. Only a forget deletes blobs (Ingester._see_other_writers forgets
+    them all then), and a cell that fails rolls back only its own writes,
+    whose hashes are still pending (Ingester.pending_blobs), not found here."""
 
     def __init__(self, conn):
         super().__init__()
@@ -240,6 +241,19 @@ def _file_bounds(path: str) -> dict:
     return {"at": path, "low": prefix, "high": prefix[:-1] + "0"}
 
 
+def _read_text_again(parsed: ParsedCell, ir_hash: str) -> bytes:
+    """A text this run stored and another process's forget removed since:
+    a worker sends each text once, so it is read again from the cell's file."""
+    for name, cache_dir, kernel_hash, *_ in parsed.kernels:
+        if kernel_hash == ir_hash:
+            path = os.path.join(str(parsed.files.path), layout.TRITON_CACHE, cache_dir, name + ".ttgir")
+            data = layout.read_bytes(path, str(parsed.ref.path))
+            if hashlib.sha256(data).hexdigest() != ir_hash:
+                raise NotStored("its IR changed while it was ingested: ingest it again", path)
+            return data
+    raise NotStored(f"its IR text {ir_hash} is gone from the store", str(parsed.files.path))
+
+
 class _Batch:
     """The cells of a whole-tree ingest share a transaction for up to
     BATCH_SECONDS, each cell in a savepoint of its own: a cell is still stored
@@ -254,11 +268,14 @@ class _Batch:
         self.seconds = BATCH_SECONDS if seconds is None else seconds
         self.unpaired = 0  # cells written since their rounds were last paired
 
-    def open(self):
-        if not self.conn.in_transaction:
-            scratch_in_memory(self.conn, True)
-            retry_busy(lambda: self.conn.execute("BEGIN IMMEDIATE"))
-            self.started = time.monotonic()
+    def open(self) -> bool:
+        """Begin the batch's transaction where none is open; whether it did."""
+        if self.conn.in_transaction:
+            return False
+        scratch_in_memory(self.conn, True)
+        retry_busy(lambda: self.conn.execute("BEGIN IMMEDIATE"))
+        self.started = time.monotonic()
+        return True
 
     def due(self) -> bool:
         return self.started is not None and time.monotonic() - self.started >= self.seconds
@@ -331,6 +348,7 @@ class Ingester:
         self.pending_digested: set = set()
         self.roots_met: set = set()                      # by _find: roots of cells found, as strings
         self.batch: Optional[_Batch] = None              # a whole-tree ingest's open batch
+        self.data_version: Optional[int] = None          # the store's, when this run last took the lock
         self.parser = parse.CellParser(ingest_rules(self.conn))
         self.rehash = rehash  # read every cell: its content hash decides, not its stat signature
 
@@ -493,10 +511,11 @@ class Ingester:
         commit (pairing.py), so a committed database never has stale ones.
         A full disk is StoreStopped."""
         try:
-            if self.batch is not None:
-                self.batch.open()
+            began = self.batch.open() if self.batch is not None else False
             outermost = not self.conn.in_transaction
             with write_transaction(self.conn):
+                if began or outermost:
+                    self._see_other_writers()
                 yield
                 if outermost:
                     pairing.refresh(self.conn)
@@ -616,6 +635,26 @@ class Ingester:
             self.summary.counts["kernels_added"] += len(parsed.kernels)
             self.summary.problems.extend(parsed.problems)
         return outcome
+
+    def _see_other_writers(self):
+        """Called with the write lock just taken. Where another process
+        committed since (PRAGMA data_version moved: a forget, a record,
+        another ingest), what this run remembers of the store may be gone:
+        a forgotten root's id, its blobs and digests, a caliber. Forget it
+        all (a root only if its row is gone): it is looked up again. A kernel
+        written against a blob that a forget removed failed its cell."""
+        version = self.conn.execute("PRAGMA data_version").fetchone()[0]
+        if self.data_version is not None and version != self.data_version:
+            stored = dict(self.conn.execute("SELECT id, path FROM roots").fetchall())
+            for path, (_, root_id) in list(self.roots.items()):
+                if stored.get(root_id) != str(path):
+                    del self.roots[path]
+            self.blobs.clear()
+            self.digested.clear()
+            self.caliber_ids.clear()
+            self.cells.clear()
+            self.cells.complete = False
+        self.data_version = version
 
     def _forget_uncommitted(self):
         """A rolled-back transaction takes its blobs and calibers with it."""
@@ -787,7 +826,10 @@ class Ingester:
                                   [(cell_id, *row) for row in rows])
         for ir_hash, (raw, _) in parsed.texts.items():
             if ir_hash not in self.pending_blobs and ir_hash not in self.blobs:
-                self._insert_blob(ir_hash, "ttgir", raw, self.packed.get(ir_hash))
+                packed = self.packed.get(ir_hash)
+                if raw is None and packed is None:  # stored by this run, then a forget removed it
+                    raw = _read_text_again(parsed, ir_hash)
+                self._insert_blob(ir_hash, "ttgir", raw, packed)
         self.conn.executemany(_INSERT_KERNEL, [(cell_id, *k) for k in parsed.kernels])
         fingerprints, digests = parsed.fingerprints
         digests = [d for d in digests if d[0] not in self.digested]  # stored by this run already
