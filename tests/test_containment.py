@@ -210,7 +210,7 @@ def test_bad_values_in_cell_files_are_named(tmp_path):
     status, summary, _ = ingest(tmp_path / "runs", tmp_path / "z.db")
     assert status == 1 and summary["cells_added"] == 4
     env = messages(summary, before / "cell.env")
-    assert any("RC: 'abc' is not a 64-bit integer" in m for m in env)
+    assert any("RC: 'abc' is not a 64-bit integer; not used (the next source" in m for m in env)
     assert any("ELAPSED_S" in m for m in env)
     assert (str(before / "cell.env"), 2) in problem_files(summary)  # the line that is not UTF-8
     for cell, side in ((before, "before"), (after, "after")):

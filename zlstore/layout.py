@@ -701,12 +701,14 @@ PARTITION_NUMBERS = {"card": to_int, "weight_min": to_float}
 def check_numbers(values: Mapping[str, str], numbers: Mapping[str, Callable], file: str,
                   line: Optional[int], problems: List[Problem]):
     """Name in problems each value of numbers' keys that is set but is not a
-    number that fits (an integer beyond 64 bits): it is stored as unknown."""
+    number that fits (an integer beyond 64 bits): it is not used, so the next
+    source of the value gives it (resolve_cell's order), else it is unknown."""
     for key, read in numbers.items():
         value = values.get(key)
         if value is not None and value.strip() and read(value) is None:
             what = "a 64-bit integer" if read is to_int else "a number"
-            problems.append(Problem(file, line, f"{key}: {value[:40]!r} is not {what}; stored as unknown"))
+            problems.append(Problem(file, line, f"{key}: {value[:40]!r} is not {what}; not used (the next source "
+                                                f"that has the value gives it, else it is unknown)"))
 
 
 def _side(value: Optional[str]) -> Optional[str]:
