@@ -13,7 +13,6 @@ read and parsed by parse.py, on a large tree in worker processes
 
 import contextlib
 import gc
-import hashlib
 import io
 import json
 import os
@@ -248,7 +247,7 @@ def _read_text_again(parsed: ParsedCell, ir_hash: str) -> bytes:
         if kernel_hash == ir_hash:
             path = os.path.join(str(parsed.files.path), layout.TRITON_CACHE, cache_dir, name + ".ttgir")
             data = layout.read_bytes(path, str(parsed.ref.path))
-            if hashlib.sha256(data).hexdigest() != ir_hash:
+            if ttgir.digest(data) != ir_hash:
                 raise NotStored("its IR changed while it was ingested: ingest it again", path)
             return data
     raise NotStored(f"its IR text {ir_hash} is gone from the store", str(parsed.files.path))

@@ -389,7 +389,7 @@ def walk_cells(top: str, markers: Optional[dict] = None, enter: Optional[Callabl
                 continue
             subdirs = [e.name for e in entries if e.is_dir(follow_symlinks=False) and e.name != TRITON_CACHE]
             root_files = [n for n in names if n in ROOT_FILES]
-            linked = [e for e in entries if e.is_symlink() and _is_dir(e)]
+            linked = [e for e in entries if e.is_symlink() and entry_is_dir(e)]
             if problems is not None:
                 problems.extend(Problem(e.path, None, f"a symbolic link to a directory (to {_target(e.path)}): "
                                         "not entered, so no cell under it is stored; ingest the directory "
@@ -406,8 +406,9 @@ def walk_cells(top: str, markers: Optional[dict] = None, enter: Optional[Callabl
 _NAME = operator.attrgetter("name")
 
 
-def _is_dir(entry: os.DirEntry) -> bool:
-    """Whether a listed entry is a directory, or leads to one (following links)."""
+def entry_is_dir(entry: os.DirEntry) -> bool:
+    """Whether a listed entry is a directory, or leads to one (following
+    links); False where that cannot be told (a loop, a permission denied)."""
     try:
         return entry.is_dir()
     except OSError:

@@ -103,7 +103,7 @@ def scan_cell(cell: Path) -> CellFiles:
         while pending:  # depth first, sorted: the order os.walk gave
             directory, rel_dir = pending.pop()
             listing = _listing(directory, problems)
-            files = {n: e for n, e in listing.items() if not _is_dir(e)}
+            files = {n: e for n, e in listing.items() if not layout.entry_is_dir(e)}
             below = []
             for n, e in listing.items():
                 if n in files or n.startswith("tmp.pid_"):
@@ -169,13 +169,6 @@ def _listing(directory: str, problems: List[Problem]) -> dict:
         problems.append(Problem(directory, None, f"cannot list this directory: {error.strerror or error}; "
                                                  "the kernels in it are not read"))
         return {}
-
-
-def _is_dir(entry) -> bool:
-    try:
-        return entry.is_dir()
-    except OSError:
-        return False
 
 
 def _sha256(data: bytes) -> str:
