@@ -587,6 +587,31 @@ LEFT JOIN roots ON roots.id = coalesce(p.root_id, cells.root_id)
 LEFT JOIN ingest_runs runs ON runs.id = p.run_id
 WHERE p.closed_by IS NULL;
 
+-- The sides of a round (or of a screening pair) that more than one current
+-- cell claims: a copied cell directory, or a round directory copied with
+-- its cell.env. None of that round's rows pairs (reason DUPLICATE_CELL) and
+-- the pair's verdict is DUPLICATE_CELL, until all but one are forgotten
+-- (`zlstore forget CELL_PATH`). cells: their paths in the root, paths: their
+-- absolute paths, one a line, oldest first.
+-- `zlstore problems` lists them; an ingest counts them under what it covered.
+CREATE VIEW duplicate_cells AS
+SELECT
+    roots.name AS root,
+    c.card,
+    c.repeat_dir,
+    c.op,
+    c.dtype,
+    c.round,
+    c.side,
+    count(*) AS claims,
+    group_concat(c.relpath, char(10)) AS cells,
+    group_concat(c.path, char(10)) AS paths,
+    c.root_id
+FROM (SELECT * FROM cells WHERE side IN ('before', 'after') AND superseded_at IS NULL ORDER BY id) c
+JOIN roots ON roots.id = c.root_id
+GROUP BY [[round: c.{c}]], c.side
+HAVING count(*) > 1;
+
 -- ---------------------------------------------------------------------------
 -- Judging (issue 3). Every number below is either a finding with its
 -- evidence or labelled as something else. Ratio = latency before / latency
@@ -743,14 +768,17 @@ WHERE ab_slots.reason IS NULL;
 -- One row per row identity in a round that did not pair, with why; licenses
 -- nothing except knowing a range is incomplete. sides: before, after, or
 -- both (present on both sides, yet not paired). reason, the first that
--- applies, in this precedence (rejection_reasons): CALIBER_UNKNOWN (a
+-- applies, in this precedence (rejection_reasons): DUPLICATE_CELL (more
+-- than one stored cell claims a side of the round: `differences` names
+-- the round's cells; view duplicate_cells), CALIBER_UNKNOWN (a
 -- side's cell has no known caliber; `fields` names the fields nothing
 -- established), CALIBER_MISMATCH (the two cells' calibers differ; `fields`
 -- names the differing caliber fields, `differences` their values),
 -- MISSING_SIDE (the row, or its whole cell, exists on one side only),
 -- NOT_COUNTED (error_msg, or a missing/zero/negative/non-finite latency on
--- a side; `not_counted` says which side and why). Caliber first: a row
--- under an unknown or different caliber could never pair, whatever else.
+-- a side; `not_counted` says which side and why). A claimed-twice side
+-- first, then caliber: a row under an unknown or different caliber could
+-- never pair, whatever else.
 CREATE VIEW ab_rejected AS
 SELECT
     s.root,
@@ -776,6 +804,9 @@ SELECT
             || CASE WHEN s.after_cell_id IS NOT NULL AND s.after_caliber_id IS NULL
                  THEN '; after: no ' || coalesce(replace(s.after_caliber_missing, ',', ', no '), 'known caliber') ELSE '' END,
             3), '')
+        WHEN s.reason = [[reason DUPLICATE_CELL]] THEN 'cells of this round: ' || (
+            SELECT group_concat(c.relpath, ', ') FROM cells c
+            WHERE [[round AND: c.{c} {is} s.{k}]] AND c.side IS NOT NULL AND c.superseded_at IS NULL)
         WHEN s.reason = [[reason CALIBER_MISMATCH]] THEN substr(
             [[caliber ||: CASE WHEN cb.{f} IS NOT ca.{f} THEN ', {f}: ' || cb.{f} || ' before, ' || ca.{f} || ' after' ELSE '' END]], 3)
     END AS differences,
@@ -835,6 +866,10 @@ pairs AS MATERIALIZED (
             AND c.dtype IS k.dtype AND c.side = 'before' AND c.superseded_at IS NULL) AS before_cell_id,
         (SELECT max(c.id) FROM cells c WHERE c.root_id = k.root_id AND c.op IS k.op
             AND c.dtype IS k.dtype AND c.side = 'after' AND c.superseded_at IS NULL) AS after_cell_id,
+        (SELECT count(*) FROM cells c WHERE c.root_id = k.root_id AND c.op IS k.op
+            AND c.dtype IS k.dtype AND c.side = 'before' AND c.superseded_at IS NULL) AS before_claims,
+        (SELECT count(*) FROM cells c WHERE c.root_id = k.root_id AND c.op IS k.op
+            AND c.dtype IS k.dtype AND c.side = 'after' AND c.superseded_at IS NULL) AS after_claims,
         (SELECT rv.verdict FROM recorded_verdicts rv WHERE rv.root_id = k.root_id
             AND rv.file = 'screen.tsv' AND rv.op IS k.op AND rv.dtype IS k.dtype
             ORDER BY rv.line LIMIT 1) AS recorded_verdict,
@@ -859,7 +894,9 @@ judged AS (
             WHEN b.caliber_id = a.caliber_id THEN b.caliber_id
         END AS caliber_id,
         nullif(substr(
-            CASE WHEN b.id IS NULL AND a.id IS NULL THEN '; no cell stored for either side'
+            CASE WHEN pairs.before_claims > 1 THEN '; ' || pairs.before_claims || ' cells claim the before side' ELSE '' END
+            || CASE WHEN pairs.after_claims > 1 THEN '; ' || pairs.after_claims || ' cells claim the after side' ELSE '' END
+            || CASE WHEN b.id IS NULL AND a.id IS NULL THEN '; no cell stored for either side'
                  WHEN b.id IS NULL THEN '; no before cell'
                  WHEN a.id IS NULL THEN '; no after cell' ELSE '' END
             || CASE WHEN b.rc IN ([[timeout_rcs]]) THEN '; before killed at its timeout (rc ' || b.rc || ')' ELSE '' END

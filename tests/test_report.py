@@ -81,7 +81,7 @@ def test_a_range_with_fallback_rows_says_so():
 def test_screen_ends_with_every_verdict_counted():
     rows = [pair("IR_CHANGED", "result"), pair("NO_ROWS", op="rand"), pair("NO_ROWS", op="sort")]
     last = report.screen(rows, "v2").split("\n")[-1]
-    assert last == "3 pairs under rule v2: 0 TRUNCATED, 2 NO_ROWS, 0 IR_UNREAD, 0 NO_TRITON, 1 IR_CHANGED, 0 NO_IR_DIFF"
+    assert last == "3 pairs under rule v2: 0 DUPLICATE_CELL, 0 TRUNCATED, 2 NO_ROWS, 0 IR_UNREAD, 0 NO_TRITON, 1 IR_CHANGED, 0 NO_IR_DIFF"
 
 
 def test_an_ab_row_with_rejected_rows_says_how_many_did_not_pair():

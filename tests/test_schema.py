@@ -38,7 +38,8 @@ def test_schema_refuses_names_that_judge_does_not_define():
         "SELECT 'NO_IR_DIFF', 'CALIBER_UNKNOWN'"
     with pytest.raises(db.SchemaError, match="NO_KERNEL"):
         db.render_schema("SELECT [[verdict NO_KERNEL]]")
-    assert set(judge.VERDICT_NAMES) == {"TRUNCATED", "NO_ROWS", "IR_UNREAD", "NO_TRITON", "IR_CHANGED", "NO_IR_DIFF"}
+    assert set(judge.VERDICT_NAMES) == {"DUPLICATE_CELL", "TRUNCATED", "NO_ROWS", "IR_UNREAD", "NO_TRITON",
+                                        "IR_CHANGED", "NO_IR_DIFF"}
 
 
 def test_caliber_macro_with_separator():

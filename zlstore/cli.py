@@ -424,7 +424,10 @@ def problems(store, root, out):
     """The problems with the input that are still open: each bad file (and
     line) an ingest or record named, of ROOT (a directory name or path;
     default: every root). A problem stays open while its file is as it was
-    read; once the file is fixed, the next ingest of it closes it.
+    read; once the file is fixed, the next ingest of it closes it. Also
+    each side of a round that more than one stored cell claims (a copied
+    cell directory): no row of it pairs until zlstore forget removes the
+    copy (view duplicate_cells).
 
     Exit status: 0 none open; 1 some open; 2 usage error.
 
@@ -489,18 +492,22 @@ def forget(store, root, out):
     everything derived from it: its cells, their rows, kernels and
     fingerprints, its recorded verdicts and plan, its A/B pairs and ranges,
     the directory listings kept under its path, and the IR texts no other
-    cell uses; the noise floors its pairs fed are recomputed. One
+    cell uses; the noise floors its pairs fed are recomputed. Given the path
+    of a stored cell's directory instead, remove that cell alone: the copy
+    among cells that claim one side of a round (DUPLICATE_CELL; zlstore
+    problems names them), whose round is then paired again. One
     transaction: all of it or nothing. The files on disk are not touched
     (ingesting the tree again stores it again); the ingest log keeps a line
     saying what was forgotten.
 
-    Exit status: 0 forgotten; 2 no such root, or a name two roots share
-    (give its path).
+    Exit status: 0 forgotten; 2 no such root or cell, or a name two roots
+    share (give its path).
 
     Example:
 
         \b
         zlstore forget /data/old/runs/ab_rlc_20261012_101500 --db zlstore.db
+        zlstore forget runs/ab_rlc_20261012_101500/topk_float16_after.bak
     """
     with judge_errors():
         removed = store.forget(root)
@@ -1089,7 +1096,9 @@ def screen(store, root, rule, out):
     A speedup range (before / after latency, min .. median .. max) follows
     only the pairs that have one, with what it is spelled out: indicative
     (one round per shape is never a result) for IR_CHANGED, the noise floor
-    for NO_IR_DIFF; never one for TRUNCATED, NO_ROWS or NO_TRITON. An
+    for NO_IR_DIFF; never one for DUPLICATE_CELL (more than one stored
+    cell claims a side: a copied cell directory), TRUNCATED, NO_ROWS,
+    IR_UNREAD or NO_TRITON. An
     IR_CHANGED pair that the strictest rule (v4) sees as unchanged gets a
     hint: it differs only in what that rule leaves out (source locations),
     and a campaign on it would measure nothing the switch changed. Each
@@ -1230,8 +1239,10 @@ def ab(store, root, rejected, out):
     zlstore screen.
 
     --rejected lists every row that did not pair with its reason, the first
-    that applies of: CALIBER_UNKNOWN (a cell's caliber is not known; the
-    missing fields are named), CALIBER_MISMATCH (the cells' calibers differ;
+    that applies of: DUPLICATE_CELL (more than one stored cell claims a side
+    of the round, a copied cell directory: the round's cells are named;
+    zlstore problems says which to forget), CALIBER_UNKNOWN (a cell's
+    caliber is not known; the missing fields are named), CALIBER_MISMATCH (the cells' calibers differ;
     the differing fields are named), MISSING_SIDE (the row or its cell exists
     on one side only), NOT_COUNTED (error_msg or an unusable latency).
 

@@ -22,7 +22,7 @@ from typing import Callable, Dict, Iterator, List, NamedTuple, Optional
 
 from . import caliber, floors, names, stats, ttgir
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 BUSY_TIMEOUT_MS = 60_000
 WRITE_ATTEMPTS = 10
 
@@ -748,6 +748,13 @@ def _problems_stay_open(conn):
                 WHERE substr(p.file, 1, length(o.path) + 1) = o.path || '/' {where}
                   AND o.ingested_at BETWEEN r.started_at AND coalesce(r.finished_at, o.ingested_at))
             WHERE cell_id IS NULL""")
+
+
+@migration(10, rederive=True)
+def _duplicate_cells(conn):
+    """Release 10 pairs no row of a round side that more than one cell
+    claims (names.DUPLICATE): every round is paired again (ensure_schema's
+    derive). No table changes."""
 
 
 def _user_version(conn) -> int:

@@ -385,6 +385,9 @@ class Ingester:
                                 require_finished, progress)
             self._close_covered(paths)
             self.summary.open_problems = self._open_problems(paths)
+            twice = roots.claimed_twice(self.conn, sorted({root_id for _, root_id in self.roots.values()}))
+            self.summary.problems.extend(problem for _, problem in twice)
+            self.summary.open_problems += len(twice)
         except StoreStopped as stop:
             self.summary.state = f"stopped: {stop}"
             self._forget_uncommitted()

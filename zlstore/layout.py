@@ -719,12 +719,24 @@ def _side(value: Optional[str]) -> Optional[str]:
     return side if side in SIDES else None
 
 
-def check_side(env: Mapping[str, str], file: str, problems: List[Problem]):
-    """Name a cell.env SIDE that is neither side: the path's is used."""
+def check_side(env: Mapping[str, str], ref: "RootRef", file: str, problems: List[Problem]):
+    """Name a cell.env SIDE that is neither side (the path's is used), and
+    an OP, DTYPE, SIDE, ROUND or CARD that says otherwise than the cell's
+    path: a directory copied with its cell.env (r4 copied from r1 still
+    says ROUND=1) then claims another cell's place, and its numbers would
+    pass for that cell's (names.DUPLICATE)."""
     value = env.get("SIDE")
     if value is not None and value.strip() and _side(value) is None:
         problems.append(Problem(file, None, f"SIDE: {value[:40]!r} is neither {' nor '.join(SIDES)}; "
                                             "the side the path gives is used, if any"))
+    from_path = path_values(ref)
+    from_env = {"op": (env.get("OP") or "").strip() or None, "side": _side(env.get("SIDE")),
+                "round": to_int(env.get("ROUND")), "card": to_int(env.get("CARD")),
+                "dtype": env["DTYPE"].strip().removeprefix("torch.") if "DTYPE" in env else None}
+    for name, said in from_env.items():
+        if said is not None and from_path.get(name) is not None and said != from_path[name]:
+            problems.append(Problem(file, None, f"{name.upper()}={said} here, but the path says {name} "
+                                                f"{from_path[name]} (a copied directory?): cell.env's value is used"))
 
 
 def resolve_cell(ref: RootRef, root: Root, cell_env: Optional[Dict[str, str]]) -> Dict[str, object]:

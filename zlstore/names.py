@@ -33,16 +33,27 @@ class Verdict(NamedTuple):
     licenses: str
     range_label: Optional[str]  # what a speedup range of such a pair is, or None: no range
     # When it applies, in SQL over the pair's cells b (before) and a (after),
-    # NULL where a side has none, and their fingerprints fb and fa under the
-    # rule judged (view verdicts_by_rule).
+    # NULL where a side has none, their fingerprints fb and fa under the
+    # rule judged, and how many current cells claim each side
+    # (pairs.before_claims, after_claims) (view verdicts_by_rule).
     condition: str
 
 
 _KILLED = ", ".join(str(rc) for rc in TIMEOUT_RCS)
 
+# A side of a round (or a screening pair) that more than one current cell
+# claims: a copied cell directory (`cp -r X_after X_after.bak`, a round
+# directory copied with its cell.env) holds other numbers under the same
+# name, and which process measured the side cannot be told. Nothing of such
+# a round is paired or judged (DUPLICATE_CELL below, first of each).
+DUPLICATE = "DUPLICATE_CELL"
+
 # In the order they are decided: the first that applies wins ("[[case
 # verdicts]]"); a pair none applies to (a fingerprint not computed) has none.
 VERDICTS = (
+    Verdict(DUPLICATE, "a side is claimed by more than one stored cell (a copied cell directory?)",
+            "nothing: which cell measured that side cannot be told; forget the copy (zlstore problems names both)",
+            None, "pairs.before_claims > 1 OR pairs.after_claims > 1"),
     Verdict("TRUNCATED", f"either side's RC is {' or '.join(map(str, TIMEOUT_RCS))} (killed at CELL_TIMEOUT)",
             "nothing: re-run with a larger timeout", None,
             f"b.rc IN ({_KILLED}) OR a.rc IN ({_KILLED})"),
@@ -84,7 +95,8 @@ class Reason(NamedTuple):
     name: str
     meaning: str
     # When it applies, in SQL over the round r (its before_cell_id,
-    # after_cell_id, before_caliber_id, after_caliber_id) and the row's two
+    # after_cell_id, before_caliber_id, after_caliber_id, and how many
+    # current cells claim each side: before_claims, after_claims) and the row's two
     # sides in it s (before_id, after_id: their measurements ids, NULL where
     # the side lacks the row; before_counted, after_counted); None: every
     # row that does not pair and no reason before it takes (the last).
@@ -92,16 +104,19 @@ class Reason(NamedTuple):
 
 
 # A row of a round is an A/B pair when it is present and counted on both
-# sides and both cells have the same known caliber (over r and s, as
-# Reason.condition): the one definition of a pair ("[[case reasons]]" is
-# NULL for it).
+# sides, each side is one cell's, and both cells have the same known caliber
+# (over r and s, as Reason.condition): the one definition of a pair ("[[case
+# reasons]]" is NULL for it).
 PAIRED = ("s.before_id IS NOT NULL AND s.after_id IS NOT NULL AND s.before_counted = 1 AND s.after_counted = 1"
-          " AND r.before_caliber_id = r.after_caliber_id")
+          " AND r.before_claims = 1 AND r.after_claims = 1 AND r.before_caliber_id = r.after_caliber_id")
 
 # Why a measured row did not become an A/B pair, in order of precedence: a
-# row gets the first that applies. Caliber first: a row under an unknown or
+# row gets the first that applies. A side two cells claim first: its row
+# is nobody's in particular. Then caliber: a row under an unknown or
 # different caliber could never pair, whatever else holds.
 REASONS = (
+    Reason(DUPLICATE, "more than one stored cell claims a side of the round (a copied cell directory?)",
+           "r.before_claims > 1 OR r.after_claims > 1"),
     Reason("CALIBER_UNKNOWN", "at least one cell's caliber could not be established",
            "(r.before_cell_id IS NOT NULL AND r.before_caliber_id IS NULL)"
            " OR (r.after_cell_id IS NOT NULL AND r.after_caliber_id IS NULL)"),

@@ -42,7 +42,7 @@ def _json_fields(*columns: str) -> str:
 
 _SETUP = [
     "CREATE TEMP TABLE IF NOT EXISTS ab_rounds_now ([[round: {k}]], "
-    "before_cell_id, after_cell_id, before_caliber_id, after_caliber_id)",
+    "before_cell_id, after_cell_id, before_caliber_id, after_caliber_id, before_claims, after_claims)",
     "CREATE TEMP TABLE IF NOT EXISTS ab_keys_now (root_id, op, dtype, shape)",
     "CREATE TEMP TABLE IF NOT EXISTS ab_keys_unique (key_id INTEGER PRIMARY KEY, root_id, op, dtype, shape)",
     "CREATE TEMP TABLE IF NOT EXISTS ab_judged_now "
@@ -65,13 +65,15 @@ _STEPS = [
     "DELETE FROM temp.ab_keys_unique",
     """INSERT INTO temp.ab_rounds_now ([[round: {k}]])
        SELECT DISTINCT [[round: {k}]] FROM ab_stale_rounds""",
-    # A round's cell of a side is the latest stored one that no later run
-    # of its op superseded (a resumed campaign's earlier, interrupted run).
+    # A round's cell of a side is the stored one that no later run of its
+    # op superseded (a resumed campaign's earlier, interrupted run). Where
+    # several claim a side (names.DUPLICATE), the latest stands for them and
+    # none of its rows pairs.
     """UPDATE temp.ab_rounds_now SET
-        before_cell_id = (SELECT max(c.id) FROM cells c
+        (before_cell_id, before_claims) = (SELECT max(c.id), count(*) FROM cells c
                           WHERE [[round AND: c.{c} {is} ab_rounds_now.{k}]] AND c.side = 'before'
                             AND c.superseded_at IS NULL),
-        after_cell_id = (SELECT max(c.id) FROM cells c
+        (after_cell_id, after_claims) = (SELECT max(c.id), count(*) FROM cells c
                          WHERE [[round AND: c.{c} {is} ab_rounds_now.{k}]] AND c.side = 'after'
                            AND c.superseded_at IS NULL)""",
     """UPDATE temp.ab_rounds_now SET

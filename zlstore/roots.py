@@ -10,13 +10,16 @@ last seen at: a re-ingest finds the stored cells under a directory by path
 cells' paths with it; the next ingest of the tree where it was before moves
 it back. The identity is not unique: a store made before release 6 may hold
 one root twice (a tree ingested, moved and ingested again); `zlstore forget`
-removes the copy that is not wanted."""
+removes the copy that is not wanted. Likewise two stored cells that claim
+one side of a round (a cell directory copied beside itself): each ingest
+names them (claimed_twice) until `zlstore forget CELL` removes the copy."""
 
 import json
+import os
 import sqlite3
 from typing import List, Optional, Tuple
 
-from . import floors, pairing, unchanged
+from . import floors, layout, names, output, pairing, unchanged
 
 # A root whose path another root of its name holds (a different root of that
 # name was ingested there since, or merged from a store where it was there)
@@ -115,20 +118,11 @@ def forget(conn: sqlite3.Connection, root_id: int) -> dict:
     ingest log (ingest_runs, ingest_problems) is history and stays."""
     path, kind = conn.execute("SELECT path, kind FROM roots WHERE id = ?", (root_id,)).fetchone()
     cells = "SELECT id FROM cells WHERE root_id = ?"
-    counts = {
-        "cells": conn.execute("SELECT count(*) FROM cells WHERE root_id = ?", (root_id,)).fetchone()[0],
-        "measurements": conn.execute(f"SELECT count(*) FROM measurements WHERE cell_id IN ({cells})", (root_id,)).fetchone()[0],
-        "kernels": conn.execute(f"SELECT count(*) FROM kernels WHERE cell_id IN ({cells})", (root_id,)).fetchone()[0],
-        "fingerprints": conn.execute(f"SELECT count(*) FROM fingerprints WHERE cell_id IN ({cells})", (root_id,)).fetchone()[0],
-        "recorded_verdicts": conn.execute("SELECT count(*) FROM recorded_verdicts WHERE root_id = ?", (root_id,)).fetchone()[0],
-        "partitions": conn.execute("SELECT count(*) FROM partitions WHERE root_id = ?", (root_id,)).fetchone()[0],
-    }
-    conn.execute("CREATE TEMP TABLE IF NOT EXISTS forget_blobs (hash TEXT PRIMARY KEY) WITHOUT ROWID")
-    conn.execute("DELETE FROM temp.forget_blobs")
-    conn.execute(f"""INSERT OR IGNORE INTO temp.forget_blobs
-                     SELECT ir_hash FROM kernels WHERE cell_id IN ({cells})
-                     UNION SELECT index_hash FROM cells WHERE root_id = ? AND index_hash IS NOT NULL""",
-                 (root_id, root_id))
+    counts = _cell_counts(conn, cells, root_id)
+    counts["recorded_verdicts"] = conn.execute(
+        "SELECT count(*) FROM recorded_verdicts WHERE root_id = ?", (root_id,)).fetchone()[0]
+    counts["partitions"] = conn.execute("SELECT count(*) FROM partitions WHERE root_id = ?", (root_id,)).fetchone()[0]
+    _note_texts(conn, cells, root_id)
     for table in ("ab_slot_rows", "ab_range_rows", "ab_round_ranges"):
         conn.execute(f"DELETE FROM {table} WHERE root_id = ?", (root_id,))
     conn.execute("DELETE FROM cells WHERE root_id = ?", (root_id,))  # rows, kernels, fingerprints cascade
@@ -137,6 +131,56 @@ def forget(conn: sqlite3.Connection, root_id: int) -> dict:
     conn.execute("DELETE FROM roots WHERE id = ?", (root_id,))  # recorded verdicts and partitions cascade
     counts["walked_dirs"] = conn.execute(
         f"DELETE FROM walked_dirs WHERE {unchanged.AT_OR_UNDER}", unchanged.at_or_under(path)).rowcount
+    counts["ir_texts"] = _drop_unused_texts(conn)
+    if kind == "screen":  # its NO_IR_DIFF pairs fed the noise floors
+        floors.mark_every(conn)
+    pairing.refresh(conn)
+    return counts
+
+
+def forget_cell(conn: sqlite3.Connection, cell_id: int) -> dict:
+    """Delete one cell with its rows, kernels and fingerprints, and the
+    stored texts no other cell names: the copy among cells that claim one
+    side of a round (names.DUPLICATE). Its round is paired again (the
+    triggers mark it) and the noise floors a screening cell fed are
+    recomputed. Call it inside a write transaction. Its root, and the cell's
+    files on disk, stay: ingesting the tree again stores it again."""
+    kind = conn.execute("SELECT roots.kind FROM cells JOIN roots ON roots.id = cells.root_id WHERE cells.id = ?",
+                        (cell_id,)).fetchone()[0]
+    cells = "SELECT ?"
+    counts = _cell_counts(conn, cells, cell_id)
+    _note_texts(conn, cells, cell_id)
+    conn.execute("DELETE FROM cells WHERE id = ?", (cell_id,))  # rows, kernels, fingerprints cascade
+    counts["ir_texts"] = _drop_unused_texts(conn)
+    if kind == "screen":
+        floors.mark_every(conn)
+    pairing.refresh(conn)
+    return counts
+
+
+def _cell_counts(conn: sqlite3.Connection, cells: str, param) -> dict:
+    """How many cells (of the query cells, one parameter) and rows, kernels and
+    fingerprints of theirs there are."""
+    counts = {"cells": conn.execute(f"SELECT count(*) FROM cells WHERE id IN ({cells})", (param,)).fetchone()[0]}
+    for name, table in (("measurements", "measurements"), ("kernels", "kernels"), ("fingerprints", "fingerprints")):
+        counts[name] = conn.execute(f"SELECT count(*) FROM {table} WHERE cell_id IN ({cells})", (param,)).fetchone()[0]
+    return counts
+
+
+def _note_texts(conn: sqlite3.Connection, cells: str, param):
+    """Note the stored texts the cells (a query, one parameter) name, before they go."""
+    conn.execute("CREATE TEMP TABLE IF NOT EXISTS forget_blobs (hash TEXT PRIMARY KEY) WITHOUT ROWID")
+    conn.execute("DELETE FROM temp.forget_blobs")
+    conn.execute(f"""INSERT OR IGNORE INTO temp.forget_blobs
+                     SELECT ir_hash FROM kernels WHERE cell_id IN ({cells})
+                     UNION SELECT index_hash FROM cells WHERE id IN ({cells}) AND index_hash IS NOT NULL""",
+                 (param, param))
+
+
+def _drop_unused_texts(conn: sqlite3.Connection) -> int:
+    """Delete the noted texts no cell names any longer, and the digests of
+    the noted ones under rules no cell using them is fingerprinted under.
+    Returns how many IR texts went."""
     unreferenced = """SELECT hash FROM temp.forget_blobs
                       WHERE hash NOT IN (SELECT ir_hash FROM kernels)
                         AND hash NOT IN (SELECT index_hash FROM cells WHERE index_hash IS NOT NULL)"""
@@ -147,11 +191,30 @@ def forget(conn: sqlite3.Connection, root_id: int) -> dict:
     conn.execute("""DELETE FROM ir_digests WHERE ir_hash IN (SELECT hash FROM temp.forget_blobs)
                     AND NOT EXISTS (SELECT 1 FROM kernels k JOIN fingerprints f ON f.cell_id = k.cell_id
                                     WHERE k.ir_hash = ir_digests.ir_hash AND f.rule = ir_digests.rule)""")
-    counts["ir_texts"] = conn.execute(
-        f"SELECT count(*) FROM blobs WHERE kind = 'ttgir' AND hash IN ({unreferenced})").fetchone()[0]
+    gone = conn.execute(f"SELECT count(*) FROM blobs WHERE kind = 'ttgir' AND hash IN ({unreferenced})").fetchone()[0]
     conn.execute(f"DELETE FROM blobs WHERE hash IN ({unreferenced})")
     conn.execute("DELETE FROM temp.forget_blobs")
-    if kind == "screen":  # its NO_IR_DIFF pairs fed the noise floors
-        floors.mark_every(conn)
-    pairing.refresh(conn)
-    return counts
+    return gone
+
+
+def claimed_twice(conn: sqlite3.Connection, root_ids: Optional[List[int]] = None) \
+        -> List[Tuple[str, layout.Problem]]:
+    """The sides of a round that more than one current cell claims (view
+    duplicate_cells), of these roots (None: every root), as (root name,
+    problem): each names the latest of the cells (a copy is stored after
+    what it copies), the others, and how to forget the copy."""
+    where = "" if root_ids is None else f"WHERE root_id IN ({', '.join('?' * len(root_ids))})"
+    problems = []
+    for root, side, op, dtype, round_, card, claims, cells, paths in conn.execute(
+            f"SELECT root, side, op, dtype, round, card, claims, cells, paths FROM duplicate_cells {where} "
+            "ORDER BY root, op, dtype, round, card, side", root_ids or ()):
+        cells, paths = cells.split("\n"), paths.split("\n")
+        gone = [path for path in paths if not os.path.lexists(path)]
+        others = ", ".join(cell + ("" if os.path.lexists(path) else " (gone from disk)")
+                           for cell, path in zip(cells[:-1], paths[:-1]))
+        where = f"round {round_}" + (f" on card {card}" if card is not None else "")
+        problems.append((root, layout.Problem(paths[-1], None, (
+            f"{claims} stored cells claim the {side} side of {op} {dtype or '(no dtype)'}, {where} (also: {others})"
+            f"{' (gone from disk)' if paths[-1] in gone else ''}; none of that round's rows pairs, nor is it judged ("
+            f"{names.DUPLICATE}). Forget the copy: {output.command('forget', (gone or paths)[-1])}"))))
+    return problems

@@ -260,9 +260,13 @@ class Store:
         if root is not None:
             path = self.root(root)["path"]
             where, params = " WHERE file = ? OR (file > ? AND file < ?)", (path, path + "/", path + "0")
-        return [dict(r) for r in self.db.query(
+        rows = [dict(r) for r in self.db.query(
             f"SELECT file, line, message, root, cell, command, found_at FROM open_problems{where} "
             "ORDER BY file, line, id", params)]
+        twice = roots.claimed_twice(self.conn, None if root is None else [self.root(root)["id"]])
+        rows += [{"file": p.file, "line": None, "message": p.message, "root": name, "cell": None,
+                  "command": None, "found_at": None} for name, p in twice]
+        return rows
 
     # -- rules ------------------------------------------------------------------
 
@@ -427,14 +431,22 @@ class Store:
         raise LookupError(f"no root {text!r} in {self.path}; known roots: {known}")
 
     def forget(self, name_or_path: PathLike) -> dict:
-        """Remove a root (see root()) and everything derived from it, in one
-        transaction (roots.forget), and log it as an ingest run of its own.
-        Returns what was removed: the root's name and path, and counts."""
-        found = self.root(name_or_path)
+        """Remove a root (see root()) and everything derived from it, or one
+        stored cell given by its directory's path (a copy that claims another
+        cell's side of a round: roots.claimed_twice), in one transaction
+        (roots.forget, roots.forget_cell), and log it as an ingest run of its
+        own. Returns what was removed: the root's name and path (and the
+        cell's relpath), and counts."""
+        cell = self.conn.execute(
+            "SELECT cells.id, cells.relpath, cells.path, roots.name FROM cells JOIN roots ON roots.id = cells.root_id "
+            "WHERE cells.path = ?", (str(Path(str(name_or_path)).resolve()),)).fetchone()
+        found = None if cell else self.root(name_or_path)
         with dbmod.write_transaction(self.conn):
-            counts = roots.forget(self.conn, found["id"])
-            summary = {"root": found["name"], "path": found["path"], **counts}
+            if cell:
+                summary = {"root": cell[3], "cell": cell[1], "path": cell[2], **roots.forget_cell(self.conn, cell[0])}
+            else:
+                summary = {"root": found["name"], "path": found["path"], **roots.forget(self.conn, found["id"])}
             self.conn.execute(
                 "INSERT INTO ingest_runs (started_at, finished_at, command, paths, summary) VALUES (?, ?, ?, ?, ?)",
-                (now(), now(), "forget", json.dumps([found["path"]]), json.dumps(summary)))
+                (now(), now(), "forget", json.dumps([summary["path"]]), json.dumps(summary)))
         return summary

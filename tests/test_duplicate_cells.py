@@ -1,0 +1,136 @@
+"""Two stored cells that claim one side of a round (a cell directory copied
+beside itself, a round directory copied with its cell.env): which process
+measured that side cannot be told, so nothing of the round pairs or is
+judged, every ingest names both cells, and forgetting the copy gives the
+store it would hold without it."""
+
+import json
+import re
+import shutil
+import sqlite3
+
+from zlstore import Store, db, names
+
+from .judging import invoke, json_out, judged, screen_pairs
+
+FAKE_LATENCY = re.compile(rb'"latency": [0-9.]+')
+
+
+def copy_with_other_numbers(cell, copy):
+    """A copy of a cell whose run.log holds other latencies: the numbers a
+    wrong pairing would show."""
+    shutil.copytree(cell, copy)
+    log = copy / "run.log"
+    log.write_bytes(FAKE_LATENCY.sub(b'"latency": 0.001', log.read_bytes()))
+
+
+def screened_pair_with_range(manifest):
+    """(root, op, dtype) of an IR_CHANGED screening pair: one that shows a range."""
+    return next((root, op, dtype) for root, op, dtype, spec in screen_pairs(manifest)
+                if spec["verdict"]["v3"] == "IR_CHANGED" and dtype)
+
+
+def reference(tmp_path, runs, name="reference.db"):
+    db_path = tmp_path / name
+    invoke(db_path, "ingest", runs)
+    return db_path
+
+
+def stored(db_path, sql, *params):
+    with sqlite3.connect(db_path) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def test_a_copied_screening_cell_makes_its_pair_a_duplicate_until_the_copy_is_forgotten(example_tree, tmp_path):
+    runs, manifest = example_tree
+    expected = judged(reference(tmp_path, runs))
+    root, op, dtype = screened_pair_with_range(manifest)
+    cell = runs / root / f"{op}_{dtype}_after"
+    copy = runs / root / f"{op}_{dtype}_after.bak"
+    copy_with_other_numbers(cell, copy)
+    db_path = tmp_path / "t.db"
+
+    result = invoke(db_path, "ingest", runs)
+    assert result.exit_code == names.EXIT_PROBLEMS
+    claim = [line for line in result.stderr.splitlines() if names.DUPLICATE in line]
+    assert len(claim) == 1 and f"{copy.name}: 2 stored cells claim the after side of {op} {dtype}" in claim[0]
+    assert f"also: {cell.name}" in claim[0] and f"zlstore forget {copy} --db {db_path}" in claim[0]
+
+    rows = [r for r in json_out(invoke(db_path, "screen", root, "--json")) if (r["op"], r["dtype"]) == (op, dtype)]
+    assert [(r["verdict"], r["n_rows"], r["min"], r["range_label"]) for r in rows] == [(names.DUPLICATE, None, None, None)]
+    assert "2 cells claim the after side" in rows[0]["note"]
+    assert {v for (v,) in stored(db_path, "SELECT verdict FROM verdicts_by_rule WHERE root = ? AND op = ? AND dtype = ?",
+                                 root, op, dtype)} == {names.DUPLICATE}  # under every rule
+    rejected = [r for r in json_out(invoke(db_path, "ab", "--rejected", "--json"))
+                if (r["root"], r["op"], r["dtype"]) == (root, op, dtype)]
+    assert rejected and {r["reason"] for r in rejected} == {names.DUPLICATE}
+    assert all(copy.name in r["differences"] and cell.name in r["differences"] for r in rejected)
+    assert not stored(db_path, "SELECT 1 FROM ab_pairs WHERE root = ? AND op = ? AND dtype = ?", root, op, dtype)
+
+    listed = invoke(db_path, "problems", root, "--json")
+    assert listed.exit_code == names.EXIT_PROBLEMS
+    assert [p["root"] for p in json.loads(listed.stdout) if names.DUPLICATE in p["message"]] == [root]
+
+    # Deleting the copy's directory does not remove the stored cell: the
+    # next ingest still names it, and says which one is gone.
+    shutil.rmtree(copy)
+    again = invoke(db_path, "ingest", runs, "--rehash")
+    assert again.exit_code == names.EXIT_PROBLEMS
+    assert "(gone from disk)" in next(line for line in again.stderr.splitlines() if names.DUPLICATE in line)
+    printed = next(line for line in again.stderr.splitlines() if names.DUPLICATE in line).split("Forget the copy: ")[1]
+    assert printed == f"zlstore forget {copy} --db {db_path}"
+
+    forgot = invoke(db_path, *printed.split()[1:-2])  # as printed (invoke adds --db)
+    assert forgot.exit_code == 0 and f"forgot cell {copy.name} of {root}" in forgot.stdout
+    assert judged(db_path) == expected
+    assert names.DUPLICATE not in invoke(db_path, "problems").output
+    assert invoke(db_path, "forget", copy).exit_code == names.EXIT_USAGE  # gone already
+
+
+def test_a_round_directory_copied_with_its_cell_env_pairs_nothing_of_that_round(example_tree, tmp_path):
+    runs, manifest = example_tree
+    expected = judged(reference(tmp_path, runs))
+    op_dir = next(p for p in sorted(runs.glob("*/card*/*/topk")))
+    copy = op_dir / "r9"
+    for side in ("before", "after"):
+        copy_with_other_numbers(op_dir / "r1" / side, copy / side)
+    db_path = tmp_path / "t.db"
+
+    result = invoke(db_path, "ingest", runs)
+    assert result.exit_code == names.EXIT_PROBLEMS
+    for side in ("before", "after"):  # the copy says otherwise than its path
+        assert f"r9/{side}/cell.env: ROUND=1 here, but the path says round 9" in result.stderr
+    assert result.stderr.count(f"side of topk") == 2 and names.DUPLICATE in result.stderr
+
+    campaign_root = op_dir.relative_to(runs).parts[0]
+    card = int(op_dir.relative_to(runs / campaign_root).parts[0].removeprefix("card"))
+    assert not stored(db_path, "SELECT 1 FROM ab_pairs WHERE root = ? AND op = 'topk' AND card = ? AND round = 1",
+                      campaign_root, card)
+    rejected = stored(db_path, "SELECT DISTINCT reason FROM ab_rejected WHERE root = ? AND op = 'topk' "
+                               "AND card = ? AND round = 1", campaign_root, card)
+    assert rejected == [(names.DUPLICATE,)]
+    ranges = [r for r in json_out(invoke(db_path, "ab", campaign_root, "--json")) if r["op"] == "topk"]
+    assert ranges and all(names.DUPLICATE in (r["rejected_reasons"] or "") for r in ranges)
+    assert all(r["max"] is None or r["max"] < 100 for r in ranges)  # the copy's 0.001 ms never paired
+
+    for side in ("before", "after"):
+        assert invoke(db_path, "forget", copy / side).exit_code == 0
+    assert judged(db_path) == expected
+
+
+def test_a_store_of_release_9_pairs_again_and_refuses_the_duplicated_round(example_tree, tmp_path):
+    runs, manifest = example_tree
+    root, op, dtype = screened_pair_with_range(manifest)
+    copy_with_other_numbers(runs / root / f"{op}_{dtype}_after", runs / root / f"{op}_{dtype}_after.bak")
+    db_path = tmp_path / "t.db"
+    invoke(db_path, "ingest", runs)
+    # As release 9 stored it: the latest cell of each side paired.
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("UPDATE ab_slot_rows SET reason = NULL WHERE reason = ?", (names.DUPLICATE,))
+        conn.execute("PRAGMA user_version = 9")
+    assert stored(db_path, "SELECT count(*) FROM ab_slot_rows WHERE reason = ?", names.DUPLICATE) == [(0,)]
+    with Store(db_path):
+        pass
+    assert stored(db_path, "PRAGMA user_version") == [(db.SCHEMA_VERSION,)]
+    assert stored(db_path, "SELECT count(*) FROM ab_slot_rows WHERE reason = ?", names.DUPLICATE)[0][0] > 0
+    assert not stored(db_path, "SELECT 1 FROM ab_pairs WHERE root = ? AND op = ? AND dtype = ?", root, op, dtype)
