@@ -421,6 +421,22 @@ CREATE TABLE IF NOT EXISTS ab_round_ranges (
 CREATE INDEX IF NOT EXISTS ab_round_ranges_cells ON ab_round_ranges(before_cell_id, after_cell_id);
 CREATE INDEX IF NOT EXISTS ab_round_ranges_round ON ab_round_ranges(root_id, cell_op, cell_dtype, round, card);
 
+-- The rounds a side of which more than one current cell claims
+-- (names.DUPLICATE; the view duplicate_cells names the cells), with how
+-- many claim each side. Kept by pairing.py with the pairs, so that an
+-- ingest names them without grouping every stored cell.
+CREATE TABLE IF NOT EXISTS ab_duplicate_rounds (
+    root_id INTEGER NOT NULL,
+    card INTEGER,
+    repeat_dir TEXT,
+    cell_op TEXT,
+    cell_dtype TEXT,
+    round INTEGER,
+    before_claims INTEGER NOT NULL,
+    after_claims INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ab_duplicate_rounds_root ON ab_duplicate_rounds(root_id);
+
 -- Per (rule, row op, dtype, caliber): the noise floor under that rule (see
 -- the view noise_floors, which shows the current rule's). Recomputed for a
 -- rule when its fingerprints change (ab_stale_floors) and for every rule
@@ -591,9 +607,10 @@ WHERE p.closed_by IS NULL;
 -- cell claims: a copied cell directory, or a round directory copied with
 -- its cell.env. None of that round's rows pairs (reason DUPLICATE_CELL) and
 -- the pair's verdict is DUPLICATE_CELL, until all but one are forgotten
--- (`zlstore forget CELL_PATH`). cells: their paths in the root, paths: their
--- absolute paths, one a line, oldest first.
--- `zlstore problems` lists them; an ingest counts them under what it covered.
+-- (`zlstore forget CELL_PATH`). latest_cell / latest_path: the one stored
+-- last (a copy is stored after what it copies); cells / paths: all of them,
+-- in the root and absolute, one a line. `zlstore problems` lists them; an
+-- ingest counts them under the roots it covered.
 CREATE VIEW duplicate_cells AS
 SELECT
     roots.name AS root,
@@ -604,12 +621,16 @@ SELECT
     c.round,
     c.side,
     count(*) AS claims,
+    max(c.id) AS latest_cell_id,
+    c.relpath AS latest_cell,  -- SQLite takes a bare column from the row max() picked
+    c.path AS latest_path,
     group_concat(c.relpath, char(10)) AS cells,
     group_concat(c.path, char(10)) AS paths,
-    c.root_id
-FROM (SELECT * FROM cells WHERE side IN ('before', 'after') AND superseded_at IS NULL ORDER BY id) c
-JOIN roots ON roots.id = c.root_id
-GROUP BY [[round: c.{c}]], c.side
+    d.root_id
+FROM ab_duplicate_rounds d
+JOIN roots ON roots.id = d.root_id
+CROSS JOIN cells c ON [[round AND: c.{c} {is} d.{k}]] AND c.side IN ('before', 'after') AND c.superseded_at IS NULL
+GROUP BY d.rowid, c.side
 HAVING count(*) > 1;
 
 -- ---------------------------------------------------------------------------

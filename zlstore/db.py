@@ -753,8 +753,12 @@ def _problems_stay_open(conn):
 @migration(10, rederive=True)
 def _duplicate_cells(conn):
     """Release 10 pairs no row of a round side that more than one cell
-    claims (names.DUPLICATE): every round is paired again (ensure_schema's
-    derive). No table changes."""
+    claims (names.DUPLICATE) and keeps such rounds in ab_duplicate_rounds:
+    every round is paired again (ensure_schema's derive), which fills it."""
+    conn.execute("""CREATE TABLE IF NOT EXISTS ab_duplicate_rounds (
+        root_id INTEGER NOT NULL, card INTEGER, repeat_dir TEXT, cell_op TEXT, cell_dtype TEXT, round INTEGER,
+        before_claims INTEGER NOT NULL, after_claims INTEGER NOT NULL)""")
+    conn.execute("CREATE INDEX IF NOT EXISTS ab_duplicate_rounds_root ON ab_duplicate_rounds(root_id)")
 
 
 def _user_version(conn) -> int:

@@ -76,6 +76,11 @@ _STEPS = [
         (after_cell_id, after_claims) = (SELECT max(c.id), count(*) FROM cells c
                          WHERE [[round AND: c.{c} {is} ab_rounds_now.{k}]] AND c.side = 'after'
                            AND c.superseded_at IS NULL)""",
+    """DELETE FROM ab_duplicate_rounds WHERE rowid IN (
+        SELECT d.rowid FROM temp.ab_rounds_now r CROSS JOIN ab_duplicate_rounds d ON [[round AND: d.{k} {is} r.{k}]])""",
+    """INSERT INTO ab_duplicate_rounds ([[round: {k}]], before_claims, after_claims)
+        SELECT [[round: {k}]], before_claims, after_claims FROM temp.ab_rounds_now
+        WHERE before_claims > 1 OR after_claims > 1""",
     """UPDATE temp.ab_rounds_now SET
         before_caliber_id = (SELECT caliber_id FROM cells WHERE id = before_cell_id),
         after_caliber_id = (SELECT caliber_id FROM cells WHERE id = after_cell_id)""",

@@ -123,7 +123,7 @@ def forget(conn: sqlite3.Connection, root_id: int) -> dict:
         "SELECT count(*) FROM recorded_verdicts WHERE root_id = ?", (root_id,)).fetchone()[0]
     counts["partitions"] = conn.execute("SELECT count(*) FROM partitions WHERE root_id = ?", (root_id,)).fetchone()[0]
     _note_texts(conn, cells, root_id)
-    for table in ("ab_slot_rows", "ab_range_rows", "ab_round_ranges"):
+    for table in ("ab_slot_rows", "ab_range_rows", "ab_round_ranges", "ab_duplicate_rounds"):
         conn.execute(f"DELETE FROM {table} WHERE root_id = ?", (root_id,))
     conn.execute("DELETE FROM cells WHERE root_id = ?", (root_id,))  # rows, kernels, fingerprints cascade
     for table in ("ab_stale_rounds", "ab_stale_ranges"):  # nothing of it left to pair or judge
@@ -205,16 +205,15 @@ def claimed_twice(conn: sqlite3.Connection, root_ids: Optional[List[int]] = None
     what it copies), the others, and how to forget the copy."""
     where = "" if root_ids is None else f"WHERE root_id IN ({', '.join('?' * len(root_ids))})"
     problems = []
-    for root, side, op, dtype, round_, card, claims, cells, paths in conn.execute(
-            f"SELECT root, side, op, dtype, round, card, claims, cells, paths FROM duplicate_cells {where} "
+    for root, side, op, dtype, round_, card, claims, latest, cells, paths in conn.execute(
+            f"SELECT root, side, op, dtype, round, card, claims, latest_path, cells, paths FROM duplicate_cells {where} "
             "ORDER BY root, op, dtype, round, card, side", root_ids or ()):
-        cells, paths = cells.split("\n"), paths.split("\n")
-        gone = [path for path in paths if not os.path.lexists(path)]
-        others = ", ".join(cell + ("" if os.path.lexists(path) else " (gone from disk)")
-                           for cell, path in zip(cells[:-1], paths[:-1]))
+        others = [(cell, path) for cell, path in zip(cells.split("\n"), paths.split("\n")) if path != latest]
+        gone = [path for path in (latest, *(path for _, path in others)) if not os.path.lexists(path)]
         where = f"round {round_}" + (f" on card {card}" if card is not None else "")
-        problems.append((root, layout.Problem(paths[-1], None, (
-            f"{claims} stored cells claim the {side} side of {op} {dtype or '(no dtype)'}, {where} (also: {others})"
-            f"{' (gone from disk)' if paths[-1] in gone else ''}; none of that round's rows pairs, nor is it judged ("
-            f"{names.DUPLICATE}). Forget the copy: {output.command('forget', (gone or paths)[-1])}"))))
+        also = ", ".join(cell + (" (gone from disk)" if path in gone else "") for cell, path in others)
+        problems.append((root, layout.Problem(latest, None, (
+            f"{claims} stored cells claim the {side} side of {op} {dtype or '(no dtype)'}, {where} (also: {also})"
+            f"{' (gone from disk)' if latest in gone else ''}; none of that round's rows pairs, nor is it judged "
+            f"({names.DUPLICATE}). Forget the copy: {output.command('forget', (gone or [latest])[0])}"))))
     return problems

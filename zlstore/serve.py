@@ -58,7 +58,7 @@ SETTINGS = {
 # noise_floors show it). Hidden from the index, still queryable by name.
 HIDDEN_TABLES = ("blobs", "ir_digests", "ingest_runs", "walked_dirs", "settings", "ab_stale_rounds",
                  "ab_stale_floors", "ab_stale_ranges", "ab_slot_rows", "ab_range_rows", "ab_round_ranges",
-                 "noise_floor_rows", "ab_judgement_basis", "ab_range_json")
+                 "ab_duplicate_rounds", "noise_floor_rows", "ab_judgement_basis", "ab_range_json")
 
 NETWORK_WARNING = (
     "warning: serving on {host}: anyone who can reach this machine on port {port} "
