@@ -719,7 +719,7 @@ def _side(value: Optional[str]) -> Optional[str]:
     return side if side in SIDES else None
 
 
-def check_side(env: Mapping[str, str], ref: "RootRef", file: str, problems: List[Problem]):
+def check_cell_env(env: Mapping[str, str], ref: "RootRef", file: str, problems: List[Problem]):
     """Name a cell.env SIDE that is neither side (the path's is used), and
     an OP, DTYPE, SIDE, ROUND or CARD that says otherwise than the cell's
     path: a directory copied with its cell.env (r4 copied from r1 still

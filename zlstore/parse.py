@@ -378,7 +378,7 @@ class CellParser:
             env_path = os.path.join(top, layout.CELL_ENV)
             env = layout.parse_env(env_bytes, env_path, problems)
             layout.check_numbers(env, layout.CELL_NUMBERS, env_path, None, problems)
-            layout.check_side(env, ref, env_path, problems)
+            layout.check_cell_env(env, ref, env_path, problems)
         values = layout.resolve_cell(ref, root, env)
         log_bytes, _ = read(layout.RUN_LOG, "missing: the cell has no run.log")
         if log_bytes is not None:
