@@ -255,6 +255,27 @@ def test_one_bad_record_costs_its_rows_only(tmp_path):
     assert rows == [(1, "[[32]]"), (3, "[[64]]")]  # the rest of the cell, and of the record
 
 
+def test_a_record_that_cannot_be_read_is_named_for_what_it_is(tmp_path):
+    """A NUL byte in a record mid-file, or a whole last line nested 5,000
+    deep, is not a record cut off by a timeout kill: each is named for what
+    it is, and the cell keeps its other rows."""
+    root = screen_root(tmp_path / "runs")
+    nul, deep = root / "topk_float16_before", root / "argmax_float16_before"
+    good, bad = record(op="topk", latencies=((32, 0.01),)), record(op="topk").replace("kernel", "ker\0nel")
+    (nul / "run.log").write_text("\n".join([good, bad, "noise"]) + "\n")
+    (deep / "run.log").write_text("\n".join([good, "[INFO] " + '{"a":' * 5000 + "1" + "}" * 5000]) + "\n")
+    status, summary, stderr = ingest(tmp_path / "runs", tmp_path / "z.db")
+    assert status == 1 and summary["cells_added"] == 4
+    assert [(p["line"], p["message"]) for p in summary["problems"] if p["file"] == str(nul / "run.log")] == \
+        [(2, f"record holds a NUL byte at column {bad.index(chr(0)) + 1}")]
+    assert [(p["line"], p["message"]) for p in summary["problems"] if p["file"] == str(deep / "run.log")] == \
+        [(2, "record nested too deeply to read (5000 levels)")]
+    assert "cut off" not in stderr
+    for cell in (nul, deep):
+        assert stored(tmp_path / "z.db", "SELECT m.shape FROM measurements m JOIN cells c ON c.id = m.cell_id "
+                                         "WHERE c.path = ?", (str(cell),)) == [("[[32]]",)]
+
+
 def test_bytes_that_are_not_utf8_are_named_in_any_info_line():
     """A record whose "result" key lost its spelling to a bad byte reads as
     no record: its bytes are still named, so the record is not lost unseen."""
