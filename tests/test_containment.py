@@ -103,6 +103,30 @@ def test_a_bad_campaign_file_costs_no_cell(example_tree, tmp_path, name, how):
     assert stored(tmp_path / "z.db", "SELECT count(*) FROM cells") == [(manifest["cells"],)]
 
 
+def test_a_tsv_whose_header_names_a_column_twice_is_not_used(example_tree, tmp_path):
+    """screen.tsv `op dtype verdict op`: which op a verdict belongs to is
+    unknown, so no row of it is used (the last `op` was, giving softmax's
+    verdict to "bogus"); partition.tsv the same. The cells are stored."""
+    tree, manifest = example_tree
+    screen = tree / "ab_rlc_20261015_120000" / "screen.tsv"
+    screen.write_text("op\tdtype\tverdict\top\nsoftmax\tfloat32\tIR_CHANGED\tbogus\n")
+    partition = tree / "campaign_20261013_090000" / "partition.tsv"
+    lines = partition.read_text().splitlines()
+    partition.write_text("\n".join([lines[0] + "\tcard", *(line + "\t7" for line in lines[1:])]) + "\n")
+    status, summary, _ = ingest(tree, tmp_path / "z.db")
+    assert status == 1
+    assert messages(summary, screen) == ["the header names a column twice: 'op' (columns 1 and 4); "
+                                         "no row is used (which of them a value belongs to is unknown)"]
+    assert (str(screen), 1) in problem_files(summary) and (str(partition), 1) in problem_files(summary)
+    assert "'card' (columns 1 and 5)" in messages(summary, partition)[0]
+    assert stored(tmp_path / "z.db", "SELECT count(*) FROM recorded_verdicts v JOIN roots r ON r.id = v.root_id "
+                                     "WHERE r.name = 'ab_rlc_20261015_120000'") == [(0,)]
+    assert stored(tmp_path / "z.db", "SELECT count(*) FROM partitions") == [(0,)]
+    assert stored(tmp_path / "z.db", "SELECT count(*) FROM cells") == [(manifest["cells"],)]
+    screened = CliRunner().invoke(cli, ["screen", "ab_rlc_20261015_120000", "--db", str(tmp_path / "z.db")])
+    assert "bogus" not in screened.output and "softmax" in screened.output
+
+
 def test_integers_beyond_64_bits_are_named_and_unknown(example_tree, tmp_path):
     tree, manifest = example_tree
     big = str(1 << 63)
