@@ -387,8 +387,9 @@ def summary_exit(summary):
 def ingest(store, paths, rehash, out):
     """Store every root and cell under PATHS (runs/ trees, roots or cells).
 
-    A cell is stored whole or not at all. Ingesting the same tree again adds
-    nothing and reads nothing: a stored cell whose directories and run.log,
+    A cell is stored whole or not at all, and read and counted once where
+    PATHS overlap (a PATH inside another one, or given twice, is left out).
+    Ingesting the same tree again adds nothing and reads nothing: a stored cell whose directories and run.log,
     cell.env and index.tsv keep their sizes and times is unchanged (files in
     triton_cache are written once by Triton, by rename: a directory's time
     tells). A cell that changed is read, and replaced if its content did.
