@@ -103,6 +103,30 @@ def test_a_bad_campaign_file_costs_no_cell(example_tree, tmp_path, name, how):
     assert stored(tmp_path / "z.db", "SELECT count(*) FROM cells") == [(manifest["cells"],)]
 
 
+def test_a_tsv_whose_header_names_a_column_twice_is_not_used(example_tree, tmp_path):
+    """screen.tsv `op dtype verdict op`: which op a verdict belongs to is
+    unknown, so no row of it is used (the last `op` was, giving softmax's
+    verdict to "bogus"); partition.tsv the same. The cells are stored."""
+    tree, manifest = example_tree
+    screen = tree / "ab_rlc_20261015_120000" / "screen.tsv"
+    screen.write_text("op\tdtype\tverdict\top\nsoftmax\tfloat32\tIR_CHANGED\tbogus\n")
+    partition = tree / "campaign_20261013_090000" / "partition.tsv"
+    lines = partition.read_text().splitlines()
+    partition.write_text("\n".join([lines[0] + "\tcard", *(line + "\t7" for line in lines[1:])]) + "\n")
+    status, summary, _ = ingest(tree, tmp_path / "z.db")
+    assert status == 1
+    assert messages(summary, screen) == ["the header names a column twice: 'op' (columns 1 and 4); "
+                                         "no row is used (which of them a value belongs to is unknown)"]
+    assert (str(screen), 1) in problem_files(summary) and (str(partition), 1) in problem_files(summary)
+    assert "'card' (columns 1 and 5)" in messages(summary, partition)[0]
+    assert stored(tmp_path / "z.db", "SELECT count(*) FROM recorded_verdicts v JOIN roots r ON r.id = v.root_id "
+                                     "WHERE r.name = 'ab_rlc_20261015_120000'") == [(0,)]
+    assert stored(tmp_path / "z.db", "SELECT count(*) FROM partitions") == [(0,)]
+    assert stored(tmp_path / "z.db", "SELECT count(*) FROM cells") == [(manifest["cells"],)]
+    screened = CliRunner().invoke(cli, ["screen", "ab_rlc_20261015_120000", "--db", str(tmp_path / "z.db")])
+    assert "bogus" not in screened.output and "softmax" in screened.output
+
+
 def test_integers_beyond_64_bits_are_named_and_unknown(example_tree, tmp_path):
     tree, manifest = example_tree
     big = str(1 << 63)
@@ -253,6 +277,27 @@ def test_one_bad_record_costs_its_rows_only(tmp_path):
     rows = stored(tmp_path / "z.db", "SELECT m.line, m.shape FROM measurements m JOIN cells c ON c.id = m.cell_id "
                                      "WHERE c.path = ? ORDER BY m.line, m.idx", (str(cell),))
     assert rows == [(1, "[[32]]"), (3, "[[64]]")]  # the rest of the cell, and of the record
+
+
+def test_a_record_that_cannot_be_read_is_named_for_what_it_is(tmp_path):
+    """A NUL byte in a record mid-file, or a whole last line nested 5,000
+    deep, is not a record cut off by a timeout kill: each is named for what
+    it is, and the cell keeps its other rows."""
+    root = screen_root(tmp_path / "runs")
+    nul, deep = root / "topk_float16_before", root / "argmax_float16_before"
+    good, bad = record(op="topk", latencies=((32, 0.01),)), record(op="topk").replace("kernel", "ker\0nel")
+    (nul / "run.log").write_text("\n".join([good, bad, "noise"]) + "\n")
+    (deep / "run.log").write_text("\n".join([good, "[INFO] " + '{"a":' * 5000 + "1" + "}" * 5000]) + "\n")
+    status, summary, stderr = ingest(tmp_path / "runs", tmp_path / "z.db")
+    assert status == 1 and summary["cells_added"] == 4
+    assert [(p["line"], p["message"]) for p in summary["problems"] if p["file"] == str(nul / "run.log")] == \
+        [(2, f"record holds a NUL byte at column {bad.index(chr(0)) + 1}")]
+    assert [(p["line"], p["message"]) for p in summary["problems"] if p["file"] == str(deep / "run.log")] == \
+        [(2, "record nested too deeply to read (5000 levels)")]
+    assert "cut off" not in stderr
+    for cell in (nul, deep):
+        assert stored(tmp_path / "z.db", "SELECT m.shape FROM measurements m JOIN cells c ON c.id = m.cell_id "
+                                         "WHERE c.path = ?", (str(cell),)) == [("[[32]]",)]
 
 
 def test_bytes_that_are_not_utf8_are_named_in_any_info_line():

@@ -29,7 +29,8 @@ ZLSTORE = [sys.executable, "-m", "zlstore"]
 def scene(tmp_path):
     """A clean screening root, one with a cut-off run.log, a campaign root,
     an unfinished cell, a directory that is no cell, a store of all but the
-    unfinished cell, and a store from a newer release."""
+    unfinished cell and the cut-off root, a store of that root, and a store
+    from a newer release."""
     clean, cut = tmp_path / "runs" / "ab_rlc_clean", tmp_path / "runs2" / "ab_rlc_cut"
     for root in (clean, cut):
         write_root_env(root)
@@ -46,11 +47,14 @@ def scene(tmp_path):
     store = tmp_path / "store.db"
     with Store(store) as s:
         s.ingest([clean, campaign])
+    with Store(tmp_path / "cut.db") as s:
+        s.ingest(cut)
     newer = tmp_path / "newer.db"
     with Store(newer) as s:
         s.conn.execute(f"PRAGMA user_version = {db.SCHEMA_VERSION + 1}")
     return {"clean": clean, "cut": cut, "campaign": campaign, "unfinished": unfinished,
-            "empty_dir": tmp_path / "empty_dir", "store": store, "newer": newer, "tmp": tmp_path}
+            "empty_dir": tmp_path / "empty_dir", "store": store, "cut_store": tmp_path / "cut.db", "newer": newer,
+            "tmp": tmp_path}
 
 
 CASES = {
@@ -58,6 +62,8 @@ CASES = {
     "ingest, clean": (lambda s: ["ingest", s["clean"], "--db", s["tmp"] / "n.db"], 0),
     "ingest, a cut-off run.log": (lambda s: ["ingest", s["cut"], "--db", s["tmp"] / "n.db"], 1),
     "ingest, a path that does not exist": (lambda s: ["ingest", s["tmp"] / "nope", "--db", s["tmp"] / "n.db"], 2),
+    "merge, a clean store": (lambda s: ["merge", s["store"], "--db", s["tmp"] / "m.db"], 0),
+    "merge, a store whose cut-off run.log is still open": (lambda s: ["merge", s["cut_store"], "--db", s["tmp"] / "m.db"], 1),
     "screen, an unknown root": (lambda s: ["screen", "nosuch", "--db", s["store"]], 2),
     "export, a root of the wrong kind": (lambda s: ["export", "campaign_x", "--db", s["store"]], 2),
     "screen, a newer schema": (lambda s: ["screen", "--db", s["newer"]], 2),

@@ -282,6 +282,26 @@ def test_cli_ingest_json_summary_keys(example_source, tmp_path):
     assert all(set(p) == {"file", "line", "message"} for p in summary["problems"])
 
 
+@pytest.mark.parametrize("inner", ["ab_rlc_20261012_101500", "campaign_20261013_090000/card0", "."])
+@pytest.mark.parametrize("inner_first", [False, True], ids=["runs then inner", "inner then runs"])
+def test_paths_inside_another_are_read_and_counted_once(example_tree, tmp_path, inner, inner_first):
+    """`ingest runs runs/X` (or runs twice): X's cells are found, read and
+    counted once, as `ingest runs` counts them, and their problems once."""
+    runs, manifest = example_tree
+    paths = [str(runs), str(runs / inner)]
+    result = CliRunner().invoke(cli, ["ingest", *(paths[::-1] if inner_first else paths),
+                                      "--db", str(tmp_path / "x.db"), "--json"])
+    summary = json.loads(result.stdout)
+    assert result.exit_code == 1  # the example's cut-off run.log
+    assert (summary["cells_added"], summary["cells_unchanged"], summary["rows_added"]) == \
+        (manifest["cells"], 0, manifest["rows"])
+    assert len(summary["problems"]) == summary["open_problems"] == 1
+    assert result.stderr.count("problem:") == 1
+    with Store(tmp_path / "x.db") as store:
+        assert count(store, "SELECT count(*) FROM cells") == manifest["cells"]
+        assert json.loads(store.conn.execute("SELECT paths FROM ingest_runs").fetchone()[0]) == [str(runs.resolve())]
+
+
 def test_missing_path_is_a_usage_error_and_creates_nothing(tmp_path, example_tree):
     runs, _ = example_tree
     db = tmp_path / "x.db"
@@ -311,7 +331,7 @@ def test_record_refuses_unfinished_cell(store, tmp_path):
 
 @pytest.mark.parametrize("header, lines", [
     ("op\tdtype\tverdict", ["topk\tfloat16\tIR_CHANGED", "sort\t\tNO_IR_DIFF", "short\tint8", "long\ta\tb\tc", "  x \t y \t z "]),
-    ("op\tdtype\top", ["a\tb\tc", "d\te"]),  # a column named twice: the later one counts, where it is there
+    ("op\tdtype\t\t", ["a\tb\tc\td", "e\tf"]),  # columns without a name (trailing tabs), which none reads
 ])
 def test_tsv_rows_read_as_dict_zip_gives_them(tmp_path, header, lines):
     """A TSV row is dict(zip(header, values)) in every respect the store uses

@@ -41,9 +41,9 @@ def two_hosts(example_tree, tmp_path):
 
 def test_two_hosts_stores_merge_into_what_one_host_would_have_stored(two_hosts, tmp_path):
     a, b, single = two_hosts
-    summary = run_merge(tmp_path / "m.db", a, b)
+    summary = run_merge(tmp_path / "m.db", a, b, code=1)  # host A's screening has a run.log cut off
     assert (summary["roots"], summary["roots_added"], summary["cells_added"]) == (4, 4, 72)
-    assert summary["conflicts"] == [] and summary["problems"] == []
+    assert summary["conflicts"] == [] and summary["problems"] == [] and summary["open_problems"] == 1
     with sqlite3.connect(tmp_path / "m.db") as raw:  # not a Store, which would re-pair what was left stale
         assert pairing.stale(raw) is False
     merged = judged(tmp_path / "m.db")
@@ -52,7 +52,7 @@ def test_two_hosts_stores_merge_into_what_one_host_would_have_stored(two_hosts, 
     with sqlite3.connect(tmp_path / "m.db") as one, sqlite3.connect(single) as other:
         assert one.execute(rules).fetchall() == other.execute(rules).fetchall()  # v4: the screening cells only
     assert len(merged["screen"]) == 18 and merged["ab"] and merged["noise"]
-    run_merge(tmp_path / "reversed.db", b, a)
+    run_merge(tmp_path / "reversed.db", b, a, code=1)
     assert judged(tmp_path / "reversed.db") == merged
     with Store(tmp_path / "m.db") as store:
         # the campaign is one root, at host A's path (merged first); B's half moved under it
@@ -70,9 +70,9 @@ def test_two_hosts_stores_merge_into_what_one_host_would_have_stored(two_hosts, 
 def test_merging_twice_adds_nothing(two_hosts, tmp_path):
     a, b, _ = two_hosts
     target = tmp_path / "m.db"
-    run_merge(target, a, b)
+    run_merge(target, a, b, code=1)
     before = every_row(target)
-    summary = run_merge(target, a, b, a)
+    summary = run_merge(target, a, b, a, code=1)  # the problem carried the first time is still open
     assert (summary["cells_added"], summary["cells_replaced"], summary["cells_unchanged"]) == (0, 0, 100)
     assert (summary["roots_added"], summary["log_runs_added"], summary["ir_texts_added"]) == (0, 0, 0)
     after = every_row(target)
@@ -106,7 +106,7 @@ def test_a_root_is_merged_whole_or_not_at_all(two_hosts, tmp_path, monkeypatch):
                                          "GROUP BY roots.id"))
     assert stored == {names[0]: whole[names[0]]}
     assert summary["cells_added"] == whole[names[0]]
-    run_merge(target, a, b)  # the failed root merges next time, the rest is there already
+    run_merge(target, a, b, code=1)  # the failed root merges next time, the rest is there already
     assert judged(target) == judged(single)
 
 
@@ -139,6 +139,38 @@ def test_the_newer_content_of_a_cell_wins_and_is_named(example_tree, tmp_path):
             "WHERE command = 'merge' AND file LIKE ?", (f"%{relpath}",))
     assert message.startswith(f"its content differs between the target and {tmp_path / 'b.db'}: kept the newer, "
                               f"the source's")
+
+
+def test_a_problem_a_source_found_comes_along_open_and_is_counted_until_it_is_fixed(example_tree, tmp_path):
+    """A source whose ingest found a problem still open (the example's run.log
+    cut off by a timeout kill) merges with that problem open in the target,
+    named with its root and cell, counted in the summary, exit 1: the same
+    as an ingest of the tree there would say. Once the file is fixed and the
+    source ingests it again, a merge closes it, as the source did."""
+    tree, _ = example_tree
+    cut = tree / SCREEN / "sort_bfloat16_after" / "run.log"
+    ingest(tmp_path / "a.db", tree)
+    result = invoke(tmp_path / "m.db", "merge", tmp_path / "a.db")
+    assert result.exit_code == 1, result.output
+    assert "problem: 1 found where the merged stores were ingested, open here" in result.stderr
+    assert result.stdout.rstrip().endswith("0 conflicts, 1 problem")
+    listed = invoke(tmp_path / "m.db", "problems", SCREEN, "--json")
+    assert listed.exit_code == 1
+    assert [(p["file"], p["line"], p["root"], p["cell"]) for p in json.loads(listed.stdout)] == \
+        [(str(cut), 26, SCREEN, "sort_bfloat16_after")]
+    with Store(tmp_path / "again.db") as store:
+        summary = merge.merge(store, [tmp_path / "a.db"])
+    assert (summary["problems"], summary["open_problems"]) == ([], 1)
+
+    cut.write_text("\n".join(cut.read_text().splitlines()[:25]) + "\n")
+    ingest(tmp_path / "a.db", tree)  # closes it there
+    fresh = run_merge(tmp_path / "fresh.db", tmp_path / "a.db")  # exit 0: closed in the source, closed here
+    assert fresh["open_problems"] == 0 and invoke(tmp_path / "fresh.db", "problems").exit_code == 0
+    again = run_merge(tmp_path / "m.db", tmp_path / "a.db", code=1)  # the fixed cell replaces the cut one
+    assert again["cells_replaced"] == 1 and len(again["conflicts"]) == 1
+    still = json.loads(invoke(tmp_path / "m.db", "problems", "--json").stdout)
+    assert [p["message"] for p in still if "cut off" in p["message"]] == []
+    assert again["open_problems"] == len(again["problems"]) == 1  # the conflict, named by this merge
 
 
 def test_two_roots_of_one_name_and_one_path_on_two_hosts_stay_two(tmp_path):
@@ -203,7 +235,7 @@ def test_a_source_is_read_through_its_wal_and_left_as_it_was(example_tree, tmp_p
         wal = Path(f"{source}-wal")
         files = {p: sha256(p) for p in (source, wal)}
         assert wal.stat().st_size > 0
-        summary = run_merge(tmp_path / "m.db", source)
+        summary = run_merge(tmp_path / "m.db", source, code=1)
         assert summary["cells_added"] == 72
         assert {p: sha256(p) for p in files} == files
     assert judged(tmp_path / "m.db") == judged(source)
@@ -225,7 +257,7 @@ def test_merge_keeps_the_rules_the_sources_computed(two_hosts, tmp_path):
     with Store(a) as store:
         store.compute_fingerprints("v4")
     target = tmp_path / "m.db"
-    run_merge(target, b, a)
+    run_merge(target, b, a, code=1)
     with Store(target) as store:
         lacking = store.conn.execute(
             "SELECT count(*) FROM cells WHERE id NOT IN (SELECT cell_id FROM fingerprints WHERE rule = 'v4')")

@@ -85,6 +85,14 @@ def test_partition_tsv_round_trip(tmp_path):
     assert back.makespan_s == pytest.approx(plan.makespan_s, rel=1e-4)
 
 
+def test_a_partition_whose_header_names_a_column_twice_is_refused(tmp_path):
+    """`card op dtype card`: which card an op runs on is unknown."""
+    path = tmp_path / "partition.tsv"
+    path.write_text("card\top\tdtype\tcard\n0\ttopk\tfloat16\t3\n")
+    with pytest.raises(PlanError, match=r"partition.tsv:1: the header names a column twice: 'card' \(columns 1 and 4\)"):
+        read_partition_tsv(path)
+
+
 # -- from the store ------------------------------------------------------------
 
 

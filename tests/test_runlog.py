@@ -260,14 +260,38 @@ def test_truncated_last_line_is_a_problem_and_earlier_records_stay():
     log = parse_runlog(data)
     assert [r.op_name for r in log.rows] == ["a", "b"]
     assert log.problems == [Problem(4, "record cut off mid-JSON (timeout kill?)")]
+    # Cut off too: followed by the note `zlstore flaggems` writes after a
+    # kill, cut inside a string, or pretty-printed and cut in its middle.
+    pretty = "[INFO] " + json.dumps(json.loads(_rec(op="p")[7:]), indent=2)
+    for data in (_log(*whole, cut, "zlstore flaggems: killed at 10 s (CELL_TIMEOUT): RC 124"),
+                 _log(*whole, cut[:22]), _log(*whole, pretty[:len(pretty) // 2])):
+        log = parse_runlog(data)
+        assert [r.op_name for r in log.rows] == ["a", "b"]
+        assert log.problems == [Problem(3, "record cut off mid-JSON (timeout kill?)")]
 
 
 def test_unparseable_record_mid_file_does_not_stop_the_rest():
     data = _log(_rec(op="a"), "[INFO] {\"op_name\": \"b\", \"result\": [oops]}", _rec(op="c"))
     log = parse_runlog(data)
     assert [r.op_name for r in log.rows] == ["a", "c"]
+    assert log.problems == [Problem(2, "record is not valid JSON: Expecting value at column 36")]
+
+
+@pytest.mark.parametrize("bad,why", [
+    (_rec(op="NUL").replace("kernel", "ker\0nel"), "record holds a NUL byte at column 65"),
+    ("[INFO] " + '{"a":' * 5000 + "1" + "}" * 5000, "record nested too deeply to read (5000 levels)"),
+    (_rec(op="bad").replace('"mode"', '"mode" "kernel",'), "record is not valid JSON: Expecting ':' delimiter at column 60"),
+    ("[INFO] " + repr({"op_name": "x", "result": []}).replace(": 'x'", ": 'x' 'y' z"),
+     "record is neither JSON nor a Python dict repr: invalid syntax"),
+], ids=["NUL byte", "nested 5000 deep", "not JSON", "not a dict repr"])
+@pytest.mark.parametrize("then", [[], ["some noise"], [_rec(op="next")]], ids=["last", "then noise", "then a record"])
+def test_a_whole_record_that_cannot_be_read_says_why_never_cut_off(bad, why, then):
+    """A record whose line ends, read to the end of the file or not, is not
+    cut off: what is wrong in it is named, and the other records are read."""
+    log = parse_runlog(_log(_rec(op="a"), bad, *then))
+    assert [r.op_name for r in log.rows] == ["a"] + ["next" for line in then if "next" in line]
     assert [p.line for p in log.problems] == [2]
-    assert "unparseable" in log.problems[0].message
+    assert log.problems[0].message.startswith(why)
 
 
 def test_invalid_utf8_in_a_record_keeps_it_with_a_problem():

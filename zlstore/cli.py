@@ -363,8 +363,9 @@ def report_summary(summary, out, command: str = "ingest"):
         click.echo(f"moved: {move['root']} from {move['from']} to {move['to']}", err=True)
     earlier = summary.problem_count() - len(summary.problems)
     if earlier > 0:
-        click.echo(f"problem: {earlier} found by an earlier ingest still open (the files are unchanged): "
-                   f"{output.command('problems')}", err=True)
+        found = ("found where the merged stores were ingested, open here" if command == "merge"
+                 else "found by an earlier ingest still open (the files are unchanged)")
+        click.echo(f"problem: {earlier} {found}: {output.command('problems')}", err=True)
     if summary.stopped:
         click.echo(f"error: {command} {summary.state}; the counts are what was stored. "
                    "Run it again with space to store the rest.", err=True)
@@ -387,8 +388,9 @@ def summary_exit(summary):
 def ingest(store, paths, rehash, out):
     """Store every root and cell under PATHS (runs/ trees, roots or cells).
 
-    A cell is stored whole or not at all. Ingesting the same tree again adds
-    nothing and reads nothing: a stored cell whose directories and run.log,
+    A cell is stored whole or not at all, and read and counted once where
+    PATHS overlap (a PATH inside another one, or given twice, is left out).
+    Ingesting the same tree again adds nothing and reads nothing: a stored cell whose directories and run.log,
     cell.env and index.tsv keep their sizes and times is unchanged (files in
     triton_cache are written once by Triton, by rename: a directory's time
     tells). A cell that changed is read, and replaced if its content did.
@@ -544,9 +546,14 @@ def merge(store, sources, out):
     been ingested there. Sources are only read: one made by an older zlstore
     is read through a migrated copy; one made by a newer zlstore is refused.
 
+    A problem a source's ingest found comes along, open while the target
+    holds what it names as the source read it, and is counted (`zlstore
+    problems` lists it).
+
     Exit status: 0 merged; 1 merged, with conflicts or problems (on stderr;
-    the newer content kept); 2 a source refused (missing, not a zlstore
-    store, a newer schema, the target itself): nothing merged.
+    the newer content kept; open problems carried from the sources
+    included); 2 a source refused (missing, not a zlstore store, a newer
+    schema, the target itself): nothing merged.
 
     Example:
 
@@ -564,7 +571,7 @@ def merge(store, sources, out):
     finally:
         finish()
     report_summary(summary, out, "merge")
-    sys.exit(EXIT_PROBLEMS if summary.problems else EXIT_OK)
+    summary_exit(summary)
 
 
 # -- live writing: record, plan, run (issue 4) ----------------------------------

@@ -231,6 +231,15 @@ def _resolved(path) -> Path:
         return Path(os.path.abspath(path))
 
 
+def _outermost(paths: List[Path]) -> List[Path]:
+    """paths, in their order, without one given twice or lying inside another
+    (`ingest runs runs/X`): each cell is then found, read and counted once.
+    A path that does not exist is kept, to be named."""
+    given = set(paths)
+    return [path for path in dict.fromkeys(paths)
+            if not os.path.lexists(path) or not any(parent in given for parent in path.parents)]
+
+
 # A file column's test for a path and every path under it, given _file_bounds(path).
 _FILE_AT_OR_UNDER = "(file = :at OR (file > :low AND file < :high))"
 
@@ -358,7 +367,7 @@ class Ingester:
         """Store the cells under paths. On a full disk (or a failing one) the
         run stops at once: the summary counts what was committed, and its
         state names the cause; the next run, with space, stores the rest."""
-        paths = [_resolved(p) for p in paths]
+        paths = _outermost([_resolved(p) for p in paths])
         try:
             with self._write():
                 self.run_id = self.conn.execute(

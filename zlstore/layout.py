@@ -263,6 +263,11 @@ def read_tsv(path: Path, problems: List[Problem], within: Optional[str] = None) 
     if not lines:
         return []
     header = [h.strip() for h in lines[0].split("\t")]
+    repeated = repeated_columns(header)
+    if repeated:
+        problems.append(Problem(str(path), 1, f"the header names a column twice: {repeated}; "
+                                              "no row is used (which of them a value belongs to is unknown)"))
+        return None
     columns = {name: at for at, name in enumerate(header)}
     seen: Dict[str, str] = {}
     rows = []
@@ -274,11 +279,24 @@ def read_tsv(path: Path, problems: List[Problem], within: Optional[str] = None) 
             problems.append(
                 Problem(str(path), number, f"{len(values)} fields where the header has {len(header)}")
             )
-        if len(columns) < len(header):  # a column named twice: as dict(zip()) has it
+        if len(columns) < len(header):  # columns without a name (trailing tabs): as dict(zip()) has it
             rows.append((number, dict(zip(header, values))))
         else:
             rows.append((number, TsvRow(columns, tuple(seen.setdefault(v, v) for v in values[:len(header)]))))
     return rows
+
+
+def repeated_columns(header: List[str]) -> str:
+    """The names a TSV header gives to more than one column, with their
+    positions ("'op' (columns 1 and 4)"), or '' where there are none. Such
+    a file is not read: a value taken by name could be the other column's,
+    a verdict given to the wrong op."""
+    at: Dict[str, List[int]] = {}
+    for number, name in enumerate(header, 1):
+        if name:  # a column without a name is read by none
+            at.setdefault(name, []).append(number)
+    return ", ".join(f"{name!r} (columns {', '.join(map(str, numbers[:-1]))} and {numbers[-1]})"
+                     for name, numbers in at.items() if len(numbers) > 1)
 
 
 class TsvRow(collections.abc.Mapping):

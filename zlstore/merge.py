@@ -5,12 +5,15 @@ A root is matched by what it is (roots.py: its name and env file), a cell by
 its path inside its root, an IR text by its hash: merging a store twice adds
 nothing. Each root is merged in one transaction, whole or not at all. A cell
 both stores hold with different content keeps the newer (its ingested_at),
-and the summary and the ingest log say which. What the writers derive (the
-A/B pairs, ranges and noise floors) is not copied but recomputed in the
-target, inside the same transaction (pairing.py), so the target's views see
-the merged roots as if they had been ingested there. A source is only read:
-one from an older release is read through a migrated copy, never upgraded in
-place, and one from a newer release is refused before anything is merged.
+and the summary and the ingest log say which. A source's problems come
+along, open while the target holds what they name as the source read it,
+and the summary counts those open, as an ingest counts its own. What the
+writers derive (the A/B pairs, ranges and noise floors) is not copied but
+recomputed in the target, inside the same transaction (pairing.py), so the
+target's views see the merged roots as if they had been ingested there. A
+source is only read: one from an older release is read through a migrated
+copy, never upgraded in place, and one from a newer release is refused
+before anything is merged.
 
     from zlstore import Store, merge
     with Store("all.db") as target:
@@ -49,17 +52,20 @@ class MergeSummary:
     sources: List[str] = field(default_factory=list)
     counts: Dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTS, 0))
     conflicts: List[dict] = field(default_factory=list)  # cells and roots both stores hold, differently
-    problems: List[Problem] = field(default_factory=list)
+    problems: List[Problem] = field(default_factory=list)  # found by this merge
+    # The problems open in the target that the sources' ingests found (carried
+    # by this merge or an earlier one), and this merge's own.
+    open_problems: Optional[int] = None
     stopped = False  # a merge is whole roots or nothing: it never stops half-way
 
     def problem_count(self) -> int:
-        """The problems this merge found (ingest.Summary's question, asked
-        by the command line of every summary)."""
-        return len(self.problems)
+        """ingest.Summary's question, asked by the command line of every
+        summary: the problems open in what was merged, its own included."""
+        return len(self.problems) if self.open_problems is None else max(self.open_problems, len(self.problems))
 
     def as_dict(self) -> dict:
         return {"sources": self.sources, **self.counts, "conflicts": self.conflicts,
-                "problems": [p.as_dict() for p in self.problems]}
+                "problems": [p.as_dict() for p in self.problems], "open_problems": self.problem_count()}
 
     def line(self) -> str:
         c = self.counts
@@ -67,7 +73,7 @@ class MergeSummary:
                 f"{c['cells_added']} added, {c['cells_replaced']} replaced, {c['cells_unchanged']} unchanged; "
                 f"{c['rows_added']} rows, {c['kernels_added']} kernels, {c['ir_texts_added']} new IR texts, "
                 f"{c['log_runs_added']} ingest runs logged; {plural(len(self.conflicts), 'conflict')}, "
-                f"{plural(len(self.problems), 'problem')}")
+                f"{plural(self.problem_count(), 'problem')}")
 
 
 def merge(target, sources: Sequence, progress: Optional[Callable[[int, int], None]] = None) -> dict:
@@ -169,9 +175,14 @@ class Merger:
                 "INSERT INTO ingest_runs (started_at, command, paths) VALUES (?, ?, ?)",
                 (now(), "merge", json.dumps([str(p.resolve()) for p in paths]))).lastrowid
         merged_roots = set()
+        self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS merge_carried (run_id INTEGER PRIMARY KEY)")
+        self.conn.execute("DELETE FROM temp.merge_carried")
         with dbmod.bulk_checkpoints(self.conn):
             for path, version in zip(paths, versions):
                 with readable(path, version) as readable_path, self._attached(readable_path):
+                    self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS merge_roots (src_id INTEGER PRIMARY KEY, "
+                                      "dst_id INTEGER)")
+                    self.conn.execute("DELETE FROM temp.merge_roots")
                     for source_root in self._source_roots():
                         root_id = self._merge_root(path, source_root)
                         if root_id is not None:
@@ -179,6 +190,9 @@ class Merger:
                     self._merge_log()
             self._complete_fingerprints()
         self.summary.counts["roots"] = len(merged_roots)
+        self.summary.open_problems = self.conn.execute(
+            "SELECT count(*) FROM ingest_problems WHERE closed_by IS NULL "
+            "AND (run_id = ? OR run_id IN (SELECT run_id FROM temp.merge_carried))", (self.run_id,)).fetchone()[0]
         with dbmod.write_transaction(self.conn):
             self.conn.execute("UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?",
                               (now(), json.dumps(self.summary.as_dict()), self.run_id))
@@ -220,6 +234,7 @@ class Merger:
                 root_id = self._root_row(source_path, source)
                 self._cells(source_path, source, root_id)
                 pairing.refresh(self.conn)
+                self.conn.execute("INSERT INTO temp.merge_roots VALUES (?, ?)", (source["id"], root_id))
             return root_id
         except sqlite3.DatabaseError as error:
             # The transaction rolled back: nothing of this root counts.
@@ -286,6 +301,9 @@ class Merger:
         else:
             self.conn.execute(f"UPDATE roots SET {', '.join(c + ' = ?' for c in columns)} WHERE id = ?",
                               (*values, root_id))
+            # its problems were the old files': closed, as an ingest closes them
+            self.conn.execute("UPDATE ingest_problems SET closed_by = ? "
+                              "WHERE root_id = ? AND cell_id IS NULL AND closed_by IS NULL", (self.run_id, root_id))
         for table in ("recorded_verdicts", "partitions"):
             self.conn.execute(f"DELETE FROM main.{table} WHERE root_id = ?", (root_id,))
             copied = [c for c in _columns(self.conn, "main", table)
@@ -338,6 +356,9 @@ class Merger:
         self.summary.counts["cells_added"] += conn.execute(
             "SELECT count(*) FROM temp.merge_cells WHERE copy = 1 AND dst_id IS NULL").fetchone()[0]
         self._advance(unchanged)
+        conn.execute("""UPDATE ingest_problems SET closed_by = ? WHERE closed_by IS NULL
+                        AND cell_id IN (SELECT dst_id FROM temp.merge_cells WHERE copy = 1)""",
+                     (self.run_id,))  # the replaced content's: closed, as an ingest closes them
         conn.execute("DELETE FROM main.cells WHERE id IN (SELECT dst_id FROM temp.merge_cells WHERE copy = 1)")
         # The cells of equal content may lack fingerprints under rules the source computed.
         added = conn.execute("""INSERT OR IGNORE INTO main.fingerprints (cell_id, rule, fingerprint)
@@ -410,20 +431,61 @@ class Merger:
 
     def _merge_log(self):
         """The source's ingest runs and their problems that the target lacks
-        (the same start, command, paths and summary), in one transaction."""
-        with dbmod.write_transaction(self.conn):
-            missing = self.conn.execute(
+        (the same start, command, paths and summary), in one transaction.
+        Each problem of the source, brought now or by an earlier merge, is
+        tied to the target's cell or root it names, and is open there while
+        it is open in the source and the target holds what it names as the
+        source read it (a cell of the same content, root files of the same
+        signature), as an ingest keeps its own; one the source closed is
+        closed. One that names neither stays as the target has it."""
+        conn = self.conn
+        with dbmod.write_transaction(conn):
+            conn.execute("CREATE TEMP TABLE IF NOT EXISTS merge_runs (src_id INTEGER PRIMARY KEY, dst_id INTEGER, "
+                         "new INTEGER)")
+            conn.execute("DELETE FROM temp.merge_runs")
+            conn.execute("""INSERT INTO temp.merge_runs
+                            SELECT s.id, (SELECT min(t.id) FROM main.ingest_runs t WHERE t.started_at = s.started_at
+                                          AND t.command IS s.command AND t.paths IS s.paths
+                                          AND t.summary IS s.summary), 0
+                            FROM src.ingest_runs s""")
+            missing = conn.execute(
                 """SELECT s.id, s.started_at, s.finished_at, s.command, s.paths, s.summary FROM src.ingest_runs s
-                   WHERE NOT EXISTS (SELECT 1 FROM main.ingest_runs t WHERE t.started_at = s.started_at
-                         AND t.command IS s.command AND t.paths IS s.paths AND t.summary IS s.summary)
-                   ORDER BY s.id""").fetchall()
+                   JOIN temp.merge_runs m ON m.src_id = s.id WHERE m.dst_id IS NULL ORDER BY s.id""").fetchall()
             for source_id, *values in missing:
-                run_id = self.conn.execute(
+                run_id = conn.execute(
                     "INSERT INTO ingest_runs (started_at, finished_at, command, paths, summary) VALUES (?, ?, ?, ?, ?)",
                     values).lastrowid
-                self.conn.execute("""INSERT INTO ingest_problems (run_id, file, line, message)
-                                     SELECT ?, file, line, message FROM src.ingest_problems
-                                     WHERE run_id = ? ORDER BY id""", (run_id, source_id))
+                conn.execute("UPDATE temp.merge_runs SET dst_id = ?, new = 1 WHERE src_id = ?", (run_id, source_id))
+            conn.execute("DROP TABLE IF EXISTS temp.merge_problems")
+            conn.execute("""CREATE TEMP TABLE merge_problems AS
+                            SELECT p.id AS src_id, r.dst_id AS run_id, r.new, p.file, p.line, p.message,
+                                   tc.id AS cell_id, CASE WHEN p.root_id IS NOT NULL THEN mr.dst_id END AS root_id,
+                                   p.cell_id IS NOT NULL OR p.root_id IS NOT NULL AS tied,
+                                   CASE WHEN p.closed_by IS NOT NULL THEN coalesce(closer.dst_id, :run)
+                                        WHEN p.cell_id IS NOT NULL AND (tc.id IS NULL
+                                             OR tc.content_sig IS NOT sc.content_sig) THEN :run
+                                        WHEN p.cell_id IS NULL AND p.root_id IS NOT NULL AND (tr.id IS NULL
+                                             OR tr.files_sig IS NOT sr.files_sig) THEN :run END AS closed_by
+                            FROM src.ingest_problems p
+                            JOIN temp.merge_runs r ON r.src_id = p.run_id
+                            LEFT JOIN temp.merge_runs closer ON closer.src_id = p.closed_by
+                            LEFT JOIN src.cells sc ON sc.id = p.cell_id
+                            LEFT JOIN src.roots sr ON sr.id = coalesce(p.root_id, sc.root_id)
+                            LEFT JOIN temp.merge_roots mr ON mr.src_id = sr.id
+                            LEFT JOIN main.roots tr ON tr.id = mr.dst_id
+                            LEFT JOIN main.cells tc ON tc.root_id = mr.dst_id AND tc.relpath = sc.relpath""",
+                         {"run": self.run_id})
+            conn.execute("""INSERT INTO ingest_problems (run_id, file, line, message, cell_id, root_id, closed_by)
+                            SELECT run_id, file, line, message, cell_id, root_id, closed_by
+                            FROM temp.merge_problems WHERE new ORDER BY src_id""")
+            conn.execute("""UPDATE main.ingest_problems AS t
+                            SET cell_id = coalesce(p.cell_id, t.cell_id), root_id = coalesce(p.root_id, t.root_id),
+                                closed_by = CASE WHEN p.closed_by IS NOT NULL THEN coalesce(t.closed_by, p.closed_by)
+                                                 WHEN p.tied THEN NULL ELSE t.closed_by END
+                            FROM temp.merge_problems p
+                            WHERE NOT p.new AND t.run_id = p.run_id AND t.file = p.file AND t.line IS p.line
+                              AND t.message = p.message""")
+            conn.execute("INSERT OR IGNORE INTO temp.merge_carried SELECT dst_id FROM temp.merge_runs")
             self.summary.counts["log_runs_added"] += len(missing)
 
     def _complete_fingerprints(self):

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 from . import files, output
-from .layout import PARTITION_COLUMNS
+from .layout import PARTITION_COLUMNS, repeated_columns
 
 
 class PlanError(ValueError):
@@ -195,6 +195,9 @@ def read_partition_tsv(path) -> Plan:
     if not lines:
         raise PlanError(f"{path}: empty partition")
     header = [h.strip() for h in lines[0].split("\t")]
+    repeated = repeated_columns(header)
+    if repeated:
+        raise PlanError(f"{path}:1: the header names a column twice: {repeated}")
     missing = [c for c in ("card", "op") if c not in header]
     if missing:
         raise PlanError(f"{path}: no {', '.join(missing)} column in the header {header}")

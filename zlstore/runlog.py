@@ -6,7 +6,9 @@ module finds those records, tolerates what real logs do to them (CRLF, ANSI
 colours, Python dict reprs, records cut off by a timeout kill or split over
 lines, bytes that are not UTF-8) and says, in `counted`, what counts as a
 measurement. It never raises on the content of a log: what it cannot read
-becomes a `Problem` with a line number, and the rest of the file still parses.
+becomes a `Problem` with a line number and what is wrong (a record cut off,
+a NUL byte, nesting too deep, text that is not JSON), and the rest of the
+file still parses.
 
 Pure parsing (of zlstore, only canonical.py's JSON): ingest, views and CLI build on it.
 """
@@ -15,12 +17,14 @@ from __future__ import annotations
 
 import ast
 import codecs
+import itertools
 import json
 import math
+import operator
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
 from . import canonical
 
@@ -288,12 +292,16 @@ def _literal(text: str) -> Any:
     seconds and a lot of memory over a long line of garbage)."""
     if "'" not in text and not _PY_WORD.search(text):
         return _FAIL
-    if "nan" in text or "inf" in text or "NaN" in text or "Infinity" in text:
-        text = _PY_TOKEN.sub(_py_token, text)
     try:
-        return _from_py(ast.literal_eval(text))
+        return _from_py(_eval_repr(text))
     except Exception:  # SyntaxError, ValueError, MemoryError, RecursionError ...
         return _FAIL
+
+
+def _eval_repr(text: str) -> Any:
+    if "nan" in text or "inf" in text or "NaN" in text or "Infinity" in text:
+        text = _PY_TOKEN.sub(_py_token, text)
+    return ast.literal_eval(text)
 
 
 def _parse_body(b: bytes) -> Tuple[Any, bool, bool]:
@@ -398,7 +406,7 @@ def _read_candidate(lines: List[bytes], i: int, start: int):
     j = i + 1
     while True:
         if j >= n:
-            why = "record cut off mid-JSON (timeout kill?)"
+            why = CUT_OFF
             break
         if j - i >= MAX_RECORD_LINES or size > MAX_RECORD_BYTES:
             why = (
@@ -425,7 +433,117 @@ def _read_candidate(lines: List[bytes], i: int, start: int):
                         except UnicodeDecodeError:
                             bad_lines.append(i + k)
                 return obj, trailing, bad_lines, j, None
-    return _FAIL, False, [], j, why
+    return _FAIL, False, [], j, _unread(lines, i, start, pieces, why)
+
+
+# What is said of a record whose text ends before the record does: only
+# such a one, at the end of the file, is cut off (the other failures, told
+# apart by _unread, are records complete but not readable).
+CUT_OFF = "record cut off mid-JSON (timeout kill?)"
+
+# A record nested deeper than the JSON decoder goes is named with its depth,
+# counted in its first MB: never more work than a fraction of a second.
+DEPTH_COUNTED = 1 << 20
+
+# What is left where the JSON decoder stopped when the text ran out: nothing,
+# or a token the end cut (1. 1e- tr nu -Inf, a \u escape).
+_RAN_OUT = re.compile(r"\s*(?:-?(?:\d+\.?\d*(?:[eE][-+]?\d*)?|I(?:n(?:f(?:i(?:n(?:i(?:ty?)?)?)?)?)?)?)?"
+                      r"|\.\d*(?:[eE][-+]?\d*)?|[eE][-+]?\d*|N(?:aN?)?|t(?:r(?:ue?)?)?|f(?:a(?:l(?:se?)?)?)?"
+                      r"|n(?:u(?:ll?)?)?|u[0-9a-fA-F]{0,3})")
+# ... and what Python's parser says then, of a dict repr.
+_REPR_RAN_OUT = ("was never closed", "unterminated string literal", "unexpected EOF", "incomplete input")
+_REPR_START = re.compile(r"\{\s*'")
+
+# A string (JSON's; a dict repr's single-quoted ones too) matched once, never
+# backtracked into (a lookahead is atomic): linear however the line ends.
+_STRING_JSON = re.compile(rb'"(?=([^"\\]*(?:\\.[^"\\]*)*))\1"', re.S)
+_STRING_REPR = re.compile(rb'"(?=([^"\\]*(?:\\.[^"\\]*)*))\1"|\'(?=([^\'\\]*(?:\\.[^\'\\]*)*))\2\'', re.S)
+# A failed record's brackets, its strings gone, as steps: opening 2, closing 0.
+_BRACKET_STEP = bytes.maketrans(b"[{(]})", b"\2\2\2\0\0\0")
+_NOT_BRACKET_JSON = bytes(c for c in range(256) if c not in b"[]{}")
+_NOT_BRACKET_REPR = bytes(c for c in range(256) if c not in b"[]{}()")
+
+
+def _depths(data: bytes, repr_like: bool) -> Iterator[int]:
+    """The nesting depth after each bracket of the record data starts with
+    (0: it ends there), its strings left out; a string never closed ends
+    the text (it ran out in it). C-level iterators, as in the decoder."""
+    data = (_STRING_REPR if repr_like else _STRING_JSON).sub(b"", data)
+    quotes = [at for at in (data.find(b'"'), data.find(b"'") if repr_like else -1) if at >= 0]
+    steps = data[:min(quotes, default=len(data))].translate(
+        _BRACKET_STEP, _NOT_BRACKET_REPR if repr_like else _NOT_BRACKET_JSON)
+    return map(operator.sub, itertools.accumulate(steps), itertools.count(1))
+
+
+def _deep(text: str, repr_like: bool) -> str:
+    data = text.encode()
+    deepest = max(_depths(data[:DEPTH_COUNTED], repr_like), default=0)
+    return f"record nested too deeply to read ({'' if len(data) <= DEPTH_COUNTED else 'at least '}{deepest} levels)"
+
+
+def _fault(text: str) -> Tuple[Optional[str], Optional[int]]:
+    """What is wrong in a record's text that did not parse, and where (None:
+    not known), or (None, None) where nothing is but that it ran out: a
+    valid beginning, with its end missing."""
+    repr_like = _REPR_START.match(text) is not None
+    try:
+        _DECODER.raw_decode(text)
+    except RecursionError:
+        return _deep(text, repr_like), None
+    except ValueError as error:
+        at = text.find("\0") if repr_like else getattr(error, "pos", 0)
+        if text[at:at + 1] == "\0":  # JSON: the first fault the decoder met
+            return "record holds a NUL byte", at
+        if not repr_like:
+            if getattr(error, "msg", "").startswith("Unterminated string") or _RAN_OUT.fullmatch(text, at):
+                return None, None
+            return f"record is not valid JSON: {getattr(error, 'msg', error)}", at
+    else:  # parsed whole: it is followed, on the line it ends on, by text never tried alone
+        return "unparseable [INFO] record", None
+    try:
+        _eval_repr(text)
+    except (RecursionError, MemoryError):
+        return _deep(text, True), None
+    except Exception as error:
+        why = getattr(error, "msg", None) or str(error) or type(error).__name__
+        if "too many nested" in why:
+            return _deep(text, True), None
+        if any(said in why for said in _REPR_RAN_OUT):
+            return None, None
+        return f"record is neither JSON nor a Python dict repr: {why}", None
+    return "unparseable [INFO] record", None
+
+
+def _unread(lines: List[bytes], i: int, start: int, pieces: List[bytes], stopped: str) -> str:
+    """Why the record at lines[i][start:], read on as pieces until stopped
+    said why, could not be read. Only a record that failed comes here,
+    never a good line. What is wrong before its end is named (a NUL byte,
+    nesting deeper than the parser goes, text that is not JSON); a record
+    whose text ran out before its end gets stopped (at the end of the
+    file: CUT_OFF). Its first line decides, unless that ran out and more
+    lines were read: then they do, where the record ends in them."""
+    why, at = _fault(_rstrip_noise(pieces[0]).decode("utf-8", "replace"))
+    if why is None and len(pieces) > 1:
+        data = _rstrip_noise(b"".join(pieces))
+        text = data.decode("utf-8", "replace")
+        if 0 in _depths(data, _REPR_START.match(text) is not None):
+            why, at = _fault(text)
+    if why is None:
+        return stopped
+    return why if at is None else why + _place(lines, i, start, pieces, at)
+
+
+def _place(lines: List[bytes], i: int, start: int, pieces: List[bytes], pos: int) -> str:
+    """' at column C' (of the record's first line) or ' at line L, column C'
+    for the character at pos of the pieces joined."""
+    for k, piece in enumerate(pieces):
+        width = len(piece.decode("utf-8", "replace"))
+        if pos < width or k == len(pieces) - 1:
+            if k == 0:
+                return f" at column {len(lines[i][:start].decode('utf-8', 'replace')) + pos + 1}"
+            return f" at line {i + 1 + k}, column {pos + 1}"
+        pos -= width
+    return ""
 
 
 # What a record's text must hold for a value in it to be one SQLite cannot
