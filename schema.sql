@@ -293,22 +293,12 @@ CREATE INDEX IF NOT EXISTS ingest_problems_root ON ingest_problems(root_id) WHER
 -- by the next zlstore command that opens or reads the store). The recomputation is the SQL in
 -- pairing.py, which is the one definition of a pair.
 CREATE TABLE IF NOT EXISTS ab_stale_rounds (
-    root_id INTEGER NOT NULL,
-    card INTEGER,
-    repeat_dir TEXT,
-    cell_op TEXT,
-    cell_dtype TEXT,
-    round INTEGER
+    [[round: {k} {type}]]
 );
 
 -- One row per measured row identity in a round (see the view ab_slots).
 CREATE TABLE IF NOT EXISTS ab_slot_rows (
-    root_id INTEGER NOT NULL,
-    card INTEGER,
-    repeat_dir TEXT,
-    cell_op TEXT,
-    cell_dtype TEXT,
-    round INTEGER,
+    [[round: {k} {type}]],
     op TEXT,
     dtype TEXT,
     shape TEXT NOT NULL,
@@ -404,12 +394,7 @@ CREATE TABLE IF NOT EXISTS ab_judgement_basis (
 -- One row per screening round with at least one pair: n_rows, min, median
 -- and max of the ratio over its paired rows (see the view verdicts).
 CREATE TABLE IF NOT EXISTS ab_round_ranges (
-    root_id INTEGER NOT NULL,
-    card INTEGER,
-    repeat_dir TEXT,
-    cell_op TEXT,
-    cell_dtype TEXT,
-    round INTEGER,
+    [[round: {k} {type}]],
     before_cell_id INTEGER NOT NULL,
     after_cell_id INTEGER NOT NULL,
     n_rows INTEGER NOT NULL,
@@ -426,12 +411,7 @@ CREATE INDEX IF NOT EXISTS ab_round_ranges_round ON ab_round_ranges(root_id, cel
 -- many claim each side. Kept by pairing.py with the pairs, so that an
 -- ingest names them without grouping every stored cell.
 CREATE TABLE IF NOT EXISTS ab_duplicate_rounds (
-    root_id INTEGER NOT NULL,
-    card INTEGER,
-    repeat_dir TEXT,
-    cell_op TEXT,
-    cell_dtype TEXT,
-    round INTEGER,
+    [[round: {k} {type}]],
     before_claims INTEGER NOT NULL,
     after_claims INTEGER NOT NULL
 );

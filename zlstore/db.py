@@ -120,7 +120,8 @@ _CASES = {"verdicts": (names.VERDICTS, None), "reasons": (names.REASONS, names.P
 # The columns a "[[kind SEP: TEMPLATE]]" macro repeats TEMPLATE over: each as
 # {placeholder: text}.
 _COLUMNS = {"caliber": lambda: [{"{f}": name} for name in caliber.NAMES],
-            "round": lambda: [{"{k}": c.name, "{c}": c.cells, "{is}": c.same} for c in names.ROUND_KEY],
+            "round": lambda: [{"{k}": c.name, "{c}": c.cells, "{is}": c.same, "{type}": c.type}
+                              for c in names.ROUND_KEY],
             "range": lambda: [{"{c}": name} for name in names.RANGE_COLUMNS]}
 
 

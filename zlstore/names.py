@@ -170,23 +170,25 @@ SETTINGS = {"current_rule": "v3", "q_max": "0.05", "min_effect": "0.02"}
 
 
 class RoundColumn(NamedTuple):
-    name: str   # in ab_stale_rounds, ab_slot_rows and ab_round_ranges
+    name: str   # in ab_stale_rounds, ab_slot_rows, ab_round_ranges and ab_duplicate_rounds
     cells: str  # the cells column it is taken from
     same: str   # how two rows' values are compared: '=' (never NULL) or 'IS'
+    type: str   # its declaration in those tables
 
 
 # A round: the before and after cell of one cell op and dtype in one round
 # on one card of one root (and one repeat directory of a campaign card).
 # Its rows pair with each other (pairing.py); the triggers in schema.sql
 # mark the round of every cell that changes. "[[round: TEMPLATE]]" repeats
-# TEMPLATE per column ({k} name, {c} cells column, {is} comparison).
+# TEMPLATE per column ({k} name, {c} cells column, {is} comparison, {type}
+# declaration).
 ROUND_KEY = (
-    RoundColumn("root_id", "root_id", "="),
-    RoundColumn("card", "card", "IS"),
-    RoundColumn("repeat_dir", "repeat_dir", "IS"),
-    RoundColumn("cell_op", "op", "IS"),
-    RoundColumn("cell_dtype", "dtype", "IS"),
-    RoundColumn("round", "round", "IS"),
+    RoundColumn("root_id", "root_id", "=", "INTEGER NOT NULL"),
+    RoundColumn("card", "card", "IS", "INTEGER"),
+    RoundColumn("repeat_dir", "repeat_dir", "IS", "TEXT"),
+    RoundColumn("cell_op", "op", "IS", "TEXT"),
+    RoundColumn("cell_dtype", "dtype", "IS", "TEXT"),
+    RoundColumn("round", "round", "IS", "INTEGER"),
 )
 
 
