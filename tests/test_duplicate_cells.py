@@ -134,3 +134,36 @@ def test_a_store_of_release_9_pairs_again_and_refuses_the_duplicated_round(examp
     assert stored(db_path, "PRAGMA user_version") == [(db.SCHEMA_VERSION,)]
     assert stored(db_path, "SELECT count(*) FROM ab_slot_rows WHERE reason = ?", names.DUPLICATE)[0][0] > 0
     assert not stored(db_path, "SELECT 1 FROM ab_pairs WHERE root = ? AND op = ? AND dtype = ?", root, op, dtype)
+
+
+def with_env_value(cell_env, key, value):
+    """cell.env with KEY=value in place of any KEY line it had."""
+    lines = [line for line in cell_env.read_text().splitlines() if not line.startswith(f"{key}=")]
+    cell_env.write_text("\n".join([*lines, f"{key}={value}"]) + "\n")
+
+
+def test_a_cell_named_without_its_dtype_whose_cell_env_names_it_is_no_problem(example_tree, tmp_path):
+    # `<op>_<side>` says no dtype, not which (ARTIFACTS.md's own layout has
+    # topk_before/): a cell.env DTYPE says which, and nothing disagrees.
+    runs, manifest = example_tree
+    root, op, dtype = screened_pair_with_range(manifest)
+    for side in ("before", "after"):
+        cell = runs / root / f"{op}_{side}"
+        (runs / root / f"{op}_{dtype}_{side}").rename(cell)
+        with_env_value(cell / "cell.env", "DTYPE", dtype)
+    db_path = tmp_path / "t.db"
+
+    result = invoke(db_path, "ingest", runs)
+    assert "DTYPE=" not in result.stderr and names.DUPLICATE not in result.stderr
+    rows = [r for r in json_out(invoke(db_path, "screen", root, "--json")) if r["op"] == op]
+    assert [(r["dtype"], r["verdict"]) for r in rows] == [(dtype, "IR_CHANGED")]
+
+
+def test_a_cell_env_dtype_other_than_the_one_its_name_gives_is_named(example_tree, tmp_path):
+    runs, manifest = example_tree
+    root, op, dtype = screened_pair_with_range(manifest)
+    other = "bfloat16" if dtype != "bfloat16" else "float16"
+    with_env_value(runs / root / f"{op}_{dtype}_after" / "cell.env", "DTYPE", other)
+
+    result = invoke(tmp_path / "t.db", "ingest", runs)
+    assert f"{op}_{dtype}_after/cell.env: DTYPE={other} here, but the path says dtype {dtype}" in result.stderr
