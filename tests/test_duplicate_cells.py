@@ -6,6 +6,7 @@ store it would hold without it."""
 
 import json
 import re
+import shlex
 import shutil
 import sqlite3
 
@@ -167,3 +168,24 @@ def test_a_cell_env_dtype_other_than_the_one_its_name_gives_is_named(example_tre
 
     result = invoke(tmp_path / "t.db", "ingest", runs)
     assert f"{op}_{dtype}_after/cell.env: DTYPE={other} here, but the path says dtype {dtype}" in result.stderr
+
+
+def test_a_copy_whose_name_holds_a_newline_is_named_whole_and_forgotten_as_printed(example_tree, tmp_path):
+    runs, manifest = example_tree
+    expected = judged(reference(tmp_path, runs))
+    root, op, dtype = screened_pair_with_range(manifest)
+    cell = runs / root / f"{op}_{dtype}_after"
+    copy = runs / root / f"{cell.name} copy\n{cell.name}"  # its second line is the original's name
+    copy_with_other_numbers(cell, copy)
+    db_path = tmp_path / "t.db"
+    invoke(db_path, "ingest", runs)
+
+    claims = [p for p in json.loads(invoke(db_path, "problems", "--json").stdout) if names.DUPLICATE in p["message"]]
+    assert [p["file"] for p in claims] == [str(copy)]
+    message = claims[0]["message"]
+    assert message.startswith(f"2 stored cells claim the after side of {op} {dtype}")
+    assert f"(also: {cell.name});" in message and "gone from disk" not in message
+    printed = shlex.split(message.split("Forget the copy: ")[1])
+    assert printed == ["zlstore", "forget", str(copy), "--db", str(db_path)]
+    assert invoke(db_path, *printed[1:-2]).exit_code == 0
+    assert judged(db_path) == expected

@@ -205,10 +205,14 @@ def claimed_twice(conn: sqlite3.Connection, root_ids: Optional[List[int]] = None
     what it copies), the others, and how to forget the copy."""
     where = "" if root_ids is None else f"WHERE root_id IN ({', '.join('?' * len(root_ids))})"
     problems = []
-    for root, side, op, dtype, round_, card, claims, latest, cells, paths in conn.execute(
-            f"SELECT root, side, op, dtype, round, card, claims, latest_path, cells, paths FROM duplicate_cells {where} "
-            "ORDER BY root, op, dtype, round, card, side", root_ids or ()):
-        others = [(cell, path) for cell, path in zip(cells.split("\n"), paths.split("\n")) if path != latest]
+    for root, side, op, dtype, round_, card, claims, latest, root_id, repeat_dir in conn.execute(
+            f"SELECT root, side, op, dtype, round, card, claims, latest_path, root_id, repeat_dir FROM duplicate_cells "
+            f"{where} ORDER BY root, op, dtype, round, card, side", root_ids or ()).fetchall():
+        # The cells one by one, not the view's lines: a path may hold a newline.
+        others = conn.execute(
+            "SELECT relpath, path FROM cells WHERE root_id = ? AND card IS ? AND repeat_dir IS ? AND op IS ? "
+            "AND dtype IS ? AND round IS ? AND side = ? AND superseded_at IS NULL AND path != ? ORDER BY id",
+            (root_id, card, repeat_dir, op, dtype, round_, side, latest)).fetchall()
         gone = [path for path in (latest, *(path for _, path in others)) if not os.path.lexists(path)]
         where = f"round {round_}" + (f" on card {card}" if card is not None else "")
         also = ", ".join(cell + (" (gone from disk)" if path in gone else "") for cell, path in others)
