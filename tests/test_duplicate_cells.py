@@ -189,3 +189,23 @@ def test_a_copy_whose_name_holds_a_newline_is_named_whole_and_forgotten_as_print
     assert printed == ["zlstore", "forget", str(copy), "--db", str(db_path)]
     assert invoke(db_path, *printed[1:-2]).exit_code == 0
     assert judged(db_path) == expected
+
+
+def test_a_merge_that_brings_a_second_claimant_names_the_claim_as_an_ingest_does(example_tree, tmp_path):
+    runs, manifest = example_tree
+    root, op, dtype = screened_pair_with_range(manifest)
+    cell = runs / root / f"{op}_{dtype}_after"
+    copy = runs / root / f"{op}_{dtype}_after.bak"
+    target = reference(tmp_path, runs, "target.db")  # the original only
+    copy_with_other_numbers(cell, copy)
+    source = reference(tmp_path, runs, "source.db")  # both: its ingest named the claim
+    only_copy = tmp_path / "only_copy.db"
+    shutil.copy(source, only_copy)
+    assert invoke(only_copy, "forget", cell).exit_code == 0
+
+    for sources, into in (([only_copy], target), ([source], tmp_path / "empty.db")):
+        merged = invoke(into, "merge", *sources, "--json")
+        assert merged.exit_code == names.EXIT_PROBLEMS
+        claim = [line for line in merged.stderr.splitlines() if names.DUPLICATE in line]
+        assert len(claim) == 1 and f"{copy.name}: 2 stored cells claim the after side of {op} {dtype}" in claim[0]
+        assert any(names.DUPLICATE in p["message"] for p in json.loads(merged.stdout)["problems"])
