@@ -209,3 +209,38 @@ def test_a_merge_that_brings_a_second_claimant_names_the_claim_as_an_ingest_does
         claim = [line for line in merged.stderr.splitlines() if names.DUPLICATE in line]
         assert len(claim) == 1 and f"{copy.name}: 2 stored cells claim the after side of {op} {dtype}" in claim[0]
         assert any(names.DUPLICATE in p["message"] for p in json.loads(merged.stdout)["problems"])
+
+
+def forget_as_printed(db_path, result):
+    """Run the forget a claim printed on stderr; returns the path it named."""
+    line = next(line for line in result.stderr.splitlines() if names.DUPLICATE in line)
+    printed = shlex.split(line.split("Forget the copy: ")[1])
+    assert invoke(db_path, *printed[1:-2]).exit_code == 0
+    return printed[2]
+
+
+def test_the_copy_to_forget_is_the_one_out_of_its_place_whichever_was_stored_last(example_tree, tmp_path):
+    runs, manifest = example_tree
+    expected = judged(reference(tmp_path, runs))
+    root, op, dtype = screened_pair_with_range(manifest)
+    cell = runs / root / f"{op}_{dtype}_after"
+
+    # The original stored again after its copy (its run.log appended to).
+    copy = runs / root / f"{op}_{dtype}_after.bak"
+    copy_with_other_numbers(cell, copy)
+    db_path = tmp_path / "t.db"
+    invoke(db_path, "ingest", runs)
+    with open(cell / "run.log", "a") as log:
+        log.write("\n")
+    again = invoke(db_path, "ingest", runs)
+    assert "1 replaced" in again.stdout
+    assert forget_as_printed(db_path, again) == str(copy)
+    shutil.rmtree(copy)
+    assert judged(db_path) == expected
+
+    # A copy that sorts before the original: a fresh store holds it first.
+    copy = runs / root / "bak" / cell.name
+    copy_with_other_numbers(cell, copy)
+    db_path = tmp_path / "fresh.db"
+    assert forget_as_printed(db_path, invoke(db_path, "ingest", runs)) == str(copy)
+    assert judged(db_path) == expected
