@@ -244,3 +244,22 @@ def test_the_copy_to_forget_is_the_one_out_of_its_place_whichever_was_stored_las
     db_path = tmp_path / "fresh.db"
     assert forget_as_printed(db_path, invoke(db_path, "ingest", runs)) == str(copy)
     assert judged(db_path) == expected
+
+
+def test_forget_of_a_symbolic_link_to_a_stored_cell_forgets_nothing(example_tree, tmp_path):
+    # An ingest names a link to a cell directory and stores nothing of it;
+    # forgetting the link must not remove the cell it points to.
+    runs, manifest = example_tree
+    root, op, dtype = screened_pair_with_range(manifest)
+    cell = runs / root / f"{op}_{dtype}_after"
+    link = runs / root / f"{cell.name}.bak"
+    link.symlink_to(cell.name)
+    db_path = reference(tmp_path, runs, "t.db")
+    expected = judged(db_path)
+
+    result = invoke(db_path, "forget", link)
+    assert result.exit_code == names.EXIT_USAGE and "is a symbolic link to the stored cell" in result.output
+    assert judged(db_path) == expected
+    linked_parent = tmp_path / "linked"  # a link above the cell is no link to it
+    linked_parent.symlink_to(runs)
+    assert invoke(db_path, "forget", linked_parent / root / cell.name).exit_code == 0
