@@ -263,3 +263,17 @@ def test_forget_of_a_symbolic_link_to_a_stored_cell_forgets_nothing(example_tree
     linked_parent = tmp_path / "linked"  # a link above the cell is no link to it
     linked_parent.symlink_to(runs)
     assert invoke(db_path, "forget", linked_parent / root / cell.name).exit_code == 0
+
+
+def test_a_copy_named_without_the_dtype_its_original_s_name_gives_is_the_one_to_forget(example_tree, tmp_path):
+    runs, manifest = example_tree
+    expected = judged(reference(tmp_path, runs))
+    root, op, dtype = screened_pair_with_range(manifest)
+    cell = runs / root / f"{op}_{dtype}_before"
+    copy = runs / root / f"{op}_before"  # sorts first: stored first
+    copy_with_other_numbers(cell, copy)
+    with_env_value(copy / "cell.env", "DTYPE", dtype)
+    db_path = tmp_path / "t.db"
+
+    assert forget_as_printed(db_path, invoke(db_path, "ingest", runs)) == str(copy)
+    assert judged(db_path) == expected

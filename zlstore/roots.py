@@ -232,13 +232,19 @@ def _likely_copy(cells: List[tuple]) -> tuple:
     repeat_dir) that claim one side of a round, the one to forget: one gone
     from disk, else one whose path inside its root does not give what it
     claims (`X_after.bak`, `bak/X_after`, `r4/` saying ROUND=1: a copy
-    beside the cell that is in its place), else the one stored last. Which
-    was stored last alone does not tell: a copy that sorts first is stored
-    first, and the original is stored again whenever its files change."""
-    def in_its_place(cell) -> bool:
+    beside the cell that is in its place), else one whose name leaves out a
+    dtype the other's gives (`abs_before` beside `abs_float16_before`), else
+    the one stored last. Which was stored last alone does not tell: a copy
+    that sorts first is stored first, and the original is stored again
+    whenever its files change."""
+    def in_its_place(cell) -> int:
+        """0: out of its place; 1: in it, by a name without its dtype; 2: in it."""
         said = layout.path_values(layout.RootRef(Path(), "", tuple(cell[1].split("/"))))
+        rank = 2
         if said.get("dtype") == "":  # `<op>_<side>` says no dtype, not which
             del said["dtype"]
+            rank = 1
         claimed = dict(zip(("op", "dtype", "side", "round", "card", "repeat_dir"), cell[3:]))
-        return {"op", "side", "round"} <= said.keys() and all(said[k] == claimed[k] for k in said)
-    return max(cells, key=lambda cell: (not os.path.lexists(cell[2]), not in_its_place(cell), cell[0]))
+        placed = {"op", "side", "round"} <= said.keys() and all(said[k] == claimed[k] for k in said)
+        return rank if placed else 0
+    return max(cells, key=lambda cell: (not os.path.lexists(cell[2]), -in_its_place(cell), cell[0]))
