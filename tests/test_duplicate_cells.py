@@ -6,6 +6,7 @@ store it would hold without it."""
 
 import json
 import re
+import shlex
 import shutil
 import sqlite3
 
@@ -134,3 +135,145 @@ def test_a_store_of_release_9_pairs_again_and_refuses_the_duplicated_round(examp
     assert stored(db_path, "PRAGMA user_version") == [(db.SCHEMA_VERSION,)]
     assert stored(db_path, "SELECT count(*) FROM ab_slot_rows WHERE reason = ?", names.DUPLICATE)[0][0] > 0
     assert not stored(db_path, "SELECT 1 FROM ab_pairs WHERE root = ? AND op = ? AND dtype = ?", root, op, dtype)
+
+
+def with_env_value(cell_env, key, value):
+    """cell.env with KEY=value in place of any KEY line it had."""
+    lines = [line for line in cell_env.read_text().splitlines() if not line.startswith(f"{key}=")]
+    cell_env.write_text("\n".join([*lines, f"{key}={value}"]) + "\n")
+
+
+def test_a_cell_named_without_its_dtype_whose_cell_env_names_it_is_no_problem(example_tree, tmp_path):
+    # `<op>_<side>` says no dtype, not which (ARTIFACTS.md's own layout has
+    # topk_before/): a cell.env DTYPE says which, and nothing disagrees.
+    runs, manifest = example_tree
+    root, op, dtype = screened_pair_with_range(manifest)
+    for side in ("before", "after"):
+        cell = runs / root / f"{op}_{side}"
+        (runs / root / f"{op}_{dtype}_{side}").rename(cell)
+        with_env_value(cell / "cell.env", "DTYPE", dtype)
+    db_path = tmp_path / "t.db"
+
+    result = invoke(db_path, "ingest", runs)
+    assert "DTYPE=" not in result.stderr and names.DUPLICATE not in result.stderr
+    rows = [r for r in json_out(invoke(db_path, "screen", root, "--json")) if r["op"] == op]
+    assert [(r["dtype"], r["verdict"]) for r in rows] == [(dtype, "IR_CHANGED")]
+
+
+def test_a_cell_env_dtype_other_than_the_one_its_name_gives_is_named(example_tree, tmp_path):
+    runs, manifest = example_tree
+    root, op, dtype = screened_pair_with_range(manifest)
+    other = "bfloat16" if dtype != "bfloat16" else "float16"
+    with_env_value(runs / root / f"{op}_{dtype}_after" / "cell.env", "DTYPE", other)
+
+    result = invoke(tmp_path / "t.db", "ingest", runs)
+    assert f"{op}_{dtype}_after/cell.env: DTYPE={other} here, but the path says dtype {dtype}" in result.stderr
+
+
+def test_a_copy_whose_name_holds_a_newline_is_named_whole_and_forgotten_as_printed(example_tree, tmp_path):
+    runs, manifest = example_tree
+    expected = judged(reference(tmp_path, runs))
+    root, op, dtype = screened_pair_with_range(manifest)
+    cell = runs / root / f"{op}_{dtype}_after"
+    copy = runs / root / f"{cell.name} copy\n{cell.name}"  # its second line is the original's name
+    copy_with_other_numbers(cell, copy)
+    db_path = tmp_path / "t.db"
+    invoke(db_path, "ingest", runs)
+
+    claims = [p for p in json.loads(invoke(db_path, "problems", "--json").stdout) if names.DUPLICATE in p["message"]]
+    assert [p["file"] for p in claims] == [str(copy)]
+    message = claims[0]["message"]
+    assert message.startswith(f"2 stored cells claim the after side of {op} {dtype}")
+    assert f"(also: {cell.name});" in message and "gone from disk" not in message
+    printed = shlex.split(message.split("Forget the copy: ")[1])
+    assert printed == ["zlstore", "forget", str(copy), "--db", str(db_path)]
+    assert invoke(db_path, *printed[1:-2]).exit_code == 0
+    assert judged(db_path) == expected
+
+
+def test_a_merge_that_brings_a_second_claimant_names_the_claim_as_an_ingest_does(example_tree, tmp_path):
+    runs, manifest = example_tree
+    root, op, dtype = screened_pair_with_range(manifest)
+    cell = runs / root / f"{op}_{dtype}_after"
+    copy = runs / root / f"{op}_{dtype}_after.bak"
+    target = reference(tmp_path, runs, "target.db")  # the original only
+    copy_with_other_numbers(cell, copy)
+    source = reference(tmp_path, runs, "source.db")  # both: its ingest named the claim
+    only_copy = tmp_path / "only_copy.db"
+    shutil.copy(source, only_copy)
+    assert invoke(only_copy, "forget", cell).exit_code == 0
+
+    for sources, into in (([only_copy], target), ([source], tmp_path / "empty.db")):
+        merged = invoke(into, "merge", *sources, "--json")
+        assert merged.exit_code == names.EXIT_PROBLEMS
+        claim = [line for line in merged.stderr.splitlines() if names.DUPLICATE in line]
+        assert len(claim) == 1 and f"{copy.name}: 2 stored cells claim the after side of {op} {dtype}" in claim[0]
+        assert any(names.DUPLICATE in p["message"] for p in json.loads(merged.stdout)["problems"])
+
+
+def forget_as_printed(db_path, result):
+    """Run the forget a claim printed on stderr; returns the path it named."""
+    line = next(line for line in result.stderr.splitlines() if names.DUPLICATE in line)
+    printed = shlex.split(line.split("Forget the copy: ")[1])
+    assert invoke(db_path, *printed[1:-2]).exit_code == 0
+    return printed[2]
+
+
+def test_the_copy_to_forget_is_the_one_out_of_its_place_whichever_was_stored_last(example_tree, tmp_path):
+    runs, manifest = example_tree
+    expected = judged(reference(tmp_path, runs))
+    root, op, dtype = screened_pair_with_range(manifest)
+    cell = runs / root / f"{op}_{dtype}_after"
+
+    # The original stored again after its copy (its run.log appended to).
+    copy = runs / root / f"{op}_{dtype}_after.bak"
+    copy_with_other_numbers(cell, copy)
+    db_path = tmp_path / "t.db"
+    invoke(db_path, "ingest", runs)
+    with open(cell / "run.log", "a") as log:
+        log.write("\n")
+    again = invoke(db_path, "ingest", runs)
+    assert "1 replaced" in again.stdout
+    assert forget_as_printed(db_path, again) == str(copy)
+    shutil.rmtree(copy)
+    assert judged(db_path) == expected
+
+    # A copy that sorts before the original: a fresh store holds it first.
+    copy = runs / root / "bak" / cell.name
+    copy_with_other_numbers(cell, copy)
+    db_path = tmp_path / "fresh.db"
+    assert forget_as_printed(db_path, invoke(db_path, "ingest", runs)) == str(copy)
+    assert judged(db_path) == expected
+
+
+def test_forget_of_a_symbolic_link_to_a_stored_cell_forgets_nothing(example_tree, tmp_path):
+    # An ingest names a link to a cell directory and stores nothing of it;
+    # forgetting the link must not remove the cell it points to.
+    runs, manifest = example_tree
+    root, op, dtype = screened_pair_with_range(manifest)
+    cell = runs / root / f"{op}_{dtype}_after"
+    link = runs / root / f"{cell.name}.bak"
+    link.symlink_to(cell.name)
+    db_path = reference(tmp_path, runs, "t.db")
+    expected = judged(db_path)
+
+    result = invoke(db_path, "forget", link)
+    assert result.exit_code == names.EXIT_USAGE and "is a symbolic link to the stored cell" in result.output
+    assert judged(db_path) == expected
+    linked_parent = tmp_path / "linked"  # a link above the cell is no link to it
+    linked_parent.symlink_to(runs)
+    assert invoke(db_path, "forget", linked_parent / root / cell.name).exit_code == 0
+
+
+def test_a_copy_named_without_the_dtype_its_original_s_name_gives_is_the_one_to_forget(example_tree, tmp_path):
+    runs, manifest = example_tree
+    expected = judged(reference(tmp_path, runs))
+    root, op, dtype = screened_pair_with_range(manifest)
+    cell = runs / root / f"{op}_{dtype}_before"
+    copy = runs / root / f"{op}_before"  # sorts first: stored first
+    copy_with_other_numbers(cell, copy)
+    with_env_value(copy / "cell.env", "DTYPE", dtype)
+    db_path = tmp_path / "t.db"
+
+    assert forget_as_printed(db_path, invoke(db_path, "ingest", runs)) == str(copy)
+    assert judged(db_path) == expected

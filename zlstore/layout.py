@@ -748,6 +748,8 @@ def check_cell_env(env: Mapping[str, str], ref: "RootRef", file: str, problems: 
         problems.append(Problem(file, None, f"SIDE: {value[:40]!r} is neither {' nor '.join(SIDES)}; "
                                             "the side the path gives is used, if any"))
     from_path = path_values(ref)
+    if from_path.get("dtype") == "":  # `<op>_<side>` says no dtype, not which (resolve_cell)
+        del from_path["dtype"]
     from_env = {"op": (env.get("OP") or "").strip() or None, "side": _side(env.get("SIDE")),
                 "round": to_int(env.get("ROUND")), "card": to_int(env.get("CARD")),
                 "dtype": env["DTYPE"].strip().removeprefix("torch.") if "DTYPE" in env else None}

@@ -193,6 +193,11 @@ class Merger:
         self.summary.open_problems = self.conn.execute(
             "SELECT count(*) FROM ingest_problems WHERE closed_by IS NULL "
             "AND (run_id = ? OR run_id IN (SELECT run_id FROM temp.merge_carried))", (self.run_id,)).fetchone()[0]
+        # A side of a round two cells claim, as an ingest names it: the merge
+        # may have brought the second claimant, or the source held both.
+        twice = roots.claimed_twice(self.conn, sorted(merged_roots))
+        self.summary.problems.extend(problem for _, problem in twice)
+        self.summary.open_problems += len(twice)
         with dbmod.write_transaction(self.conn):
             self.conn.execute("UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?",
                               (now(), json.dumps(self.summary.as_dict()), self.run_id))

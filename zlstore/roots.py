@@ -17,6 +17,7 @@ names them (claimed_twice) until `zlstore forget CELL` removes the copy."""
 import json
 import os
 import sqlite3
+from pathlib import Path
 from typing import List, Optional, Tuple
 
 from . import floors, layout, names, output, pairing, unchanged
@@ -201,19 +202,49 @@ def claimed_twice(conn: sqlite3.Connection, root_ids: Optional[List[int]] = None
         -> List[Tuple[str, layout.Problem]]:
     """The sides of a round that more than one current cell claims (view
     duplicate_cells), of these roots (None: every root), as (root name,
-    problem): each names the latest of the cells (a copy is stored after
-    what it copies), the others, and how to forget the copy."""
+    problem): each names the cell most likely the copy (_likely_copy), the
+    others, and how to forget the copy."""
     where = "" if root_ids is None else f"WHERE root_id IN ({', '.join('?' * len(root_ids))})"
     problems = []
-    for root, side, op, dtype, round_, card, claims, latest, cells, paths in conn.execute(
-            f"SELECT root, side, op, dtype, round, card, claims, latest_path, cells, paths FROM duplicate_cells {where} "
-            "ORDER BY root, op, dtype, round, card, side", root_ids or ()):
-        others = [(cell, path) for cell, path in zip(cells.split("\n"), paths.split("\n")) if path != latest]
-        gone = [path for path in (latest, *(path for _, path in others)) if not os.path.lexists(path)]
+    for root, side, op, dtype, round_, card, claims, root_id, repeat_dir in conn.execute(
+            f"SELECT root, side, op, dtype, round, card, claims, root_id, repeat_dir FROM duplicate_cells "
+            f"{where} ORDER BY root, op, dtype, round, card, side", root_ids or ()).fetchall():
+        # The cells one by one, not the view's lines: a path may hold a newline.
+        cells = conn.execute(
+            "SELECT id, relpath, path, op, dtype, side, round, card, repeat_dir FROM cells "
+            "WHERE root_id = ? AND card IS ? AND repeat_dir IS ? AND op IS ? AND dtype IS ? AND round IS ? "
+            "AND side = ? AND superseded_at IS NULL ORDER BY id",
+            (root_id, card, repeat_dir, op, dtype, round_, side)).fetchall()
+        copy = _likely_copy(cells)
+        gone = {cell[2] for cell in cells if not os.path.lexists(cell[2])}
         where = f"round {round_}" + (f" on card {card}" if card is not None else "")
-        also = ", ".join(cell + (" (gone from disk)" if path in gone else "") for cell, path in others)
-        problems.append((root, layout.Problem(latest, None, (
+        also = ", ".join(cell[1] + (" (gone from disk)" if cell[2] in gone else "")
+                         for cell in cells if cell is not copy)
+        problems.append((root, layout.Problem(copy[2], None, (
             f"{claims} stored cells claim the {side} side of {op} {dtype or '(no dtype)'}, {where} (also: {also})"
-            f"{' (gone from disk)' if latest in gone else ''}; none of that round's rows pairs, nor is it judged "
-            f"({names.DUPLICATE}). Forget the copy: {output.command('forget', (gone or [latest])[0])}"))))
+            f"{' (gone from disk)' if copy[2] in gone else ''}; none of that round's rows pairs, nor is it judged "
+            f"({names.DUPLICATE}). Forget the copy: {output.command('forget', copy[2])}"))))
     return problems
+
+
+def _likely_copy(cells: List[tuple]) -> tuple:
+    """Of the cells (id, relpath, path, op, dtype, side, round, card,
+    repeat_dir) that claim one side of a round, the one to forget: one gone
+    from disk, else one whose path inside its root does not give what it
+    claims (`X_after.bak`, `bak/X_after`, `r4/` saying ROUND=1: a copy
+    beside the cell that is in its place), else one whose name leaves out a
+    dtype the other's gives (`abs_before` beside `abs_float16_before`), else
+    the one stored last. Which was stored last alone does not tell: a copy
+    that sorts first is stored first, and the original is stored again
+    whenever its files change."""
+    def in_its_place(cell) -> int:
+        """0: out of its place; 1: in it, by a name without its dtype; 2: in it."""
+        said = layout.path_values(layout.RootRef(Path(), "", tuple(cell[1].split("/"))))
+        rank = 2
+        if said.get("dtype") == "":  # `<op>_<side>` says no dtype, not which
+            del said["dtype"]
+            rank = 1
+        claimed = dict(zip(("op", "dtype", "side", "round", "card", "repeat_dir"), cell[3:]))
+        placed = {"op", "side", "round"} <= said.keys() and all(said[k] == claimed[k] for k in said)
+        return rank if placed else 0
+    return max(cells, key=lambda cell: (not os.path.lexists(cell[2]), -in_its_place(cell), cell[0]))

@@ -437,9 +437,16 @@ class Store:
         (roots.forget, roots.forget_cell), and log it as an ingest run of its
         own. Returns what was removed: the root's name and path (and the
         cell's relpath), and counts."""
+        given = Path(str(name_or_path))
         cell = self.conn.execute(
             "SELECT cells.id, cells.relpath, cells.path, roots.name FROM cells JOIN roots ON roots.id = cells.root_id "
-            "WHERE cells.path = ?", (str(Path(str(name_or_path)).resolve()),)).fetchone()
+            "WHERE cells.path = ?", (str(given.resolve()),)).fetchone()
+        if cell and given.is_symlink():
+            # A link is never stored as a cell (an ingest names it and does
+            # not enter it): forgetting what it points to would remove the
+            # cell it copies, not the link.
+            raise LookupError(f"{given} is a symbolic link to the stored cell {cell[2]}, not a stored cell itself: "
+                              "nothing of it is stored; give the cell's own path to forget that cell")
         found = None if cell else self.root(name_or_path)
         with dbmod.write_transaction(self.conn):
             if cell:
