@@ -131,6 +131,7 @@ CREATE INDEX IF NOT EXISTS cells_caliber ON cells(caliber_id);
 -- A re-ingest reads every signature of a tree: from this index alone, not
 -- from the cells rows, which are wide.
 CREATE INDEX IF NOT EXISTS cells_stat_sig ON cells(path, stat_sig);
+CREATE INDEX IF NOT EXISTS cells_content ON cells(root_id, content_sig);  -- copies: names.DUPLICATE
 
 -- The directories above the cells that a walk listed, with their times then:
 -- while a directory keeps them (adding, removing or renaming an entry changes
@@ -413,7 +414,9 @@ CREATE INDEX IF NOT EXISTS ab_round_ranges_round ON ab_round_ranges(root_id, cel
 CREATE TABLE IF NOT EXISTS ab_duplicate_rounds (
     [[round: {k} {type}]],
     before_claims INTEGER NOT NULL,
-    after_claims INTEGER NOT NULL
+    after_claims INTEGER NOT NULL,
+    before_copies INTEGER NOT NULL,  -- other cells that hold its cell's files
+    after_copies INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS ab_duplicate_rounds_root ON ab_duplicate_rounds(root_id);
 
@@ -451,17 +454,27 @@ BEGIN
 END;
 
 -- Every insert, delete or edit of a cell marks its round (names.ROUND_KEY)
--- stale; zlstore/pairing.py pairs it again before the writer commits.
+-- stale; zlstore/pairing.py pairs it again before the writer commits. So
+-- does it the rounds of the cells that hold the same files: a copy makes
+-- its original's round a duplicate too, and forgetting it makes it whole
+-- again (names.DUPLICATE).
 CREATE TRIGGER cells_insert_marks_round AFTER INSERT ON cells
 WHEN NEW.side IN ('before', 'after')
 BEGIN
     INSERT INTO ab_stale_rounds ([[round: {k}]]) VALUES ([[round: NEW.{c}]]);
+    INSERT INTO ab_stale_rounds ([[round: {k}]])
+    SELECT [[round: o.{c}]] FROM cells o
+    WHERE o.root_id = NEW.root_id AND o.content_sig = NEW.content_sig AND o.id <> NEW.id
+      AND o.side IN ('before', 'after');
 END;
 
 CREATE TRIGGER cells_delete_marks_round AFTER DELETE ON cells
 WHEN OLD.side IN ('before', 'after')
 BEGIN
     INSERT INTO ab_stale_rounds ([[round: {k}]]) VALUES ([[round: OLD.{c}]]);
+    INSERT INTO ab_stale_rounds ([[round: {k}]])
+    SELECT [[round: o.{c}]] FROM cells o
+    WHERE o.root_id = OLD.root_id AND o.content_sig = OLD.content_sig AND o.side IN ('before', 'after');
 END;
 
 -- Edits by hand (a cell's caliber corrected, a row deleted) re-pair too; the
@@ -470,10 +483,14 @@ END;
 -- already stored is the one change these triggers do not see: zlstore
 -- replaces a changed cell whole, rows included.
 CREATE TRIGGER cells_update_marks_rounds AFTER UPDATE OF
-    [[round: {c}]], side, caliber_id, superseded_at ON cells
+    [[round: {c}]], side, caliber_id, superseded_at, content_sig, n_counted ON cells
 BEGIN
     INSERT INTO ab_stale_rounds ([[round: {k}]])
     VALUES ([[round: OLD.{c}]]), ([[round: NEW.{c}]]);
+    INSERT INTO ab_stale_rounds ([[round: {k}]])
+    SELECT [[round: o.{c}]] FROM cells o
+    WHERE o.root_id = NEW.root_id AND o.content_sig IN (OLD.content_sig, NEW.content_sig) AND o.id <> NEW.id
+      AND o.side IN ('before', 'after');
 END;
 
 -- A root's kind decides which of its ranges are kept.
@@ -583,35 +600,59 @@ LEFT JOIN roots ON roots.id = coalesce(p.root_id, cells.root_id)
 LEFT JOIN ingest_runs runs ON runs.id = p.run_id
 WHERE p.closed_by IS NULL;
 
+-- Pairs of current cells of one root that hold the same files
+-- (cells.content_sig), the first with counted rows: no two benchmark
+-- processes write the same run.log, so one of the two is a copy (a repeat
+-- directory copied to ab_X.bak, a round copied into another card), and
+-- both rounds would count one measurement (names.DUPLICATE). pairing.py
+-- counts a side's copies here.
+CREATE VIEW cell_copies AS
+SELECT c.id AS cell_id, o.id AS copy_id, c.root_id
+FROM cells c
+JOIN cells o ON o.root_id = c.root_id AND o.content_sig = c.content_sig AND o.id <> c.id
+WHERE c.n_counted > 0 AND c.side IN ('before', 'after') AND c.superseded_at IS NULL
+  AND o.side IN ('before', 'after') AND o.superseded_at IS NULL;
+
 -- The sides of a round (or of a screening pair) that more than one current
--- cell claims: a copied cell directory, or a round directory copied with
--- its cell.env. None of that round's rows pairs (reason DUPLICATE_CELL) and
--- the pair's verdict is DUPLICATE_CELL, until all but one are forgotten
--- (`zlstore forget CELL_PATH`). latest_cell / latest_path: the one stored
--- last (a copy is stored after what it copies); cells / paths: all of them,
--- in the root and absolute, one a line. `zlstore problems` lists them; an
--- ingest counts them under the roots it covered.
+-- cell claims, or whose cell's files another current cell of the root
+-- holds: a copied cell or round directory. None of that round's rows pairs
+-- (reason DUPLICATE_CELL) and the pair's verdict is DUPLICATE_CELL, until
+-- the copies are forgotten (`zlstore forget CELL_PATH`). claims: the cells
+-- that claim the side; cells: their paths in the root, one a line, oldest
+-- first; copies / same_files: the other cells that hold the files of the
+-- latest of them. `zlstore problems` lists them; an ingest counts them
+-- under the roots it covered.
 CREATE VIEW duplicate_cells AS
+WITH sides AS (
+    SELECT d.*, s.side,
+        CASE s.side WHEN 'before' THEN d.before_claims ELSE d.after_claims END AS claims,
+        CASE s.side WHEN 'before' THEN d.before_copies ELSE d.after_copies END AS copies,
+        (SELECT max(c.id) FROM cells c
+         WHERE [[round AND: c.{c} {is} d.{k}]] AND c.side = s.side AND c.superseded_at IS NULL) AS latest_cell_id
+    FROM ab_duplicate_rounds d
+    CROSS JOIN (SELECT 'before' AS side UNION ALL SELECT 'after') s
+)
 SELECT
     roots.name AS root,
-    c.card,
-    c.repeat_dir,
-    c.op,
-    c.dtype,
-    c.round,
-    c.side,
-    count(*) AS claims,
-    max(c.id) AS latest_cell_id,
-    c.relpath AS latest_cell,  -- SQLite takes a bare column from the row max() picked
-    c.path AS latest_path,
-    group_concat(c.relpath, char(10)) AS cells,
-    group_concat(c.path, char(10)) AS paths,
-    d.root_id
-FROM ab_duplicate_rounds d
-JOIN roots ON roots.id = d.root_id
-CROSS JOIN cells c ON [[round AND: c.{c} {is} d.{k}]] AND c.side IN ('before', 'after') AND c.superseded_at IS NULL
-GROUP BY d.rowid, c.side
-HAVING count(*) > 1;
+    sides.card,
+    sides.repeat_dir,
+    sides.cell_op AS op,
+    sides.cell_dtype AS dtype,
+    sides.round,
+    sides.side,
+    sides.claims,
+    (SELECT group_concat(relpath, char(10)) FROM (
+        SELECT c.relpath FROM cells c
+        WHERE [[round AND: c.{c} {is} sides.{k}]] AND c.side = sides.side AND c.superseded_at IS NULL
+        ORDER BY c.id)) AS cells,
+    sides.copies,
+    (SELECT group_concat(o.relpath, char(10)) FROM cell_copies k JOIN cells o ON o.id = k.copy_id
+     WHERE k.cell_id = sides.latest_cell_id) AS same_files,
+    sides.latest_cell_id,
+    sides.root_id
+FROM sides
+JOIN roots ON roots.id = sides.root_id
+WHERE sides.claims > 1 OR sides.copies > 0;
 
 -- ---------------------------------------------------------------------------
 -- Judging (issue 3). Every number below is either a finding with its
@@ -808,6 +849,9 @@ SELECT
         WHEN s.reason = [[reason DUPLICATE_CELL]] THEN 'cells of this round: ' || (
             SELECT group_concat(c.relpath, ', ') FROM cells c
             WHERE [[round AND: c.{c} {is} s.{k}]] AND c.side IS NOT NULL AND c.superseded_at IS NULL)
+            || coalesce('; the same files as theirs: ' || (
+                SELECT group_concat(o.relpath, ', ') FROM cell_copies k JOIN cells o ON o.id = k.copy_id
+                WHERE k.cell_id IN (s.before_cell_id, s.after_cell_id)), '')
         WHEN s.reason = [[reason CALIBER_MISMATCH]] THEN substr(
             [[caliber ||: CASE WHEN cb.{f} IS NOT ca.{f} THEN ', {f}: ' || cb.{f} || ' before, ' || ca.{f} || ' after' ELSE '' END]], 3)
     END AS differences,
@@ -897,6 +941,8 @@ judged AS (
         nullif(substr(
             CASE WHEN pairs.before_claims > 1 THEN '; ' || pairs.before_claims || ' cells claim the before side' ELSE '' END
             || CASE WHEN pairs.after_claims > 1 THEN '; ' || pairs.after_claims || ' cells claim the after side' ELSE '' END
+            || CASE WHEN db.before_copies > 0 THEN '; the before cell''s files are another cell''s too' ELSE '' END
+            || CASE WHEN da.after_copies > 0 THEN '; the after cell''s files are another cell''s too' ELSE '' END
             || CASE WHEN b.id IS NULL AND a.id IS NULL THEN '; no cell stored for either side'
                  WHEN b.id IS NULL THEN '; no before cell'
                  WHEN a.id IS NULL THEN '; no after cell' ELSE '' END
@@ -917,6 +963,8 @@ judged AS (
     CROSS JOIN rules
     LEFT JOIN cells b ON b.id = pairs.before_cell_id
     LEFT JOIN cells a ON a.id = pairs.after_cell_id
+    LEFT JOIN ab_duplicate_rounds db ON [[round AND: db.{k} {is} b.{c}]]
+    LEFT JOIN ab_duplicate_rounds da ON [[round AND: da.{k} {is} a.{c}]]
     LEFT JOIN fingerprints fb ON fb.cell_id = pairs.before_cell_id AND fb.rule = rules.rule
     LEFT JOIN fingerprints fa ON fa.cell_id = pairs.after_cell_id AND fa.rule = rules.rule
     LEFT JOIN fingerprints sb ON sb.cell_id = pairs.before_cell_id AND sb.rule = [[strictest_rule]]

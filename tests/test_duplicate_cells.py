@@ -10,6 +10,8 @@ import shlex
 import shutil
 import sqlite3
 
+import pytest
+
 from zlstore import Store, db, names
 
 from .judging import invoke, json_out, judged, screen_pairs
@@ -258,7 +260,7 @@ def test_forget_of_a_symbolic_link_to_a_stored_cell_forgets_nothing(example_tree
     expected = judged(db_path)
 
     result = invoke(db_path, "forget", link)
-    assert result.exit_code == names.EXIT_USAGE and "is a symbolic link to the stored cell" in result.output
+    assert result.exit_code == names.EXIT_USAGE and "is a symbolic link to" in result.output
     assert judged(db_path) == expected
     linked_parent = tmp_path / "linked"  # a link above the cell is no link to it
     linked_parent.symlink_to(runs)
@@ -276,4 +278,66 @@ def test_a_copy_named_without_the_dtype_its_original_s_name_gives_is_the_one_to_
     db_path = tmp_path / "t.db"
 
     assert forget_as_printed(db_path, invoke(db_path, "ingest", runs)) == str(copy)
+    assert judged(db_path) == expected
+
+
+def copy_repeat_dir(op_dir):
+    """cp -r card0/ab_X card0/ab_X.bak: the same cells under another repeat directory."""
+    repeat_dir = op_dir.parent
+    shutil.copytree(repeat_dir, repeat_dir.with_name(repeat_dir.name + ".bak"))
+    return repeat_dir.with_name(repeat_dir.name + ".bak")
+
+
+def copy_op_into_another_card(op_dir):
+    """The op's rounds copied into another card's repeat directory (their cell.env still says CARD=0)."""
+    campaign_root = op_dir.parents[2]
+    target = next(d for d in sorted(campaign_root.glob("card*/*")) if d != op_dir.parent) / op_dir.name
+    shutil.copytree(op_dir, target)
+    return target
+
+
+def copy_round_without_round_in_cell_env(op_dir):
+    """An older harness's cells (no ROUND= in cell.env) and r1 copied to r9: the path alone gives round 9."""
+    for env in op_dir.glob("r*/*/cell.env"):
+        env.write_text("".join(line for line in env.read_text().splitlines(True) if not line.startswith("ROUND=")))
+    shutil.copytree(op_dir / "r1", op_dir / "r9")
+    return op_dir / "r9"
+
+
+@pytest.mark.parametrize("make_copy", [copy_repeat_dir, copy_op_into_another_card,
+                                       copy_round_without_round_in_cell_env])
+def test_cells_that_hold_another_cell_s_files_count_no_round_twice(example_tree, tmp_path, make_copy):
+    # Nothing here claims another cell's side: the copies are rounds of their
+    # own, and would count each measurement twice (a 3-round "inconclusive"
+    # became a 6-round "faster").
+    runs, _ = example_tree
+    op_dir = next(p for p in sorted(runs.glob("*/card*/*/topk")))
+    if make_copy is copy_round_without_round_in_cell_env:
+        make_copy(op_dir)
+        shutil.rmtree(op_dir / "r9")  # the reference: the same cells without the copy
+    reference_db = reference(tmp_path, runs)
+    expected = judged(reference_db)
+    campaign_root = op_dir.relative_to(runs).parts[0]
+
+    def topk_rounds(db_path):
+        return {r["shape"]: r for r in json_out(invoke(db_path, "ab", campaign_root, "--json")) if r["op"] == "topk"}
+
+    before = topk_rounds(reference_db)
+    copy = make_copy(op_dir)
+    db_path = tmp_path / "t.db"
+
+    result = invoke(db_path, "ingest", runs)
+    assert result.exit_code == names.EXIT_PROBLEMS
+    named = [line for line in result.stderr.splitlines() if "hold the same files" in line]
+    assert len(named) == len(list(copy.glob("**/cell.env")))  # each copied cell once
+    assert all(f"zlstore forget {copy / ''}".rstrip("/") in line for line in named)  # the copy, never the original
+    after = topk_rounds(db_path)
+    assert after.keys() == before.keys()
+    for shape, got in after.items():  # the copied rounds and their originals count no more
+        assert got["rounds"] < before[shape]["rounds"] and names.DUPLICATE in got["rejected_reasons"]
+        assert got["finding"] not in ("faster", "slower")
+
+    shutil.rmtree(copy)
+    forgot = invoke(db_path, "forget", copy)  # the directory of copies at once
+    assert forgot.exit_code == 0, forgot.output
     assert judged(db_path) == expected

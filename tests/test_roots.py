@@ -116,7 +116,9 @@ def two_roots_named_alike(tmp_path):
         root = tmp_path / host / "ab_rlc_20261012_101500"
         write_root_env(root, HOST=host)
         for side in ("before", "after"):
-            write_cell(root / f"topk_float16_{side}", record(latencies=((64, latency),)), env={"RC": 0})
+            # two processes never write the same run.log (identical cells are copies: names.DUPLICATE)
+            write_cell(root / f"topk_float16_{side}", record(latencies=((64, latency if side == "before" else latency / 2),)),
+                       env={"RC": 0})
         made.append(root)
     return made
 

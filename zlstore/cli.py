@@ -427,9 +427,10 @@ def problems(store, root, out):
     line) an ingest or record named, of ROOT (a directory name or path;
     default: every root). A problem stays open while its file is as it was
     read; once the file is fixed, the next ingest of it closes it. Also
-    each side of a round that more than one stored cell claims (a copied
-    cell directory): no row of it pairs until zlstore forget removes the
-    copy (view duplicate_cells).
+    each side of a round that more than one stored cell claims, or whose
+    cell's files another cell holds (a copied cell or round directory): no
+    row of it pairs until zlstore forget removes the copy (view
+    duplicate_cells).
 
     Exit status: 0 none open; 1 some open; 2 usage error.
 
@@ -495,14 +496,14 @@ def forget(store, root, out):
     fingerprints, its recorded verdicts and plan, its A/B pairs and ranges,
     the directory listings kept under its path, and the IR texts no other
     cell uses; the noise floors its pairs fed are recomputed. Given the path
-    of a stored cell's directory instead, remove that cell alone: the copy
-    among cells that claim one side of a round (DUPLICATE_CELL; zlstore
-    problems names them), whose round is then paired again. One
+    of a stored cell's directory, or of a directory of cells inside a root,
+    remove those cells alone: a copy (DUPLICATE_CELL; zlstore problems names
+    it), whose rounds are then paired again. One
     transaction: all of it or nothing. The files on disk are not touched
     (ingesting the tree again stores it again); the ingest log keeps a line
     saying what was forgotten.
 
-    Exit status: 0 forgotten; 2 no such root or cell, or a name two roots
+    Exit status: 0 forgotten; 2 nothing stored there, or a name two roots
     share (give its path).
 
     Example:
@@ -510,6 +511,7 @@ def forget(store, root, out):
         \b
         zlstore forget /data/old/runs/ab_rlc_20261012_101500 --db zlstore.db
         zlstore forget runs/ab_rlc_20261012_101500/topk_float16_after.bak
+        zlstore forget runs/campaign_20261013_090000/card0/ab_20261013_090000.bak
     """
     with judge_errors():
         removed = store.forget(root)
@@ -1247,8 +1249,8 @@ def ab(store, root, rejected, out):
 
     --rejected lists every row that did not pair with its reason, the first
     that applies of: DUPLICATE_CELL (more than one stored cell claims a side
-    of the round, a copied cell directory: the round's cells are named;
-    zlstore problems says which to forget), CALIBER_UNKNOWN (a cell's
+    of the round, or another cell holds the same files: a copied cell or
+    round directory; zlstore problems says which to forget), CALIBER_UNKNOWN (a cell's
     caliber is not known; the missing fields are named), CALIBER_MISMATCH (the cells' calibers differ;
     the differing fields are named), MISSING_SIDE (the row or its cell exists
     on one side only), NOT_COUNTED (error_msg or an unusable latency).

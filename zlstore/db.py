@@ -754,12 +754,15 @@ def _problems_stay_open(conn):
 @migration(10, rederive=True)
 def _duplicate_cells(conn):
     """Release 10 pairs no row of a round side that more than one cell
-    claims (names.DUPLICATE) and keeps such rounds in ab_duplicate_rounds:
-    every round is paired again (ensure_schema's derive), which fills it."""
+    claims, or whose cell another one's copies (names.DUPLICATE), and keeps
+    such rounds in ab_duplicate_rounds: every round is paired again
+    (ensure_schema's derive), which fills it. Cells are found by content."""
     conn.execute("""CREATE TABLE IF NOT EXISTS ab_duplicate_rounds (
         root_id INTEGER NOT NULL, card INTEGER, repeat_dir TEXT, cell_op TEXT, cell_dtype TEXT, round INTEGER,
-        before_claims INTEGER NOT NULL, after_claims INTEGER NOT NULL)""")
+        before_claims INTEGER NOT NULL, after_claims INTEGER NOT NULL,
+        before_copies INTEGER NOT NULL, after_copies INTEGER NOT NULL)""")
     conn.execute("CREATE INDEX IF NOT EXISTS ab_duplicate_rounds_root ON ab_duplicate_rounds(root_id)")
+    conn.execute("CREATE INDEX IF NOT EXISTS cells_content ON cells(root_id, content_sig)")
 
 
 def _user_version(conn) -> int:

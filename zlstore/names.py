@@ -34,8 +34,11 @@ class Verdict(NamedTuple):
     range_label: Optional[str]  # what a speedup range of such a pair is, or None: no range
     # When it applies, in SQL over the pair's cells b (before) and a (after),
     # NULL where a side has none, their fingerprints fb and fa under the
-    # rule judged, and how many current cells claim each side
-    # (pairs.before_claims, after_claims) (view verdicts_by_rule).
+    # rule judged, how many current cells claim each side
+    # (pairs.before_claims, after_claims), and the pairing's duplicate rounds
+    # of b and a (db, da: ab_duplicate_rounds, whose before_copies /
+    # after_copies count the other cells that hold its cell's files) (view
+    # verdicts_by_rule).
     condition: str
 
 
@@ -44,16 +47,22 @@ _KILLED = ", ".join(str(rc) for rc in TIMEOUT_RCS)
 # A side of a round (or a screening pair) that more than one current cell
 # claims: a copied cell directory (`cp -r X_after X_after.bak`, a round
 # directory copied with its cell.env) holds other numbers under the same
-# name, and which process measured the side cannot be told. Nothing of such
-# a round is paired or judged (DUPLICATE_CELL below, first of each).
+# name, and which process measured the side cannot be told. Or a side whose
+# cell, with counted rows, holds the very files another current cell of its
+# root holds (cells.content_sig): no two benchmark processes write the same
+# run.log, so one is a copy (a repeat directory copied to `ab_X.bak`, a
+# round copied into another card), and its rounds would count the same
+# measurement twice. Nothing of such a round is paired or judged
+# (DUPLICATE_CELL below, first of each).
 DUPLICATE = "DUPLICATE_CELL"
 
 # In the order they are decided: the first that applies wins ("[[case
 # verdicts]]"); a pair none applies to (a fingerprint not computed) has none.
 VERDICTS = (
-    Verdict(DUPLICATE, "a side is claimed by more than one stored cell (a copied cell directory?)",
+    Verdict(DUPLICATE, "a side is claimed by more than one stored cell, or another holds the same files "
+                       "(a copied cell directory?)",
             "nothing: which cell measured that side cannot be told; forget the copy (zlstore problems names both)",
-            None, "pairs.before_claims > 1 OR pairs.after_claims > 1"),
+            None, "pairs.before_claims > 1 OR pairs.after_claims > 1 OR db.before_copies > 0 OR da.after_copies > 0"),
     Verdict("TRUNCATED", f"either side's RC is {' or '.join(map(str, TIMEOUT_RCS))} (killed at CELL_TIMEOUT)",
             "nothing: re-run with a larger timeout", None,
             f"b.rc IN ({_KILLED}) OR a.rc IN ({_KILLED})"),
@@ -96,7 +105,8 @@ class Reason(NamedTuple):
     meaning: str
     # When it applies, in SQL over the round r (its before_cell_id,
     # after_cell_id, before_caliber_id, after_caliber_id, and how many
-    # current cells claim each side: before_claims, after_claims) and the row's two
+    # current cells claim each side: before_claims, after_claims, and how
+    # many others hold the files of its cell: before_copies, after_copies) and the row's two
     # sides in it s (before_id, after_id: their measurements ids, NULL where
     # the side lacks the row; before_counted, after_counted); None: every
     # row that does not pair and no reason before it takes (the last).
@@ -108,15 +118,17 @@ class Reason(NamedTuple):
 # (over r and s, as Reason.condition): the one definition of a pair ("[[case
 # reasons]]" is NULL for it).
 PAIRED = ("s.before_id IS NOT NULL AND s.after_id IS NOT NULL AND s.before_counted = 1 AND s.after_counted = 1"
-          " AND r.before_claims = 1 AND r.after_claims = 1 AND r.before_caliber_id = r.after_caliber_id")
+          " AND r.before_claims = 1 AND r.after_claims = 1 AND r.before_copies = 0 AND r.after_copies = 0"
+          " AND r.before_caliber_id = r.after_caliber_id")
 
 # Why a measured row did not become an A/B pair, in order of precedence: a
 # row gets the first that applies. A side two cells claim first: its row
 # is nobody's in particular. Then caliber: a row under an unknown or
 # different caliber could never pair, whatever else holds.
 REASONS = (
-    Reason(DUPLICATE, "more than one stored cell claims a side of the round (a copied cell directory?)",
-           "r.before_claims > 1 OR r.after_claims > 1"),
+    Reason(DUPLICATE, "more than one stored cell claims a side of the round, or another holds the same files "
+                      "(a copied cell directory?)",
+           "r.before_claims > 1 OR r.after_claims > 1 OR r.before_copies > 0 OR r.after_copies > 0"),
     Reason("CALIBER_UNKNOWN", "at least one cell's caliber could not be established",
            "(r.before_cell_id IS NOT NULL AND r.before_caliber_id IS NULL)"
            " OR (r.after_cell_id IS NOT NULL AND r.after_caliber_id IS NULL)"),

@@ -42,13 +42,18 @@ def _json_fields(*columns: str) -> str:
 
 _SETUP = [
     "CREATE TEMP TABLE IF NOT EXISTS ab_rounds_now ([[round: {k}]], "
-    "before_cell_id, after_cell_id, before_caliber_id, after_caliber_id, before_claims, after_claims)",
+    "before_cell_id, after_cell_id, before_caliber_id, after_caliber_id, before_claims, after_claims, "
+    "before_copies, after_copies)",
     "CREATE TEMP TABLE IF NOT EXISTS ab_keys_now (root_id, op, dtype, shape)",
     "CREATE TEMP TABLE IF NOT EXISTS ab_keys_unique (key_id INTEGER PRIMARY KEY, root_id, op, dtype, shape)",
     "CREATE TEMP TABLE IF NOT EXISTS ab_judged_now "
     "(range_rowid INTEGER PRIMARY KEY, finding, finding_position, to_settle, noise_floor, clears_floor, "
     "floor_note, json)",
 ]
+
+# How many other current cells of its root hold the same files as a cell
+# with counted rows (view cell_copies; its id: the column {cell} of ab_rounds_now).
+_COPIES = "SELECT count(*) FROM cell_copies WHERE cell_id = ab_rounds_now.{cell}"
 
 # The row identities the stale rounds hold: their ranges change too (read
 # before the rounds are paired again, and after).
@@ -76,11 +81,16 @@ _STEPS = [
         (after_cell_id, after_claims) = (SELECT max(c.id), count(*) FROM cells c
                          WHERE [[round AND: c.{c} {is} ab_rounds_now.{k}]] AND c.side = 'after'
                            AND c.superseded_at IS NULL)""",
+    # The other current cells of the root that hold the files of a side's
+    # cell, where it has counted rows: copies (names.DUPLICATE).
+    f"""UPDATE temp.ab_rounds_now SET
+        before_copies = ({_COPIES.format(cell="before_cell_id")}),
+        after_copies = ({_COPIES.format(cell="after_cell_id")})""",
     """DELETE FROM ab_duplicate_rounds WHERE rowid IN (
         SELECT d.rowid FROM temp.ab_rounds_now r CROSS JOIN ab_duplicate_rounds d ON [[round AND: d.{k} {is} r.{k}]])""",
-    """INSERT INTO ab_duplicate_rounds ([[round: {k}]], before_claims, after_claims)
-        SELECT [[round: {k}]], before_claims, after_claims FROM temp.ab_rounds_now
-        WHERE before_claims > 1 OR after_claims > 1""",
+    """INSERT INTO ab_duplicate_rounds ([[round: {k}]], before_claims, after_claims, before_copies, after_copies)
+        SELECT [[round: {k}]], before_claims, after_claims, before_copies, after_copies FROM temp.ab_rounds_now
+        WHERE before_claims > 1 OR after_claims > 1 OR before_copies > 0 OR after_copies > 0""",
     """UPDATE temp.ab_rounds_now SET
         before_caliber_id = (SELECT caliber_id FROM cells WHERE id = before_cell_id),
         after_caliber_id = (SELECT caliber_id FROM cells WHERE id = after_cell_id)""",

@@ -99,7 +99,8 @@ def dead_axis_warning(axis: Mapping) -> str:
 def forgotten(removed: Mapping) -> str:
     """What `zlstore forget` removed: a root, or one cell of one."""
     if "cell" in removed:
-        return (f"forgot cell {removed['cell']} of {removed['root']} ({removed['path']}): {removed['measurements']} rows, "
+        what = f"cell {removed['cell']}" if removed["cells"] == 1 else f"{removed['cells']} cells under {removed['cell']}"
+        return (f"forgot {what} of {removed['root']} ({removed['path']}): {removed['measurements']} rows, "
                 f"{removed['kernels']} kernels, {removed['fingerprints']} fingerprints, "
                 f"{removed['ir_texts']} IR texts no other cell used")
     return (f"forgot {removed['root']} ({removed['path']}): {removed['cells']} cells, "

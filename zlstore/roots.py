@@ -198,32 +198,47 @@ def _drop_unused_texts(conn: sqlite3.Connection) -> int:
     return gone
 
 
+_CELL_COLUMNS = ("id", "relpath", "path", "op", "dtype", "side", "round", "card", "repeat_dir")
+
+
 def claimed_twice(conn: sqlite3.Connection, root_ids: Optional[List[int]] = None) \
         -> List[Tuple[str, layout.Problem]]:
-    """The sides of a round that more than one current cell claims (view
-    duplicate_cells), of these roots (None: every root), as (root name,
-    problem): each names the cell most likely the copy (_likely_copy), the
-    others, and how to forget the copy."""
+    """The sides of a round that more than one current cell claims, or
+    whose cell's files another cell holds (view duplicate_cells), of these
+    roots (None: every root), as (root name, problem): each names the cell
+    most likely the copy (_likely_copy), the others, and how to forget the
+    copy. A set of copies is named once, not from each round it is in."""
     where = "" if root_ids is None else f"WHERE root_id IN ({', '.join('?' * len(root_ids))})"
-    problems = []
-    for root, side, op, dtype, round_, card, claims, root_id, repeat_dir in conn.execute(
-            f"SELECT root, side, op, dtype, round, card, claims, root_id, repeat_dir FROM duplicate_cells "
-            f"{where} ORDER BY root, op, dtype, round, card, side", root_ids or ()).fetchall():
+    columns = ", ".join(f"c.{name}" for name in _CELL_COLUMNS)
+    problems, named = [], set()
+    for root, side, op, dtype, round_, card, claims, root_id, repeat_dir, latest in conn.execute(
+            f"SELECT root, side, op, dtype, round, card, claims, root_id, repeat_dir, latest_cell_id "
+            f"FROM duplicate_cells {where} ORDER BY root, op, dtype, round, card, side", root_ids or ()).fetchall():
         # The cells one by one, not the view's lines: a path may hold a newline.
-        cells = conn.execute(
-            "SELECT id, relpath, path, op, dtype, side, round, card, repeat_dir FROM cells "
-            "WHERE root_id = ? AND card IS ? AND repeat_dir IS ? AND op IS ? AND dtype IS ? AND round IS ? "
-            "AND side = ? AND superseded_at IS NULL ORDER BY id",
-            (root_id, card, repeat_dir, op, dtype, round_, side)).fetchall()
+        if claims > 1:
+            cells = conn.execute(
+                f"SELECT {columns} FROM cells c WHERE root_id = ? AND card IS ? AND repeat_dir IS ? AND op IS ? "
+                "AND dtype IS ? AND round IS ? AND side = ? AND superseded_at IS NULL ORDER BY id",
+                (root_id, card, repeat_dir, op, dtype, round_, side)).fetchall()
+            what = (f"{claims} stored cells claim the {side} side of {op} {dtype or '(no dtype)'}, round {round_}"
+                    + (f" on card {card}" if card is not None else ""))
+        else:
+            cells = conn.execute(
+                f"SELECT {columns} FROM cells c WHERE id = ? UNION ALL "
+                f"SELECT {columns} FROM cell_copies k JOIN cells c ON c.id = k.copy_id WHERE k.cell_id = ?",
+                (latest, latest)).fetchall()
+            cells.sort()
+            what = f"{len(cells)} stored cells hold the same files (run.log and all), each counted in its own round"
+        if frozenset(cells) in named:
+            continue
+        named.add(frozenset(cells))
         copy = _likely_copy(cells)
         gone = {cell[2] for cell in cells if not os.path.lexists(cell[2])}
-        where = f"round {round_}" + (f" on card {card}" if card is not None else "")
         also = ", ".join(cell[1] + (" (gone from disk)" if cell[2] in gone else "")
                          for cell in cells if cell is not copy)
         problems.append((root, layout.Problem(copy[2], None, (
-            f"{claims} stored cells claim the {side} side of {op} {dtype or '(no dtype)'}, {where} (also: {also})"
-            f"{' (gone from disk)' if copy[2] in gone else ''}; none of that round's rows pairs, nor is it judged "
-            f"({names.DUPLICATE}). Forget the copy: {output.command('forget', copy[2])}"))))
+            f"{what} (also: {also}){' (gone from disk)' if copy[2] in gone else ''}; no row of those rounds "
+            f"pairs, none is judged ({names.DUPLICATE}). Forget the copy: {output.command('forget', copy[2])}"))))
     return problems
 
 

@@ -431,26 +431,40 @@ class Store:
         raise LookupError(f"no root {text!r} in {self.path}; known roots: {known}")
 
     def forget(self, name_or_path: PathLike) -> dict:
-        """Remove a root (see root()) and everything derived from it, or one
-        stored cell given by its directory's path (a copy that claims another
-        cell's side of a round: roots.claimed_twice), in one transaction
-        (roots.forget, roots.forget_cell), and log it as an ingest run of its
-        own. Returns what was removed: the root's name and path (and the
-        cell's relpath), and counts."""
+        """Remove a root (see root()) and everything derived from it, or the
+        stored cells at or under a directory inside one root (a copy that
+        claims another cell's side of a round, a copied repeat directory:
+        roots.claimed_twice), in one transaction (roots.forget,
+        roots.forget_cell), and log it as an ingest run of its own. Returns
+        what was removed: the root's name and path (for cells, "cell": the
+        directory's path in the root), and counts."""
         given = Path(str(name_or_path))
-        cell = self.conn.execute(
-            "SELECT cells.id, cells.relpath, cells.path, roots.name FROM cells JOIN roots ON roots.id = cells.root_id "
-            "WHERE cells.path = ?", (str(given.resolve()),)).fetchone()
-        if cell and given.is_symlink():
+        at = str(given.resolve())
+        cells = [] if self.conn.execute("SELECT 1 FROM roots WHERE path = ?", (at,)).fetchone() else \
+            self.conn.execute(
+                "SELECT cells.id, roots.name, roots.path, cells.root_id FROM cells JOIN roots ON roots.id = cells.root_id "
+                "WHERE cells.path = :at OR (cells.path > :low AND cells.path < :high) ORDER BY cells.id",
+                {"at": at, "low": at.rstrip("/") + "/", "high": at.rstrip("/") + "0"}).fetchall()
+        if cells and given.is_symlink():
             # A link is never stored as a cell (an ingest names it and does
             # not enter it): forgetting what it points to would remove the
             # cell it copies, not the link.
-            raise LookupError(f"{given} is a symbolic link to the stored cell {cell[2]}, not a stored cell itself: "
-                              "nothing of it is stored; give the cell's own path to forget that cell")
-        found = None if cell else self.root(name_or_path)
+            raise LookupError(f"{given} is a symbolic link to {at}, which the store holds: nothing of the link "
+                              "is stored; give the stored directory's own path to forget what is there")
+        if len({cell[3] for cell in cells}) > 1:
+            raise LookupError(f"{at} holds cells of {len({cell[3] for cell in cells})} roots: give a root, "
+                              "or a directory inside one")
+        try:
+            found = None if cells else self.root(name_or_path)
+        except LookupError as error:
+            raise LookupError(f"{error}; nor is a cell stored at or under {at}") from None
         with dbmod.write_transaction(self.conn):
-            if cell:
-                summary = {"root": cell[3], "cell": cell[1], "path": cell[2], **roots.forget_cell(self.conn, cell[0])}
+            if cells:
+                counts: dict = {}
+                for cell_id, *_ in cells:
+                    for key, n in roots.forget_cell(self.conn, cell_id).items():
+                        counts[key] = counts.get(key, 0) + n
+                summary = {"root": cells[0][1], "cell": os.path.relpath(at, cells[0][2]), "path": at, **counts}
             else:
                 summary = {"root": found["name"], "path": found["path"], **roots.forget(self.conn, found["id"])}
             self.conn.execute(
