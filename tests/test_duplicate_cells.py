@@ -341,3 +341,18 @@ def test_cells_that_hold_another_cell_s_files_count_no_round_twice(example_tree,
     forgot = invoke(db_path, "forget", copy)  # the directory of copies at once
     assert forgot.exit_code == 0, forgot.output
     assert judged(db_path) == expected
+
+
+def test_plan_names_a_pair_it_leaves_out_because_a_copy_kept_it_from_being_judged(example_tree, tmp_path):
+    runs, manifest = example_tree
+    root, op, dtype = screened_pair_with_range(manifest)
+    db_path = reference(tmp_path, runs, "t.db")
+    planned = json_out(invoke(db_path, "plan", root, "--cards", 2, "--rounds", 2, "--json"))
+    assert op in {o["op"] for card in planned["cards"] for o in card["ops"]} and planned["not_planned"] == []
+    copy_with_other_numbers(runs / root / f"{op}_{dtype}_after", runs / root / f"{op}_{dtype}_after.bak")
+    invoke(db_path, "ingest", runs)
+    planned = json_out(invoke(db_path, "plan", root, "--cards", 2, "--rounds", 2, "--json"))
+    assert op not in {o["op"] for card in planned["cards"] for o in card["ops"]}
+    assert planned["not_planned"] == [{"op": op, "dtype": dtype, "verdict": names.DUPLICATE}]
+    text = invoke(db_path, "plan", root, "--cards", 2, "--rounds", 2)
+    assert text.exit_code == 0 and f"warning: {op}:{dtype} is {names.DUPLICATE}" in text.stderr

@@ -34,8 +34,8 @@ def scene(tmp_path):
     clean, cut = tmp_path / "runs" / "ab_rlc_clean", tmp_path / "runs2" / "ab_rlc_cut"
     for root in (clean, cut):
         write_root_env(root)
-        for side in ("before", "after"):
-            write_cell(root / f"topk_float16_{side}", record(), env={"RC": 0})
+        for side, latency in (("before", 0.02), ("after", 0.018)):  # two processes: never the same run.log
+            write_cell(root / f"topk_float16_{side}", record(latencies=((64, latency),)), env={"RC": 0})
     with open(cut / "topk_float16_after" / "run.log", "a") as log:
         log.write('\n[INFO] {"op_name": "topk", "res')
     campaign = tmp_path / "runs" / "campaign_x"

@@ -646,7 +646,9 @@ def plan(store, screen_root, ops, cards, rounds, extra_ops, out_path, out):
     share (total / cards) and a plain hash partition's critical path. An op
     with no screening time is an error that names it. Of the default ops
     (the IR_CHANGED pairs), those that differ only in what the strictest
-    rule leaves out are named on stderr (a hint; --json: "hints"). Every
+    rule leaves out are named on stderr (a hint; --json: "hints"), and so
+    are the pairs whose IR could not be judged, DUPLICATE_CELL or IR_UNREAD,
+    which are not planned (a warning; --json: "not_planned"). Every
     weight is in one unit: minutes from a 2-minute critical path, else
     seconds; --json and the other formats give seconds (weight_s), the
     other formats one row per planned op.
@@ -662,20 +664,25 @@ def plan(store, screen_root, ops, cards, rounds, extra_ops, out_path, out):
     from . import plan as planmod
     from .runner import plan_from_store
 
-    from .runner import hinted_ops
+    from .runner import hinted_ops, unjudged_ops
 
     try:
         the_plan, root = plan_from_store(store, screen_root, cards, rounds, ops, extra_ops)
     except (LookupError, ValueError) as error:
         raise Fault(str(error).strip("'\""))
     hinted = [] if ops else hinted_ops(store, root)
+    unjudged = [] if ops else unjudged_ops(store, root)
     if out_path:
         planmod.write_partition_tsv(the_plan, out_path)
     emit(out, the_plan.rows, human=lambda: planmod.describe(the_plan), document=lambda: {
-        **the_plan.as_dict(), "hints": [{"op": op, "dtype": dtype, "hint": hint} for op, dtype, hint in hinted]})
+        **the_plan.as_dict(), "hints": [{"op": op, "dtype": dtype, "hint": hint} for op, dtype, hint in hinted],
+        "not_planned": [{"op": op, "dtype": dtype, "verdict": verdict} for op, dtype, verdict in unjudged]})
     for op, dtype, hint in hinted if out.kind != "json" else ():
         click.echo(f"hint: {op}{':' + dtype if dtype else ''} {hint}; a campaign on it measures nothing "
                    "the switch changed (leave it out with --ops, or judge under that rule: zlstore rule)", err=True)
+    for op, dtype, verdict in unjudged if out.kind != "json" else ():
+        click.echo(f"warning: {op}{':' + dtype if dtype else ''} is {verdict}, so its IR was not judged and it is "
+                   f"not planned ({judge.BY_NAME[verdict].licenses}); or name it with --ops", err=True)
 
 
 @cli.group()

@@ -114,6 +114,17 @@ def hinted_ops(store, root: dict) -> List[Tuple[str, str, str]]:
     return [tuple(row) for row in rows]
 
 
+def unjudged_ops(store, root: dict) -> List[Tuple[str, str, str]]:
+    """The pairs of a screening root whose IR verdict could not be made
+    (DUPLICATE_CELL, IR_UNREAD): (op, dtype, verdict). Their IR may have
+    changed; a plan of the IR_CHANGED pairs leaves them out, and says so."""
+    rows = store.conn.execute(render_schema(
+        "SELECT op, COALESCE(dtype, ''), verdict FROM verdicts WHERE root_path = ? "
+        "AND verdict IN ([[verdict DUPLICATE_CELL]], [[verdict IR_UNREAD]]) ORDER BY op, dtype"),
+        (root["path"],)).fetchall()
+    return [tuple(row) for row in rows]
+
+
 def resolve_ops(pairs: Dict[Tuple[str, str], dict], specs, root_name: str) -> List[Tuple[str, str]]:
     """`op` or `op:dtype` specs against the root's pairs; a bare op needs the
     root to have exactly one pair for it."""
