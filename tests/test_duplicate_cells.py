@@ -356,3 +356,28 @@ def test_plan_names_a_pair_it_leaves_out_because_a_copy_kept_it_from_being_judge
     assert planned["not_planned"] == [{"op": op, "dtype": dtype, "verdict": names.DUPLICATE}]
     text = invoke(db_path, "plan", root, "--cards", 2, "--rounds", 2)
     assert text.exit_code == 0 and f"warning: {op}:{dtype} is {names.DUPLICATE}" in text.stderr
+
+
+def test_a_record_names_only_the_copies_of_what_it_records_and_a_forget_closes_the_copy_s_problems(
+        example_tree, tmp_path):
+    runs, manifest = example_tree
+    root, op, dtype = screened_pair_with_range(manifest)
+    copy = runs / root / f"{op}_{dtype}_after.bak"
+    copy_with_other_numbers(runs / root / f"{op}_{dtype}_after", copy)
+    with open(copy / "run.log", "a") as log:  # the copy has an open problem of its own
+        log.write('[INFO] {"op_name": "' + op + '", "res')
+    db_path = tmp_path / "t.db"
+    assert invoke(db_path, "ingest", runs).exit_code == names.EXIT_PROBLEMS
+    other = next(p for p in sorted((runs / root).iterdir()) if p.is_dir() and not p.name.startswith(op))
+    recorded = invoke(db_path, "record", other)
+    assert recorded.exit_code == 0 and names.DUPLICATE not in recorded.stderr, recorded.stderr  # another cell's copy
+    recorded = invoke(db_path, "record", copy)
+    assert recorded.exit_code == names.EXIT_PROBLEMS and names.DUPLICATE in recorded.stderr
+
+    def open_files():
+        return {p["file"] for p in json.loads(invoke(db_path, "problems", "--json").stdout)}
+
+    assert str(copy / "run.log") in open_files()
+    assert invoke(db_path, "forget", copy).exit_code == 0
+    assert not {f for f in open_files() if f.startswith(str(copy))}  # nothing of the copy is left open
+    assert open_files()  # the example's own cut-off log still is

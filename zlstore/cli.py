@@ -500,8 +500,9 @@ def forget(store, root, out):
     remove those cells alone: a copy (DUPLICATE_CELL; zlstore problems names
     it), whose rounds are then paired again. One
     transaction: all of it or nothing. The files on disk are not touched
-    (ingesting the tree again stores it again); the ingest log keeps a line
-    saying what was forgotten.
+    (ingesting the tree again stores it again, and names their problems
+    again: the open ones of what is forgotten are closed); the ingest log
+    keeps a line saying what was forgotten.
 
     Exit status: 0 forgotten; 2 nothing stored there, or a name two roots
     share (give its path).

@@ -394,7 +394,8 @@ class Ingester:
                                 require_finished, progress)
             self._close_covered(paths)
             self.summary.open_problems = self._open_problems(paths)
-            twice = roots.claimed_twice(self.conn, sorted({root_id for _, root_id in self.roots.values()}))
+            twice = roots.claimed_twice(self.conn, sorted({root_id for _, root_id in self.roots.values()}),
+                                        [str(path) for path in paths])
             self.summary.problems.extend(problem for _, problem in twice)
             self.summary.open_problems += len(twice)
         except StoreStopped as stop:

@@ -201,13 +201,15 @@ def _drop_unused_texts(conn: sqlite3.Connection) -> int:
 _CELL_COLUMNS = ("id", "relpath", "path", "op", "dtype", "side", "round", "card", "repeat_dir")
 
 
-def claimed_twice(conn: sqlite3.Connection, root_ids: Optional[List[int]] = None) \
-        -> List[Tuple[str, layout.Problem]]:
+def claimed_twice(conn: sqlite3.Connection, root_ids: Optional[List[int]] = None,
+                  under: Optional[List[str]] = None) -> List[Tuple[str, layout.Problem]]:
     """The sides of a round that more than one current cell claims, or
     whose cell's files another cell holds (view duplicate_cells), of these
     roots (None: every root), as (root name, problem): each names the cell
     most likely the copy (_likely_copy), the others, and how to forget the
-    copy. A set of copies is named once, not from each round it is in."""
+    copy. A set of copies is named once, not from each round it is in.
+    under: only the sets with a cell at or under one of these paths (what a
+    `record` of one cell covers)."""
     where = "" if root_ids is None else f"WHERE root_id IN ({', '.join('?' * len(root_ids))})"
     columns = ", ".join(f"c.{name}" for name in _CELL_COLUMNS)
     problems, named = [], set()
@@ -229,7 +231,8 @@ def claimed_twice(conn: sqlite3.Connection, root_ids: Optional[List[int]] = None
                 (latest, latest)).fetchall()
             cells.sort()
             what = f"{len(cells)} stored cells hold the same files (run.log and all), each counted in its own round"
-        if frozenset(cells) in named:
+        if frozenset(cells) in named or (under is not None and not any(
+                cell[2] == top or cell[2].startswith(top.rstrip("/") + "/") for cell in cells for top in under)):
             continue
         named.add(frozenset(cells))
         copy = _likely_copy(cells)

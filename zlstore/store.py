@@ -459,6 +459,15 @@ class Store:
         except LookupError as error:
             raise LookupError(f"{error}; nor is a cell stored at or under {at}") from None
         with dbmod.write_transaction(self.conn):
+            run_id = self.conn.execute(
+                "INSERT INTO ingest_runs (started_at, command, paths) VALUES (?, 'forget', ?)",
+                (now(), json.dumps([at if cells else found["path"]]))).lastrowid
+            # What is forgotten has no open problem left in the store (a
+            # later ingest of its files names them again).
+            self.conn.execute(
+                "UPDATE ingest_problems SET closed_by = ? WHERE closed_by IS NULL AND (cell_id IN "
+                f"({', '.join('?' * len(cells))}) OR root_id = ? OR cell_id IN (SELECT id FROM cells WHERE root_id = ?))",
+                (run_id, *(cell[0] for cell in cells), None if cells else found["id"], None if cells else found["id"]))
             if cells:
                 counts: dict = {}
                 for cell_id, *_ in cells:
@@ -467,7 +476,6 @@ class Store:
                 summary = {"root": cells[0][1], "cell": os.path.relpath(at, cells[0][2]), "path": at, **counts}
             else:
                 summary = {"root": found["name"], "path": found["path"], **roots.forget(self.conn, found["id"])}
-            self.conn.execute(
-                "INSERT INTO ingest_runs (started_at, finished_at, command, paths, summary) VALUES (?, ?, ?, ?, ?)",
-                (now(), now(), "forget", json.dumps([summary["path"]]), json.dumps(summary)))
+            self.conn.execute("UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?",
+                              (now(), json.dumps(summary), run_id))
         return summary
