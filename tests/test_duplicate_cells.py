@@ -44,14 +44,21 @@ def stored(db_path, sql, *params):
         return conn.execute(sql, params).fetchall()
 
 
-def test_a_copied_screening_cell_makes_its_pair_a_duplicate_until_the_copy_is_forgotten(example_tree, tmp_path):
+def copied_after_cell(example_tree, tmp_path):
+    """An IR_CHANGED pair's after cell copied beside itself with other numbers,
+    and what the store holds without the copy: (runs, expected, root, op,
+    dtype, cell, copy, db_path)."""
     runs, manifest = example_tree
     expected = judged(reference(tmp_path, runs))
     root, op, dtype = screened_pair_with_range(manifest)
     cell = runs / root / f"{op}_{dtype}_after"
     copy = runs / root / f"{op}_{dtype}_after.bak"
     copy_with_other_numbers(cell, copy)
-    db_path = tmp_path / "t.db"
+    return runs, expected, root, op, dtype, cell, copy, tmp_path / "t.db"
+
+
+def test_a_copied_screening_cell_makes_its_pair_a_duplicate_until_the_copy_is_forgotten(example_tree, tmp_path):
+    runs, expected, root, op, dtype, cell, copy, db_path = copied_after_cell(example_tree, tmp_path)
 
     result = invoke(db_path, "ingest", runs)
     assert result.exit_code == names.EXIT_PROBLEMS
@@ -222,15 +229,8 @@ def forget_as_printed(db_path, result):
 
 
 def test_the_copy_to_forget_is_the_one_out_of_its_place_whichever_was_stored_last(example_tree, tmp_path):
-    runs, manifest = example_tree
-    expected = judged(reference(tmp_path, runs))
-    root, op, dtype = screened_pair_with_range(manifest)
-    cell = runs / root / f"{op}_{dtype}_after"
-
     # The original stored again after its copy (its run.log appended to).
-    copy = runs / root / f"{op}_{dtype}_after.bak"
-    copy_with_other_numbers(cell, copy)
-    db_path = tmp_path / "t.db"
+    runs, expected, root, op, dtype, cell, copy, db_path = copied_after_cell(example_tree, tmp_path)
     invoke(db_path, "ingest", runs)
     with open(cell / "run.log", "a") as log:
         log.write("\n")
