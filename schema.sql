@@ -888,7 +888,9 @@ WHERE s.reason IS NOT NULL;
 -- median, max over the pair's paired rows) is given only where range_label
 -- is: 'indicative (one round)' for IR_CHANGED (one round per shape is never
 -- a result: measure it with repeated rounds), 'noise floor' (not a result)
--- for NO_IR_DIFF; TRUNCATED, NO_ROWS and NO_TRITON have no range. hint: an
+-- for NO_IR_DIFF; TRUNCATED, NO_ROWS and NO_TRITON have no range, and
+-- DUPLICATE_CELL (a side several cells claim, or a copy) no per-side values
+-- either: they would be one claimant's, taken at random. hint: an
 -- IR_CHANGED pair whose fingerprints are equal under the strictest rule
 -- (judging_settings) says what alone differs, e.g. source locations.
 -- recorded_verdict / orig_verdict: what the harness wrote in screen.tsv /
@@ -978,14 +980,15 @@ SELECT
     judged.verdict,
     judged.recorded_verdict,
     judged.orig_verdict,
-    judged.cl_before,
-    judged.cl_after,
-    judged.fp_before,
-    judged.fp_after,
-    judged.elapsed_before,
-    judged.elapsed_after,
-    judged.rc_before,
-    judged.rc_after,
+    -- a side several cells claim, or a copy's, has no values of its own
+    CASE WHEN judged.verdict IS NOT [[verdict DUPLICATE_CELL]] THEN judged.cl_before END AS cl_before,
+    CASE WHEN judged.verdict IS NOT [[verdict DUPLICATE_CELL]] THEN judged.cl_after END AS cl_after,
+    CASE WHEN judged.verdict IS NOT [[verdict DUPLICATE_CELL]] THEN judged.fp_before END AS fp_before,
+    CASE WHEN judged.verdict IS NOT [[verdict DUPLICATE_CELL]] THEN judged.fp_after END AS fp_after,
+    CASE WHEN judged.verdict IS NOT [[verdict DUPLICATE_CELL]] THEN judged.elapsed_before END AS elapsed_before,
+    CASE WHEN judged.verdict IS NOT [[verdict DUPLICATE_CELL]] THEN judged.elapsed_after END AS elapsed_after,
+    CASE WHEN judged.verdict IS NOT [[verdict DUPLICATE_CELL]] THEN judged.rc_before END AS rc_before,
+    CASE WHEN judged.verdict IS NOT [[verdict DUPLICATE_CELL]] THEN judged.rc_after END AS rc_after,
     [[caliber: calibers.{f}]],
     CASE WHEN kinds.range_label IS NOT NULL THEN coalesce(ranges.n_rows, 0) END AS n_rows,
     CASE WHEN kinds.range_label IS NOT NULL THEN ranges.min END AS min,

@@ -69,6 +69,8 @@ def test_a_copied_screening_cell_makes_its_pair_a_duplicate_until_the_copy_is_fo
     rows = [r for r in json_out(invoke(db_path, "screen", root, "--json")) if (r["op"], r["dtype"]) == (op, dtype)]
     assert [(r["verdict"], r["n_rows"], r["min"], r["range_label"]) for r in rows] == [(names.DUPLICATE, None, None, None)]
     assert "2 cells claim the after side" in rows[0]["note"]
+    # no side's values: they would be one claimant's, taken at random (rescore --write puts them in screen.tsv)
+    assert {rows[0][f"{what}_{side}"] for what in ("cl", "fp", "elapsed", "rc") for side in ("before", "after")} == {None}
     assert {v for (v,) in stored(db_path, "SELECT verdict FROM verdicts_by_rule WHERE root = ? AND op = ? AND dtype = ?",
                                  root, op, dtype)} == {names.DUPLICATE}  # under every rule
     rejected = [r for r in json_out(invoke(db_path, "ab", "--rejected", "--json"))
