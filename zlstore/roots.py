@@ -139,21 +139,21 @@ def forget(conn: sqlite3.Connection, root_id: int) -> dict:
     return counts
 
 
-def forget_cell(conn: sqlite3.Connection, cell_id: int) -> dict:
-    """Delete one cell with its rows, kernels and fingerprints, and the
-    stored texts no other cell names: the copy among cells that claim one
-    side of a round (names.DUPLICATE). Its round is paired again (the
-    triggers mark it) and the noise floors a screening cell fed are
-    recomputed. Call it inside a write transaction. Its root, and the cell's
-    files on disk, stay: ingesting the tree again stores it again."""
-    kind = conn.execute("SELECT roots.kind FROM cells JOIN roots ON roots.id = cells.root_id WHERE cells.id = ?",
-                        (cell_id,)).fetchone()[0]
-    cells = "SELECT ?"
-    counts = _cell_counts(conn, cells, cell_id)
-    _note_texts(conn, cells, cell_id)
-    conn.execute("DELETE FROM cells WHERE id = ?", (cell_id,))  # rows, kernels, fingerprints cascade
+def forget_cells(conn: sqlite3.Connection, cell_ids: List[int]) -> dict:
+    """Delete these cells with their rows, kernels and fingerprints, and the
+    stored texts no other cell names: copies (names.DUPLICATE), a cell or a
+    copied directory of them. Their rounds are paired again (the triggers
+    mark them), once for all of them, and the noise floors screening cells
+    fed are recomputed. Call it inside a write transaction. Their root, and
+    their files on disk, stay: ingesting the tree again stores them again."""
+    cells, ids = "SELECT value FROM json_each(?)", json.dumps(cell_ids)
+    screen = conn.execute(f"SELECT 1 FROM cells JOIN roots ON roots.id = cells.root_id "
+                          f"WHERE cells.id IN ({cells}) AND roots.kind = 'screen' LIMIT 1", (ids,)).fetchone()
+    counts = _cell_counts(conn, cells, ids)
+    _note_texts(conn, cells, ids)
+    conn.execute(f"DELETE FROM cells WHERE id IN ({cells})", (ids,))  # rows, kernels, fingerprints cascade
     counts["ir_texts"] = _drop_unused_texts(conn)
-    if kind == "screen":
+    if screen:  # their NO_IR_DIFF pairs fed the noise floors
         floors.mark_every(conn)
     pairing.refresh(conn)
     return counts

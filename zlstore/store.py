@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Union
 
 from . import db as dbmod
-from . import floors, forked, pairing, roots, ttgir
+from . import floors, forked, pairing, roots, ttgir, unchanged
 from .db import now
 from .ingest import Ingester
 from .parallel import worker_count
@@ -435,16 +435,16 @@ class Store:
         stored cells at or under a directory inside one root (a copy that
         claims another cell's side of a round, a copied repeat directory:
         roots.claimed_twice), in one transaction (roots.forget,
-        roots.forget_cell), and log it as an ingest run of its own. Returns
+        roots.forget_cells), and log it as an ingest run of its own. Returns
         what was removed: the root's name and path (for cells, "cell": the
         directory's path in the root), and counts."""
         given = Path(str(name_or_path))
         at = str(given.resolve())
         cells = [] if self.conn.execute("SELECT 1 FROM roots WHERE path = ?", (at,)).fetchone() else \
             self.conn.execute(
-                "SELECT cells.id, roots.name, roots.path, cells.root_id FROM cells JOIN roots ON roots.id = cells.root_id "
-                "WHERE cells.path = :at OR (cells.path > :low AND cells.path < :high) ORDER BY cells.id",
-                {"at": at, "low": at.rstrip("/") + "/", "high": at.rstrip("/") + "0"}).fetchall()
+                f"SELECT c.id, roots.name, roots.path, c.root_id FROM (SELECT id, root_id FROM cells "
+                f"WHERE {unchanged.AT_OR_UNDER}) c JOIN roots ON roots.id = c.root_id ORDER BY c.id",
+                unchanged.at_or_under(at)).fetchall()
         if cells and given.is_symlink():
             # A link is never stored as a cell (an ingest names it and does
             # not enter it): forgetting what it points to would remove the
@@ -464,16 +464,14 @@ class Store:
                 (now(), json.dumps([at if cells else found["path"]]))).lastrowid
             # What is forgotten has no open problem left in the store (a
             # later ingest of its files names them again).
+            cell_ids = [cell[0] for cell in cells]
             self.conn.execute(
                 "UPDATE ingest_problems SET closed_by = ? WHERE closed_by IS NULL AND (cell_id IN "
-                f"({', '.join('?' * len(cells))}) OR root_id = ? OR cell_id IN (SELECT id FROM cells WHERE root_id = ?))",
-                (run_id, *(cell[0] for cell in cells), None if cells else found["id"], None if cells else found["id"]))
+                "(SELECT value FROM json_each(?)) OR root_id = ? OR cell_id IN (SELECT id FROM cells WHERE root_id = ?))",
+                (run_id, json.dumps(cell_ids), None if cells else found["id"], None if cells else found["id"]))
             if cells:
-                counts: dict = {}
-                for cell_id, *_ in cells:
-                    for key, n in roots.forget_cell(self.conn, cell_id).items():
-                        counts[key] = counts.get(key, 0) + n
-                summary = {"root": cells[0][1], "cell": os.path.relpath(at, cells[0][2]), "path": at, **counts}
+                summary = {"root": cells[0][1], "cell": os.path.relpath(at, cells[0][2]), "path": at,
+                           **roots.forget_cells(self.conn, cell_ids)}
             else:
                 summary = {"root": found["name"], "path": found["path"], **roots.forget(self.conn, found["id"])}
             self.conn.execute("UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?",
