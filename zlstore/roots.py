@@ -20,7 +20,7 @@ import sqlite3
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from . import floors, layout, names, output, pairing, unchanged
+from . import db, floors, layout, names, output, pairing, unchanged
 
 # A root whose path another root of its name holds (a different root of that
 # name was ingested there since, or merged from a store where it was there)
@@ -212,16 +212,18 @@ def claimed_twice(conn: sqlite3.Connection, root_ids: Optional[List[int]] = None
     `record` of one cell covers)."""
     where = "" if root_ids is None else f"WHERE root_id IN ({', '.join('?' * len(root_ids))})"
     columns = ", ".join(f"c.{name}" for name in _CELL_COLUMNS)
+    # The view's round key columns are named as the cells' (names.ROUND_KEY).
+    key = ", ".join(column.cells for column in names.ROUND_KEY)
+    claimants = db.render_schema(f"SELECT {columns} FROM cells c WHERE [[round AND: c.{{c}} {{is}} ?]] "
+                                 "AND c.side = ? AND c.superseded_at IS NULL ORDER BY c.id")
     problems, named = [], set()
-    for root, side, op, dtype, round_, card, claims, root_id, repeat_dir, latest in conn.execute(
-            f"SELECT root, side, op, dtype, round, card, claims, root_id, repeat_dir, latest_cell_id "
-            f"FROM duplicate_cells {where} ORDER BY root, op, dtype, round, card, side", root_ids or ()).fetchall():
+    for root, side, claims, latest, *round_key in conn.execute(
+            f"SELECT root, side, claims, latest_cell_id, {key} FROM duplicate_cells {where} "
+            "ORDER BY root, op, dtype, round, card, side", root_ids or ()).fetchall():
+        _, card, _, op, dtype, round_ = round_key
         # The cells one by one, not the view's lines: a path may hold a newline.
         if claims > 1:
-            cells = conn.execute(
-                f"SELECT {columns} FROM cells c WHERE root_id = ? AND card IS ? AND repeat_dir IS ? AND op IS ? "
-                "AND dtype IS ? AND round IS ? AND side = ? AND superseded_at IS NULL ORDER BY id",
-                (root_id, card, repeat_dir, op, dtype, round_, side)).fetchall()
+            cells = conn.execute(claimants, (*round_key, side)).fetchall()
             what = (f"{claims} stored cells claim the {side} side of {op} {dtype or '(no dtype)'}, round {round_}"
                     + (f" on card {card}" if card is not None else ""))
         else:

@@ -256,14 +256,14 @@ class Store:
         """The problems with the input that are still open (open_problems),
         of one root (a name or path; LookupError if unknown) or of every
         path: each with its file, line, message, root and cell."""
-        where, params = "", ()
-        if root is not None:
-            path = self.root(root)["path"]
+        where, params, found = "", (), None if root is None else self.root(root)
+        if found is not None:
+            path = found["path"]
             where, params = " WHERE file = ? OR (file > ? AND file < ?)", (path, path + "/", path + "0")
         rows = [dict(r) for r in self.db.query(
             f"SELECT file, line, message, root, cell, command, found_at FROM open_problems{where} "
             "ORDER BY file, line, id", params)]
-        twice = roots.claimed_twice(self.conn, None if root is None else [self.root(root)["id"]])
+        twice = roots.claimed_twice(self.conn, None if found is None else [found["id"]])
         rows += [{"file": p.file, "line": None, "message": p.message, "root": name, "cell": None,
                   "command": None, "found_at": None} for name, p in twice]
         return rows
