@@ -95,34 +95,32 @@ def screen_pairs(store, screen_root: str) -> Tuple[dict, Dict[Tuple[str, str], d
     return root, pairs
 
 
+def _pairs(store, root: dict, where: str, column: Optional[str] = None) -> List[tuple]:
+    """(op, dtype[, column]) of a screening root's pairs under the current
+    rule (view verdicts) where the condition holds, in op order."""
+    rows = store.conn.execute(render_schema(
+        f"SELECT op, COALESCE(dtype, ''){', ' + column if column else ''} FROM verdicts "
+        f"WHERE root_id = ? AND {where} ORDER BY op, dtype"), (root["id"],)).fetchall()
+    return [tuple(row) for row in rows]
+
+
 def ir_changed_ops(store, root: dict) -> List[Tuple[str, str]]:
     """The pairs the verdicts view judges IR_CHANGED under the current rule."""
-    rows = store.conn.execute(render_schema(
-        "SELECT op, COALESCE(dtype, '') FROM verdicts WHERE root_path = ? AND verdict = [[verdict IR_CHANGED]] "
-        "ORDER BY op, dtype"), (root["path"],)).fetchall()
-    return [(op, dtype) for op, dtype in rows]
+    return _pairs(store, root, "verdict = [[verdict IR_CHANGED]]")
 
 
 def hinted_ops(store, root: dict) -> List[Tuple[str, str, str]]:
     """The IR_CHANGED pairs of a screening root that carry a hint under the
     current rule (verdicts.hint): (op, dtype, hint). A campaign on them would
     measure nothing the switch changed."""
-    rows = store.conn.execute(
-        "SELECT op, COALESCE(dtype, ''), hint FROM verdicts WHERE root_id = ? AND hint IS NOT NULL ORDER BY op, dtype",
-        (root["id"],),
-    ).fetchall()
-    return [tuple(row) for row in rows]
+    return _pairs(store, root, "hint IS NOT NULL", "hint")
 
 
 def unjudged_ops(store, root: dict) -> List[Tuple[str, str, str]]:
     """The pairs of a screening root whose IR verdict could not be made
     (DUPLICATE_CELL, IR_UNREAD): (op, dtype, verdict). Their IR may have
     changed; a plan of the IR_CHANGED pairs leaves them out, and says so."""
-    rows = store.conn.execute(render_schema(
-        "SELECT op, COALESCE(dtype, ''), verdict FROM verdicts WHERE root_path = ? "
-        "AND verdict IN ([[verdict DUPLICATE_CELL]], [[verdict IR_UNREAD]]) ORDER BY op, dtype"),
-        (root["path"],)).fetchall()
-    return [tuple(row) for row in rows]
+    return _pairs(store, root, "verdict IN ([[verdict DUPLICATE_CELL]], [[verdict IR_UNREAD]])", "verdict")
 
 
 def resolve_ops(pairs: Dict[Tuple[str, str], dict], specs, root_name: str) -> List[Tuple[str, str]]:
