@@ -123,26 +123,67 @@ def test_a_q_value_edited_by_hand_is_judged_again(db_path):
     assert '"q_value": 0.9' in row and '"finding": "inconclusive"' in row
 
 
-def test_rounds_paired_between_an_ingests_batches_get_their_ranges_from_the_next_writer(db_path):
-    """An ingest computes ranges, q-values and judgements once, at its last
-    commit; one killed between two batches leaves rounds paired whose
-    ranges are not computed yet (a reader meanwhile sees the ranges as
-    they were): the next zlstore that opens the store for writing
-    computes them, to what a whole run gives."""
+def test_ranges_computed_between_an_ingests_batches_get_their_q_values_from_the_next_writer(db_path):
+    """An ingest's batches compute the ranges of the rounds they pair; their
+    roots' q-values and the judgements wait for its last commit. One killed
+    between two batches leaves ranges with no q-value, unjudged: a reader
+    meanwhile judges them on the fly, and without a q-value nothing is
+    faster or slower; the next zlstore that opens the store for writing
+    adjusts and judges them, to what a whole run gives."""
     conn = plain(db_path)
     done = judgements(conn)
+    assert "faster" in {r["finding"] for r in done}
     with Store(db_path) as store:
         with db.write_transaction(store.conn):  # every round paired again, as a batch pairs its own
             pairing.mark_every_round(store.conn)
             store.conn.execute("DELETE FROM ab_range_rows")
             pairing.refresh(store.conn, final=False)
-    assert conn.execute("SELECT count(DISTINCT shape) FROM ab_stale_ranges").fetchone()[0] == len(SHAPES)
-    assert judgements(conn) == []
+    assert conn.execute("SELECT count(*) FROM ab_stale_ranges").fetchone()[0] == 0
+    assert conn.execute("SELECT count(*) FROM ab_range_rows WHERE q_value IS NOT NULL").fetchone()[0] == 0
+    assert unjudged(conn) == len(done)
+    meanwhile = judgements(conn)
+    assert without_rowids(meanwhile) != without_rowids(done)
+    assert not {r["finding"] for r in meanwhile} & {"faster", "slower"}
     with Store(db_path):
         pass
-    assert conn.execute("SELECT count(*) FROM ab_stale_ranges").fetchone()[0] == 0
     assert unjudged(conn) == 0
     assert without_rowids(judgements(conn)) == without_rowids(done)
+
+
+def test_a_batch_that_leaves_a_key_with_no_range_has_its_root_adjusted_again(tmp_path):
+    """A key whose rows are all gone changes its root's family as a new
+    range does: a batch that removes its ranges, and commits before the
+    run's last, takes the q-values of the root's other ranges away (a reader
+    meanwhile judges them without one), so that the next writer adjusts
+    them without it."""
+    for op in ("softmax", "relu"):
+        write_repeat_root(tmp_path / "runs", "ab_two_ops", SHAPES, rounds=4, seed=3, op=op)
+    db_path = tmp_path / "s.db"
+    with Store(db_path) as store:
+        store.ingest(tmp_path / "runs")
+    conn = plain(db_path)
+    assert conn.execute("SELECT count(*) FROM ab_range_rows WHERE op = 'softmax' AND judged").fetchone()[0] == 6
+    with Store(db_path) as store:
+        with db.write_transaction(store.conn):
+            store.conn.execute("DELETE FROM measurements WHERE op_name = 'relu'")
+            pairing.refresh(store.conn, final=False)
+    assert conn.execute("SELECT count(*) FROM ab_range_rows WHERE op = 'relu'").fetchone()[0] == 0
+    assert unjudged(conn) == 6  # softmax's: their family lost six ranges
+    assert conn.execute("SELECT count(*) FROM ab_range_rows WHERE q_value IS NOT NULL").fetchone()[0] == 0
+    whole_path = tmp_path / "whole.db"
+    with sqlite3.connect(whole_path) as whole_conn:
+        sqlite3.connect(db_path).backup(whole_conn)
+    with Store(whole_path) as store:  # every range of the store as it now is, computed at once
+        with db.write_transaction(store.conn):
+            pairing.mark_every_round(store.conn)
+            store.conn.execute("DELETE FROM ab_range_rows")
+            pairing.refresh(store.conn)
+    with Store(db_path):  # the next writer adjusts what the batch left
+        pass
+    assert unjudged(conn) == 0
+    whole = judgements(plain(whole_path))
+    assert len(whole) == 6
+    assert without_rowids(judgements(conn)) == without_rowids(whole)
 
 
 def test_ab_json_read_from_the_stored_judgements_is_the_views_text(db_path, tmp_path, nobody_dir):

@@ -91,10 +91,11 @@ class Summary:
 UNREAD_SIG = "unread:"
 
 BATCH_SECONDS = 2.0  # a whole-tree ingest commits its cells this often
-# ... and pairs the rounds of its last cells this often, uncommitted: the
-# run's last commit, paid after the workers are done, then pairs only the
-# cells written after the last of these (0.05 s, not 0.3 s, at the end of a
-# 6,720-cell ingest), and the rest is paired while the workers work.
+# ... and pairs the rounds of its last cells this often, uncommitted, and
+# computes their ranges: the run's last commit, paid after the workers are
+# done, then pairs only the cells written after the last of these (0.05 s,
+# not 0.3 s, at the end of a 6,720-cell ingest) and computes their ranges
+# (0.03 s, not 0.45 s), and the rest is done while the workers work.
 PAIR_CELLS = 400
 
 
@@ -289,15 +290,17 @@ class _Batch:
         return self.started is not None and time.monotonic() - self.started >= self.seconds
 
     def written(self):
-        """A cell was written: pair the rounds of the last PAIR_CELLS cells."""
+        """A cell was written: pair the rounds of the last PAIR_CELLS cells
+        and compute their ranges."""
         self.unpaired += 1
         if self.unpaired >= PAIR_CELLS and self.conn.in_transaction:
             pairing.refresh(self.conn, final=False)
             self.unpaired = 0
 
     def commit(self):
-        """Commit the cells written so far, their rounds re-paired first
-        (their roots' q-values and findings wait for the run's last commit,
+        """Commit the cells written so far, their rounds re-paired and their
+        ranges computed first (their roots' q-values and findings wait for the
+        run's last commit,
         Ingester._finish: a root's family is adjusted once, not per batch),
         and check the WAL in while the workers go on."""
         if self.conn.in_transaction:

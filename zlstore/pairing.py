@@ -49,6 +49,7 @@ _SETUP = [
     "CREATE TEMP TABLE IF NOT EXISTS ab_judged_now "
     "(range_rowid INTEGER PRIMARY KEY, finding, finding_position, to_settle, noise_floor, clears_floor, "
     "floor_note, json)",
+    "DELETE FROM temp.ab_keys_unique",  # the keys of this refresh's ranges (_FAMILIES), if any
 ]
 
 # How many other current cells of its root hold the same files as a cell
@@ -161,10 +162,8 @@ _STEPS = [
     "DELETE FROM ab_stale_rounds",
 ]
 
-# Done once per write, not per batch of a long ingest (whose batches touch
-# the same ranges again and again): the ranges of the stale row identities,
-# their roots' q-values, then the judgement of every range whose stored one
-# cannot be read (schema.sql: ab_range_unjudged), stored with it.
+# The ranges of the stale row identities, computed again (a new range has
+# no q-value yet: _FAMILIES).
 _RANGES = [
     "DELETE FROM temp.ab_keys_unique",
     """INSERT INTO temp.ab_keys_unique (root_id, op, dtype, shape)
@@ -255,9 +254,26 @@ _RANGES = [
         FROM bounded b
         JOIN roots ON roots.id = b.root_id
         LEFT JOIN calibers ON calibers.id = b.caliber_id""",
-    # Benjamini-Hochberg over all of a root's tested ranges, q = min over the
-    # ranks from its own up of p * m / rank, at most 1. A range whose q-value
-    # moves is judged again.
+    "DELETE FROM ab_stale_ranges",
+]
+
+# After the ranges of an ingest's batch (refresh, not final), which commits
+# before the run's last write adjusts their roots' q-values: every q-value
+# of those roots is taken away, so that what is left to adjust (a tested
+# range without one) outlives the commit, and no reader meanwhile takes a
+# q-value of the old family for one of the new.
+_PENDING = [
+    """UPDATE ab_range_rows SET q_value = NULL
+        WHERE q_value IS NOT NULL AND root_id IN (SELECT root_id FROM temp.ab_keys_unique)""",
+]
+
+# Benjamini-Hochberg over all of a root's tested ranges, q = min over the
+# ranks from its own up of p * m / rank, at most 1, for the roots of the
+# ranges just computed and every root with a tested range still without a
+# q-value (_PENDING). A range whose q-value moves is judged again. Once per
+# write, not per batch of a long ingest: each range a batch adds changes its
+# root's family.
+_FAMILIES = [
     """UPDATE ab_range_rows SET q_value = adjusted.q_value, judged = NULL FROM (
             SELECT range_rowid, min(1.0, min(p_value * family / rank) OVER (
                        PARTITION BY root_id ORDER BY rank DESC ROWS UNBOUNDED PRECEDING)) AS q_value
@@ -266,12 +282,17 @@ _RANGES = [
                        count(*) OVER (PARTITION BY root_id) AS family,
                        row_number() OVER (PARTITION BY root_id ORDER BY p_value, rowid) AS rank
                 FROM ab_range_rows
-                WHERE root_id IN (SELECT DISTINCT root_id FROM temp.ab_keys_unique) AND p_value IS NOT NULL
+                WHERE p_value IS NOT NULL AND root_id IN (
+                    SELECT root_id FROM temp.ab_keys_unique
+                    UNION SELECT root_id FROM ab_range_rows
+                          WHERE judged IS NULL AND p_value IS NOT NULL AND q_value IS NULL)
             )
         ) adjusted
         WHERE ab_range_rows.rowid = adjusted.range_rowid AND ab_range_rows.q_value IS NOT adjusted.q_value""",
-    "DELETE FROM ab_stale_ranges",
 ]
+
+# Then the judgement of every range whose stored one cannot be read
+# (schema.sql: ab_range_unjudged), stored with it.
 
 _JUDGING = [
     "DELETE FROM temp.ab_judged_now",
@@ -299,10 +320,11 @@ _EVERY_ROUND = db.render_schema("""
 
 @functools.lru_cache(maxsize=None)
 def _prepared() -> tuple:
-    """(setup, round steps, floor steps, range steps, judging steps) with
-    their macros expanded, once per process."""
+    """(setup, round steps, floor steps, range steps, a batch's pending
+    steps, q-value and judging steps) with their macros expanded, once per
+    process."""
     return tuple([db.render_schema(step) for step in steps]
-                 for steps in (_SETUP, _STEPS, floors.STEPS, _RANGES, _JUDGING))
+                 for steps in (_SETUP, _STEPS, floors.STEPS, _RANGES, _PENDING, _FAMILIES + _JUDGING))
 
 
 def _any(conn: sqlite3.Connection, table: str) -> bool:
@@ -332,24 +354,25 @@ def stale(conn: sqlite3.Connection) -> bool:
 
 
 def refresh(conn: sqlite3.Connection, final: bool = True, rejudge: bool = False) -> bool:
-    """Recompute the stale rounds' pairs, then the stale noise floors, then
-    (final) the ranges of the row identities the rounds hold, their roots'
-    q-values and their judgements. Where anything is judged, every range
-    whose judgement was made under another basis (judging_basis) is judged
-    again with it; rejudge: those ranges in any case (a setting changed).
-    A floor that moves alone (a rescore) leaves the judging to the views
-    until then: a rescore that puts back what was there judges nothing.
+    """Recompute the stale rounds' pairs, the stale noise floors and the
+    ranges of the row identities the rounds hold, then (final) the q-values
+    of their roots and their judgements. Where anything is judged, every
+    range whose judgement was made under another basis (judging_basis) is
+    judged again with it; rejudge: those ranges in any case (a setting
+    changed). A floor that moves alone (a rescore) leaves the judging to the
+    views until then: a rescore that puts back what was there judges nothing.
     Call it, on a connection from db.connect (which has median()), inside
     the transaction that made them stale, before it commits: final unless
-    a later commit of the same run will call it again (an ingest's batches;
-    a reader in between sees the ranges as the last final one left them).
+    a later commit of the same run will call it again (an ingest's batches:
+    their ranges are computed while the workers prepare the next cells, and
+    a reader in between judges them on the fly, without their q-values).
     Returns whether there was anything to do."""
     rounds = _any(conn, "ab_stale_rounds")
     floors_stale = _any(conn, "ab_stale_floors")
     judge = final and (rejudge or _unjudged_rows(conn))
-    if not rounds and not floors_stale and not judge:
+    if not rounds and not floors_stale and not judge and not _any(conn, "ab_stale_ranges"):
         return False
-    setup, round_steps, floor_steps, range_steps, judging_steps = _prepared()
+    setup, round_steps, floor_steps, range_steps, pending_steps, judging_steps = _prepared()
     for statement in setup:
         conn.execute(statement)
     if rounds:
@@ -360,8 +383,11 @@ def refresh(conn: sqlite3.Connection, final: bool = True, rejudge: bool = False)
     if _any(conn, "ab_stale_floors"):
         for statement in floor_steps:
             conn.execute(statement)
+    if _any(conn, "ab_stale_ranges"):
+        for statement in range_steps + ([] if final else pending_steps):
+            conn.execute(statement)
     if final and (rejudge or _unjudged_rows(conn)):
-        for statement in (range_steps if _any(conn, "ab_stale_ranges") else []) + judging_steps:
+        for statement in judging_steps:
             conn.execute(statement)
     return True
 
