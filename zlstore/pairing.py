@@ -354,9 +354,9 @@ def stale(conn: sqlite3.Connection) -> bool:
 
 
 def refresh(conn: sqlite3.Connection, final: bool = True, rejudge: bool = False) -> bool:
-    """Recompute the stale rounds' pairs, the stale noise floors and the
-    ranges of the row identities the rounds hold, then (final) the q-values
-    of their roots and their judgements. Where anything is judged, every
+    """Recompute the stale rounds' pairs and the ranges of the row
+    identities the rounds hold, then (final) the stale noise floors, the
+    q-values of the ranges' roots and their judgements. Where anything is judged, every
     range whose judgement was made under another basis (judging_basis) is
     judged again with it; rejudge: those ranges in any case (a setting
     changed). A floor that moves alone (a rescore) leaves the judging to the
@@ -368,7 +368,7 @@ def refresh(conn: sqlite3.Connection, final: bool = True, rejudge: bool = False)
     a reader in between judges them on the fly, without their q-values).
     Returns whether there was anything to do."""
     rounds = _any(conn, "ab_stale_rounds")
-    floors_stale = _any(conn, "ab_stale_floors")
+    floors_stale = final and _any(conn, "ab_stale_floors")
     judge = final and (rejudge or _unjudged_rows(conn))
     if not rounds and not floors_stale and not judge and not _any(conn, "ab_stale_ranges"):
         return False
@@ -380,11 +380,11 @@ def refresh(conn: sqlite3.Connection, final: bool = True, rejudge: bool = False)
             conn.execute(statement)
         if conn.execute(_SCREEN_ROUNDS).fetchone() is not None:
             floors.mark_every(conn)
-    if _any(conn, "ab_stale_floors"):
-        for statement in floor_steps:
-            conn.execute(statement)
     if _any(conn, "ab_stale_ranges"):
         for statement in range_steps + ([] if final else pending_steps):
+            conn.execute(statement)
+    if final and _any(conn, "ab_stale_floors"):  # a batch's screening rounds move every floor: once
+        for statement in floor_steps:
             conn.execute(statement)
     if final and (rejudge or _unjudged_rows(conn)):
         for statement in judging_steps:
