@@ -375,9 +375,10 @@ CREATE TABLE IF NOT EXISTS ab_range_json (
 );
 
 -- The row identities (root, op, dtype, shape) of re-paired rounds whose
--- ranges are to be computed again: once per write, with their roots'
--- q-values (Benjamini-Hochberg runs over a root's whole family), not once
--- per batch of a long ingest (pairing.refresh). Duplicates are harmless.
+-- ranges are to be computed again, by the write that re-paired them (each
+-- batch of a long ingest its own; their roots' q-values wait for its last
+-- commit: Benjamini-Hochberg runs over a root's whole family;
+-- pairing.refresh). Duplicates are harmless.
 CREATE TABLE IF NOT EXISTS ab_stale_ranges (
     root_id INTEGER NOT NULL,
     op TEXT,
