@@ -300,9 +300,8 @@ class _Batch:
     def commit(self):
         """Commit the cells written so far, their rounds re-paired and their
         ranges computed first (their roots' q-values and findings wait for the
-        run's last commit,
-        Ingester._finish: a root's family is adjusted once, not per batch),
-        and check the WAL in while the workers go on."""
+        run's last commit, Ingester._finish: a root's family is adjusted once,
+        not per batch), and check the WAL in while the workers go on."""
         if self.conn.in_transaction:
             pairing.refresh(self.conn, final=False)
             retry_busy(lambda: self.conn.execute("COMMIT"))

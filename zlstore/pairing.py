@@ -49,7 +49,9 @@ _SETUP = [
     "CREATE TEMP TABLE IF NOT EXISTS ab_judged_now "
     "(range_rowid INTEGER PRIMARY KEY, finding, finding_position, to_settle, noise_floor, clears_floor, "
     "floor_note, json)",
-    "DELETE FROM temp.ab_keys_unique",  # the keys of this refresh's ranges (_FAMILIES), if any
+    # Every refresh starts with no keys: _RANGES fills it with those of the
+    # ranges it computes, whose roots _PENDING and _FAMILIES then adjust.
+    "DELETE FROM temp.ab_keys_unique",
 ]
 
 # How many other current cells of its root hold the same files as a cell
@@ -68,7 +70,6 @@ _KEYS_OF_ROUNDS = """INSERT INTO temp.ab_keys_now
 _STEPS = [
     "DELETE FROM temp.ab_rounds_now",
     "DELETE FROM temp.ab_keys_now",
-    "DELETE FROM temp.ab_keys_unique",
     """INSERT INTO temp.ab_rounds_now ([[round: {k}]])
        SELECT DISTINCT [[round: {k}]] FROM ab_stale_rounds""",
     # A round's cell of a side is the stored one that no later run of its
@@ -165,7 +166,6 @@ _STEPS = [
 # The ranges of the stale row identities, computed again (a new range has
 # no q-value yet: _FAMILIES).
 _RANGES = [
-    "DELETE FROM temp.ab_keys_unique",
     """INSERT INTO temp.ab_keys_unique (root_id, op, dtype, shape)
         SELECT DISTINCT root_id, op, dtype, shape FROM ab_stale_ranges""",
     """DELETE FROM ab_range_rows WHERE rowid IN (
@@ -293,7 +293,6 @@ _FAMILIES = [
 
 # Then the judgement of every range whose stored one cannot be read
 # (schema.sql: ab_range_unjudged), stored with it.
-
 _JUDGING = [
     "DELETE FROM temp.ab_judged_now",
     """INSERT INTO temp.ab_judged_now
@@ -356,11 +355,12 @@ def stale(conn: sqlite3.Connection) -> bool:
 def refresh(conn: sqlite3.Connection, final: bool = True, rejudge: bool = False) -> bool:
     """Recompute the stale rounds' pairs and the ranges of the row
     identities the rounds hold, then (final) the stale noise floors, the
-    q-values of the ranges' roots and their judgements. Where anything is judged, every
-    range whose judgement was made under another basis (judging_basis) is
-    judged again with it; rejudge: those ranges in any case (a setting
-    changed). A floor that moves alone (a rescore) leaves the judging to the
-    views until then: a rescore that puts back what was there judges nothing.
+    q-values of the ranges' roots and their judgements. Where anything is
+    judged, every range whose judgement was made under another basis
+    (judging_basis) is judged again with it; rejudge: those ranges in any
+    case (a setting changed). A floor that moves alone (a rescore) leaves
+    the judging to the views until then: a rescore that puts back what was
+    there judges nothing.
     Call it, on a connection from db.connect (which has median()), inside
     the transaction that made them stale, before it commits: final unless
     a later commit of the same run will call it again (an ingest's batches:
