@@ -241,13 +241,13 @@ def _outermost(paths: List[Path]) -> List[Path]:
             if not os.path.lexists(path) or not any(parent in given for parent in path.parents)]
 
 
-# A file column's test for a path and every path under it, given _file_bounds(path).
+# A file column's test for a path and every path under it, given _file_bounds(path):
+# unchanged.at_or_under's bounds, by name.
 _FILE_AT_OR_UNDER = "(file = :at OR (file > :low AND file < :high))"
 
 
 def _file_bounds(path: str) -> dict:
-    prefix = path if path.endswith("/") else path + "/"
-    return {"at": path, "low": prefix, "high": prefix[:-1] + "0"}
+    return dict(zip(("at", "low", "high"), unchanged.at_or_under(path)))
 
 
 def _read_text_again(parsed: ParsedCell, ir_hash: str) -> bytes:

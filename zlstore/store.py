@@ -258,8 +258,7 @@ class Store:
         path: each with its file, line, message, root and cell."""
         where, params, found = "", (), None if root is None else self.root(root)
         if found is not None:
-            path = found["path"]
-            where, params = " WHERE file = ? OR (file > ? AND file < ?)", (path, path + "/", path + "0")
+            where, params = " WHERE file = ? OR (file > ? AND file < ?)", unchanged.at_or_under(found["path"])
         rows = [dict(r) for r in self.db.query(
             f"SELECT file, line, message, root, cell, command, found_at FROM open_problems{where} "
             "ORDER BY file, line, id", params)]
