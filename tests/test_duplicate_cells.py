@@ -44,15 +44,15 @@ def stored(db_path, sql, *params):
         return conn.execute(sql, params).fetchall()
 
 
-def copied_after_cell(example_tree, tmp_path):
-    """An IR_CHANGED pair's after cell copied beside itself with other numbers,
-    and what the store holds without the copy: (runs, expected, root, op,
-    dtype, cell, copy, db_path)."""
+def copied_after_cell(example_tree, tmp_path, name="{cell}.bak"):
+    """An IR_CHANGED pair's after cell copied beside itself with other numbers
+    (the copy's directory: name, {cell} the cell's), and what the store holds
+    without the copy: (runs, expected, root, op, dtype, cell, copy, db_path)."""
     runs, manifest = example_tree
     expected = judged(reference(tmp_path, runs))
     root, op, dtype = screened_pair_with_range(manifest)
     cell = runs / root / f"{op}_{dtype}_after"
-    copy = runs / root / f"{op}_{dtype}_after.bak"
+    copy = runs / root / name.format(cell=cell.name)
     copy_with_other_numbers(cell, copy)
     return runs, expected, root, op, dtype, cell, copy, tmp_path / "t.db"
 
@@ -182,13 +182,9 @@ def test_a_cell_env_dtype_other_than_the_one_its_name_gives_is_named(example_tre
 
 
 def test_a_copy_whose_name_holds_a_newline_is_named_whole_and_forgotten_as_printed(example_tree, tmp_path):
-    runs, manifest = example_tree
-    expected = judged(reference(tmp_path, runs))
-    root, op, dtype = screened_pair_with_range(manifest)
-    cell = runs / root / f"{op}_{dtype}_after"
-    copy = runs / root / f"{cell.name} copy\n{cell.name}"  # its second line is the original's name
-    copy_with_other_numbers(cell, copy)
-    db_path = tmp_path / "t.db"
+    # the copy's name holds the original's as its second line
+    runs, expected, root, op, dtype, cell, copy, db_path = copied_after_cell(example_tree, tmp_path,
+                                                                             "{cell} copy\n{cell}")
     invoke(db_path, "ingest", runs)
 
     claims = [p for p in json.loads(invoke(db_path, "problems", "--json").stdout) if names.DUPLICATE in p["message"]]

@@ -54,6 +54,16 @@ def unjudged(conn) -> int:
     return conn.execute("SELECT count(*) FROM ab_range_unjudged").fetchone()[0]
 
 
+def every_range_again(path, final=True):
+    """Every round of the store paired and every range computed again, in one
+    write; final=False: as an ingest's batch leaves them, for its last commit."""
+    with Store(path) as store:
+        with db.write_transaction(store.conn):
+            pairing.mark_every_round(store.conn)
+            store.conn.execute("DELETE FROM ab_range_rows")
+            pairing.refresh(store.conn, final=final)
+
+
 def test_a_write_stores_every_judgement_and_they_are_the_views_own(db_path):
     conn = plain(db_path)
     assert unjudged(conn) == 0
@@ -133,11 +143,7 @@ def test_ranges_computed_between_an_ingests_batches_get_their_q_values_from_the_
     conn = plain(db_path)
     done = judgements(conn)
     assert "faster" in {r["finding"] for r in done}
-    with Store(db_path) as store:
-        with db.write_transaction(store.conn):  # every round paired again, as a batch pairs its own
-            pairing.mark_every_round(store.conn)
-            store.conn.execute("DELETE FROM ab_range_rows")
-            pairing.refresh(store.conn, final=False)
+    every_range_again(db_path, final=False)  # as a batch pairs its own rounds
     assert conn.execute("SELECT count(*) FROM ab_stale_ranges").fetchone()[0] == 0
     assert conn.execute("SELECT count(*) FROM ab_range_rows WHERE q_value IS NOT NULL").fetchone()[0] == 0
     assert unjudged(conn) == len(done)
@@ -173,11 +179,7 @@ def test_a_batch_that_leaves_a_key_with_no_range_has_its_root_adjusted_again(tmp
     whole_path = tmp_path / "whole.db"
     with sqlite3.connect(whole_path) as whole_conn:
         sqlite3.connect(db_path).backup(whole_conn)
-    with Store(whole_path) as store:  # every range of the store as it now is, computed at once
-        with db.write_transaction(store.conn):
-            pairing.mark_every_round(store.conn)
-            store.conn.execute("DELETE FROM ab_range_rows")
-            pairing.refresh(store.conn)
+    every_range_again(whole_path)  # every range of the store as it now is, computed at once
     with Store(db_path):  # the next writer adjusts what the batch left
         pass
     assert unjudged(conn) == 0
