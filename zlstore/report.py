@@ -98,15 +98,14 @@ def dead_axis_warning(axis: Mapping) -> str:
 
 def forgotten(removed: Mapping) -> str:
     """What `zlstore forget` removed: a root, or one cell of one."""
+    rows = f"{removed['measurements']} rows, {removed['kernels']} kernels, {removed['fingerprints']} fingerprints"
+    texts = f"{removed['ir_texts']} IR texts no other cell used"
     if "cell" in removed:
         what = f"cell {removed['cell']}" if removed["cells"] == 1 else f"{removed['cells']} cells under {removed['cell']}"
-        return (f"forgot {what} of {removed['root']} ({removed['path']}): {removed['measurements']} rows, "
-                f"{removed['kernels']} kernels, {removed['fingerprints']} fingerprints, "
-                f"{removed['ir_texts']} IR texts no other cell used")
-    return (f"forgot {removed['root']} ({removed['path']}): {removed['cells']} cells, "
-            f"{removed['measurements']} rows, {removed['kernels']} kernels, {removed['fingerprints']} fingerprints, "
-            f"{removed['recorded_verdicts']} recorded verdicts, {removed['partitions']} plan rows, "
-            f"{removed['ir_texts']} IR texts no other cell used, {removed['walked_dirs']} directory listings")
+        return f"forgot {what} of {removed['root']} ({removed['path']}): {rows}, {texts}"
+    return (f"forgot {removed['root']} ({removed['path']}): {removed['cells']} cells, {rows}, "
+            f"{removed['recorded_verdicts']} recorded verdicts, {removed['partitions']} plan rows, {texts}, "
+            f"{removed['walked_dirs']} directory listings")
 
 
 def rescore(result: Mapping) -> str:

@@ -132,11 +132,7 @@ def forget(conn: sqlite3.Connection, root_id: int) -> dict:
     conn.execute("DELETE FROM roots WHERE id = ?", (root_id,))  # recorded verdicts and partitions cascade
     counts["walked_dirs"] = conn.execute(
         f"DELETE FROM walked_dirs WHERE {unchanged.AT_OR_UNDER}", unchanged.at_or_under(path)).rowcount
-    counts["ir_texts"] = _drop_unused_texts(conn)
-    if kind == "screen":  # its NO_IR_DIFF pairs fed the noise floors
-        floors.mark_every(conn)
-    pairing.refresh(conn)
-    return counts
+    return _forgotten(conn, counts, fed_floors=kind == "screen")
 
 
 def forget_cells(conn: sqlite3.Connection, cell_ids: List[int]) -> dict:
@@ -152,8 +148,16 @@ def forget_cells(conn: sqlite3.Connection, cell_ids: List[int]) -> dict:
     counts = _cell_counts(conn, cells, ids)
     _note_texts(conn, cells, ids)
     conn.execute(f"DELETE FROM cells WHERE id IN ({cells})", (ids,))  # rows, kernels, fingerprints cascade
+    return _forgotten(conn, counts, fed_floors=screen is not None)
+
+
+def _forgotten(conn: sqlite3.Connection, counts: dict, fed_floors: bool) -> dict:
+    """After cells are deleted: the texts they alone used go (counted in
+    counts), the noise floors are recomputed where they were screening cells
+    (their NO_IR_DIFF pairs fed the floors), and their rounds are paired
+    again. Returns counts."""
     counts["ir_texts"] = _drop_unused_texts(conn)
-    if screen:  # their NO_IR_DIFF pairs fed the noise floors
+    if fed_floors:
         floors.mark_every(conn)
     pairing.refresh(conn)
     return counts
