@@ -571,6 +571,17 @@ def path_values(ref: RootRef) -> Dict[str, object]:
     return values
 
 
+def path_claims(ref: RootRef) -> Tuple[Dict[str, object], bool]:
+    """What a cell's path claims of its values (path_values), and whether
+    its name leaves its dtype out: `<op>_<side>` says no dtype, not which
+    (resolve_cell), so it claims none and disagrees with none."""
+    said = path_values(ref)
+    no_dtype = said.get("dtype") == ""
+    if no_dtype:
+        del said["dtype"]
+    return said, no_dtype
+
+
 @dataclass
 class Root:
     """A root's own files, read once for all its cells."""
@@ -747,9 +758,7 @@ def check_cell_env(env: Mapping[str, str], ref: "RootRef", file: str, problems: 
     if value is not None and value.strip() and _side(value) is None:
         problems.append(Problem(file, None, f"SIDE: {value[:40]!r} is neither {' nor '.join(SIDES)}; "
                                             "the side the path gives is used, if any"))
-    from_path = path_values(ref)
-    if from_path.get("dtype") == "":  # `<op>_<side>` says no dtype, not which (resolve_cell)
-        del from_path["dtype"]
+    from_path, _ = path_claims(ref)
     from_env = {"op": (env.get("OP") or "").strip() or None, "side": _side(env.get("SIDE")),
                 "round": to_int(env.get("ROUND")), "card": to_int(env.get("CARD")),
                 "dtype": env["DTYPE"].strip().removeprefix("torch.") if "DTYPE" in env else None}

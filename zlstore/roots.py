@@ -263,11 +263,8 @@ def _likely_copy(cells: List[tuple]) -> tuple:
     whenever its files change."""
     def in_its_place(cell) -> int:
         """0: out of its place; 1: in it, by a name without its dtype; 2: in it."""
-        said = layout.path_values(layout.RootRef(Path(), "", tuple(cell[1].split("/"))))
-        rank = 2
-        if said.get("dtype") == "":  # `<op>_<side>` says no dtype, not which
-            del said["dtype"]
-            rank = 1
+        said, no_dtype = layout.path_claims(layout.RootRef(Path(), "", tuple(cell[1].split("/"))))
+        rank = 1 if no_dtype else 2
         claimed = dict(zip(("op", "dtype", "side", "round", "card", "repeat_dir"), cell[3:]))
         placed = {"op", "side", "round"} <= said.keys() and all(said[k] == claimed[k] for k in said)
         return rank if placed else 0
