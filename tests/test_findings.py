@@ -6,9 +6,11 @@ slower)."""
 
 import json
 import math
+import os
 import shutil
 import sqlite3
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -67,6 +69,34 @@ def test_the_t_functions_are_scipys_distribution():
         2 * scipy_stats.t.sf(0.1 / (0.05 / 2), 3), rel=1e-12)
     assert stats.t_test_p(0.1, 0.05, stats.MIN_ROUNDS - 1) is None
     assert stats.t_test_p(0.0, 0.0, 4) == 1.0 and stats.t_test_p(0.2, 0.0, 4) == 0.0
+
+
+_LOAD_AND_COUNT_THREADS = """
+import os, sys, threading
+from zlstore import stats
+stats.load_in_background()
+next(t for t in threading.enumerate() if t.name == "zlstore-load-scipy").join()
+assert stats.t_critical(3) > 3
+print(len(os.listdir("/proc/self/task")), os.environ.get("OPENBLAS_NUM_THREADS"))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
+@pytest.mark.parametrize("users_setting", [None, "2"])
+def test_the_background_import_starts_no_blas_threads_and_leaves_the_environment_as_it_was(users_setting):
+    """An ingest's import of scipy runs beside its workers: numpy's OpenBLAS
+    must not start a pool of threads there. A fresh process, since OpenBLAS
+    reads the setting once, when it is loaded."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if users_setting:
+        env["OPENBLAS_NUM_THREADS"] = users_setting
+    out = subprocess.run([sys.executable, "-c", _LOAD_AND_COUNT_THREADS], env=env, capture_output=True,
+                         text=True, check=True).stdout.split()
+    threads, left = int(out[0]), out[1]
+    if users_setting:  # the user's pool (numpy's OpenBLAS and scipy's start one each), the user's setting
+        assert threads > 1 and left == users_setting
+    else:
+        assert (threads, left) == (1, "None")
 
 
 # -- known effects ----------------------------------------------------------------

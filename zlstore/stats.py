@@ -17,6 +17,7 @@ on first use: most commands never compute a range."""
 
 import functools
 import math
+import os
 import sqlite3
 import statistics
 import threading
@@ -38,11 +39,31 @@ def _special():
 
 
 def load_in_background():
-    """Import scipy's distribution in a thread. A long ingest needs it only
-    at its last commit and spends its first seconds waiting for its
-    workers; call it after they are forked (a fork during an import could
-    leave the child holding the import lock)."""
-    threading.Thread(target=_special, name="zlstore-load-scipy", daemon=True).start()
+    """Import scipy's distribution in a thread, while an ingest's workers
+    prepare its first cells: its batches need it for their ranges. Call it
+    after the workers are forked (a fork during an import could leave the
+    child holding the import lock), from the thread that forked them.
+
+    OpenBLAS (numpy's) gets one thread: zlstore does no linear algebra, and
+    the pool OpenBLAS starts on import spun for 0.2 s of CPU (the import took
+    0.38-0.47 s of CPU, 0.17-0.22 s with one thread) on the cores the workers
+    use. OpenBLAS reads the setting once, when it is loaded. It is set here,
+    before the thread starts (setting a variable while another thread reads
+    the environment is unsafe), and taken away as soon as the import is
+    done, so no process zlstore starts later inherits it; a value the user
+    set is left alone."""
+    ours = "OPENBLAS_NUM_THREADS" not in os.environ
+    if ours:
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
+
+    def load():
+        try:
+            _special()
+        finally:
+            if ours:
+                os.environ.pop("OPENBLAS_NUM_THREADS", None)
+
+    threading.Thread(target=load, name="zlstore-load-scipy", daemon=True).start()
 
 
 @functools.lru_cache(maxsize=256)
