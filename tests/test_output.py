@@ -9,6 +9,8 @@ import os
 import re
 import shutil
 import sqlite3
+import subprocess
+import sys
 import time
 
 import pytest
@@ -182,6 +184,16 @@ def test_empty_is_an_empty_array(tmp_path):
         assert result.exit_code == 0 and result.stdout == "[]\n", argv
         result = CliRunner().invoke(cli, [*argv, "--nl", "--db", str(path)])
         assert result.exit_code == 0 and result.stdout == "", argv
+
+
+def test_tabulate_is_imported_only_where_a_table_is_made():
+    """Every command's start, an ingest's included, pays for what it imports:
+    tabulate (and the importlib.metadata, email and html it brings) waits
+    for the first table."""
+    probe = ("import sys, zlstore.cli; print('tabulate' in sys.modules); "
+             "from zlstore import output; output.table([{'a': 1}]); print('tabulate' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["False", "True"]
 
 
 def test_the_formats_go_one_at_a_time(example_store_path):

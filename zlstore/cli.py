@@ -114,6 +114,19 @@ def db_option(fn=None, *, create: bool = False, writes: bool = False, check=None
     return wrapper
 
 
+class _TableFormat(click.ParamType):
+    """--fmt: one of tabulate's layouts, checked when given (output.table_formats:
+    tabulate is not imported at start-up)."""
+
+    name = "format"
+
+    def convert(self, value, param, ctx):
+        formats = output.table_formats()
+        if value not in formats:
+            self.fail(f"{value!r} is not one of tabulate's layouts: {', '.join(formats)}", param, ctx)
+        return value
+
+
 def output_options(fn=None, *, tsv_help="TSV: a header, then the rows, tab-separated."):
     """--json, --nl, --csv, --tsv, -t/--table and --fmt, as sqlite-utils
     has them, for every command that prints rows: the command gets `out`,
@@ -141,7 +154,7 @@ def output_options(fn=None, *, tsv_help="TSV: a header, then the rows, tab-separ
     for name, (flag, help_text) in reversed(flags.items()):
         decls = ("-t", flag, name) if name == "as_table" else (flag, name)
         if name == "as_table":
-            wrapper = click.option("--fmt", type=click.Choice(output.TABLE_FORMATS), default=None, metavar="FORMAT",
+            wrapper = click.option("--fmt", type=_TableFormat(), default=None, metavar="FORMAT",
                                    help="The table's layout, one of tabulate's: simple (the default), github, "
                                         "grid, psql, latex, html, ... (implies -t).")(wrapper)
         wrapper = click.option(*decls, is_flag=True, help=help_text)(wrapper)

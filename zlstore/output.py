@@ -13,7 +13,6 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, List, Mapping, Optional, Sequence, Union
 
-import tabulate
 
 # The database a printed command ("next: zlstore ab ROOT") names, set by the
 # command line for the command it runs (hints_for). None: the default
@@ -72,7 +71,15 @@ def is_number(value: Any) -> bool:
 # -- formats -----------------------------------------------------------------
 
 KINDS = ("human", "json", "nl", "csv", "tsv", "table")
-TABLE_FORMATS = tuple(tabulate.tabulate_formats)
+
+
+def table_formats() -> tuple:
+    """tabulate's layouts (--fmt). tabulate is imported where a table is
+    made: with what it imports (importlib.metadata, email, html) it was
+    20-25 ms of every command's start, an ingest's included."""
+    import tabulate  # noqa: PLC0415
+
+    return tuple(tabulate.tabulate_formats)
 
 
 @dataclass(frozen=True)
@@ -184,6 +191,8 @@ def table(rows: Rows, columns: Optional[Sequence[str]] = None, headers: Optional
     align = list(align or ["right" if rows and all(is_number(row.get(c)) or row.get(c) is None for row in rows)
                            else "left" for c in columns])
     body = [[cell_text(row.get(c)) for c in columns] for row in rows]
+    import tabulate  # noqa: PLC0415 (table_formats says why here)
+
     padding, tabulate.MIN_PADDING = tabulate.MIN_PADDING, 0  # no wider than its widest cell (a module
     try:                                                      # setting: tabulate takes no argument for it)
         text = tabulate.tabulate(body, headers=headers, tablefmt=tablefmt, disable_numparse=True,
