@@ -64,6 +64,30 @@ _KEYS_OF_ROUNDS = """INSERT INTO temp.ab_keys_now
         SELECT s.root_id, s.op, s.dtype, s.shape
         FROM temp.ab_rounds_now r CROSS JOIN ab_slot_rows s ON [[round AND: s.{k} {is} r.{k}]]"""
 
+def _slot_rows(slots: str) -> str:
+    """The INSERT of the stale rounds' slot rows that `slots` gives: a
+    SELECT of the round's rowid, the row identity (op, dtype, shape,
+    occurrence), then id, counted, not_counted_reason, latency and fallback
+    of its before row and of its after row (NULLs for a side without)."""
+    return f"""INSERT INTO ab_slot_rows (
+            [[round: {{k}}]], op, dtype, shape, occurrence,
+            before_cell_id, after_cell_id, before_caliber_id, after_caliber_id,
+            before_measurement_id, after_measurement_id, before_counted, after_counted,
+            before_not_counted, after_not_counted, latency_before, latency_after,
+            before_fallback, after_fallback, reason)
+        WITH slots (round_id, op, dtype, shape, occurrence,
+                    before_id, before_counted, before_not_counted, latency_before, before_fallback,
+                    after_id, after_counted, after_not_counted, latency_after, after_fallback) AS ({slots})
+        SELECT
+            [[round: r.{{k}}]], s.op, s.dtype, s.shape,
+            s.occurrence, r.before_cell_id, r.after_cell_id, r.before_caliber_id, r.after_caliber_id,
+            s.before_id, s.after_id, s.before_counted, s.after_counted, s.before_not_counted,
+            s.after_not_counted, s.latency_before, s.latency_after, s.before_fallback, s.after_fallback,
+            [[case reasons]]
+        FROM slots s
+        JOIN temp.ab_rounds_now r ON r.rowid = s.round_id"""
+
+
 # The joins are written CROSS JOIN where the stale rounds must drive: SQLite
 # keeps that order, and these few rounds are looked up through the indexes
 # instead of every stored row being scanned.
@@ -104,42 +128,33 @@ _STEPS = [
     # shape, and its occurrence: the n-th such row of a cell pairs with the
     # n-th on the other side), both sides side by side, and why it is not a
     # pair where it is not: the first that applies of rejection_reasons.
-    """INSERT INTO ab_slot_rows (
-            [[round: {k}]], op, dtype, shape, occurrence,
-            before_cell_id, after_cell_id, before_caliber_id, after_caliber_id,
-            before_measurement_id, after_measurement_id, before_counted, after_counted,
-            before_not_counted, after_not_counted, latency_before, latency_after,
-            before_fallback, after_fallback, reason)
-        WITH slots AS (
-            SELECT r.rowid AS round_id, mb.op_name AS op, mb.dtype, mb.shape, mb.occurrence,
-                   mb.id AS before_id, mb.counted AS before_counted, mb.not_counted_reason AS before_not_counted,
-                   mb.latency AS latency_before, mb.fallback AS before_fallback,
-                   ma.id AS after_id, ma.counted AS after_counted, ma.not_counted_reason AS after_not_counted,
-                   ma.latency AS latency_after, ma.fallback AS after_fallback
+    # Every before row, with its after row where there is one; then the
+    # after rows that have none.
+    _slot_rows("""
+            SELECT r.rowid, mb.op_name, mb.dtype, mb.shape, mb.occurrence,
+                   mb.id, mb.counted, mb.not_counted_reason, mb.latency, mb.fallback,
+                   ma.id, ma.counted, ma.not_counted_reason, ma.latency, ma.fallback
             FROM temp.ab_rounds_now r
             CROSS JOIN measurements mb ON mb.cell_id = r.before_cell_id
             LEFT JOIN measurements ma
                 ON ma.cell_id = r.after_cell_id AND ma.op_name IS mb.op_name AND ma.dtype IS mb.dtype
-               AND ma.shape = mb.shape AND ma.occurrence = mb.occurrence
-            UNION ALL
+               AND ma.shape = mb.shape AND ma.occurrence = mb.occurrence"""),
+    # An after row is looked for only in a round where the statement above
+    # paired fewer after rows than the after cell has (most rounds pair
+    # them all): a test per round, not a lookup per row.
+    _slot_rows("""
             SELECT r.rowid, ma.op_name, ma.dtype, ma.shape, ma.occurrence,
                    NULL, NULL, NULL, NULL, NULL,
                    ma.id, ma.counted, ma.not_counted_reason, ma.latency, ma.fallback
             FROM temp.ab_rounds_now r
             CROSS JOIN measurements ma ON ma.cell_id = r.after_cell_id
+             AND (SELECT count(*) FROM measurements a WHERE a.cell_id = r.after_cell_id)
+               > (SELECT count(DISTINCT p.after_measurement_id) FROM ab_slot_rows p
+                  WHERE [[round AND: p.{k} {is} r.{k}]])
             WHERE NOT EXISTS (
                 SELECT 1 FROM measurements mb
                 WHERE mb.cell_id = r.before_cell_id AND mb.op_name IS ma.op_name AND mb.dtype IS ma.dtype
-                  AND mb.shape = ma.shape AND mb.occurrence = ma.occurrence)
-        )
-        SELECT
-            [[round: r.{k}]], s.op, s.dtype, s.shape,
-            s.occurrence, r.before_cell_id, r.after_cell_id, r.before_caliber_id, r.after_caliber_id,
-            s.before_id, s.after_id, s.before_counted, s.after_counted, s.before_not_counted,
-            s.after_not_counted, s.latency_before, s.latency_after, s.before_fallback, s.after_fallback,
-            [[case reasons]]
-        FROM slots s
-        JOIN temp.ab_rounds_now r ON r.rowid = s.round_id""",
+                  AND mb.shape = ma.shape AND mb.occurrence = ma.occurrence)"""),
     _KEYS_OF_ROUNDS,
     """DELETE FROM ab_round_ranges WHERE rowid IN (
         SELECT g.rowid FROM temp.ab_rounds_now r CROSS JOIN ab_round_ranges g ON [[round AND: g.{k} {is} r.{k}]])""",
