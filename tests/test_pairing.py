@@ -158,3 +158,35 @@ def test_release_1_database_is_paired_on_upgrade(tmp_path):
         assert counted == 0
         assert store.conn.execute("SELECT count(*) FROM verdicts WHERE n_rows > 0").fetchone()[0] > 0
     assert kept == from_scratch(path, tmp_path)
+
+
+def test_rows_only_the_after_cell_has_are_paired_as_missing_their_before_row(example_tree, tmp_path):
+    """A round's after cell with a shape its before cell lacks, and a second
+    row of a shape both have: each is a slot row of its own, MISSING_SIDE
+    with only its after side; the rows both sides have still pair. (The
+    after-only rows are looked for only where the after cell has rows the
+    before rows did not pair: pairing._slot_rows.)"""
+    source, _ = example_tree
+    campaign = next(p for p in source.iterdir() if p.name.startswith("campaign_"))
+    after = next(p for p in sorted(campaign.rglob("after")) if (p / "run.log").exists())
+    log = after / "run.log"
+    lines = log.read_text().split("\n")
+    at = next(i for i, line in enumerate(lines) if line.startswith("[INFO] {"))
+    record = json.loads(lines[at][len("[INFO] "):])
+    first = record["result"][0]
+    record["result"] += [dict(first, shape_detail=[[97, 89], 3]), dict(first)]
+    lines[at] = "[INFO] " + json.dumps(record)
+    log.write_text("\n".join(lines))
+    with Store(tmp_path / "after_only.db") as store:
+        store.ingest(campaign)
+        cell_id = store.conn.execute("SELECT id FROM cells WHERE path = ?", (str(after),)).fetchone()[0]
+        slots = store.conn.execute(
+            "SELECT shape, occurrence, before_measurement_id, after_measurement_id, reason FROM ab_slot_rows "
+            "WHERE after_cell_id = ?", (cell_id,)).fetchall()
+        after_rows = store.conn.execute("SELECT count(*) FROM measurements WHERE cell_id = ?", (cell_id,)).fetchone()[0]
+        assert len({s[3] for s in slots if s[3] is not None}) == after_rows  # every after row has its slot
+        only_after = [s for s in slots if s[2] is None]
+        assert len(only_after) == 2 and all(s[4] == "MISSING_SIDE" for s in only_after)
+        assert sorted(s[1] for s in only_after) == [1, 2]  # the new shape, and the second of a shared one
+        assert any(s[4] is None for s in slots)  # the shared rows still pair
+        assert snapshot(store.conn) == from_scratch(tmp_path / "after_only.db", tmp_path)
