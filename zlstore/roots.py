@@ -224,7 +224,8 @@ def claimed_twice(conn: sqlite3.Connection, root_ids: Optional[List[int]] = None
     for root, side, claims, latest, *round_key in conn.execute(
             f"SELECT root, side, claims, latest_cell_id, {key} FROM duplicate_cells {where} "
             "ORDER BY root, op, dtype, round, card, side", root_ids or ()).fetchall():
-        _, card, _, op, dtype, round_ = round_key
+        said = dict(zip((column.cells for column in names.ROUND_KEY), round_key))
+        card, op, dtype, round_ = said["card"], said["op"], said["dtype"], said["round"]
         # The cells one by one, not the view's lines: a path may hold a newline.
         if claims > 1:
             cells = conn.execute(claimants, (*round_key, side)).fetchall()
@@ -238,7 +239,7 @@ def claimed_twice(conn: sqlite3.Connection, root_ids: Optional[List[int]] = None
             cells.sort()
             what = f"{len(cells)} stored cells hold the same files (run.log and all), each counted in its own round"
         if frozenset(cells) in named or (under is not None and not any(
-                cell[2] == top or cell[2].startswith(top.rstrip("/") + "/") for cell in cells for top in under)):
+                unchanged.is_at_or_under(cell[2], top) for cell in cells for top in under)):
             continue
         named.add(frozenset(cells))
         copy = _likely_copy(cells)

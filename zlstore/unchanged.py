@@ -250,12 +250,22 @@ def _under(top: str) -> Tuple[str, str]:
     return prefix, prefix[:-1] + "0"  # '0' follows '/'
 
 
-# A path column's test for top and every path under it, given at_or_under(top).
-AT_OR_UNDER = "(path = ? OR (path > ? AND path < ?))"
+def at_or_under_test(column: str) -> str:
+    """A path column's test for top and every path under it, given at_or_under(top)."""
+    return f"({column} = ? OR ({column} > ? AND {column} < ?))"
+
+
+AT_OR_UNDER = at_or_under_test("path")
 
 
 def at_or_under(top: str) -> Tuple[str, str, str]:
     return (top, *_under(top))
+
+
+def is_at_or_under(path: str, top: str) -> bool:
+    """The same test in Python."""
+    at, low, high = at_or_under(top)
+    return path == at or low < path < high
 
 
 def _database_file(conn) -> str:
