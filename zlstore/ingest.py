@@ -241,13 +241,17 @@ def _outermost(paths: List[Path]) -> List[Path]:
             if not os.path.lexists(path) or not any(parent in given for parent in path.parents)]
 
 
-# A file column's test for a path and every path under it, given _file_bounds(path):
-# unchanged.at_or_under's bounds, by name.
-_FILE_AT_OR_UNDER = "(file = :at OR (file > :low AND file < :high))"
+_BOUNDS = ("at", "low", "high")  # unchanged.at_or_under's, by name
 
 
-def _file_bounds(path: str) -> dict:
-    return dict(zip(("at", "low", "high"), unchanged.at_or_under(path)))
+def _file_at_or_under(prefix: str = "") -> str:
+    """A file column's test for a path and every path under it, given
+    _file_bounds(path, prefix): several paths in one query, each its prefix."""
+    return unchanged.at_or_under_test("file", *(f":{prefix}{name}" for name in _BOUNDS))
+
+
+def _file_bounds(path: str, prefix: str = "") -> dict:
+    return {prefix + name: bound for name, bound in zip(_BOUNDS, unchanged.at_or_under(path))}
 
 
 def _read_text_again(parsed: ParsedCell, ir_hash: str) -> bytes:
@@ -436,7 +440,7 @@ class Ingester:
         """Close the earlier problems under paths that no stored cell or root
         holds (a cell that could not be stored, a directory that could not be
         listed): this run looked at their files again, and named what it found."""
-        where = f"closed_by IS NULL AND run_id < :run AND cell_id IS NULL AND root_id IS NULL AND {_FILE_AT_OR_UNDER}"
+        where = f"closed_by IS NULL AND run_id < :run AND cell_id IS NULL AND root_id IS NULL AND {_file_at_or_under()}"
         covered = [{"run": self.run_id, **_file_bounds(str(path))} for path in paths]
         covered = [bounds for bounds in covered  # most runs close nothing: no write lock for them
                    if self.conn.execute(f"SELECT 1 FROM ingest_problems WHERE {where} LIMIT 1", bounds).fetchone()]
@@ -447,8 +451,8 @@ class Ingester:
 
     def _open_problems(self, paths: List[Path]) -> int:
         """The problems still open in what this run covered, and its own."""
-        clauses = " OR ".join(f"({_FILE_AT_OR_UNDER.replace(':', f':p{i}_')})" for i in range(len(paths)))
-        bounds = {f"p{i}_{k}": v for i, path in enumerate(paths) for k, v in _file_bounds(str(path)).items()}
+        clauses = " OR ".join(_file_at_or_under(f"p{i}_") for i in range(len(paths)))
+        bounds = {k: v for i, path in enumerate(paths) for k, v in _file_bounds(str(path), f"p{i}_").items()}
         return self.conn.execute(
             f"SELECT count(*) FROM ingest_problems WHERE closed_by IS NULL AND (run_id = :run OR {clauses or '0'})",
             {"run": self.run_id, **bounds}).fetchone()[0]

@@ -250,9 +250,10 @@ def _under(top: str) -> Tuple[str, str]:
     return prefix, prefix[:-1] + "0"  # '0' follows '/'
 
 
-def at_or_under_test(column: str) -> str:
-    """A path column's test for top and every path under it, given at_or_under(top)."""
-    return f"({column} = ? OR ({column} > ? AND {column} < ?))"
+def at_or_under_test(column: str, at: str = "?", low: str = "?", high: str = "?") -> str:
+    """A path column's test for top and every path under it, given
+    at_or_under(top): as three ? parameters, or as the names given."""
+    return f"({column} = {at} OR ({column} > {low} AND {column} < {high}))"
 
 
 AT_OR_UNDER = at_or_under_test("path")
