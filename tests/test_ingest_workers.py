@@ -261,9 +261,9 @@ def test_a_batch_pairs_its_rounds_every_few_cells_and_stores_the_same(example_so
     left = []  # stale rounds at each commit: what the commit's own pairing has to do
     commit = ingest._Batch.commit
 
-    def counting_commit(batch):
+    def counting_commit(batch, last=False):
         left.append(batch.conn.execute("SELECT count(*) FROM ab_stale_rounds").fetchone()[0])
-        commit(batch)
+        commit(batch, last)
 
     monkeypatch.setattr(ingest._Batch, "commit", counting_commit)
     monkeypatch.setattr(ingest, "PAIR_CELLS", 10**9)

@@ -317,7 +317,7 @@ def test_empty_file(data):
 
 
 def test_missing_file_is_no_rows_and_no_problem(tmp_path):
-    assert read_runlog(tmp_path / "run.log") == RunLog(rows=[], problems=[], records=0, lines=0)
+    assert read_runlog(tmp_path / "run.log") == RunLog()
 
 
 def test_read_runlog_reads_bytes(tmp_path):

@@ -133,7 +133,7 @@ def _portable_cell(path, ref, caliber_values, columns, kernels, texts, index, co
     (its rows as they are INSERTed: insert_runs)."""
     return ParsedCell(
         CellFiles(path, {}, [], {}), None, ref, None, {"caliber": caliber_values}, None, kernels,
-        dict.fromkeys(texts, (None, None)), index, content_sig, problems, None, fingerprints, packed,
+        dict.fromkeys(texts, (None, None)), index, content_sig, problems, fingerprints, packed,
         columns, reread, runs)
 
 

@@ -23,16 +23,7 @@ from typing import Dict, List, Optional, Tuple
 from . import layout, runlog, ttgir, unchanged
 from .layout import Problem
 
-MEASUREMENT_COLUMNS = (
-    "cell_id", "line", "record", "idx", "op_name", "dtype", "mode", "level", "shape",
-) + tuple(f for f in runlog.KNOWN_FIELDS if f != "shape_detail") + (
-    "extra", "counted", "not_counted_reason", "fallback", "occurrence",
-)
-_JSON_FIELDS = {"legacy_shape"}
-_STORED_FIELDS = tuple(f for f in runlog.KNOWN_FIELDS if f != "shape_detail")
-_JSON_POSITIONS = frozenset(i for i, f in enumerate(_STORED_FIELDS) if f in _JSON_FIELDS)
-_STORED_VALUES = operator.itemgetter(*_STORED_FIELDS)
-_CONTAINERS = frozenset((list, dict))
+MEASUREMENT_COLUMNS = ("cell_id",) + runlog.STORED_FIELDS  # a row as the parse stores it
 _COUNTED = MEASUREMENT_COLUMNS.index("counted") - 1  # in a stored row without its cell_id
 # The measurements columns most rows leave NULL (FlagGems reports them for
 # some ops only). A row with none of them is INSERTed without them
@@ -220,12 +211,10 @@ class ParsedCell:
     content_sig: str
     problems: List[Problem]
     # Filled by the process that parsed the cell, and all a worker sends of
-    # it (texts and Row objects stay in the worker: parallel.py): its rows
-    # as INSERTed (runs; measurements, the rows as stored, stay in the
-    # worker), its fingerprints and text digests (CellParser._fingerprints),
-    # the (size, zlib data) of the texts that worker had not sent before, and
-    # the cells row.
-    measurements: Optional[List[tuple]] = None
+    # it (texts and the log stay in the worker: parallel.py): its rows as
+    # INSERTed (runs), its fingerprints and text digests
+    # (CellParser._fingerprints), the (size, zlib data) of the texts that
+    # worker had not sent before, and the cells row.
     fingerprints: Optional[tuple] = None
     packed: Dict[str, Tuple[int, bytes, Optional[str]]] = field(default_factory=dict)  # ir_hash -> packed(its text)
     columns: Optional[tuple] = None  # cell_columns()
@@ -251,15 +240,7 @@ class ParsedCell:
 
     def stored_rows(self) -> List[tuple]:
         """The measurements rows without their cell_id, as INSERTed."""
-        if self.measurements is None:
-            seen: Dict[tuple, int] = {}
-            self.measurements = []
-            for row in self.log.rows:
-                # The n-th row of an identity in a cell pairs with the n-th on the other side.
-                identity = (row.op_name, row.dtype, row.shape_key)
-                seen[identity] = occurrence = seen.get(identity, 0) + 1
-                self.measurements.append(measurement_values(row) + (occurrence,))
-        return self.measurements
+        return self.log.stored
 
     def insert_runs(self) -> List[Tuple[bool, List[tuple]]]:
         """The measurements rows in the order they are INSERTed, as runs of
@@ -277,24 +258,6 @@ class ParsedCell:
     @property
     def row_count(self) -> int:
         return self.cell_columns()[_N_ROWS]
-
-
-def measurement_values(row: "runlog.Row") -> tuple:
-    """A measurements row without its cell_id and occurrence, as INSERTed."""
-    values = _STORED_VALUES(row.values)
-    # A hundred thousand rows: the common case (only scalars, no JSON
-    # field set) is told at C speed; the rest is encoded field by field.
-    if not _CONTAINERS.isdisjoint(map(type, values)) or any(values[i] is not None for i in _JSON_POSITIONS):
-        values = [
-            json.dumps(value, sort_keys=True)
-            if value is not None and (i in _JSON_POSITIONS or isinstance(value, (list, dict))) else value
-            for i, value in enumerate(values)
-        ]
-    return (
-        row.line, row.record, row.index, row.op_name, row.dtype, row.mode, row.level,
-        row.shape_key, *values, json.dumps(row.extra, sort_keys=True, default=str) if row.extra else None,
-        1 if row.counted else 0, row.not_counted_reason, 1 if row.fallback else 0,
-    )
 
 
 CACHE_ENTRIES = 2048
@@ -385,7 +348,7 @@ class CellParser:
             log = runlog.parse_runlog(log_bytes)
             problems.extend(Problem(str(cell / layout.RUN_LOG), p.line, p.message) for p in log.problems)
         else:
-            log = runlog.RunLog(rows=[], problems=[], records=0, lines=0)
+            log = runlog.RunLog()
         index = None
         index_bytes, index_hash = read(layout.INDEX_TSV)
         if index_bytes is not None:

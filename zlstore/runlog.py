@@ -24,7 +24,7 @@ import operator
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any, Iterable, Iterator, List, Optional, Tuple
 
 from . import canonical
 
@@ -100,12 +100,35 @@ class Problem:
     message: str
 
 
+# A row as the store keeps it (schema.sql: measurements, but for its
+# cell_id), built in the parse's one pass over a record: where it is, its
+# identity, the KNOWN_FIELDS but shape_detail (a list or an object among
+# them, and legacy_shape whatever it is, as JSON text), the row's other
+# keys and the record's as JSON text, whether it counts and why not, the
+# fallback, and which occurrence of its identity in the log it is (the
+# n-th row of an identity in a cell pairs with the n-th on the other side).
+VALUE_FIELDS = tuple(f for f in KNOWN_FIELDS if f != "shape_detail")
+STORED_FIELDS = ("line", "record", "idx", "op_name", "dtype", "mode", "level", "shape") + VALUE_FIELDS + (
+    "extra", "counted", "not_counted_reason", "fallback", "occurrence",
+)
+_JSON_VALUES = frozenset(VALUE_FIELDS.index(f) for f in ("legacy_shape",))  # JSON text whatever it holds
+_STORED_AT = {name: i for i, name in enumerate(STORED_FIELDS)}
+
+
 @dataclass
 class RunLog:
-    rows: List[Row] = field(default_factory=list)
+    stored: List[tuple] = field(default_factory=list)  # each row as stored: STORED_FIELDS
     problems: List[Problem] = field(default_factory=list)
     records: int = 0            # measurement records read (objects with "result")
     lines: int = 0
+    # Per stored row, its result element and its record's other keys: what
+    # rows builds its Row objects from, when asked (an ingest never asks).
+    sources: List[tuple] = field(default_factory=list, repr=False, compare=False)
+
+    @property
+    def rows(self) -> List[Row]:
+        """The rows as objects, with their values as the record gave them."""
+        return [_row(stored, element, record_keys) for stored, (element, record_keys) in zip(self.stored, self.sources)]
 
 
 # ---------------------------------------------------------------- values
@@ -121,14 +144,16 @@ def counted(values: dict) -> Tuple[bool, Optional[str]]:
     as "0.02" are LATENCY_MISSING, so a counted row's latency can always be
     divided by without conversion. An error_msg is empty when it is None, a
     blank string, or any other falsy value (False, 0, [], {})."""
-    err = values.get("error_msg")
+    return _counted(values.get("error_msg"), values.get("latency"))
+
+
+def _counted(err: Any, lat: Any) -> Tuple[bool, Optional[str]]:
     if err is not None:
         if isinstance(err, str):
             if err.strip():
                 return False, "ERROR_MSG"
         elif _truthy(err):
             return False, "ERROR_MSG"
-    lat = values.get("latency")
     if isinstance(lat, bool) or not isinstance(lat, (int, float)):
         return False, "LATENCY_MISSING"
     if isinstance(lat, float) and not math.isfinite(lat):
@@ -341,6 +366,7 @@ def parse_runlog(data: bytes) -> RunLog:
     if lines[-1] == b"":
         lines.pop()
     out = RunLog(lines=len(lines))
+    seen: dict = {}  # rows per identity so far: their occurrences
     has_marker = FALLBACK_MARKER in data
     pending_fallback = False
     n = len(lines)
@@ -380,7 +406,7 @@ def parse_runlog(data: bytes) -> RunLog:
                 Problem(i + 1, "text after the record's closing brace ignored")
             )
         suspect = any(map(_suspect, lines[i:end]))
-        _add_record(out, obj, i + 1, pending_fallback, suspect)
+        _add_record(out, obj, i + 1, pending_fallback, suspect, seen)
         pending_fallback = False
         i = end
     return out
@@ -561,10 +587,10 @@ def _suspect(line: bytes) -> bool:
     return b"\\" in line or b"'" in line or _LONG_RUN in line.translate(_DIGITS_AS_9)
 
 
-def _unstorable(row: Row) -> Optional[str]:
-    """What in a row SQLite could not take as it is, or None. Lists and
-    objects are stored as JSON text (escaped): only scalars matter."""
-    for value in (row.op_name, row.dtype, row.mode, row.level, row.shape_key, *row.values.values()):
+def _unstorable(values: Iterable[Any]) -> Optional[str]:
+    """What in a row's values SQLite could not take as they are, or None.
+    Lists and objects are stored as JSON text (escaped): only scalars matter."""
+    for value in values:
         if type(value) is int and value not in _INT64:
             return "an integer beyond 64 bits"
         if type(value) is str and not value.isascii():
@@ -575,14 +601,16 @@ def _unstorable(row: Row) -> Optional[str]:
     return None
 
 
-def _add_record(out: RunLog, obj: dict, line: int, fallback: bool, suspect: bool = False) -> None:
+def _add_record(out: RunLog, obj: dict, line: int, fallback: bool, suspect: bool, seen: dict) -> None:
+    """The record's rows, each as stored (STORED_FIELDS), into out. seen:
+    how many rows of each identity the log had so far (occurrence)."""
     record = out.records
     out.records += 1
     op_name = _text(obj.get("op_name"))
     dtype = strip_torch_prefix(obj.get("dtype"))
     mode = _text(obj.get("mode"))
     level = _text(obj.get("level"))
-    rec_extra = {k: v for k, v in obj.items() if k not in _RECORD_SET}
+    record_keys = {k: v for k, v in obj.items() if k not in _RECORD_SET}
     result = obj["result"]
     if not isinstance(result, list):
         out.problems.append(Problem(
@@ -591,7 +619,9 @@ def _add_record(out: RunLog, obj: dict, line: int, fallback: bool, suspect: bool
             f"{type(result).__name__}, not a list; no rows read",
         ))
         return
-    append = out.rows.append
+    record_extra = _extra_json(_extra({}, record_keys))  # a row with no keys of its own has this
+    fallback = 1 if fallback else 0
+    stored, sources = out.stored, out.sources
     for index, r in enumerate(result):
         if not isinstance(r, dict):
             out.problems.append(Problem(
@@ -600,26 +630,56 @@ def _add_record(out: RunLog, obj: dict, line: int, fallback: bool, suspect: bool
                 f"{type(r).__name__}, not an object; skipped",
             ))
             continue
-        # The hot loop of an ingest: C-level building where it is free.
-        values = dict(zip(KNOWN_FIELDS, map(r.get, KNOWN_FIELDS)))
-        if r.keys() <= _KNOWN_SET:
-            extra = {}
-        else:
-            extra = {k: v for k, v in r.items() if k not in _KNOWN_SET}
-        if rec_extra:
-            extra["_record"] = dict(rec_extra)
-        ok, reason = counted(values)
-        row = Row(
-            line, record, index, op_name, dtype, mode, level,
-            canonical_shape(values["shape_detail"]),
-            values, extra, ok, reason, fallback,
-        )
-        why = _unstorable(row) if suspect else None
-        if why is not None:
-            out.problems.append(Problem(line, f"record {record} ({op_name}): result[{index}] "
-                                              f"holds {why}; that row is not stored"))
-            continue
-        append(row)
+        # The hot loop of an ingest (a hundred thousand rows): C-level
+        # building where it is free, no object per row but the stored tuple.
+        values = tuple(map(r.get, KNOWN_FIELDS))
+        ok, reason = _counted(values[_ERROR_AT], values[_LATENCY_AT])
+        shape_key = canonical_shape(values[_SHAPE_AT])
+        if suspect:
+            why = _unstorable((op_name, dtype, mode, level, shape_key, *values))
+            if why is not None:
+                out.problems.append(Problem(line, f"record {record} ({op_name}): result[{index}] "
+                                                  f"holds {why}; that row is not stored"))
+                continue
+        kept = _VALUES(values)
+        if not _CONTAINERS.isdisjoint(map(type, kept)) or any(kept[i] is not None for i in _JSON_VALUES):
+            kept = tuple(json.dumps(value, sort_keys=True)
+                         if value is not None and (i in _JSON_VALUES or isinstance(value, (list, dict))) else value
+                         for i, value in enumerate(kept))
+        identity = (op_name, dtype, shape_key)
+        seen[identity] = occurrence = seen.get(identity, 0) + 1
+        stored.append((line, record, index, op_name, dtype, mode, level, shape_key, *kept,
+                       record_extra if r.keys() <= _KNOWN_SET else _extra_json(_extra(r, record_keys)),
+                       1 if ok else 0, reason, fallback, occurrence))
+        sources.append((r, record_keys))
+
+
+_SHAPE_AT, _LATENCY_AT, _ERROR_AT = (KNOWN_FIELDS.index(f) for f in ("shape_detail", "latency", "error_msg"))
+_VALUES = operator.itemgetter(*(i for i, f in enumerate(KNOWN_FIELDS) if f != "shape_detail"))  # VALUE_FIELDS
+_CONTAINERS = frozenset((list, dict))
+
+
+def _extra(element: dict, record_keys: dict) -> dict:
+    """A row's keys this release does not know, and its record's under "_record"."""
+    extra = {} if element.keys() <= _KNOWN_SET else {k: v for k, v in element.items() if k not in _KNOWN_SET}
+    if record_keys:
+        extra["_record"] = dict(record_keys)
+    return extra
+
+
+def _extra_json(extra: dict) -> Optional[str]:
+    return json.dumps(extra, sort_keys=True, default=str) if extra else None
+
+
+def _row(stored: tuple, element: dict, record_keys: dict) -> Row:
+    """A stored row as a Row, its values as its result element held them."""
+    at = _STORED_AT
+    return Row(
+        stored[at["line"]], stored[at["record"]], stored[at["idx"]], stored[at["op_name"]], stored[at["dtype"]],
+        stored[at["mode"]], stored[at["level"]], stored[at["shape"]],
+        dict(zip(KNOWN_FIELDS, map(element.get, KNOWN_FIELDS))), _extra(element, record_keys),
+        stored[at["counted"]] == 1, stored[at["not_counted_reason"]], stored[at["fallback"]] == 1,
+    )
 
 
 def read_runlog(path) -> RunLog:
