@@ -280,9 +280,6 @@ class _Batch:
         self.conn, self.started = conn, None
         self.seconds = BATCH_SECONDS if seconds is None else seconds
         self.unpaired = 0  # cells written since their rounds were last paired
-        # The page cache before the cells' (db.bulk_cache): the last pass over
-        # a campaign runs with it, so that its memory does not grow with the campaign.
-        self.cache_size = conn.execute("PRAGMA cache_size").fetchone()[0]
 
     def open(self) -> bool:
         """Begin the batch's transaction where none is open; whether it did."""
@@ -306,16 +303,14 @@ class _Batch:
 
     def commit(self, last: bool = False):
         """Commit the cells written so far, their rounds re-paired and their
-        ranges computed first, and check the WAL in while the workers go on.
-        Their roots' q-values and findings wait for the run's last batch
-        (last): a root's family is adjusted once, not per batch, and in the
-        same commit as the last cells, which the run's end, with the workers
-        done and a core idle, pays once, not twice (0.2 s less at the end of
-        a 6,720-cell ingest). That commit leaves the WAL to the run's end."""
+        ranges computed first (their roots' q-values and findings wait for the
+        run's last commit, Ingester._finish: a root's family is adjusted once,
+        not per batch), and check the WAL in while the workers go on. The
+        last batch leaves it to that commit, which checks in both at once.
+        (That commit's pass does not join the last batch's transaction: its
+        scratch, which grows with the campaign, would then be in memory.)"""
         if self.conn.in_transaction:
-            if last:
-                self.conn.execute(f"PRAGMA cache_size = {self.cache_size}")
-            pairing.refresh(self.conn, final=last)
+            pairing.refresh(self.conn, final=False)
             retry_busy(lambda: self.conn.execute("COMMIT"))
             if not last:
                 checkpoint_between_commits(self.conn)
@@ -402,11 +397,11 @@ class Ingester:
             prepared = (parallel.prepared(cells, workers, parallel.Preparer(self.parser, self.cells, self.rehash))
                         if workers else ((cell, None) for cell in cells))
             bulk = len(cells) > parallel.PARALLEL_MIN_CELLS
-            batch = _Batch(self.conn) if bulk and not require_finished else None
             # closing: the workers end with it
             with (contextlib.closing(prepared), bulk_checkpoints(self.conn, bulk), bulk_cache(self.conn, bulk),
                   fewer_collections(bulk)):
-                self._write_all(prepared, len(cells), batch, require_finished, progress)
+                self._write_all(prepared, len(cells), _Batch(self.conn) if bulk and not require_finished else None,
+                                require_finished, progress)
             self._close_covered(paths)
             self.summary.open_problems = self._open_problems(paths)
             twice = roots.claimed_twice(self.conn, sorted({root_id for _, root_id in self.roots.values()}),
