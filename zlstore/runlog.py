@@ -111,7 +111,7 @@ VALUE_FIELDS = tuple(f for f in KNOWN_FIELDS if f != "shape_detail")
 STORED_FIELDS = ("line", "record", "idx", "op_name", "dtype", "mode", "level", "shape") + VALUE_FIELDS + (
     "extra", "counted", "not_counted_reason", "fallback", "occurrence",
 )
-_JSON_VALUES = frozenset(VALUE_FIELDS.index(f) for f in ("legacy_shape",))  # JSON text whatever it holds
+_LEGACY_SHAPE_AT = VALUE_FIELDS.index("legacy_shape")  # stored as JSON text whatever it holds
 _STORED_AT = {name: i for i, name in enumerate(STORED_FIELDS)}
 
 
@@ -642,9 +642,9 @@ def _add_record(out: RunLog, obj: dict, line: int, fallback: bool, suspect: bool
                                                   f"holds {why}; that row is not stored"))
                 continue
         kept = _VALUES(values)
-        if not _CONTAINERS.isdisjoint(map(type, kept)) or any(kept[i] is not None for i in _JSON_VALUES):
+        if not _CONTAINERS.isdisjoint(map(type, kept)) or kept[_LEGACY_SHAPE_AT] is not None:
             kept = tuple(json.dumps(value, sort_keys=True)
-                         if value is not None and (i in _JSON_VALUES or isinstance(value, (list, dict))) else value
+                         if value is not None and (i == _LEGACY_SHAPE_AT or isinstance(value, (list, dict))) else value
                          for i, value in enumerate(kept))
         identity = (op_name, dtype, shape_key)
         seen[identity] = occurrence = seen.get(identity, 0) + 1
