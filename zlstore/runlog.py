@@ -5,7 +5,9 @@ with, here and there, one `[INFO] {json}` line per (op, dtype) benchmark. This
 module finds those records, tolerates what real logs do to them (CRLF, ANSI
 colours, Python dict reprs, records cut off by a timeout kill or split over
 lines, bytes that are not UTF-8) and says, in `counted`, what counts as a
-measurement. It never raises on the content of a log: what it cannot read
+measurement. Each row comes out as the store keeps it (STORED_FIELDS), in
+one pass over its record; `RunLog.rows` gives the rows as Row objects, with
+their values as the record held them. It never raises on the content of a log: what it cannot read
 becomes a `Problem` with a line number and what is wrong (a record cut off,
 a NUL byte, nesting too deep, text that is not JSON), and the rest of the
 file still parses.
