@@ -7,10 +7,10 @@ colours, Python dict reprs, records cut off by a timeout kill or split over
 lines, bytes that are not UTF-8) and says, in `counted`, what counts as a
 measurement. Each row comes out as the store keeps it (STORED_FIELDS), in
 one pass over its record; `RunLog.rows` gives the rows as Row objects, with
-their values as the record held them. It never raises on the content of a log: what it cannot read
-becomes a `Problem` with a line number and what is wrong (a record cut off,
-a NUL byte, nesting too deep, text that is not JSON), and the rest of the
-file still parses.
+their values as the record held them. It never raises on the content of a
+log: what it cannot read becomes a `Problem` with a line number and what is
+wrong (a record cut off, a NUL byte, nesting too deep, text that is not
+JSON), and the rest of the file still parses.
 
 Pure parsing (of zlstore, only canonical.py's JSON): ingest, views and CLI build on it.
 """
@@ -115,6 +115,10 @@ STORED_FIELDS = ("line", "record", "idx", "op_name", "dtype", "mode", "level", "
 )
 _LEGACY_SHAPE_AT = VALUE_FIELDS.index("legacy_shape")  # stored as JSON text whatever it holds
 _STORED_AT = {name: i for i, name in enumerate(STORED_FIELDS)}
+# Where a result element's KNOWN_FIELDS values (a tuple in that order) hold what the row needs.
+_SHAPE_AT, _LATENCY_AT, _ERROR_AT = (KNOWN_FIELDS.index(f) for f in ("shape_detail", "latency", "error_msg"))
+_VALUES = operator.itemgetter(*map(KNOWN_FIELDS.index, VALUE_FIELDS))
+_CONTAINERS = frozenset((list, dict))
 
 
 @dataclass
@@ -654,11 +658,6 @@ def _add_record(out: RunLog, obj: dict, line: int, fallback: bool, suspect: bool
                        record_extra if r.keys() <= _KNOWN_SET else _extra_json(_extra(r, record_keys)),
                        1 if ok else 0, reason, fallback, occurrence))
         sources.append((r, record_keys))
-
-
-_SHAPE_AT, _LATENCY_AT, _ERROR_AT = (KNOWN_FIELDS.index(f) for f in ("shape_detail", "latency", "error_msg"))
-_VALUES = operator.itemgetter(*(i for i, f in enumerate(KNOWN_FIELDS) if f != "shape_detail"))  # VALUE_FIELDS
-_CONTAINERS = frozenset((list, dict))
 
 
 def _extra(element: dict, record_keys: dict) -> dict:
