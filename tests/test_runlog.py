@@ -7,6 +7,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -15,6 +16,10 @@ try:
 except ImportError:  # a fresh clone run with bare `pytest`, package not installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zlstore import runlog
 from zlstore.runlog import (
     KNOWN_FIELDS,
     NOT_COUNTED_REASONS,
@@ -489,6 +494,27 @@ def test_strip_torch_prefix():
     assert strip_torch_prefix("torch.float16") == "float16"
     assert strip_torch_prefix("complex64") == "complex64"
     assert strip_torch_prefix(None) is None and strip_torch_prefix("") is None
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers()  # unbounded: beyond 64 bits too
+    | st.floats(allow_nan=True, allow_infinity=True) | st.text(),  # lone surrogates too
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=12)
+
+
+@given(_JSON_VALUES, st.booleans(), st.sampled_from([b"", b" ", b"\r", b"}", b" x", b"\x00", b"\xff"]))
+@settings(max_examples=500, deadline=None)
+def test_orjson_reads_a_record_as_json_does(value, ascii_only, after):
+    """The fast reading (orjson) of a record gives what the json reading
+    gives, value for value (ints stay ints, NaN stays NaN), or leaves the
+    record to it: json's extensions, integers beyond 64 bits, lone
+    surrogates, invalid UTF-8 and text after the record."""
+    body = json.dumps({"result": [value]}, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass") + after
+    fast = runlog._parse_body(body)
+    with mock.patch.object(runlog, "_LONG_NUMBER", b""):  # in every record: the json reading only
+        slow = runlog._parse_body(body)
+    assert repr(fast) == repr(slow)
 
 
 def test_utf8_bom_at_start_does_not_hide_the_first_record():

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, List, Optional, Tuple
 
+import orjson
+
 from . import canonical
 
 # Why a row is stored but does not count as a measurement; `counted` returns
@@ -335,8 +337,25 @@ def _eval_repr(text: str) -> Any:
     return ast.literal_eval(text)
 
 
+# A run of 19 digits: a number orjson may read other than json does (an
+# integer beyond 64 bits comes out as a float), found on a copy of the
+# record with each digit made "0" and everything else "." (bytes.translate
+# and a substring test: a regex search cost half of a parse).
+_DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= i <= 0x39 else 0x2E for i in range(256))
+_LONG_NUMBER = b"0" * 19
+
+
 def _parse_body(b: bytes) -> Tuple[Any, bool, bool]:
-    """(object or _FAIL, text followed the object, bytes were not UTF-8)."""
+    """(object or _FAIL, text followed the object, bytes were not UTF-8).
+    Where orjson reads the record (strict JSON in valid UTF-8, nothing after
+    it, no integer beyond 64 bits), it gives what json.loads would, in two
+    thirds of the time: json's extensions (NaN, Infinity, a lone surrogate
+    escape, 1e999), text after the record and invalid bytes are json's."""
+    if _LONG_NUMBER not in b.translate(_DIGITS_AS_ZEROS):
+        try:
+            return orjson.loads(b), False, False
+        except orjson.JSONDecodeError:
+            pass
     try:
         text = b.decode("utf-8")
         bad = False

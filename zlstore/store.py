@@ -8,7 +8,6 @@ import os
 import shutil
 import sqlite3
 import tempfile
-import zlib
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Union
 
@@ -17,6 +16,7 @@ from . import floors, forked, pairing, roots, ttgir, unchanged
 from .db import now
 from .ingest import Ingester
 from .parallel import worker_count
+from .parse import unpacked
 
 PathLike = Union[str, os.PathLike]
 
@@ -47,8 +47,7 @@ def _digest_rows(rule: str, rows) -> list:
     """(hash, digest) of (hash, size, zlib data) rows: from the stored bytes,
     which a rule's normalize_raw mostly need not decode (ttgir.raw_digest)."""
     r = ttgir.get_rule(rule)
-    # bufsize: the text's size, so the output buffer is never regrown
-    return [(h, ttgir.raw_digest(r, zlib.decompress(data, bufsize=max(size, 1)), h)) for h, size, data in rows]
+    return [(h, ttgir.raw_digest(r, unpacked(data, size), h)) for h, size, data in rows]
 
 
 def _leaves_sql(rule: ttgir.Rule) -> str:
