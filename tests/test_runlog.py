@@ -512,7 +512,7 @@ def test_orjson_reads_a_record_as_json_does(value, ascii_only, after):
     surrogates, invalid UTF-8 and text after the record."""
     body = json.dumps({"result": [value]}, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass") + after
     fast = runlog._parse_body(body)
-    with mock.patch.object(runlog, "_LONG_NUMBER", b""):  # in every record: the json reading only
+    with mock.patch.object(runlog, "_LONG_RUN", b""):  # in every record: the json reading only
         slow = runlog._parse_body(body)
     assert repr(fast) == repr(slow)
 

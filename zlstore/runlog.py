@@ -337,12 +337,17 @@ def _eval_repr(text: str) -> Any:
     return ast.literal_eval(text)
 
 
-# A run of 19 digits: a number orjson may read other than json does (an
-# integer beyond 64 bits comes out as a float), found on a copy of the
-# record with each digit made "0" and everything else "." (bytes.translate
-# and a substring test: a regex search cost half of a parse).
-_DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= i <= 0x39 else 0x2E for i in range(256))
-_LONG_NUMBER = b"0" * 19
+# A run of 19 digits, where an integer beyond 64 bits may be: told by a
+# bytes.translate (every digit made a 9) and a substring test, for a record
+# orjson would read other than json does (it makes such an integer a float)
+# and for one whose rows SQLite may not store (_suspect). A regex search
+# cost half of a parse.
+_DIGITS_AS_9 = bytes.maketrans(b"0123456789", b"9" * 10)
+_LONG_RUN = b"9" * 19
+
+
+def _long_number(data: bytes) -> bool:
+    return _LONG_RUN in data.translate(_DIGITS_AS_9)
 
 
 def _parse_body(b: bytes) -> Tuple[Any, bool, bool]:
@@ -351,7 +356,7 @@ def _parse_body(b: bytes) -> Tuple[Any, bool, bool]:
     it, no integer beyond 64 bits), it gives what json.loads would, in two
     thirds of the time: json's extensions (NaN, Infinity, a lone surrogate
     escape, 1e999), text after the record and invalid bytes are json's."""
-    if _LONG_NUMBER not in b.translate(_DIGITS_AS_ZEROS):
+    if not _long_number(b):
         try:
             return orjson.loads(b), False, False
         except orjson.JSONDecodeError:
@@ -603,13 +608,11 @@ def _place(lines: List[bytes], i: int, start: int, pieces: List[bytes], pos: int
 # surrogate, "\\ud800", is no UTF-8). Only such a record's rows are
 # checked one by one (_unstorable): the test costs a few microseconds a
 # line, the check a Python loop per value.
-_DIGITS_AS_9 = bytes.maketrans(b"0123456789", b"9" * 10)
-_LONG_RUN = b"9" * 19
 _INT64 = range(-(1 << 63), 1 << 63)
 
 
 def _suspect(line: bytes) -> bool:
-    return b"\\" in line or b"'" in line or _LONG_RUN in line.translate(_DIGITS_AS_9)
+    return b"\\" in line or b"'" in line or _long_number(line)
 
 
 def _unstorable(values: Iterable[Any]) -> Optional[str]:
