@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import shutil
+import sqlite3
 import threading
 import time
 
@@ -231,10 +232,10 @@ def test_a_fresh_cell_is_read_again_until_its_times_settle(store, tmp_path, monk
 def test_shares_in_forked_processes_find_what_one_walk_finds(store, tmp_path, monkeypatch, how):
     monkeypatch.setattr(unchanged, "SPLIT_MIN_CELLS", 1)
     monkeypatch.setattr(parallel, "worker_count", lambda cells: 3 if cells >= 16 else 0)  # the walk only
-    if how == "another thread runs":  # then this process reads every share from the store before forking
+    if how == "another thread runs":  # it may hold a lock of SQLite's at the fork: no child opens the store
         done = threading.Event()
         threading.Thread(target=done.wait, daemon=True).start()
-        monkeypatch.setattr(unchanged.sqlite3, "connect", None)  # a child opening the store fails the test
+        monkeypatch.setattr(sqlite3, "connect", None)  # a child opening the store fails the test
     elif how == "a child dies":  # its share is then walked here
         parent, walk = os.getpid(), unchanged._walk
         monkeypatch.setattr(unchanged, "_walk", lambda *a: walk(*a) if os.getpid() == parent else os._exit(1))
@@ -258,6 +259,36 @@ def test_shares_in_forked_processes_find_what_one_walk_finds(store, tmp_path, mo
     assert store.conn.execute("SELECT rc FROM cells WHERE path = ?", (str(changed[1]),)).fetchone()[0] == 1
     if how == "another thread runs":
         done.set()
+
+
+def test_a_slow_process_takes_fewer_shares():
+    parent = os.getpid()
+
+    def job(i):
+        time.sleep(0.001 if os.getpid() == parent else 0.03)  # the worker on a busy core
+        return i, os.getpid()
+
+    results = unchanged.shared_out(40, 1, job)
+    assert [i for i, _ in results] == list(range(40))  # each once, in order
+    here = sum(pid == parent for _, pid in results)
+    assert 20 < here < 40  # fixed halves would give 20; the worker still took some
+
+
+@pytest.mark.parametrize("how", ["dies", "raises"])
+def test_a_share_a_worker_took_and_lost_is_done_here(how):
+    parent = os.getpid()
+
+    def job(i):
+        time.sleep(0.005)
+        if os.getpid() != parent and i % 4 == 3:
+            if how == "dies":
+                os._exit(1)
+            raise OSError("a share that fails in the worker")
+        return i, os.getpid()
+
+    results = unchanged.shared_out(24, 2, job)
+    assert [i for i, _ in results] == list(range(24))
+    assert any(pid != parent for _, pid in results)  # the workers did take shares
 
 
 def campaign_tree(top):

@@ -27,14 +27,11 @@ touched in the RACY_NS before the scan leaves the cell a signature that
 matches nothing, so that the next ingest reads the cell again (as git does
 with racily clean entries)."""
 
-import contextlib
 import functools
 import hashlib
 import json
 import os
-import sqlite3
 import struct
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -216,30 +213,29 @@ def save_listings(conn, new: list, gone: list):
 
 def sort_out(conn, top: str, processes: Callable[[int], int] = lambda cells: 1) -> Found:
     """Walk top: the cells found, those stored unchanged only counted. With
-    enough stored cells (and a database file), processes(stored cells)
-    processes take a share each of the tree (a range of paths): this one the
-    first, forked children the others. A stat() costs microseconds of system
-    time, and a cell needs a dozen."""
-    stored = conn.execute(f"SELECT count(*) FROM cells WHERE {AT_OR_UNDER}", at_or_under(top)).fetchone()[0]
-    database = _database_file(conn)
-    parts = max(1, processes(stored)) if stored >= SPLIT_MIN_CELLS and database else 1
+    enough stored cells, processes(stored cells) processes walk the tree:
+    this one and forked children, each taking the next of SHARES_EACH times
+    as many ranges of paths as there are processes whenever it is free, so
+    that one slowed by the machine takes fewer. A stat() costs microseconds,
+    and a cell needs seven."""
+    known, listed = stored_cells(conn, top), stored_listings(conn, top)
+    parts = max(1, processes(len(known))) if len(known) >= SPLIT_MIN_CELLS else 1
     if parts == 1:
         found = Found()
-        listings = Listings(stored_listings(conn, top), functools.partial(save_listings, conn))
-        found.changed = _walk(top, stored_cells(conn, top), None, None, found, listings)
+        found.changed = _walk(top, known, None, None, found, Listings(listed, functools.partial(save_listings, conn)))
         return found
-    bounds = [None, *_splits(conn, top, stored, parts), None]
-    # A child reads its share on a connection of its own, while the others
-    # read theirs; not where other threads run: one could hold a lock of
-    # SQLite's at the fork, which the child would wait for forever.
-    alone = threading.active_count() == 1
-    jobs = [functools.partial(_share, conn if i == 0 else database if alone
-                              else _stored(conn, top, bounds[i], bounds[i + 1]),
-                              top, bounds[i], bounds[i + 1])
-            for i in range(len(bounds) - 1)]
-    shares = _in_processes(jobs)
+    # Read here, before the fork: the children inherit it, and never touch
+    # the store (another thread may hold a lock of SQLite's at the fork).
+    bounds = [None, *_splits(known, min(255, parts * SHARES_EACH)), None]
+    ranges = list(zip(bounds, bounds[1:]))
+    caches = {}, {}  # root markers and root signatures, per process: its shares meet the same roots
+    shares = shared_out(len(ranges), parts - 1,
+                        lambda i: _share(known, listed, top, *ranges[i], *caches))
+    new = [row for share in shares for row in share.listings.new]
+    gone = [path for share in shares for path in share.listings.gone]
+    if new or gone:
+        save_listings(conn, new, gone)
     for share in shares:
-        save_listings(conn, share.listings.new, share.listings.gone)
         share.listings = None
     return _merged(shares)
 
@@ -269,70 +265,47 @@ def is_at_or_under(path: str, top: str) -> bool:
     return path == at or low < path < high
 
 
-def _database_file(conn) -> str:
-    """The main database's file, '' for one in memory."""
-    return next((row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"), "")
+SHARES_EACH = 8  # ranges per process: the last one taken is what a process can finish late by
 
 
-PARENT_SHARE = 1.15  # this process's share against a child's: a child first connects and faults its pages in
+def _splits(known: Dict[str, str], parts: int) -> List[str]:
+    """Paths that share the stored cells (known) out in parts ranges of
+    about as many cells each, as _walk and _enter compare paths."""
+    paths = sorted(known)
+    return sorted({paths[len(paths) * i // parts] for i in range(1, parts)})
 
 
-def _splits(conn, top: str, stored: int, parts: int) -> List[str]:
-    """Paths that share the stored cells under top out: the first share
-    PARENT_SHARE times as many as each of the others."""
-    low, high = _under(top)
-    splits = set()
-    whole = PARENT_SHARE + parts - 1
-    for i in range(1, parts):
-        row = conn.execute("SELECT path FROM cells WHERE path > ? AND path < ? ORDER BY path LIMIT 1 OFFSET ?",
-                           (low, high, int(stored * (PARENT_SHARE + i - 1) / whole))).fetchone()
-        if row:
-            splits.add(row[0])
-    return sorted(splits)
-
-
-def stored_cells(conn, top: str, low: Optional[str] = None, high: Optional[str] = None) -> Dict[str, str]:
-    """path -> stat_sig of every cell under top (and in [low, high)) with a
-    signature this module checks: one query (on the cells_stat_sig index),
-    not one per cell."""
-    where, args = AT_OR_UNDER, list(at_or_under(top))
-    for bound, test in ((low, ">="), (high, "<")):
-        if bound is not None:
-            where += f" AND path {test} ?"
-            args.append(bound)
-    rows = conn.execute(f"SELECT path, stat_sig FROM cells WHERE {where} AND substr(stat_sig, 1, ?) = ?",
-                        (*args, len(PREFIX), PREFIX))
+def stored_cells(conn, top: str) -> Dict[str, str]:
+    """path -> stat_sig of every cell under top with a signature this
+    module checks: one query (on the cells_stat_sig index), not one per
+    cell."""
+    rows = conn.execute(f"SELECT path, stat_sig FROM cells WHERE {AT_OR_UNDER} AND substr(stat_sig, 1, ?) = ?",
+                        (*at_or_under(top), len(PREFIX), PREFIX))
     return dict(rows)
 
 
-def _stored(conn, top: str, low: Optional[str], high: Optional[str]) -> Tuple[Dict[str, str], Dict[str, tuple]]:
-    """What a share of the walk reads from the store: its stored cells, and
-    the listings of every directory under top (its range's ancestors too)."""
-    return stored_cells(conn, top, low, high), stored_listings(conn, top)
-
-
-def _share(source, top: str, low: Optional[str], high: Optional[str]) -> Found:
+def _share(known: Dict[str, str], listed: Dict[str, tuple], top: str, low: Optional[str],
+           high: Optional[str], markers: dict, root_sigs: dict) -> Found:
     """Sort out the cells under top whose paths are in [low, high) (None:
-    open). source: a connection, the database's file (in a forked child:
-    the parent's connection is not the child's to use), or _stored() read
-    already. The new listings are left in found.listings."""
-    if isinstance(source, str):
-        with contextlib.closing(sqlite3.connect(source, timeout=60)) as own:
-            return _share(own, top, low, high)
-    known, listed = source if isinstance(source, tuple) else _stored(source, top, low, high)
+    open), from the stored cells and listings read before. The new
+    listings are left in found.listings, for the parent to save."""
     found = Found()
     found.listings = Listings(listed)
-    found.changed = list(_walk(top, known, low, high, found, found.listings))
+    found.changed = list(_walk(top, known, low, high, found, found.listings, markers, root_sigs))
     found.listings.stored = {}  # the parent has them: only the new ones go back
     return found
 
 
 def _walk(top: str, known: dict, low: Optional[str], high: Optional[str], found: Found,
-          listings: Listings) -> Iterator[str]:
+          listings: Listings, markers: Optional[dict] = None, root_sigs: Optional[dict] = None) -> Iterator[str]:
     """Yield the cells under top in [low, high) that need the full ingest,
     in walk order; count in found the cells, those unchanged, the roots.
-    The directories above the cells are listed through listings."""
-    markers, root_sigs, roots = {}, {}, set()
+    The directories above the cells are listed through listings. markers
+    and root_sigs: what a walk learns of the roots, kept between walks of
+    one tree where given."""
+    markers = {} if markers is None else markers
+    root_sigs = {} if root_sigs is None else root_sigs
+    roots = set()
     enter = None if low is None and high is None else _enter(low, high)
     likely = known.__contains__ if known else None  # else every directory may be a new cell
     for cell, run_log in layout.walk_cells(top, markers, enter, likely, listings, found.problems):
@@ -400,15 +373,36 @@ def _root_sig(root: str, cache: Dict[str, str]) -> str:
     return sig
 
 
-def _in_processes(jobs: List[Callable[[], Found]]) -> List[Found]:
-    """Each job's result: the first run here, the others in forked worker
-    processes meanwhile (forked.Workers); a job a worker could not finish
-    runs here afterwards."""
-    with forked.Workers(len(jobs) - 1, lambda me: [jobs[me + 1]()]) as workers:
-        results = [jobs[0]()]
-        for me, job in enumerate(jobs[1:]):
+def shared_out(count: int, workers: int, job: Callable[[int], Found]) -> List[Found]:
+    """job(i) for each i in range(count), in this process and in workers
+    forked ones (forked.Workers): each takes the next i whenever it is free
+    (one byte of a pipe; a read of it is the taking), so that a process
+    the machine slows takes fewer. A job a worker took and could not
+    finish runs here afterwards. count: at most 255."""
+    read, write = os.pipe()
+    try:
+        os.write(write, bytes(range(count)))  # a pipe holds 64 KB: never blocks
+    finally:
+        os.close(write)  # before the fork: once the bytes are taken, a read gets the end
+
+    def taken() -> Iterator[int]:
+        while True:
+            token = os.read(read, 1)
+            if not token:
+                return
+            yield token[0]
+
+    results: Dict[int, Found] = {}
+    try:
+        with forked.Workers(workers, lambda me: ((i, job(i)) for i in taken())) as others:
+            results.update((i, job(i)) for i in taken())
             try:
-                results.append(workers.next_from(me))
-            except RuntimeError:
-                results.append(job())
-    return results
+                results.update(others.as_ready())
+            except RuntimeError:  # a worker failed: what it took and did not send is done below
+                pass
+    finally:
+        os.close(read)
+    for i in range(count):
+        if i not in results:
+            results[i] = job(i)
+    return [results[i] for i in range(count)]
