@@ -185,6 +185,7 @@ def refers(path: Path) -> set:
     ("JSONEncoder", "canonical.py"),
     ("fork", "forked.py"),               # worker processes: forked.Workers (os.fork, or "fork")
     ("get_context", "forked.py"),
+    ("pipe", "forked.py"),               # work handed out through a pipe: forked.shared_out
 ])
 def test_one_module_does_it(called, home):
     assert [p.name for p in modules() if called in refers(p)] == [home]

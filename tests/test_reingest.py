@@ -14,7 +14,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from zlstore import ingest, layout, parallel, parse, unchanged
+from zlstore import forked, ingest, layout, parallel, parse, unchanged
 from zlstore.cli import cli
 
 from .test_ingest import IR, record, write_cell, write_root_env
@@ -268,7 +268,7 @@ def test_a_slow_process_takes_fewer_shares():
         time.sleep(0.001 if os.getpid() == parent else 0.03)  # the worker on a busy core
         return i, os.getpid()
 
-    results = unchanged.shared_out(40, 1, job)
+    results = forked.shared_out(40, 1, job)
     assert [i for i, _ in results] == list(range(40))  # each once, in order
     here = sum(pid == parent for _, pid in results)
     assert 20 < here < 40  # fixed halves would give 20; the worker still took some
@@ -286,7 +286,7 @@ def test_a_share_a_worker_took_and_lost_is_done_here(how):
             raise OSError("a share that fails in the worker")
         return i, os.getpid()
 
-    results = unchanged.shared_out(24, 2, job)
+    results = forked.shared_out(24, 2, job)
     assert [i for i, _ in results] == list(range(24))
     assert any(pid != parent for _, pid in results)  # the workers did take shares
 

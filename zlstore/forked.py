@@ -7,9 +7,12 @@ campaign's ingest, which is the process everything waits for. Linux only
 
 import multiprocessing
 import multiprocessing.connection
+import os
 import pickle
 import signal
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Dict, Iterable, Iterator, List, TypeVar
+
+T = TypeVar("T")
 
 PIPE_BYTES = 1 << 20  # how far a worker may get ahead of the reading: a full pipe stops it
 
@@ -93,6 +96,41 @@ class Workers:
         except BrokenPipeError:  # the reading process is gone: so is the work
             return
         sender.close()
+
+
+def shared_out(count: int, workers: int, job: Callable[[int], T]) -> List[T]:
+    """job(i) for each i in range(count), in this process and in workers
+    forked ones (Workers): each takes the next i whenever it is free (one
+    byte of a pipe; a read of it is the taking), so that a process the
+    machine slows takes fewer. A job a worker took and could not finish
+    runs here afterwards. count: at most 255."""
+    read, write = os.pipe()
+    try:
+        os.write(write, bytes(range(count)))  # a pipe holds 64 KB: never blocks
+    finally:
+        os.close(write)  # before the fork: once the bytes are taken, a read gets the end
+
+    def taken() -> Iterator[int]:
+        while True:
+            token = os.read(read, 1)
+            if not token:
+                return
+            yield token[0]
+
+    results: Dict[int, T] = {}
+    try:
+        with Workers(workers, lambda me: ((i, job(i)) for i in taken())) as others:
+            results.update((i, job(i)) for i in taken())
+            try:
+                results.update(others.as_ready())
+            except RuntimeError:  # a worker failed: what it took and did not send is done below
+                pass
+    finally:
+        os.close(read)
+    for i in range(count):
+        if i not in results:
+            results[i] = job(i)
+    return [results[i] for i in range(count)]
 
 
 class _Failure(str):

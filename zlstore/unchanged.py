@@ -229,8 +229,8 @@ def sort_out(conn, top: str, processes: Callable[[int], int] = lambda cells: 1) 
     bounds = [None, *_splits(known, min(255, parts * SHARES_EACH)), None]
     ranges = list(zip(bounds, bounds[1:]))
     caches = {}, {}  # root markers and root signatures, per process: its shares meet the same roots
-    shares = shared_out(len(ranges), parts - 1,
-                        lambda i: _share(known, listed, top, *ranges[i], *caches))
+    shares = forked.shared_out(len(ranges), parts - 1,
+                               lambda i: _share(known, listed, top, *ranges[i], *caches))
     new = [row for share in shares for row in share.listings.new]
     gone = [path for share in shares for path in share.listings.gone]
     if new or gone:
@@ -371,38 +371,3 @@ def _root_sig(root: str, cache: Dict[str, str]) -> str:
     if sig is None:
         sig = cache[root] = layout.root_files_sig(Path(root))
     return sig
-
-
-def shared_out(count: int, workers: int, job: Callable[[int], Found]) -> List[Found]:
-    """job(i) for each i in range(count), in this process and in workers
-    forked ones (forked.Workers): each takes the next i whenever it is free
-    (one byte of a pipe; a read of it is the taking), so that a process
-    the machine slows takes fewer. A job a worker took and could not
-    finish runs here afterwards. count: at most 255."""
-    read, write = os.pipe()
-    try:
-        os.write(write, bytes(range(count)))  # a pipe holds 64 KB: never blocks
-    finally:
-        os.close(write)  # before the fork: once the bytes are taken, a read gets the end
-
-    def taken() -> Iterator[int]:
-        while True:
-            token = os.read(read, 1)
-            if not token:
-                return
-            yield token[0]
-
-    results: Dict[int, Found] = {}
-    try:
-        with forked.Workers(workers, lambda me: ((i, job(i)) for i in taken())) as others:
-            results.update((i, job(i)) for i in taken())
-            try:
-                results.update(others.as_ready())
-            except RuntimeError:  # a worker failed: what it took and did not send is done below
-                pass
-    finally:
-        os.close(read)
-    for i in range(count):
-        if i not in results:
-            results[i] = job(i)
-    return [results[i] for i in range(count)]
