@@ -2,6 +2,7 @@
 
 import contextlib
 import functools
+import json
 import math
 import os
 import sqlite3
@@ -984,6 +985,49 @@ def flaggems_benchmark(checkout, python, tests, pytest_args):
         raise click.UsageError(str(error))
 
 
+def flaggems_probe_only(bench):
+    """What run screen and run campaign ask before their first cell
+    (ZLSTORE_FLAGGEMS_PROBE_ONLY set): probe, print what was found, run nothing."""
+    from . import flaggems as fg
+
+    if not os.environ.get(fg.PROBE_ONLY_VAR):
+        return
+    try:
+        click.echo(fg.probed_value(bench, fg.probe(bench)))
+    except fg.CannotStart as error:
+        raise Fault(str(error))
+    sys.exit(EXIT_OK)
+
+
+@flaggems.command("probe", context_settings={"ignore_unknown_options": True})
+@flaggems_options
+def flaggems_probe(checkout, python, tests, pytest_args):
+    """Can the benchmark start? What it would run on.
+
+    Runs --python once to import the benchmark's conftest and flag_gems as
+    pytest would (the checkout and pytest.ini's pythonpath on sys.path) and
+    prints, as JSON, what it found: gpu, gpu_count, runtime, torch, triton,
+    flag_gems, flaggems_commit, triton_commit, python, driver (null where
+    unknown). `cell` and `repeat` do this before their first cell, and run
+    screen / run campaign before theirs.
+
+    Exit status: 0 it can start; 2 it cannot (the module missing named).
+
+    Example:
+
+        \b
+        zlstore flaggems probe --flaggems ~/FlagGems --python ~/venv/bin/python
+    """
+    from . import flaggems as fg
+
+    bench = flaggems_benchmark(checkout, python, tests, pytest_args)
+    try:
+        found = fg.probe(bench)
+    except fg.CannotStart as error:
+        raise Fault(str(error))
+    click.echo(json.dumps(found, indent=2))
+
+
 @flaggems.command("cell", context_settings={"ignore_unknown_options": True})
 @flaggems_options
 def flaggems_cell(checkout, python, tests, pytest_args):
@@ -996,8 +1040,11 @@ def flaggems_cell(checkout, python, tests, pytest_args):
     process group a little before CELL_TIMEOUT, so that its records and
     index.tsv are written; run screen writes cell.env.
 
-    Exit status: the benchmark's (pytest's); 124 killed at CELL_TIMEOUT;
-    2 usage error (nothing run); 130 interrupted.
+    First it checks that --python can import the benchmark's conftest and
+    flag_gems (`zlstore flaggems probe`): where not, exit status 2, naming
+    the module missing. Exit status: the benchmark's (pytest's); 124 killed
+    at CELL_TIMEOUT; 2 usage error or FlagGems cannot start (nothing run);
+    130 interrupted.
 
     Example:
 
@@ -1008,9 +1055,12 @@ def flaggems_cell(checkout, python, tests, pytest_args):
     from . import flaggems as fg
 
     bench = flaggems_benchmark(checkout, python, tests, pytest_args)
+    flaggems_probe_only(bench)
     try:
         side = fg.screen_side(os.environ)
         run = fg.run_screen_side(bench, side)
+    except fg.CannotStart as error:
+        raise Fault(str(error))
     except fg.FlagGemsError as error:
         raise click.UsageError(str(error))
     except KeyboardInterrupt:
@@ -1046,9 +1096,11 @@ def flaggems_repeat(op, dtype, ab_root, rounds, switch, values, cell_timeout, ca
     failed or killed cell does not stop the rounds. Progress goes to
     stderr; --json (and the other formats) print the cells.
 
-    Exit status: 0 every cell RC 0; 1 some cell failed or was killed;
-    2 usage error (nothing run); 130 interrupted (the running cell has no
-    cell.env: a resumed campaign runs the op again).
+    First it checks that --python can import the benchmark's conftest and
+    flag_gems (`zlstore flaggems probe`). Exit status: 0 every cell RC 0;
+    1 some cell failed or was killed; 2 usage error or FlagGems cannot
+    start, the module missing named (nothing run); 130 interrupted (the
+    running cell has no cell.env: a resumed campaign runs the op again).
 
     Example:
 
@@ -1059,6 +1111,7 @@ def flaggems_repeat(op, dtype, ab_root, rounds, switch, values, cell_timeout, ca
     from . import flaggems as fg
 
     bench = flaggems_benchmark(checkout, python, tests, pytest_args)
+    flaggems_probe_only(bench)
     if dtype.startswith("-"):
         raise click.UsageError(f"DTYPE {dtype!r}: name the dtype before the pytest options ('' for the op's own set)")
     try:
@@ -1075,6 +1128,8 @@ def flaggems_repeat(op, dtype, ab_root, rounds, switch, values, cell_timeout, ca
         runs = fg.repeat(bench, ab_root, op, dtype, rounds=rounds, switch=switch, values=before_after,
                          cell_timeout=cell_timeout, card=card, warn=lambda text: click.echo(text, err=True),
                          report=report)
+    except fg.CannotStart as error:
+        raise Fault(str(error))
     except fg.FlagGemsError as error:
         raise click.UsageError(str(error))
     except KeyboardInterrupt:

@@ -16,9 +16,12 @@ cell` (the runner writes cell.env); `repeat` is what `zlstore run campaign`
 calls through `zlstore flaggems repeat` once per op: every round's cells
 under <AB_ROOT>/ab_<timestamp>/<op>/r<N>/<side>/, each with cell.env last."""
 
+import json
 import os
 import shlex
 import subprocess
+import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +56,15 @@ NOTE = "zlstore flaggems: "  # how this command's own lines in run.log begin
 
 class FlagGemsError(Exception):
     """The benchmark cannot be run as asked; nothing was run."""
+
+
+class CannotStart(FlagGemsError):
+    """FLAGGEMS_PYTHON cannot import flag_gems or the benchmark's conftest
+    (missing: the module it lacks, where one is); nothing was run."""
+
+    def __init__(self, message: str, missing: Optional[str] = None):
+        super().__init__(message)
+        self.missing = missing
 
 
 @dataclass(frozen=True)
@@ -108,6 +120,259 @@ class Benchmark:
         if len(name.encode()) > MAX_NAME_BYTES:
             raise FlagGemsError(f"FlagGems would name its record file {name[:60]}... ({len(name.encode())} bytes, "
                                 f"over the {MAX_NAME_BYTES} a file name may have): use a checkout with a shorter path")
+
+
+# == can the benchmark start? one probe before the first cell =================
+
+# What the probe reports of the Python and machine the benchmark runs on:
+# strings, None where unknown.
+PROBE_KEYS = ("gpu", "gpu_count", "runtime", "torch", "triton", "flag_gems", "flaggems_commit", "triton_commit",
+              "python", "driver")
+# Set by run screen / run campaign for their one probe of the command: the
+# cell command then probes, prints the result and runs nothing.
+PROBE_ONLY_VAR = "ZLSTORE_FLAGGEMS_PROBE_ONLY"
+# A probe already made (by run screen, for its cells): {"checkout", "python", "env"}.
+PROBED_VAR = "ZLSTORE_FLAGGEMS_PROBED"
+PROBE_TIMEOUT_S = 300.0
+
+# Run by FLAGGEMS_PYTHON with the checkout and a result file: imports the
+# benchmark's conftest (and through it what it imports: torch, flag_gems
+# and their dependencies) as pytest would, with the checkout and pytest.ini's
+# pythonpath on sys.path, then writes what it sees. Its own failure is
+# written too, so that the caller can name the module that is missing.
+PROBE_SCRIPT = r"""
+import configparser, importlib, importlib.metadata, json, os, platform, sys, traceback
+checkout, result = sys.argv[1], sys.argv[2]
+
+def write(doc):
+    with open(result, "w") as f:
+        json.dump(doc, f)
+
+ini = configparser.ConfigParser(interpolation=None, strict=False)
+try:
+    ini.read(os.path.join(checkout, "pytest.ini"))
+    pythonpath = ini.get("pytest", "pythonpath", fallback="").split()
+except configparser.Error:
+    pythonpath = []
+package = os.path.isfile(os.path.join(checkout, "benchmark", "__init__.py"))
+for path in reversed([checkout if package else os.path.join(checkout, "benchmark")]
+                     + [os.path.join(checkout, p) for p in pythonpath]):
+    sys.path.insert(0, path)
+try:
+    importlib.import_module("benchmark.conftest" if package else "conftest")
+    import flag_gems
+except BaseException as error:
+    frames = [f.filename for f in traceback.extract_tb(error.__traceback__)
+              if not f.filename.startswith("<") and "importlib" not in f.filename]
+    write({"missing": error.name if isinstance(error, ModuleNotFoundError) else None,
+           "error": "".join(traceback.format_exception_only(type(error), error)).strip(),
+           "where": os.path.relpath(frames[-1], checkout) if frames else None})
+    sys.exit(0)
+
+def text(value):
+    return None if value in (None, "", "unknown") else str(value)
+
+def version(module, dist):
+    found = text(getattr(sys.modules.get(module), "__version__", None))
+    if found:
+        return found
+    try:
+        return text(importlib.metadata.version(dist))
+    except Exception:
+        return None
+
+def triton_commit():
+    try:
+        url = json.loads(importlib.metadata.distribution("triton").read_text("direct_url.json") or "{}")
+    except Exception:
+        url = {}
+    if url.get("vcs_info", {}).get("commit_id"):
+        return url["vcs_info"]["commit_id"]
+    local = version("triton", "triton") or ""
+    if "+git" in local:                    # nightly wheels: 3.4.0+git1234abcd
+        return local.split("+git", 1)[1].split(".")[0] or None
+    return None
+
+torch = sys.modules.get("torch")
+device_fn = getattr(getattr(flag_gems, "runtime", None), "torch_device_fn", None) or getattr(torch, "cuda", None)
+gpu = count = runtime = None
+try:
+    if device_fn is not None and device_fn.is_available():
+        count = str(device_fn.device_count())
+        gpu = text(device_fn.get_device_name(0))
+except Exception:
+    pass
+for name in ("cuda", "hip", "musa", "xpu"):
+    found = getattr(getattr(torch, "version", None), name, None)
+    if isinstance(found, str) and found:
+        runtime = f"{name} {found}"
+        break
+write({"env": {"gpu": gpu, "gpu_count": count, "runtime": runtime, "torch": version("torch", "torch"),
+               "triton": version("triton", "triton"), "flag_gems": version("flag_gems", "flag_gems"),
+               "triton_commit": triton_commit(), "python": platform.python_version()}})
+"""
+
+
+def checkout_commit(checkout: Path) -> Optional[str]:
+    """The commit of the FlagGems checkout: git's where the checkout is a
+    repository's top level, else its .git/HEAD read directly (a checkout
+    copied without git, or a machine without git). None where neither."""
+    try:
+        top = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--show-toplevel", "HEAD"],
+                             capture_output=True, text=True, timeout=30)
+        lines = top.stdout.split()
+        if top.returncode == 0 and len(lines) == 2 and Path(lines[0]).resolve() == Path(checkout).resolve():
+            return lines[1]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return _read_git_head(Path(checkout) / ".git")
+
+
+def _read_git_head(git: Path) -> Optional[str]:
+    try:
+        if git.is_file():   # a worktree's .git: "gitdir: <path>"
+            git = (git.parent / git.read_text().split(":", 1)[1].strip()).resolve()
+        head = (git / "HEAD").read_text().strip()
+        if not head.startswith("ref:"):
+            return head or None
+        ref = head.split(":", 1)[1].strip()
+        common = git / "commondir"
+        roots = [git] + ([(git / common.read_text().strip()).resolve()] if common.is_file() else [])
+        for root in roots:
+            if (root / ref).is_file():
+                return (root / ref).read_text().strip() or None
+            packed = root / "packed-refs"
+            if packed.is_file():
+                for line in packed.read_text().splitlines():
+                    if line.endswith(" " + ref):
+                        return line.split()[0]
+    except (OSError, IndexError):
+        pass
+    return None
+
+
+def nvidia_driver() -> Optional[str]:
+    """The driver version nvidia-smi reports, None where there is none."""
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = done.stdout.split()
+    return lines[0] if done.returncode == 0 and lines else None
+
+
+_probed: Dict[Tuple[str, str], Dict[str, Optional[str]]] = {}
+
+
+def probe(bench: "Benchmark", env: Optional[Mapping[str, str]] = None) -> Dict[str, Optional[str]]:
+    """Can the benchmark start? Runs bench.python once (once per process,
+    or not at all where the caller's PROBED_VAR holds this benchmark's)
+    importing the benchmark's conftest and flag_gems as pytest would, and
+    returns what it saw (PROBE_KEYS). CannotStart names the module missing,
+    or says what else failed: nothing was run."""
+    env = dict(os.environ if env is None else env)
+    key = (str(bench.checkout), bench.python)
+    if key in _probed:
+        return dict(_probed[key])
+    given = _given_probe(env, key)
+    if given is not None:
+        _probed[key] = given
+        return dict(given)
+    with tempfile.TemporaryDirectory(prefix="zlstore-probe-") as scratch:
+        result = Path(scratch) / "probe.json"
+        # Its caches in scratch: importing flag_gems writes nothing of the user's.
+        env.update({TRITON_CACHE_VAR: str(Path(scratch) / layout.TRITON_CACHE),
+                    FLAGGEMS_CACHE_VAR: str(Path(scratch) / FLAGGEMS_CACHE), "PYTHONDONTWRITEBYTECODE": "1"})
+        try:
+            done = subprocess.run([bench.python, "-c", PROBE_SCRIPT, str(bench.checkout), str(result)],
+                                  cwd=scratch, env=env, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+        except FileNotFoundError:
+            raise CannotStart(f"FlagGems cannot start: there is no {bench.python} (--python, FLAGGEMS_PYTHON)") from None
+        except subprocess.TimeoutExpired:
+            raise CannotStart(f"FlagGems cannot start: importing flag_gems with {bench.python} took over "
+                              f"{PROBE_TIMEOUT_S:g} s") from None
+        try:
+            seen = json.loads(result.read_text())
+        except (OSError, ValueError):
+            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+            raise CannotStart(f"FlagGems cannot start: {bench.python} could not run the probe "
+                              f"(exit status {done.returncode}): {' / '.join(tail) or 'no output'}") from None
+    if "env" not in seen:
+        raise _cannot_start(bench, seen)
+    found = {name: seen["env"].get(name) for name in PROBE_KEYS}
+    found.update(flaggems_commit=checkout_commit(bench.checkout), driver=nvidia_driver())
+    _probed[key] = found
+    return dict(found)
+
+
+def _cannot_start(bench: "Benchmark", seen: dict) -> CannotStart:
+    where = f" (imported by {seen['where']})" if seen.get("where") else ""
+    if seen.get("missing"):
+        module = seen["missing"]
+        return CannotStart(f"FlagGems cannot start: {bench.python} has no module {module!r}{where}; install it "
+                           f"for that Python (pip install {module.split('.')[0]}) or name another --python",
+                           missing=module)
+    return CannotStart(f"FlagGems cannot start: importing the benchmark's conftest with {bench.python} "
+                       f"failed{where}: {seen.get('error')}")
+
+
+def _given_probe(env: Mapping[str, str], key: Tuple[str, str]) -> Optional[Dict[str, Optional[str]]]:
+    try:
+        given = json.loads(env.get(PROBED_VAR) or "null")
+        if given and (given["checkout"], given["python"]) == key:
+            return {name: given["env"].get(name) for name in PROBE_KEYS}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return None
+
+
+def probed_value(bench: "Benchmark", found: Mapping[str, Optional[str]]) -> str:
+    """PROBED_VAR's value: this probe, for the cells a runner starts."""
+    return json.dumps({"checkout": str(bench.checkout), "python": bench.python, "env": dict(found)})
+
+
+def runs_flaggems(command: str) -> bool:
+    """Does this --command run `zlstore flaggems cell` or `zlstore flaggems repeat`?"""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return False
+    return any(word == "flaggems" and following in ("cell", "repeat") and index
+               and (words[index - 1] == "zlstore" or words[index - 1].endswith("/zlstore"))
+               for index, (word, following) in enumerate(zip(words, words[1:])))
+
+
+def preflight(command: str, env: Mapping[str, str], timeout: float = PROBE_TIMEOUT_S) -> Optional[str]:
+    """What run screen and run campaign do before their first cell: where
+    command (filled in as for the first cell) runs `zlstore flaggems`, run it
+    once with PROBE_ONLY_VAR set, in the caller's directory, so that it
+    probes and runs nothing. Returns PROBED_VAR's value for the cells (None
+    for any other command); CannotStart with the command's own message."""
+    if not runs_flaggems(command):
+        return None
+    run_env = dict(env)
+    run_env[PROBE_ONLY_VAR] = "1"
+    with tempfile.TemporaryFile() as output:
+        proc = start_group(command, run_env, output)
+        try:
+            proc.wait(timeout=timeout + KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            kill_group(proc, KILL_GRACE_S)
+        except BaseException:
+            kill_group(proc, STOP_GRACE_S)
+            raise
+        output.seek(0)
+        lines = output.read().decode(errors="replace").strip().splitlines()
+    if proc.returncode == 0 and lines:
+        try:
+            json.loads(lines[-1])["env"]
+            return lines[-1]
+        except (ValueError, KeyError, TypeError):
+            pass
+    said = " / ".join(line.removeprefix("Error: ").strip() for line in lines[-3:]) or "no output"
+    raise CannotStart(f"the cell command cannot start FlagGems (exit status {shell_rc(proc.returncode)}): {said}; "
+                      f"nothing was run. The command: {command}")
 
 
 def bench_level(env: Mapping[str, str]) -> str:
@@ -306,7 +571,9 @@ def screen_side(env: Mapping[str, str]) -> ScreenSide:
 
 
 def run_screen_side(bench: Benchmark, side: ScreenSide, env: Optional[Mapping[str, str]] = None) -> CellRun:
-    """One side of a screening pair, inside the runner's CELL_TIMEOUT."""
+    """One side of a screening pair, inside the runner's CELL_TIMEOUT, once
+    the benchmark is known to start (probe)."""
+    probe(bench, env)
     with open(Path(side.out) / layout.RUN_LOG, "a+b") as log:  # read too: _note looks at its last byte
         for note in side.notes:
             _note(log, note)
@@ -364,6 +631,7 @@ def repeat(bench: Benchmark, ab_root, op: str, dtype: str, *, rounds: int, switc
     for note in caliber_notes(env):
         warn(note)
     bench.check_record_name(op, dtype, level)
+    probe(bench, env)
     run_dir = new_run_dir(Path(ab_root).resolve())
     runs = []
     for round_ in range(1, rounds + 1):

@@ -10,18 +10,20 @@ on Slurm (slurm.py) this process records them from the shared tree. Every
 command runs in its own process group, so a timeout or a Ctrl-C kills it
 with its children."""
 
+import json
 import os
 import shlex
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, IO, List, Optional, Sequence, Tuple
 
-from . import caliber, judge, layout, pairing
+from . import caliber, flaggems, judge, layout, pairing
 from . import plan as planmod
 from .harness import (DEFAULT_CELL_TIMEOUT, DEFAULT_SWITCH_VALUES, caliber_items, env_text, fill, local_now, num,
                       switch_values, timestamp, write_atomic, write_cell_env)
@@ -219,6 +221,7 @@ def run_screen(store, config: ScreenConfig, report: Callable[[str], None] = lamb
     if not config.ops:
         raise RunError("no ops to screen")
     visible = visible_devices_var(config.backend)
+    probed = _screen_preflight(store, config, root, visible)
     _make_root(root)
     started = local_now()
     write_atomic(root / layout.ROOT_ENV, env_text(
@@ -229,7 +232,7 @@ def run_screen(store, config: ScreenConfig, report: Callable[[str], None] = lamb
     for op, dtype in config.ops:
         for side, value in zip(layout.SIDES, config.values):
             with interrupts():
-                result = _screen_side(store, config, root, op, dtype, side, value, visible)
+                result = _screen_side(store, config, root, op, dtype, side, value, visible, probed)
             results.append(result)
             label = op_label(op, dtype)
             how = f"killed at the {num(config.cell_timeout)} s timeout, RC {result.rc}" if result.timed_out else f"RC {result.rc}"
@@ -237,6 +240,7 @@ def run_screen(store, config: ScreenConfig, report: Callable[[str], None] = lamb
     screen_tsv = judge.write_screen_tsv(store, str(root))
     store.ingest_summary([root], command="run screen")  # recorded_verdicts: the file just written
     return {"root": str(root), "sides": len(results), "switch": config.switch, "switch_values": list(config.values),
+            "flaggems": json.loads(probed)["env"] if probed else None,
             "screen_tsv": str(screen_tsv or root / layout.SCREEN_TSV),
             "timed_out": [f"{r.op}:{r.dtype}:{r.side}" for r in results if r.timed_out],
             "failed": [{"label": op_label(r.op, r.dtype), "side": r.side, "rc": r.rc, "timed_out": r.timed_out,
@@ -271,10 +275,9 @@ def screen_tsv_rows(result: dict) -> List[dict]:
     return [row for _, row in layout.read_tsv(Path(result["screen_tsv"]), []) or []]
 
 
-def _screen_side(store, config: ScreenConfig, root: Path, op: str, dtype: str, side: str,
-                 value: str, visible: str) -> SideResult:
-    out = root / _cell_name(op, dtype, side)
-    out.mkdir(parents=True)
+def _side_env(store, config: ScreenConfig, out: Path, op: str, dtype: str, side: str, value: str,
+              visible: str) -> Tuple[Dict[str, str], str]:
+    """A side's environment and its command, filled in."""
     env = dict(os.environ)
     env.update({
         "OUT_DIR": str(out), "OP": op, "DTYPE": dtype, "SIDE": side, "ROUND": "0",
@@ -285,6 +288,29 @@ def _screen_side(store, config: ScreenConfig, root: Path, op: str, dtype: str, s
     })
     command = fill(config.command, {"op": op, "dtype": dtype, "side": side, "out_dir": out,
                                     "card": config.card, "switch": config.switch, "switch_value": value})
+    return env, command
+
+
+def _screen_preflight(store, config: ScreenConfig, root: Path, visible: str) -> Optional[str]:
+    """Before the first side, where --command runs `zlstore flaggems`: can
+    FlagGems start (flaggems.preflight)? RunError names what is missing,
+    before anything is written; else the probe, handed to every side."""
+    op, dtype = config.ops[0]
+    side, value = layout.SIDES[0], config.values[0]
+    env, command = _side_env(store, config, root / _cell_name(op, dtype, side), op, dtype, side, value, visible)
+    try:
+        return flaggems.preflight(command, env, timeout=min(config.cell_timeout, flaggems.PROBE_TIMEOUT_S))
+    except flaggems.CannotStart as error:
+        raise RunError(str(error)) from None
+
+
+def _screen_side(store, config: ScreenConfig, root: Path, op: str, dtype: str, side: str,
+                 value: str, visible: str, probed: Optional[str] = None) -> SideResult:
+    out = root / _cell_name(op, dtype, side)
+    out.mkdir(parents=True)
+    env, command = _side_env(store, config, out, op, dtype, side, value, visible)
+    if probed:
+        env[flaggems.PROBED_VAR] = probed
     started_at, t0 = local_now(), time.monotonic()
     timed_out = False
     with open(out / layout.RUN_LOG, "ab") as log:
@@ -814,6 +840,8 @@ def run_campaign(store, config: CampaignConfig, stream: IO = sys.stderr) -> Camp
     launcher.check(len(plan.cards))
     if not config.resume:
         refuse_known_root(store, config.root)
+    if config.slurm is None:   # on Slurm the cards' hosts, not this one, run FlagGems
+        _campaign_preflight(store, config, values)
     root = prepare_campaign(config, values)
     (root / "logs").mkdir(exist_ok=True)
     states = [CardState(c.card, list(c.ops), remaining=list(c.ops)) for c in plan.cards]
@@ -852,6 +880,30 @@ def run_campaign(store, config: CampaignConfig, stream: IO = sys.stderr) -> Camp
     if interrupted or result.unfinished:
         result.resume_command = resume_command(root, store.path, config.slurm is not None)
     return result
+
+
+def _campaign_preflight(store, config: CampaignConfig, caliber_values: Dict[str, str]):
+    """Before the first op, where --command runs `zlstore flaggems`: can
+    FlagGems start, in the environment the first op would get (card.py's
+    op_env)? RunError names what is missing, before anything is written."""
+    first = next(((card.card, op) for card in config.plan.cards for op in card.ops), None)
+    if first is None:
+        return
+    card, op = first
+    with tempfile.TemporaryDirectory(prefix="zlstore-preflight-") as scratch:
+        env = dict(os.environ)
+        env.update(caliber_values)
+        env.update({"AB_ROOT": scratch, ISOLATE_TUNER_CACHE: "1", "ROUNDS": str(config.rounds), "CARD": str(card),
+                    "CELL_TIMEOUT": num(config.cell_timeout), "OP": op.op, "DTYPE": op.dtype,
+                    visible_devices_var(config.backend): config.devices[card] if config.devices else str(card),
+                    "ZLSTORE_DB": str(Path(store.path).resolve())})
+        if config.switch:
+            env["SWITCH"] = config.switch
+        command = fill(config.command, {"op": op.op, "dtype": op.dtype, "card": card, "rounds": config.rounds})
+        try:
+            flaggems.preflight(command, env, timeout=min(config.cell_timeout, flaggems.PROBE_TIMEOUT_S))
+        except flaggems.CannotStart as error:
+            raise RunError(str(error)) from None
 
 
 def _resume(store, root: Path, plan: Plan, rounds: int, states: List[CardState], display: Display):

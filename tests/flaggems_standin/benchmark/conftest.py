@@ -11,6 +11,8 @@ TRITON_CACHE_DIR and the generated code under FLAGGEMS_CACHE_DIR
 import logging
 import os
 
+import flag_gems  # noqa: F401 (as FlagGems' conftest: the benchmark cannot start without it)
+
 DTYPE_NAMES = ("float16", "float32", "bfloat16", "int16", "int32", "bool", "cfloat")
 BENCH_LEVELS = ("comprehensive", "core")
 DEFAULT_WARMUP_COUNT = 1000

@@ -1,0 +1,218 @@
+"""Can FlagGems' benchmark start? `zlstore flaggems` finds out before the
+first cell (flaggems.probe), and so do `zlstore run screen` and `zlstore run
+campaign` with it as their --command: on the H100, FlagGems' checkout
+imported sqlalchemy, which the GPU's Python lacked, and every cell failed
+with RC 4 before the screen said only that every side had failed. Here a
+copy of the stand-in (tests/flaggems_standin) whose flag_gems imports a
+module that is not installed plays that checkout."""
+
+import json
+import platform
+import shlex
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from zlstore import flaggems
+from zlstore.cli import cli
+
+HERE = Path(__file__).resolve().parent
+STANDIN = HERE / "flaggems_standin"
+PY = shlex.quote(sys.executable)
+ZLSTORE = [sys.executable, "-m", "zlstore"]
+SWITCH = "TRITON_F32_DEFAULT"
+CALIBER = {"ZL_BACKEND": "cuda", "BENCH_LEVEL": "core", "ZL_ENABLE_CUDAGRAPH": "0",
+           "ZL_ISOLATE_TUNER_CACHE": "1", "ZL_DIRECT_REPEAT": "1", "SHAPE_MODE": "default",
+           "USE_FLAGTUNE": "0"}
+# Named like FlagGems' own dependency, and installed nowhere.
+ABSENT = "sqlalchemy_not_installed"
+
+
+def env_for(tmp, **extra):
+    env = {k: v for k, v in __import__("os").environ.items()
+           if not k.startswith(("ZLSTORE_", "FLAGGEMS_", "STANDIN_", "PYTEST_", "TRITON_"))
+           and k not in CALIBER}
+    env.update(CALIBER, PYTHONPATH=str(HERE.parent), STANDIN_IMPORTS=str(tmp / "imports.jsonl"))
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def imports(tmp):
+    """The processes that imported the stand-in's flag_gems, by working directory."""
+    path = tmp / "imports.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def copy_standin(tmp, git=False) -> Path:
+    checkout = tmp / "FlagGems"
+    shutil.copytree(STANDIN, checkout, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
+    if git:
+        for args in (["init", "-q"], ["add", "-A"],
+                     ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "stand-in"]):
+            subprocess.run(["git", "-C", str(checkout)] + args, check=True, capture_output=True)
+    return checkout
+
+
+def broken_standin(tmp) -> Path:
+    """The stand-in as FlagGems' checkout was on the H100: flag_gems imports
+    a module (in a submodule, as flag_gems/utils/models/sql.py imports
+    sqlalchemy) that FLAGGEMS_PYTHON does not have."""
+    checkout = copy_standin(tmp)
+    package = checkout / "src" / "flag_gems"
+    (package / "models.py").write_text(f"import {ABSENT}\n")
+    with open(package / "__init__.py", "a") as init:
+        init.write("\nfrom flag_gems import models  # noqa: E402,F401\n")
+    return checkout
+
+
+def zl(args, env, cwd):
+    return subprocess.run(ZLSTORE + args, env=env, cwd=cwd, capture_output=True, text=True, timeout=180)
+
+
+def cell_command(checkout):
+    return f"{PY} -m zlstore flaggems cell --flaggems {shlex.quote(str(checkout))} --python {PY}"
+
+
+# == what the probe sees ==========================================================
+
+
+def test_the_probe_reports_what_the_benchmark_runs_on(tmp_path):
+    checkout = copy_standin(tmp_path, git=True)
+    found = flaggems.probe(flaggems.Benchmark(checkout, python=sys.executable), env_for(tmp_path))
+    assert tuple(found) == flaggems.PROBE_KEYS
+    assert all(value is None or isinstance(value, str) for value in found.values())
+    head = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
+    assert found["flaggems_commit"] == head.stdout.strip()
+    assert found["flag_gems"] == "0.0.standin"       # flag_gems.__version__, imported from src/ (pytest.ini)
+    assert found["python"] == platform.python_version()
+    # the probe process imported flag_gems in a scratch directory, not the caller's
+    (probe,) = imports(tmp_path)
+    assert "zlstore-probe-" in probe["cwd"]
+
+
+def test_a_checkout_copied_without_git_gives_its_commit_from_git_head(tmp_path):
+    """The checkout carried to a GPU machine as files, its .git/HEAD kept."""
+    checkout = copy_standin(tmp_path)
+    (checkout / ".git").mkdir()
+    (checkout / ".git" / "HEAD").write_text("ed2508bcb5a03000e9774734201d840ba362cd11\n")
+    assert flaggems.checkout_commit(checkout) == "ed2508bcb5a03000e9774734201d840ba362cd11"
+    (checkout / ".git" / "HEAD").write_text("ref: refs/heads/master\n")
+    (checkout / ".git" / "packed-refs").write_text("# pack-refs\n" + "ab" * 20 + " refs/heads/master\n")
+    assert flaggems.checkout_commit(checkout) == "ab" * 20
+
+
+def test_a_checkout_inside_another_repository_has_no_commit_of_its_own(tmp_path):
+    """The stand-in lives in zlstore's repository: zlstore's commit is not FlagGems'."""
+    assert flaggems.checkout_commit(STANDIN) is None
+
+
+def test_the_probe_runs_once_per_process(tmp_path):
+    bench = flaggems.Benchmark(copy_standin(tmp_path), python=sys.executable)
+    env = env_for(tmp_path)
+    first = flaggems.probe(bench, env)
+    assert flaggems.probe(bench, env) == first
+    assert len(imports(tmp_path)) == 1
+
+
+# == a benchmark that cannot start: named before the first cell ======================
+
+
+def test_the_probe_names_the_missing_module(tmp_path):
+    bench = flaggems.Benchmark(broken_standin(tmp_path), python=sys.executable)
+    with pytest.raises(flaggems.CannotStart) as caught:
+        flaggems.probe(bench, env_for(tmp_path))
+    assert caught.value.missing == ABSENT
+    assert f"has no module '{ABSENT}'" in str(caught.value)
+    assert "imported by src/flag_gems/models.py" in str(caught.value)
+
+
+def test_flaggems_probe_prints_the_json_or_names_the_module(tmp_path):
+    env = env_for(tmp_path)
+    good = CliRunner().invoke(cli, ["flaggems", "probe", "--flaggems", str(copy_standin(tmp_path)),
+                                    "--python", sys.executable], env=env)
+    assert good.exit_code == 0, good.output
+    assert set(json.loads(good.output)) == set(flaggems.PROBE_KEYS)
+    bad = zl(["flaggems", "probe", "--flaggems", str(broken_standin(tmp_path / "b")), "--python", sys.executable],
+             env, tmp_path)
+    assert bad.returncode == 2 and ABSENT in bad.stderr and "Usage:" not in bad.stderr
+
+
+def test_a_cell_that_cannot_start_names_the_module_and_runs_nothing(tmp_path):
+    checkout = broken_standin(tmp_path)
+    out = tmp_path / "abs_float16_before"
+    out.mkdir()
+    env = env_for(tmp_path, OUT_DIR=out, OP="abs", DTYPE="float16", SIDE="before", SWITCH=SWITCH,
+                  SWITCH_VALUE="ieee", CELL_TIMEOUT=60)
+    result = subprocess.run(shlex.split(cell_command(checkout)), env=env, cwd=tmp_path, capture_output=True,
+                            text=True, timeout=180)
+    assert result.returncode == 2 and f"no module '{ABSENT}'" in result.stderr
+    assert list(out.iterdir()) == []        # no run.log, no caches: pytest never started
+
+
+def test_run_screen_names_the_missing_module_before_the_first_cell(tmp_path):
+    """What the H100 run needed: one line naming sqlalchemy, not a minute of
+    cells that each fail with RC 4."""
+    checkout = broken_standin(tmp_path)
+    root, db = tmp_path / "runs" / "screen_x", tmp_path / "z.db"
+    result = zl(["run", "screen", "--ops", "abs:float16,softmax:float32", "--switch", SWITCH,
+                 "--values", "ieee,tf32", "--command", cell_command(checkout), "--root", str(root),
+                 "--db", str(db)], env_for(tmp_path), tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert f"no module '{ABSENT}'" in result.stderr and "nothing was run" in result.stderr
+    assert not root.exists()
+    assert not db.exists() or sqlite3.connect(db).execute("SELECT count(*) FROM cells").fetchone() == (0,)
+
+
+def test_run_screen_probes_once_and_its_cells_do_not_again(tmp_path):
+    checkout = copy_standin(tmp_path)
+    root, db = tmp_path / "runs" / "screen_ok", tmp_path / "z.db"
+    result = zl(["run", "screen", "--ops", "abs:float16,softmax:float32", "--switch", SWITCH,
+                 "--values", "ieee,tf32", "--command", cell_command(checkout) + " -- --warmup 1 --iter 2",
+                 "--root", str(root), "--db", str(db), "--json"], env_for(tmp_path), tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["flaggems"]["flag_gems"] == "0.0.standin"
+    by_where = [("probe" if "zlstore-probe-" in i["cwd"] else Path(i["cwd"]).parent.name) for i in imports(tmp_path)]
+    # one probe (run screen's), then one pytest per side, each in its cell
+    assert by_where == ["probe", "screen_ok", "screen_ok", "screen_ok", "screen_ok"]
+
+
+def test_run_campaign_names_the_missing_module_before_the_first_op(tmp_path):
+    checkout = broken_standin(tmp_path)
+    plan = tmp_path / "partition.tsv"
+    plan.write_text("card\top\tdtype\tweight_min\n0\tabs\tfloat16\t1\n1\tsoftmax\tfloat32\t1\n")
+    root, db = tmp_path / "runs" / "campaign_x", tmp_path / "z.db"
+    repeat = (f"{PY} -m zlstore flaggems repeat {{op}} {{dtype}} --values ieee,tf32 "
+              f"--flaggems {shlex.quote(str(checkout))} --python {PY}")
+    result = zl(["run", "campaign", "--plan", str(plan), "--switch", SWITCH, "--rounds", "2", "--command", repeat,
+                 "--root", str(root), "--db", str(db)], env_for(tmp_path), tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert f"no module '{ABSENT}'" in result.stderr
+    assert not root.exists()
+
+
+def test_a_repeat_that_cannot_start_writes_nothing(tmp_path):
+    checkout = broken_standin(tmp_path)
+    ab_root = tmp_path / "card0"
+    result = zl(["flaggems", "repeat", "abs", "float16", "--ab-root", str(ab_root), "--switch", SWITCH,
+                 "--values", "ieee,tf32", "--rounds", "2", "--flaggems", str(checkout), "--python", sys.executable],
+                env_for(tmp_path), tmp_path)
+    assert result.returncode == 2 and ABSENT in result.stderr
+    assert not ab_root.exists()
+
+
+@pytest.mark.parametrize("command, expected", [
+    ("zlstore flaggems cell --flaggems ~/FlagGems -- --warmup 25", True),
+    ("/opt/venv/bin/zlstore flaggems repeat {op} {dtype} --flaggems ~/FlagGems", True),
+    ("cd x && zlstore flaggems cell", True),
+    ("bash run_cell.sh {op} {dtype}", False),
+    ("zlstore flaggems --help", False),
+    ("echo flaggems cell", False),
+    ("zlstore flaggems cell 'unclosed", False),
+])
+def test_which_commands_run_flaggems(command, expected):
+    assert flaggems.runs_flaggems(command) is expected
