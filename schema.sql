@@ -596,6 +596,75 @@ JOIN roots ON roots.id = cells.root_id
 LEFT JOIN calibers ON calibers.id = cells.caliber_id
 LEFT JOIN environments ON environments.id = cells.environment_id;
 
+-- What each root's cells ran on: one row per (root, environment) with its
+-- count of current cells; environment_id NULL: cells that recorded none
+-- (an older harness). `zlstore screen` and `zlstore ab` print it in each
+-- root's heading.
+CREATE VIEW root_environments AS
+SELECT
+    roots.name AS root,
+    c.root_id,
+    c.environment_id,
+    count(*) AS cells,
+    [[environment: e.{f}]]
+FROM cells c
+JOIN roots ON roots.id = c.root_id
+LEFT JOIN environments e ON e.id = c.environment_id
+WHERE c.superseded_at IS NULL
+GROUP BY c.root_id, c.environment_id;
+
+-- The provenance fields in which the cells of one (root, cell op, dtype)
+-- differ: the two sides of a screening pair, or every round of a campaign's
+-- op, ran on two GPU models, drivers or Triton builds. Anything but the
+-- switch that differs may explain a difference as well as the switch can;
+-- `zlstore screen` and `zlstore ab` warn by field name. values: the known
+-- values, a JSON array; by_side: side -> its values (JSON). Unknown values
+-- (a cell that recorded none) are not a difference.
+CREATE VIEW environment_differences AS
+WITH field_values AS (
+    SELECT c.root_id, c.op, c.dtype, c.side, f.key AS field, f.value
+    FROM cells c
+    JOIN environments e ON e.id = c.environment_id
+    JOIN json_each(json_object([[environment: '{f}', e.{f}]])) f
+    WHERE c.superseded_at IS NULL AND f.value IS NOT NULL
+),
+differing AS (
+    SELECT root_id, op, dtype, field, count(DISTINCT value) AS n_values
+    FROM field_values
+    GROUP BY root_id, op, dtype, field
+    HAVING count(DISTINCT value) > 1
+)
+SELECT
+    roots.name AS root,
+    d.op,
+    d.dtype,
+    d.field,
+    d.n_values,
+    (SELECT json_group_array(value) FROM (
+        SELECT DISTINCT value FROM field_values v
+        WHERE v.root_id = d.root_id AND v.op IS d.op AND v.dtype IS d.dtype AND v.field = d.field
+        ORDER BY value)) AS "values",
+    (SELECT json_group_object(side, side_values) FROM (
+        SELECT side, group_concat(value, ' | ') AS side_values FROM (
+            SELECT DISTINCT side, value FROM field_values v
+            WHERE v.root_id = d.root_id AND v.op IS d.op AND v.dtype IS d.dtype AND v.field = d.field
+            ORDER BY side, value)
+        GROUP BY side ORDER BY side)) AS by_side,
+    d.root_id
+FROM differing d
+JOIN roots ON roots.id = d.root_id;
+
+-- environment_differences per A/B range key: a range's rows come from the
+-- cells of its round's cell op (a cell may hold rows of several ops).
+CREATE VIEW range_environment_differences AS
+WITH keys AS (
+    SELECT DISTINCT root_id, cell_op AS op_of_cells, cell_dtype AS dtype_of_cells, op, dtype FROM ab_slot_rows
+)
+SELECT k.root_id, k.op, k.dtype, d.field, d."values", d.by_side
+FROM keys k
+JOIN environment_differences d
+    ON d.root_id = k.root_id AND d.op IS k.op_of_cells AND d.dtype IS k.dtype_of_cells;
+
 -- The problems with the input that are still there: each names its file (and
 -- line), with the root and cell it belongs to and the run that found it.
 -- `zlstore problems` prints it; an ingest counts it under what it covered.
@@ -1023,7 +1092,10 @@ SELECT
     judged.caliber_id,
     judged.before_cell_id,
     judged.after_cell_id,
-    judged.root_id
+    judged.root_id,
+    -- field -> its values where the pair's two cells ran on different things (environment_differences)
+    (SELECT nullif(json_group_object(d.field, json(d."values")), '{}') FROM environment_differences d
+     WHERE d.root_id = judged.root_id AND d.op IS judged.op AND d.dtype IS judged.dtype) AS environment_differs
 FROM judged
 JOIN roots ON roots.id = judged.root_id
 JOIN fingerprint_rules rules ON rules.rule = judged.rule
@@ -1146,7 +1218,10 @@ SELECT
     j.cards, j.root_kind, j.caliber_id,
     [[caliber: calibers.{f}]],
     j.root_id,
-    j.root_path
+    j.root_path,
+    -- field -> its values where the range's cells ran on different things (range_environment_differences)
+    (SELECT nullif(json_group_object(d.field, json(d."values")), '{}') FROM range_environment_differences d
+     WHERE d.root_id = j.root_id AND d.op IS j.op AND d.dtype IS j.dtype) AS environment_differs
 FROM ab_range_judgements j
 LEFT JOIN calibers ON calibers.id = j.caliber_id;
 
@@ -1330,62 +1405,6 @@ SELECT
 FROM ab_range_unjudged u
 JOIN roots ON roots.id = u.root_id AND roots.kind <> 'screen'
 CROSS JOIN thresholds t;
-
--- What each root's cells ran on: one row per (root, environment) with its
--- count of current cells; environment_id NULL: cells that recorded none
--- (an older harness). `zlstore screen` and `zlstore ab` print it in each
--- root's heading.
-CREATE VIEW root_environments AS
-SELECT
-    roots.name AS root,
-    c.root_id,
-    c.environment_id,
-    count(*) AS cells,
-    [[environment: e.{f}]]
-FROM cells c
-JOIN roots ON roots.id = c.root_id
-LEFT JOIN environments e ON e.id = c.environment_id
-WHERE c.superseded_at IS NULL
-GROUP BY c.root_id, c.environment_id;
-
--- The provenance fields in which the cells of one (root, cell op, dtype)
--- differ: the two sides of a screening pair, or every round of a campaign's
--- op, ran on two GPU models, drivers or Triton builds. Anything but the
--- switch that differs may explain a difference as well as the switch can;
--- `zlstore screen` and `zlstore ab` warn by field name. values: the known
--- values, a JSON array; by_side: side -> its values (JSON). Unknown values
--- (a cell that recorded none) are not a difference.
-CREATE VIEW environment_differences AS
-SELECT
-    roots.name AS root,
-    c.op,
-    c.dtype,
-    f.key AS field,
-    count(DISTINCT f.value) AS n_values,
-    json_group_array(DISTINCT f.value) AS "values",
-    (SELECT json_group_object(side, vals) FROM (
-        SELECT c2.side, group_concat(DISTINCT json_extract(json_object([[environment: '{f}', e2.{f}]]), '$.' || f.key)) AS vals
-        FROM cells c2 JOIN environments e2 ON e2.id = c2.environment_id
-        WHERE c2.root_id = c.root_id AND c2.op IS c.op AND c2.dtype IS c.dtype AND c2.superseded_at IS NULL
-        GROUP BY c2.side)) AS by_side,
-    c.root_id
-FROM cells c
-JOIN roots ON roots.id = c.root_id
-JOIN environments e ON e.id = c.environment_id
-JOIN json_each(json_object([[environment: '{f}', e.{f}]])) f
-WHERE c.superseded_at IS NULL AND f.value IS NOT NULL
-GROUP BY c.root_id, c.op, c.dtype, f.key
-HAVING count(DISTINCT f.value) > 1;
-
--- environment_differences per A/B range key: a range's rows come from the
--- cells of its round's cell op (a cell may hold rows of several ops).
-CREATE VIEW range_environment_differences AS
-WITH keys AS (
-    SELECT DISTINCT root_id, cell_op, cell_dtype, op, dtype FROM ab_slot_rows
-)
-SELECT k.root_id, k.op, k.dtype, d.field, d."values", d.by_side
-FROM keys k
-JOIN environment_differences d ON d.root_id = k.root_id AND d.op IS k.cell_op AND d.dtype IS k.cell_dtype;
 
 -- When a root ran: its env file's STARTED_AT, else its first cell's, else
 -- when it was ingested. The order `zlstore history` reads roots in.
