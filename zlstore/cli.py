@@ -1205,13 +1205,21 @@ def screen(store, root, rule, out):
         rule_name = judge.resolve_rule(store, rule)
         rows = judge.verdicts(store, root, rule_name)
         axes = {axis["root"]: axis for axis in judge.screen_roots(store, root)}
+        environments = judge.root_environments(store, root)
+        differences = judge.environment_differences(store, root)
     for axis in axes.values():
         if axis["axis"] == "dead":
             click.echo(report.dead_axis_warning(axis), err=True)
+    paired = {(r["root_id"], r["op"], r["dtype"]) for r in rows}
+    for line in report.environment_warnings({k: v for k, v in differences.items() if k in paired},
+                                            {r["root_id"]: r["root"] for r in rows}):
+        click.echo(line, err=True)
     if not rows and out.kind == "human":
         click.echo("(no screening pairs: ingest a screening root first)", err=True)
         return
-    emit(out, rows, human=lambda: report.screen(rows, rule_name, axes))
+    if out.kind != "human":
+        rows = judge.with_environment_differs(rows)
+    emit(out, rows, human=lambda: report.screen(rows, rule_name, axes, environments, differences))
 
 
 @cli.command()
@@ -1342,6 +1350,10 @@ def ab(store, root, rejected, out):
     """
     with judge_errors():
         found = store.root(root) if root is not None else None
+    differences = judge.range_environment_differences(store, found)
+    if not rejected:
+        for line in report.environment_warnings(differences, judge.root_names(store)):
+            click.echo(line, err=True)
     if out.kind in ("json", "nl") and not rejected:  # built by SQLite: a campaign has thousands of ranges
         emit(out, [], document=output.JSONText(judge.ab_ranges_json(store, found)))
         return
@@ -1349,7 +1361,10 @@ def ab(store, root, rejected, out):
     if not rows and out.kind == "human":
         click.echo("(every row paired)" if rejected else report.no_ab_ranges(found), err=True)
         return
-    emit(out, rows, human=lambda: report.rejected(rows) if rejected else report.ab(rows, judge.judging_settings(store)))
+    if not rejected and out.kind != "human":
+        rows = judge.with_environment_differs(rows)
+    emit(out, rows, human=lambda: report.rejected(rows) if rejected else report.ab(
+        rows, judge.judging_settings(store), judge.root_environments(store, found), differences))
 
 
 @cli.command()
@@ -1410,6 +1425,45 @@ def compare(store, root_a, root_b, rule, out):
                                              "b": mismatch.b, "differences": differences})
         raise Refusal("refusing to compare: " + refusal.message)
     emit(out, result["rows"], human=lambda: report.compare(result))
+
+
+@cli.command()
+@click.argument("op_spec", metavar="OP[:DTYPE]")
+@click.option("--shape", default=None, help="Only this shape of a campaign's ranges, as JSON (e.g. '[[4096, 4096]]').")
+@db_option
+@output_options
+def history(store, op_spec, shape, out):
+    """One operator across every stored campaign, repeat run and screening
+    root that measured it, oldest first (each root's STARTED_AT): per root,
+    what it ran on, or what changed from the root before (triton 3.5.0 ->
+    3.6.0, FlagGems a1b2c3 -> d4e5f6, a caliber field), and its results: a
+    campaign's finding, effect and 95% interval per shape; a screening
+    pair's verdict with its labelled range (never a result). A shape whose
+    finding changes between consecutive campaigns is flagged with both
+    intervals. --json: the entries and flips; the other formats: one row
+    per result with its root.
+
+    Exit status: 0 done; 2 no stored root measured OP (or not with DTYPE or
+    --shape), or a bad --db.
+
+    Example:
+
+        \b
+        zlstore history softmax:float32
+        zlstore history mm:float16 --shape '[[4096, 4096]]' --json
+    """
+    from . import history as historymod
+
+    op, _, dtype = op_spec.partition(":")
+    try:
+        result = historymod.history(store, op, dtype if _ else None, shape)
+    except historymod.HistoryError as error:
+        raise click.UsageError(str(error))
+    flat = [{"root": e["root"], "kind": e["kind"], "started_at": e["started_at"],
+             "changes": "; ".join(e["changes"]), **r} for e in result["entries"] for r in e["results"]]
+    for entry in result["entries"]:
+        entry.pop("root_id", None)
+    emit(out, flat, human=lambda: report.history(result), document=result)
 
 
 @cli.command()

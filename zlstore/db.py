@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, NamedTuple, Optional
 
 
-from . import caliber, floors, names, stats, ttgir
+from . import caliber, floors, names, provenance, stats, ttgir
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 BUSY_TIMEOUT_MS = 60_000
 WRITE_ATTEMPTS = 10
 
@@ -58,7 +58,7 @@ def schema_source() -> str:
 
 
 _MACRO = re.compile(
-    r"\[\[(caliber|round|range|verdicts|verdict|reasons|reason|findings|finding|case|rules|timeout_rcs|strictest_rule"
+    r"\[\[(caliber|environment|round|range|verdicts|verdict|reasons|reason|findings|finding|case|rules|timeout_rcs|strictest_rule"
     r"|min_rounds|setting|clears_floor)(?: ([^:\]]*?))?(?:: (.*?))?\]\]")
 
 
@@ -120,6 +120,7 @@ _CASES = {"verdicts": (names.VERDICTS, None), "reasons": (names.REASONS, names.P
 # The columns a "[[kind SEP: TEMPLATE]]" macro repeats TEMPLATE over: each as
 # {placeholder: text}.
 _COLUMNS = {"caliber": lambda: [{"{f}": name} for name in caliber.NAMES],
+            "environment": lambda: [{"{f}": name} for name in provenance.NAMES],
             "round": lambda: [{"{k}": c.name, "{c}": c.cells, "{is}": c.same, "{type}": c.type}
                               for c in names.ROUND_KEY],
             "range": lambda: [{"{c}": name} for name in names.RANGE_COLUMNS]}
@@ -763,6 +764,13 @@ def _duplicate_cells(conn):
         before_copies INTEGER NOT NULL, after_copies INTEGER NOT NULL)""")
     conn.execute("CREATE INDEX IF NOT EXISTS ab_duplicate_rounds_root ON ab_duplicate_rounds(root_id)")
     conn.execute("CREATE INDEX IF NOT EXISTS cells_content ON cells(root_id, content_sig)")
+
+
+@migration(11)
+def _environments(conn):
+    """Release 11 records what each cell ran on: cells point at a row of
+    environments (created from schema.sql's tables); older cells at none."""
+    conn.execute("ALTER TABLE cells ADD COLUMN environment_id INTEGER REFERENCES environments(id)")
 
 
 def _user_version(conn) -> int:

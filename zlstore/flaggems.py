@@ -20,18 +20,17 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import caliber, layout
+from . import caliber, layout, provenance
 from .names import TIMEOUT_RC
 from .procs import KILL_GRACE_S, group_alive, interrupts, kill_group, shell_rc, start_group
 from .harness import (
-    DEFAULT_CELL_TIMEOUT, DEFAULT_SWITCH_VALUES, local_now, switch_values, timestamp, write_atomic,
+    DEFAULT_CELL_TIMEOUT, DEFAULT_SWITCH_VALUES, env_text, local_now, switch_values, timestamp, write_atomic,
     write_cell_env,
 )
 
@@ -139,7 +138,9 @@ PROBE_TIMEOUT_S = 300.0
 # benchmark's conftest (and through it what it imports: torch, flag_gems
 # and their dependencies) as pytest would, with the checkout and pytest.ini's
 # pythonpath on sys.path, then writes what it sees. Its own failure is
-# written too, so that the caller can name the module that is missing.
+# written too, so that the caller can name the module that is missing. It
+# reads Triton's commit as provenance.dist_commit does, but in the
+# benchmark's Python, which need not have zlstore.
 PROBE_SCRIPT = r"""
 import configparser, importlib, importlib.metadata, json, os, platform, sys, traceback
 checkout, result = sys.argv[1], sys.argv[2]
@@ -214,52 +215,11 @@ write({"env": {"gpu": gpu, "gpu_count": count, "runtime": runtime, "torch": vers
 
 
 def checkout_commit(checkout: Path) -> Optional[str]:
-    """The commit of the FlagGems checkout: git's where the checkout is a
-    repository's top level, else its .git/HEAD read directly (a checkout
-    copied without git, or a machine without git). None where neither."""
-    try:
-        top = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--show-toplevel", "HEAD"],
-                             capture_output=True, text=True, timeout=30)
-        lines = top.stdout.split()
-        if top.returncode == 0 and len(lines) == 2 and Path(lines[0]).resolve() == Path(checkout).resolve():
-            return lines[1]
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return _read_git_head(Path(checkout) / ".git")
-
-
-def _read_git_head(git: Path) -> Optional[str]:
-    try:
-        if git.is_file():   # a worktree's .git: "gitdir: <path>"
-            git = (git.parent / git.read_text().split(":", 1)[1].strip()).resolve()
-        head = (git / "HEAD").read_text().strip()
-        if not head.startswith("ref:"):
-            return head or None
-        ref = head.split(":", 1)[1].strip()
-        common = git / "commondir"
-        roots = [git] + ([(git / common.read_text().strip()).resolve()] if common.is_file() else [])
-        for root in roots:
-            if (root / ref).is_file():
-                return (root / ref).read_text().strip() or None
-            packed = root / "packed-refs"
-            if packed.is_file():
-                for line in packed.read_text().splitlines():
-                    if line.endswith(" " + ref):
-                        return line.split()[0]
-    except (OSError, IndexError):
-        pass
-    return None
-
-
-def nvidia_driver() -> Optional[str]:
-    """The driver version nvidia-smi reports, None where there is none."""
-    try:
-        done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    lines = done.stdout.split()
-    return lines[0] if done.returncode == 0 and lines else None
+    """The FlagGems checkout's commit (provenance.git_commit), where the
+    checkout is a git checkout of its own (a .git there, or only its HEAD
+    file, as where it was copied to a GPU machine without git): a checkout
+    copied into another repository has no commit of that repository's."""
+    return provenance.git_commit(checkout) if (Path(checkout) / ".git").exists() else None
 
 
 _probed: Dict[Tuple[str, str], Dict[str, Optional[str]]] = {}
@@ -301,7 +261,10 @@ def probe(bench: "Benchmark", env: Optional[Mapping[str, str]] = None) -> Dict[s
     if "env" not in seen:
         raise _cannot_start(bench, seen)
     found = {name: seen["env"].get(name) for name in PROBE_KEYS}
-    found.update(flaggems_commit=checkout_commit(bench.checkout), driver=nvidia_driver())
+    if found["triton_commit"]:
+        found["triton_commit"] = found["triton_commit"][:provenance.COMMIT_CHARS]
+    found.update(flaggems_commit=checkout_commit(bench.checkout),
+                 driver=provenance.host(env.get("CUDA_VISIBLE_DEVICES")).get("driver"))
     _probed[key] = found
     return dict(found)
 
@@ -570,10 +533,24 @@ def screen_side(env: Mapping[str, str]) -> ScreenSide:
                       caliber_notes(env))
 
 
+def environment(bench: Benchmark, env: Mapping[str, str]) -> Dict[str, str]:
+    """What the benchmark runs on (provenance.py): what the runner saw and
+    exported (ENV_*) and this host's GPUs, overruled by what the benchmark's
+    own Python saw (probe: torch, Triton and flag_gems as it imports them,
+    the GPU through torch) and the FlagGems checkout's commit, which only
+    this command knows. CannotStart where the benchmark cannot start."""
+    values = provenance.capture(env.get("CUDA_VISIBLE_DEVICES"), env)
+    values.update(provenance.clean(probe(bench, env)))
+    return values
+
+
 def run_screen_side(bench: Benchmark, side: ScreenSide, env: Optional[Mapping[str, str]] = None) -> CellRun:
     """One side of a screening pair, inside the runner's CELL_TIMEOUT, once
-    the benchmark is known to start (probe)."""
-    probe(bench, env)
+    the benchmark is known to start (probe: CannotStart, nothing written).
+    What it ran on goes to OUT_DIR/provenance.env, which the runner folds
+    into the cell.env it writes."""
+    ran_on = environment(bench, os.environ if env is None else env)
+    write_atomic(Path(side.out) / provenance.COMMAND_FILE, env_text(provenance.env_items(ran_on)))
     with open(Path(side.out) / layout.RUN_LOG, "a+b") as log:  # read too: _note looks at its last byte
         for note in side.notes:
             _note(log, note)
@@ -631,7 +608,7 @@ def repeat(bench: Benchmark, ab_root, op: str, dtype: str, *, rounds: int, switc
     for note in caliber_notes(env):
         warn(note)
     bench.check_record_name(op, dtype, level)
-    probe(bench, env)
+    ran_on = environment(bench, env)   # probes first: nothing is written where the benchmark cannot start
     run_dir = new_run_dir(Path(ab_root).resolve())
     runs = []
     for round_ in range(1, rounds + 1):
@@ -642,7 +619,7 @@ def repeat(bench: Benchmark, ab_root, op: str, dtype: str, *, rounds: int, switc
             write_cell_env(out, op=op, dtype=dtype, side=side, round_=round_, card=card,
                            started_at=run.started_at, switch=switch, switch_value=value,
                            cell_timeout=cell_timeout, env=env,
-                           elapsed_s=run.elapsed_s, rc=run.rc, nodeid=run.nodeid)
+                           elapsed_s=run.elapsed_s, rc=run.rc, nodeid=run.nodeid, environment=ran_on)
             runs.append(run)
             report(run)
     return runs

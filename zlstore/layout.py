@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
-from . import caliber
+from . import caliber, provenance
 
 SIDES = ("before", "after")
 TORCH_DTYPES = frozenset(
@@ -841,6 +841,7 @@ def resolve_cell(ref: RootRef, root: Root, cell_env: Optional[Dict[str, str]]) -
     used = {sources[name] for name in caliber.NAMES if name in sources}
     values["caliber_source"] = "+".join(source for source, _ in layers if source in used) or None
     values["sources"] = sources
+    values["environment"] = provenance.from_env(env)
     return values
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, IO, List, Optional, Sequence, Tuple
 
-from . import caliber, flaggems, judge, layout, pairing
+from . import caliber, flaggems, judge, layout, pairing, provenance
 from . import plan as planmod
 from .harness import (DEFAULT_CELL_TIMEOUT, DEFAULT_SWITCH_VALUES, caliber_items, env_text, fill, local_now, num,
                       switch_values, timestamp, write_atomic, write_cell_env)
@@ -221,7 +221,8 @@ def run_screen(store, config: ScreenConfig, report: Callable[[str], None] = lamb
     if not config.ops:
         raise RunError("no ops to screen")
     visible = visible_devices_var(config.backend)
-    probed = _screen_preflight(store, config, root, visible)
+    environment = provenance.capture(str(config.device if config.device is not None else config.card))
+    probed = _screen_preflight(store, config, root, visible, environment)
     _make_root(root)
     started = local_now()
     write_atomic(root / layout.ROOT_ENV, env_text(
@@ -232,7 +233,7 @@ def run_screen(store, config: ScreenConfig, report: Callable[[str], None] = lamb
     for op, dtype in config.ops:
         for side, value in zip(layout.SIDES, config.values):
             with interrupts():
-                result = _screen_side(store, config, root, op, dtype, side, value, visible, probed)
+                result = _screen_side(store, config, root, op, dtype, side, value, visible, environment, probed)
             results.append(result)
             label = op_label(op, dtype)
             how = f"killed at the {num(config.cell_timeout)} s timeout, RC {result.rc}" if result.timed_out else f"RC {result.rc}"
@@ -276,9 +277,10 @@ def screen_tsv_rows(result: dict) -> List[dict]:
 
 
 def _side_env(store, config: ScreenConfig, out: Path, op: str, dtype: str, side: str, value: str,
-              visible: str) -> Tuple[Dict[str, str], str]:
-    """A side's environment and its command, filled in."""
+              visible: str, environment: Dict[str, str]) -> Tuple[Dict[str, str], str]:
+    """A side's environment (what the runner saw exported as ENV_*) and its command, filled in."""
     env = dict(os.environ)
+    env.update(provenance.exported(environment))
     env.update({
         "OUT_DIR": str(out), "OP": op, "DTYPE": dtype, "SIDE": side, "ROUND": "0",
         "CARD": str(config.card), "SWITCH": config.switch, "SWITCH_VALUE": value,
@@ -291,13 +293,15 @@ def _side_env(store, config: ScreenConfig, out: Path, op: str, dtype: str, side:
     return env, command
 
 
-def _screen_preflight(store, config: ScreenConfig, root: Path, visible: str) -> Optional[str]:
+def _screen_preflight(store, config: ScreenConfig, root: Path, visible: str,
+                      environment: Dict[str, str]) -> Optional[str]:
     """Before the first side, where --command runs `zlstore flaggems`: can
     FlagGems start (flaggems.preflight)? RunError names what is missing,
     before anything is written; else the probe, handed to every side."""
     op, dtype = config.ops[0]
     side, value = layout.SIDES[0], config.values[0]
-    env, command = _side_env(store, config, root / _cell_name(op, dtype, side), op, dtype, side, value, visible)
+    env, command = _side_env(store, config, root / _cell_name(op, dtype, side), op, dtype, side, value, visible,
+                             environment)
     try:
         return flaggems.preflight(command, env, timeout=min(config.cell_timeout, flaggems.PROBE_TIMEOUT_S))
     except flaggems.CannotStart as error:
@@ -305,10 +309,10 @@ def _screen_preflight(store, config: ScreenConfig, root: Path, visible: str) -> 
 
 
 def _screen_side(store, config: ScreenConfig, root: Path, op: str, dtype: str, side: str,
-                 value: str, visible: str, probed: Optional[str] = None) -> SideResult:
+                 value: str, visible: str, environment: Dict[str, str], probed: Optional[str] = None) -> SideResult:
     out = root / _cell_name(op, dtype, side)
     out.mkdir(parents=True)
-    env, command = _side_env(store, config, out, op, dtype, side, value, visible)
+    env, command = _side_env(store, config, out, op, dtype, side, value, visible, environment)
     if probed:
         env[flaggems.PROBED_VAR] = probed
     started_at, t0 = local_now(), time.monotonic()
@@ -330,7 +334,7 @@ def _screen_side(store, config: ScreenConfig, root: Path, op: str, dtype: str, s
     rc = TIMEOUT_RC if timed_out else shell_rc(proc.returncode)
     write_cell_env(out, op=op, dtype=dtype, side=side, round_=0, card=config.card, started_at=started_at,
                    switch=config.switch, switch_value=value, cell_timeout=config.cell_timeout, env=env,
-                   elapsed_s=elapsed, rc=rc)
+                   elapsed_s=elapsed, rc=rc, environment={**environment, **provenance.command_file(out)})
     store.record([out])
     return SideResult(op, dtype, side, rc, elapsed, timed_out, out)
 
