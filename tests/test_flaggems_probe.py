@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from zlstore import flaggems
+from zlstore import flaggems, provenance
 from zlstore.cli import cli
 
 HERE = Path(__file__).resolve().parent
@@ -87,7 +87,7 @@ def test_the_probe_reports_what_the_benchmark_runs_on(tmp_path):
     assert tuple(found) == flaggems.PROBE_KEYS
     assert all(value is None or isinstance(value, str) for value in found.values())
     head = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
-    assert found["flaggems_commit"] == head.stdout.strip()
+    assert found["flaggems_commit"] == head.stdout.strip()[:provenance.COMMIT_CHARS]
     assert found["flag_gems"] == "0.0.standin"       # flag_gems.__version__, imported from src/ (pytest.ini)
     assert found["python"] == platform.python_version()
     # the probe process imported flag_gems in a scratch directory, not the caller's
@@ -100,10 +100,10 @@ def test_a_checkout_copied_without_git_gives_its_commit_from_git_head(tmp_path):
     checkout = copy_standin(tmp_path)
     (checkout / ".git").mkdir()
     (checkout / ".git" / "HEAD").write_text("ed2508bcb5a03000e9774734201d840ba362cd11\n")
-    assert flaggems.checkout_commit(checkout) == "ed2508bcb5a03000e9774734201d840ba362cd11"
+    assert flaggems.checkout_commit(checkout) == "ed2508bcb5a0"
     (checkout / ".git" / "HEAD").write_text("ref: refs/heads/master\n")
     (checkout / ".git" / "packed-refs").write_text("# pack-refs\n" + "ab" * 20 + " refs/heads/master\n")
-    assert flaggems.checkout_commit(checkout) == "ab" * 20
+    assert flaggems.checkout_commit(checkout) == "ab" * 6
 
 
 def test_a_checkout_inside_another_repository_has_no_commit_of_its_own(tmp_path):
@@ -179,6 +179,32 @@ def test_run_screen_probes_once_and_its_cells_do_not_again(tmp_path):
     by_where = [("probe" if "zlstore-probe-" in i["cwd"] else Path(i["cwd"]).parent.name) for i in imports(tmp_path)]
     # one probe (run screen's), then one pytest per side, each in its cell
     assert by_where == ["probe", "screen_ok", "screen_ok", "screen_ok", "screen_ok"]
+
+
+def test_cells_record_what_the_benchmarks_own_python_saw(tmp_path):
+    """Provenance from the probe: flag_gems' version is what FLAGGEMS_PYTHON
+    imports (the runner's Python has no flag_gems), the commit the
+    checkout's, in every cell.env of a screen and of a repeat."""
+    checkout = copy_standin(tmp_path, git=True)
+    commit = flaggems.checkout_commit(checkout)
+    root, db = tmp_path / "runs" / "screen_p", tmp_path / "z.db"
+    env = env_for(tmp_path)
+    result = zl(["run", "screen", "--ops", "abs:float16", "--switch", SWITCH, "--values", "ieee,tf32",
+                 "--command", cell_command(checkout) + " -- --warmup 1 --iter 2", "--root", str(root),
+                 "--db", str(db)], env, tmp_path)
+    assert result.returncode == 0, result.stderr
+    ab_root = tmp_path / "runs" / "card0"
+    result = zl(["flaggems", "repeat", "abs", "float16", "--ab-root", str(ab_root), "--switch", SWITCH,
+                 "--values", "ieee,tf32", "--rounds", "1", "--flaggems", str(checkout), "--python", sys.executable,
+                 "--", "--warmup", "1", "--iter", "2"], env, tmp_path)
+    assert result.returncode == 0, result.stderr
+    cells = sorted(root.glob("*/cell.env")) + sorted(ab_root.glob("*/abs/r1/*/cell.env"))
+    assert len(cells) == 4
+    for cell_env in cells:
+        values = dict(line.split("=", 1) for line in cell_env.read_text().splitlines())
+        assert values["ENV_FLAG_GEMS"] == "0.0.standin", cell_env
+        assert values["ENV_FLAGGEMS_COMMIT"] == commit and len(commit) == provenance.COMMIT_CHARS
+        assert values["ENV_PYTHON"] == platform.python_version()
 
 
 def test_run_campaign_names_the_missing_module_before_the_first_op(tmp_path):
