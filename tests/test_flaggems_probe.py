@@ -95,6 +95,17 @@ def test_the_probe_reports_what_the_benchmark_runs_on(tmp_path):
     assert "zlstore-probe-" in probe["cwd"]
 
 
+def test_flag_gems_run_from_its_source_has_no_version(tmp_path):
+    """As on the H200: FlagGems imported from the checkout's src/, not
+    installed, calls its version "unknown"; the probe says null (the commit
+    names it)."""
+    checkout = copy_standin(tmp_path)
+    init = checkout / "src" / "flag_gems" / "__init__.py"
+    init.write_text(init.read_text().replace('__version__ = "0.0.standin"', '__version__ = "unknown"'))
+    found = flaggems.probe(flaggems.Benchmark(checkout, python=sys.executable), env_for(tmp_path))
+    assert found["flag_gems"] is None and found["python"] == platform.python_version()
+
+
 def test_a_checkout_copied_without_git_gives_its_commit_from_git_head(tmp_path):
     """The checkout carried to a GPU machine as files, its .git/HEAD kept."""
     checkout = copy_standin(tmp_path)
