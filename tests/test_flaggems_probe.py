@@ -111,15 +111,10 @@ def test_a_checkout_copied_without_git_gives_its_commit_from_git_head(tmp_path):
     checkout = copy_standin(tmp_path)
     (checkout / ".git").mkdir()
     (checkout / ".git" / "HEAD").write_text("ed2508bcb5a03000e9774734201d840ba362cd11\n")
-    assert flaggems.checkout_commit(checkout) == "ed2508bcb5a0"
+    assert provenance.git_commit(checkout) == "ed2508bcb5a0"
     (checkout / ".git" / "HEAD").write_text("ref: refs/heads/master\n")
     (checkout / ".git" / "packed-refs").write_text("# pack-refs\n" + "ab" * 20 + " refs/heads/master\n")
-    assert flaggems.checkout_commit(checkout) == "ab" * 6
-
-
-def test_a_checkout_inside_another_repository_has_no_commit_of_its_own(tmp_path):
-    """The stand-in lives in zlstore's repository: zlstore's commit is not FlagGems'."""
-    assert flaggems.checkout_commit(STANDIN) is None
+    assert provenance.git_commit(checkout) == "ab" * 6
 
 
 def test_the_probe_runs_once_per_process(tmp_path):
@@ -197,7 +192,7 @@ def test_cells_record_what_the_benchmarks_own_python_saw(tmp_path):
     imports (the runner's Python has no flag_gems), the commit the
     checkout's, in every cell.env of a screen and of a repeat."""
     checkout = copy_standin(tmp_path, git=True)
-    commit = flaggems.checkout_commit(checkout)
+    commit = provenance.git_commit(checkout)
     root, db = tmp_path / "runs" / "screen_p", tmp_path / "z.db"
     env = env_for(tmp_path)
     result = zl(["run", "screen", "--ops", "abs:float16", "--switch", SWITCH, "--values", "ieee,tf32",

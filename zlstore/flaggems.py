@@ -214,14 +214,6 @@ write({"env": {"gpu": gpu, "gpu_count": count, "runtime": runtime, "torch": vers
 """
 
 
-def checkout_commit(checkout: Path) -> Optional[str]:
-    """The FlagGems checkout's commit (provenance.git_commit), where the
-    checkout is a git checkout of its own (a .git there, or only its HEAD
-    file, as where it was copied to a GPU machine without git): a checkout
-    copied into another repository has no commit of that repository's."""
-    return provenance.git_commit(checkout) if (Path(checkout) / ".git").exists() else None
-
-
 _probed: Dict[Tuple[str, str], Dict[str, Optional[str]]] = {}
 
 
@@ -263,7 +255,7 @@ def probe(bench: "Benchmark", env: Optional[Mapping[str, str]] = None) -> Dict[s
     found = {name: seen["env"].get(name) for name in PROBE_KEYS}
     if found["triton_commit"]:
         found["triton_commit"] = found["triton_commit"][:provenance.COMMIT_CHARS]
-    found.update(flaggems_commit=checkout_commit(bench.checkout),
+    found.update(flaggems_commit=provenance.git_commit(bench.checkout),
                  driver=provenance.host(env.get("CUDA_VISIBLE_DEVICES")).get("driver"))
     _probed[key] = found
     return dict(found)
