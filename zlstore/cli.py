@@ -1137,6 +1137,12 @@ def screen(store, root, rule, out):
     is the harness's own screen.tsv verdict. The table ends with the count
     of each verdict.
 
+    Each root's heading says what its cells ran on (GPU, driver, torch,
+    triton, FlagGems commit, host: cell.env's ENV_* keys). Where a pair's
+    two sides ran on different things (two Triton builds, say), a line
+    under it and a warning on stderr name the fields; --json has them as
+    environment_differs.
+
     Exit status: 0 done; 2 an unknown or wrong-kind root, or a bad --db
     (missing: never created; not a zlstore store; damaged; newer).
 
@@ -1275,6 +1281,11 @@ def ab(store, root, rejected, out):
     key did not pair and whether a paired row was timed by the direct
     fallback (a different timing regime). A screening root's ranges are in
     zlstore screen.
+
+    Each root's heading says what its cells ran on; where the cells behind
+    a range differ in anything but the switch (two GPU models or Triton
+    builds in one campaign), its note and a warning on stderr name the
+    fields, and --json has them as environment_differs.
 
     --rejected lists every row that did not pair with its reason, the first
     that applies of: DUPLICATE_CELL (more than one stored cell claims a side

@@ -770,7 +770,8 @@ def _duplicate_cells(conn):
 def _environments(conn):
     """Release 11 records what each cell ran on: cells point at a row of
     environments (created from schema.sql's tables); older cells at none."""
-    conn.execute("ALTER TABLE cells ADD COLUMN environment_id INTEGER REFERENCES environments(id)")
+    if "environment_id" not in {row[1] for row in conn.execute("PRAGMA table_info(cells)")}:  # rebuilt since
+        conn.execute("ALTER TABLE cells ADD COLUMN environment_id INTEGER REFERENCES environments(id)")
 
 
 def _user_version(conn) -> int:

@@ -130,12 +130,12 @@ def screen(rows: Sequence[dict], rule_name: str, axes: Optional[Mapping[str, Map
         axis_text = f"; axis {axis['axis']} under {axis['strictest_rule']}" if axis else ""
         lines.append(f"{name}  (rule {rule_name}{axis_text}; caliber: {' | '.join(sorted(calibers))})")
         if environments is not None:
-            lines.append(environment_heading(environments.get(group[0]["root_id"], [])))
+            lines.append(environment_heading(environments.get(group[0].get("root_id"), [])))
         table = output.table(group, SCREEN_COLUMNS, SCREEN_HEADERS).split("\n")
         lines.extend(table[:2])
         for row, line in zip(group, table[2:]):
             lines.append(line)
-            differs = environment_note((differences or {}).get((row["root_id"], row["op"], row["dtype"])))
+            differs = environment_note((differences or {}).get((row.get("root_id"), row["op"], row["dtype"])))
             lines.extend(extra for extra in (range_line(row), hint_line(row),
                                              differs and f"    environment: {differs}") if extra)
         lines.append("")
