@@ -16,7 +16,7 @@ from . import files, judge, layout, output, report, ttgir
 from .plan import MAX_CARDS
 from .store import Store, default_db_path
 
-# Exit statuses: one meaning each, in every command (README: "Exit statuses").
+# Exit statuses: one meaning each, in every command (docs/cli.md: "Exit statuses").
 from .names import (EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEMS,
                     EXIT_UNFINISHED, EXIT_USAGE)
 

@@ -244,7 +244,7 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 # took 0.15 s with the file in the page cache and 0.6 s from disk, about 2
 # and 7 ms per MB; up to 16 MB that is at most about 0.03 / 0.1 s per
 # command. A larger store is checked by `zlstore check` and when `zlstore
-# serve` starts (README: "When the database is at fault").
+# serve` starts (docs/stores.md: "When the database is at fault").
 QUICK_CHECK_MAX_BYTES = 16 << 20
 
 # The tables that make an SQLite file a zlstore store (every release has had them).

@@ -90,7 +90,7 @@ def storable(text: str) -> bool:
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-# What zlstore reads of a runs/ tree (README: "What is read"): regular files
+# What zlstore reads of a runs/ tree (docs/layout.md: "How a tree is read"): regular files
 # only, each at most MAX_FILE_BYTES; a symbolic link only where it resolves to
 # a regular file inside the file's root; directories only as they are, never
 # through a link. Anything else is a named problem, and no read may block: a

@@ -76,7 +76,7 @@ def scan_cell(cell: Path) -> CellFiles:
     Triton writes a cache directory once, by rename, so an entry added,
     removed or renamed changes its directory's times (unchanged.py).
     triton_cache and the directories below it are entered only as what they
-    are, never through a symbolic link (README: "What is read"); one that is
+    are, never through a symbolic link (docs/layout.md: "How a tree is read"); one that is
     a link, not a directory, or cannot be listed is a problem of the cell's
     IR."""
     stats, kernels, meta, problems = {}, [], {}, []
