@@ -22,7 +22,7 @@ from typing import Callable, Dict, Iterator, List, NamedTuple, Optional
 
 from . import caliber, floors, names, provenance, stats, ttgir
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 BUSY_TIMEOUT_MS = 60_000
 WRITE_ATTEMPTS = 10
 
@@ -771,6 +771,14 @@ def _environments(conn):
     """Release 11 records what each cell ran on: cells point at a row of
     environments (created from schema.sql's tables); older cells at none."""
     conn.execute("ALTER TABLE cells ADD COLUMN environment_id INTEGER REFERENCES environments(id)")
+
+
+@migration(12)
+def _kernel_shared_memory(conn):
+    """Release 12 keeps each kernel's shared memory (kernels.shared, from
+    the "shared" of its .json), shown by zlstore diff. Kernels stored
+    before have none until their cell is read again (ingest --rehash)."""
+    conn.execute("ALTER TABLE kernels ADD COLUMN shared INTEGER")
 
 
 def _user_version(conn) -> int:
