@@ -777,7 +777,8 @@ def _environments(conn):
 def _kernel_shared_memory(conn):
     """Release 12 keeps each kernel's shared memory (kernels.shared, from
     the "shared" of its .json), shown by zlstore diff. Kernels stored
-    before have none until their cell is read again (ingest --rehash)."""
+    before have none (NULL: not known); a cell's files are not read again
+    while they are unchanged, so forget a root and ingest it to fill them."""
     conn.execute("ALTER TABLE kernels ADD COLUMN shared INTEGER")
 
 
