@@ -1358,8 +1358,8 @@ def compare(store, root_a, root_b, rule, out):
 
 
 @cli.command()
-@click.argument("first", metavar="ROOT|ROOT_A:OP")
-@click.argument("second", metavar="OP[:DTYPE]|ROOT_B:OP")
+@click.argument("first", metavar="ROOT[:OP]")
+@click.argument("second", metavar="[ROOT_B:]OP[:DTYPE]")
 @click.option("--round", "round_", type=click.IntRange(min=0), default=None,
               help="The round of a repeat run or campaign (a screening root has one pair: round 0).")
 @click.option("--card", type=click.IntRange(min=0), default=None,
