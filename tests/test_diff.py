@@ -309,9 +309,9 @@ def test_datasette_page_of_a_pair(standin):
     rows = fetch(ds, f"/diff/kernel_diff.json?_shape=array&{query}").json()
     with Store(standin[0]) as store:
         expected = irdiff.diff(store, ROOT, "cl")["kernels"]
-    assert [(r["kernel"], r["status"], r["cl_before"], r["cl_after"], r["ir_diff"]) for r in rows] == \
-        [(e["kernel"], e["status"], e["convert_layouts_before"], e["convert_layouts_after"], e["diff"])
-         for e in expected]
+    assert [(r["kernel"], r["status"], r["paired_by"], r["ir_diff"]) for r in rows] == \
+        [(e["kernel"], e["status"], e["paired_by"], e["diff"]) for e in expected]
+    assert [(r["convert_layout"], r["num_warps"], r["shared"]) for r in rows] == [("2 -> 3", "4", "0"), ("2", "4", "0")]
     page = fetch(ds, f"/diff/kernel_diff?{query}").text
     assert '<pre class="zlstore-diff">' in page
     assert re.search(r'<span class="add">\+ *%\d+ = ttg\.convert_layout', page)

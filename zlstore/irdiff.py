@@ -462,12 +462,15 @@ def current_rule(conn) -> str:
 
 
 def kernel_diff_json(conn, before_cell_id, after_cell_id, rule: Optional[str] = None) -> str:
-    """The pairs of two stored cells as a JSON array (diff_sides' kernels),
-    under rule (None or '': the current one): the SQL function
-    zlstore_kernel_diff, which the canned query kernel_diff reads."""
+    """The pairs of two stored cells as a JSON array, under rule (None or
+    '': the current one), as the text shows them (each count one value, or
+    'before -> after'): the SQL function zlstore_kernel_diff, which the
+    canned query kernel_diff reads."""
     before, after = (_stored_side(conn, label, cell_id)
                      for label, cell_id in zip(SIDES, (before_cell_id, after_cell_id)))
-    return json.dumps(diff_sides(conn, before, after, rule or current_rule(conn))["kernels"])
+    rows = diff_sides(conn, before, after, rule or current_rule(conn))["kernels"]
+    return json.dumps([{"kernel": r["kernel"], "status": r["status"], **{c: _value(r, c) for c in COUNTS},
+                        "paired_by": r["paired_by"], "note": r["note"], "diff": r["diff"]} for r in rows])
 
 
 def register(conn) -> None:
