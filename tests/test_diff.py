@@ -381,3 +381,19 @@ def test_real_campaign_needs_a_round(real):
     two = CliRunner().invoke(cli, ["diff", f"{REAL_SCREEN}:topk", f"{REAL_CAMPAIGN}:topk", "--round", "1",
                                    "--rule", "v4", "--no-diff", "--db", str(real)])
     assert two.exit_code == 0 and "\n17 same (v4: " in two.stdout
+
+
+def test_a_store_from_before_shared_memory_diffs_without_it(tmp_path):
+    """A store made by schema version 1 gains kernels.shared (migration 12),
+    NULL for the kernels it holds: diff shows them, shared unknown."""
+    import shutil
+
+    path = tmp_path / "old.db"
+    shutil.copy(Path(__file__).parent / "data" / "store-v1.db", path)
+    with Store(path) as store:
+        document = irdiff.diff(store, "ab_rlc_20261014_083000", "topk")
+    assert len(document["kernels"]) == 2
+    assert all(r["shared_before"] is None and r["shared_after"] is None for r in document["kernels"])
+    assert all(r["num_warps_before"] is not None for r in document["kernels"])
+    result = CliRunner().invoke(cli, ["diff", "ab_rlc_20261014_083000", "topk", "--no-diff", "--db", str(path)])
+    assert result.exit_code == 0, result.output

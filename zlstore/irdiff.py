@@ -86,7 +86,7 @@ class Side:
         return dict(self.__dict__)
 
 
-@dataclass
+@dataclass(eq=False)  # a kernel is itself: two of equal fields are still two
 class Kernel:
     """One stored kernel of a side, with its text under the rule."""
 
