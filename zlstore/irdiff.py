@@ -30,7 +30,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from . import layout, names, ttgir
+from . import layout, names, output, ttgir
 from .parse import unpacked
 
 # The statuses of a pair of kernels, in the order a report lists them.
@@ -565,8 +565,6 @@ def text(document: dict, style=_plain) -> str:
     lines = _heading(document)
     rows = document["kernels"]
     if rows:
-        from . import output  # noqa: PLC0415 - tabulate: imported where a table is made
-
         table = [{"kernel": r["kernel"], "status": r["status"],
                   **{c: _value(r, c) for c in COUNTS}, "paired by": r["paired_by"] or "", "note": r["note"] or ""}
                  for r in rows]
