@@ -210,7 +210,8 @@ CREATE TABLE IF NOT EXISTS kernels (
     ir_hash TEXT NOT NULL REFERENCES blobs(hash),
     convert_layouts INTEGER NOT NULL,
     num_warps INTEGER,
-    num_stages INTEGER
+    num_stages INTEGER,
+    shared INTEGER                      -- shared memory, bytes (the kernel's .json "shared"); NULL: not given
 );
 CREATE INDEX IF NOT EXISTS kernels_cell ON kernels(cell_id);
 CREATE INDEX IF NOT EXISTS kernels_ir ON kernels(ir_hash);

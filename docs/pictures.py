@@ -26,6 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import NamedTuple, Optional
+from urllib.parse import parse_qsl, urlsplit
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
@@ -33,10 +34,11 @@ RECORD = DOCS / "pictures.json"
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from zlstore import Store, serve  # noqa: E402
+from zlstore import Store, irdiff, serve  # noqa: E402
 
 DASHBOARD = "campaign"
 CAMPAIGN = "campaign_20261013_090000"  # the examples' campaign
+SCREEN = "ab_rlc_20261012_101500"  # the examples' first screening root
 
 
 class Picture(NamedTuple):
@@ -45,6 +47,7 @@ class Picture(NamedTuple):
     height: int  # of the window the page is photographed in
     charts: tuple = ()  # (chart, marks drawn before the picture may be taken)
     table: Optional[str] = None  # the table or view the page shows
+    query: Optional[str] = None  # the canned query the page runs (its parameters in path)
 
 
 PICTURES = (
@@ -52,6 +55,7 @@ PICTURES = (
     Picture("verdicts", "/zlstore/verdicts", 1100, table="verdicts"),
     Picture("chart", f"/-/dashboards/{DASHBOARD}", 1180, charts=(("ranges", 18), ("verdicts", 2), ("progress", 4))),
     Picture("chart-ranges", f"/-/dashboards/{DASHBOARD}/ranges?root={CAMPAIGN}", 700, charts=(("ranges", 18),)),
+    Picture("diff", f"/zlstore/kernel_diff?root={SCREEN}&op=abs&dtype=float16&rule=", 900, query="kernel_diff"),
 )
 
 
@@ -83,10 +87,14 @@ def _plain(value):
 
 def _rows(conn, sql: str, params: dict = None):
     """The rows a query gives, without what differs between two ingests of
-    one tree (where it was copied to, when it was read)."""
+    one tree (where it was copied to, when it was read): path columns left
+    out, and the copy's directory in any other text (a diff's file names)
+    written as <runs>."""
     cursor = conn.execute(sql, params or {})
     names = [d[0] for d in cursor.description]
-    return [{name: value for name, value in zip(names, row)
+    copy = conn.execute("PRAGMA database_list").fetchone()[2].rsplit("/", 1)[0] + "/runs/"
+    return [{name: value.replace(copy, "<runs>/") if isinstance(value, str) else value
+             for name, value in zip(names, row)
              if not (name == "path" or name.endswith("_path") or name.endswith("_at"))}
             for row in cursor.fetchall()]
 
@@ -99,6 +107,7 @@ def made_from(db_path: Path) -> dict:
     dashboard = meta["plugins"]["datasette-dashboards"][DASHBOARD]
     with Store(db_path, create=False) as store:
         conn = store.conn
+        irdiff.register(conn)  # what the plugin gives datasette's connections
         objects = conn.execute("SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view') "
                                "AND name NOT LIKE 'sqlite_%' ORDER BY name").fetchall()
         listing = [{"name": name, "type": kind,
@@ -112,6 +121,10 @@ def made_from(db_path: Path) -> dict:
                 spec = {key: value for key, value in meta.items() if key not in ("databases", "plugins")}
                 spec["database"] = {key: value for key, value in database.items() if key != "tables"}
                 data = {"tables": listing}
+            if picture.query:
+                spec = database["queries"][picture.query]
+                params = dict(parse_qsl(urlsplit(picture.path).query, keep_blank_values=True))
+                data = {"rows": _rows(conn, spec["sql"], params)}
             if picture.table:
                 spec = database.get("tables", {}).get(picture.table, {})
                 data = {"rows": _rows(conn, f'SELECT * FROM "{picture.table}"')}

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from . import db as dbmod
-from . import files, judge, layout, output, report, ttgir
+from . import files, irdiff, judge, layout, output, report, ttgir
 from .plan import MAX_CARDS
 from .store import Store, default_db_path
 
@@ -1420,6 +1420,70 @@ def history(store, op_spec, shape, out):
     for entry in result["entries"]:
         entry.pop("root_id", None)
     emit(out, flat, human=lambda: report.history(result), document=result)
+
+
+@cli.command()
+@click.argument("first", metavar="ROOT[:OP]")
+@click.argument("second", metavar="[ROOT_B:]OP[:DTYPE]")
+@click.option("--round", "round_", type=click.IntRange(min=0), default=None,
+              help="The round of a repeat run or campaign (a screening root has one pair: round 0).")
+@click.option("--card", type=click.IntRange(min=0), default=None,
+              help="The card, where the op's round ran on several.")
+@click.option("--side", type=click.Choice(irdiff.SIDES), default=None,
+              help="Two roots: which side of each to compare (default: before).")
+@click.option("--rule", type=RULE_CHOICE, default=None,
+              help="Pair and compare under this fingerprint rule (default: the current one).")
+@click.option("--raw", is_flag=True, help="Diff the stored text as compiled, not the text the rule hashes.")
+@click.option("--kernel", default=None, help="Only the kernels of this name.")
+@click.option("--no-diff", "no_diff", is_flag=True, help="Only the kernel table, no text diff.")
+@db_option
+@output_options
+def diff(store, first, second, round_, card, side, rule, raw, kernel, no_diff, out):
+    """Which kernels changed between two cells, and how: the kernels of
+    both sides paired by name, each same, changed, only before or only
+    after under the fingerprint rule, with convert_layout, num_warps,
+    num_stages and shared memory per side, then the unified diff of the
+    text the rule hashes (--raw: as compiled), headed by each file's path.
+
+    ROOT OP[:DTYPE]: the screening pair of OP in ROOT; with --round N (and
+    --card C where it ran on several), that round of a repeat run or
+    campaign. ROOT_A:OP[:DTYPE] ROOT_B:OP[:DTYPE]: the same side (--side,
+    default before) of two roots, e.g. two compiler builds; A is shown as
+    before, B as after.
+
+    Several kernels of one name pair by the same text under the rule,
+    then the same text under the strictest rule (v4: they differ only in
+    what it leaves out, e.g. source locations), then the same num_warps,
+    num_stages and shared memory, then the order they were stored in;
+    `paired by` says which. A kernel changed under the rule but not under
+    v4 says so. The diff is colored on a terminal, plain when piped; --json
+    gives all of it, --csv, --tsv and -t the kernel table.
+
+    Exit status: 0 done; 1 the IR cannot answer: neither side compiled a
+    .ttgir (NO_TRITON), a side's IR was not read in full (IR_UNREAD), or a
+    side has no cell; 2 an unknown op, root or kernel, a root of the wrong
+    kind for the form, or a bad --db.
+
+    Example:
+
+        \b
+        zlstore diff ab_rlc_20261130_025432 abs:float16
+        zlstore diff ab_rlc_20261130_025432 abs --rule v4 --no-diff
+        zlstore diff campaign_20261130_030313 topk:float16 --round 2
+        zlstore diff ab_old:topk ab_new:topk --side after
+    """
+    with judge_errors():
+        try:
+            document = irdiff.diff(store, first, second, rule=rule, round_=round_, card=card, side=side, raw=raw,
+                                   kernel=kernel, with_diff=not no_diff)
+        except irdiff.DiffError as error:
+            raise click.UsageError(str(error)) from None
+    emit(out, document["kernels"], columns=irdiff.ROW_COLUMNS, document=document,
+         human=lambda: irdiff.text(document, click.style))
+    for note in document["notes"] if out.kind != "human" else ():
+        click.echo(f"note: {note}", err=True)
+    if document["problem"] is not None:
+        sys.exit(EXIT_PROBLEMS)
 
 
 @cli.command()

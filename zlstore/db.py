@@ -22,7 +22,7 @@ from typing import Callable, Dict, Iterator, List, NamedTuple, Optional
 
 from . import caliber, floors, names, provenance, stats, ttgir
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 BUSY_TIMEOUT_MS = 60_000
 WRITE_ATTEMPTS = 10
 
@@ -772,6 +772,18 @@ def _environments(conn):
     environments (created from schema.sql's tables); older cells at none."""
     if "environment_id" not in {row[1] for row in conn.execute("PRAGMA table_info(cells)")}:  # rebuilt since
         conn.execute("ALTER TABLE cells ADD COLUMN environment_id INTEGER REFERENCES environments(id)")
+
+
+@migration(12)
+def _kernel_shared_memory(conn):
+    """Release 12 keeps each kernel's shared memory (kernels.shared, from
+    the "shared" of its .json), shown by zlstore diff. Kernels stored
+    before have none (NULL: not known); a cell's files are not read again
+    while they are unchanged, so forget a root and ingest it to fill them.
+    A store whose version was set back over a table that has it (a test
+    replaying an older release's migrations) keeps the column it has."""
+    if "shared" not in {row[1] for row in conn.execute("PRAGMA table_info(kernels)")}:
+        conn.execute("ALTER TABLE kernels ADD COLUMN shared INTEGER")
 
 
 def _user_version(conn) -> int:
