@@ -1137,8 +1137,9 @@ def screen(store, root, rule, out):
     is the harness's own screen.tsv verdict. The table ends with the count
     of each verdict.
 
-    Exit status: 0 done; 2 an unknown or wrong-kind root, or a bad --db
-    (missing: never created; not a zlstore store; damaged; newer).
+    Exit status: 0 done; 2 an unknown root, a repeat run or campaign
+    (zlstore ab reads those), or a bad --db (missing: never created; not a
+    zlstore store; damaged; newer).
 
     Example:
 
@@ -1177,8 +1178,9 @@ def rescore(store, root, rule, write, out):
     counts, unchanged, without_original); the other formats the moved
     pairs.
 
-    Exit status: 0 done; 2 an unknown root, a root directory that is gone
-    (--write), or a bad --db (--write needs one this user can write).
+    Exit status: 0 done; 2 an unknown root, a repeat run or campaign (zlstore
+    ab reads those), a root directory that is gone (--write), or a bad --db
+    (--write needs one this user can write).
 
     Example:
 
@@ -1276,8 +1278,9 @@ def ab(store, root, rejected, out):
     the differing fields are named), MISSING_SIDE (the row or its cell exists
     on one side only), NOT_COUNTED (error_msg or an unusable latency).
 
-    Exit status: 0 done; 2 an unknown or wrong-kind root, or a bad --db
-    (missing: never created; not a zlstore store; damaged; newer).
+    Exit status: 0 done; 2 an unknown root, a screening root (without
+    --rejected: zlstore screen reads it), or a bad --db (missing: never
+    created; not a zlstore store; damaged; newer).
 
     Example:
 
@@ -1285,8 +1288,8 @@ def ab(store, root, rejected, out):
         zlstore ab campaign_20261013_090000
         zlstore ab campaign_20261013_090000 --rejected
     """
-    with judge_errors():
-        found = store.root(root) if root is not None else None
+    with judge_errors():  # a screening root's unpaired rows are ab's too (--rejected); its ranges are screen's
+        found = None if root is None else store.root(root) if rejected else judge.root_for(store, root, "ab")
     if out.kind in ("json", "nl") and not rejected:  # built by SQLite: a campaign has thousands of ranges
         emit(out, [], document=output.JSONText(judge.ab_ranges_json(store, found)))
         return

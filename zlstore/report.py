@@ -209,10 +209,9 @@ def ab(rows: Sequence[dict], settings: Mapping) -> str:
 
 
 def no_ab_ranges(found: Optional[Mapping]) -> str:
-    """Why there are no A/B ranges: a screening root keeps its ranges in zlstore screen."""
-    if found is not None and found["kind"] == "screen":
-        return (f"{found['name']} is a screening root: its ranges are in {output.command('screen', found['name'])}, "
-                f"labelled by verdict; {output.command('ab', found['name'], '--rejected')} lists its unpaired rows")
+    """Why there are no A/B ranges (a screening root never comes here: ab refuses it, judge.root_for)."""
+    if found is not None:
+        return f"(no A/B ranges: {found['name']} has no paired or rejected row)"
     return "(no A/B ranges: no repeat run or campaign rows stored)"
 
 
