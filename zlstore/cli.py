@@ -71,7 +71,9 @@ def database_faults(path):
     except sqlite3.DatabaseError as error:
         if not dbmod.is_environment_error(error):
             raise
-        raise Fault(dbmod.fault_message(path, error)) from None
+        fault = Fault(dbmod.fault_message(path, error))
+        fault.about_database = True
+        raise fault from None
 
 
 def _is_default(path: Path) -> bool:
@@ -80,6 +82,38 @@ def _is_default(path: Path) -> bool:
         return path.resolve() == default.resolve()
     except OSError:
         return False
+
+
+def _is_new(path: Path) -> bool:
+    """Whether opening path with create=True makes a new store: nothing is
+    there, or an empty file (db.open_checked takes that as new)."""
+    try:
+        return path.stat().st_size == 0
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _naming_the_environment(db_path):
+    """An error about the database whose path came from $ZLSTORE_DB says
+    so: the person who typed the command never named it."""
+    ctx = click.get_current_context(silent=True)
+    from_env = (db_path is not None and ctx is not None
+                and ctx.get_parameter_source("db_path") == click.core.ParameterSource.ENVIRONMENT)
+    if not from_env:
+        yield
+        return
+    note = f" (the database is $ZLSTORE_DB={db_path})"
+    try:
+        yield
+    except dbmod.StoreError as error:
+        raise Fault(f"{error}{note}") from None
+    except Fault as fault:
+        if not getattr(fault, "about_database", False):
+            raise
+        raise Fault(f"{fault.message}{note}") from None
 
 
 def db_option(fn=None, *, create: bool = False, writes: bool = False, check=None):
@@ -99,8 +133,15 @@ def db_option(fn=None, *, create: bool = False, writes: bool = False, check=None
     @functools.wraps(fn)
     def wrapper(*args, db_path=None, **kwargs):
         path = Path(db_path or default_db_path())
+        with _naming_the_environment(db_path):
+            return _with_store(fn, path, args, kwargs)
+
+    def _with_store(fn, path, args, kwargs):
         hint_db = None if _is_default(path) else str(path)
+        new = create and _is_new(path)
         with database_faults(path), Store(path, create=create, check=check) as store, output.hints_for(hint_db):
+            if new:  # a mistyped --db would otherwise be a silent new store
+                click.echo(f"created {path}", err=True)
             if store.views_outdated:
                 click.echo(f"warning: {store.path} has views from another zlstore build and cannot be "
                            f"written: answers come from the views it has", err=True)
