@@ -1411,7 +1411,8 @@ def export(store, root, rule, out):
     order, for people and scripts that still read that file: by default
     (and with --tsv) as the harness writes screen.tsv (a header, tab-
     separated, empty for NULL, tabs and newlines in a value made spaces,
-    numbers in full), rows in the order of the root's screen.tsv; --csv,
+    numbers in full, - for the fingerprint of a side that compiled no
+    .ttgir), rows in the order of the root's screen.tsv; --csv,
     --json, --nl and -t give the same rows and columns.
 
     Exit status: 0 done; 2 an unknown or wrong-kind root, or a bad --db

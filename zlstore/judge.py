@@ -159,10 +159,17 @@ def export_rows(store, root, rule: Optional[str] = None) -> List[dict]:
     after them by op and dtype."""
     found = root_for(store, root, "export")
     rule = resolve_rule(store, rule)
-    columns = ", ".join(f"v.[{c}]" for c in _layout.SCREEN_COLUMNS)
+    # a side that compiled no .ttgir: what the harness writes, so that a
+    # script comparing with its screen.tsv reads the same
+    no_ir = {"fp_before": "b", "fp_after": "a"}
+    columns = ", ".join(
+        f"CASE WHEN {no_ir[c]}.n_kernels = 0 THEN '{_layout.NO_IR_FINGERPRINT}' ELSE v.[{c}] END AS [{c}]"
+        if c in no_ir else f"v.[{c}]" for c in _layout.SCREEN_COLUMNS)
     return _rows(store, f"""
         SELECT {columns}
         FROM verdicts_by_rule v
+        LEFT JOIN cells b ON b.id = v.before_cell_id
+        LEFT JOIN cells a ON a.id = v.after_cell_id
         WHERE v.rule = ? AND v.root_id = ?
         ORDER BY (SELECT min(rv.line) FROM recorded_verdicts rv
                   WHERE rv.root_id = v.root_id AND rv.file = '{_layout.SCREEN_TSV}'
