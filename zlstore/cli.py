@@ -1175,8 +1175,11 @@ def screen(store, root, rule, out):
     and a campaign on it would measure nothing the switch changed. Each
     root's heading says whether its axis is live (screen_roots); a root
     whose switch changed no IR at all gets a warning on stderr. `recorded`
-    is the harness's own screen.tsv verdict. The table ends with the count
-    of each verdict.
+    is the verdict in the root's screen.tsv: the harness's own, or, after
+    `zlstore rescore --write` (or the harness's RESCORE), the rewrite; where
+    the replaced file, screen.tsv.orig, holds another verdict for a pair,
+    `orig` shows it beside (--json: recorded_verdict, orig_verdict). The
+    table ends with the count of each verdict.
 
     Exit status: 0 done; 2 an unknown root, a repeat run or campaign
     (zlstore ab reads those), or a bad --db (missing: never created; not a

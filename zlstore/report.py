@@ -62,6 +62,13 @@ SCREEN_HEADERS = ["op", "dtype", "verdict", "recorded", "cl_before", "cl_after",
                   "elapsed_before", "elapsed_after", "note"]
 
 
+def orig_differs(row: Mapping) -> Optional[str]:
+    """The verdict screen.tsv.orig holds for a pair where it differs from
+    screen.tsv's (a rescore rewrote the file): the harness's original."""
+    orig = row.get("orig_verdict")
+    return orig if orig is not None and orig != row.get("recorded_verdict") else None
+
+
 def screen(rows: Sequence[dict], rule_name: str, axes: Optional[Mapping[str, Mapping]] = None) -> str:
     """The screening verdicts per root (with whether its axis is live, from
     axes: root name -> screen_roots row), each pair followed by its labelled
@@ -73,7 +80,13 @@ def screen(rows: Sequence[dict], rule_name: str, axes: Optional[Mapping[str, Map
         axis = (axes or {}).get(name)
         axis_text = f"; axis {axis['axis']} under {axis['strictest_rule']}" if axis else ""
         lines.append(f"{name}  (rule {rule_name}{axis_text}; caliber: {' | '.join(sorted(calibers))})")
-        table = output.table(group, SCREEN_COLUMNS, SCREEN_HEADERS).split("\n")
+        columns, headers = SCREEN_COLUMNS, SCREEN_HEADERS
+        shown = [dict(row, orig_differs=orig_differs(row)) for row in group]
+        if any(row["orig_differs"] for row in shown):  # screen.tsv was rewritten: the original beside it
+            at = columns.index("recorded_verdict") + 1
+            columns = columns[:at] + ["orig_differs"] + columns[at:]
+            headers = headers[:at] + ["orig"] + headers[at:]
+        table = output.table(shown, columns, headers).split("\n")
         lines.extend(table[:2])
         for row, line in zip(group, table[2:]):
             lines.append(line)
