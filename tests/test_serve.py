@@ -67,10 +67,16 @@ def views_in(db_path):
 
 
 def require_views(db_path, *names):
-    """Skip while issue 3's views have not landed in schema.sql."""
+    """Fail when a public view is missing from the store: the tests that
+    read them must not pass by being skipped."""
     missing = [name for name in names if name not in views_in(db_path)]
     if missing:
-        pytest.skip(f"view(s) {', '.join(missing)} not in schema.sql yet (issue 3)")
+        pytest.fail(f"view(s) {', '.join(missing)} missing from {db_path} (schema.sql)")
+
+
+def test_a_missing_view_fails_the_tests_that_read_it(example_store_path):
+    with pytest.raises(pytest.fail.Exception, match="no_such_view"):
+        require_views(example_store_path, "verdicts", "no_such_view")
 
 
 def key(op_dtype):

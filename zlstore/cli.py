@@ -1169,7 +1169,10 @@ def screen(store, root, rule, out):
     (one round per shape is never a result) for IR_CHANGED, the noise floor
     for NO_IR_DIFF; never one for DUPLICATE_CELL (more than one stored
     cell claims a side: a copied cell directory), TRUNCATED, NO_ROWS,
-    IR_UNREAD or NO_TRITON. An
+    IR_UNREAD or NO_TRITON. A pair with a cell on one side only is
+    NO_ROWS with the note MISSING_SIDE (the run stopped before the other
+    side, or its directory is gone): not its dtype; zlstore problems names
+    it. An
     IR_CHANGED pair that the strictest rule (v4) sees as unchanged gets a
     hint: it differs only in what that rule leaves out (source locations),
     and a campaign on it would measure nothing the switch changed. Each

@@ -22,7 +22,7 @@ from typing import Callable, Dict, Iterator, List, NamedTuple, Optional
 
 from . import caliber, floors, names, stats, ttgir
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 BUSY_TIMEOUT_MS = 60_000
 WRITE_ATTEMPTS = 10
 
@@ -763,6 +763,16 @@ def _duplicate_cells(conn):
         before_copies INTEGER NOT NULL, after_copies INTEGER NOT NULL)""")
     conn.execute("CREATE INDEX IF NOT EXISTS ab_duplicate_rounds_root ON ab_duplicate_rounds(root_id)")
     conn.execute("CREATE INDEX IF NOT EXISTS cells_content ON cells(root_id, content_sig)")
+
+
+@migration(11, rederive=True)
+def _screening_pairs_on_any_card(conn):
+    """Release 11 pairs a screening pair's cells whatever card each ran on
+    (a side without cell.env has no card): the round key takes the card
+    from cells.pair_card, NULL in round 0. Every round is paired again."""
+    if "pair_card" not in {row[1] for row in conn.execute("PRAGMA table_xinfo(cells)")}:
+        conn.execute("ALTER TABLE cells ADD COLUMN pair_card INTEGER "
+                     "GENERATED ALWAYS AS (CASE WHEN round = 0 THEN NULL ELSE card END) VIRTUAL")
 
 
 def _user_version(conn) -> int:
