@@ -306,7 +306,10 @@ def test_real_abs_gets_the_v4_hint(real_store):
     assert all(r["hint"] is None for op, r in rows.items() if op != "abs")
     text = invoke(real_store, "screen").stdout
     assert "    hint: differs only in source locations: NO_IR_DIFF under v4" in text
-    plan = invoke(real_store, "plan", REAL_SCREEN, "--cards", "2", "--rounds", "3", "--json")
+    # its one IR_CHANGED pair is location-only: nothing to plan by default
+    refused = invoke(real_store, "plan", REAL_SCREEN, "--cards", "2", "--rounds", "3")
+    assert refused.exit_code == 2 and "--include-hinted" in refused.stderr
+    plan = invoke(real_store, "plan", REAL_SCREEN, "--cards", "2", "--rounds", "3", "--json", "--include-hinted")
     assert json.loads(plan.stdout)["hints"] == [
         {"op": "abs", "dtype": "float16", "hint": "differs only in source locations: NO_IR_DIFF under v4"}]
 

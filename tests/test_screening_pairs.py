@@ -80,3 +80,23 @@ def test_recording_one_side_of_a_screen_is_no_problem_yet(example_tree, tmp_path
     root = one_root(example_tree, tmp_path)
     result = invoke(tmp_path / "t.db", "record", root / "topk_float16_before")
     assert result.exit_code == 0 and "MISSING_SIDE" not in result.output
+
+
+def test_a_store_of_release_10_keeps_one_range_per_screening_pair(example_store_path, tmp_path):
+    import sqlite3
+
+    from zlstore import db
+
+    path = tmp_path / "old.db"
+    shutil.copy(example_store_path, path)
+    with Store(path) as store:
+        expected = len(judge.verdicts(store))
+    with sqlite3.connect(path) as conn:  # as release 10 keyed them: by the cells' card
+        for table in ("ab_slot_rows", "ab_round_ranges"):
+            conn.execute(f"UPDATE {table} SET card = 0 WHERE round = 0")
+        conn.execute("PRAGMA user_version = 10")
+    with Store(path) as store:
+        assert len(judge.verdicts(store)) == expected
+        assert store.conn.execute("SELECT count(*) FROM ab_round_ranges WHERE card IS NOT NULL AND round = 0"
+                                  ).fetchone()[0] == 0
+        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION

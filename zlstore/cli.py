@@ -679,6 +679,9 @@ def plan_options(fn):
                      help="Repeat rounds: an op weighs (elapsed_before + elapsed_after) x rounds."),
         click.option("--extra-ops", default=None,
                      help="Ops added after the plan, each to the lightest card by weight."),
+        click.option("--include-hinted", is_flag=True,
+                     help="Plan also the IR_CHANGED pairs that differ only in what the strictest rule leaves out "
+                          "(source locations: zlstore screen's hint), left out by default."),
     )):
         fn = option(fn)
     return fn
@@ -691,7 +694,7 @@ def plan_options(fn):
               help="Write the plan as partition.tsv (card op dtype weight_min).")
 @db_option
 @output_options
-def plan(store, screen_root, ops, cards, rounds, extra_ops, out_path, out):
+def plan(store, screen_root, ops, cards, rounds, extra_ops, include_hinted, out_path, out):
     """Partition a screening root's ops across cards, longest first.
 
     Each op weighs its screening pair's time (elapsed_before + elapsed_after,
@@ -699,11 +702,13 @@ def plan(store, screen_root, ops, cards, rounds, extra_ops, out_path, out):
     currently lightest card. Prints each card's ops and weight, the critical
     path, the heaviest single op (the floor no plan can beat), the ideal
     share (total / cards) and a plain hash partition's critical path. An op
-    with no screening time is an error that names it. Of the default ops
-    (the IR_CHANGED pairs), those that differ only in what the strictest
-    rule leaves out are named on stderr (a hint; --json: "hints"), and so
-    are the pairs whose IR could not be judged, DUPLICATE_CELL or IR_UNREAD,
-    which are not planned (a warning; --json: "not_planned"). Every
+    with no screening time is an error that names it. The default ops are
+    the IR_CHANGED pairs, without those that differ only in what the
+    strictest rule leaves out (FlagGems' loc() cache paths: a campaign on
+    them measures nothing the switch changed): those are named on stderr
+    and left out (--json: "hints", and "left_out" unless --include-hinted
+    plans them), and so are the pairs whose IR could not be judged,
+    DUPLICATE_CELL or IR_UNREAD (a warning; --json: "not_planned"). Every
     weight is in one unit: minutes from a 2-minute critical path, else
     seconds; --json and the other formats give seconds (weight_s), the
     other formats one row per planned op.
@@ -722,19 +727,23 @@ def plan(store, screen_root, ops, cards, rounds, extra_ops, out_path, out):
     from .runner import hinted_ops, unjudged_ops
 
     try:
-        the_plan, root = plan_from_store(store, screen_root, cards, rounds, ops, extra_ops)
+        the_plan, root = plan_from_store(store, screen_root, cards, rounds, ops, extra_ops, include_hinted)
     except (LookupError, ValueError) as error:
         raise Fault(str(error).strip("'\""))
     hinted = [] if ops else hinted_ops(store, root)
+    left_out = [] if include_hinted else hinted
     unjudged = [] if ops else unjudged_ops(store, root)
     if out_path:
         planmod.write_partition_tsv(the_plan, out_path)
     emit(out, the_plan.rows, human=lambda: planmod.describe(the_plan), document=lambda: {
         **the_plan.as_dict(), "hints": [{"op": op, "dtype": dtype, "hint": hint} for op, dtype, hint in hinted],
+        "left_out": [{"op": op, "dtype": dtype, "hint": hint} for op, dtype, hint in left_out],
         "not_planned": [{"op": op, "dtype": dtype, "verdict": verdict} for op, dtype, verdict in unjudged]})
-    for op, dtype, hint in hinted if out.kind != "json" else ():
+    if left_out and out.kind != "json":
+        click.echo(report.left_out_hinted(left_out), err=True)
+    for op, dtype, hint in hinted if out.kind != "json" and include_hinted else ():
         click.echo(f"hint: {op}{':' + dtype if dtype else ''} {hint}; a campaign on it measures nothing "
-                   "the switch changed (leave it out with --ops, or judge under that rule: zlstore rule)", err=True)
+                   "the switch changed (planned: --include-hinted)", err=True)
     for op, dtype, verdict in unjudged if out.kind != "json" else ():
         click.echo(f"warning: {op}{':' + dtype if dtype else ''} is {verdict}, so its IR was not judged and it is "
                    f"not planned ({judge.BY_NAME[verdict].licenses}); or name it with --ops", err=True)
@@ -859,7 +868,8 @@ def slurm_options(fn):
               help="Seconds between status tables when stderr is not a terminal.")
 @db_option(create=True, writes=True)
 @output_options
-def run_campaign(store, plan_path, screen_root, ops, cards, rounds, extra_ops, command, root_dir, resume,
+def run_campaign(store, plan_path, screen_root, ops, cards, rounds, extra_ops, include_hinted, command, root_dir,
+                 resume,
                  cell_timeout, switch, backend, devices, slurm, partition, gres, time_limit, account, sbatch_args,
                  poll, status_every, out):
     """Run a plan: one `zlstore run card` per card, ops in turn within a card.
@@ -918,7 +928,7 @@ def run_campaign(store, plan_path, screen_root, ops, cards, rounds, extra_ops, c
             store, plan_path=plan_path, screen_root=screen_root, ops=ops, cards=cards, rounds=rounds,
             extra_ops=extra_ops, command=command, root_dir=root_dir, resume=resume, switch=switch,
             backend=backend, devices=devices, poll_s=poll, status_every_s=status_every,
-            cell_timeout=cell_timeout, slurm=options)
+            cell_timeout=cell_timeout, slurm=options, include_hinted=include_hinted)
         result = runner.run_campaign(store, config, stream=sys.stderr)
     except runner.CaliberMissing as error:
         raise Refusal(str(error))

@@ -773,6 +773,9 @@ def _screening_pairs_on_any_card(conn):
     if "pair_card" not in {row[1] for row in conn.execute("PRAGMA table_xinfo(cells)")}:
         conn.execute("ALTER TABLE cells ADD COLUMN pair_card INTEGER "
                      "GENERATED ALWAYS AS (CASE WHEN round = 0 THEN NULL ELSE card END) VIRTUAL")
+    # what was derived under the old key: the rederive keeps it under the new one
+    for table in ("ab_slot_rows", "ab_round_ranges", "ab_duplicate_rounds", "ab_stale_rounds"):
+        conn.execute(f"DELETE FROM {table} WHERE round = 0")
 
 
 def _user_version(conn) -> int:

@@ -102,6 +102,16 @@ def screen(rows: Sequence[dict], rule_name: str, axes: Optional[Mapping[str, Map
     return "\n".join(lines)
 
 
+def left_out_hinted(hinted: Sequence[tuple]) -> str:
+    """What a plan left out by default: the IR_CHANGED pairs (op, dtype,
+    hint) that differ only in what the strictest rule leaves out."""
+    ops = ", ".join(f"{op}{':' + dtype if dtype else ''}" for op, dtype, _ in hinted)
+    hints = sorted({hint for _, _, hint in hinted})
+    return (f"left out: {ops}: IR_CHANGED, but {'; '.join(hints)}; a campaign on "
+            f"{'them' if len(hinted) > 1 else 'it'} measures nothing the switch changed (--include-hinted plans "
+            f"{'them' if len(hinted) > 1 else 'it'})")
+
+
 def dead_axis_warning(axis: Mapping) -> str:
     """What `zlstore screen` says of a root whose switch changed no IR."""
     return (f"warning: {axis['root']}: the switch {axis['switch'] or '(unnamed)'} changed no IR in any of its "
