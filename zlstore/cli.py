@@ -724,7 +724,7 @@ def plan(store, screen_root, ops, cards, rounds, extra_ops, include_hinted, out_
     from . import plan as planmod
     from .runner import plan_from_store
 
-    from .runner import hinted_ops, unjudged_ops
+    from .runner import ISOLATE_TUNER_CACHE, hinted_ops, screen_caliber_note, unjudged_ops
 
     try:
         the_plan, root = plan_from_store(store, screen_root, cards, rounds, ops, extra_ops, include_hinted)
@@ -741,6 +741,9 @@ def plan(store, screen_root, ops, cards, rounds, extra_ops, include_hinted, out_
         "not_planned": [{"op": op, "dtype": dtype, "verdict": verdict} for op, dtype, verdict in unjudged]})
     if left_out and out.kind != "json":
         click.echo(report.left_out_hinted(left_out), err=True)
+    note = screen_caliber_note(store, root, {ISOLATE_TUNER_CACHE: "1"})  # all a plan knows of a campaign's
+    if note:
+        click.echo(note, err=True)
     for op, dtype, hint in hinted if out.kind != "json" and include_hinted else ():
         click.echo(f"hint: {op}{':' + dtype if dtype else ''} {hint}; a campaign on it measures nothing "
                    "the switch changed (planned: --include-hinted)", err=True)

@@ -397,6 +397,28 @@ def campaign_caliber(config: CampaignConfig, env: Dict[str, str]) -> Dict[str, s
     return values
 
 
+def screen_caliber_note(store, screen_root, campaign: Dict[str, str]) -> Optional[str]:
+    """One line, before a campaign runs (or is planned), where the screening
+    root was measured under another caliber than the campaign's (campaign:
+    env variable -> value, what is known of it): the root's noise floors
+    will not apply to the campaign's ranges. None where they agree."""
+    try:
+        root = screen_root if isinstance(screen_root, dict) else store.root(screen_root)
+    except LookupError:
+        return None
+    screened = judge.root_calibers(store, root)
+    differ = []
+    for f in caliber.CALIBER_FIELDS:
+        values = sorted({str(c[f.name]) for c in screened})
+        if f.env in campaign and values and values != [campaign[f.env]]:
+            differ.append(f"{f.env}={'|'.join(values)} there, {campaign[f.env]} here")
+    if not differ:
+        return None
+    return (f"note: {root['name']} was screened under another caliber than this campaign's ({'; '.join(differ)}"
+            f"{', forced for campaigns' if any(d.startswith(ISOLATE_TUNER_CACHE) for d in differ) else ''}): "
+            f"its noise floors will not apply to the campaign's ranges; screen with the campaign's caliber")
+
+
 def campaign_config(store, *, plan_path=None, screen_root: Optional[str] = None, ops: Optional[str] = None,
                     cards: int = 8, rounds: int = DEFAULT_ROUNDS, extra_ops: Optional[str] = None,
                     command: Optional[str] = None, root_dir=None, resume: bool = False,
@@ -818,6 +840,9 @@ def run_campaign(store, config: CampaignConfig, stream: IO = sys.stderr) -> Camp
     plan = config.plan
     visible_devices_var(config.backend)
     values = campaign_caliber(config, dict(os.environ))
+    note = screen_caliber_note(store, config.screen_root, values) if config.screen_root else None
+    if note:
+        print(note, file=stream, flush=True)
     if config.slurm is not None:
         launcher = SlurmLauncher(config.slurm, config.poll_s)
     else:
