@@ -201,13 +201,14 @@ def test_no_record_file_or_pytest_cache_outside_the_cells(screened):
 @pytest.fixture(scope="module")
 def campaign(screened):
     """A campaign from the screening root on two cards: its IR_CHANGED ops
-    (abs, mm) plus topk, whose after side hangs: every such cell is killed at
+    (abs, mm: abs differs only in its loc() paths, planned with
+    --include-hinted, as a real FlagGems campaign would need) plus topk, whose after side hangs: every such cell is killed at
     CELL_TIMEOUT by zlstore flaggems repeat itself."""
     tmp = screened["tmp"]
     root = tmp / "runs" / "campaign_h200"
     env = dict(screened["env"], CELL_TIMEOUT="4")
     result = zl(["run", "campaign", "--screen-root", str(screened["root"]), "--cards", "2", "--rounds", "2",
-                 "--extra-ops", "topk:float16", "--command", REPEAT, "--root", str(root), "--poll", "0.2",
+                 "--include-hinted", "--extra-ops", "topk:float16", "--command", REPEAT, "--root", str(root), "--poll", "0.2",
                  "--db", str(screened["db"])], env, cwd=tmp)
     return {"root": root, "result": result, "db": screened["db"], "env": env, "tmp": tmp}
 
