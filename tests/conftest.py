@@ -8,6 +8,17 @@ import pytest
 
 from zlstore import Store
 
+def pytest_configure(config):
+    """A suite started in the background by a shell without job control
+    inherits SIGINT ignored, and so would every process it starts: the
+    Ctrl-C tests would then test nothing (their process runs to its end).
+    Python's own handler back, as in a terminal."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 # A stand-in for FlagGems' benchmark, run by zlstore flaggems in its own
 # pytest process (test_flaggems.py); its tests are not this suite's.
 collect_ignore = ["flaggems_standin"]
