@@ -932,6 +932,10 @@ def run_campaign(store, plan_path, screen_root, ops, cards, rounds, extra_ops, i
             extra_ops=extra_ops, command=command, root_dir=root_dir, resume=resume, switch=switch,
             backend=backend, devices=devices, poll_s=poll, status_every_s=status_every,
             cell_timeout=cell_timeout, slurm=options, include_hinted=include_hinted)
+        if screen_root and not (plan_path or resume or ops or include_hinted):  # planned here: as plan says it
+            left_out = runner.hinted_ops(store, store.root(screen_root))
+            if left_out:
+                click.echo(report.left_out_hinted(left_out), err=True)
         result = runner.run_campaign(store, config, stream=sys.stderr)
     except runner.CaliberMissing as error:
         raise Refusal(str(error))
