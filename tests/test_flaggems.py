@@ -108,23 +108,23 @@ def assert_cell_files(cell: Path):
 # == screen, then a campaign planned from it =======================================
 
 
-SCREEN_TIMEOUT_S = 30
+# Far above what a stand-in cell that does not hang takes on a loaded machine
+# (at 4-5 s, cells came out killed under load): only a hanging one waits it out.
+CELL_TIMEOUT_S = 20
 
 
 @pytest.fixture(scope="module")
 def screened(tmp_path_factory):
     """One screening pass: abs (its IR carries per-cell FlagGems cache paths),
     softmax (same IR), mm float32 (tf32 reaches tt.dot) and topk, whose
-    after side hangs until CELL_TIMEOUT. The timeout is far above what a
-    cell that does not hang takes on a loaded machine (at 5 s, one came out
-    TRUNCATED under load): only the hanging one waits for it."""
+    after side hangs until CELL_TIMEOUT (CELL_TIMEOUT_S)."""
     tmp = tmp_path_factory.mktemp("flaggems_screen")
     db, root = tmp / "z.db", tmp / "runs" / "screen_h200"
     env = env_for(tmp, STANDIN_HANG="topk:tf32")
     had_pytest_cache = (STANDIN / ".pytest_cache").exists()
     started = time.monotonic()
     result = zl(["run", "screen", "--ops", "abs:float16,softmax:float32,mm:float32,topk:float16",
-                 "--switch", SWITCH, "--values", ",".join(VALUES), "--cell-timeout", str(SCREEN_TIMEOUT_S),
+                 "--switch", SWITCH, "--values", ",".join(VALUES), "--cell-timeout", str(CELL_TIMEOUT_S),
                  "--command", CELL, "--root", str(root), "--db", str(db)], env, cwd=tmp)
     return {"tmp": tmp, "db": db, "root": root, "env": env, "result": result,
             "elapsed": time.monotonic() - started, "had_pytest_cache": had_pytest_cache}
@@ -206,7 +206,7 @@ def campaign(screened):
     CELL_TIMEOUT by zlstore flaggems repeat itself."""
     tmp = screened["tmp"]
     root = tmp / "runs" / "campaign_h200"
-    env = dict(screened["env"], CELL_TIMEOUT="4")
+    env = dict(screened["env"], CELL_TIMEOUT=str(CELL_TIMEOUT_S))
     result = zl(["run", "campaign", "--screen-root", str(screened["root"]), "--cards", "2", "--rounds", "2",
                  "--include-hinted", "--extra-ops", "topk:float16", "--command", REPEAT, "--root", str(root), "--poll", "0.2",
                  "--db", str(screened["db"])], env, cwd=tmp)
