@@ -13,11 +13,11 @@ from pathlib import Path
 import click
 
 from . import db as dbmod
-from . import files, judge, layout, output, report, ttgir
+from . import files, irdiff, judge, layout, output, report, ttgir
 from .plan import MAX_CARDS
 from .store import Store, default_db_path
 
-# Exit statuses: one meaning each, in every command (README: "Exit statuses").
+# Exit statuses: one meaning each, in every command (docs/cli.md: "Exit statuses").
 from .names import (EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEMS,
                     EXIT_UNFINISHED, EXIT_USAGE)
 
@@ -72,7 +72,9 @@ def database_faults(path):
     except sqlite3.DatabaseError as error:
         if not dbmod.is_environment_error(error):
             raise
-        raise Fault(dbmod.fault_message(path, error)) from None
+        fault = Fault(dbmod.fault_message(path, error))
+        fault.about_database = True
+        raise fault from None
 
 
 def _is_default(path: Path) -> bool:
@@ -81,6 +83,38 @@ def _is_default(path: Path) -> bool:
         return path.resolve() == default.resolve()
     except OSError:
         return False
+
+
+def _is_new(path: Path) -> bool:
+    """Whether opening path with create=True makes a new store: nothing is
+    there, or an empty file (db.open_checked takes that as new)."""
+    try:
+        return path.stat().st_size == 0
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _naming_the_environment(db_path):
+    """An error about the database whose path came from $ZLSTORE_DB says
+    so: the person who typed the command never named it."""
+    ctx = click.get_current_context(silent=True)
+    from_env = (db_path is not None and ctx is not None
+                and ctx.get_parameter_source("db_path") == click.core.ParameterSource.ENVIRONMENT)
+    if not from_env:
+        yield
+        return
+    note = f" (the database is $ZLSTORE_DB={db_path})"
+    try:
+        yield
+    except dbmod.StoreError as error:
+        raise Fault(f"{error}{note}") from None
+    except Fault as fault:
+        if not getattr(fault, "about_database", False):
+            raise
+        raise Fault(f"{fault.message}{note}") from None
 
 
 def db_option(fn=None, *, create: bool = False, writes: bool = False, check=None):
@@ -100,8 +134,15 @@ def db_option(fn=None, *, create: bool = False, writes: bool = False, check=None
     @functools.wraps(fn)
     def wrapper(*args, db_path=None, **kwargs):
         path = Path(db_path or default_db_path())
+        with _naming_the_environment(db_path):
+            return _with_store(fn, path, args, kwargs)
+
+    def _with_store(fn, path, args, kwargs):
         hint_db = None if _is_default(path) else str(path)
+        new = create and _is_new(path)
         with database_faults(path), Store(path, create=create, check=check) as store, output.hints_for(hint_db):
+            if new:  # a mistyped --db would otherwise be a silent new store
+                click.echo(f"created {path}", err=True)
             if store.views_outdated:
                 click.echo(f"warning: {store.path} has views from another zlstore build and cannot be "
                            f"written: answers come from the views it has", err=True)
@@ -639,6 +680,9 @@ def plan_options(fn):
                      help="Repeat rounds: an op weighs (elapsed_before + elapsed_after) x rounds."),
         click.option("--extra-ops", default=None,
                      help="Ops added after the plan, each to the lightest card by weight."),
+        click.option("--include-hinted", is_flag=True,
+                     help="Plan also the IR_CHANGED pairs that differ only in what the strictest rule leaves out "
+                          "(source locations: zlstore screen's hint), left out by default."),
     )):
         fn = option(fn)
     return fn
@@ -651,7 +695,7 @@ def plan_options(fn):
               help="Write the plan as partition.tsv (card op dtype weight_min).")
 @db_option
 @output_options
-def plan(store, screen_root, ops, cards, rounds, extra_ops, out_path, out):
+def plan(store, screen_root, ops, cards, rounds, extra_ops, include_hinted, out_path, out):
     """Partition a screening root's ops across cards, longest first.
 
     Each op weighs its screening pair's time (elapsed_before + elapsed_after,
@@ -659,11 +703,13 @@ def plan(store, screen_root, ops, cards, rounds, extra_ops, out_path, out):
     currently lightest card. Prints each card's ops and weight, the critical
     path, the heaviest single op (the floor no plan can beat), the ideal
     share (total / cards) and a plain hash partition's critical path. An op
-    with no screening time is an error that names it. Of the default ops
-    (the IR_CHANGED pairs), those that differ only in what the strictest
-    rule leaves out are named on stderr (a hint; --json: "hints"), and so
-    are the pairs whose IR could not be judged, DUPLICATE_CELL or IR_UNREAD,
-    which are not planned (a warning; --json: "not_planned"). Every
+    with no screening time is an error that names it. The default ops are
+    the IR_CHANGED pairs, without those that differ only in what the
+    strictest rule leaves out (FlagGems' loc() cache paths: a campaign on
+    them measures nothing the switch changed): those are named on stderr
+    and left out (--json: "hints", and "left_out" unless --include-hinted
+    plans them), and so are the pairs whose IR could not be judged,
+    DUPLICATE_CELL or IR_UNREAD (a warning; --json: "not_planned"). Every
     weight is in one unit: minutes from a 2-minute critical path, else
     seconds; --json and the other formats give seconds (weight_s), the
     other formats one row per planned op.
@@ -679,22 +725,29 @@ def plan(store, screen_root, ops, cards, rounds, extra_ops, out_path, out):
     from . import plan as planmod
     from .runner import plan_from_store
 
-    from .runner import hinted_ops, unjudged_ops
+    from .runner import ISOLATE_TUNER_CACHE, hinted_ops, screen_caliber_note, unjudged_ops
 
     try:
-        the_plan, root = plan_from_store(store, screen_root, cards, rounds, ops, extra_ops)
+        the_plan, root = plan_from_store(store, screen_root, cards, rounds, ops, extra_ops, include_hinted)
     except (LookupError, ValueError) as error:
         raise Fault(str(error).strip("'\""))
     hinted = [] if ops else hinted_ops(store, root)
+    left_out = [] if include_hinted else hinted
     unjudged = [] if ops else unjudged_ops(store, root)
     if out_path:
         planmod.write_partition_tsv(the_plan, out_path)
     emit(out, the_plan.rows, human=lambda: planmod.describe(the_plan), document=lambda: {
         **the_plan.as_dict(), "hints": [{"op": op, "dtype": dtype, "hint": hint} for op, dtype, hint in hinted],
+        "left_out": [{"op": op, "dtype": dtype, "hint": hint} for op, dtype, hint in left_out],
         "not_planned": [{"op": op, "dtype": dtype, "verdict": verdict} for op, dtype, verdict in unjudged]})
-    for op, dtype, hint in hinted if out.kind != "json" else ():
+    if left_out and out.kind != "json":
+        click.echo(report.left_out_hinted(left_out), err=True)
+    note = screen_caliber_note(store, root, {ISOLATE_TUNER_CACHE: "1"})  # all a plan knows of a campaign's
+    if note:
+        click.echo(note, err=True)
+    for op, dtype, hint in hinted if out.kind != "json" and include_hinted else ():
         click.echo(f"hint: {op}{':' + dtype if dtype else ''} {hint}; a campaign on it measures nothing "
-                   "the switch changed (leave it out with --ops, or judge under that rule: zlstore rule)", err=True)
+                   "the switch changed (planned: --include-hinted)", err=True)
     for op, dtype, verdict in unjudged if out.kind != "json" else ():
         click.echo(f"warning: {op}{':' + dtype if dtype else ''} is {verdict}, so its IR was not judged and it is "
                    f"not planned ({judge.BY_NAME[verdict].licenses}); or name it with --ops", err=True)
@@ -819,7 +872,8 @@ def slurm_options(fn):
               help="Seconds between status tables when stderr is not a terminal.")
 @db_option(create=True, writes=True)
 @output_options
-def run_campaign(store, plan_path, screen_root, ops, cards, rounds, extra_ops, command, root_dir, resume,
+def run_campaign(store, plan_path, screen_root, ops, cards, rounds, extra_ops, include_hinted, command, root_dir,
+                 resume,
                  cell_timeout, switch, backend, devices, slurm, partition, gres, time_limit, account, sbatch_args,
                  poll, status_every, out):
     """Run a plan: one `zlstore run card` per card, ops in turn within a card.
@@ -878,7 +932,11 @@ def run_campaign(store, plan_path, screen_root, ops, cards, rounds, extra_ops, c
             store, plan_path=plan_path, screen_root=screen_root, ops=ops, cards=cards, rounds=rounds,
             extra_ops=extra_ops, command=command, root_dir=root_dir, resume=resume, switch=switch,
             backend=backend, devices=devices, poll_s=poll, status_every_s=status_every,
-            cell_timeout=cell_timeout, slurm=options)
+            cell_timeout=cell_timeout, slurm=options, include_hinted=include_hinted)
+        if screen_root and not (plan_path or resume or ops or include_hinted):  # planned here: as plan says it
+            left_out = runner.hinted_ops(store, store.root(screen_root))
+            if left_out:
+                click.echo(report.left_out_hinted(left_out), err=True)
         result = runner.run_campaign(store, config, stream=sys.stderr)
     except runner.CaliberMissing as error:
         raise Refusal(str(error))
@@ -1183,17 +1241,30 @@ def screen(store, root, rule, out):
     (one round per shape is never a result) for IR_CHANGED, the noise floor
     for NO_IR_DIFF; never one for DUPLICATE_CELL (more than one stored
     cell claims a side: a copied cell directory), TRUNCATED, NO_ROWS,
-    IR_UNREAD or NO_TRITON. An
+    IR_UNREAD or NO_TRITON. A pair with a cell on one side only is
+    NO_ROWS with the note MISSING_SIDE (the run stopped before the other
+    side, or its directory is gone): not its dtype; zlstore problems names
+    it. An
     IR_CHANGED pair that the strictest rule (v4) sees as unchanged gets a
     hint: it differs only in what that rule leaves out (source locations),
     and a campaign on it would measure nothing the switch changed. Each
     root's heading says whether its axis is live (screen_roots); a root
     whose switch changed no IR at all gets a warning on stderr. `recorded`
-    is the harness's own screen.tsv verdict. The table ends with the count
-    of each verdict.
+    is the verdict in the root's screen.tsv: the harness's own, or, after
+    `zlstore rescore --write` (or the harness's RESCORE), the rewrite; where
+    the replaced file, screen.tsv.orig, holds another verdict for a pair,
+    `orig` shows it beside (--json: recorded_verdict, orig_verdict). The
+    table ends with the count of each verdict.
 
-    Exit status: 0 done; 2 an unknown or wrong-kind root, or a bad --db
-    (missing: never created; not a zlstore store; damaged; newer).
+    Each root's heading says what its cells ran on (GPU, driver, torch,
+    triton, FlagGems commit, host: cell.env's ENV_* keys). Where a pair's
+    two sides ran on different things (two Triton builds, say), a line
+    under it and a warning on stderr name the fields; --json has them as
+    environment_differs.
+
+    Exit status: 0 done; 2 an unknown root, a repeat run or campaign
+    (zlstore ab reads those), or a bad --db (missing: never created; not a
+    zlstore store; damaged; newer).
 
     Example:
 
@@ -1240,8 +1311,9 @@ def rescore(store, root, rule, write, out):
     counts, unchanged, without_original); the other formats the moved
     pairs.
 
-    Exit status: 0 done; 2 an unknown root, a root directory that is gone
-    (--write), or a bad --db (--write needs one this user can write).
+    Exit status: 0 done; 2 an unknown root, a repeat run or campaign (zlstore
+    ab reads those), a root directory that is gone (--write), or a bad --db
+    (--write needs one this user can write).
 
     Example:
 
@@ -1331,6 +1403,11 @@ def ab(store, root, rejected, out):
     fallback (a different timing regime). A screening root's ranges are in
     zlstore screen.
 
+    Each root's heading says what its cells ran on; where the cells behind
+    a range differ in anything but the switch (two GPU models or Triton
+    builds in one campaign), its note and a warning on stderr name the
+    fields, and --json has them as environment_differs.
+
     --rejected lists every row that did not pair with its reason, the first
     that applies of: DUPLICATE_CELL (more than one stored cell claims a side
     of the round, or another cell holds the same files: a copied cell or
@@ -1339,8 +1416,9 @@ def ab(store, root, rejected, out):
     the differing fields are named), MISSING_SIDE (the row or its cell exists
     on one side only), NOT_COUNTED (error_msg or an unusable latency).
 
-    Exit status: 0 done; 2 an unknown or wrong-kind root, or a bad --db
-    (missing: never created; not a zlstore store; damaged; newer).
+    Exit status: 0 done; 2 an unknown root, a screening root (without
+    --rejected: zlstore screen reads it), or a bad --db (missing: never
+    created; not a zlstore store; damaged; newer).
 
     Example:
 
@@ -1348,8 +1426,8 @@ def ab(store, root, rejected, out):
         zlstore ab campaign_20261013_090000
         zlstore ab campaign_20261013_090000 --rejected
     """
-    with judge_errors():
-        found = store.root(root) if root is not None else None
+    with judge_errors():  # a screening root's unpaired rows are ab's too (--rejected); its ranges are screen's
+        found = None if root is None else store.root(root) if rejected else judge.root_for(store, root, "ab")
     differences = judge.range_environment_differences(store, found)
     if not rejected:
         for line in report.environment_warnings(differences, judge.root_names(store)):
@@ -1467,6 +1545,70 @@ def history(store, op_spec, shape, out):
 
 
 @cli.command()
+@click.argument("first", metavar="ROOT[:OP]")
+@click.argument("second", metavar="[ROOT_B:]OP[:DTYPE]")
+@click.option("--round", "round_", type=click.IntRange(min=0), default=None,
+              help="The round of a repeat run or campaign (a screening root has one pair: round 0).")
+@click.option("--card", type=click.IntRange(min=0), default=None,
+              help="The card, where the op's round ran on several.")
+@click.option("--side", type=click.Choice(irdiff.SIDES), default=None,
+              help="Two roots: which side of each to compare (default: before).")
+@click.option("--rule", type=RULE_CHOICE, default=None,
+              help="Pair and compare under this fingerprint rule (default: the current one).")
+@click.option("--raw", is_flag=True, help="Diff the stored text as compiled, not the text the rule hashes.")
+@click.option("--kernel", default=None, help="Only the kernels of this name.")
+@click.option("--no-diff", "no_diff", is_flag=True, help="Only the kernel table, no text diff.")
+@db_option
+@output_options
+def diff(store, first, second, round_, card, side, rule, raw, kernel, no_diff, out):
+    """Which kernels changed between two cells, and how: the kernels of
+    both sides paired by name, each same, changed, only before or only
+    after under the fingerprint rule, with convert_layout, num_warps,
+    num_stages and shared memory per side, then the unified diff of the
+    text the rule hashes (--raw: as compiled), headed by each file's path.
+
+    ROOT OP[:DTYPE]: the screening pair of OP in ROOT; with --round N (and
+    --card C where it ran on several), that round of a repeat run or
+    campaign. ROOT_A:OP[:DTYPE] ROOT_B:OP[:DTYPE]: the same side (--side,
+    default before) of two roots, e.g. two compiler builds; A is shown as
+    before, B as after.
+
+    Several kernels of one name pair by the same text under the rule,
+    then the same text under the strictest rule (v4: they differ only in
+    what it leaves out, e.g. source locations), then the same num_warps,
+    num_stages and shared memory, then the order they were stored in;
+    `paired by` says which. A kernel changed under the rule but not under
+    v4 says so. The diff is colored on a terminal, plain when piped; --json
+    gives all of it, --csv, --tsv and -t the kernel table.
+
+    Exit status: 0 done; 1 the IR cannot answer: neither side compiled a
+    .ttgir (NO_TRITON), a side's IR was not read in full (IR_UNREAD), or a
+    side has no cell; 2 an unknown op, root or kernel, a root of the wrong
+    kind for the form, or a bad --db.
+
+    Example:
+
+        \b
+        zlstore diff ab_rlc_20261130_025432 abs:float16
+        zlstore diff ab_rlc_20261130_025432 abs --rule v4 --no-diff
+        zlstore diff campaign_20261130_030313 topk:float16 --round 2
+        zlstore diff ab_old:topk ab_new:topk --side after
+    """
+    with judge_errors():
+        try:
+            document = irdiff.diff(store, first, second, rule=rule, round_=round_, card=card, side=side, raw=raw,
+                                   kernel=kernel, with_diff=not no_diff)
+        except irdiff.DiffError as error:
+            raise click.UsageError(str(error)) from None
+    emit(out, document["kernels"], columns=irdiff.ROW_COLUMNS, document=document,
+         human=lambda: irdiff.text(document, click.style))
+    for note in document["notes"] if out.kind != "human" else ():
+        click.echo(f"note: {note}", err=True)
+    if document["problem"] is not None:
+        sys.exit(EXIT_PROBLEMS)
+
+
+@cli.command()
 @click.argument("root")
 @rule_option
 @db_option
@@ -1476,7 +1618,8 @@ def export(store, root, rule, out):
     order, for people and scripts that still read that file: by default
     (and with --tsv) as the harness writes screen.tsv (a header, tab-
     separated, empty for NULL, tabs and newlines in a value made spaces,
-    numbers in full), rows in the order of the root's screen.tsv; --csv,
+    numbers in full, - for the fingerprint of a side that compiled no
+    .ttgir), rows in the order of the root's screen.tsv; --csv,
     --json, --nl and -t give the same rows and columns.
 
     Exit status: 0 done; 2 an unknown or wrong-kind root, or a bad --db

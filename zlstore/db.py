@@ -22,7 +22,7 @@ from typing import Callable, Dict, Iterator, List, NamedTuple, Optional
 
 from . import caliber, floors, names, provenance, stats, ttgir
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 13
 BUSY_TIMEOUT_MS = 60_000
 WRITE_ATTEMPTS = 10
 
@@ -244,7 +244,7 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 # took 0.15 s with the file in the page cache and 0.6 s from disk, about 2
 # and 7 ms per MB; up to 16 MB that is at most about 0.03 / 0.1 s per
 # command. A larger store is checked by `zlstore check` and when `zlstore
-# serve` starts (README: "When the database is at fault").
+# serve` starts (docs/stores.md: "When the database is at fault").
 QUICK_CHECK_MAX_BYTES = 16 << 20
 
 # The tables that make an SQLite file a zlstore store (every release has had them).
@@ -770,7 +770,33 @@ def _duplicate_cells(conn):
 def _environments(conn):
     """Release 11 records what each cell ran on: cells point at a row of
     environments (created from schema.sql's tables); older cells at none."""
-    conn.execute("ALTER TABLE cells ADD COLUMN environment_id INTEGER REFERENCES environments(id)")
+    if "environment_id" not in {row[1] for row in conn.execute("PRAGMA table_info(cells)")}:  # rebuilt since
+        conn.execute("ALTER TABLE cells ADD COLUMN environment_id INTEGER REFERENCES environments(id)")
+
+
+@migration(12)
+def _kernel_shared_memory(conn):
+    """Release 12 keeps each kernel's shared memory (kernels.shared, from
+    the "shared" of its .json), shown by zlstore diff. Kernels stored
+    before have none (NULL: not known); a cell's files are not read again
+    while they are unchanged, so forget a root and ingest it to fill them.
+    A store whose version was set back over a table that has it (a test
+    replaying an older release's migrations) keeps the column it has."""
+    if "shared" not in {row[1] for row in conn.execute("PRAGMA table_info(kernels)")}:
+        conn.execute("ALTER TABLE kernels ADD COLUMN shared INTEGER")
+
+
+@migration(13, rederive=True)
+def _screening_pairs_on_any_card(conn):
+    """Release 13 pairs a screening pair's cells whatever card each ran on
+    (a side without cell.env has no card): the round key takes the card
+    from cells.pair_card, NULL in round 0. Every round is paired again."""
+    if "pair_card" not in {row[1] for row in conn.execute("PRAGMA table_xinfo(cells)")}:
+        conn.execute("ALTER TABLE cells ADD COLUMN pair_card INTEGER "
+                     "GENERATED ALWAYS AS (CASE WHEN round = 0 THEN NULL ELSE card END) VIRTUAL")
+    # what was derived under the old key: the rederive keeps it under the new one
+    for table in ("ab_slot_rows", "ab_round_ranges", "ab_duplicate_rounds", "ab_stale_rounds"):
+        conn.execute(f"DELETE FROM {table} WHERE round = 0")
 
 
 def _user_version(conn) -> int:

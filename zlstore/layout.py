@@ -35,6 +35,9 @@ SCREEN_COLUMNS = (
     "elapsed_before", "elapsed_after", "rc_before", "rc_after",
 ) + caliber.NAMES
 PARTITION_COLUMNS = ("card", "op", "dtype", "weight_min")
+# What the harness writes in screen.tsv's fp_before / fp_after for a side
+# that compiled no .ttgir (not the hash of the empty set).
+NO_IR_FINGERPRINT = "-"
 
 _ROUND = re.compile(r"^r(\d+)$")
 _CARD = re.compile(r"^card(\d+)$")
@@ -90,7 +93,7 @@ def storable(text: str) -> bool:
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-# What zlstore reads of a runs/ tree (README: "What is read"): regular files
+# What zlstore reads of a runs/ tree (docs/layout.md: "How a tree is read"): regular files
 # only, each at most MAX_FILE_BYTES; a symbolic link only where it resolves to
 # a regular file inside the file's root; directories only as they are, never
 # through a link. Anything else is a named problem, and no read may block: a
