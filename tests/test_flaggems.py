@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from zlstore import flaggems, harness, layout, runner
+from zlstore import flaggems, harness, irdiff, layout, runner
 from zlstore.cli import cli
 
 HERE = Path(__file__).resolve().parent
@@ -447,3 +447,19 @@ def test_campaign_cells_record_the_gpu_of_their_card(campaign):
     ab = zl(["ab", str(root), "--db", str(db)], campaign["env"])
     assert "  ran on: NVIDIA H200 x1, driver 570.86.15" in ab.stdout
     assert "differ" not in ab.stderr                          # each op's rounds ran on one card
+
+
+def test_diff_pairs_the_autotuned_configs_of_a_real_switch(screened):
+    """mm compiles two autotune configs per cell, and under tf32 each needs
+    more shared memory (as bmm on the H100): the same launch configuration
+    pairs nothing, and stored order alone paired block 64 with block 128.
+    The block sizes pair them, and the diff is the dot's precision alone."""
+    document = json.loads(zl(["diff", str(screened["root"]), "mm:float32", "--json", "--db", str(screened["db"])],
+                             screened["env"]).stdout)
+    rows = document["kernels"]
+    assert [(r["status"], r["paired_by"]) for r in rows] == [("changed", irdiff.BY_SHAPES)] * 2
+    assert sorted((r["shared_before"], r["shared_after"]) for r in rows) == [(32768, 49152), (65536, 98304)]
+    for row in rows:
+        changed = [line for line in row["diff"].splitlines()
+                   if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+        assert len(changed) == 2 and all("inputPrecision" in line for line in changed), row["diff"]

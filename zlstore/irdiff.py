@@ -18,7 +18,11 @@ over what the steps before left unpaired (PAIRING):
    it leaves out, e.g. source locations;
 3. the same launch configuration (num_warps, num_stages, shared memory),
    in the order the kernels were stored (by cache directory);
-4. in the order they were stored.
+4. the same tensor shapes: an autotuned config's block sizes, which a
+   switch that changes layouts, dot precision or shared memory leaves as
+   they are (on the H100, bmm's 64x64 and 128x128 configs each needed more
+   shared memory under tf32, and step 5 alone paired 64 with 128);
+5. in the order they were stored.
 
 What is left over is `only before` or `only after`. Everything here reads
 the store and the fingerprint rules (ttgir.py); nothing is written, and no
@@ -27,6 +31,7 @@ file of the runs/ tree is read: the IR is the stored IR.
 
 import difflib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -42,9 +47,12 @@ PAIRING = (
     "same text under the rule",
     "same text under the strictest rule",
     "same num_warps, num_stages and shared memory, in stored order",
+    "same tensor shapes (block sizes), in stored order",
     "stored order (by cache directory)",
 )
-BY_RULE, BY_STRICTEST, BY_CONFIG, BY_ORDER = PAIRING
+BY_RULE, BY_STRICTEST, BY_CONFIG, BY_SHAPES, BY_ORDER = PAIRING
+# The shapes of the tensors a kernel's IR works on (tensor<64x32x...>: "64x32x").
+TENSOR_SHAPE = re.compile(rb"tensor<((?:\d+x)+)")
 
 SIDES = ("before", "after")
 
@@ -108,6 +116,9 @@ class Kernel:
 
     def config(self) -> tuple:
         return (self.num_warps, self.num_stages, self.shared)
+
+    def shapes(self) -> frozenset:
+        return frozenset(TENSOR_SHAPE.findall(self.raw))
 
     def as_dict(self) -> dict:
         return {"cache_dir": self.cache_dir, "path": self.path, "ir_hash": self.ir_hash,
@@ -308,6 +319,7 @@ def pair_kernels(before: Sequence[Kernel], after: Sequence[Kernel]) -> List[tupl
         _take(b, a, lambda k: k.digest, BY_RULE, found)
         _take(b, a, lambda k: k.strictest_digest, BY_STRICTEST, found)
         _take(b, a, Kernel.config, BY_CONFIG, found)
+        _take(b, a, Kernel.shapes, BY_SHAPES, found)
         _take(b, a, lambda k: None, BY_ORDER, found)
         found.extend((k, None, None) for k in b)
         found.extend((None, k, None) for k in a)

@@ -14,7 +14,9 @@ does as far as `zlstore flaggems` can see it, with no torch and no GPU.
 
 Where the IR depends on the switch: mm's tt.dot on float32 operands takes
 TRITON_F32_DEFAULT as its inputPrecision (IR_CHANGED for mm:float32); abs,
-softmax and topk compile the same IR under every value.
+softmax and topk compile the same IR under every value. mm compiles two
+autotune configs (block 64 and 128) whose shared memory, on float32, grows
+under tf32, as bmm's did on the H100.
 
 Controls for tests (environment):
     STANDIN_SLEEP    seconds each benchmark takes, default 0
@@ -52,6 +54,9 @@ CORE_SHAPES = 3
 # How much faster FlagGems' kernel runs under each TRITON_F32_DEFAULT value,
 # where the value reaches the code (mm on float32).
 DOT_SPEED = {"ieee": 1.0, "tf32": 0.5, "tf32x3": 0.8}
+# mm autotunes two configs, as FlagGems' bmm with its list trimmed to two:
+# one kernel of one name per block size.
+AUTOTUNE_BLOCKS = (64, 128)
 
 
 def _items(name):
@@ -108,7 +113,7 @@ def _put(directory: Path, name: str, text: str):
     tmp.rmdir()
 
 
-def compile_kernel(kernel: str, source: str, ttgir: str, f32_default: str):
+def compile_kernel(kernel: str, source: str, ttgir: str, f32_default: str, shared: int = 0):
     """A kernel into the cache: the key covers the source and the switch's
     environment, never only the IR."""
     key = hashlib.sha256(f"{kernel}\0{source}\0{F32_DEFAULT_VAR}={f32_default}".encode()).digest()
@@ -117,6 +122,7 @@ def compile_kernel(kernel: str, source: str, ttgir: str, f32_default: str):
     if (directory / f"{kernel}.ttgir").is_file():
         return  # a warm cache: nothing compiled
     meta = {"hash": key.hex(), "target": {"backend": "cuda", "arch": 90, "warp_size": 32}, "num_warps": 4,
+            "num_stages": 3, "shared": shared,
             "default_dot_input_precision": f32_default, F32_DEFAULT_VAR: f32_default,
             "triton_version": "standin", "name": kernel}
     _put(directory, f"{kernel}.ttgir", ttgir)
@@ -210,17 +216,17 @@ _MM = """\
 #loc = loc("{src}":{line}:0)
 module attributes {{"ttg.num-ctas" = 1 : i32, "ttg.num-warps" = 4 : i32, ttg.target = "cuda:90", "ttg.threads-per-warp" = 32 : i32}} {{
   tt.func public @{kernel}(%A: !tt.ptr<{ety}> {{tt.divisibility = 16 : i32}} loc("A"(#loc)), %B: !tt.ptr<{ety}> {{tt.divisibility = 16 : i32}} loc("B"(#loc)), %C: !tt.ptr<f32> {{tt.divisibility = 16 : i32}} loc("C"(#loc))) attributes {{noinline = false}} {{
-    %cst = arith.constant dense<0.000000e+00> : tensor<64x64xf32, #mma> loc(#loc1)
-    %a_ptrs = tt.splat %A : !tt.ptr<{ety}> -> tensor<64x32x!tt.ptr<{ety}>, #blocked> loc(#loc2)
-    %b_ptrs = tt.splat %B : !tt.ptr<{ety}> -> tensor<32x64x!tt.ptr<{ety}>, #blocked> loc(#loc3)
-    %a = tt.load %a_ptrs : tensor<64x32x!tt.ptr<{ety}>, #blocked> loc(#loc2)
-    %b = tt.load %b_ptrs : tensor<32x64x!tt.ptr<{ety}>, #blocked> loc(#loc3)
-    %a_1 = ttg.convert_layout %a : tensor<64x32x{ety}, #blocked> -> tensor<64x32x{ety}, #ttg.dot_op<{{opIdx = 0, parent = #mma, kWidth = 1}}>> loc(#loc4)
-    %b_1 = ttg.convert_layout %b : tensor<32x64x{ety}, #blocked> -> tensor<32x64x{ety}, #ttg.dot_op<{{opIdx = 1, parent = #mma, kWidth = 1}}>> loc(#loc4)
-    %acc = tt.dot %a_1, %b_1, %cst{precision} : tensor<64x32x{ety}, #ttg.dot_op<{{opIdx = 0, parent = #mma, kWidth = 1}}>> * tensor<32x64x{ety}, #ttg.dot_op<{{opIdx = 1, parent = #mma, kWidth = 1}}>> -> tensor<64x64xf32, #mma> loc(#loc4)
-    %c = ttg.convert_layout %acc : tensor<64x64xf32, #mma> -> tensor<64x64xf32, #blocked> loc(#loc5)
-    %c_ptrs = tt.splat %C : !tt.ptr<f32> -> tensor<64x64x!tt.ptr<f32>, #blocked> loc(#loc5)
-    tt.store %c_ptrs, %c : tensor<64x64x!tt.ptr<f32>, #blocked> loc(#loc5)
+    %cst = arith.constant dense<0.000000e+00> : tensor<{bm}x{bm}xf32, #mma> loc(#loc1)
+    %a_ptrs = tt.splat %A : !tt.ptr<{ety}> -> tensor<{bm}x32x!tt.ptr<{ety}>, #blocked> loc(#loc2)
+    %b_ptrs = tt.splat %B : !tt.ptr<{ety}> -> tensor<32x{bm}x!tt.ptr<{ety}>, #blocked> loc(#loc3)
+    %a = tt.load %a_ptrs : tensor<{bm}x32x!tt.ptr<{ety}>, #blocked> loc(#loc2)
+    %b = tt.load %b_ptrs : tensor<32x{bm}x!tt.ptr<{ety}>, #blocked> loc(#loc3)
+    %a_1 = ttg.convert_layout %a : tensor<{bm}x32x{ety}, #blocked> -> tensor<{bm}x32x{ety}, #ttg.dot_op<{{opIdx = 0, parent = #mma, kWidth = 1}}>> loc(#loc4)
+    %b_1 = ttg.convert_layout %b : tensor<32x{bm}x{ety}, #blocked> -> tensor<32x{bm}x{ety}, #ttg.dot_op<{{opIdx = 1, parent = #mma, kWidth = 1}}>> loc(#loc4)
+    %acc = tt.dot %a_1, %b_1, %cst{precision} : tensor<{bm}x32x{ety}, #ttg.dot_op<{{opIdx = 0, parent = #mma, kWidth = 1}}>> * tensor<32x{bm}x{ety}, #ttg.dot_op<{{opIdx = 1, parent = #mma, kWidth = 1}}>> -> tensor<{bm}x{bm}xf32, #mma> loc(#loc4)
+    %c = ttg.convert_layout %acc : tensor<{bm}x{bm}xf32, #mma> -> tensor<{bm}x{bm}xf32, #blocked> loc(#loc5)
+    %c_ptrs = tt.splat %C : !tt.ptr<f32> -> tensor<{bm}x{bm}x!tt.ptr<f32>, #blocked> loc(#loc5)
+    tt.store %c_ptrs, %c : tensor<{bm}x{bm}x!tt.ptr<f32>, #blocked> loc(#loc5)
     tt.return loc(#loc6)
   }} loc(#loc)
 }} loc(#loc)
@@ -239,11 +245,21 @@ UNARY = {"abs": "math.absf", "exp": "math.exp", "neg": "arith.negf", "topk": "ma
 KERNEL_SOURCE = Path(__file__).resolve().parent / "kernels.py"
 
 
-def ttgir_text(kind: str, kernel: str, op: str, ety: str, src: str, line: int, f32_default: str) -> str:
+def ttgir_text(kind: str, kernel: str, op: str, ety: str, src: str, line: int, f32_default: str,
+               block: int = 64) -> str:
     precision = f", inputPrecision = {f32_default}" if kind == "mm" and ety == "f32" else ""
     return TEMPLATES[kind].format(src=src, line=line, line2=line + 3, line3=line + 9, line4=line + 10,
                                   line5=line + 11, line6=line + 12, kernel=kernel, ety=ety,
-                                  op=UNARY.get(op, "math.absf"), precision=precision)
+                                  op=UNARY.get(op, "math.absf"), precision=precision, bm=block)
+
+
+def shared_memory(kind: str, ety: str, f32_default: str, block: int) -> int:
+    """What Triton reports as the kernel's shared memory: mm's grows with its
+    block and, on float32 under tf32, with the operands' swizzled layout
+    (as bmm's did on the H100: 32768 -> 49152 and 65536 -> 98304)."""
+    if kind != "mm":
+        return 0
+    return block * 512 * (3 if ety == "f32" and f32_default != "ieee" else 2) // 2
 
 
 def kernel_source(kind: str, kernel: str, op: str, ety: str) -> str:
@@ -287,8 +303,10 @@ class Benchmark:
         for dtype in dtypes:
             ety = ELEMENT_TYPES[dtype]
             src = kernel_source(self.kind, self.kernel, self.op_name, ety)
-            text = ttgir_text(self.kind, self.kernel, self.op_name, ety, src, 40, f32_default)
-            compile_kernel(self.kernel, src + ety, text, f32_default)
+            for block in AUTOTUNE_BLOCKS if self.kind == "mm" else (64,):
+                text = ttgir_text(self.kind, self.kernel, self.op_name, ety, src, 40, f32_default, block)
+                compile_kernel(self.kernel, f"{src}{ety}{block}", text, f32_default,
+                               shared_memory(self.kind, ety, f32_default, block))
             result = {"op_name": self.op_name, "dtype": f"torch.{dtype}", "mode": Config.mode,
                       "level": Config.bench_level, "result": [self.metrics(shape, dtype, f32_default)
                                                               for shape in self.shapes()]}
