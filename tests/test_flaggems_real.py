@@ -16,6 +16,8 @@ import sys
 
 import pytest
 
+from zlstore import irdiff
+
 REAL = __import__("pathlib").Path(__file__).resolve().parent / "data" / "real" / "flaggems_20261205"
 TREES = {"a": "a_h200_runs.txz", "b": "b_h100_runs.txz"}
 # What run b's cells ran on (run a's record none: unknown).
@@ -144,3 +146,18 @@ def test_the_devices_own_store_holds_both_runs_and_their_history(tmp_path):
     assert history["entries"][3]["environment"]["gpu"] == "NVIDIA H100 80GB HBM3"
     (flip,) = history["flips"]
     assert flip["shape"] == "[[16,2048,2048],[16,2048,2048]]"
+
+
+def test_diff_of_bmms_real_pair(real):
+    """`zlstore diff` on bmm's screening pair: each autotuned config paired
+    with itself (64x64 with 64x64), although tf32 raised both one's shared
+    memory; ieee's tt.dot on FMA layouts becomes a wgmma (warp_group_dot)."""
+    document = json.loads(zl(real["db"], "diff", f"screen_{real['run']}", "bmm:float32", "--json"))
+    bmm = [r for r in document["kernels"] if r["kernel"] == "bmm_kernel"]
+    assert [(r["status"], r["paired_by"]) for r in bmm] == [("changed", irdiff.BY_SHAPES)] * 2
+    assert sorted((r["shared_before"], r["shared_after"]) for r in bmm) == [(32768, 49152), (65536, 98304)]
+    for row in bmm:
+        removed = [l for l in row["diff"].splitlines() if l.startswith("-") and " tt.dot " in l]
+        added = [l for l in row["diff"].splitlines() if l.startswith("+") and " ttng.warp_group_dot " in l]
+        assert len(removed) == 1 and len(added) == 1
+    assert {r["status"] for r in document["kernels"] if r["kernel"] == "fill_scalar_kernel"} == {"same"}
