@@ -32,25 +32,57 @@ class ZlstoreGroup(click.Group):
     with Python's status 1."""
 
     def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort, SystemExit):
-            raise
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            sys.exit(EXIT_INTERRUPTED)
-        except (dbmod.StoreError, files.CannotWrite) as error:
-            raise Fault(str(error)) from None
-        except BrokenPipeError:
-            _quiet_stdout()
-            sys.exit(EXIT_BROKEN_PIPE)
-        except Exception as error:
-            if isinstance(error, sqlite3.DatabaseError) and dbmod.is_environment_error(error):
-                raise Fault(f"SQLite: {error}") from None
-            traceback.print_exc()
-            click.echo(f"zlstore: internal error: {type(error).__name__}: {error} (a bug in zlstore: "
-                       f"the traceback above says where; exit status {EXIT_INTERNAL})", err=True)
-            sys.exit(EXIT_INTERNAL)
+        with dbmod.interruptible():
+            try:
+                try:
+                    return super().invoke(ctx)
+                finally:
+                    sys.stdout.flush()  # a write error on stdout (a full disk) shows here, not at exit
+            except KeyboardInterrupt:
+                _interrupted()
+            except BrokenPipeError:
+                _quiet_stdout()
+                sys.exit(EXIT_BROKEN_PIPE)
+            except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort, SystemExit):
+                raise
+            except (dbmod.StoreError, files.CannotWrite) as error:
+                raise Fault(str(error)) from None
+            except OSError as error:
+                if not _stdout_broken():
+                    _internal(error)
+                _quiet_stdout()
+                click.echo(f"zlstore: cannot write to standard output: {error.strerror or error}", err=True)
+                sys.exit(EXIT_USAGE)
+            except Exception as error:
+                if dbmod.interrupted(error):  # Ctrl-C inside SQLite, or inside one of zlstore's SQL functions
+                    _interrupted()
+                if isinstance(error, sqlite3.DatabaseError) and dbmod.is_environment_error(error):
+                    raise Fault(f"SQLite: {error}") from None
+                _internal(error)
+
+
+def _interrupted():
+    click.echo("interrupted", err=True)
+    sys.exit(EXIT_INTERRUPTED)
+
+
+def _internal(error: BaseException):
+    traceback.print_exc()
+    click.echo(f"zlstore: internal error: {type(error).__name__}: {error} (a bug in zlstore: "
+               f"the traceback above says where; exit status {EXIT_INTERNAL})", err=True)
+    sys.exit(EXIT_INTERNAL)
+
+
+def _stdout_broken() -> bool:
+    """Whether standard output cannot be written (after an OSError: was it
+    stdout's?): what it still holds cannot be flushed either."""
+    try:
+        sys.stdout.flush()
+    except OSError:
+        return True
+    except ValueError:  # closed
+        return True
+    return False
 
 
 def _quiet_stdout():
@@ -533,14 +565,14 @@ def forget(store, root, out):
 
 
 def _mergeable(ctx, param, sources):
-    """Refuse a source before the target is opened or anything merged."""
+    """Copy and check every source (merge.prepared_sources) before the target
+    is opened or anything merged: one refused, and no target is created."""
     from . import merge as merging
 
-    for source in sources:
-        try:
-            merging.check_source(source)
-        except merging.SourceError as error:
-            raise click.BadParameter(str(error), ctx=ctx, param=param)
+    try:
+        ctx.meta["merge_copies"] = ctx.with_resource(merging.prepared_sources([Path(s) for s in sources], None))
+    except merging.SourceError as error:
+        raise click.BadParameter(str(error), ctx=ctx, param=param)
     return sources
 
 
@@ -581,7 +613,9 @@ def merge(store, sources, out):
 
     update, finish = progress_reporter("merging")
     try:
-        summary = merging.Merger(store).run(sources, progress=update)
+        with database_faults(store.path):  # a full disk: one line, exit 2
+            summary = merging.Merger(store).run(sources, progress=update,
+                                                copies=click.get_current_context().meta.get("merge_copies"))
     except merging.SourceError as error:
         raise Refusal(str(error))
     finally:

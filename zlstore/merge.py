@@ -22,6 +22,7 @@ before anything is merged.
 
 import contextlib
 import json
+import os
 import shutil
 import sqlite3
 import tempfile
@@ -40,6 +41,13 @@ from .layout import Problem
 COUNTS = ("roots", "roots_added", "cells_added", "cells_replaced", "cells_unchanged", "rows_added",
           "kernels_added", "ir_texts_added", "log_runs_added")
 CHUNK_CELLS = 1024  # cells copied per statement group: the progress bar moves this often
+
+
+# An open problem of the target that is the same as {row}'s (another copy
+# of it: two stores that ingested the same tree both found it).
+_OPEN_TWIN = """SELECT 1 FROM main.ingest_problems o WHERE o.closed_by IS NULL {other}
+                AND o.file = {row}.file AND o.line IS {row}.line AND o.message = {row}.message
+                AND o.cell_id IS {row}.cell_id AND o.root_id IS {row}.root_id"""
 
 
 class SourceError(Exception):
@@ -89,59 +97,223 @@ def newer_than(a: tuple, b: tuple) -> bool:
     return tuple(v or "" for v in a) > tuple(v or "" for v in b)
 
 
-def _uri(path: Path) -> str:
+# The tables merge reads from a source. Each is checked against this
+# release's definition of it before any of its rows is read (source_tables).
+READ_TABLES = ("calibers", "roots", "cells", "measurements", "blobs", "kernels", "ir_digests", "fingerprints",
+               "recorded_verdicts", "partitions", "ingest_runs", "ingest_problems")
+
+# The values each declared type may hold in a source (typeof), as this
+# release writes them: a column declared INTEGER holds integers (or NULL).
+_TYPES = {"INTEGER": ("integer",), "REAL": ("real", "integer"), "TEXT": ("text",), "BLOB": ("blob", "text")}
+
+
+def _read_only_uri(path: Path) -> str:
     return "file:" + urllib.parse.quote(str(path)) + "?mode=ro"
 
 
-def _read_only(path: Path) -> sqlite3.Connection:
-    return sqlite3.connect(_uri(path), uri=True, timeout=dbmod.BUSY_TIMEOUT_MS / 1000)
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
-def check_source(path, target_path: Optional[Path] = None) -> int:
-    """The schema version of the store at path, or SourceError saying why
-    it cannot be merged."""
+def check_source(path, target_path: Optional[Path] = None):
+    """Refuse (SourceError) what cannot be a source at all, before the
+    target is opened: a path that is not a regular file, a file that is not
+    SQLite, the target itself (by name, or the same file through a link)."""
     path = Path(path)
     if not path.is_file():
-        raise SourceError(f"{path}: no such database file")
-    if target_path is not None and target_path.exists() and path.resolve() == Path(target_path).resolve():
-        raise SourceError(f"{path} is the target database itself")
+        raise SourceError(f"{path}: no such database file" if not path.exists()
+                          else f"{path}: not a regular file")
+    if target_path is not None and Path(target_path).exists():
+        try:
+            same = os.path.samefile(path, target_path)
+        except OSError:
+            same = False
+        if same:
+            raise SourceError(f"{path} is the target database itself"
+                              + ("" if path.resolve() == Path(target_path).resolve() else " (the same file: a link)"))
     try:
-        with contextlib.closing(_read_only(path)) as conn:
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            # every page read once before any is copied: a damaged source is
-            # refused whole, not found out root by root in the middle
-            damaged = dbmod.integrity_problems(conn) if {"roots", "cells"} <= tables else []
+        with open(path, "rb") as f:
+            header = f.read(len(dbmod.SQLITE_MAGIC))
+    except OSError as error:
+        raise SourceError(f"{path}: cannot read it: {error.strerror}")
+    if header != dbmod.SQLITE_MAGIC:
+        raise SourceError(f"{path}: not a zlstore database (not an SQLite file)")
+
+
+def _copy(path: Path, copy: Path):
+    """A copy of the source at path, as its last commit left it, in copy: read
+    with SQLite's backup (pages, never the source's SQL; through the source's
+    WAL, writing nothing to it). Where SQLite cannot read the source in place
+    without writing to it (a hot journal left by a writer killed mid-
+    transaction; a WAL store in a directory this user cannot write), its
+    files are copied and SQLite recovers the copy, as it would the source."""
+    try:
+        with contextlib.closing(sqlite3.connect(_read_only_uri(path), uri=True,
+                                                timeout=dbmod.BUSY_TIMEOUT_MS / 1000)) as source, \
+                contextlib.closing(sqlite3.connect(copy)) as dest:
+            dbmod.let_signals_in(source)
+            source.backup(dest)
+        return
     except sqlite3.DatabaseError as error:
+        dbmod.raise_if_interrupted(error)
+    for suffix in ("", "-journal", "-wal"):
+        copy.with_name(copy.name + suffix).unlink(missing_ok=True)
+    try:
+        for suffix in ("", "-journal", "-wal"):
+            if path.with_name(path.name + suffix).is_file():
+                shutil.copyfile(path.with_name(path.name + suffix), copy.with_name(copy.name + suffix))
+    except OSError as error:
+        raise SourceError(f"{path}: cannot copy it to read it: {error.strerror}")
+
+
+def _schema_of_this_release() -> Dict[str, List[tuple]]:
+    """READ_TABLES as this release creates them: (name, declared type,
+    not null, primary key) of each column."""
+    with contextlib.closing(sqlite3.connect(":memory:")) as conn:
+        for statement in dbmod.split_statements(dbmod.schema_parts()["tables"]):
+            conn.execute(statement)
+        return {t: [(r[1], r[2].upper(), r[3], r[5]) for r in conn.execute(f"PRAGMA table_xinfo({t})")]
+                for t in READ_TABLES}
+
+
+def _plain(conn: sqlite3.Connection, path: Path):
+    """Drop the copy's triggers and views, unread: nothing of the source's
+    SQL runs in this process (a view over an endless query, a trigger)."""
+    try:
+        objects = conn.execute("SELECT type, name FROM sqlite_master WHERE type IN ('trigger', 'view')").fetchall()
+        for kind, name in sorted(objects):  # triggers first
+            conn.execute(f"DROP {kind.upper()} IF EXISTS {_quoted(name)}")
+    except sqlite3.DatabaseError as error:
+        dbmod.raise_if_interrupted(error)
         raise SourceError(f"{path}: not a zlstore database ({error})")
-    if not {"roots", "cells", "measurements"} <= tables:
-        raise SourceError(f"{path}: not a zlstore database (no roots, cells and measurements tables)")
-    if damaged:
-        raise SourceError(f"{path} is damaged (SQLite's quick_check: {damaged[0]}): nothing merged; "
-                          "merge a sound copy, or ingest its runs/ tree again")
-    if version > dbmod.SCHEMA_VERSION:
-        raise SourceError(f"{path}: schema version {version} is newer than this zlstore's "
-                          f"({dbmod.SCHEMA_VERSION}): upgrade zlstore to merge it")
+
+
+def source_tables(conn: sqlite3.Connection, path: Path):
+    """Refuse (SourceError, naming the table and the column) a source whose
+    READ_TABLES are not each a plain table with this release's columns,
+    declared types and primary key, or whose values are not of those types
+    (NULL where NOT NULL, text in an INTEGER column, a root's env that is
+    not a JSON object). Reads the schema, then one pass over each table."""
+    expected = _schema_of_this_release()
+    kinds = {name: (kind, sql or "") for kind, name, sql in conn.execute("SELECT type, name, sql FROM sqlite_master")}
+    for table, columns in expected.items():
+        kind, sql = kinds.get(table, (None, ""))
+        if kind != "table" or sql.lstrip().upper().startswith("CREATE VIRTUAL"):
+            raise SourceError(f"{path}: table {table}: " + ("missing" if kind is None else f"a {kind}, not a table")
+                              + " (not a zlstore store of this release's schema)")
+        found = {r[1]: (r[1], r[2].upper(), r[3], r[5], r[6]) for r in conn.execute(f"PRAGMA table_xinfo({table})")}
+        for name, declared, notnull, pk in columns:
+            if name not in found:
+                raise SourceError(f"{path}: table {table}, column {name}: missing")
+            _, got_type, got_notnull, got_pk, hidden = found.pop(name)
+            if (got_type, bool(got_pk), hidden) != (declared, bool(pk), 0):
+                raise SourceError(f"{path}: table {table}, column {name}: declared {got_type or 'without a type'}"
+                                  f"{' PRIMARY KEY' if got_pk else ''}{' GENERATED' if hidden else ''}, "
+                                  f"not {declared or 'without a type'}{' PRIMARY KEY' if pk else ''}")
+        if found:
+            raise SourceError(f"{path}: table {table}, column {next(iter(found))}: not a column of this release's "
+                              f"{table}")
+        tests = []
+        for name, declared, notnull, _ in columns:
+            if declared in _TYPES:
+                allowed = ", ".join(f"'{t}'" for t in _TYPES[declared] + (() if notnull else ("null",)))
+                tests.append((f"typeof({_quoted(name)}) NOT IN ({allowed})", name, f"a value not {declared}"
+                              + (" (or NULL where NOT NULL)" if notnull else "")))
+            elif notnull:
+                tests.append((f"{_quoted(name)} IS NULL", name, "NULL where NOT NULL"))
+        if table == "roots":
+            tests.append(("env IS NOT NULL AND (NOT json_valid(env) OR json_type(env) <> 'object')", "env",
+                          "not a JSON object"))
+        if not tests:
+            continue
+        case = " ".join(f"WHEN {test} THEN {i}" for i, (test, _, _) in enumerate(tests))
+        bad = conn.execute(f"SELECT CASE {case} END FROM {_quoted(table)} "
+                           f"WHERE {' OR '.join('(' + t + ')' for t, _, _ in tests)} LIMIT 1").fetchone()
+        if bad is not None:
+            _, name, what = tests[bad[0]]
+            raise SourceError(f"{path}: table {table}, column {name}: {what}")
+
+
+def _open_copy(copy: Path, path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(copy, isolation_level=None)
+    dbmod.let_signals_in(conn)
+    try:
+        conn.execute("PRAGMA trusted_schema = OFF")
+        conn.execute("PRAGMA journal_mode = DELETE")  # the copy is this process's alone
+    except sqlite3.DatabaseError as error:
+        conn.close()
+        dbmod.raise_if_interrupted(error)
+        raise SourceError(f"{path}: not a zlstore database ({error})")
+    return conn
+
+
+def prepare_source(path: Path, copy: Path) -> int:
+    """Make copy a private, checked copy of the source at path: triggers and
+    views dropped unread, brought to this release's schema where it is
+    older (migrations run on the copy), every table merge reads checked
+    (source_tables). Returns the source's schema version; SourceError,
+    naming the table and column, for anything that does not match."""
+    _copy(path, copy)
+    conn = _open_copy(copy, path)
+    try:
+        _plain(conn, path)
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        damaged = dbmod.integrity_problems(conn)
+        if damaged:
+            raise SourceError(f"{path} is damaged (SQLite's quick_check: {damaged[0]}): nothing merged; "
+                              "merge a sound copy, or ingest its runs/ tree again")
+        if version > dbmod.SCHEMA_VERSION:
+            raise SourceError(f"{path}: schema version {version} is newer than this zlstore's "
+                              f"({dbmod.SCHEMA_VERSION}): upgrade zlstore to merge it")
+        if version < 0:
+            raise SourceError(f"{path}: schema version {version} is not one zlstore writes")
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not {"roots", "cells", "measurements"} <= tables:
+            raise SourceError(f"{path}: not a zlstore database (no roots, cells and measurements tables)")
+    except sqlite3.DatabaseError as error:
+        dbmod.raise_if_interrupted(error)
+        raise SourceError(f"{path}: not a zlstore database ({error})")
+    finally:
+        conn.close()
+    if version < dbmod.SCHEMA_VERSION:
+        from .store import Store
+
+        try:
+            Store(copy).close()  # migrations run on the copy
+        except (sqlite3.DatabaseError, dbmod.StoreError, ValueError, TypeError) as error:
+            dbmod.raise_if_interrupted(error)
+            raise SourceError(f"{path}: a store of schema version {version} that does not migrate to "
+                              f"{dbmod.SCHEMA_VERSION} ({error})")
+        conn = _open_copy(copy, path)
+        try:
+            _plain(conn, path)  # the views and triggers the migration made are this release's: not read either
+        finally:
+            conn.close()
+    conn = _open_copy(copy, path)
+    try:
+        source_tables(conn, path)
+    except sqlite3.DatabaseError as error:
+        dbmod.raise_if_interrupted(error)
+        raise SourceError(f"{path}: not a zlstore database ({error})")
+    finally:
+        conn.close()
     return version
 
 
 @contextlib.contextmanager
-def readable(path: Path, version: int) -> Iterator[Path]:
-    """A file holding the source at the current schema version: the source
-    itself, or a migrated copy of it (made with SQLite's backup, which reads
-    through the source's WAL and writes nothing to it)."""
-    if version == dbmod.SCHEMA_VERSION:
-        yield path
-        return
-    scratch = tempfile.mkdtemp(prefix="zlstore-merge-")
+def prepared_sources(paths: Sequence[Path], target_path: Optional[Path]) -> Iterator[List[Path]]:
+    """Private checked copies of every source (prepare_source), in a
+    temporary directory removed afterwards: all are checked before anything
+    is merged, and the merge reads only them."""
+    scratch = Path(tempfile.mkdtemp(prefix="zlstore-merge-"))
     try:
-        copy = Path(scratch) / path.name
-        with contextlib.closing(_read_only(path)) as source, contextlib.closing(sqlite3.connect(copy)) as dest:
-            source.backup(dest)
-        from .store import Store
-
-        Store(copy).close()  # migrations run on the copy
-        yield copy
+        copies = []
+        for n, path in enumerate(paths):
+            check_source(path, target_path)
+            copy = scratch / f"source{n}.db"
+            prepare_source(path, copy)
+            copies.append(copy)
+        yield copies
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -162,24 +334,48 @@ class Merger:
         self.total = 0
         self.progress = None
 
-    def run(self, sources: Sequence, progress=None) -> MergeSummary:
+    def run(self, sources: Sequence, progress=None, copies: Optional[List[Path]] = None) -> MergeSummary:
+        """Merge sources; copies: their prepared_sources, where the caller
+        made them already (the command line does, before it opens the target)."""
         paths = [Path(p) for p in sources]
-        versions = [check_source(p, self.target.path) for p in paths]  # refuse before merging anything
         self.summary.sources = [str(p) for p in paths]
         self.progress = progress
         for path in paths:
-            with contextlib.closing(_read_only(path)) as conn:
-                self.total += conn.execute("SELECT count(*) FROM cells").fetchone()[0]
-        with dbmod.write_transaction(self.conn):
-            self.run_id = self.conn.execute(
-                "INSERT INTO ingest_runs (started_at, command, paths) VALUES (?, ?, ?)",
-                (now(), "merge", json.dumps([str(p.resolve()) for p in paths]))).lastrowid
+            check_source(path, self.target.path)
+        # every source copied and checked before anything is merged: one refused leaves the target as it was
+        with (contextlib.nullcontext(copies) if copies is not None
+              else prepared_sources(paths, self.target.path)) as copies:
+            for copy in copies:
+                with contextlib.closing(sqlite3.connect(copy)) as conn:
+                    self.total += conn.execute("SELECT count(*) FROM cells").fetchone()[0]
+            with dbmod.write_transaction(self.conn):
+                self.run_id = dbmod.start_run(self.conn, "merge", [str(p.resolve()) for p in paths])
+            try:
+                self._merge_all(paths, copies)
+            except KeyboardInterrupt:
+                self._close_run("interrupted")
+                raise
+            except sqlite3.DatabaseError as error:  # a full disk: the first failure stops the merge
+                self._close_run("stopped", str(error))
+                raise
+        return self.summary
+
+    def _close_run(self, state: str, why: Optional[str] = None):
+        """The run's row says how it ended, where the store still takes a write."""
+        try:
+            with dbmod.write_transaction(self.conn):
+                dbmod.finish_run(self.conn, self.run_id, {**self.summary.as_dict(), **({"why": why} if why else {})},
+                                 state)
+        except sqlite3.DatabaseError:
+            pass  # the next writer closes it (db.close_abandoned_runs)
+
+    def _merge_all(self, paths: List[Path], copies: List[Path]):
         merged_roots = set()
         self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS merge_carried (run_id INTEGER PRIMARY KEY)")
         self.conn.execute("DELETE FROM temp.merge_carried")
         with dbmod.bulk_checkpoints(self.conn):
-            for path, version in zip(paths, versions):
-                with readable(path, version) as readable_path, self._attached(readable_path):
+            for path, copy in zip(paths, copies):
+                with self._attached(copy):
                     self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS merge_roots (src_id INTEGER PRIMARY KEY, "
                                       "dst_id INTEGER)")
                     self.conn.execute("DELETE FROM temp.merge_roots")
@@ -188,6 +384,11 @@ class Merger:
                         if root_id is not None:
                             merged_roots.add(root_id)
                     self._merge_log()
+            # Each root's transaction brought its rounds' pairs and ranges up
+            # to date; the floors, q-values and judgements, which move with
+            # every root, are computed once, here (pairing.refresh's final).
+            with dbmod.write_transaction(self.conn):
+                pairing.refresh(self.conn)
             self._complete_fingerprints()
         self.summary.counts["roots"] = len(merged_roots)
         self.summary.open_problems = self.conn.execute(
@@ -199,17 +400,16 @@ class Merger:
         self.summary.problems.extend(problem for _, problem in twice)
         self.summary.open_problems += len(twice)
         with dbmod.write_transaction(self.conn):
-            self.conn.execute("UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?",
-                              (now(), json.dumps(self.summary.as_dict()), self.run_id))
-        return self.summary
+            dbmod.finish_run(self.conn, self.run_id, self.summary.as_dict())
 
     @contextlib.contextmanager
-    def _attached(self, path: Path):
-        self.conn.execute("ATTACH DATABASE ? AS src", (_uri(path),))
+    def _attached(self, copy: Path):
+        """The private copy of a source (prepared_sources) as schema src, read-only."""
+        self.conn.execute("ATTACH DATABASE ? AS src", ("file:" + urllib.parse.quote(str(copy)) + "?mode=ro",))
         try:
             attached = next(r[2] for r in self.conn.execute("PRAGMA database_list") if r[1] == "src")
-            if Path(attached).resolve() != path.resolve():  # an SQLite that does not take URIs in ATTACH
-                raise SourceError(f"{path}: could not be opened read-only (SQLite attached {attached!r})")
+            if Path(attached).resolve() != copy.resolve():  # an SQLite that does not take URIs in ATTACH
+                raise SourceError(f"{copy}: could not be opened read-only (SQLite attached {attached!r})")
             yield
         finally:
             self.conn.execute("DETACH DATABASE src")
@@ -238,11 +438,16 @@ class Merger:
                 self._calibers()
                 root_id = self._root_row(source_path, source)
                 self._cells(source_path, source, root_id)
-                pairing.refresh(self.conn)
+                pairing.refresh(self.conn, final=False)  # the rest once per merge (_merge_all)
                 self.conn.execute("INSERT INTO temp.merge_roots VALUES (?, ?)", (source["id"], root_id))
             return root_id
         except sqlite3.DatabaseError as error:
-            # The transaction rolled back: nothing of this root counts.
+            # The transaction rolled back: nothing of this root counts. Ctrl-C,
+            # or the target's disk failing, stops the merge here (the root is
+            # not a problem of the source, and the next would fail the same way).
+            dbmod.raise_if_interrupted(error)
+            if dbmod.is_environment_error(error):
+                raise
             self.summary.counts = counts_before
             del self.summary.conflicts[kept[0]:], self.summary.problems[kept[1]:]
             self.done = cells_before
@@ -280,9 +485,9 @@ class Merger:
                     self._copy_root_row(source, root_id)
             return root_id
         self.summary.counts["roots_added"] += 1
-        path = source["path"]
-        if roots.stored_at(self.conn, path) is not None:  # another root of its name, there on another host
-            path = roots.away_path(self.conn, path, source["identity"])
+        # Where the source says the root is, is another host's word: the
+        # root is kept at no path of this host until an ingest here finds it.
+        path = roots.merged_path(self.conn, source["identity"])
         others = roots.namesakes(self.conn, source["name"], source["identity"])
         if others:
             env = json.loads(source["env"]) if source["env"] else {}
@@ -480,13 +685,19 @@ class Merger:
                             LEFT JOIN main.roots tr ON tr.id = mr.dst_id
                             LEFT JOIN main.cells tc ON tc.root_id = mr.dst_id AND tc.relpath = sc.relpath""",
                          {"run": self.run_id})
-            conn.execute("""INSERT INTO ingest_problems (run_id, file, line, message, cell_id, root_id, closed_by)
-                            SELECT run_id, file, line, message, cell_id, root_id, closed_by
-                            FROM temp.merge_problems WHERE new ORDER BY src_id""")
-            conn.execute("""UPDATE main.ingest_problems AS t
+            # One problem is listed once: two stores that ingested the same
+            # tree both found it, and a copy of one open in the target (the
+            # same file, line, message, cell or root) comes closed by this merge.
+            conn.execute(f"""INSERT INTO ingest_problems (run_id, file, line, message, cell_id, root_id, closed_by)
+                            SELECT run_id, file, line, message, cell_id, root_id,
+                                   coalesce(closed_by, CASE WHEN EXISTS ({_OPEN_TWIN.format(row="p", other="")})
+                                                            THEN :run END)
+                            FROM temp.merge_problems p WHERE new ORDER BY src_id""", {"run": self.run_id})
+            conn.execute(f"""UPDATE main.ingest_problems AS t
                             SET cell_id = coalesce(p.cell_id, t.cell_id), root_id = coalesce(p.root_id, t.root_id),
                                 closed_by = CASE WHEN p.closed_by IS NOT NULL THEN coalesce(t.closed_by, p.closed_by)
-                                                 WHEN p.tied THEN NULL ELSE t.closed_by END
+                                                 WHEN p.tied AND NOT EXISTS ({_OPEN_TWIN.format(row="t", other="AND o.id <> t.id")})
+                                                 THEN NULL ELSE t.closed_by END
                             FROM temp.merge_problems p
                             WHERE NOT p.new AND t.run_id = p.run_id AND t.file = p.file AND t.line IS p.line
                               AND t.message = p.message""")

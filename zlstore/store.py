@@ -257,7 +257,9 @@ class Store:
         path: each with its file, line, message, root and cell."""
         where, params, found = "", (), None if root is None else self.root(root)
         if found is not None:
-            where, params = f" WHERE {unchanged.at_or_under_test('file')}", unchanged.at_or_under(found["path"])
+            # its own (a merged root's files are named where its source read them), or any under its path
+            where = f" WHERE root_id = ? OR {unchanged.at_or_under_test('file')}"
+            params = (found["id"], *unchanged.at_or_under(found["path"]))
         rows = [dict(r) for r in self.db.query(
             f"SELECT file, line, message, root, cell, command, found_at FROM open_problems{where} "
             "ORDER BY file, line, id", params)]
