@@ -25,6 +25,9 @@ class Fault(click.ClickException):
 
     exit_code = EXIT_USAGE
 
+    def format_message(self) -> str:
+        return output.for_terminal(self.message)  # it may name a directory or a source's table
+
 
 class ZlstoreGroup(click.Group):
     """The top-level handler: whatever a command raises ends in one line on
@@ -193,9 +196,10 @@ def output_options(fn=None, *, tsv_help="TSV: a header, then the rows, tab-separ
     return wrapper
 
 
-def emit(out, rows, columns=None, human=None, document=None):
-    """Print what a command says in the format asked for (output.render)."""
-    text = output.render(out, rows, columns=columns, human=human, document=document)
+def emit(out, rows, columns=None, human=None, document=None, escape=True):
+    """Print what a command says in the format asked for (output.render:
+    text for people escaped for a terminal, unless not escape)."""
+    text = output.render(out, rows, columns=columns, human=human, document=document, escape=escape)
     if text:
         click.echo(text)
 
@@ -280,6 +284,9 @@ class DatasetteSetting(click.types.CompositeParamType):
             self.fail(error.message.replace("--help-settings", "datasette serve --help-settings"), param, ctx)
 
 
+METADATA_MAX_BYTES = 16 << 20  # a metadata file is a few KB
+
+
 def _metadata_file(ctx, param, value):
     """--metadata FILE: datasette's JSON or YAML metadata, read as datasette reads it."""
     if value is None:
@@ -287,7 +294,8 @@ def _metadata_file(ctx, param, value):
     from datasette.utils import BadMetadataError, parse_metadata
 
     try:
-        return parse_metadata(Path(value).read_text(encoding="utf-8"))
+        # a regular file only: /dev/zero or a FIFO would never end
+        return parse_metadata(layout.read_bytes(Path(value).resolve(), cap=METADATA_MAX_BYTES).decode("utf-8"))
     except (OSError, UnicodeDecodeError, BadMetadataError) as error:
         raise click.BadParameter(f"{value}: {error}", param_hint="--metadata") from None
 
@@ -403,9 +411,9 @@ def report_summary(summary, out, command: str = "ingest"):
     """An ingest's or a merge's problems (and moved roots) on stderr, then its
     summary: --json the whole of it, the other formats its counts as a row."""
     for problem in summary.problems:
-        click.echo(f"problem: {shown_problem(problem)}", err=True)
+        click.echo(output.for_terminal(f"problem: {shown_problem(problem)}"), err=True)
     for move in getattr(summary, "moved", ()):
-        click.echo(f"moved: {move['root']} from {move['from']} to {move['to']}", err=True)
+        click.echo(output.for_terminal(f"moved: {move['root']} from {move['from']} to {move['to']}"), err=True)
     earlier = summary.problem_count() - len(summary.problems)
     if earlier > 0:
         found = ("found where the merged stores were ingested, open here" if command == "merge"
@@ -519,7 +527,7 @@ def check(store, full, out):
     started = time.perf_counter()
     problems = dbmod.integrity_problems(store.conn, full=full)
     for problem in problems:
-        click.echo(f"problem: {problem}", err=True)
+        click.echo(output.for_terminal(f"problem: {problem}"), err=True)
     checked = {"path": str(store.path), "checks": "integrity_check, foreign_key_check" if full else "quick_check",
                "bytes": store.path.stat().st_size, "seconds": round(time.perf_counter() - started, 3),
                "problems": problems}
@@ -572,7 +580,7 @@ def _mergeable(ctx, param, sources):
     try:
         ctx.meta["merge_copies"] = ctx.with_resource(merging.prepared_sources([Path(s) for s in sources], None))
     except merging.SourceError as error:
-        raise click.BadParameter(str(error), ctx=ctx, param=param)
+        raise click.BadParameter(output.for_terminal(str(error)), ctx=ctx, param=param)
     return sources
 
 
@@ -651,7 +659,7 @@ def record(store, cell_dirs, out):
     """
     summary = store.ingest_summary(cell_dirs, command="record", require_finished=True)
     for path in summary.unfinished:
-        click.echo(f"unfinished: {path}: no cell.env with RC yet; nothing stored", err=True)
+        click.echo(output.for_terminal(f"unfinished: {path}: no cell.env with RC yet; nothing stored"), err=True)
     report_summary(summary, out, "record")
     if summary.unfinished and not summary.stopped:
         sys.exit(EXIT_UNFINISHED)
@@ -793,7 +801,7 @@ def run_screen(store, ops, command, switch, values, cell_timeout, root_dir, card
     try:
         config = runner.screen_config(ops=ops, command=command, switch=switch, cell_timeout=cell_timeout,
                                       root_dir=root_dir, card=card, backend=backend, values=values)
-        result = runner.run_screen(store, config, report=lambda line: click.echo(line, err=True))
+        result = runner.run_screen(store, config, report=lambda line: click.echo(output.for_terminal(line), err=True))
     except runner.CaliberMissing as error:
         raise Refusal(str(error))
     except (runner.RunError, ValueError) as error:
@@ -1107,7 +1115,7 @@ def flaggems_repeat(op, dtype, ab_root, rounds, switch, values, cell_timeout, ca
 
     try:
         runs = fg.repeat(bench, ab_root, op, dtype, rounds=rounds, switch=switch, values=before_after,
-                         cell_timeout=cell_timeout, card=card, warn=lambda text: click.echo(text, err=True),
+                         cell_timeout=cell_timeout, card=card, warn=lambda text: click.echo(output.for_terminal(text), err=True),
                          report=report)
     except fg.FlagGemsError as error:
         raise click.UsageError(str(error))
@@ -1186,7 +1194,7 @@ def screen(store, root, rule, out):
         axes = {axis["root"]: axis for axis in judge.screen_roots(store, root)}
     for axis in axes.values():
         if axis["axis"] == "dead":
-            click.echo(report.dead_axis_warning(axis), err=True)
+            click.echo(output.for_terminal(report.dead_axis_warning(axis)), err=True)
     if not rows and out.kind == "human":
         click.echo("(no screening pairs: ingest a screening root first)", err=True)
         return
@@ -1227,7 +1235,7 @@ def rescore(store, root, rule, write, out):
         result = judge.rescore(store, found, rule)
         written = judge.rescore_write(store, found, rule) if write else []
     for path in written:
-        click.echo(f"wrote {path} (the original is {path.name}.orig)", err=True)
+        click.echo(output.for_terminal(f"wrote {path} (the original is {path.name}.orig)"), err=True)
     emit(out, result["moved"], columns=["root", "op", "dtype", "from", "to"], human=lambda: report.rescore(result),
          document=result)
 
@@ -1326,7 +1334,7 @@ def ab(store, root, rejected, out):
         return
     rows = judge.ab_rejected(store, found) if rejected else judge.ab_ranges(store, found)
     if not rows and out.kind == "human":
-        click.echo("(every row paired)" if rejected else report.no_ab_ranges(found), err=True)
+        click.echo(output.for_terminal("(every row paired)" if rejected else report.no_ab_ranges(found)), err=True)
         return
     emit(out, rows, human=lambda: report.rejected(rows) if rejected else report.ab(rows, judge.judging_settings(store)))
 
@@ -1417,4 +1425,6 @@ def export(store, root, rule, out):
         rows = judge.export_rows(store, root, rule)
     if out.kind == "tsv":
         out = output.HUMAN
-    emit(out, rows, columns=layout.SCREEN_COLUMNS, human=lambda: judge.screen_tsv_text(rows).rstrip("\n"))
+    # the default is the harness's file, byte for byte, where it goes to a file (escaped on a terminal)
+    emit(out, rows, columns=layout.SCREEN_COLUMNS, human=lambda: judge.screen_tsv_text(rows).rstrip("\n"),
+         escape=sys.stdout.isatty())

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
 
-from . import caliber, layout, names, pairing, parallel, parse, roots, stats, ttgir, unchanged
+from . import caliber, db, layout, names, pairing, parallel, parse, roots, stats, ttgir, unchanged
 from .db import (bulk_cache, bulk_checkpoints, checkpoint_between_commits, insert_sql, now, retry_busy,
                  scratch_in_memory, write_transaction)
 from .layout import Problem
@@ -380,10 +380,7 @@ class Ingester:
         paths = _outermost([_resolved(p) for p in paths])
         try:
             with self._write():
-                self.run_id = self.conn.execute(
-                    "INSERT INTO ingest_runs (started_at, command, paths) VALUES (?, ?, ?)",
-                    (now(), self.command, json.dumps([str(p) for p in paths])),
-                ).lastrowid
+                self.run_id = db.start_run(self.conn, self.command, [str(p) for p in paths])
             cells = CellPaths()
             for path in paths:
                 if not os.path.lexists(path):
@@ -408,6 +405,16 @@ class Ingester:
                                         [str(path) for path in paths])
             self.summary.problems.extend(problem for _, problem in twice)
             self.summary.open_problems += len(twice)
+        except (KeyboardInterrupt, sqlite3.DatabaseError) as error:
+            if not isinstance(error, KeyboardInterrupt) and not db.interrupted(error):
+                raise
+            # Ctrl-C (in Python, or inside SQLite): what was committed is
+            # kept; the run's row says it was interrupted
+            self._forget_uncommitted()
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            self._finish("interrupted")
+            raise KeyboardInterrupt from None
         except StoreStopped as stop:
             self.summary.state = f"stopped: {stop}"
             self._forget_uncommitted()
@@ -420,19 +427,19 @@ class Ingester:
         self._finish()
         return self.summary
 
-    def _finish(self):
+    def _finish(self, state: Optional[str] = None):
         """The run's row gets its summary: what was committed, nothing else
-        (on a full disk it may not get even that)."""
+        (on a full disk it may not get even that; after Ctrl-C, state
+        'interrupted')."""
         if self.run_id is None:
             return
         try:
             with self._write():
-                self.conn.execute(
-                    "UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?",
-                    (now(), json.dumps(self.summary.as_dict()), self.run_id),
-                )
-        except StoreStopped:
-            pass
+                db.finish_run(self.conn, self.run_id, self.summary.as_dict(), state)
+        except (StoreStopped, sqlite3.DatabaseError):
+            if state is None:
+                raise
+            # an interrupted run's row: the next writer closes it (db.close_abandoned_runs)
 
     def _stored_roots(self) -> int:
         """The roots this run met that are stored (after a rollback, some may not be)."""
@@ -572,6 +579,7 @@ class Ingester:
             raise
         except Exception as error:  # one bad cell never stops the run
             self._forget_uncommitted()
+            db.raise_if_interrupted(error)  # Ctrl-C inside SQLite is no problem of the cell
             if _storage_failure(error):
                 raise StoreStopped(error) from error
             self.summary.counts["cells_failed"] += 1

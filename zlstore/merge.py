@@ -356,6 +356,9 @@ class Merger:
                 self._close_run("interrupted")
                 raise
             except sqlite3.DatabaseError as error:  # a full disk: the first failure stops the merge
+                if dbmod.interrupted(error):  # Ctrl-C inside SQLite (in one of zlstore's SQL functions)
+                    self._close_run("interrupted")
+                    raise KeyboardInterrupt from None
                 self._close_run("stopped", str(error))
                 raise
         return self.summary

@@ -459,9 +459,7 @@ class Store:
         except LookupError as error:
             raise LookupError(f"{error}; nor is a cell stored at or under {at}") from None
         with dbmod.write_transaction(self.conn):
-            run_id = self.conn.execute(
-                "INSERT INTO ingest_runs (started_at, command, paths) VALUES (?, 'forget', ?)",
-                (now(), json.dumps([at if cells else found["path"]]))).lastrowid
+            run_id = dbmod.start_run(self.conn, "forget", [at if cells else found["path"]])
             # What is forgotten has no open problem left in the store (a
             # later ingest of its files names them again).
             cell_ids = [cell[0] for cell in cells]
