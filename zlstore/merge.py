@@ -176,40 +176,46 @@ def _schema_of_this_release() -> Dict[str, List[tuple]]:
                 for t in READ_TABLES}
 
 
-def _plain(conn: sqlite3.Connection, path: Path):
+def _plain(conn: sqlite3.Connection, path: Path) -> Dict[str, str]:
     """Drop the copy's triggers and views, unread: nothing of the source's
-    SQL runs in this process (a view over an endless query, a trigger)."""
+    SQL runs in this process (a view over an endless query, a trigger).
+    Returns what was dropped: {name: kind}."""
     try:
         objects = conn.execute("SELECT type, name FROM sqlite_master WHERE type IN ('trigger', 'view')").fetchall()
-        for kind, name in sorted(objects):  # triggers first
+        for kind, name in sorted(objects):
             conn.execute(f"DROP {kind.upper()} IF EXISTS {_quoted(name)}")
     except sqlite3.DatabaseError as error:
         dbmod.raise_if_interrupted(error)
         raise SourceError(f"{path}: not a zlstore database ({error})")
+    return {name: kind for kind, name in objects}
 
 
-def source_tables(conn: sqlite3.Connection, path: Path):
+def source_tables(conn: sqlite3.Connection, path: Path, dropped: Optional[Dict[str, str]] = None):
     """Refuse (SourceError, naming the table and the column) a source whose
     READ_TABLES are not each a plain table with this release's columns,
     declared types and primary key, or whose values are not of those types
     (NULL where NOT NULL, text in an INTEGER column, a root's env that is
     not a JSON object). Reads the schema, then one pass over each table."""
     expected = _schema_of_this_release()
-    kinds = {name: (kind, sql or "") for kind, name, sql in conn.execute("SELECT type, name, sql FROM sqlite_master")}
+    kinds = {name: (kind, "") for name, kind in (dropped or {}).items()}
+    kinds.update({name: (kind, sql or "") for kind, name, sql in conn.execute("SELECT type, name, sql FROM sqlite_master")})
     for table, columns in expected.items():
         kind, sql = kinds.get(table, (None, ""))
         if kind != "table" or sql.lstrip().upper().startswith("CREATE VIRTUAL"):
-            raise SourceError(f"{path}: table {table}: " + ("missing" if kind is None else f"a {kind}, not a table")
+            raise SourceError(f"{path}: table {table}: " + ("missing" if kind is None else
+                                                            f"a {kind}, not a table (never read)")
                               + " (not a zlstore store of this release's schema)")
         found = {r[1]: (r[1], r[2].upper(), r[3], r[5], r[6]) for r in conn.execute(f"PRAGMA table_xinfo({table})")}
         for name, declared, notnull, pk in columns:
             if name not in found:
                 raise SourceError(f"{path}: table {table}, column {name}: missing")
             _, got_type, got_notnull, got_pk, hidden = found.pop(name)
-            if (got_type, bool(got_pk), hidden) != (declared, bool(pk), 0):
-                raise SourceError(f"{path}: table {table}, column {name}: declared {got_type or 'without a type'}"
-                                  f"{' PRIMARY KEY' if got_pk else ''}{' GENERATED' if hidden else ''}, "
-                                  f"not {declared or 'without a type'}{' PRIMARY KEY' if pk else ''}")
+            if (got_type, bool(got_notnull), bool(got_pk), hidden) != (declared, bool(notnull), bool(pk), 0):
+                def said(kind, nn, key, generated=0):
+                    return (f"{kind or 'without a type'}{' NOT NULL' if nn else ''}{' PRIMARY KEY' if key else ''}"
+                            f"{' GENERATED' if generated else ''}")
+                raise SourceError(f"{path}: table {table}, column {name}: declared "
+                                  f"{said(got_type, got_notnull, got_pk, hidden)}, not {said(declared, notnull, pk)}")
         if found:
             raise SourceError(f"{path}: table {table}, column {next(iter(found))}: not a column of this release's "
                               f"{table}")
@@ -256,7 +262,7 @@ def prepare_source(path: Path, copy: Path) -> int:
     _copy(path, copy)
     conn = _open_copy(copy, path)
     try:
-        _plain(conn, path)
+        dropped = _plain(conn, path)
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         damaged = dbmod.integrity_problems(conn)
         if damaged:
@@ -291,7 +297,7 @@ def prepare_source(path: Path, copy: Path) -> int:
             conn.close()
     conn = _open_copy(copy, path)
     try:
-        source_tables(conn, path)
+        source_tables(conn, path, dropped)
     except sqlite3.DatabaseError as error:
         dbmod.raise_if_interrupted(error)
         raise SourceError(f"{path}: not a zlstore database ({error})")
