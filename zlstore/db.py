@@ -344,7 +344,7 @@ def finish_run(conn: sqlite3.Connection, run_id: int, summary: dict, state: Opti
     """A run's row gets its summary (state: 'interrupted' where Ctrl-C
     stopped it; what it committed is kept), in the caller's transaction."""
     if state is not None:
-        summary = {"state": state, **summary}
+        summary = {**summary, "state": state}
     conn.execute("UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?",
                  (now(), json.dumps(summary), run_id))
 
