@@ -1,6 +1,7 @@
 """The zlstore command line: click wiring over the library, nothing more."""
 
 import contextlib
+import errno
 import functools
 import math
 import os
@@ -51,7 +52,7 @@ class ZlstoreGroup(click.Group):
             except (dbmod.StoreError, files.CannotWrite) as error:
                 raise Fault(str(error)) from None
             except OSError as error:
-                if not _stdout_broken():
+                if not _stdout_broken(error):
                     _internal(error)
                 _quiet_stdout()
                 click.echo(f"zlstore: cannot write to standard output: {error.strerror or error}", err=True)
@@ -76,9 +77,16 @@ def _internal(error: BaseException):
     sys.exit(EXIT_INTERNAL)
 
 
-def _stdout_broken() -> bool:
-    """Whether standard output cannot be written (after an OSError: was it
-    stdout's?): what it still holds cannot be flushed either."""
+# A write that failed for want of space or a failing device; a file
+# zlstore writes itself fails as files.CannotWrite, naming it.
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
+
+
+def _stdout_broken(error: OSError) -> bool:
+    """Whether an OSError is standard output's: a write error that names no
+    file, or stdout still cannot be flushed."""
+    if error.errno in _WRITE_ERRNOS and error.filename is None:
+        return True
     try:
         sys.stdout.flush()
     except OSError:
@@ -201,7 +209,9 @@ def emit(out, rows, columns=None, human=None, document=None, escape=True):
     text for people escaped for a terminal, unless not escape)."""
     text = output.render(out, rows, columns=columns, human=human, document=document, escape=escape)
     if text:
-        click.echo(text)
+        # color=True: click would strip what looks like a colour code from
+        # text to a pipe, and a name holding one must reach a script exact
+        click.echo(text, color=True if out.kind not in ("human", "table") or not escape else None)
 
 
 def progress_reporter(label):
