@@ -415,6 +415,7 @@ class Merger:
     def _attached(self, copy: Path):
         """The private copy of a source (prepared_sources) as schema src, read-only."""
         self.conn.execute("ATTACH DATABASE ? AS src", ("file:" + urllib.parse.quote(str(copy)) + "?mode=ro",))
+        self.shared_columns: Dict[str, List[str]] = {}
         try:
             attached = next(r[2] for r in self.conn.execute("PRAGMA database_list") if r[1] == "src")
             if Path(attached).resolve() != copy.resolve():  # an SQLite that does not take URIs in ATTACH
@@ -422,6 +423,14 @@ class Merger:
             yield
         finally:
             self.conn.execute("DETACH DATABASE src")
+
+    def _shared(self, table: str) -> List[str]:
+        """The target's columns of table that the attached source has (all
+        of them: source_tables checked), asked of SQLite once per source."""
+        if table not in self.shared_columns:
+            source = set(_columns(self.conn, "src", table))
+            self.shared_columns[table] = [c for c in _columns(self.conn, "main", table) if c in source]
+        return self.shared_columns[table]
 
     def _source_roots(self) -> List[dict]:
         cursor = self.conn.execute("SELECT * FROM src.roots ORDER BY id")
@@ -506,8 +515,7 @@ class Merger:
     def _copy_root_row(self, source: dict, root_id: Optional[int], path: Optional[str] = None) -> int:
         """Insert the source's root row (at path), or overwrite root_id's
         with it but for its path; its recorded verdicts and plan come along."""
-        columns = [c for c in _columns(self.conn, "main", "roots")
-                   if c in source and c not in ("id", "path", "caliber_id")]
+        columns = [c for c in self._shared("roots") if c in source and c not in ("id", "path", "caliber_id")]
         values = [source[c] for c in columns]
         caliber_id = self.conn.execute("SELECT dst_id FROM temp.merge_calibers WHERE src_id = ?",
                                        (source["caliber_id"],)).fetchone()
@@ -525,8 +533,7 @@ class Merger:
                               "WHERE root_id = ? AND cell_id IS NULL AND closed_by IS NULL", (self.run_id, root_id))
         for table in ("recorded_verdicts", "partitions"):
             self.conn.execute(f"DELETE FROM main.{table} WHERE root_id = ?", (root_id,))
-            copied = [c for c in _columns(self.conn, "main", table)
-                      if c in _columns(self.conn, "src", table) and c not in ("id", "root_id")]
+            copied = [c for c in self._shared(table) if c not in ("id", "root_id")]
             self.conn.execute(f"INSERT INTO main.{table} (root_id, {', '.join(copied)}) "
                               f"SELECT ?, {', '.join(copied)} FROM src.{table} WHERE root_id = ? ORDER BY id",
                               (root_id, source["id"]))
@@ -587,8 +594,7 @@ class Merger:
         if added:
             self._digests("WHERE copy = 0")
             floors.mark_every(conn)
-        cell_columns = [c for c in _columns(conn, "main", "cells")
-                        if c in _columns(conn, "src", "cells") and c not in ("id", "root_id", "caliber_id", "path")]
+        cell_columns = [c for c in self._shared("cells") if c not in ("id", "root_id", "caliber_id", "path")]
         chunks = [row[0] for row in conn.execute("SELECT src_id FROM temp.merge_cells WHERE copy = 1 ORDER BY src_id")]
         for at in range(0, len(chunks), CHUNK_CELLS):
             low, high = chunks[at], chunks[min(at + CHUNK_CELLS, len(chunks)) - 1]
@@ -608,7 +614,7 @@ class Merger:
         [low, high], in source order."""
         conn, counts = self.conn, self.summary.counts
         chunk = f"c.copy = 1 AND c.src_id BETWEEN {int(low)} AND {int(high)}"
-        blob_columns = [c for c in _columns(conn, "main", "blobs") if c in _columns(conn, "src", "blobs")]
+        blob_columns = self._shared("blobs")
         needed = f"""SELECT k.ir_hash FROM temp.merge_cells c JOIN src.kernels k ON k.cell_id = c.src_id WHERE {chunk}
                      UNION SELECT s.index_hash FROM temp.merge_cells c JOIN src.cells s ON s.id = c.src_id
                      WHERE {chunk} AND s.index_hash IS NOT NULL"""
@@ -630,8 +636,7 @@ class Merger:
         conn.execute(f"""UPDATE temp.merge_cells AS c SET dst_id = t.id FROM main.cells t
                          WHERE t.root_id = ? AND t.relpath = c.relpath AND {chunk}""", (root_id,))
         for table, count in (("measurements", "rows_added"), ("kernels", "kernels_added"), ("fingerprints", None)):
-            columns = [col for col in _columns(conn, "main", table)
-                       if col in _columns(conn, "src", table) and col not in ("id", "cell_id")]
+            columns = [col for col in self._shared(table) if col not in ("id", "cell_id")]
             order = "x.cell_id, x.rule" if table == "fingerprints" else "x.id"
             added = conn.execute(
                 f"""INSERT INTO main.{table} (cell_id, {', '.join(columns)})
