@@ -587,9 +587,9 @@ class Merger:
                      (self.run_id,))  # the replaced content's: closed, as an ingest closes them
         conn.execute("DELETE FROM main.cells WHERE id IN (SELECT dst_id FROM temp.merge_cells WHERE copy = 1)")
         # The cells of equal content may lack fingerprints under rules the source computed.
-        added = conn.execute("""INSERT OR IGNORE INTO main.fingerprints (cell_id, rule, fingerprint)
+        added = 0 if not unchanged else conn.execute("""INSERT OR IGNORE INTO main.fingerprints (cell_id, rule, fingerprint)
                                 SELECT c.dst_id, f.rule, f.fingerprint
-                                FROM temp.merge_cells c JOIN src.fingerprints f ON f.cell_id = c.src_id
+                                FROM temp.merge_cells c CROSS JOIN src.fingerprints f ON f.cell_id = c.src_id
                                 WHERE c.copy = 0""").rowcount
         if added:
             self._digests("WHERE copy = 0")
