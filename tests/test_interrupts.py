@@ -146,3 +146,21 @@ with db.interruptible():
         print("stopped", db.interrupted(error))
 """], capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == ["stopped", "True"], done.stderr
+
+
+def test_ctrl_c_while_the_command_line_is_imported():
+    """SIGINT as zlstore.cli starts to be imported (a finder on sys.meta_path
+    sends it): "interrupted", exit 130, no traceback."""
+    done = subprocess.run([sys.executable, "-c", """
+import os, signal, sys
+class Ring:
+    def find_spec(self, name, path, target=None):
+        if name == "zlstore.cli":
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, Ring())
+sys.argv = ["zlstore", "--version"]
+from zlstore.__main__ import main
+main()
+"""], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 130 and done.stderr == "interrupted\n" and done.stdout == ""
