@@ -609,8 +609,12 @@ def merge(store, sources, out):
     newer (ingested later), and a line on stderr and the ingest log say
     which. The A/B pairs, ranges and noise floors are recomputed in the
     target, so every view and command sees the merged roots as if they had
-    been ingested there. Sources are only read: one made by an older zlstore
-    is read through a migrated copy; one made by a newer zlstore is refused.
+    been ingested there. Sources are only read, as data: each through a
+    private copy, its views and triggers dropped unread and every table
+    checked against this release's columns and types before a row is read
+    (one made by an older zlstore is migrated in that copy). A root only a
+    source knows is kept at no path of this host until an ingest here finds
+    its tree (docs/security.md says what merge trusts).
 
     A problem a source's ingest found comes along, open while the target
     holds what it names as the source read it, and is counted (`zlstore
@@ -618,8 +622,11 @@ def merge(store, sources, out):
 
     Exit status: 0 merged; 1 merged, with conflicts or problems (on stderr;
     the newer content kept; open problems carried from the sources
-    included); 2 a source refused (missing, not a zlstore store, a newer
-    schema, the target itself): nothing merged.
+    included); 2 a source refused (missing, not a zlstore store, a table or
+    column that does not match, a newer schema, the target itself): nothing
+    merged; or the target's disk failed (full): stopped at the first
+    failure, the roots merged so far kept; 130 interrupted (Ctrl-C): the
+    roots merged so far kept, whole.
 
     Example:
 
