@@ -242,9 +242,10 @@ def cli():
 
     Exit status, in every command: 0 done; 1 some input had problems
     (everything readable was stored); 2 usage or environment error (bad
-    path, bad --db, unknown or wrong-kind root, newer schema); 3 record of
-    an unfinished cell; 70 internal error (a bug); 130 interrupted; 141
-    stdout closed before the output was written.
+    path, bad --db, unknown or wrong-kind root, newer schema, a full disk,
+    stdout that cannot be written: one line says which); 3 record of an
+    unfinished cell; 70 internal error (a bug); 130 interrupted; 141 stdout
+    closed before the output was written (silent).
 
     Output, in every command that prints rows: its own text for people,
     or --json, --nl, --csv, --tsv, -t/--table with --fmt, as sqlite-utils
