@@ -2,7 +2,7 @@
 examples, ingested) with a few schema and data mutations (a column missing,
 added, renamed or of another type, a generated column, a table turned into
 a view over an endless query, a trigger, a table dropped, huge blobs, NULLs
-and values of the wrong type, rows whose parent is gone, a user_version
+and values of the wrong type (text that is not UTF-8 among them), rows whose parent is gone, a user_version
 from -1 to far ahead, a damaged page), merged by `zlstore merge` in a
 process of its own under a timeout into a copy of a target that already
 holds a root. Prints the cases tried, hangs, tracebacks (or an exit status
@@ -116,7 +116,11 @@ def huge_value(conn, rng):
 def null_or_wrong_type(conn, rng):
     table = rng.choice(tables(conn))
     name = rng.choice(columns(conn, table))[0]
-    value = rng.choice([None, "text", b"\x00\xff", 1.5, -1, 2 ** 62, "{not json"])
+    value = rng.choice([None, "text", b"\x00\xff", 1.5, -1, 2 ** 62, "{not json", "not UTF-8"])
+    if value == "not UTF-8":  # text SQLite keeps as given: bytes Python cannot decode
+        conn.execute(f'UPDATE {table} SET "{name}" = CAST(X\'C328FF\' AS TEXT) WHERE rowid IN '
+                     f'(SELECT rowid FROM {table} ORDER BY random() LIMIT 3)')
+        return f"{table}.{name} = text that is not UTF-8"
     conn.execute("PRAGMA ignore_check_constraints = ON")
     try:
         conn.execute(f'UPDATE {table} SET "{name}" = ? WHERE rowid IN (SELECT rowid FROM {table} ORDER BY random() '

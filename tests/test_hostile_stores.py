@@ -64,6 +64,8 @@ REFUSED = {
                              "WHERE name = 'cells'", "PRAGMA writable_schema = OFF"],
                             "table cells, column relpath"),
     "a root's env that is not JSON": (["UPDATE roots SET env = '{not json'"], "table roots, column env: not a JSON"),
+    "text that is not UTF-8": (["UPDATE roots SET name = CAST(X'C328' AS TEXT) WHERE id = (SELECT min(id) FROM roots)"],
+                               "table roots, column name: text that is not UTF-8"),
     "user_version -1": (["PRAGMA user_version = -1"], "schema version -1"),
     "user_version 0": (["PRAGMA user_version = 0"], "does not migrate"),
     "user_version 1": (["PRAGMA user_version = 1"], "does not migrate"),

@@ -184,9 +184,9 @@ def _plain(conn: sqlite3.Connection, path: Path) -> Dict[str, str]:
         objects = conn.execute("SELECT type, name FROM sqlite_master WHERE type IN ('trigger', 'view')").fetchall()
         for kind, name in sorted(objects):
             conn.execute(f"DROP {kind.upper()} IF EXISTS {_quoted(name)}")
-    except sqlite3.DatabaseError as error:
+    except _UNREADABLE as error:
         dbmod.raise_if_interrupted(error)
-        raise SourceError(f"{path}: not a zlstore database ({error})")
+        raise SourceError(f"{path}: not a zlstore database ({_said(error)})")
     return {name: kind for kind, name in objects}
 
 
@@ -238,6 +238,39 @@ def source_tables(conn: sqlite3.Connection, path: Path, dropped: Optional[Dict[s
         if bad is not None:
             _, name, what = tests[bad[0]]
             raise SourceError(f"{path}: table {table}, column {name}: {what}")
+    _text_is_utf8(conn, path, expected)
+
+
+# What reading a damaged or hostile file can raise: SQLite's errors, and
+# text (an error message quoting a damaged schema, a value) that is not UTF-8.
+_UNREADABLE = (sqlite3.DatabaseError, UnicodeDecodeError)
+
+
+def _said(error: BaseException) -> str:
+    if isinstance(error, UnicodeDecodeError):
+        return f"text that is not UTF-8 where SQLite reads its schema or an error: damaged? ({error.reason})"
+    return str(error)
+
+
+# The tables whose text merge reads into Python (a root's row, a conflict's
+# cell, the ingest log's runs), each value checked to be UTF-8 first.
+TEXT_READ_TABLES = ("calibers", "roots", "cells", "ingest_runs")
+
+
+def _text_is_utf8(conn: sqlite3.Connection, path: Path, expected: Dict[str, List[tuple]]):
+    conn.text_factory = bytes
+    try:
+        for table in TEXT_READ_TABLES:
+            names = [name for name, declared, _, _ in expected[table] if declared == "TEXT"]
+            for row in conn.execute(f"SELECT {', '.join(_quoted(n) for n in names)} FROM {table}"):
+                for name, value in zip(names, row):
+                    if isinstance(value, bytes):
+                        try:
+                            value.decode("utf-8")
+                        except UnicodeDecodeError:
+                            raise SourceError(f"{path}: table {table}, column {name}: text that is not UTF-8")
+    finally:
+        conn.text_factory = str
 
 
 def _open_copy(copy: Path, path: Path) -> sqlite3.Connection:
@@ -246,10 +279,10 @@ def _open_copy(copy: Path, path: Path) -> sqlite3.Connection:
     try:
         conn.execute("PRAGMA trusted_schema = OFF")
         conn.execute("PRAGMA journal_mode = DELETE")  # the copy is this process's alone
-    except sqlite3.DatabaseError as error:
+    except _UNREADABLE as error:
         conn.close()
         dbmod.raise_if_interrupted(error)
-        raise SourceError(f"{path}: not a zlstore database ({error})")
+        raise SourceError(f"{path}: not a zlstore database ({_said(error)})")
     return conn
 
 
@@ -276,9 +309,9 @@ def prepare_source(path: Path, copy: Path) -> int:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not {"roots", "cells", "measurements"} <= tables:
             raise SourceError(f"{path}: not a zlstore database (no roots, cells and measurements tables)")
-    except sqlite3.DatabaseError as error:
+    except _UNREADABLE as error:
         dbmod.raise_if_interrupted(error)
-        raise SourceError(f"{path}: not a zlstore database ({error})")
+        raise SourceError(f"{path}: not a zlstore database ({_said(error)})")
     finally:
         conn.close()
     if version < dbmod.SCHEMA_VERSION:
@@ -286,7 +319,7 @@ def prepare_source(path: Path, copy: Path) -> int:
 
         try:
             Store(copy).close()  # migrations run on the copy
-        except (sqlite3.DatabaseError, dbmod.StoreError, ValueError, TypeError) as error:
+        except (sqlite3.DatabaseError, dbmod.StoreError, ValueError, TypeError) as error:  # UnicodeError: a ValueError
             dbmod.raise_if_interrupted(error)
             raise SourceError(f"{path}: a store of schema version {version} that does not migrate to "
                               f"{dbmod.SCHEMA_VERSION} ({error})")
@@ -298,9 +331,9 @@ def prepare_source(path: Path, copy: Path) -> int:
     conn = _open_copy(copy, path)
     try:
         source_tables(conn, path, dropped)
-    except sqlite3.DatabaseError as error:
+    except _UNREADABLE as error:
         dbmod.raise_if_interrupted(error)
-        raise SourceError(f"{path}: not a zlstore database ({error})")
+        raise SourceError(f"{path}: not a zlstore database ({_said(error)})")
     finally:
         conn.close()
     return version
