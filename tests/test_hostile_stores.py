@@ -233,3 +233,14 @@ def test_check_source_refuses_what_is_not_a_regular_sqlite_file(tmp_path):
     (tmp_path / "text.db").write_text("hello")
     with pytest.raises(merge.SourceError, match="not an SQLite file"):
         merge.check_source(tmp_path / "text.db")
+
+
+def test_a_few_cases_of_the_hostile_store_fuzzer(tmp_path):
+    """bench/hostile_stores.py, bounded: no hang, no traceback, every target sound."""
+    done = subprocess.run([sys.executable, str(Path(__file__).parent.parent / "bench" / "hostile_stores.py"),
+                           "--cases", "6", "--seed", "test", "--work", str(tmp_path)],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("cases tried: 6")
+    assert lines[1:4] == ["hangs: 0", "tracebacks or other exit statuses: 0", "targets left unsound: 0"], done.stderr
