@@ -179,11 +179,15 @@ def _schema_of_this_release() -> Dict[str, List[tuple]]:
 def _plain(conn: sqlite3.Connection, path: Path) -> Dict[str, str]:
     """Drop the copy's triggers and views, unread: nothing of the source's
     SQL runs in this process (a view over an endless query, a trigger).
-    Returns what was dropped: {name: kind}."""
+    Its planner statistics (sqlite_stat1, 4) go too: they would choose how
+    merge's own queries run over it. Returns what was dropped: {name: kind}."""
     try:
         objects = conn.execute("SELECT type, name FROM sqlite_master WHERE type IN ('trigger', 'view')").fetchall()
         for kind, name in sorted(objects):
             conn.execute(f"DROP {kind.upper()} IF EXISTS {_quoted(name)}")
+        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                    "AND name IN ('sqlite_stat1', 'sqlite_stat4')").fetchall():
+            conn.execute(f"DROP TABLE {name}")
     except _UNREADABLE as error:
         dbmod.raise_if_interrupted(error)
         raise SourceError(f"{path}: not a zlstore database ({_said(error)})")
