@@ -245,3 +245,17 @@ def test_a_few_cases_of_the_hostile_store_fuzzer(tmp_path):
     lines = done.stdout.splitlines()
     assert lines[0].startswith("cases tried: 6")
     assert lines[1:4] == ["hangs: 0", "tracebacks or other exit statuses: 0", "targets left unsound: 0"], done.stderr
+
+
+def test_a_source_s_unfinished_run_is_closed_as_interrupted_once(source, tmp_path):
+    """A run its own store never finished (killed there) comes closed, shown
+    as interrupted; merging that store again adds no second copy."""
+    mutate(source, "UPDATE ingest_runs SET finished_at = NULL")
+    target = tmp_path / "t.db"
+    for _ in range(2):
+        assert invoke(target, "merge", source).exit_code in (0, 1)
+    with sqlite3.connect(target) as conn, sqlite3.connect(source) as original:
+        assert conn.execute("SELECT count(*) FROM ingest_runs WHERE finished_at IS NULL").fetchone() == (0,)
+        carried = [json.loads(s) for (s,) in conn.execute("SELECT summary FROM ingest_runs WHERE command = 'ingest'")]
+        assert len(carried) == original.execute("SELECT count(*) FROM ingest_runs").fetchone()[0]
+    assert all(s["state"] == "interrupted" for s in carried)

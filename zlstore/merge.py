@@ -50,6 +50,16 @@ _OPEN_TWIN = """SELECT 1 FROM main.ingest_problems o WHERE o.closed_by IS NULL {
                 AND o.cell_id IS {row}.cell_id AND o.root_id IS {row}.root_id"""
 
 
+# A source's run as the target keeps it. One the source had not finished
+# (its process killed, or still running when the copy was taken) is closed
+# in the target, shown as interrupted, its summary kept inside: the same
+# text each time that source is merged, so that it is matched, not added again.
+_CARRIED_SUMMARY = """CASE WHEN s.finished_at IS NULL
+                           THEN json_object('state', 'interrupted', 'why', 'unfinished in its store when merged',
+                                            'summary', s.summary)
+                           ELSE s.summary END"""
+
+
 class SourceError(Exception):
     """A source that cannot be merged: missing, not a zlstore store, from a
     newer release, or the target itself. Raised before anything is merged."""
@@ -704,14 +714,15 @@ class Merger:
             conn.execute("CREATE TEMP TABLE IF NOT EXISTS merge_runs (src_id INTEGER PRIMARY KEY, dst_id INTEGER, "
                          "new INTEGER)")
             conn.execute("DELETE FROM temp.merge_runs")
-            conn.execute("""INSERT INTO temp.merge_runs
+            conn.execute(f"""INSERT INTO temp.merge_runs
                             SELECT s.id, (SELECT min(t.id) FROM main.ingest_runs t WHERE t.started_at = s.started_at
                                           AND t.command IS s.command AND t.paths IS s.paths
-                                          AND t.summary IS s.summary), 0
+                                          AND t.summary IS {_CARRIED_SUMMARY}), 0
                             FROM src.ingest_runs s""")
             missing = conn.execute(
-                """SELECT s.id, s.started_at, s.finished_at, s.command, s.paths, s.summary FROM src.ingest_runs s
-                   JOIN temp.merge_runs m ON m.src_id = s.id WHERE m.dst_id IS NULL ORDER BY s.id""").fetchall()
+                f"""SELECT s.id, s.started_at, coalesce(s.finished_at, :now), s.command, s.paths, {_CARRIED_SUMMARY}
+                    FROM src.ingest_runs s JOIN temp.merge_runs m ON m.src_id = s.id
+                    WHERE m.dst_id IS NULL ORDER BY s.id""", {"now": now()}).fetchall()
             for source_id, *values in missing:
                 run_id = conn.execute(
                     "INSERT INTO ingest_runs (started_at, finished_at, command, paths, summary) VALUES (?, ?, ?, ?, ?)",
