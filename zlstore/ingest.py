@@ -436,7 +436,9 @@ class Ingester:
         try:
             with self._write():
                 db.finish_run(self.conn, self.run_id, self.summary.as_dict(), state)
-        except (StoreStopped, sqlite3.DatabaseError):
+        except StoreStopped:
+            pass
+        except sqlite3.DatabaseError:
             if state is None:
                 raise
             # an interrupted run's row: the next writer closes it (db.close_abandoned_runs)
