@@ -8,6 +8,7 @@ new one (`zlstore merge DB --db MERGED`), both commands timed the same way;
 the figure is merge cells/s over ingest cells/s (target >= 1.0).
 
     python bench/merge.py --scale 1         # alone: generates its corpus
+    python bench/merge.py --roots 1200      # many small roots: merge within 2x of their ingest
     python bench/run.py --scale 1           # within the suite (run.py calls merge_once)
 """
 
@@ -55,12 +56,68 @@ def merge_once(source: Path, work: Path, cells: int) -> float:
     return result["seconds"]
 
 
+# Many small roots (issue 33, item 5): a merge did the whole of the pairs'
+# refresh once per root, so its time grew with the square of the roots
+# (1,200 roots: 89 s; their ingest: a few). Each small root is one
+# screening pair of the examples under a name of its own.
+EXAMPLE_ROOT = BENCH.parent / "examples" / "runs" / "ab_rlc_20261012_101500"
+SMALL_ROOT_PAIR = ("abs_float16_before", "abs_float16_after")
+MANY_ROOTS_TARGET = 2.0  # merge seconds / ingest seconds, at most
+
+
+def small_roots(runs: Path, count: int) -> int:
+    """count screening roots of one pair each under runs; returns the cells."""
+    import shutil
+
+    header, *lines = (EXAMPLE_ROOT / "screen.tsv").read_text().splitlines()
+    row = next(line for line in lines if line.startswith("abs\tfloat16\t"))
+    for n in range(count):
+        root = runs / f"ab_rlc_202701{1 + n // 1440 % 28:02d}_{n % 24:02d}{n // 24 % 60:02d}00"  # each its own name
+        root.mkdir(parents=True)
+        env = (EXAMPLE_ROOT / "root.env").read_text().replace("STARTED_AT=2026-10-12T10:15:00",
+                                                               f"STARTED_AT=2027-01-01T00:00:{n % 60:02d}")
+        (root / "root.env").write_text(env)
+        (root / "screen.tsv").write_text(header + "\n" + row + "\n")
+        for cell in SMALL_ROOT_PAIR:
+            shutil.copytree(EXAMPLE_ROOT / cell, root / cell, symlinks=True)
+    return count * len(SMALL_ROOT_PAIR)
+
+
+def many_roots(count: int, repeat: int, work: Path) -> dict:
+    """Ingest count small roots into a store, merge that store into a new
+    one: seconds of each (median of repeat), and their ratio."""
+    runs, store = work / "roots", work / "roots.db"
+    cells = small_roots(runs, count)
+    run.remove_db(store)
+    run.run_ingest_command(runs, store)  # untimed: the page cache warm
+    ingests, merges = [], []
+    for i in range(repeat):
+        run.remove_db(store)
+        ingests.append(run.run_ingest_command(runs, store)["seconds"])
+        merges.append(merge_once(store, work, cells))
+        print(f"iteration {i + 1}: {count} roots, ingest {ingests[-1]:.2f} s, merge {merges[-1]:.2f} s",
+              file=sys.stderr)
+    ratio = statistics.median(merges) / statistics.median(ingests)
+    return {"roots": count, "cells": cells, "ingest_s": ingests, "merge_s": merges,
+            "merge_over_ingest_seconds": ratio, "target": f"<= {MANY_ROOTS_TARGET}", "met": ratio <= MANY_ROOTS_TARGET}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--work", default=None)
+    ap.add_argument("--roots", type=int, default=None,
+                    help="instead: merge N small roots (one screening pair each) against ingesting them")
     args = ap.parse_args(argv)
+    if args.roots:
+        work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="zlstore-bench-roots-", dir="/tmp"))
+        try:
+            print(json.dumps(many_roots(args.roots, args.repeat, work)))
+        finally:
+            if not args.work:
+                run.subprocess.run(["rm", "-rf", "--", str(work)])
+        return 0
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="zlstore-bench-merge-", dir="/tmp"))
     work.mkdir(parents=True, exist_ok=True)
     runs, store = work / "runs", work / "store.db"

@@ -6,6 +6,15 @@
     store.db["verdicts"].rows   # store.db is a sqlite_utils.Database
 """
 
-from .store import Store, default_db_path
-
 __all__ = ["Store", "default_db_path"]
+
+
+def __getattr__(name):
+    """Store and default_db_path, imported when first asked for: `import
+    zlstore` alone (the command line's first step) loads nothing, so that
+    Ctrl-C during start-up is handled (zlstore/__main__.py)."""
+    if name in __all__:
+        from . import store
+
+        return getattr(store, name)
+    raise AttributeError(f"module 'zlstore' has no attribute {name!r}")

@@ -1,6 +1,7 @@
 """The zlstore command line: click wiring over the library, nothing more."""
 
 import contextlib
+import errno
 import functools
 import json
 import math
@@ -26,6 +27,9 @@ class Fault(click.ClickException):
 
     exit_code = EXIT_USAGE
 
+    def format_message(self) -> str:
+        return output.for_terminal(self.message)  # it may name a directory or a source's table
+
 
 class ZlstoreGroup(click.Group):
     """The top-level handler: whatever a command raises ends in one line on
@@ -33,25 +37,64 @@ class ZlstoreGroup(click.Group):
     with Python's status 1."""
 
     def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort, SystemExit):
-            raise
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            sys.exit(EXIT_INTERRUPTED)
-        except (dbmod.StoreError, files.CannotWrite) as error:
-            raise Fault(str(error)) from None
-        except BrokenPipeError:
-            _quiet_stdout()
-            sys.exit(EXIT_BROKEN_PIPE)
-        except Exception as error:
-            if isinstance(error, sqlite3.DatabaseError) and dbmod.is_environment_error(error):
-                raise Fault(f"SQLite: {error}") from None
-            traceback.print_exc()
-            click.echo(f"zlstore: internal error: {type(error).__name__}: {error} (a bug in zlstore: "
-                       f"the traceback above says where; exit status {EXIT_INTERNAL})", err=True)
-            sys.exit(EXIT_INTERNAL)
+        with dbmod.interruptible():
+            try:
+                try:
+                    return super().invoke(ctx)
+                finally:
+                    sys.stdout.flush()  # a write error on stdout (a full disk) shows here, not at exit
+            except KeyboardInterrupt:
+                _interrupted()
+            except BrokenPipeError:
+                _quiet_stdout()
+                sys.exit(EXIT_BROKEN_PIPE)
+            except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort, SystemExit):
+                raise
+            except (dbmod.StoreError, files.CannotWrite) as error:
+                raise Fault(str(error)) from None
+            except OSError as error:
+                if not _stdout_broken(error):
+                    _internal(error)
+                _quiet_stdout()
+                click.echo(f"zlstore: cannot write to standard output: {error.strerror or error}", err=True)
+                sys.exit(EXIT_USAGE)
+            except Exception as error:
+                if dbmod.interrupted(error):  # Ctrl-C inside SQLite, or inside one of zlstore's SQL functions
+                    _interrupted()
+                if isinstance(error, sqlite3.DatabaseError) and dbmod.is_environment_error(error):
+                    raise Fault(f"SQLite: {error}") from None
+                _internal(error)
+
+
+def _interrupted():
+    click.echo("interrupted", err=True)
+    sys.exit(EXIT_INTERRUPTED)
+
+
+def _internal(error: BaseException):
+    traceback.print_exc()
+    click.echo(f"zlstore: internal error: {type(error).__name__}: {error} (a bug in zlstore: "
+               f"the traceback above says where; exit status {EXIT_INTERNAL})", err=True)
+    sys.exit(EXIT_INTERNAL)
+
+
+# A write that failed for want of space or a failing device; a file
+# zlstore writes itself fails as files.CannotWrite, naming it.
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
+
+
+def _stdout_broken(error: OSError) -> bool:
+    """Whether an OSError is standard output's: a write error that names no
+    file, or stdout still cannot be flushed."""
+    if error.errno in _WRITE_ERRNOS and error.filename is None:
+        return True
+    try:
+        sys.stdout.flush()
+    except OSError:
+        return True
+    except ValueError:  # closed
+        return True
+    return False
 
 
 def _quiet_stdout():
@@ -203,11 +246,14 @@ def output_options(fn=None, *, tsv_help="TSV: a header, then the rows, tab-separ
     return wrapper
 
 
-def emit(out, rows, columns=None, human=None, document=None):
-    """Print what a command says in the format asked for (output.render)."""
-    text = output.render(out, rows, columns=columns, human=human, document=document)
+def emit(out, rows, columns=None, human=None, document=None, escape=True):
+    """Print what a command says in the format asked for (output.render:
+    text for people escaped for a terminal, unless not escape)."""
+    text = output.render(out, rows, columns=columns, human=human, document=document, escape=escape)
     if text:
-        click.echo(text)
+        # color=True: click would strip what looks like a colour code from
+        # text to a pipe, and a name holding one must reach a script exact
+        click.echo(text, color=True if out.kind not in ("human", "table") or not escape else None)
 
 
 def progress_reporter(label):
@@ -238,9 +284,10 @@ def cli():
 
     Exit status, in every command: 0 done; 1 some input had problems
     (everything readable was stored); 2 usage or environment error (bad
-    path, bad --db, unknown or wrong-kind root, newer schema); 3 record of
-    an unfinished cell; 70 internal error (a bug); 130 interrupted; 141
-    stdout closed before the output was written.
+    path, bad --db, unknown or wrong-kind root, newer schema, a full disk,
+    stdout that cannot be written: one line says which); 3 record of an
+    unfinished cell; 70 internal error (a bug); 130 interrupted; 141 stdout
+    closed before the output was written (silent).
 
     Output, in every command that prints rows: its own text for people,
     or --json, --nl, --csv, --tsv, -t/--table with --fmt, as sqlite-utils
@@ -290,6 +337,9 @@ class DatasetteSetting(click.types.CompositeParamType):
             self.fail(error.message.replace("--help-settings", "datasette serve --help-settings"), param, ctx)
 
 
+METADATA_MAX_BYTES = 16 << 20  # a metadata file is a few KB
+
+
 def _metadata_file(ctx, param, value):
     """--metadata FILE: datasette's JSON or YAML metadata, read as datasette reads it."""
     if value is None:
@@ -297,7 +347,8 @@ def _metadata_file(ctx, param, value):
     from datasette.utils import BadMetadataError, parse_metadata
 
     try:
-        return parse_metadata(Path(value).read_text(encoding="utf-8"))
+        # a regular file only: /dev/zero or a FIFO would never end
+        return parse_metadata(layout.read_bytes(Path(value).resolve(), cap=METADATA_MAX_BYTES).decode("utf-8"))
     except (OSError, UnicodeDecodeError, BadMetadataError) as error:
         raise click.BadParameter(f"{value}: {error}", param_hint="--metadata") from None
 
@@ -413,9 +464,9 @@ def report_summary(summary, out, command: str = "ingest"):
     """An ingest's or a merge's problems (and moved roots) on stderr, then its
     summary: --json the whole of it, the other formats its counts as a row."""
     for problem in summary.problems:
-        click.echo(f"problem: {shown_problem(problem)}", err=True)
+        click.echo(output.for_terminal(f"problem: {shown_problem(problem)}"), err=True)
     for move in getattr(summary, "moved", ()):
-        click.echo(f"moved: {move['root']} from {move['from']} to {move['to']}", err=True)
+        click.echo(output.for_terminal(f"moved: {move['root']} from {move['from']} to {move['to']}"), err=True)
     earlier = summary.problem_count() - len(summary.problems)
     if earlier > 0:
         found = ("found where the merged stores were ingested, open here" if command == "merge"
@@ -529,7 +580,7 @@ def check(store, full, out):
     started = time.perf_counter()
     problems = dbmod.integrity_problems(store.conn, full=full)
     for problem in problems:
-        click.echo(f"problem: {problem}", err=True)
+        click.echo(output.for_terminal(f"problem: {problem}"), err=True)
     checked = {"path": str(store.path), "checks": "integrity_check, foreign_key_check" if full else "quick_check",
                "bytes": store.path.stat().st_size, "seconds": round(time.perf_counter() - started, 3),
                "problems": problems}
@@ -575,14 +626,14 @@ def forget(store, root, out):
 
 
 def _mergeable(ctx, param, sources):
-    """Refuse a source before the target is opened or anything merged."""
+    """Copy and check every source (merge.prepared_sources) before the target
+    is opened or anything merged: one refused, and no target is created."""
     from . import merge as merging
 
-    for source in sources:
-        try:
-            merging.check_source(source)
-        except merging.SourceError as error:
-            raise click.BadParameter(str(error), ctx=ctx, param=param)
+    try:
+        ctx.meta["merge_copies"] = ctx.with_resource(merging.prepared_sources([Path(s) for s in sources], None))
+    except merging.SourceError as error:
+        raise click.BadParameter(output.for_terminal(str(error)), ctx=ctx, param=param)
     return sources
 
 
@@ -601,8 +652,12 @@ def merge(store, sources, out):
     newer (ingested later), and a line on stderr and the ingest log say
     which. The A/B pairs, ranges and noise floors are recomputed in the
     target, so every view and command sees the merged roots as if they had
-    been ingested there. Sources are only read: one made by an older zlstore
-    is read through a migrated copy; one made by a newer zlstore is refused.
+    been ingested there. Sources are only read, as data: each through a
+    private copy, its views and triggers dropped unread and every table
+    checked against this release's columns and types before a row is read
+    (one made by an older zlstore is migrated in that copy). A root only a
+    source knows is kept at no path of this host until an ingest here finds
+    its tree (docs/security.md says what merge trusts).
 
     A problem a source's ingest found comes along, open while the target
     holds what it names as the source read it, and is counted (`zlstore
@@ -610,8 +665,11 @@ def merge(store, sources, out):
 
     Exit status: 0 merged; 1 merged, with conflicts or problems (on stderr;
     the newer content kept; open problems carried from the sources
-    included); 2 a source refused (missing, not a zlstore store, a newer
-    schema, the target itself): nothing merged.
+    included); 2 a source refused (missing, not a zlstore store, a table or
+    column that does not match, a newer schema, the target itself): nothing
+    merged; or the target's disk failed (full): stopped at the first
+    failure, the roots merged so far kept; 130 interrupted (Ctrl-C): the
+    roots merged so far kept, whole.
 
     Example:
 
@@ -623,7 +681,9 @@ def merge(store, sources, out):
 
     update, finish = progress_reporter("merging")
     try:
-        summary = merging.Merger(store).run(sources, progress=update)
+        with database_faults(store.path):  # a full disk: one line, exit 2
+            summary = merging.Merger(store).run(sources, progress=update,
+                                                copies=click.get_current_context().meta.get("merge_copies"))
     except merging.SourceError as error:
         raise Refusal(str(error))
     finally:
@@ -659,7 +719,7 @@ def record(store, cell_dirs, out):
     """
     summary = store.ingest_summary(cell_dirs, command="record", require_finished=True)
     for path in summary.unfinished:
-        click.echo(f"unfinished: {path}: no cell.env with RC yet; nothing stored", err=True)
+        click.echo(output.for_terminal(f"unfinished: {path}: no cell.env with RC yet; nothing stored"), err=True)
     report_summary(summary, out, "record")
     if summary.unfinished and not summary.stopped:
         sys.exit(EXIT_UNFINISHED)
@@ -813,7 +873,7 @@ def run_screen(store, ops, command, switch, values, cell_timeout, root_dir, card
     try:
         config = runner.screen_config(ops=ops, command=command, switch=switch, cell_timeout=cell_timeout,
                                       root_dir=root_dir, card=card, backend=backend, values=values)
-        result = runner.run_screen(store, config, report=lambda line: click.echo(line, err=True))
+        result = runner.run_screen(store, config, report=lambda line: click.echo(output.for_terminal(line), err=True))
     except runner.CaliberMissing as error:
         raise Refusal(str(error))
     except (runner.RunError, ValueError) as error:
@@ -1184,7 +1244,7 @@ def flaggems_repeat(op, dtype, ab_root, rounds, switch, values, cell_timeout, ca
 
     try:
         runs = fg.repeat(bench, ab_root, op, dtype, rounds=rounds, switch=switch, values=before_after,
-                         cell_timeout=cell_timeout, card=card, warn=lambda text: click.echo(text, err=True),
+                         cell_timeout=cell_timeout, card=card, warn=lambda text: click.echo(output.for_terminal(text), err=True),
                          report=report)
     except fg.CannotStart as error:
         raise Fault(str(error))
@@ -1280,11 +1340,11 @@ def screen(store, root, rule, out):
         differences = judge.environment_differences(store, root)
     for axis in axes.values():
         if axis["axis"] == "dead":
-            click.echo(report.dead_axis_warning(axis), err=True)
+            click.echo(output.for_terminal(report.dead_axis_warning(axis)), err=True)
     paired = {(r["root_id"], r["op"], r["dtype"]) for r in rows}
     for line in report.environment_warnings({k: v for k, v in differences.items() if k in paired},
                                             {r["root_id"]: r["root"] for r in rows}):
-        click.echo(line, err=True)
+        click.echo(output.for_terminal(line), err=True)
     if not rows and out.kind == "human":
         click.echo("(no screening pairs: ingest a screening root first)", err=True)
         return
@@ -1328,7 +1388,7 @@ def rescore(store, root, rule, write, out):
         result = judge.rescore(store, found, rule)
         written = judge.rescore_write(store, found, rule) if write else []
     for path in written:
-        click.echo(f"wrote {path} (the original is {path.name}.orig)", err=True)
+        click.echo(output.for_terminal(f"wrote {path} (the original is {path.name}.orig)"), err=True)
     emit(out, result["moved"], columns=["root", "op", "dtype", "from", "to"], human=lambda: report.rescore(result),
          document=result)
 
@@ -1437,7 +1497,7 @@ def ab(store, root, rejected, out):
         return
     rows = judge.ab_rejected(store, found) if rejected else judge.ab_ranges(store, found)
     if not rows and out.kind == "human":
-        click.echo("(every row paired)" if rejected else report.no_ab_ranges(found), err=True)
+        click.echo(output.for_terminal("(every row paired)" if rejected else report.no_ab_ranges(found)), err=True)
         return
     if not rejected and out.kind != "human":
         rows = judge.with_environment_differs(rows)
@@ -1635,4 +1695,6 @@ def export(store, root, rule, out):
         rows = judge.export_rows(store, root, rule)
     if out.kind == "tsv":
         out = output.HUMAN
-    emit(out, rows, columns=layout.SCREEN_COLUMNS, human=lambda: judge.screen_tsv_text(rows).rstrip("\n"))
+    # the default is the harness's file, byte for byte, where it goes to a file (escaped on a terminal)
+    emit(out, rows, columns=layout.SCREEN_COLUMNS, human=lambda: judge.screen_tsv_text(rows).rstrip("\n"),
+         escape=sys.stdout.isatty())

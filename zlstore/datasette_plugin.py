@@ -117,21 +117,53 @@ def extra_body_script(view_name, database, datasette):
 @hookimpl
 def asgi_wrapper(datasette):
     """Under zlstore serve, answer only requests for this machine's own names
-    (serve.HostCheck): a DNS-rebinding page cannot read the store. Plain
+    (serve.HostCheck): a DNS-rebinding page cannot read the store; and no
+    request another site's page sent (serve.cross_site), unless --cors. Plain
     datasette (no host names set) passes every request through."""
     from .serve import HostCheck
 
-    return lambda app: HostCheck(app, lambda: getattr(datasette, "_zlstore_host_names", None))
+    return lambda app: HostCheck(app, lambda: getattr(datasette, "_zlstore_host_names", None),
+                                 lambda: bool(getattr(datasette, "cors", False)))
+
+
+# The largest string or blob one value of a query on a store may be
+# (SQLITE_LIMIT_LENGTH): randomblob(N), zeroblob(N), printf('%*d', N, 1),
+# replace() and group_concat() past it fail at once with "string or blob
+# too big" instead of allocating N bytes (one such GET took the server from
+# 65 MB to 2.3 GB and stalled every request). zlstore's own largest values
+# are IR texts: 32 MB is far above any Triton kernel's.
+MAX_VALUE_BYTES = 32 << 20
+
+# Functions no query on a store may call: fts3_tokenizer hands out a
+# pointer into the SQLite library, and its two-argument form replaces a
+# tokenizer on the connection, for every later query.
+DENIED_FUNCTIONS = frozenset({"fts3_tokenizer"})
+
+
+def _authorize(action, arg1, arg2, database, trigger) -> int:
+    if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in DENIED_FUNCTIONS:
+        return sqlite3.SQLITE_DENY
+    return sqlite3.SQLITE_OK
+
+
+def bound(conn: sqlite3.Connection):
+    """What one query on conn may take: no value over MAX_VALUE_BYTES, and
+    none of DENIED_FUNCTIONS (refused when the query is prepared: "not
+    authorized"). Time is datasette's sql_time_limit_ms (serve.SETTINGS)."""
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
+    conn.set_authorizer(_authorize)
 
 
 @hookimpl
 def prepare_connection(conn):
-    """median(), the t-test functions (stats.register) and
+    """median() and the t-test functions (stats.register) and
     zlstore_kernel_diff (irdiff.register) on a store's connections, for
-    ad-hoc SQL too; other databases' connections untouched."""
+    ad-hoc SQL too, and the bounds on what one query may take (bound);
+    other databases' connections untouched."""
     if is_store(conn):
         stats.register(conn)
         irdiff.register(conn)
+        bound(conn)
 
 
 # The canned query that shows one pair's kernels, the column it puts the

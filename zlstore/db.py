@@ -13,6 +13,8 @@ import os
 import random
 import re
 import shlex
+import signal
+import socket
 import sqlite3
 import time
 from importlib import resources
@@ -206,12 +208,146 @@ def connect(path, wal: bool = True, immutable: bool = False) -> sqlite3.Connecti
     )
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA foreign_keys = ON")
+    let_signals_in(conn)
     scratch_in_memory(conn, False)
     stats.register(conn)
     if wal:
         retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL"))
         conn.execute("PRAGMA synchronous = NORMAL")
     return conn
+
+
+# -- Ctrl-C ----------------------------------------------------------------------
+
+# Python runs a signal handler only between its own bytecodes: during one
+# long SQLite statement with no Python function in it, Ctrl-C would wait for
+# the statement to end. A progress handler calls into Python every this many
+# of SQLite's steps (a few milliseconds of work at most), where a pending
+# KeyboardInterrupt is raised and aborts the statement.
+PROGRESS_STEPS = 20_000
+
+
+def _let_python_run() -> int:
+    return 0  # go on: the call itself is what lets a pending handler run
+
+
+def let_signals_in(conn: sqlite3.Connection):
+    """Ctrl-C reaches Python within milliseconds on this connection, whatever
+    statement it runs."""
+    conn.set_progress_handler(_let_python_run, PROGRESS_STEPS)
+
+
+class _Interrupt:
+    seen = False
+
+
+def _on_interrupt(signum, frame):
+    _Interrupt.seen = True
+    raise KeyboardInterrupt
+
+
+def interrupted(error: Optional[BaseException] = None) -> bool:
+    """Whether Ctrl-C came (while interruptible() was on), or error is
+    SQLite's report of a statement Ctrl-C stopped. A KeyboardInterrupt that
+    lands inside one of zlstore's SQL functions (median) reaches Python as
+    "user-defined function raised exception": the flag tells them apart."""
+    return _Interrupt.seen or (error is not None and error_name(error) == "SQLITE_INTERRUPT")
+
+
+def raise_if_interrupted(error: BaseException):
+    """A statement Ctrl-C stopped is an interrupt, never a problem of the
+    input: callers that turn SQL errors into problems call this first."""
+    if interrupted(error):
+        raise KeyboardInterrupt from None
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt as Python's own handler does, and is
+    remembered (interrupted()), so that an error it caused inside SQLite is
+    known for what it was. Only in the main thread (where signals arrive)."""
+    _Interrupt.seen = False
+    try:
+        previous = signal.signal(signal.SIGINT, _on_interrupt)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+# -- the run log: whose runs are unfinished ----------------------------------------
+
+
+def _process_start(pid) -> Optional[str]:
+    """When the process started (in clock ticks since boot: /proc), so that a
+    pid used again by another process is not taken for the one recorded."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None
+
+
+def _running_owner() -> dict:
+    return {"state": "running", "host": socket.gethostname(), "pid": os.getpid(), "pid_started": _process_start("self")}
+
+
+def _gone(owner: dict) -> bool:
+    """Whether the process an unfinished run's row names is known to have
+    ended: on this host, and no process of that pid, or one started at
+    another time. A run of another host is never judged from here."""
+    if owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
+        return False
+    try:
+        os.kill(owner["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # another user's process: alive
+        pass
+    started = _process_start(owner["pid"])
+    return started is not None and owner.get("pid_started") not in (None, started)
+
+
+def close_abandoned_runs(conn: sqlite3.Connection, by: Optional[int] = None) -> int:
+    """Close the unfinished rows of runs (ingest, record, merge, forget)
+    whose process ended without finishing them (a kill -9, a lost node):
+    finished_at is set and the summary says interrupted. Inside the
+    caller's write transaction. Returns how many."""
+    closed = 0
+    for run_id, summary in conn.execute("SELECT id, summary FROM ingest_runs WHERE finished_at IS NULL").fetchall():
+        try:
+            owner = json.loads(summary) if summary else {}
+        except ValueError:
+            continue
+        if isinstance(owner, dict) and owner.get("state") == "running" and _gone(owner):
+            owner.update(state="interrupted", closed_by=by,
+                         why="its process ended before the run finished (killed?); what it committed is kept")
+            conn.execute("UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?",
+                         (now(), json.dumps(owner), run_id))
+            closed += 1
+    return closed
+
+
+def start_run(conn: sqlite3.Connection, command: str, paths: list) -> int:
+    """The run log's row for a writing run, inside the caller's write
+    transaction: it names this process until the run finishes
+    (finish_run), and the runs an earlier killed process left unfinished
+    are closed first."""
+    close_abandoned_runs(conn)
+    return conn.execute("INSERT INTO ingest_runs (started_at, command, paths, summary) VALUES (?, ?, ?, ?)",
+                        (now(), command, json.dumps(paths), json.dumps(_running_owner()))).lastrowid
+
+
+def finish_run(conn: sqlite3.Connection, run_id: int, summary: dict, state: Optional[str] = None):
+    """A run's row gets its summary (state: 'interrupted' where Ctrl-C
+    stopped it; what it committed is kept), in the caller's transaction."""
+    if state is not None:
+        summary = {**summary, "state": state}
+    conn.execute("UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?",
+                 (now(), json.dumps(summary), run_id))
 
 
 def insert_sql(table: str, columns, verb: str = "INSERT") -> str:

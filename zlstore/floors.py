@@ -52,6 +52,12 @@ def mark(conn: sqlite3.Connection, rule: str):
 def mark_every(conn: sqlite3.Connection):
     """Mark every rule's noise floors stale: a screening pair was re-paired
     or removed, or cells gained fingerprints they lacked."""
+    # the rules held, one index seek each (fingerprints_rule): DISTINCT
+    # would read every fingerprint, in every merged root's transaction
     conn.execute("""INSERT OR IGNORE INTO ab_stale_floors (rule)
-                    SELECT DISTINCT rule FROM fingerprints
+                    WITH RECURSIVE held (rule) AS (
+                        SELECT min(rule) FROM fingerprints
+                        UNION ALL SELECT (SELECT min(f.rule) FROM fingerprints f WHERE f.rule > held.rule)
+                        FROM held WHERE held.rule IS NOT NULL)
+                    SELECT rule FROM held WHERE rule IS NOT NULL
                     UNION SELECT current_rule FROM judging_settings""")

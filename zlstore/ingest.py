@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
 
-from . import caliber, layout, names, pairing, parallel, parse, provenance, roots, stats, ttgir, unchanged
+from . import caliber, db, layout, names, pairing, parallel, parse, provenance, roots, stats, ttgir, unchanged
 from .db import (bulk_cache, bulk_checkpoints, checkpoint_between_commits, insert_sql, is_storage_failure, now,
                  retry_busy, scratch_in_memory, write_transaction)
 from .layout import Problem
@@ -372,10 +372,7 @@ class Ingester:
         paths = _outermost([_resolved(p) for p in paths])
         try:
             with self._write():
-                self.run_id = self.conn.execute(
-                    "INSERT INTO ingest_runs (started_at, command, paths) VALUES (?, ?, ?)",
-                    (now(), self.command, json.dumps([str(p) for p in paths])),
-                ).lastrowid
+                self.run_id = db.start_run(self.conn, self.command, [str(p) for p in paths])
             cells = CellPaths()
             for path in paths:
                 if not os.path.lexists(path):
@@ -404,6 +401,16 @@ class Ingester:
             missing = roots.missing_sides(self.conn, root_ids) if self.command != "record" else []
             self.summary.problems.extend(problem for _, problem in missing)
             self.summary.open_problems += len(missing)
+        except (KeyboardInterrupt, sqlite3.DatabaseError) as error:
+            if not isinstance(error, KeyboardInterrupt) and not db.interrupted(error):
+                raise
+            # Ctrl-C (in Python, or inside SQLite): what was committed is
+            # kept; the run's row says it was interrupted
+            self._forget_uncommitted()
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            self._finish("interrupted")
+            raise KeyboardInterrupt from None
         except StoreStopped as stop:
             self.summary.state = f"stopped: {stop}"
             self._forget_uncommitted()
@@ -416,24 +423,24 @@ class Ingester:
         self._finish()
         return self.summary
 
-    def _finish(self):
-        """The run's row gets its summary (what was committed, nothing else),
-        in a transaction of its own; then the run's last derivation, the
-        q-values and findings of the roots it touched (pairing.refresh,
-        final), in another. On a full disk the small one may still fit where
-        the derivation does not, and a range left unjudged is judged by the
-        views when read (ab_range_unjudged)."""
+    def _finish(self, state: Optional[str] = None):
+        """The run's row gets its summary (what was committed, nothing else;
+        after Ctrl-C, state 'interrupted'), in a transaction of its own; then
+        the run's last derivation, the q-values and findings of the roots it
+        touched (pairing.refresh, final), in another. On a full disk the
+        small one may still fit where the derivation does not, and a range
+        left unjudged is judged by the views when read (ab_range_unjudged)."""
         if self.run_id is None:
             return
         try:
             with write_transaction(self.conn):
-                self.conn.execute(
-                    "UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?",
-                    (now(), json.dumps(self.summary.as_dict()), self.run_id),
-                )
-        except sqlite3.OperationalError as error:
-            if not is_storage_failure(error):
+                db.finish_run(self.conn, self.run_id, self.summary.as_dict(), state)
+        except sqlite3.DatabaseError as error:
+            if state is None and not is_storage_failure(error):
                 raise
+            # interrupted, or a full disk: the next writer closes the row (db.close_abandoned_runs)
+        if state is not None:  # interrupted: stop now; the next writer derives what is left
+            return
         try:
             with self._write():
                 pass  # _write derives what the run left stale before it commits
@@ -578,6 +585,7 @@ class Ingester:
             raise
         except Exception as error:  # one bad cell never stops the run
             self._forget_uncommitted()
+            db.raise_if_interrupted(error)  # Ctrl-C inside SQLite is no problem of the cell
             if is_storage_failure(error):
                 raise StoreStopped(error) from error
             self.summary.counts["cells_failed"] += 1

@@ -12,6 +12,7 @@ from . import layout as _layout
 from . import output as _output
 from . import pairing as _pairing
 from . import provenance as _provenance
+from . import roots as _roots
 from . import ttgir as _ttgir
 from .names import (BY_NAME, FINDING_NAMES, FINDINGS, REASON_NAMES, REASONS, SETTINGS, TIMEOUT_RCS,  # noqa: F401
                     VERDICT_ALIASES, VERDICT_NAMES, VERDICTS, Finding, Reason, Verdict, canonical_verdict)
@@ -207,6 +208,9 @@ def write_screen_tsv(store, root, rule: Optional[str] = None) -> Path:
     the path written. Ingest the root again to update recorded_verdicts."""
     found = _root(store, root)
     rows = export_rows(store, found, rule)
+    if not _roots.known_here(found["path"]):
+        raise JudgeError(f"cannot write screen.tsv of {found['name']}: known here only from a merged store "
+                         "(ingest its tree on this host first)")
     directory = Path(found["path"])
     if not directory.is_dir():
         raise JudgeError(f"root directory {directory} does not exist (moved since it was ingested?)")
@@ -237,6 +241,10 @@ def rescore_write(store, root=None, rule: Optional[str] = None) -> List[Path]:
     (JudgeError) before writing anything when a root's directory is gone.
     Returns the paths written, in order."""
     targets = [root_for(store, root, "rescore")] if root is not None else store.roots(kind="screen")
+    merged = [t["name"] for t in targets if not _roots.known_here(t["path"])]
+    if merged:  # a path only a merged store named is not one to write into (docs/security.md)
+        raise JudgeError("cannot write screen.tsv: known here only from a merged store (ingest its tree on this "
+                         "host first): " + ", ".join(merged))
     missing = [t["path"] for t in targets if not Path(t["path"]).is_dir()]
     if missing:
         raise JudgeError("cannot write screen.tsv: no such root directory: " + ", ".join(missing))

@@ -22,6 +22,8 @@ before anything is merged.
 
 import contextlib
 import json
+import os
+import re
 import shutil
 import sqlite3
 import tempfile
@@ -40,6 +42,23 @@ from .layout import Problem
 COUNTS = ("roots", "roots_added", "cells_added", "cells_replaced", "cells_unchanged", "rows_added",
           "kernels_added", "ir_texts_added", "log_runs_added")
 CHUNK_CELLS = 1024  # cells copied per statement group: the progress bar moves this often
+
+
+# An open problem of the target that is the same as {row}'s (another copy
+# of it: two stores that ingested the same tree both found it).
+_OPEN_TWIN = """SELECT 1 FROM main.ingest_problems o WHERE o.closed_by IS NULL {other}
+                AND o.file = {row}.file AND o.line IS {row}.line AND o.message = {row}.message
+                AND o.cell_id IS {row}.cell_id AND o.root_id IS {row}.root_id"""
+
+
+# A source's run as the target keeps it. One the source had not finished
+# (its process killed, or still running when the copy was taken) is closed
+# in the target, shown as interrupted, its summary kept inside: the same
+# text each time that source is merged, so that it is matched, not added again.
+_CARRIED_SUMMARY = """CASE WHEN s.finished_at IS NULL
+                           THEN json_object('state', 'interrupted', 'why', 'unfinished in its store when merged',
+                                            'summary', s.summary)
+                           ELSE s.summary END"""
 
 
 class SourceError(Exception):
@@ -89,59 +108,284 @@ def newer_than(a: tuple, b: tuple) -> bool:
     return tuple(v or "" for v in a) > tuple(v or "" for v in b)
 
 
-def _uri(path: Path) -> str:
+# The tables merge reads from a source. Each is checked against this
+# release's definition of it before any of its rows is read (source_tables).
+READ_TABLES = ("calibers", "environments", "roots", "cells", "measurements", "blobs", "kernels", "ir_digests",
+               "fingerprints", "recorded_verdicts", "partitions", "ingest_runs", "ingest_problems")
+
+# The values each declared type may hold in a source (typeof), as this
+# release writes them: a column declared INTEGER holds integers (or NULL).
+_TYPES = {"INTEGER": ("integer",), "REAL": ("real", "integer"), "TEXT": ("text",), "BLOB": ("blob", "text")}
+
+
+def _read_only_uri(path: Path) -> str:
     return "file:" + urllib.parse.quote(str(path)) + "?mode=ro"
 
 
-def _read_only(path: Path) -> sqlite3.Connection:
-    return sqlite3.connect(_uri(path), uri=True, timeout=dbmod.BUSY_TIMEOUT_MS / 1000)
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
-def check_source(path, target_path: Optional[Path] = None) -> int:
-    """The schema version of the store at path, or SourceError saying why
-    it cannot be merged."""
+def check_source(path, target_path: Optional[Path] = None):
+    """Refuse (SourceError) what cannot be a source at all, before the
+    target is opened: a path that is not a regular file, a file that is not
+    SQLite, the target itself (by name, or the same file through a link)."""
     path = Path(path)
     if not path.is_file():
-        raise SourceError(f"{path}: no such database file")
-    if target_path is not None and target_path.exists() and path.resolve() == Path(target_path).resolve():
-        raise SourceError(f"{path} is the target database itself")
+        raise SourceError(f"{path}: no such database file" if not path.exists()
+                          else f"{path}: not a regular file")
+    if target_path is not None and Path(target_path).exists():
+        try:
+            same = os.path.samefile(path, target_path)
+        except OSError:
+            same = False
+        if same:
+            raise SourceError(f"{path} is the target database itself"
+                              + ("" if path.resolve() == Path(target_path).resolve() else " (the same file: a link)"))
     try:
-        with contextlib.closing(_read_only(path)) as conn:
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            # every page read once before any is copied: a damaged source is
-            # refused whole, not found out root by root in the middle
-            damaged = dbmod.integrity_problems(conn) if {"roots", "cells"} <= tables else []
+        with open(path, "rb") as f:
+            header = f.read(len(dbmod.SQLITE_MAGIC))
+    except OSError as error:
+        raise SourceError(f"{path}: cannot read it: {error.strerror}")
+    if header != dbmod.SQLITE_MAGIC:
+        raise SourceError(f"{path}: not a zlstore database (not an SQLite file)")
+
+
+def _copy(path: Path, copy: Path):
+    """A copy of the source at path, as its last commit left it, in copy: read
+    with SQLite's backup (pages, never the source's SQL; through the source's
+    WAL, writing nothing to it). Where SQLite cannot read the source in place
+    without writing to it (a hot journal left by a writer killed mid-
+    transaction; a WAL store in a directory this user cannot write), its
+    files are copied and SQLite recovers the copy, as it would the source."""
+    try:
+        with contextlib.closing(sqlite3.connect(_read_only_uri(path), uri=True,
+                                                timeout=dbmod.BUSY_TIMEOUT_MS / 1000)) as source, \
+                contextlib.closing(sqlite3.connect(copy)) as dest:
+            dbmod.let_signals_in(source)
+            source.backup(dest)
+        return
     except sqlite3.DatabaseError as error:
-        raise SourceError(f"{path}: not a zlstore database ({error})")
-    if not {"roots", "cells", "measurements"} <= tables:
-        raise SourceError(f"{path}: not a zlstore database (no roots, cells and measurements tables)")
-    if damaged:
-        raise SourceError(f"{path} is damaged (SQLite's quick_check: {damaged[0]}): nothing merged; "
-                          "merge a sound copy, or ingest its runs/ tree again")
-    if version > dbmod.SCHEMA_VERSION:
-        raise SourceError(f"{path}: schema version {version} is newer than this zlstore's "
-                          f"({dbmod.SCHEMA_VERSION}): upgrade zlstore to merge it")
+        dbmod.raise_if_interrupted(error)
+    for suffix in ("", "-journal", "-wal"):
+        copy.with_name(copy.name + suffix).unlink(missing_ok=True)
+    try:
+        for suffix in ("", "-journal", "-wal"):
+            if path.with_name(path.name + suffix).is_file():
+                shutil.copyfile(path.with_name(path.name + suffix), copy.with_name(copy.name + suffix))
+    except OSError as error:
+        raise SourceError(f"{path}: cannot copy it to read it: {error.strerror}")
+
+
+def _schema_of_this_release() -> Dict[str, List[tuple]]:
+    """READ_TABLES as this release creates them: (name, declared type,
+    not null, primary key, generated: its definition, else None) of each
+    column."""
+    with contextlib.closing(sqlite3.connect(":memory:")) as conn:
+        for statement in dbmod.split_statements(dbmod.schema_parts()["tables"]):
+            conn.execute(statement)
+        sql = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'").fetchall())
+        return {t: [(r[1], r[2].upper(), r[3], r[5], _generated(sql[t], r[1]) if r[6] else None)
+                    for r in conn.execute(f"PRAGMA table_xinfo({t})")]
+                for t in READ_TABLES}
+
+
+def _generated(create_sql: str, column: str) -> Optional[str]:
+    """A generated column's definition in a CREATE TABLE (after ALTER TABLE
+    ADD COLUMN, SQLite keeps the added text there too), whitespace made
+    single: compared whole, so that a source's expression, never
+    evaluated, is this release's own."""
+    match = re.search(r"(?:^|[,(\s])" + re.escape(column) + r"\s+(.*?\b(?:VIRTUAL|STORED))\b", create_sql,
+                      re.S | re.I)
+    return " ".join(match.group(1).split()) if match else None
+
+
+def _plain(conn: sqlite3.Connection, path: Path) -> Dict[str, str]:
+    """Drop the copy's triggers and views, unread: nothing of the source's
+    SQL runs in this process (a view over an endless query, a trigger).
+    Its planner statistics (sqlite_stat1, 4) go too: they would choose how
+    merge's own queries run over it. Returns what was dropped: {name: kind}."""
+    try:
+        objects = conn.execute("SELECT type, name FROM sqlite_master WHERE type IN ('trigger', 'view')").fetchall()
+        for kind, name in sorted(objects):
+            conn.execute(f"DROP {kind.upper()} IF EXISTS {_quoted(name)}")
+        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                    "AND name IN ('sqlite_stat1', 'sqlite_stat4')").fetchall():
+            conn.execute(f"DROP TABLE {name}")
+    except _UNREADABLE as error:
+        dbmod.raise_if_interrupted(error)
+        raise SourceError(f"{path}: not a zlstore database ({_said(error)})")
+    return {name: kind for kind, name in objects}
+
+
+def source_tables(conn: sqlite3.Connection, path: Path, dropped: Optional[Dict[str, str]] = None):
+    """Refuse (SourceError, naming the table and the column) a source whose
+    READ_TABLES are not each a plain table with this release's columns,
+    declared types and primary key, or whose values are not of those types
+    (NULL where NOT NULL, text in an INTEGER column, a root's env that is
+    not a JSON object). Reads the schema, then one pass over each table."""
+    expected = _schema_of_this_release()
+    kinds = {name: (kind, "") for name, kind in (dropped or {}).items()}
+    kinds.update({name: (kind, sql or "") for kind, name, sql in conn.execute("SELECT type, name, sql FROM sqlite_master")})
+    for table, columns in expected.items():
+        kind, sql = kinds.get(table, (None, ""))
+        if kind != "table" or sql.lstrip().upper().startswith("CREATE VIRTUAL"):
+            raise SourceError(f"{path}: table {table}: " + ("missing" if kind is None else
+                                                            f"a {kind}, not a table (never read)")
+                              + " (not a zlstore store of this release's schema)")
+        found = {r[1]: (r[1], r[2].upper(), r[3], r[5], r[6]) for r in conn.execute(f"PRAGMA table_xinfo({table})")}
+        for name, declared, notnull, pk, generated in columns:
+            if name not in found:
+                raise SourceError(f"{path}: table {table}, column {name}: missing")
+            _, got_type, got_notnull, got_pk, hidden = found.pop(name)
+            got_generated = _generated(sql, name) if hidden else None
+            if generated is not None and got_generated == generated:
+                continue  # this release's own generated column, as it defines it
+            if (got_type, bool(got_notnull), bool(got_pk), hidden) != (declared, bool(notnull), bool(pk), 0):
+                def said(kind, nn, key, generated=0):
+                    return (f"{kind or 'without a type'}{' NOT NULL' if nn else ''}{' PRIMARY KEY' if key else ''}"
+                            f"{' GENERATED' if generated else ''}")
+                raise SourceError(f"{path}: table {table}, column {name}: declared "
+                                  f"{said(got_type, got_notnull, got_pk, hidden)}, not {said(declared, notnull, pk)}")
+        if found:
+            raise SourceError(f"{path}: table {table}, column {next(iter(found))}: not a column of this release's "
+                              f"{table}")
+        tests = []
+        for name, declared, notnull, _, generated in columns:
+            if generated is not None:
+                continue
+            if declared in _TYPES:
+                allowed = ", ".join(f"'{t}'" for t in _TYPES[declared] + (() if notnull else ("null",)))
+                tests.append((f"typeof({_quoted(name)}) NOT IN ({allowed})", name, f"a value not {declared}"
+                              + (" (or NULL where NOT NULL)" if notnull else "")))
+            elif notnull:
+                tests.append((f"{_quoted(name)} IS NULL", name, "NULL where NOT NULL"))
+        if table == "roots":
+            tests.append(("env IS NOT NULL AND (NOT json_valid(env) OR json_type(env) <> 'object')", "env",
+                          "not a JSON object"))
+        if not tests:
+            continue
+        case = " ".join(f"WHEN {test} THEN {i}" for i, (test, _, _) in enumerate(tests))
+        bad = conn.execute(f"SELECT CASE {case} END FROM {_quoted(table)} "
+                           f"WHERE {' OR '.join('(' + t + ')' for t, _, _ in tests)} LIMIT 1").fetchone()
+        if bad is not None:
+            _, name, what = tests[bad[0]]
+            raise SourceError(f"{path}: table {table}, column {name}: {what}")
+    _text_is_utf8(conn, path, expected)
+
+
+# What reading a damaged or hostile file can raise: SQLite's errors, and
+# text (an error message quoting a damaged schema, a value) that is not UTF-8.
+_UNREADABLE = (sqlite3.DatabaseError, UnicodeDecodeError)
+
+
+def _said(error: BaseException) -> str:
+    if isinstance(error, UnicodeDecodeError):
+        return f"text that is not UTF-8 where SQLite reads its schema or an error: damaged? ({error.reason})"
+    return str(error)
+
+
+# The tables whose text merge reads into Python (a root's row, a conflict's
+# cell, the ingest log's runs), each value checked to be UTF-8 first.
+TEXT_READ_TABLES = ("calibers", "environments", "roots", "cells", "ingest_runs")
+
+
+def _text_is_utf8(conn: sqlite3.Connection, path: Path, expected: Dict[str, List[tuple]]):
+    conn.text_factory = bytes
+    try:
+        for table in TEXT_READ_TABLES:
+            names = [name for name, declared, _, _, generated in expected[table] if declared == "TEXT" and not generated]
+            for row in conn.execute(f"SELECT {', '.join(_quoted(n) for n in names)} FROM {table}"):
+                for name, value in zip(names, row):
+                    if isinstance(value, bytes):
+                        try:
+                            value.decode("utf-8")
+                        except UnicodeDecodeError:
+                            raise SourceError(f"{path}: table {table}, column {name}: text that is not UTF-8")
+    finally:
+        conn.text_factory = str
+
+
+def _open_copy(copy: Path, path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(copy, isolation_level=None)
+    dbmod.let_signals_in(conn)
+    try:
+        conn.execute("PRAGMA trusted_schema = OFF")
+        conn.execute("PRAGMA journal_mode = DELETE")  # the copy is this process's alone
+    except _UNREADABLE as error:
+        conn.close()
+        dbmod.raise_if_interrupted(error)
+        raise SourceError(f"{path}: not a zlstore database ({_said(error)})")
+    return conn
+
+
+def prepare_source(path: Path, copy: Path) -> int:
+    """Make copy a private, checked copy of the source at path: triggers and
+    views dropped unread, brought to this release's schema where it is
+    older (migrations run on the copy), every table merge reads checked
+    (source_tables). Returns the source's schema version; SourceError,
+    naming the table and column, for anything that does not match."""
+    _copy(path, copy)
+    conn = _open_copy(copy, path)
+    try:
+        dropped = _plain(conn, path)
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        damaged = dbmod.integrity_problems(conn)
+        if damaged:
+            raise SourceError(f"{path} is damaged (SQLite's quick_check: {damaged[0]}): nothing merged; "
+                              "merge a sound copy, or ingest its runs/ tree again")
+        if version > dbmod.SCHEMA_VERSION:
+            raise SourceError(f"{path}: schema version {version} is newer than this zlstore's "
+                              f"({dbmod.SCHEMA_VERSION}): upgrade zlstore to merge it")
+        if version < 0:
+            raise SourceError(f"{path}: schema version {version} is not one zlstore writes")
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not {"roots", "cells", "measurements"} <= tables:
+            raise SourceError(f"{path}: not a zlstore database (no roots, cells and measurements tables)")
+    except _UNREADABLE as error:
+        dbmod.raise_if_interrupted(error)
+        raise SourceError(f"{path}: not a zlstore database ({_said(error)})")
+    finally:
+        conn.close()
+    if version < dbmod.SCHEMA_VERSION:
+        from .store import Store
+
+        try:
+            Store(copy).close()  # migrations run on the copy
+        except (sqlite3.DatabaseError, dbmod.StoreError, ValueError, TypeError) as error:  # UnicodeError: a ValueError
+            dbmod.raise_if_interrupted(error)
+            raise SourceError(f"{path}: a store of schema version {version} that does not migrate to "
+                              f"{dbmod.SCHEMA_VERSION} ({error})")
+        conn = _open_copy(copy, path)
+        try:
+            _plain(conn, path)  # the views and triggers the migration made are this release's: not read either
+        finally:
+            conn.close()
+    conn = _open_copy(copy, path)
+    try:
+        source_tables(conn, path, dropped)
+    except _UNREADABLE as error:
+        dbmod.raise_if_interrupted(error)
+        raise SourceError(f"{path}: not a zlstore database ({_said(error)})")
+    finally:
+        conn.close()
     return version
 
 
 @contextlib.contextmanager
-def readable(path: Path, version: int) -> Iterator[Path]:
-    """A file holding the source at the current schema version: the source
-    itself, or a migrated copy of it (made with SQLite's backup, which reads
-    through the source's WAL and writes nothing to it)."""
-    if version == dbmod.SCHEMA_VERSION:
-        yield path
-        return
-    scratch = tempfile.mkdtemp(prefix="zlstore-merge-")
+def prepared_sources(paths: Sequence[Path], target_path: Optional[Path]) -> Iterator[List[Path]]:
+    """Private checked copies of every source (prepare_source), in a
+    temporary directory removed afterwards: all are checked before anything
+    is merged, and the merge reads only them."""
+    scratch = Path(tempfile.mkdtemp(prefix="zlstore-merge-"))
     try:
-        copy = Path(scratch) / path.name
-        with contextlib.closing(_read_only(path)) as source, contextlib.closing(sqlite3.connect(copy)) as dest:
-            source.backup(dest)
-        from .store import Store
-
-        Store(copy).close()  # migrations run on the copy
-        yield copy
+        copies = []
+        for n, path in enumerate(paths):
+            check_source(path, target_path)
+            copy = scratch / f"source{n}.db"
+            prepare_source(path, copy)
+            copies.append(copy)
+        yield copies
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -162,24 +406,51 @@ class Merger:
         self.total = 0
         self.progress = None
 
-    def run(self, sources: Sequence, progress=None) -> MergeSummary:
+    def run(self, sources: Sequence, progress=None, copies: Optional[List[Path]] = None) -> MergeSummary:
+        """Merge sources; copies: their prepared_sources, where the caller
+        made them already (the command line does, before it opens the target)."""
         paths = [Path(p) for p in sources]
-        versions = [check_source(p, self.target.path) for p in paths]  # refuse before merging anything
         self.summary.sources = [str(p) for p in paths]
         self.progress = progress
         for path in paths:
-            with contextlib.closing(_read_only(path)) as conn:
-                self.total += conn.execute("SELECT count(*) FROM cells").fetchone()[0]
-        with dbmod.write_transaction(self.conn):
-            self.run_id = self.conn.execute(
-                "INSERT INTO ingest_runs (started_at, command, paths) VALUES (?, ?, ?)",
-                (now(), "merge", json.dumps([str(p.resolve()) for p in paths]))).lastrowid
+            check_source(path, self.target.path)
+        # every source copied and checked before anything is merged: one refused leaves the target as it was
+        with (contextlib.nullcontext(copies) if copies is not None
+              else prepared_sources(paths, self.target.path)) as copies:
+            for copy in copies:
+                with contextlib.closing(sqlite3.connect(copy)) as conn:
+                    self.total += conn.execute("SELECT count(*) FROM cells").fetchone()[0]
+            with dbmod.write_transaction(self.conn):
+                self.run_id = dbmod.start_run(self.conn, "merge", [str(p.resolve()) for p in paths])
+            try:
+                self._merge_all(paths, copies)
+            except KeyboardInterrupt:
+                self._close_run("interrupted")
+                raise
+            except sqlite3.DatabaseError as error:  # a full disk: the first failure stops the merge
+                if dbmod.interrupted(error):  # Ctrl-C inside SQLite (in one of zlstore's SQL functions)
+                    self._close_run("interrupted")
+                    raise KeyboardInterrupt from None
+                self._close_run("stopped", str(error))
+                raise
+        return self.summary
+
+    def _close_run(self, state: str, why: Optional[str] = None):
+        """The run's row says how it ended, where the store still takes a write."""
+        try:
+            with dbmod.write_transaction(self.conn):
+                dbmod.finish_run(self.conn, self.run_id, {**self.summary.as_dict(), **({"why": why} if why else {})},
+                                 state)
+        except sqlite3.DatabaseError:
+            pass  # the next writer closes it (db.close_abandoned_runs)
+
+    def _merge_all(self, paths: List[Path], copies: List[Path]):
         merged_roots = set()
         self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS merge_carried (run_id INTEGER PRIMARY KEY)")
         self.conn.execute("DELETE FROM temp.merge_carried")
         with dbmod.bulk_checkpoints(self.conn):
-            for path, version in zip(paths, versions):
-                with readable(path, version) as readable_path, self._attached(readable_path):
+            for path, copy in zip(paths, copies):
+                with self._attached(copy):
                     self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS merge_roots (src_id INTEGER PRIMARY KEY, "
                                       "dst_id INTEGER)")
                     self.conn.execute("DELETE FROM temp.merge_roots")
@@ -188,6 +459,11 @@ class Merger:
                         if root_id is not None:
                             merged_roots.add(root_id)
                     self._merge_log()
+            # Each root's transaction brought its rounds' pairs and ranges up
+            # to date; the floors, q-values and judgements, which move with
+            # every root, are computed once, here (pairing.refresh's final).
+            with dbmod.write_transaction(self.conn):
+                pairing.refresh(self.conn)
             self._complete_fingerprints()
         self.summary.counts["roots"] = len(merged_roots)
         self.summary.open_problems = self.conn.execute(
@@ -199,20 +475,28 @@ class Merger:
         self.summary.problems.extend(problem for _, problem in twice)
         self.summary.open_problems += len(twice)
         with dbmod.write_transaction(self.conn):
-            self.conn.execute("UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?",
-                              (now(), json.dumps(self.summary.as_dict()), self.run_id))
-        return self.summary
+            dbmod.finish_run(self.conn, self.run_id, self.summary.as_dict())
 
     @contextlib.contextmanager
-    def _attached(self, path: Path):
-        self.conn.execute("ATTACH DATABASE ? AS src", (_uri(path),))
+    def _attached(self, copy: Path):
+        """The private copy of a source (prepared_sources) as schema src, read-only."""
+        self.conn.execute("ATTACH DATABASE ? AS src", ("file:" + urllib.parse.quote(str(copy)) + "?mode=ro",))
+        self.shared_columns: Dict[str, List[str]] = {}
         try:
             attached = next(r[2] for r in self.conn.execute("PRAGMA database_list") if r[1] == "src")
-            if Path(attached).resolve() != path.resolve():  # an SQLite that does not take URIs in ATTACH
-                raise SourceError(f"{path}: could not be opened read-only (SQLite attached {attached!r})")
+            if Path(attached).resolve() != copy.resolve():  # an SQLite that does not take URIs in ATTACH
+                raise SourceError(f"{copy}: could not be opened read-only (SQLite attached {attached!r})")
             yield
         finally:
             self.conn.execute("DETACH DATABASE src")
+
+    def _shared(self, table: str) -> List[str]:
+        """The target's columns of table that the attached source has (all
+        of them: source_tables checked), asked of SQLite once per source."""
+        if table not in self.shared_columns:
+            source = set(_columns(self.conn, "src", table))
+            self.shared_columns[table] = [c for c in _columns(self.conn, "main", table) if c in source]
+        return self.shared_columns[table]
 
     def _source_roots(self) -> List[dict]:
         cursor = self.conn.execute("SELECT * FROM src.roots ORDER BY id")
@@ -238,11 +522,16 @@ class Merger:
                 self._calibers()
                 root_id = self._root_row(source_path, source)
                 self._cells(source_path, source, root_id)
-                pairing.refresh(self.conn)
+                pairing.refresh(self.conn, final=False)  # the rest once per merge (_merge_all)
                 self.conn.execute("INSERT INTO temp.merge_roots VALUES (?, ?)", (source["id"], root_id))
             return root_id
         except sqlite3.DatabaseError as error:
-            # The transaction rolled back: nothing of this root counts.
+            # The transaction rolled back: nothing of this root counts. Ctrl-C,
+            # or the target's disk failing, stops the merge here (the root is
+            # not a problem of the source, and the next would fail the same way).
+            dbmod.raise_if_interrupted(error)
+            if dbmod.is_environment_error(error):
+                raise
             self.summary.counts = counts_before
             del self.summary.conflicts[kept[0]:], self.summary.problems[kept[1]:]
             self.done = cells_before
@@ -267,18 +556,13 @@ class Merger:
     def _environments(self):
         """Every source environment in the target, and temp.merge_environments:
         source id -> target id. Its key is made again from its fields, which
-        are read as data (a source from before release 11 has none)."""
+        are read as data: the source's own key is not trusted to match them."""
         self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS merge_environments "
                           "(src_id INTEGER PRIMARY KEY, dst_id INTEGER)")
         self.conn.execute("DELETE FROM temp.merge_environments")
-        present = set(_columns(self.conn, "src", "environments"))
-        if "id" not in present:
-            return
-        names = [n for n in provenance.NAMES if n in present]
-        cursor = self.conn.execute(f"SELECT id, {', '.join(names)} FROM src.environments" if names
-                                   else "SELECT id FROM src.environments")
+        cursor = self.conn.execute(f"SELECT id, {', '.join(provenance.NAMES)} FROM src.environments")
         for row in cursor.fetchall():
-            fields = provenance.clean(dict(zip(names, row[1:])))
+            fields = provenance.clean(dict(zip(provenance.NAMES, row[1:])))
             if not fields:
                 continue
             key = provenance.key(fields)
@@ -304,9 +588,9 @@ class Merger:
                     self._copy_root_row(source, root_id)
             return root_id
         self.summary.counts["roots_added"] += 1
-        path = source["path"]
-        if roots.stored_at(self.conn, path) is not None:  # another root of its name, there on another host
-            path = roots.away_path(self.conn, path, source["identity"])
+        # Where the source says the root is, is another host's word: the
+        # root is kept at no path of this host until an ingest here finds it.
+        path = roots.merged_path(self.conn, source["identity"])
         others = roots.namesakes(self.conn, source["name"], source["identity"])
         if others:
             env = json.loads(source["env"]) if source["env"] else {}
@@ -316,8 +600,7 @@ class Merger:
     def _copy_root_row(self, source: dict, root_id: Optional[int], path: Optional[str] = None) -> int:
         """Insert the source's root row (at path), or overwrite root_id's
         with it but for its path; its recorded verdicts and plan come along."""
-        columns = [c for c in _columns(self.conn, "main", "roots")
-                   if c in source and c not in ("id", "path", "caliber_id")]
+        columns = [c for c in self._shared("roots") if c in source and c not in ("id", "path", "caliber_id")]
         values = [source[c] for c in columns]
         caliber_id = self.conn.execute("SELECT dst_id FROM temp.merge_calibers WHERE src_id = ?",
                                        (source["caliber_id"],)).fetchone()
@@ -335,8 +618,7 @@ class Merger:
                               "WHERE root_id = ? AND cell_id IS NULL AND closed_by IS NULL", (self.run_id, root_id))
         for table in ("recorded_verdicts", "partitions"):
             self.conn.execute(f"DELETE FROM main.{table} WHERE root_id = ?", (root_id,))
-            copied = [c for c in _columns(self.conn, "main", table)
-                      if c in _columns(self.conn, "src", table) and c not in ("id", "root_id")]
+            copied = [c for c in self._shared(table) if c not in ("id", "root_id")]
             self.conn.execute(f"INSERT INTO main.{table} (root_id, {', '.join(copied)}) "
                               f"SELECT ?, {', '.join(copied)} FROM src.{table} WHERE root_id = ? ORDER BY id",
                               (root_id, source["id"]))
@@ -390,16 +672,15 @@ class Merger:
                      (self.run_id,))  # the replaced content's: closed, as an ingest closes them
         conn.execute("DELETE FROM main.cells WHERE id IN (SELECT dst_id FROM temp.merge_cells WHERE copy = 1)")
         # The cells of equal content may lack fingerprints under rules the source computed.
-        added = conn.execute("""INSERT OR IGNORE INTO main.fingerprints (cell_id, rule, fingerprint)
+        added = 0 if not unchanged else conn.execute("""INSERT OR IGNORE INTO main.fingerprints (cell_id, rule, fingerprint)
                                 SELECT c.dst_id, f.rule, f.fingerprint
-                                FROM temp.merge_cells c JOIN src.fingerprints f ON f.cell_id = c.src_id
+                                FROM temp.merge_cells c CROSS JOIN src.fingerprints f ON f.cell_id = c.src_id
                                 WHERE c.copy = 0""").rowcount
         if added:
             self._digests("WHERE copy = 0")
             floors.mark_every(conn)
-        cell_columns = [c for c in _columns(conn, "main", "cells")
-                        if c in _columns(conn, "src", "cells")
-                        and c not in ("id", "root_id", "caliber_id", "environment_id", "path")]
+        cell_columns = [c for c in self._shared("cells")
+                        if c not in ("id", "root_id", "caliber_id", "environment_id", "path")]
         chunks = [row[0] for row in conn.execute("SELECT src_id FROM temp.merge_cells WHERE copy = 1 ORDER BY src_id")]
         for at in range(0, len(chunks), CHUNK_CELLS):
             low, high = chunks[at], chunks[min(at + CHUNK_CELLS, len(chunks)) - 1]
@@ -419,7 +700,7 @@ class Merger:
         [low, high], in source order."""
         conn, counts = self.conn, self.summary.counts
         chunk = f"c.copy = 1 AND c.src_id BETWEEN {int(low)} AND {int(high)}"
-        blob_columns = [c for c in _columns(conn, "main", "blobs") if c in _columns(conn, "src", "blobs")]
+        blob_columns = self._shared("blobs")
         needed = f"""SELECT k.ir_hash FROM temp.merge_cells c JOIN src.kernels k ON k.cell_id = c.src_id WHERE {chunk}
                      UNION SELECT s.index_hash FROM temp.merge_cells c JOIN src.cells s ON s.id = c.src_id
                      WHERE {chunk} AND s.index_hash IS NOT NULL"""
@@ -437,13 +718,12 @@ class Merger:
                 SELECT ?, m.dst_id, e.dst_id, ? || s.relpath, {', '.join('s.' + c for c in cell_columns)}
                 FROM temp.merge_cells c JOIN src.cells s ON s.id = c.src_id
                 LEFT JOIN temp.merge_calibers m ON m.src_id = s.caliber_id
-                LEFT JOIN temp.merge_environments e ON e.src_id = {'s.environment_id' if 'environment_id' in _columns(conn, 'src', 'cells') else 'NULL'}
+                LEFT JOIN temp.merge_environments e ON e.src_id = s.environment_id
                 WHERE {chunk} ORDER BY c.src_id""", (root_id, root_path.rstrip("/") + "/"))
         conn.execute(f"""UPDATE temp.merge_cells AS c SET dst_id = t.id FROM main.cells t
                          WHERE t.root_id = ? AND t.relpath = c.relpath AND {chunk}""", (root_id,))
         for table, count in (("measurements", "rows_added"), ("kernels", "kernels_added"), ("fingerprints", None)):
-            columns = [col for col in _columns(conn, "main", table)
-                       if col in _columns(conn, "src", table) and col not in ("id", "cell_id")]
+            columns = [col for col in self._shared(table) if col not in ("id", "cell_id")]
             order = "x.cell_id, x.rule" if table == "fingerprints" else "x.id"
             added = conn.execute(
                 f"""INSERT INTO main.{table} (cell_id, {', '.join(columns)})
@@ -474,14 +754,15 @@ class Merger:
             conn.execute("CREATE TEMP TABLE IF NOT EXISTS merge_runs (src_id INTEGER PRIMARY KEY, dst_id INTEGER, "
                          "new INTEGER)")
             conn.execute("DELETE FROM temp.merge_runs")
-            conn.execute("""INSERT INTO temp.merge_runs
+            conn.execute(f"""INSERT INTO temp.merge_runs
                             SELECT s.id, (SELECT min(t.id) FROM main.ingest_runs t WHERE t.started_at = s.started_at
                                           AND t.command IS s.command AND t.paths IS s.paths
-                                          AND t.summary IS s.summary), 0
+                                          AND t.summary IS {_CARRIED_SUMMARY}), 0
                             FROM src.ingest_runs s""")
             missing = conn.execute(
-                """SELECT s.id, s.started_at, s.finished_at, s.command, s.paths, s.summary FROM src.ingest_runs s
-                   JOIN temp.merge_runs m ON m.src_id = s.id WHERE m.dst_id IS NULL ORDER BY s.id""").fetchall()
+                f"""SELECT s.id, s.started_at, coalesce(s.finished_at, :now), s.command, s.paths, {_CARRIED_SUMMARY}
+                    FROM src.ingest_runs s JOIN temp.merge_runs m ON m.src_id = s.id
+                    WHERE m.dst_id IS NULL ORDER BY s.id""", {"now": now()}).fetchall()
             for source_id, *values in missing:
                 run_id = conn.execute(
                     "INSERT INTO ingest_runs (started_at, finished_at, command, paths, summary) VALUES (?, ?, ?, ?, ?)",
@@ -506,13 +787,19 @@ class Merger:
                             LEFT JOIN main.roots tr ON tr.id = mr.dst_id
                             LEFT JOIN main.cells tc ON tc.root_id = mr.dst_id AND tc.relpath = sc.relpath""",
                          {"run": self.run_id})
-            conn.execute("""INSERT INTO ingest_problems (run_id, file, line, message, cell_id, root_id, closed_by)
-                            SELECT run_id, file, line, message, cell_id, root_id, closed_by
-                            FROM temp.merge_problems WHERE new ORDER BY src_id""")
-            conn.execute("""UPDATE main.ingest_problems AS t
+            # One problem is listed once: two stores that ingested the same
+            # tree both found it, and a copy of one open in the target (the
+            # same file, line, message, cell or root) comes closed by this merge.
+            conn.execute(f"""INSERT INTO ingest_problems (run_id, file, line, message, cell_id, root_id, closed_by)
+                            SELECT run_id, file, line, message, cell_id, root_id,
+                                   coalesce(closed_by, CASE WHEN EXISTS ({_OPEN_TWIN.format(row="p", other="")})
+                                                            THEN :run END)
+                            FROM temp.merge_problems p WHERE new ORDER BY src_id""", {"run": self.run_id})
+            conn.execute(f"""UPDATE main.ingest_problems AS t
                             SET cell_id = coalesce(p.cell_id, t.cell_id), root_id = coalesce(p.root_id, t.root_id),
                                 closed_by = CASE WHEN p.closed_by IS NOT NULL THEN coalesce(t.closed_by, p.closed_by)
-                                                 WHEN p.tied THEN NULL ELSE t.closed_by END
+                                                 WHEN p.tied AND NOT EXISTS ({_OPEN_TWIN.format(row="t", other="AND o.id <> t.id")})
+                                                 THEN NULL ELSE t.closed_by END
                             FROM temp.merge_problems p
                             WHERE NOT p.new AND t.run_id = p.run_id AND t.file = p.file AND t.line IS p.line
                               AND t.message = p.message""")

@@ -9,6 +9,7 @@ import csv
 import io
 import json
 import math
+import re
 import shlex
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, List, Mapping, Optional, Sequence, Union
@@ -37,6 +38,21 @@ def command(*words: Any) -> str:
     db = _HINT_DB.get()
     words = ("zlstore",) + tuple(str(w) for w in words) + (("--db", db) if db else ())
     return " ".join(shlex.quote(w) for w in words)
+
+
+# -- text for a terminal ------------------------------------------------------
+
+# Control characters (C0 but newline and tab, DEL, C1): in a directory name
+# or a merged store's names they would reach a terminal as control
+# sequences (ESC [ ... moves the cursor, recolours, retitles the window).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def for_terminal(text: str) -> str:
+    """Text for people, every control character but newline and tab shown
+    as an escape (ESC as \\x1b). What scripts read (--json, --nl, --csv,
+    --tsv) keeps the exact values."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 # -- numbers for people ------------------------------------------------------
@@ -108,7 +124,15 @@ def _value(lazy: Lazy) -> Any:
 
 
 def render(fmt: Format, rows: Lazy, columns: Optional[Sequence[str]] = None,
-           human: Optional[Callable[[], str]] = None, document: Lazy = None) -> str:
+           human: Optional[Callable[[], str]] = None, document: Lazy = None, escape: bool = True) -> str:
+    """render_exact's text, where it is for people (the default text and -t
+    tables) escaped for a terminal (for_terminal) unless not escape."""
+    text = render_exact(fmt, rows, columns, human, document)
+    return for_terminal(text) if escape and fmt.kind in ("human", "table") else text
+
+
+def render_exact(fmt: Format, rows: Lazy, columns: Optional[Sequence[str]] = None,
+                 human: Optional[Callable[[], str]] = None, document: Lazy = None) -> str:
     """The text a command prints in fmt. rows: what --nl, --csv, --tsv and
     -t print (each may be a function, called only when needed); columns:
     theirs (default: the first row's keys); human: the default text

@@ -29,6 +29,29 @@ from . import db, floors, layout, names, output, pairing, unchanged
 AWAY = "#"
 
 
+# A root that only a merged store named: where the source says its tree is
+# is another host's word, so it is kept at MERGED + its identity, a path no
+# walk meets and nothing writes into, until an ingest on this host finds the
+# tree (by identity) and moves the root there (docs/security.md).
+MERGED = "merged:"
+
+
+def merged_path(conn: sqlite3.Connection, identity: Optional[str]) -> str:
+    """A free path for a root merged from another store (see MERGED)."""
+    candidate = f"{MERGED}{identity or 'unknown'}"
+    n = 1
+    while conn.execute("SELECT 1 FROM roots WHERE path = ?", (candidate,)).fetchone() is not None:
+        n += 1
+        candidate = f"{MERGED}{identity or 'unknown'}.{n}"
+    return candidate
+
+
+def known_here(path: str) -> bool:
+    """Whether a stored root's path is one an ingest recorded (not a merged
+    root's): the only kind anything may write into."""
+    return os.path.isabs(path) and not path.startswith(MERGED)
+
+
 def stored_at(conn: sqlite3.Connection, path: str) -> Optional[Tuple[int, str, str]]:
     """(id, identity, files_sig) of the root stored at path."""
     return conn.execute("SELECT id, identity, files_sig FROM roots WHERE path = ?", (path,)).fetchone()

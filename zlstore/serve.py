@@ -21,6 +21,7 @@ filled in here, never restated there:
   in zlstore/judge.py.
 """
 
+import contextlib
 import copy
 import functools
 import ipaddress
@@ -222,10 +223,27 @@ def datasette_app(db_path, settings: Optional[dict] = None, host: Optional[str] 
         # from a source tree, or where datasette skips entry points (its own tests).
         pm.register(datasette_plugin, name="zlstore")
     ds = Datasette(metadata=extra_metadata, settings={**SETTINGS, **(settings or {})}, cors=cors)
+    _bound_heap()
     ds.add_database(Database(ds, path=str(path.resolve()), is_mutable=not immutable), name=DB_NAME)
     ds.remove_database("_memory")
     ds._zlstore_host_names = host_names(host, allow_hosts)
     return ds
+
+
+# All the memory SQLite may hold in the server's process, every query of
+# every connection together (PRAGMA hard_heap_limit): past it a query fails
+# with "out of memory" and the server goes on. With each value bounded
+# (datasette_plugin.MAX_VALUE_BYTES) and datasette's three query threads,
+# no query of the store comes near it; a sort or a window over a huge
+# intermediate result may.
+HEAP_LIMIT_BYTES = 1 << 30
+
+
+def _bound_heap():
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(":memory:")) as conn:
+        conn.execute(f"PRAGMA hard_heap_limit = {HEAP_LIMIT_BYTES}")
 
 
 # -- DNS rebinding: answer only this machine's own names ------------------------
@@ -292,31 +310,70 @@ class HostCheck:
     names() is asked per request (datasette builds its app before zlstore
     sets them); None: an app that is not zlstore's, passed through."""
 
-    def __init__(self, app, names: Callable[[], Optional[frozenset]]):
-        self.app, self.names = app, names
+    def __init__(self, app, names: Callable[[], Optional[frozenset]], cors: Callable[[], bool] = lambda: False):
+        self.app, self.names, self.cors = app, names, cors
 
     async def __call__(self, scope, receive, send):
         names = self.names()
         if names is not None and scope["type"] in ("http", "websocket"):
-            header = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"host"), None)
+            headers = {k: v.decode("latin-1") for k, v in scope.get("headers", [])}
+            header = headers.get(b"host")
             if not host_allowed(header, names):
                 await self._refuse(scope, send, header, names)
+                return
+            why = None if self.cors() else cross_site(headers.get(b"sec-fetch-site"), headers.get(b"origin"), header)
+            if why is not None:
+                await _send_refusal(scope, send, 403, f"zlstore serve: refused a cross-site request ({why}): "
+                                    f"another site's page may not query the store. Open the store's own pages, "
+                                    f"or serve with --cors to let other sites read it.\n")
                 return
         await self.app(scope, receive, send)
 
     @staticmethod
     async def _refuse(scope, send, header, names):
-        if scope["type"] == "websocket":
-            await send({"type": "websocket.close", "code": 1008})
-            return
-        body = (f"zlstore serve: refused a request for host {header!r}. This server answers "
-                f"localhost, IP addresses and {', '.join(sorted(names - set(LOCAL_NAMES))) or 'no other name'}; "
-                f"a page under another name may be a DNS-rebinding attack on the store. If {_bare_host(header)!r} "
-                f"is this machine, serve with --allow-host {_bare_host(header)}.\n").encode()
-        await send({"type": "http.response.start", "status": 400,
-                    "headers": [(b"content-type", b"text/plain; charset=utf-8"),
-                                (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        await _send_refusal(scope, send, 400, (
+            f"zlstore serve: refused a request for host {header!r}. This server answers "
+            f"localhost, IP addresses and {', '.join(sorted(names - set(LOCAL_NAMES))) or 'no other name'}; "
+            f"a page under another name may be a DNS-rebinding attack on the store. If {_bare_host(header)!r} "
+            f"is this machine, serve with --allow-host {_bare_host(header)}.\n"))
+
+
+# -- cross-site requests: another site's page may not query the store ------------
+#
+# A page on any site can make the browser send a GET to http://127.0.0.1:8001
+# (an <img>, a fetch in no-cors mode): the Host check passes, and one such
+# request can run a query as costly as the time and value bounds allow
+# (datasette_plugin.bound). Browsers say where a request comes from: the
+# Sec-Fetch-Site header ("same-origin", "none" for an address typed or a
+# bookmark; "same-site" and "cross-site" for another page, another port of
+# localhost included), and Origin on cross-origin requests. Clients that
+# are not browsers (curl, scripts) send neither and are answered.
+
+
+def cross_site(fetch_site: Optional[str], origin: Optional[str], host: Optional[str]) -> Optional[str]:
+    """Why a request comes from another site's page, or None: Sec-Fetch-Site
+    other than same-origin or none, or an Origin whose host and port are
+    not the Host the request was sent to."""
+    if fetch_site is not None and fetch_site.strip().lower() not in ("same-origin", "none"):
+        return f"Sec-Fetch-Site: {fetch_site.strip()}"
+    if origin is not None and origin.strip() != "null":
+        netloc = origin.strip().lower().partition("://")[2]
+        if host is None or netloc != host.strip().lower():
+            return f"Origin: {origin.strip()}"
+    elif origin is not None:
+        return "Origin: null"
+    return None
+
+
+async def _send_refusal(scope, send, status: int, text: str):
+    if scope["type"] == "websocket":
+        await send({"type": "websocket.close", "code": 1008})
+        return
+    body = text.encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
 
 
 def is_loopback(host: str) -> bool:

@@ -19,7 +19,6 @@ import functools
 import math
 import os
 import sqlite3
-import statistics
 import threading
 from typing import Optional
 
@@ -100,7 +99,16 @@ class Median:
             self.values.append(value)
 
     def finalize(self):
-        return statistics.median(self.values) if self.values else None
+        if not self.values:
+            return None
+        values = sorted(self.values)
+        middle = len(values) // 2
+        if len(values) % 2:
+            return values[middle]
+        # halves first: (a + b) / 2 overflows to infinity for two values near
+        # the largest float (median(1e308, 1e308)); halving is exact, so for
+        # every other pair this is statistics.median's answer, bit for bit
+        return values[middle - 1] / 2 + values[middle] / 2
 
 
 _MATH = {"ln": (1, math.log), "exp": (1, math.exp), "sqrt": (1, math.sqrt), "ceil": (1, math.ceil)}

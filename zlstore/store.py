@@ -259,7 +259,9 @@ class Store:
         path: each with its file, line, message, root and cell."""
         where, params, found = "", (), None if root is None else self.root(root)
         if found is not None:
-            where, params = f" WHERE {unchanged.at_or_under_test('file')}", unchanged.at_or_under(found["path"])
+            # its own (a merged root's files are named where its source read them), or any under its path
+            where = f" WHERE root_id = ? OR {unchanged.at_or_under_test('file')}"
+            params = (found["id"], *unchanged.at_or_under(found["path"]))
         rows = [dict(r) for r in self.db.query(
             f"SELECT file, line, message, root, cell, command, found_at FROM open_problems{where} "
             "ORDER BY file, line, id", params)]
@@ -460,9 +462,7 @@ class Store:
         except LookupError as error:
             raise LookupError(f"{error}; nor is a cell stored at or under {at}") from None
         with dbmod.write_transaction(self.conn):
-            run_id = self.conn.execute(
-                "INSERT INTO ingest_runs (started_at, command, paths) VALUES (?, 'forget', ?)",
-                (now(), json.dumps([at if cells else found["path"]]))).lastrowid
+            run_id = dbmod.start_run(self.conn, "forget", [at if cells else found["path"]])
             # What is forgotten has no open problem left in the store (a
             # later ingest of its files names them again).
             cell_ids = [cell[0] for cell in cells]

@@ -1,0 +1,166 @@
+"""Ctrl-C and kill -9 at a writer: every merge, forget and ingest ends with
+exit 130 and no traceback, invents no problem, leaves the store sound; a
+killed run's log row is closed by the next writer (issue 33, items 4, 10).
+
+Ctrl-C is a real SIGINT, sent by the process to itself from inside one of
+zlstore's SQL functions (median, while the pairs are computed), where it
+used to become "user-defined function raised exception": a place fixed in
+the code, not a moment in time."""
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from zlstore import Store, db, pairing, stats
+
+from .judging import invoke
+from .test_roots import CAMPAIGN, ingest, settled  # noqa: F401
+
+
+@pytest.fixture
+def ctrl_c_in_median(monkeypatch):
+    """The first median() computed sends SIGINT to this process."""
+    finalize, sent = stats.Median.finalize, []
+
+    def interrupted_finalize(self):
+        if not sent:
+            sent.append(1)
+            os.kill(os.getpid(), signal.SIGINT)
+        return finalize(self)
+
+    monkeypatch.setattr(stats.Median, "finalize", interrupted_finalize)
+    return sent
+
+
+def sound(path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path)
+    assert db.integrity_problems(conn, full=True) == []
+    return conn
+
+
+def test_ctrl_c_inside_sql_during_a_merge(example_store_path, tmp_path, ctrl_c_in_median):
+    with sqlite3.connect(example_store_path) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    target = tmp_path / "t.db"
+    result = invoke(target, "merge", example_store_path)
+    assert ctrl_c_in_median == [1]
+    assert result.exit_code == 130, result.output
+    assert "Traceback" not in result.output and result.stderr.strip().splitlines()[-1] == "interrupted"
+    conn = sound(target)
+    assert conn.execute("SELECT count(*) FROM ingest_problems WHERE message LIKE '%not merged%'").fetchone() == (0,)
+    state, = conn.execute("SELECT summary FROM ingest_runs WHERE command = 'merge'").fetchone()
+    assert json.loads(state)["state"] == "interrupted"
+    conn.close()
+    ctrl_c_in_median.append(2)  # no more Ctrl-C: the merge run again finishes as a clean one does
+    again, clean = invoke(target, "merge", example_store_path), invoke(tmp_path / "c.db", "merge", example_store_path)
+    assert again.exit_code == clean.exit_code
+    with Store(target) as one, Store(tmp_path / "c.db") as other:
+        assert one.problems() == other.problems()
+
+
+def test_ctrl_c_inside_sql_during_an_ingest(example_tree, tmp_path, ctrl_c_in_median):
+    tree, _ = example_tree
+    target = tmp_path / "t.db"
+    result = invoke(target, "ingest", tree)
+    assert ctrl_c_in_median == [1]
+    assert result.exit_code == 130, result.output
+    assert "Traceback" not in result.output and "internal error" not in result.output
+    conn = sound(target)
+    assert conn.execute("SELECT count(*) FROM ingest_problems WHERE closed_by IS NULL AND message LIKE "
+                        "'%not stored%'").fetchone() == (0,)
+    state, = conn.execute("SELECT summary FROM ingest_runs WHERE command = 'ingest'").fetchone()
+    assert json.loads(state)["state"] == "interrupted"
+
+
+def test_ctrl_c_during_a_forget_changes_nothing(example_store_path, tmp_path, monkeypatch):
+    target = tmp_path / "t.db"
+    with sqlite3.connect(example_store_path) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    shutil.copy(example_store_path, target)
+    refresh = pairing.refresh
+
+    def interrupted_refresh(conn, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        return refresh(conn, **kwargs)
+
+    monkeypatch.setattr(pairing, "refresh", interrupted_refresh)
+    result = invoke(target, "forget", CAMPAIGN)
+    assert result.exit_code == 130 and "Traceback" not in result.output
+    conn = sound(target)
+    assert conn.execute("SELECT count(*) FROM roots WHERE name = ?", (CAMPAIGN,)).fetchone() == (1,)
+    assert conn.execute("SELECT count(*) FROM ingest_runs WHERE command = 'forget'").fetchone() == (0,)
+
+
+def test_a_killed_run_s_log_row_is_closed_by_the_next_writer(example_tree, tmp_path):
+    tree, _ = example_tree
+    target = tmp_path / "t.db"
+    Store(target).close()
+    killed = subprocess.run([sys.executable, "-c", f"""
+import os, signal
+from zlstore import Store, db
+store = Store({str(target)!r})
+with db.write_transaction(store.conn):
+    db.start_run(store.conn, "merge", ["elsewhere.db"])
+os.kill(os.getpid(), signal.SIGKILL)
+"""])
+    assert killed.returncode == -signal.SIGKILL
+    with sqlite3.connect(target) as conn:
+        assert conn.execute("SELECT count(*) FROM ingest_runs WHERE finished_at IS NULL").fetchone() == (1,)
+    ingest(target, tree)
+    with sqlite3.connect(target) as conn:
+        assert conn.execute("SELECT count(*) FROM ingest_runs WHERE finished_at IS NULL").fetchone() == (0,)
+        summary, = conn.execute("SELECT summary FROM ingest_runs WHERE command = 'merge'").fetchone()
+    assert json.loads(summary)["state"] == "interrupted"
+
+
+def test_a_running_run_of_a_live_process_is_left_open(tmp_path):
+    """Not a timeout: a run whose process is alive (this one) stays open."""
+    with Store(tmp_path / "t.db") as store:
+        with db.write_transaction(store.conn):
+            run_id = db.start_run(store.conn, "ingest", [])
+        with db.write_transaction(store.conn):
+            assert db.close_abandoned_runs(store.conn) == 0
+        assert store.conn.execute("SELECT finished_at FROM ingest_runs WHERE id = ?", (run_id,)).fetchone() == (None,)
+
+
+def test_ctrl_c_while_a_statement_runs_in_sqlite_alone(tmp_path):
+    """A statement with no Python in it (an endless recursive query) still
+    ends at Ctrl-C: the connection's progress handler lets Python's handler
+    run. The query never ends by itself, so when SIGINT comes does not
+    matter; without the handler the process would run until the timeout."""
+    done = subprocess.run([sys.executable, "-c", f"""
+import os, signal, sqlite3, threading
+from zlstore import db
+conn = db.connect({str(tmp_path / "t.db")!r})
+threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+with db.interruptible():
+    try:
+        conn.execute("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT max(n) FROM r").fetchone()
+    except (KeyboardInterrupt, sqlite3.OperationalError) as error:
+        print("stopped", db.interrupted(error))
+"""], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["stopped", "True"], done.stderr
+
+
+def test_ctrl_c_while_the_command_line_is_imported():
+    """SIGINT as zlstore.cli starts to be imported (a finder on sys.meta_path
+    sends it): "interrupted", exit 130, no traceback."""
+    done = subprocess.run([sys.executable, "-c", """
+import os, signal, sys
+class Ring:
+    def find_spec(self, name, path, target=None):
+        if name == "zlstore.cli":
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, Ring())
+sys.argv = ["zlstore", "--version"]
+from zlstore.__main__ import main
+main()
+"""], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 130 and done.stderr == "interrupted\n" and done.stdout == ""
