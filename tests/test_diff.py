@@ -397,3 +397,20 @@ def test_a_store_from_before_shared_memory_diffs_without_it(tmp_path):
     assert all(r["num_warps_before"] is not None for r in document["kernels"])
     result = CliRunner().invoke(cli, ["diff", "ab_rlc_20261014_083000", "topk", "--no-diff", "--db", str(path)])
     assert result.exit_code == 0, result.output
+
+
+def test_an_ir_text_colors_nothing_on_a_terminal(tmp_path):
+    """A .ttgir holding a terminal control sequence (a hostile or damaged
+    tree) reaches the terminal escaped, colored only where diff colors it;
+    --json keeps the exact text."""
+    evil = TEXT["k+1"].replace("module", "\x1b[2J\x1b]0;owned\x07module", 1)
+    screening_root(tmp_path / "runs", ROOT, {"esc": {"before": [("AAA", "k_kernel", TEXT["k"])],
+                                                     "after": [("BBB", "k_kernel", evil)]}})
+    db = tmp_path / "s.db"
+    with Store(db) as store:
+        store.ingest(tmp_path / "runs")
+    shown = CliRunner().invoke(cli, ["diff", ROOT, "esc", "--db", str(db)], color=True).stdout
+    assert "\x1b[2J" not in shown and "\x07" not in shown and "\\x1b[2J\\x1b]0;owned\\x07" in shown
+    assert "\x1b[32m+" in shown                                   # diff's own colors stay
+    document = json.loads(CliRunner().invoke(cli, ["diff", ROOT, "esc", "--json", "--db", str(db)]).stdout)
+    assert "\x1b[2J\x1b]0;owned\x07" in document["kernels"][0]["diff"]

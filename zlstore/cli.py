@@ -1660,8 +1660,10 @@ def diff(store, first, second, round_, card, side, rule, raw, kernel, no_diff, o
                                    kernel=kernel, with_diff=not no_diff)
         except irdiff.DiffError as error:
             raise click.UsageError(str(error)) from None
-    emit(out, document["kernels"], columns=irdiff.ROW_COLUMNS, document=document,
-         human=lambda: irdiff.text(document, click.style))
+    if out.kind == "human":  # its own escaping and colors: click drops the colors on a pipe
+        click.echo(irdiff.text(document, click.style, output.for_terminal))
+    else:
+        emit(out, document["kernels"], columns=irdiff.ROW_COLUMNS, document=document)
     for note in document["notes"] if out.kind != "human" else ():
         click.echo(f"note: {note}", err=True)
     if document["problem"] is not None:

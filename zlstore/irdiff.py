@@ -569,12 +569,14 @@ def _heading(document: dict) -> List[str]:
     return lines
 
 
-def text(document: dict, style=_plain) -> str:
+def text(document: dict, style=_plain, escape=lambda line: line) -> str:
     """diff_sides' document as `zlstore diff` prints it: where the sides
     came from, the kernel table, the count per status with the notes, and
     each diff. style(text, fg=..., bold=...): how to color (click.style on
-    a terminal; the default leaves text plain)."""
-    lines = _heading(document)
+    a terminal; the default leaves text plain); escape(text): what each
+    line's own text becomes first (for a terminal: its control characters
+    shown, so that an IR text or a path colors nothing but what style does)."""
+    lines = [(line, {}) for line in _heading(document)]
     rows = document["kernels"]
     if rows:
         table = [{"kernel": r["kernel"], "status": r["status"],
@@ -584,22 +586,22 @@ def text(document: dict, style=_plain) -> str:
         rendered = output.table(table, ["kernel", "status", *COUNTS, "paired by", "note"], headers=headers,
                                 align=["left"] * len(headers))
         body = rendered.split("\n")
-        lines.append("")
-        lines.extend(body[:2])
+        lines.append(("", {}))
+        lines.extend((line, {}) for line in body[:2])
         for line, row in zip(body[2:], rows):
             color = _STATUS_COLOR.get(row["status"])
-            lines.append(style(line, fg=color) if color else line)
+            lines.append((line, {"fg": color} if color else {}))
     counts = ", ".join(f"{n} {status}" for status, n in document["counts"].items() if n)
-    lines.append("")
-    lines.append(f"{counts or 'no kernels'} ({document['rule']}: {document['rule_description']})")
-    lines.extend(f"note: {note}" for note in document["notes"])
+    lines.append(("", {}))
+    lines.append((f"{counts or 'no kernels'} ({document['rule']}: {document['rule_description']})", {}))
+    lines.extend((f"note: {note}", {}) for note in document["notes"])
     for row in rows:
         if row["diff"]:
-            lines.append("")
+            lines.append(("", {}))
             for line in row["diff"].rstrip("\n").split("\n"):
                 color = next((c for prefix, c in _DIFF_COLOR if line.startswith(prefix)), None)
                 if line.startswith(("+++", "---")):
-                    lines.append(style(line, bold=True))
+                    lines.append((line, {"bold": True}))
                 else:
-                    lines.append(style(line, fg=color) if color else line)
-    return "\n".join(lines)
+                    lines.append((line, {"fg": color} if color else {}))
+    return "\n".join(style(escape(line), **how) if how else escape(line) for line, how in lines)
