@@ -212,7 +212,7 @@ def test_findings_come_first_and_the_summary_counts_them(tmp_path):
     with Store(db) as store:
         store.ingest(tmp_path / "runs")
     result = invoke(db, "ab")
-    lines = result.stdout.splitlines()
+    lines = [line for line in result.stdout.splitlines() if not line.startswith("    ")]  # notes below rows
     at = lines[1].index("finding")
     findings = [line[at:at + len("too few rounds")].strip() for line in lines[3:10]]
     assert findings == ["faster", "faster", "no change", "no change", "inconclusive", "inconclusive",
