@@ -1435,6 +1435,46 @@ def compare(store, root_a, root_b, rule, out):
     emit(out, result["rows"], human=lambda: report.compare(result))
 
 
+@cli.command("report")
+@click.argument("root")
+@click.option("--md", "fmt", flag_value="md", default=True, help="Markdown, the picture in an SVG file beside it (the default).")
+@click.option("--html", "fmt", flag_value="html", help="One self-contained HTML file: the picture inline, opens offline.")
+@click.option("-o", "--output", "out_path", type=click.Path(dir_okay=False), default=None,
+              help="Write to FILE (default: stdout; --md then writes the picture as ./ROOT.svg).")
+@db_option
+def report_command(store, root, fmt, out_path):
+    """A root's report, to paste into a pull request or keep as a CI
+    artifact. A campaign or repeat run: the summary line, the findings
+    table, a forest plot of each shape's effect with its 95% interval
+    coloured by finding (the dashboard's chart), the settings, the
+    provenance and the open problems. A screening root: the verdict
+    counts, the IR_CHANGED pairs with their hints, the labelled speedup
+    ranges, the settings, provenance and problems.
+
+    --md (the default) links the picture, written beside the report as
+    FILE's name with .svg; --html holds it inline, one file that opens
+    offline. The picture is matplotlib's SVG; it carries the rows it plots
+    in its <metadata>.
+
+    Exit status: 0 done; 2 an unknown root, a file that cannot be
+    written, or a bad --db.
+
+    Example:
+
+        \b
+        zlstore report campaign_20261013_090000 --html -o campaign.html
+        zlstore report campaign_20261013_090000 -o campaign.md
+    """
+    from . import document  # noqa: PLC0415: matplotlib is imported only for a report
+
+    with judge_errors():
+        result = document.write(store, root, fmt, out_path)
+    if result["text"] is not None:
+        click.echo(result["text"], nl=False)
+    for path in result["written"]:
+        click.echo(f"wrote {path}", err=True)
+
+
 @cli.command()
 @click.argument("root")
 @rule_option
