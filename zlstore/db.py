@@ -22,7 +22,7 @@ from typing import Callable, Dict, Iterator, List, NamedTuple, Optional
 
 from . import caliber, floors, names, stats, ttgir
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 BUSY_TIMEOUT_MS = 60_000
 WRITE_ATTEMPTS = 10
 
@@ -763,6 +763,16 @@ def _duplicate_cells(conn):
         before_copies INTEGER NOT NULL, after_copies INTEGER NOT NULL)""")
     conn.execute("CREATE INDEX IF NOT EXISTS ab_duplicate_rounds_root ON ab_duplicate_rounds(root_id)")
     conn.execute("CREATE INDEX IF NOT EXISTS cells_content ON cells(root_id, content_sig)")
+
+
+@migration(11)
+def _test_outcomes(conn):
+    """Release 11 keeps what pytest did with each cell's tests (zlstore
+    flaggems' plugin; zlstore/outcomes.py): cells.test_outcome (passed,
+    skipped, deselected, failed, error) and cells.test_reason, which
+    NO_ROWS and MISSING_SIDE show. Cells stored before have neither (NULL)."""
+    conn.execute("ALTER TABLE cells ADD COLUMN test_outcome TEXT")
+    conn.execute("ALTER TABLE cells ADD COLUMN test_reason TEXT")
 
 
 def _user_version(conn) -> int:

@@ -308,8 +308,10 @@ REJECTED_COLUMNS = ["root", "card", "round", "op", "dtype", "shape", "sides", "r
 
 def rejected(rows: Sequence[dict]) -> str:
     """Every row that did not pair, with its reason; detail is the differing
-    caliber fields or why a row was not counted."""
-    return output.table([{**row, "detail": row["differences"] or row["not_counted"] or ""} for row in rows],
+    caliber fields, why a row was not counted, or why a side has no such
+    row as pytest saw it (cell_test_notes)."""
+    return output.table([{**row, "detail": row["differences"] or row["not_counted"] or row.get("why_missing") or ""}
+                         for row in rows],
                         REJECTED_COLUMNS)
 
 
