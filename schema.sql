@@ -842,7 +842,7 @@ SELECT
     CASE
         WHEN test_outcome IS NULL THEN NULL
         WHEN test_outcome = 'passed' AND coalesce(dtype, '') <> '' AND n_counted = 0
-            THEN 'its tests passed and recorded no row for --dtypes ' || dtype || ': not among the op''s dtypes?'
+            THEN 'its tests passed and recorded no row at dtype ' || dtype || ': not among the op''s dtypes?'
         WHEN test_outcome = 'passed' THEN test_reason
         ELSE test_outcome || coalesce(': ' || test_reason, '')
     END AS why

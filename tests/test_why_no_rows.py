@@ -48,7 +48,7 @@ def test_no_rows_says_why(screened):
     assert notes["fft"] == ("NO_ROWS", "before has no counted row (skipped: CUDA is not available); "
                                        "after has no counted row (skipped: CUDA is not available)")
     assert notes["nosuch"][0] == "NO_ROWS" and "(deselected: no test matched -m nosuch (" in notes["nosuch"][1]
-    assert notes["abs"][0] == "NO_ROWS" and "(its tests passed and recorded no row for --dtypes int32: " \
+    assert notes["abs"][0] == "NO_ROWS" and "(its tests passed and recorded no row at dtype int32: " \
                                             "not among the op's dtypes?)" in notes["abs"][1]
     human = CliRunner().invoke(cli, ["screen", "--db", str(screened["db"])]).stdout
     assert "    note: before has no counted row (skipped: CUDA is not available);" in human
