@@ -50,10 +50,12 @@ OWN_OPTIONS = {"-m": "the cell's op", "--level": "BENCH_LEVEL", "--record": "alw
 STOP_GRACE_S = 1.0
 PYTEST_NO_TESTS = 5
 NOTE = "zlstore flaggems: "  # how this command's own lines in run.log begin
-# The pytest plugins loaded into the benchmark (-p), from PLUGIN_DIR: what
-# pytest did with each test (zlstore/outcomes.py reads it back).
+# The pytest plugins loaded into the benchmark (-p), from PLUGIN_DIR, in
+# order: the compat overrides first (they rewrite collection-time skip marks
+# and nothing may read the items before them: zlstore_compat's docstring
+# says which), then what pytest did with each test (zlstore/outcomes.py reads it back).
 PLUGIN_DIR = Path(__file__).resolve().parent / "pytest_plugins"
-PLUGINS = ("zlstore_outcomes",)
+PLUGINS = ("zlstore_compat", "zlstore_outcomes")
 
 
 class FlagGemsError(Exception):

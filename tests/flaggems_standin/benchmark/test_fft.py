@@ -10,11 +10,3 @@ from benchmark.performance_utils import Benchmark
 @pytest.mark.fft
 def test_perf_fft():
     Benchmark("fft", "pointwise", dtypes=("float32",)).run()
-
-
-# A guard the vendor's path does need, as FlagGems' cuDNN attention has it:
-# no compat override may lift it.
-@pytest.mark.skipif(not flag_gems.cuda_available(), reason="CUDA is not available")
-@pytest.mark.fft_cudnn
-def test_perf_fft_cudnn():
-    Benchmark("fft_cudnn", "pointwise", dtypes=("float32",)).run()
