@@ -188,3 +188,15 @@ def test_the_html_report_renders_offline_in_a_browser(browser, example_store_pat
     assert loaded == []
     Path(os.environ.get("ZLSTORE_TEST_ARTIFACTS") or Path(__file__).resolve().parent.parent / "test-artifacts") \
         .mkdir(parents=True, exist_ok=True)
+
+
+def test_markdown_to_stdout_writes_its_picture_in_the_current_directory(example_store_path, tmp_path):
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        result = CliRunner().invoke(cli, ["report", CAMPAIGN, "--db", str(example_store_path)])
+    finally:
+        os.chdir(cwd)
+    assert result.exit_code == 0 and f"![Each shape's effect]({CAMPAIGN}.svg)" in result.stdout
+    assert result.stderr.strip() == f"wrote {CAMPAIGN}.svg"
+    assert len(forest.read_back((tmp_path / f"{CAMPAIGN}.svg").read_text())) == 18

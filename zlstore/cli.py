@@ -1354,12 +1354,12 @@ def ab(store, root, rejected, op, finding, sort, fail_on, out):
                 click.echo("(every row paired)", err=True)
             else:
                 emit(out, rows, human=lambda: report.rejected(rows))
-            return
-        summary = judge.ab_summary(store, found, op, finding)
-        if out.kind in ("json", "nl"):  # built by SQLite: a campaign has thousands of ranges
+        elif out.kind in ("json", "nl"):  # built by SQLite: a campaign has thousands of ranges
+            summary = judge.ab_summary(store, found, op, finding)
             text = output.JSONText(judge.ab_ranges_json(store, found, op, finding, sort))
             emit(out, [], document=output.Summarized(summary, text))
         else:
+            summary = judge.ab_summary(store, found, op, finding)
             rows = judge.ab_ranges(store, found, op, finding, sort or "finding")
             if not rows and out.kind == "human":
                 click.echo(report.no_ab_ranges(found) if not (op or finding) else "(no range matches)", err=True)
