@@ -124,11 +124,8 @@ CREATE TABLE IF NOT EXISTS cells (
     -- when a resumed campaign re-ran its op from the start: kept and shown,
     -- never paired, never counted as done; NULL: current
     superseded_at TEXT,
-    -- what pytest did with the cell's tests (zlstore flaggems' plugin,
-    -- zlstore/outcomes.py): passed, skipped, deselected, failed, error, and
-    -- why; NULL where no plugin reported (a harness's cell, an older one)
-    test_outcome TEXT,
-    test_reason TEXT
+    test_outcome TEXT,                  -- what pytest did with its tests: passed, skipped, deselected, failed, error
+    test_reason TEXT                    -- and why (zlstore/outcomes.py); both NULL where no plugin reported
 );
 CREATE INDEX IF NOT EXISTS cells_root ON cells(root_id, op, dtype, round, side);
 CREATE UNIQUE INDEX IF NOT EXISTS cells_relpath ON cells(root_id, relpath);
