@@ -17,6 +17,8 @@
 --       it comes from, {is}: how two values compare, = or IS)
 --   "range: TEMPLATE": the same per column of a range as pairing.py
 --       computes it ({c}: its name in ab_range_rows)
+--   "environment: TEMPLATE", "environment SEP: TEMPLATE": the same per
+--       provenance field ({f}: its name), zlstore/provenance.py's list
 --   "verdict NAME" / "reason NAME" / "finding NAME" / "setting NAME": the
 --       quoted name (a setting's default value); an unknown name is an error
 --       when the schema is applied
@@ -54,6 +56,17 @@ CREATE TABLE IF NOT EXISTS calibers (
     id INTEGER PRIMARY KEY,
     [[caliber: {f} TEXT NOT NULL]],
     UNIQUE ([[caliber: {f}]])
+);
+
+-- One row per distinct environment cells ran in: the GPU and its driver,
+-- the runtime, torch, Triton and FlagGems versions and commits, Python and
+-- the host (zlstore/provenance.py: the one list of fields). Cells point at
+-- it (cells.environment_id); a cell that recorded none has NULL: unknown.
+-- What may explain a difference, never part of the caliber.
+CREATE TABLE IF NOT EXISTS environments (
+    id INTEGER PRIMARY KEY,
+    key TEXT NOT NULL UNIQUE,           -- the known fields as canonical JSON (provenance.key)
+    [[environment: {f} TEXT]]
 );
 
 -- A directory one screening, repeat run or campaign created. A root is
@@ -124,6 +137,7 @@ CREATE TABLE IF NOT EXISTS cells (
     -- when a resumed campaign re-ran its op from the start: kept and shown,
     -- never paired, never counted as done; NULL: current
     superseded_at TEXT,
+    environment_id INTEGER REFERENCES environments(id),  -- what it ran on (cell.env's ENV_* keys); NULL: unknown
     test_outcome TEXT,                  -- what pytest did with its tests: passed, skipped, deselected, failed, error
     test_reason TEXT                    -- and why (zlstore/outcomes.py); both NULL where no plugin reported
 );
@@ -198,7 +212,8 @@ CREATE TABLE IF NOT EXISTS kernels (
     ir_hash TEXT NOT NULL REFERENCES blobs(hash),
     convert_layouts INTEGER NOT NULL,
     num_warps INTEGER,
-    num_stages INTEGER
+    num_stages INTEGER,
+    shared INTEGER                      -- shared memory, bytes (the kernel's .json "shared"); NULL: not given
 );
 CREATE INDEX IF NOT EXISTS kernels_cell ON kernels(cell_id);
 CREATE INDEX IF NOT EXISTS kernels_ir ON kernels(ir_hash);
@@ -576,10 +591,82 @@ SELECT
     cells.caliber_missing,
     cells.n_problems,
     cells.path,
-    cells.superseded_at
+    cells.superseded_at,
+    cells.environment_id,
+    [[environment: environments.{f}]]
 FROM cells
 JOIN roots ON roots.id = cells.root_id
-LEFT JOIN calibers ON calibers.id = cells.caliber_id;
+LEFT JOIN calibers ON calibers.id = cells.caliber_id
+LEFT JOIN environments ON environments.id = cells.environment_id;
+
+-- What each root's cells ran on: one row per (root, environment) with its
+-- count of current cells; environment_id NULL: cells that recorded none
+-- (an older harness). `zlstore screen` and `zlstore ab` print it in each
+-- root's heading.
+CREATE VIEW root_environments AS
+SELECT
+    roots.name AS root,
+    c.root_id,
+    c.environment_id,
+    count(*) AS cells,
+    [[environment: e.{f}]]
+FROM cells c
+JOIN roots ON roots.id = c.root_id
+LEFT JOIN environments e ON e.id = c.environment_id
+WHERE c.superseded_at IS NULL
+GROUP BY c.root_id, c.environment_id;
+
+-- The provenance fields in which the cells of one (root, cell op, dtype)
+-- differ: the two sides of a screening pair, or every round of a campaign's
+-- op, ran on two GPU models, drivers or Triton builds. Anything but the
+-- switch that differs may explain a difference as well as the switch can;
+-- `zlstore screen` and `zlstore ab` warn by field name. values: the known
+-- values, a JSON array; by_side: side -> its values (JSON). Unknown values
+-- (a cell that recorded none) are not a difference.
+CREATE VIEW environment_differences AS
+WITH field_values AS (
+    SELECT c.root_id, c.op, c.dtype, c.side, f.key AS field, f.value
+    FROM cells c
+    JOIN environments e ON e.id = c.environment_id
+    JOIN json_each(json_object([[environment: '{f}', e.{f}]])) f
+    WHERE c.superseded_at IS NULL AND f.value IS NOT NULL
+),
+differing AS (
+    SELECT root_id, op, dtype, field, count(DISTINCT value) AS n_values
+    FROM field_values
+    GROUP BY root_id, op, dtype, field
+    HAVING count(DISTINCT value) > 1
+)
+SELECT
+    roots.name AS root,
+    d.op,
+    d.dtype,
+    d.field,
+    d.n_values,
+    (SELECT json_group_array(value) FROM (
+        SELECT DISTINCT value FROM field_values v
+        WHERE v.root_id = d.root_id AND v.op IS d.op AND v.dtype IS d.dtype AND v.field = d.field
+        ORDER BY value)) AS "values",
+    (SELECT json_group_object(side, side_values) FROM (
+        SELECT side, group_concat(value, ' | ') AS side_values FROM (
+            SELECT DISTINCT side, value FROM field_values v
+            WHERE v.root_id = d.root_id AND v.op IS d.op AND v.dtype IS d.dtype AND v.field = d.field
+            ORDER BY side, value)
+        GROUP BY side ORDER BY side)) AS by_side,
+    d.root_id
+FROM differing d
+JOIN roots ON roots.id = d.root_id;
+
+-- environment_differences per A/B range key: a range's rows come from the
+-- cells of its round's cell op (a cell may hold rows of several ops).
+CREATE VIEW range_environment_differences AS
+WITH keys AS (
+    SELECT DISTINCT root_id, cell_op AS op_of_cells, cell_dtype AS dtype_of_cells, op, dtype FROM ab_slot_rows
+)
+SELECT k.root_id, k.op, k.dtype, d.field, d."values", d.by_side
+FROM keys k
+JOIN environment_differences d
+    ON d.root_id = k.root_id AND d.op IS k.op_of_cells AND d.dtype IS k.dtype_of_cells;
 
 -- The problems with the input that are still there: each names its file (and
 -- line), with the root and cell it belongs to and the run that found it.
@@ -1038,7 +1125,10 @@ SELECT
     judged.caliber_id,
     judged.before_cell_id,
     judged.after_cell_id,
-    judged.root_id
+    judged.root_id,
+    -- field -> its values where the pair's two cells ran on different things (environment_differences)
+    (SELECT nullif(json_group_object(d.field, json(d."values")), '{}') FROM environment_differences d
+     WHERE d.root_id = judged.root_id AND d.op IS judged.op AND d.dtype IS judged.dtype) AS environment_differs
 FROM judged
 JOIN roots ON roots.id = judged.root_id
 JOIN fingerprint_rules rules ON rules.rule = judged.rule
@@ -1161,7 +1251,10 @@ SELECT
     j.cards, j.root_kind, j.caliber_id,
     [[caliber: calibers.{f}]],
     j.root_id,
-    j.root_path
+    j.root_path,
+    -- field -> its values where the range's cells ran on different things (range_environment_differences)
+    (SELECT nullif(json_group_object(d.field, json(d."values")), '{}') FROM range_environment_differences d
+     WHERE d.root_id = j.root_id AND d.op IS j.op AND d.dtype IS j.dtype) AS environment_differs
 FROM ab_range_judgements j
 LEFT JOIN calibers ON calibers.id = j.caliber_id;
 
@@ -1345,3 +1438,37 @@ SELECT
 FROM ab_range_unjudged u
 JOIN roots ON roots.id = u.root_id AND roots.kind <> 'screen'
 CROSS JOIN thresholds t;
+
+-- When a root ran: its env file's STARTED_AT, else its first cell's, else
+-- when it was ingested. The order `zlstore history` reads roots in.
+CREATE VIEW root_times AS
+SELECT
+    roots.id AS root_id,
+    roots.name AS root,
+    roots.kind,
+    coalesce(nullif(roots.started_at, ''),
+             (SELECT min(started_at) FROM cells WHERE cells.root_id = roots.id AND started_at <> ''),
+             roots.ingested_at) AS started_at
+FROM roots;
+
+-- One operator across every root that measured it, in time order: a
+-- campaign's or repeat run's A/B range per shape (effect, interval,
+-- finding) and a screening pair's verdict with its labelled range (the
+-- noise floor for NO_IR_DIFF, indicative for IR_CHANGED: never a result).
+-- `zlstore history` and the dashboard's history chart read it.
+CREATE VIEW op_history AS
+SELECT
+    t.started_at, r.root, r.root_kind AS kind, r.op, r.dtype, r.shape, r.rounds,
+    r.effect, r.ci_low, r.ci_high, r.q_value, r.finding,
+    NULL AS verdict, NULL AS range_label, r.min, r.median, r.max,
+    r.caliber_id, r.root_id
+FROM ab_ranges r
+JOIN root_times t ON t.root_id = r.root_id
+UNION ALL
+SELECT
+    t.started_at, v.root, 'screen', v.op, v.dtype, NULL, 1,
+    NULL, NULL, NULL, NULL, NULL,
+    v.verdict, v.range_label, v.min, v.median, v.max,
+    v.caliber_id, v.root_id
+FROM verdicts v
+JOIN root_times t ON t.root_id = v.root_id;

@@ -11,7 +11,7 @@ import json
 import math
 import random
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Sequence
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
 
 from . import generator
 
@@ -33,15 +33,20 @@ def shape_key(i: int) -> str:
 
 
 def write_repeat_root(dest, name: str, shapes: Sequence[Shape], rounds: int, seed: int,
-                      op: str = "softmax", dtype: str = "float16") -> Dict[str, List[float]]:
-    """A repeat root dest/name with `rounds` rounds of one op over `shapes`.
-    Returns the written log ratios per shape key (the oracle's input)."""
+                      op: str = "softmax", dtype: str = "float16", started_at: Optional[str] = None,
+                      environment: Callable[[str, int], Dict[str, str]] = lambda side, rnd: {}) \
+        -> Dict[str, List[float]]:
+    """A repeat root dest/name with `rounds` rounds of one op over `shapes`
+    (STARTED_AT in its root.env where given; environment(side, round): the
+    ENV_* keys of that cell's cell.env). Returns the written log ratios per
+    shape key (the oracle's input)."""
     rng = random.Random(f"{name}:{seed}")
     root = Path(dest) / name
     root.mkdir(parents=True, exist_ok=True)
     caliber = dict(generator.SCREEN_CALIBER)
     (root / "root.env").write_text(
-        "KIND=repeat\n" + f"SWITCH={generator.SWITCH}\n" + "".join(f"{k}={v}\n" for k, v in caliber.items()))
+        "KIND=repeat\n" + f"SWITCH={generator.SWITCH}\n" + (f"STARTED_AT={started_at}\n" if started_at else "")
+        + "".join(f"{k}={v}\n" for k, v in caliber.items()))
     logs: Dict[str, List[float]] = {shape_key(i): [] for i in range(len(shapes))}
     for rnd in range(1, rounds + 1):
         rows = {"before": [], "after": []}
@@ -55,5 +60,6 @@ def write_repeat_root(dest, name: str, shapes: Sequence[Shape], rounds: int, see
             generator.write_cell(root / op / f"r{rnd}" / side, generator.CellSpec(
                 op=op, dtype=dtype, side=side, round=rnd, card=0, caliber=dict(caliber),
                 rows=rows[side], index_tsv=False, noise=False,
-                extra_env={"SWITCH": generator.SWITCH, "SWITCH_VALUE": "0" if side == "before" else "1"}))
+                extra_env={"SWITCH": generator.SWITCH, "SWITCH_VALUE": "0" if side == "before" else "1",
+                           **environment(side, rnd)}))
     return logs

@@ -1,7 +1,7 @@
-"""What README.md shows, made from the real thing: cog's generators in the
-README call these (`cog -r README.md` regenerates, `cog --check README.md`
-fails in CI when the README and the code disagree), and tests/test_readme.py
-runs the README's tour as printed.
+"""What README.md and docs/ show, made from the real thing: cog's generators
+in those pages call these (`cog -r FILE` regenerates, `cog --check` fails in
+CI when a page and the code disagree; .ci/run checks every page with a cog
+part), and tests/test_readme.py runs the quickstart and the tour as printed.
 
 Commands run as a reader runs them: through bash, in a temporary copy of
 the repository's examples/ with this venv linked in as .venv and activated
@@ -77,7 +77,19 @@ def code_block(lines: Sequence[str]) -> str:
     return "```console\n" + "".join(f"{line}".rstrip() + "\n" for line in lines) + "```\n"
 
 
-# -- reading the README back: the tour as printed ---------------------------------
+# -- reading the pages back: the tour as printed ---------------------------------
+
+def pages() -> List[Path]:
+    """README.md and every page under docs/ that has a cog part: the files
+    `cog --check` must cover."""
+    candidates = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    return [path for path in candidates if "[[[cog" in path.read_text(encoding="utf-8")]
+
+
+def page(name: str) -> str:
+    """A page (README.md, docs/tour.md, ...) without HTML comments (cog's generators live in them)."""
+    return re.sub(r"<!--.*?-->", "", (REPO / name).read_text(encoding="utf-8"), flags=re.S)
+
 
 def section(text: str, title: str) -> str:
     """The body of the README section '## title', up to the next '## ',
@@ -90,19 +102,22 @@ def section(text: str, title: str) -> str:
 
 def code_blocks(text: str) -> List[List[str]]:
     """The code blocks of a markdown text (fenced, or indented by four
-    spaces), each as its lines without the fence or the indent."""
-    blocks, current, blank, fenced = [], [], 0, False
+    spaces), each as its lines without the fence or the indent. A block
+    fenced as ```text is a picture of something (a directory tree), not
+    commands: it is left out."""
+    blocks, current, blank, fenced, shown = [], [], 0, False, True
     for line in text.splitlines():
         if fenced:
             if line.startswith("```"):
-                blocks.append(current)
+                if shown:
+                    blocks.append(current)
                 current, fenced = [], False
             else:
                 current.append(line)
         elif line.startswith("```"):
             if current:
                 blocks.append(current)
-            current, blank, fenced = [], 0, True
+            current, blank, fenced, shown = [], 0, True, line[3:].strip() != "text"
         elif line.startswith("    "):
             current.extend([""] * blank)
             current.append(line[4:])

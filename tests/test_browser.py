@@ -4,7 +4,7 @@ process on a free port. Nothing is downloaded: the browser reaches only this
 server, and the test checks that every resource it loaded came from it.
 
 Screenshots are saved under test-artifacts/ (or $ZLSTORE_TEST_ARTIFACTS);
-with $ZLSTORE_DOCS_SCREENSHOTS=docs the README's screenshots are written too.
+the pictures in the docs are docs/pictures.py's (tests/test_pictures.py).
 Skipped when chromium is absent, unless CI is set: then they fail instead."""
 
 import contextlib
@@ -35,7 +35,6 @@ CHROMIUM_FLAGS = (
 )
 REPO = Path(__file__).resolve().parent.parent
 ARTIFACTS = Path(os.environ.get("ZLSTORE_TEST_ARTIFACTS") or REPO / "test-artifacts")
-DOCS = os.environ.get("ZLSTORE_DOCS_SCREENSHOTS")
 WAIT_S = 30
 
 
@@ -153,8 +152,8 @@ def wait_for(browser, condition, what):
         lambda b: condition(b), message=f"waiting for {what}")
 
 
-def screenshot(browser, name, docs_name=None, height=None):
-    """Save the page as test-artifacts/NAME.png (and docs/DOCS_NAME.png when asked)."""
+def screenshot(browser, name, height=None):
+    """Save the page as test-artifacts/NAME.png."""
     page_height = browser.execute_script("return document.documentElement.scrollHeight")
     chrome = browser.execute_script("return window.outerHeight - window.innerHeight")
     browser.set_window_size(1400, (height or min(max(page_height, 600), 3000)) + chrome)
@@ -162,10 +161,6 @@ def screenshot(browser, name, docs_name=None, height=None):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
     assert browser.save_screenshot(str(path))
-    if DOCS and docs_name:
-        docs = Path(DOCS) if Path(DOCS).is_absolute() else REPO / DOCS
-        docs.mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, docs / f"{docs_name}.png")
     browser.set_window_size(1400, 1000)
     return path
 
@@ -209,7 +204,7 @@ def test_index_page(driver, server):
     assert not {"blobs", "ir_digests", "settings", "ingest_runs"} & links
     assert "hidden table" in driver.find_element(By.TAG_NAME, "body").text
     assert_loaded_only_from(driver, server)
-    screenshot(driver, "index", "index", height=480)
+    screenshot(driver, "index", height=480)
 
 
 def test_verdicts_page_shows_facet_counts(driver, server, example_source):
@@ -225,7 +220,7 @@ def test_verdicts_page_shows_facet_counts(driver, server, example_source):
     heading = driver.find_element(By.CSS_SELECTOR, 'table.rows-and-columns th[data-column="verdict"]')
     assert "TRUNCATED" in heading.get_attribute("title")
     assert_loaded_only_from(driver, server)
-    screenshot(driver, "verdicts", "verdicts", height=1100)
+    screenshot(driver, "verdicts", height=1100)
 
 
 def test_canned_query_runs_with_a_parameter(driver, server):
@@ -285,7 +280,7 @@ def test_chart_renders(driver, server):
         width, height, _ = rendered_chart(driver, chart, marks)
         assert width > 100 and height > 100, (chart, width, height)
     assert_loaded_only_from(driver, server)
-    screenshot(driver, "dashboard", "chart", height=1180)
+    screenshot(driver, "dashboard", height=1180)
 
     Select(driver.find_element(By.ID, "root")).select_by_visible_text("campaign_20261013_090000")
     driver.find_element(By.CSS_SELECTOR, '.dashboard-filters input[type="submit"]').click()
@@ -297,7 +292,7 @@ def test_chart_renders(driver, server):
     driver.get(server + "/-/dashboards/campaign/ranges?root=" + floor_tree.CAMPAIGN)
     width, height, _ = rendered_chart(driver, "campaign", 11)  # one chart: its div is named by the dashboard
     assert width > 100 and height > 100
-    screenshot(driver, "chart-ranges", "chart-ranges", height=560)
+    screenshot(driver, "chart-ranges", height=560)
 
 
 # -- plain datasette, zlstore's plugin from its entry point ------------------------------

@@ -213,8 +213,9 @@ def test_findings_come_first_and_the_summary_counts_them(tmp_path):
         store.ingest(tmp_path / "runs")
     result = invoke(db, "ab")
     lines = [line for line in result.stdout.splitlines() if not line.startswith("    ")]  # notes below rows
-    at = lines[1].index("finding")
-    findings = [line[at:at + len("too few rounds")].strip() for line in lines[3:10]]
+    assert lines[1] == "  ran on: unknown (its cells record no environment)"
+    at = lines[2].index("finding")
+    findings = [line[at:at + len("too few rounds")].strip() for line in lines[4:11]]
     assert findings == ["faster", "faster", "no change", "no change", "inconclusive", "inconclusive",
                         "inconclusive"]
     assert "2 faster, 0 slower, 2 no change, 3 inconclusive, 0 too few rounds" in lines[-1]

@@ -6,9 +6,11 @@ ieee / tf32 as in the real H200 run; then the store judges what they wrote."""
 
 import json
 import os
+import platform
 import shlex
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -105,6 +107,28 @@ def assert_cell_files(cell: Path):
     assert b"[INFO] Benchmark record logger enabled" in log and b'[INFO] {"op_name"' in log
 
 
+# What the stand-in host has: two GPUs, as nvidia-smi lists them.
+GPUS = ["0, GPU-5a1c0f2e-0000, NVIDIA H200, 570.86.15", "1, GPU-9b7d41aa-1111, NVIDIA H200, 570.86.15"]
+
+
+def fake_nvidia_smi(tmp) -> Path:
+    """A directory with an nvidia-smi that answers provenance's query as a
+    two-GPU host does (and fails on any other)."""
+    directory = tmp / "bin"
+    directory.mkdir(exist_ok=True)
+    script = directory / "nvidia-smi"
+    script.write_text("#!/bin/sh\ncase \"$1\" in --query-gpu=index,uuid,name,driver_version) ;; *) exit 9;; esac\n"
+                      + "".join(f"echo '{line}'\n" for line in GPUS))
+    script.chmod(0o755)
+    return directory
+
+
+def repo_commit():
+    """This checkout's commit (the stand-in lives in it), or None without git."""
+    done = subprocess.run(["git", "-C", str(HERE), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip()[:12] if done.returncode == 0 else None
+
+
 # == screen, then a campaign planned from it =======================================
 
 
@@ -116,6 +140,7 @@ def screened(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("flaggems_screen")
     db, root = tmp / "z.db", tmp / "runs" / "screen_h200"
     env = env_for(tmp, STANDIN_HANG="topk:tf32")
+    env["PATH"] = f"{fake_nvidia_smi(tmp)}{os.pathsep}{env['PATH']}"
     had_pytest_cache = (STANDIN / ".pytest_cache").exists()
     started = time.monotonic()
     result = zl(["run", "screen", "--ops", "abs:float16,softmax:float32,mm:float32,topk:float16",
@@ -387,3 +412,33 @@ def test_run_screen_refuses_bad_values_before_writing_anything(tmp_path):
                                       "--db", str(tmp_path / "z.db")])
     assert result.exit_code == 2 and "before,after" in result.output  # a usage error
     assert not (tmp_path / "root").exists()
+
+
+# == provenance: what the cells ran on ==============================================
+
+
+def test_screen_cells_record_what_they_ran_on(screened):
+    db, root = screened["db"], screened["root"]
+    cells = query(db, "SELECT * FROM cell_summary WHERE root = ? ORDER BY relpath", (root.name,))
+    assert len(cells) == 8
+    for cell in cells:
+        assert (cell["gpu"], cell["gpu_count"], cell["devices"], cell["driver"]) == (
+            "NVIDIA H200", "1", "0", "570.86.15"), cell        # run screen's card 0 sees one of the two
+        assert cell["hostname"] == socket.gethostname() and cell["python"] == platform.python_version()
+        assert cell["flaggems_commit"] == repo_commit()         # the checkout the benchmark ran from
+    assert len({c["environment_id"] for c in cells}) == 1     # one row for the one environment
+    env = layout.read_env(root / "abs_float16_before" / "cell.env", [])
+    assert env["ENV_GPU"] == "NVIDIA H200" and list(env)[-1] == "RC"
+    screen = zl(["screen", str(root), "--db", str(db)], screened["env"])
+    assert "  ran on: NVIDIA H200 x1, driver 570.86.15" in screen.stdout.splitlines()[1]
+    assert "environment" not in screen.stderr                 # both sides ran on the same
+
+
+def test_campaign_cells_record_the_gpu_of_their_card(campaign):
+    db, root = campaign["db"], campaign["root"]
+    cells = query(db, "SELECT card, devices, gpu, flaggems_commit FROM cell_summary WHERE root = ?", (root.name,))
+    assert {(c["card"], c["devices"]) for c in cells} == {(0, "0"), (1, "1")}
+    assert {c["gpu"] for c in cells} == {"NVIDIA H200"} and {c["flaggems_commit"] for c in cells} == {repo_commit()}
+    ab = zl(["ab", str(root), "--db", str(db)], campaign["env"])
+    assert "  ran on: NVIDIA H200 x1, driver 570.86.15" in ab.stdout
+    assert "differ" not in ab.stderr                          # each op's rounds ran on one card

@@ -1,6 +1,6 @@
 """Each rule is written in one place and derived everywhere else: these
 tests read the package's source and schema.sql and fail where a second copy
-of a rule appears (README: "Layout", which file holds each rule). Each
+of a rule appears (docs/development.md: "Layout of this repository", which file holds each rule). Each
 guard is shown to catch the copy it is about, as the code was written
 before (release e4e9785), so that none of them can pass by matching
 nothing."""

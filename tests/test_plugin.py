@@ -161,7 +161,7 @@ def test_two_stores_get_a_dashboard_each(files, tmp_path):
     second = copy_store(files[0], tmp_path / "second.db")
     ds = Datasette([str(files[0]), str(second)])
     config = ds.plugin_config("datasette-dashboards")
-    assert set(config) == {"campaign-examples", "campaign-second"}
+    assert set(config) == {f"{board}-{name}" for board in ("campaign", "history") for name in ("examples", "second")}
     for name in ("examples", "second"):
         assert {c["db"] for c in config[f"campaign-{name}"]["charts"].values()} == {name}
         assert fetch(ds, f"/-/dashboards/campaign-{name}").status_code == 200

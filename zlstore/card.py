@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, IO, List, Optional, Sequence, Tuple
 
-from . import caliber, layout
+from . import caliber, layout, provenance
 from . import plan as planmod
 from .db import now as utc_now
 from .names import EXIT_INTERRUPTED, TIMEOUT_RC
@@ -275,7 +275,8 @@ class CellWatch:
         return [c for c in self.new_cells() if c not in self.reported and not layout.finished(c)]
 
 
-def write_truncated_env(cell: Path, plan: CardPlan, op: Op, elapsed_s: float):
+def write_truncated_env(cell: Path, plan: CardPlan, op: Op, elapsed_s: float,
+                        environment: Optional[Dict[str, str]] = None):
     """cell.env for a cell its op's timeout killed: RC 124, the values its
     path and the campaign give, RC last as the harness writes it."""
     parts = Path(cell).relative_to(plan.root).parts
@@ -290,6 +291,7 @@ def write_truncated_env(cell: Path, plan: CardPlan, op: Op, elapsed_s: float):
         items += [("SWITCH_VALUE", layout.SIDES.index(side))]
     items += [("CELL_TIMEOUT", format(plan.cell_timeout, "g"))]
     items += caliber_items(dict(plan.caliber, ZL_ISOLATE_TUNER_CACHE="1"))
+    items += provenance.env_items(environment or {})
     items += [("ELAPSED_S", f"{elapsed_s:.3f}"), ("RC", TIMEOUT_RC)]
     (Path(cell) / layout.CELL_ENV).write_text(env_text(items), encoding="utf-8")
 
@@ -381,6 +383,15 @@ class Card:
         self.proc = None
         self.current: Optional[Op] = None
         self.watch: Optional[CellWatch] = None
+        # what this card's cells run on, seen once: its command may know better (ENV_* it writes itself)
+        self.environment = provenance.capture(self.visible_devices())
+
+    def visible_devices(self) -> Optional[str]:
+        """The devices this card's commands see: its own, or what the
+        scheduler set (--device inherit)."""
+        if self.plan.visible and self.device != INHERIT:
+            return str(self.device if self.device is not None else self.plan.card)
+        return os.environ.get(self.plan.visible or "CUDA_VISIBLE_DEVICES")
 
     def op_env(self, op: Op) -> Dict[str, str]:
         """The op's environment: the caliber campaign.env recorded (the same
@@ -389,6 +400,7 @@ class Card:
         cache is what campaigns avoid)."""
         plan = self.plan
         env = dict(os.environ)
+        env.update(provenance.exported(self.environment))
         env.update(plan.caliber)
         env.update({
             "AB_ROOT": str(self.directory), "ZL_ISOLATE_TUNER_CACHE": "1", "ROUNDS": str(plan.rounds),
@@ -398,7 +410,7 @@ class Card:
         if plan.switch:
             env["SWITCH"] = plan.switch
         if plan.visible and self.device != INHERIT:
-            env[plan.visible] = str(self.device if self.device is not None else plan.card)
+            env[plan.visible] = self.visible_devices()
         if self.recorder is not None:
             env["ZLSTORE_DB"] = str(Path(self.recorder.store.path).resolve())
         else:
@@ -484,7 +496,7 @@ class Card:
         if timed_out:
             now = time.monotonic()
             for cell in unfinished:
-                write_truncated_env(Path(cell), plan, op, now - watch.first_seen.get(cell, now))
+                write_truncated_env(Path(cell), plan, op, now - watch.first_seen.get(cell, now), self.environment)
             self.publish(op, watch.newly_finished())
             result.problems.append(
                 f"{where}: killed at its timeout of {format(timeout, 'g')} s ((2 x {plan.rounds} rounds + 1) x "

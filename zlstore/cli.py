@@ -13,11 +13,11 @@ from pathlib import Path
 import click
 
 from . import db as dbmod
-from . import files, judge, layout, output, report, ttgir
+from . import files, irdiff, judge, layout, output, report, ttgir
 from .plan import MAX_CARDS
 from .store import Store, default_db_path
 
-# Exit statuses: one meaning each, in every command (README: "Exit statuses").
+# Exit statuses: one meaning each, in every command (docs/cli.md: "Exit statuses").
 from .names import (EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEMS,
                     EXIT_UNFINISHED, EXIT_USAGE)
 
@@ -1175,6 +1175,12 @@ def screen(store, root, rule, verdict, out):
     summary with every column of the rows ({"summary", "rows"}), -t the
     table's columns.
 
+    Each root's heading says what its cells ran on (GPU, driver, torch,
+    triton, FlagGems commit, host: cell.env's ENV_* keys). Where a pair's
+    two sides ran on different things (two Triton builds, say), a line
+    under it and a warning on stderr name the fields; --json has them as
+    environment_differs.
+
     Exit status: 0 done; 2 an unknown or wrong-kind root, an unknown
     --verdict, or a bad --db (missing: never created; not a zlstore
     store; damaged; newer).
@@ -1189,13 +1195,21 @@ def screen(store, root, rule, verdict, out):
         rule_name = judge.resolve_rule(store, rule)
         rows = judge.verdicts(store, root, rule_name, verdict)
         axes = {axis["root"]: axis for axis in judge.screen_roots(store, root)}
+        environments = judge.root_environments(store, root)
+        differences = judge.environment_differences(store, root)
     for axis in axes.values():
         if axis["axis"] == "dead":
             click.echo(report.dead_axis_warning(axis), err=True)
+    paired = {(r["root_id"], r["op"], r["dtype"]) for r in rows}
+    for line in report.environment_warnings({k: v for k, v in differences.items() if k in paired},
+                                            {r["root_id"]: r["root"] for r in rows}):
+        click.echo(line, err=True)
     if not rows and out.kind == "human":
         click.echo("(no screening pairs: ingest a screening root first)", err=True)
         return
-    emit(out, rows, human=lambda: report.screen(rows, rule_name, axes, terminal_width()),
+    if out.kind != "human":
+        rows = judge.with_environment_differs(rows)
+    emit(out, rows, human=lambda: report.screen(rows, rule_name, axes, environments, differences, terminal_width()),
          document=lambda: output.Summarized(judge.screen_summary(rows, rule_name), rows),
          shown=lambda: report.screen_shown(rows))
 
@@ -1316,6 +1330,11 @@ def ab(store, root, rejected, op, finding, sort, fail_on, out):
     fallback (a different timing regime). A screening root's ranges are in
     zlstore screen.
 
+    Each root's heading says what its cells ran on; where the cells behind
+    a range differ in anything but the switch (two GPU models or Triton
+    builds in one campaign), its note and a warning on stderr name the
+    fields, and --json has them as environment_differs.
+
     --rejected lists every row that did not pair with its reason, the first
     that applies of: DUPLICATE_CELL (more than one stored cell claims a side
     of the round, or another cell holds the same files: a copied cell or
@@ -1348,6 +1367,10 @@ def ab(store, root, rejected, op, finding, sort, fail_on, out):
         found = store.root(root) if root is not None else None
         judge.check_findings(finding)
         judge.check_findings(fail_on)
+        differences = judge.range_environment_differences(store, found)
+        if not rejected:
+            for line in report.environment_warnings(differences, judge.root_names(store)):
+                click.echo(line, err=True)
         if rejected:
             rows = judge.ab_rejected(store, found)
             if not rows and out.kind == "human":
@@ -1364,8 +1387,12 @@ def ab(store, root, rejected, op, finding, sort, fail_on, out):
             if not rows and out.kind == "human":
                 click.echo(report.no_ab_ranges(found) if not (op or finding) else "(no range matches)", err=True)
             else:
-                emit(out, rows, human=lambda: report.ab(rows, judge.judging_settings(store), summary, terminal_width()),
-                     shown=lambda: report.ab_shown(rows))
+                if out.kind != "human":
+                    rows = judge.with_environment_differs(rows)
+                emit(out, rows, human=lambda: report.ab(rows, judge.judging_settings(store),
+                                                        judge.root_environments(store, found), differences,
+                                                        summary=summary, width=terminal_width()),
+                     shown=lambda: report.ab_shown(rows, differences))
         failing = judge.failing_ranges(store, found, fail_on, op)
     if failing:
         for line in report.failing(failing, fail_on):
@@ -1473,6 +1500,109 @@ def report_command(store, root, fmt, out_path):
         click.echo(result["text"], nl=False)
     for path in result["written"]:
         click.echo(f"wrote {path}", err=True)
+
+
+@cli.command()
+@click.argument("op_spec", metavar="OP[:DTYPE]")
+@click.option("--shape", default=None, help="Only this shape of a campaign's ranges, as JSON (e.g. '[[4096, 4096]]').")
+@db_option
+@output_options
+def history(store, op_spec, shape, out):
+    """One operator across every stored campaign, repeat run and screening
+    root that measured it, oldest first (each root's STARTED_AT): per root,
+    what it ran on, or what changed from the root before (triton 3.5.0 ->
+    3.6.0, FlagGems a1b2c3 -> d4e5f6, a caliber field), and its results: a
+    campaign's finding, effect and 95% interval per shape; a screening
+    pair's verdict with its labelled range (never a result). A shape whose
+    finding changes between consecutive campaigns is flagged with both
+    intervals. --json: the entries and flips; the other formats: one row
+    per result with its root.
+
+    Exit status: 0 done; 2 no stored root measured OP (or not with DTYPE or
+    --shape), or a bad --db.
+
+    Example:
+
+        \b
+        zlstore history softmax:float32
+        zlstore history mm:float16 --shape '[[4096, 4096]]' --json
+    """
+    from . import history as historymod
+
+    op, _, dtype = op_spec.partition(":")
+    try:
+        result = historymod.history(store, op, dtype if _ else None, shape)
+    except historymod.HistoryError as error:
+        raise click.UsageError(str(error))
+    flat = [{"root": e["root"], "kind": e["kind"], "started_at": e["started_at"],
+             "changes": "; ".join(e["changes"]), **r} for e in result["entries"] for r in e["results"]]
+    for entry in result["entries"]:
+        entry.pop("root_id", None)
+    emit(out, flat, human=lambda: report.history(result), document=result)
+
+
+@cli.command()
+@click.argument("first", metavar="ROOT[:OP]")
+@click.argument("second", metavar="[ROOT_B:]OP[:DTYPE]")
+@click.option("--round", "round_", type=click.IntRange(min=0), default=None,
+              help="The round of a repeat run or campaign (a screening root has one pair: round 0).")
+@click.option("--card", type=click.IntRange(min=0), default=None,
+              help="The card, where the op's round ran on several.")
+@click.option("--side", type=click.Choice(irdiff.SIDES), default=None,
+              help="Two roots: which side of each to compare (default: before).")
+@click.option("--rule", type=RULE_CHOICE, default=None,
+              help="Pair and compare under this fingerprint rule (default: the current one).")
+@click.option("--raw", is_flag=True, help="Diff the stored text as compiled, not the text the rule hashes.")
+@click.option("--kernel", default=None, help="Only the kernels of this name.")
+@click.option("--no-diff", "no_diff", is_flag=True, help="Only the kernel table, no text diff.")
+@db_option
+@output_options
+def diff(store, first, second, round_, card, side, rule, raw, kernel, no_diff, out):
+    """Which kernels changed between two cells, and how: the kernels of
+    both sides paired by name, each same, changed, only before or only
+    after under the fingerprint rule, with convert_layout, num_warps,
+    num_stages and shared memory per side, then the unified diff of the
+    text the rule hashes (--raw: as compiled), headed by each file's path.
+
+    ROOT OP[:DTYPE]: the screening pair of OP in ROOT; with --round N (and
+    --card C where it ran on several), that round of a repeat run or
+    campaign. ROOT_A:OP[:DTYPE] ROOT_B:OP[:DTYPE]: the same side (--side,
+    default before) of two roots, e.g. two compiler builds; A is shown as
+    before, B as after.
+
+    Several kernels of one name pair by the same text under the rule,
+    then the same text under the strictest rule (v4: they differ only in
+    what it leaves out, e.g. source locations), then the same num_warps,
+    num_stages and shared memory, then the order they were stored in;
+    `paired by` says which. A kernel changed under the rule but not under
+    v4 says so. The diff is colored on a terminal, plain when piped; --json
+    gives all of it, --csv, --tsv and -t the kernel table.
+
+    Exit status: 0 done; 1 the IR cannot answer: neither side compiled a
+    .ttgir (NO_TRITON), a side's IR was not read in full (IR_UNREAD), or a
+    side has no cell; 2 an unknown op, root or kernel, a root of the wrong
+    kind for the form, or a bad --db.
+
+    Example:
+
+        \b
+        zlstore diff ab_rlc_20261130_025432 abs:float16
+        zlstore diff ab_rlc_20261130_025432 abs --rule v4 --no-diff
+        zlstore diff campaign_20261130_030313 topk:float16 --round 2
+        zlstore diff ab_old:topk ab_new:topk --side after
+    """
+    with judge_errors():
+        try:
+            document = irdiff.diff(store, first, second, rule=rule, round_=round_, card=card, side=side, raw=raw,
+                                   kernel=kernel, with_diff=not no_diff)
+        except irdiff.DiffError as error:
+            raise click.UsageError(str(error)) from None
+    emit(out, document["kernels"], columns=irdiff.ROW_COLUMNS, document=document,
+         human=lambda: irdiff.text(document, click.style))
+    for note in document["notes"] if out.kind != "human" else ():
+        click.echo(f"note: {note}", err=True)
+    if document["problem"] is not None:
+        sys.exit(EXIT_PROBLEMS)
 
 
 @cli.command()

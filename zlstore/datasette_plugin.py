@@ -9,12 +9,15 @@ another database served beside one gets none of it. `zlstore serve` uses the
 same hooks and adds the Host check (asgi_wrapper), which plain datasette
 does without: whoever runs plain datasette chose datasette's own behaviour."""
 
+import html
 import sqlite3
 from pathlib import Path
+from urllib.parse import urlencode
 
 from datasette import hookimpl
+from markupsafe import Markup
 
-from . import stats
+from . import irdiff, stats
 from .db import STORE_TABLES
 
 # A zlstore store: zlstore's tables (db.STORE_TABLES) and the views the
@@ -123,7 +126,51 @@ def asgi_wrapper(datasette):
 
 @hookimpl
 def prepare_connection(conn):
-    """median() and the t-test functions (stats.register) on a store's
-    connections, for ad-hoc SQL too; other databases' connections untouched."""
+    """median(), the t-test functions (stats.register) and
+    zlstore_kernel_diff (irdiff.register) on a store's connections, for
+    ad-hoc SQL too; other databases' connections untouched."""
     if is_store(conn):
         stats.register(conn)
+        irdiff.register(conn)
+
+
+# The canned query that shows one pair's kernels, the column it puts the
+# diff in, and the views whose verdict cell links to it.
+KERNEL_DIFF, DIFF_COLUMN, VERDICT_TABLES = "kernel_diff", "ir_diff", ("verdicts", "verdicts_by_rule")
+_DIFF_LINE_CLASS = (("+++", "head"), ("---", "head"), ("@@", "hunk"), ("+", "add"), ("-", "del"))
+DIFF_STYLE = ("<style>pre.zlstore-diff{white-space:pre;overflow-x:auto;font-size:0.8em;max-width:60em}"
+              "pre.zlstore-diff .add{background:#e6ffec}pre.zlstore-diff .del{background:#ffebe9}"
+              "pre.zlstore-diff .hunk{color:#0550ae}pre.zlstore-diff .head{font-weight:bold}</style>")
+
+
+def diff_html(text: str) -> str:
+    """A unified diff as a <pre> a person reads: each line escaped, added
+    and removed lines marked (classes add, del, hunk, head)."""
+    lines = []
+    for line in text.rstrip("\n").split("\n"):
+        kind = next((c for prefix, c in _DIFF_LINE_CLASS if line.startswith(prefix)), None)
+        escaped = html.escape(line)
+        lines.append(f'<span class="{kind}">{escaped}</span>' if kind else escaped)
+    return DIFF_STYLE + '<pre class="zlstore-diff">' + "\n".join(lines) + "</pre>"
+
+
+@hookimpl
+def render_cell(row, value, column, table, database, datasette):
+    """In a store: the kernel_diff query's diff as readable text, not a
+    string in a cell; and a verdict in the verdicts views with a link to
+    the pair's kernels (the kernel_diff query)."""
+    if database not in stores(datasette):
+        return None
+    if table is None and column == DIFF_COLUMN and isinstance(value, str):
+        return Markup(diff_html(value)) if value else ""
+    if table in VERDICT_TABLES and column == "verdict" and value is not None:
+        try:
+            keys = {k: row[k] for k in ("root", "op", "dtype", "rule")}
+        except (KeyError, IndexError):  # columns chosen with ?_col=: no link
+            return None
+        if any(v is None for v in keys.values()):
+            return None
+        href = datasette.urls.database(database) + f"/{KERNEL_DIFF}?" + urlencode(keys)
+        return Markup(f'{html.escape(str(value))} <a href="{html.escape(href)}" title="which kernels changed, '
+                      f'and how">kernels</a>')
+    return None

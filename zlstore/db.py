@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, NamedTuple, Optional
 
 
-from . import caliber, floors, names, stats, ttgir
+from . import caliber, floors, names, provenance, stats, ttgir
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 13
 BUSY_TIMEOUT_MS = 60_000
 WRITE_ATTEMPTS = 10
 
@@ -58,7 +58,7 @@ def schema_source() -> str:
 
 
 _MACRO = re.compile(
-    r"\[\[(caliber|round|range|verdicts|verdict|reasons|reason|findings|finding|case|rules|timeout_rcs|strictest_rule"
+    r"\[\[(caliber|environment|round|range|verdicts|verdict|reasons|reason|findings|finding|case|rules|timeout_rcs|strictest_rule"
     r"|min_rounds|setting|clears_floor)(?: ([^:\]]*?))?(?:: (.*?))?\]\]")
 
 
@@ -120,6 +120,7 @@ _CASES = {"verdicts": (names.VERDICTS, None), "reasons": (names.REASONS, names.P
 # The columns a "[[kind SEP: TEMPLATE]]" macro repeats TEMPLATE over: each as
 # {placeholder: text}.
 _COLUMNS = {"caliber": lambda: [{"{f}": name} for name in caliber.NAMES],
+            "environment": lambda: [{"{f}": name} for name in provenance.NAMES],
             "round": lambda: [{"{k}": c.name, "{c}": c.cells, "{is}": c.same, "{type}": c.type}
                               for c in names.ROUND_KEY],
             "range": lambda: [{"{c}": name} for name in names.RANGE_COLUMNS]}
@@ -243,7 +244,7 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 # took 0.15 s with the file in the page cache and 0.6 s from disk, about 2
 # and 7 ms per MB; up to 16 MB that is at most about 0.03 / 0.1 s per
 # command. A larger store is checked by `zlstore check` and when `zlstore
-# serve` starts (README: "When the database is at fault").
+# serve` starts (docs/stores.md: "When the database is at fault").
 QUICK_CHECK_MAX_BYTES = 16 << 20
 
 # The tables that make an SQLite file a zlstore store (every release has had them).
@@ -766,8 +767,28 @@ def _duplicate_cells(conn):
 
 
 @migration(11)
+def _environments(conn):
+    """Release 11 records what each cell ran on: cells point at a row of
+    environments (created from schema.sql's tables); older cells at none."""
+    if "environment_id" not in {row[1] for row in conn.execute("PRAGMA table_info(cells)")}:  # rebuilt since
+        conn.execute("ALTER TABLE cells ADD COLUMN environment_id INTEGER REFERENCES environments(id)")
+
+
+@migration(12)
+def _kernel_shared_memory(conn):
+    """Release 12 keeps each kernel's shared memory (kernels.shared, from
+    the "shared" of its .json), shown by zlstore diff. Kernels stored
+    before have none (NULL: not known); a cell's files are not read again
+    while they are unchanged, so forget a root and ingest it to fill them.
+    A store whose version was set back over a table that has it (a test
+    replaying an older release's migrations) keeps the column it has."""
+    if "shared" not in {row[1] for row in conn.execute("PRAGMA table_info(kernels)")}:
+        conn.execute("ALTER TABLE kernels ADD COLUMN shared INTEGER")
+
+
+@migration(13)
 def _test_outcomes(conn):
-    """Release 11 keeps what pytest did with each cell's tests (zlstore
+    """Release 13 keeps what pytest did with each cell's tests (zlstore
     flaggems' plugin; zlstore/outcomes.py): cells.test_outcome (passed,
     skipped, deselected, failed, error) and cells.test_reason, which
     NO_ROWS and MISSING_SIDE show. Cells stored before have neither (NULL)."""

@@ -3,7 +3,7 @@ or the Slurm task's as the scheduler reports it) with its job, its current
 op, ops done and left, elapsed time and an estimate from the weights.
 Redrawn in place on a terminal; otherwise a line per event and the table
 every so often. The table is tabulate's, as every other (output.table);
-README, "Dependencies", says why the redraw is not rich's."""
+docs/development.md, "Not a dependency: rich", says why the redraw is not rich's."""
 
 import os
 import time

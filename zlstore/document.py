@@ -45,11 +45,12 @@ class Document:
 
 
 # -- provenance: a hook -------------------------------------------------------
-# HOOK(provenance): the lead is adding a provenance / environment table in
-# parallel. When it lands, provenance_rows() should read it for the root
-# (one row per fact: what, value, where it came from) and the section
-# below shows it as it is. Until then the section shows what the roots row
-# records (path, host, start, env file) and nothing is invented.
+# HOOK(provenance): what the root's cells ran on comes from the
+# environments (judge.root_environments, the line the screen and ab
+# headings print); a table or view of facts about a root (one of
+# PROVENANCE_SOURCES, with a root_id column) is shown as it is where the
+# store has one; otherwise the facts the roots row records (path, host,
+# start, env file), and nothing is invented.
 PROVENANCE_SOURCES = ("provenance", "environment", "root_environment")
 
 
@@ -127,11 +128,16 @@ def campaign_document(store, found: Mapping) -> Document:
                                               "no change (within min_effect); dashed: 1."],
                 picture=bool(plotted), empty="Nothing to plot: no range has a paired round."),
         Section("Settings", lines=_settings_lines(store, found)),
-        Section("Provenance", table=Table(*_provenance_table(store, found))),
+        Section("Provenance", lines=[_ran_on(store, found)], table=Table(*_provenance_table(store, found))),
         _problem_section(store, found),
     ]
     svg = forest.forest_svg(plotted, found["name"]) if plotted else None
     return Document(f"A/B report: {found['name']}", sections, svg)
+
+
+def _ran_on(store, found: Mapping) -> str:
+    """What the root's cells ran on, as the screen and ab headings say it."""
+    return report.environment_heading(judge.root_environments(store, found).get(found["id"], [])).strip()
 
 
 def _provenance_table(store, found: Mapping):
@@ -163,7 +169,7 @@ def screen_document(store, found: Mapping) -> Document:
                             ["op", "dtype", "verdict", "what it is", "min .. median .. max"]) if ranged else None,
                 empty="No pair has a speedup range."),
         Section("Settings", lines=_settings_lines(store, found)),
-        Section("Provenance", table=Table(*_provenance_table(store, found))),
+        Section("Provenance", lines=[_ran_on(store, found)], table=Table(*_provenance_table(store, found))),
         _problem_section(store, found),
     ]
     return Document(f"Screening report: {found['name']}", sections)

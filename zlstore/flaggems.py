@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import caliber, layout
+from . import caliber, layout, provenance
 from .pytest_plugins.zlstore_outcomes import OUTCOMES_VAR
 from .names import TIMEOUT_RC
 from .procs import KILL_GRACE_S, group_alive, interrupts, kill_group, shell_rc, start_group
 from .harness import (
-    DEFAULT_CELL_TIMEOUT, DEFAULT_SWITCH_VALUES, local_now, switch_values, timestamp, write_atomic,
+    DEFAULT_CELL_TIMEOUT, DEFAULT_SWITCH_VALUES, env_text, local_now, switch_values, timestamp, write_atomic,
     write_cell_env,
 )
 
@@ -318,8 +318,23 @@ def screen_side(env: Mapping[str, str]) -> ScreenSide:
                       caliber_notes(env))
 
 
+def environment(bench: Benchmark, env: Mapping[str, str]) -> Dict[str, str]:
+    """What the benchmark runs on (provenance.py): what the runner saw and
+    exported (ENV_*), this host's GPUs and packages, and the commit of the
+    FlagGems checkout, which only this command knows."""
+    values = provenance.capture(env.get("CUDA_VISIBLE_DEVICES"), env)
+    commit = provenance.git_commit(bench.checkout)
+    if commit:
+        values["flaggems_commit"] = commit
+    return values
+
+
 def run_screen_side(bench: Benchmark, side: ScreenSide, env: Optional[Mapping[str, str]] = None) -> CellRun:
-    """One side of a screening pair, inside the runner's CELL_TIMEOUT."""
+    """One side of a screening pair, inside the runner's CELL_TIMEOUT. What
+    it ran on goes to OUT_DIR/provenance.env, which the runner folds into the
+    cell.env it writes."""
+    write_atomic(Path(side.out) / provenance.COMMAND_FILE,
+                 env_text(provenance.env_items(environment(bench, os.environ if env is None else env))))
     with open(Path(side.out) / layout.RUN_LOG, "a+b") as log:  # read too: _note looks at its last byte
         for note in side.notes:
             _note(log, note)
@@ -378,6 +393,7 @@ def repeat(bench: Benchmark, ab_root, op: str, dtype: str, *, rounds: int, switc
         warn(note)
     bench.check_record_name(op, dtype, level)
     run_dir = new_run_dir(Path(ab_root).resolve())
+    ran_on = environment(bench, env)
     runs = []
     for round_ in range(1, rounds + 1):
         for side, value in zip(layout.SIDES, values):
@@ -387,7 +403,7 @@ def repeat(bench: Benchmark, ab_root, op: str, dtype: str, *, rounds: int, switc
             write_cell_env(out, op=op, dtype=dtype, side=side, round_=round_, card=card,
                            started_at=run.started_at, switch=switch, switch_value=value,
                            cell_timeout=cell_timeout, env=env,
-                           elapsed_s=run.elapsed_s, rc=run.rc, nodeid=run.nodeid)
+                           elapsed_s=run.elapsed_s, rc=run.rc, nodeid=run.nodeid, environment=ran_on)
             runs.append(run)
             report(run)
     return runs

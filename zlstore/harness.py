@@ -8,9 +8,9 @@ import datetime
 import json
 import shlex
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import caliber, files, layout
+from . import caliber, files, layout, provenance
 from .db import now, write_transaction
 
 DEFAULT_CELL_TIMEOUT = 2400.0
@@ -68,13 +68,16 @@ def switch_values(text: str) -> Tuple[str, str]:
 
 def write_cell_env(out: Path, *, op: str, dtype: str, side: str, round_: int, card: int, started_at: str,
                    switch: str, switch_value: str, cell_timeout: float, env: Dict[str, str],
-                   elapsed_s: float, rc: int, nodeid: Optional[str] = None):
+                   elapsed_s: float, rc: int, nodeid: Optional[str] = None,
+                   environment: Optional[Mapping[str, str]] = None):
     """A finished cell's cell.env, whole, RC last: a cell.env with RC says
-    the cell is finished. The caliber variables are those env sets."""
+    the cell is finished. The caliber variables are those env sets; the
+    ENV_* keys what the cell ran on (provenance.py)."""
     items = [("OP", op), ("DTYPE", dtype), ("SIDE", side), ("ROUND", round_), ("CARD", card),
              ("STARTED_AT", started_at)] + ([("NODEID", nodeid)] if nodeid else [])
     items += [("SWITCH", switch), ("SWITCH_VALUE", switch_value), ("CELL_TIMEOUT", num(cell_timeout))]
     items += caliber_items(env)
+    items += provenance.env_items(environment or {})
     items += [("ELAPSED_S", f"{elapsed_s:.3f}"), ("RC", rc)]
     write_atomic(Path(out) / layout.CELL_ENV, env_text(items))
 

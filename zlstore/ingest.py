@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
 
-from . import caliber, layout, names, pairing, parallel, parse, roots, stats, ttgir, unchanged
+from . import caliber, layout, names, pairing, parallel, parse, provenance, roots, stats, ttgir, unchanged
 from .db import (bulk_cache, bulk_checkpoints, checkpoint_between_commits, insert_sql, now, retry_busy,
                  scratch_in_memory, write_transaction)
 from .layout import Problem
@@ -34,7 +34,8 @@ COUNTS = (
     "cells_failed", "rows_added", "kernels_added", "ir_texts_added",
 )
 
-_INSERT_CELL = insert_sql("cells", ("root_id", "caliber_id", "stat_sig", "ingested_at") + parse.CELL_COLUMNS)
+_INSERT_CELL = insert_sql("cells", ("root_id", "caliber_id", "environment_id", "stat_sig", "ingested_at")
+                          + parse.CELL_COLUMNS)
 _INSERT_KERNEL = insert_sql("kernels", ("cell_id",) + parse.Kernel._fields)
 _INSERT_MEASUREMENT = insert_sql("measurements", parse.MEASUREMENT_COLUMNS)
 _INSERT_DENSE_MEASUREMENT = insert_sql("measurements", parse.DENSE_COLUMNS)
@@ -360,6 +361,7 @@ class Ingester:
         self.blobs = _KnownBlobs(self.conn)
         self.pending_blobs: Dict[str, str] = {}  # written in the open transaction: known once it commits
         self.caliber_ids: Dict[tuple, int] = {}
+        self.environment_ids: Dict[str, int] = {}
         self.run_id: Optional[int] = None
         self.packed: Dict[str, Tuple[int, bytes, Optional[str]]] = {}  # from workers, until stored
         self.digested: set = set()                      # texts whose digests this run stored
@@ -674,6 +676,7 @@ class Ingester:
             self.blobs.clear()
             self.digested.clear()
             self.caliber_ids.clear()
+            self.environment_ids.clear()
             self.cells.clear()
             self.cells.complete = False
         self.data_version = version
@@ -683,6 +686,7 @@ class Ingester:
         self.pending_blobs.clear()
         self.pending_digested.clear()
         self.caliber_ids.clear()
+        self.environment_ids.clear()
 
     def _committed(self):
         bounded(self.blobs)
@@ -836,13 +840,29 @@ class Ingester:
             self.caliber_ids[values] = row[0]
         return self.caliber_ids[values]
 
+    def environment_id(self, values: Optional[dict]) -> Optional[int]:
+        """The id of an environment (provenance.py), created on first use
+        inside the cell's transaction; None (none recorded) stays None."""
+        if not values:
+            return None
+        key = provenance.key(values)
+        if key not in self.environment_ids:
+            fields = provenance.clean(values)
+            self.conn.execute(insert_sql("environments", ("key", *fields), "INSERT OR IGNORE"),
+                              (key, *fields.values()))
+            self.environment_ids[key] = self.conn.execute(
+                "SELECT id FROM environments WHERE key = ?", (key,)).fetchone()[0]
+        return self.environment_ids[key]
+
     # -- writing (inside the cell's transaction) ---------------------------
 
     def _insert(self, parsed: ParsedCell, root_id: int, stat_sig: str) -> int:
         caliber_id = self.caliber_id(parsed.values["caliber"])
         if parsed.index and parsed.index[0] not in self.pending_blobs and parsed.index[0] not in self.blobs:
             self._insert_blob(parsed.index[0], "index.tsv", parsed.index[1])
-        cell_id = self.conn.execute(_INSERT_CELL, (root_id, caliber_id, stat_sig, now(), *parsed.cell_columns())).lastrowid
+        environment_id = self.environment_id(parsed.values.get("environment"))
+        cell_id = self.conn.execute(_INSERT_CELL, (root_id, caliber_id, environment_id, stat_sig, now(),
+                                                   *parsed.cell_columns())).lastrowid
         for dense, rows in parsed.insert_runs():
             self.conn.executemany(_INSERT_DENSE_MEASUREMENT if dense else _INSERT_MEASUREMENT,
                                   [(cell_id, *row) for row in rows])

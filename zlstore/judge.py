@@ -10,6 +10,7 @@ from . import caliber as _caliber
 from . import files as _files
 from . import layout as _layout
 from . import pairing as _pairing
+from . import provenance as _provenance
 from . import ttgir as _ttgir
 from .names import (BY_NAME, FINDING_NAMES, FINDINGS, REASON_NAMES, REASONS, SETTINGS, TIMEOUT_RCS,  # noqa: F401
                     VERDICT_ALIASES, VERDICT_NAMES, VERDICTS, Finding, Reason, Verdict, canonical_verdict)
@@ -283,7 +284,7 @@ def ab_ranges(store, root=None, ops=None, findings=None, sort: str = "finding") 
 # judgements along the key index, no sort and no view (a test holds the two
 # to the same text).
 _STORED_JSON = """
-    SELECT j.json
+    SELECT j.json, r.root_id, r.op, r.dtype
     FROM roots CROSS JOIN ab_range_rows r ON r.root_id = roots.id CROSS JOIN ab_range_json j ON j.range_rowid = r.rowid
     WHERE roots.kind <> 'screen' {where}
     ORDER BY {order}"""
@@ -309,15 +310,21 @@ def ab_ranges_json(store, root=None, ops=None, findings=None, sort: Optional[str
     if not _ab_source(store):
         where, params = _ab_where(store, root, ops, findings)
         order = AB_KEY_ORDER if sort is None else _ab_order(sort)
-        rows = f"SELECT json FROM ab_range_judgements WHERE 1{where} ORDER BY {order}"
+        rows = f"SELECT json, root_id, op, dtype FROM ab_range_judgements WHERE 1{where} ORDER BY {order}"
     else:
         where, params = _ab_where(store, root, ops, findings, "r.")
         order = ("roots.name, r.root_id, r.op, r.dtype, r.shape, r.caliber_id" if sort is None
                  else _ab_order(sort, "r.", "roots.name"))
         rows = _STORED_JSON.format(where=where, order=order)
+    # Each range's environment_differs goes in as text: a campaign has
+    # thousands of ranges and few (normally no) differences.
+    differs = {key: json.dumps(environment_differs(fields))
+               for key, fields in range_environment_differences(store, root).items()}
     # Joined here, not by group_concat: SQLite grows its string by copying
     # (the campaign's 9 MB took 0.030 s that way, 0.018 s this one).
-    return "[" + ",\n ".join(text for (text,) in store.conn.execute(rows, params)) + "]"
+    return "[" + ",\n ".join(
+        f'{text[:-1]}, "environment_differs": {differs.get((root_id, op, dtype), "null")}}}'
+        for text, root_id, op, dtype in store.conn.execute(rows, params)) + "]"
 
 
 def ab_summary(store, root=None, ops=None, findings=None) -> dict:
@@ -483,3 +490,60 @@ def compare(store, root_a, root_b, rule: Optional[str] = None) -> dict:
         "caliber": {k: v for k, v in calibers_a[0].items() if k != "id"},
         "rows": rows,
     }
+
+
+# -- what the cells ran on (provenance.py) -------------------------------------
+
+
+def root_environments(store, root=None) -> Dict[int, List[dict]]:
+    """Per root id: the environments its current cells ran in (root_environments),
+    most cells first; an environment_id of None: cells that recorded none."""
+    where, params = _root_clause(store, root)
+    by_root: Dict[int, List[dict]] = {}
+    for row in _rows(store, f"SELECT * FROM root_environments WHERE 1{where} "
+                            "ORDER BY root_id, cells DESC, environment_id", params):
+        by_root.setdefault(row["root_id"], []).append(row)
+    return by_root
+
+
+def root_names(store) -> Dict[int, str]:
+    """Every stored root's name by its id."""
+    return dict(store.conn.execute("SELECT id, name FROM roots").fetchall())
+
+
+def _differences(store, view: str, root=None) -> Dict[tuple, Dict[str, dict]]:
+    where, params = _root_clause(store, root)
+    out: Dict[tuple, Dict[str, dict]] = {}
+    for row in _rows(store, f"SELECT root_id, op, dtype, field, \"values\", by_side FROM {view} WHERE 1{where}",
+                     params):
+        fields = out.setdefault((row["root_id"], row["op"], row["dtype"]), {})
+        fields[row["field"]] = {"values": json.loads(row["values"]),
+                                "by_side": json.loads(row["by_side"]) if row["by_side"] else None}
+    order = {name: i for i, name in enumerate(_provenance.NAMES)}
+    return {k: dict(sorted(v.items(), key=lambda item: order.get(item[0], len(order)))) for k, v in out.items()}
+
+
+def environment_differences(store, root=None) -> Dict[tuple, Dict[str, dict]]:
+    """Per (root id, cell op, dtype): the provenance fields in which its
+    cells differ, each with its values and which side had which
+    (environment_differences). A screening pair's two sides, or a campaign
+    op's rounds, that ran on two GPU models or Triton builds."""
+    return _differences(store, "environment_differences", root)
+
+
+def range_environment_differences(store, root=None) -> Dict[tuple, Dict[str, dict]]:
+    """environment_differences per A/B range key (root id, row op, dtype)."""
+    return _differences(store, "range_environment_differences", root)
+
+
+def environment_differs(differences: Optional[Dict[str, dict]]) -> Optional[Dict[str, list]]:
+    """A pair's or range's environment_differs column as an object: field ->
+    its values, or None."""
+    return {field: d["values"] for field, d in differences.items()} if differences else None
+
+
+def with_environment_differs(rows: Sequence[dict]) -> List[dict]:
+    """Rows of verdicts or ab_ranges with their environment_differs column
+    (JSON text, as datasette shows it) as an object, for --json and CSV."""
+    return [{**row, "environment_differs": json.loads(row["environment_differs"])
+             if row.get("environment_differs") else None} for row in rows]

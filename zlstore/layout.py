@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
-from . import caliber
+from . import caliber, provenance
 
 SIDES = ("before", "after")
 TORCH_DTYPES = frozenset(
@@ -90,7 +90,7 @@ def storable(text: str) -> bool:
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-# What zlstore reads of a runs/ tree (README: "What is read"): regular files
+# What zlstore reads of a runs/ tree (docs/layout.md: "How a tree is read"): regular files
 # only, each at most MAX_FILE_BYTES; a symbolic link only where it resolves to
 # a regular file inside the file's root; directories only as they are, never
 # through a link. Anything else is a named problem, and no read may block: a
@@ -841,6 +841,7 @@ def resolve_cell(ref: RootRef, root: Root, cell_env: Optional[Dict[str, str]]) -
     used = {sources[name] for name in caliber.NAMES if name in sources}
     values["caliber_source"] = "+".join(source for source, _ in layers if source in used) or None
     values["sources"] = sources
+    values["environment"] = provenance.from_env(env)
     return values
 
 

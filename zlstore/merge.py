@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 from . import db as dbmod
-from . import caliber, floors, pairing, roots
+from . import caliber, floors, pairing, provenance, roots
 from .db import now
 from .ingest import cell_rules, plural
 from .layout import Problem
@@ -262,6 +262,30 @@ class Merger:
         match = " AND ".join(f"t.{n} = s.{n}" for n in caliber.NAMES)
         self.conn.execute(f"INSERT INTO temp.merge_calibers SELECT s.id, t.id FROM src.calibers s "
                           f"JOIN main.calibers t ON {match}")
+        self._environments()
+
+    def _environments(self):
+        """Every source environment in the target, and temp.merge_environments:
+        source id -> target id. Its key is made again from its fields, which
+        are read as data (a source from before release 11 has none)."""
+        self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS merge_environments "
+                          "(src_id INTEGER PRIMARY KEY, dst_id INTEGER)")
+        self.conn.execute("DELETE FROM temp.merge_environments")
+        present = set(_columns(self.conn, "src", "environments"))
+        if "id" not in present:
+            return
+        names = [n for n in provenance.NAMES if n in present]
+        cursor = self.conn.execute(f"SELECT id, {', '.join(names)} FROM src.environments" if names
+                                   else "SELECT id FROM src.environments")
+        for row in cursor.fetchall():
+            fields = provenance.clean(dict(zip(names, row[1:])))
+            if not fields:
+                continue
+            key = provenance.key(fields)
+            self.conn.execute(dbmod.insert_sql("main.environments", ("key", *fields), "INSERT OR IGNORE"),
+                              (key, *fields.values()))
+            self.conn.execute("INSERT OR REPLACE INTO temp.merge_environments SELECT ?, id FROM main.environments "
+                              "WHERE key = ?", (row[0], key))
 
     def _root_row(self, source_path: Path, source: dict) -> int:
         """The target's root for the source's: the one with its identity,
@@ -374,7 +398,8 @@ class Merger:
             self._digests("WHERE copy = 0")
             floors.mark_every(conn)
         cell_columns = [c for c in _columns(conn, "main", "cells")
-                        if c in _columns(conn, "src", "cells") and c not in ("id", "root_id", "caliber_id", "path")]
+                        if c in _columns(conn, "src", "cells")
+                        and c not in ("id", "root_id", "caliber_id", "environment_id", "path")]
         chunks = [row[0] for row in conn.execute("SELECT src_id FROM temp.merge_cells WHERE copy = 1 ORDER BY src_id")]
         for at in range(0, len(chunks), CHUNK_CELLS):
             low, high = chunks[at], chunks[min(at + CHUNK_CELLS, len(chunks)) - 1]
@@ -408,10 +433,11 @@ class Merger:
                 counts[count] += added
         self._digests(f"WHERE {chunk}")
         conn.execute(
-            f"""INSERT INTO main.cells (root_id, caliber_id, path, {', '.join(cell_columns)})
-                SELECT ?, m.dst_id, ? || s.relpath, {', '.join('s.' + c for c in cell_columns)}
+            f"""INSERT INTO main.cells (root_id, caliber_id, environment_id, path, {', '.join(cell_columns)})
+                SELECT ?, m.dst_id, e.dst_id, ? || s.relpath, {', '.join('s.' + c for c in cell_columns)}
                 FROM temp.merge_cells c JOIN src.cells s ON s.id = c.src_id
                 LEFT JOIN temp.merge_calibers m ON m.src_id = s.caliber_id
+                LEFT JOIN temp.merge_environments e ON e.src_id = {'s.environment_id' if 'environment_id' in _columns(conn, 'src', 'cells') else 'NULL'}
                 WHERE {chunk} ORDER BY c.src_id""", (root_id, root_path.rstrip("/") + "/"))
         conn.execute(f"""UPDATE temp.merge_cells AS c SET dst_id = t.id FROM main.cells t
                          WHERE t.root_id = ? AND t.relpath = c.relpath AND {chunk}""", (root_id,))

@@ -49,7 +49,8 @@ CELL_COLUMNS = (
 )
 _N_ROWS = CELL_COLUMNS.index("n_rows")
 # A kernels row but for its cell_id.
-Kernel = collections.namedtuple("Kernel", "name cache_dir ir_hash convert_layouts num_warps num_stages")
+# shared: bytes of shared memory, as the kernel's .json gives it (Triton's "shared")
+Kernel = collections.namedtuple("Kernel", "name cache_dir ir_hash convert_layouts num_warps num_stages shared")
 
 @dataclass
 class CellFiles:
@@ -77,7 +78,7 @@ def scan_cell(cell: Path) -> CellFiles:
     Triton writes a cache directory once, by rename, so an entry added,
     removed or renamed changes its directory's times (unchanged.py).
     triton_cache and the directories below it are entered only as what they
-    are, never through a symbolic link (README: "What is read"); one that is
+    are, never through a symbolic link (docs/layout.md: "How a tree is read"); one that is
     a link, not a directory, or cannot be listed is a problem of the cell's
     IR."""
     stats, kernels, meta, problems = {}, [], {}, []
@@ -180,19 +181,19 @@ def _cache_dir(rel: str) -> str:
     return os.path.relpath(directory, layout.TRITON_CACHE)
 
 
-def _kernel_meta(data: bytes) -> Tuple[Optional[int], Optional[int], Optional[str]]:
-    """(num_warps, num_stages, what is wrong with the file or None)."""
+def _kernel_meta(data: bytes) -> Tuple[Optional[int], Optional[int], Optional[int], Optional[str]]:
+    """(num_warps, num_stages, shared memory bytes, what is wrong with the file or None)."""
     try:
         meta = json.loads(data)
     except (ValueError, UnicodeDecodeError, RecursionError) as error:
-        return None, None, f"not JSON ({str(error)[:80] or type(error).__name__})"
+        return None, None, None, f"not JSON ({str(error)[:80] or type(error).__name__})"
     if not isinstance(meta, dict):
-        return None, None, f"a JSON {type(meta).__name__}, not an object"
+        return None, None, None, f"a JSON {type(meta).__name__}, not an object"
 
     def as_int(value):
         return value if isinstance(value, int) and not isinstance(value, bool) and value in layout.INT64 else None
 
-    return as_int(meta.get("num_warps")), as_int(meta.get("num_stages")), None
+    return as_int(meta.get("num_warps")), as_int(meta.get("num_stages")), as_int(meta.get("shared")), None
 
 
 # A control character in a name: stored where it can be, and always named.
@@ -309,7 +310,7 @@ class CellParser:
         self.rules = rules
         self.digests: Dict[Tuple[str, str], str] = {}
         self.combined: Dict[tuple, tuple] = {}  # a cell's kernels and index -> _fingerprints
-        self.kernel_meta: Dict[str, tuple] = {}  # a kernel .json's sha256 -> (num_warps, num_stages)
+        self.kernel_meta: Dict[str, tuple] = {}  # a kernel .json's sha256 -> (num_warps, num_stages, shared)
         self.layout_counts: Dict[str, int] = {}
 
     def parse(self, files: CellFiles, ref: layout.RootRef, root: layout.Root) -> ParsedCell:
@@ -384,19 +385,20 @@ class CellParser:
                 texts[ir_hash] = (raw, None if known else raw.decode("utf-8", "surrogateescape"))
             if ir_hash not in self.layout_counts:
                 self.layout_counts[ir_hash] = ttgir.count_convert_layouts(texts[ir_hash][1])
-            warps = stages = None
+            warps = stages = shared = None
             meta_bytes, meta_hash = read(files.meta_json[rel]) if rel in files.meta_json else (None, None)
             if meta_bytes is not None:
                 if meta_hash not in self.kernel_meta:  # every round compiles the same kernels
                     bounded(self.kernel_meta, COMBINED_ENTRIES)
                     self.kernel_meta[meta_hash] = _kernel_meta(meta_bytes)
-                warps, stages, fault = self.kernel_meta[meta_hash]
+                warps, stages, shared, fault = self.kernel_meta[meta_hash]
                 if fault:
                     problems.append(Problem(os.path.join(top, files.meta_json[rel]), None,
                                             f"{fault}: the kernel's num_warps and num_stages are unknown"))
             elif rel in files.meta_json:
                 reread = True
-            kernels.append(Kernel(name, _cache_dir(rel), ir_hash, self.layout_counts[ir_hash], warps, stages))
+            kernels.append(Kernel(name, _cache_dir(rel), ir_hash, self.layout_counts[ir_hash], warps, stages,
+                                  shared))
         values["ir_incomplete"] = 1 if len(kernels) < len(files.ttgir) or files.problems else 0
         if _CONTROL.search(top):
             problems.append(Problem(top, None, "the cell's path holds a control character (a newline?): "

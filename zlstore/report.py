@@ -6,7 +6,7 @@ import itertools
 import textwrap
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
-from . import caliber, judge, output
+from . import caliber, judge, output, provenance
 
 
 def _grouped(rows: Sequence[dict]):
@@ -86,12 +86,68 @@ def screen_shown(rows: Sequence[dict]) -> "output.Shown":
     return output.Shown(shown, ["root"] + SCREEN_COLUMNS + ["note"], ["root"] + SCREEN_HEADERS + ["note"])
 
 
+# What a heading names of an environment: which card a cell ran on is the
+# tables' business, not the heading's.
+HEADING_FIELDS = tuple(name for name in provenance.NAMES if name != "devices")
+
+
+def environment_heading(environments: Sequence[Mapping]) -> str:
+    """The line under a root's heading that says what its cells ran on
+    (judge.root_environments' rows for the root): one environment, or each
+    with its count of cells, and how many cells recorded none."""
+    described: Dict[str, int] = {}
+    unknown = 0
+    for env in environments:
+        if env.get("environment_id") is None:
+            unknown += env["cells"]
+            continue
+        text = provenance.describe(env, HEADING_FIELDS)
+        described[text] = described.get(text, 0) + env["cells"]
+    if not described:
+        return "  ran on: unknown (its cells record no environment)"
+    none = f"; {unknown} cell{'s' if unknown != 1 else ''} recorded none" if unknown else ""
+    if len(described) == 1:
+        return f"  ran on: {next(iter(described))}{none}"
+    return (f"  ran on {len(described)} environments: "
+            + " | ".join(f"{text} ({n} cells)" for text, n in described.items()) + none)
+
+
+def environment_note(differences: Optional[Mapping[str, Mapping]]) -> Optional[str]:
+    """What a pair's or range's cells differ in besides the switch, by field
+    name: `triton 3.5.0 before, 3.6.0 after` where the sides differ."""
+    if not differences:
+        return None
+    parts = []
+    for field, d in differences.items():
+        label = provenance.BY_NAME[field].label if field in provenance.BY_NAME else field
+        by_side = d.get("by_side") or {}
+        if set(by_side) == {"before", "after"} and not any(" | " in str(v) for v in by_side.values()):
+            parts.append(f"{label} {by_side.get('before')} before, {by_side.get('after')} after")
+        else:
+            parts.append(f"{label} {' | '.join(str(v) for v in d['values'])}")
+    return "cells differ in " + "; ".join(parts)
+
+
+def environment_warnings(differences: Mapping[tuple, Mapping], names: Mapping[int, str]) -> List[str]:
+    """One stderr line per (root, op, dtype) whose cells differ in anything
+    but the switch: its results may be that difference's, not the switch's."""
+    lines = []
+    for (root_id, op, dtype), fields in differences.items():
+        label = f"{op}{':' + dtype if dtype else ''}"
+        lines.append(f"warning: {names.get(root_id, root_id)} {label}: {environment_note(fields)}; "
+                     "a difference may be theirs, not the switch's")
+    return lines
+
+
 def screen(rows: Sequence[dict], rule_name: str, axes: Optional[Mapping[str, Mapping]] = None,
-           width: Optional[int] = None) -> str:
+           environments: Optional[Mapping[int, Sequence[Mapping]]] = None,
+           differences: Optional[Mapping[tuple, Mapping]] = None, width: Optional[int] = None) -> str:
     """The screening verdicts per root (with whether its axis is live, from
-    axes: root name -> screen_roots row), each pair followed by its note,
-    its labelled range line and its hint where it has them, then the count
-    of each verdict (judge.screen_summary)."""
+    axes: root name -> screen_roots row, and what its cells ran on), each
+    pair followed by its note, its labelled range line, its hint and what
+    its sides' environments differ in where it has them (each on lines of
+    its own, wrapped to width), then the count of each verdict
+    (judge.screen_summary)."""
     lines: List[str] = []
     for name, group in _grouped(rows):
         group = list(group)
@@ -100,13 +156,16 @@ def screen(rows: Sequence[dict], rule_name: str, axes: Optional[Mapping[str, Map
         axis_text = f"; axis {axis['axis']} under {axis['strictest_rule']}" if axis else ""
         lines.extend(wrapped(f"{name}  (rule {rule_name}{axis_text}; caliber: {' | '.join(sorted(calibers))})",
                              width))
+        if environments is not None:
+            lines.extend(wrapped(environment_heading(environments.get(group[0].get("root_id"), [])), width, "    "))
         table = output.table(screen_shown(group).rows, SCREEN_COLUMNS, SCREEN_HEADERS).split("\n")
         lines.extend(table[:2])
         for row, line in zip(group, table[2:]):
             lines.append(line)
             lines.extend(note_lines("note", row.get("note"), width))
-            for extra in (range_line(row), hint_line(row)):
-                if extra is not None:
+            differs = environment_note((differences or {}).get((row.get("root_id"), row["op"], row["dtype"])))
+            for extra in (range_line(row), hint_line(row), differs and f"    environment: {differs}"):
+                if extra:
                     lines.extend(wrapped(extra, width, "      "))
         lines.append("")
     for line in screen_summary_lines(judge.screen_summary(rows, rule_name)):
@@ -216,27 +275,31 @@ def caliber_notes(rows: Sequence[Mapping]) -> Dict[int, str]:
     return notes
 
 
-def ab_shown(rows: Sequence[dict]) -> "output.Shown":
+def ab_shown(rows: Sequence[dict], differences: Optional[Mapping[tuple, Mapping]] = None) -> "output.Shown":
     """The ranges with the cells the findings table shows (interval, floor,
-    note; an effect only where there is a test), as -t prints them: the
-    root a column, the note a column."""
+    note, with what its cells differ in besides the switch; an effect only
+    where there is a test), as -t prints them: the root a column, the note a column."""
     by_caliber = caliber_notes(rows)
-    noted = [{**row, "note": "; ".join(filter(None, (by_caliber.get(i), ab_note(row)))),
+    differs = {i: environment_note((differences or {}).get((row.get("root_id"), row["op"], row["dtype"])))
+               for i, row in enumerate(rows)}
+    noted = [{**row, "note": "; ".join(filter(None, (by_caliber.get(i), ab_note(row), differs[i]))),
               "interval": interval_text(row), "floor": floor_text(row),
               "effect": row["effect"] if row["p_value"] is not None else None}
              for i, row in enumerate(rows)]
     return output.Shown(noted, ["root"] + AB_COLUMNS, ["root"] + AB_HEADERS)
 
 
-def ab(rows: Sequence[dict], settings: Mapping, summary: Optional[Mapping] = None,
+def ab(rows: Sequence[dict], settings: Mapping, environments: Optional[Mapping[int, Sequence[Mapping]]] = None,
+       differences: Optional[Mapping[tuple, Mapping]] = None, summary: Optional[Mapping] = None,
        width: Optional[int] = None) -> str:
     """The A/B ranges per root, findings first, each with its effect,
     interval, q-value, finding and the op's noise floor beside it, and a
-    note below it where it has one (wrapped to width, so that the table
-    fits a terminal); then the count of each finding and the thresholds
-    they were held to (judge.ab_summary). An effect is shown only where
-    there is a test: too few rounds show none."""
-    noted = ab_shown(rows).rows
+    note below it where it has one (what would settle it, what its cells
+    differ in besides the switch; wrapped to width, so that the table fits
+    a terminal); then the count of each finding and the thresholds they
+    were held to (judge.ab_summary). An effect is shown only where there
+    is a test: too few rounds show none."""
+    noted = ab_shown(rows, differences).rows
     lines: List[str] = []
     for name, group in _grouped(noted):
         group = list(group)
@@ -244,6 +307,8 @@ def ab(rows: Sequence[dict], settings: Mapping, summary: Optional[Mapping] = Non
         lines.extend(wrapped(f"{name}  (effect: geometric mean of before / after over the rounds, above 1 faster; "
                              f"q: t-test on the rounds' log ratios, Benjamini-Hochberg over the root's {tested} "
                              "tested ranges)", width))
+        if environments is not None:
+            lines.extend(wrapped(environment_heading(environments.get(group[0].get("root_id"), [])), width, "    "))
         floors = [{**row, "floor": "+-" + output.cell_text(row["noise_floor"])
                    if row["noise_floor"] is not None else "none"} for row in group]
         table = output.table(floors, AB_COLUMNS[:-1], AB_HEADERS[:-1]).split("\n")
@@ -407,3 +472,56 @@ def campaign(result) -> str:
             lines.append(f"ops left: continue with {then['resume']}")
         lines.append(f"next: {then['next']}")
     return "\n".join(lines)
+
+
+HISTORY_COLUMNS = ["dtype", "shape", "rounds", "effect", "interval", "q_value", "finding"]
+HISTORY_HEADERS = ["dtype", "shape", "rounds", "effect", "95% interval", "q", "finding"]
+HISTORY_SCREEN_COLUMNS = ["dtype", "verdict", "range"]
+
+
+def history(result: Mapping) -> str:
+    """One op across roots, oldest first: per root when it ran, what it ran
+    on or what changed since the entry before, and its ranges (campaign) or
+    verdicts (screen, with the range labelled: never a result); then each
+    flip of a shape's finding between consecutive campaigns."""
+    label = result["op"] + (f":{result['dtype']}" if result["dtype"] else "")
+    entries = result["entries"]
+    lines = [f"history of {label}" + (f" shape {result['shape']}" if result["shape"] else "")
+             + f": {len(entries)} root{'s' if len(entries) != 1 else ''}, oldest first (rule {result['rule']})", ""]
+    for i, entry in enumerate(entries):
+        lines.append(f"{entry['started_at'] or '(time unknown)'}  {entry['root']}  ({entry['kind']})")
+        if i == 0 or not entry["changes"]:
+            env = entry["environment"]
+            lines.append("  ran on: " + (provenance.describe(env) if env else "unknown (its cells record none)")
+                         + ("; nothing changed since the entry before" if i else ""))
+        if entry["changes"]:
+            lines.append("  changed: " + "; ".join(entry["changes"]))
+        flipped = {(f["dtype"], f["shape"]) for f in result["flips"] if f["to"]["root"] == entry["root"]}
+        if entry["kind"] == "screen":
+            rows = [{**r, "range": f"{r['range_label']}: {output.cell_text(r['min'])} .. "
+                                   f"{output.cell_text(r['median'])} .. {output.cell_text(r['max'])}"
+                     if r["range_label"] and r["median"] is not None else ""} for r in entry["results"]]
+            table = output.table(rows, HISTORY_SCREEN_COLUMNS)
+        else:
+            rows = [{**r, "interval": interval_text(r),
+                     "finding": r["finding"] + ("  << flipped" if (r["dtype"], r["shape"]) in flipped else "")}
+                    for r in entry["results"]]
+            table = output.table(rows, HISTORY_COLUMNS, HISTORY_HEADERS)
+        lines.extend("  " + line for line in table.split("\n"))
+        lines.append("")
+    if result["flips"]:
+        lines.append(f"{len(result['flips'])} finding{'s' if len(result['flips']) != 1 else ''} changed "
+                     "between consecutive campaigns:")
+        for f in result["flips"]:
+            lines.append(f"  {f['op']}{':' + f['dtype'] if f['dtype'] else ''} {f['shape']}: "
+                         f"{f['from']['finding']} -> {f['to']['finding']}  "
+                         f"({_flip_side(f['from'])} in {f['from']['root']}; {_flip_side(f['to'])} in {f['to']['root']})")
+    else:
+        lines.append("no shape's finding changed between consecutive campaigns")
+    return "\n".join(lines)
+
+
+def _flip_side(side: Mapping) -> str:
+    interval = interval_text(side)
+    effect = output.cell_text(side["effect"]) if side["effect"] is not None else "no effect"
+    return f"{effect}, {interval}" if interval else f"{effect}, no interval ({side['rounds']} rounds)"

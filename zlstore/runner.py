@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, IO, List, Optional, Sequence, Tuple
 
-from . import caliber, judge, layout, pairing
+from . import caliber, judge, layout, pairing, provenance
 from . import plan as planmod
 from .harness import (DEFAULT_CELL_TIMEOUT, DEFAULT_SWITCH_VALUES, caliber_items, env_text, fill, local_now, num,
                       switch_values, timestamp, write_atomic, write_cell_env)
@@ -226,10 +226,11 @@ def run_screen(store, config: ScreenConfig, report: Callable[[str], None] = lamb
          ("HOST", socket.gethostname()), ("STARTED_AT", started), ("CELL_TIMEOUT", num(config.cell_timeout))]
         + caliber_items(dict(os.environ))))
     results: List[SideResult] = []
+    environment = provenance.capture(str(config.device if config.device is not None else config.card))
     for op, dtype in config.ops:
         for side, value in zip(layout.SIDES, config.values):
             with interrupts():
-                result = _screen_side(store, config, root, op, dtype, side, value, visible)
+                result = _screen_side(store, config, root, op, dtype, side, value, visible, environment)
             results.append(result)
             label = op_label(op, dtype)
             how = f"killed at the {num(config.cell_timeout)} s timeout, RC {result.rc}" if result.timed_out else f"RC {result.rc}"
@@ -272,10 +273,11 @@ def screen_tsv_rows(result: dict) -> List[dict]:
 
 
 def _screen_side(store, config: ScreenConfig, root: Path, op: str, dtype: str, side: str,
-                 value: str, visible: str) -> SideResult:
+                 value: str, visible: str, environment: Dict[str, str]) -> SideResult:
     out = root / _cell_name(op, dtype, side)
     out.mkdir(parents=True)
     env = dict(os.environ)
+    env.update(provenance.exported(environment))
     env.update({
         "OUT_DIR": str(out), "OP": op, "DTYPE": dtype, "SIDE": side, "ROUND": "0",
         "CARD": str(config.card), "SWITCH": config.switch, "SWITCH_VALUE": value,
@@ -304,7 +306,7 @@ def _screen_side(store, config: ScreenConfig, root: Path, op: str, dtype: str, s
     rc = TIMEOUT_RC if timed_out else shell_rc(proc.returncode)
     write_cell_env(out, op=op, dtype=dtype, side=side, round_=0, card=config.card, started_at=started_at,
                    switch=config.switch, switch_value=value, cell_timeout=config.cell_timeout, env=env,
-                   elapsed_s=elapsed, rc=rc)
+                   elapsed_s=elapsed, rc=rc, environment={**environment, **provenance.command_file(out)})
     store.record([out])
     return SideResult(op, dtype, side, rc, elapsed, timed_out, out)
 

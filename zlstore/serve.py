@@ -14,7 +14,8 @@ filled in here, never restated there:
   are the schema's own macros (zlstore/db.py), expanded the same way;
 * a ``"@caliber"`` entry in a facet list stands for the seven caliber fields,
   and in a ``columns`` mapping for a description of each of them
-  (zlstore/caliber.py);
+  (zlstore/caliber.py); ``"@environment"`` in a ``columns`` mapping for the
+  provenance fields (zlstore/provenance.py);
 * a column description ``"@verdict"``, ``"@reason"``, ``"@range_label"`` or
   ``"@finding"`` is written from the verdicts, rejection reasons and findings
   in zlstore/judge.py.
@@ -36,7 +37,7 @@ from datasette.database import Database
 from datasette.plugins import pm
 from datasette.utils import tilde_encode
 
-from . import caliber, datasette_plugin, judge
+from . import caliber, datasette_plugin, judge, provenance
 from . import db as dbmod
 from .db import render_schema
 from .store import Store
@@ -119,6 +120,9 @@ def _expand_table(table: dict) -> dict:
         for name, text in table["columns"].items():
             if name == "@caliber":
                 columns.update({f.name: caliber_description(f) for f in caliber.CALIBER_FIELDS})
+            elif name == "@environment":
+                columns.update({f.name: f"what the cells ran on: {f.label} (cell.env {f.env}; empty: unknown)"
+                                for f in provenance.FIELDS})
             elif text in GENERATED_COLUMNS:
                 columns[name] = GENERATED_COLUMNS[text]()
             else:

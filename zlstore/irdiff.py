@@ -1,0 +1,593 @@
+"""Which kernels changed between two cells, and how (`zlstore diff`).
+
+A fingerprint says only *that* two cells' IR differs. This module pairs the
+kernels of two cells by name and says, per pair, whether the text a
+fingerprint rule hashes is the same, with the counts that say what kind of
+change it is (convert_layout, num_warps, num_stages, shared memory) and the
+unified diff of the normalized text (or of the text as compiled).
+
+Two sides come from: a screening pair (`ROOT OP`), one round of a repeat
+run or campaign (`ROOT OP --round N`), or the same side of two roots
+(`ROOT_A:OP ROOT_B:OP`: two compiler builds; A is "before", B "after").
+
+Kernels of one name on both sides are paired in this order, each step
+over what the steps before left unpaired (PAIRING):
+
+1. the same text under the rule in force (they are `same`);
+2. the same text under the strictest rule (v4): they differ only in what
+   it leaves out, e.g. source locations;
+3. the same launch configuration (num_warps, num_stages, shared memory),
+   in the order the kernels were stored (by cache directory);
+4. in the order they were stored.
+
+What is left over is `only before` or `only after`. Everything here reads
+the store and the fingerprint rules (ttgir.py); nothing is written, and no
+file of the runs/ tree is read: the IR is the stored IR.
+"""
+
+import difflib
+import json
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from . import layout, names, output, ttgir
+from .parse import unpacked
+
+# The statuses of a pair of kernels, in the order a report lists them.
+CHANGED, ONLY_BEFORE, ONLY_AFTER, SAME = "changed", "only before", "only after", "same"
+STATUSES = (CHANGED, ONLY_BEFORE, ONLY_AFTER, SAME)
+
+# How a pair was made (the steps of the module docstring), as reported.
+PAIRING = (
+    "same text under the rule",
+    "same text under the strictest rule",
+    "same num_warps, num_stages and shared memory, in stored order",
+    "stored order (by cache directory)",
+)
+BY_RULE, BY_STRICTEST, BY_CONFIG, BY_ORDER = PAIRING
+
+SIDES = ("before", "after")
+
+# Why the IR of two cells cannot answer (document["problem"]): the
+# verdicts' own names where there is one.
+IR_UNREAD, NO_TRITON = names.BY_NAME["IR_UNREAD"].name, names.BY_NAME["NO_TRITON"].name
+MISSING_CELL = "no cell"
+
+# What each kernel side reports besides its text: the stored columns.
+COUNTS = ("convert_layouts", "num_warps", "num_stages", "shared")
+
+
+class DiffError(ValueError):
+    """A diff that cannot be made as asked (wrong kind of root, no such op,
+    round or card): a usage error, with what would be right."""
+
+
+@dataclass
+class Side:
+    """One cell of a diff, and where it came from."""
+
+    label: str            # "before" / "after"; in the two-root form: A's or B's side
+    root: str             # the root's name
+    root_path: str
+    kind: str             # screen, repeat, campaign
+    op: str
+    dtype: Optional[str]
+    side: str             # the cell's own side
+    round: Optional[int]
+    card: Optional[int]
+    cell_id: Optional[int]
+    path: Optional[str]   # the cell directory
+    rc: Optional[int] = None
+    n_kernels: int = 0
+    ir_incomplete: bool = False
+    index_hash: Optional[str] = None
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(eq=False)  # a kernel is itself: two of equal fields are still two
+class Kernel:
+    """One stored kernel of a side, with its text under the rule."""
+
+    id: int
+    name: str
+    cache_dir: Optional[str]
+    path: str
+    ir_hash: str
+    convert_layouts: int
+    num_warps: Optional[int]
+    num_stages: Optional[int]
+    shared: Optional[int]
+    raw: bytes = field(repr=False, default=b"")
+    digest: str = ""            # under the rule
+    strictest_digest: str = ""  # under the strictest rule
+
+    def text(self) -> str:
+        return self.raw.decode("utf-8", "surrogateescape")
+
+    def config(self) -> tuple:
+        return (self.num_warps, self.num_stages, self.shared)
+
+    def as_dict(self) -> dict:
+        return {"cache_dir": self.cache_dir, "path": self.path, "ir_hash": self.ir_hash,
+                **{c: getattr(self, c) for c in COUNTS}}
+
+
+@dataclass
+class Pair:
+    name: str
+    status: str
+    before: Optional[Kernel]
+    after: Optional[Kernel]
+    paired_by: Optional[str]   # PAIRING; None for a kernel of one side only
+    note: Optional[str] = None
+    diff: str = ""
+
+
+# -- choosing the two cells ----------------------------------------------------
+
+
+def parse_op(text: str) -> Tuple[str, Optional[str]]:
+    """OP[:DTYPE] as (op, dtype); dtype None: not given, '' for `op:` (the
+    op's own default set)."""
+    op, sep, dtype = text.partition(":")
+    if not op:
+        raise DiffError(f"{text!r}: give an op, as OP or OP:DTYPE (topk, topk:float16)")
+    if ":" in dtype:
+        raise DiffError(f"{text!r}: give OP or OP:DTYPE")
+    return op, (dtype if sep else None)
+
+
+def names_an_op(text: str) -> bool:
+    """Whether a command-line word is OP[:DTYPE] (not ROOT:OP[:DTYPE]): no
+    colon, or one colon followed by a dtype name (or nothing)."""
+    parts = text.split(":")
+    return len(parts) == 1 or (len(parts) == 2 and (parts[1] == "" or parts[1] in layout.TORCH_DTYPES))
+
+
+def parse_root_op(text: str) -> Tuple[str, str, Optional[str]]:
+    """ROOT:OP[:DTYPE] as (root, op, dtype); a root may itself hold colons
+    (a path): the dtype is the last part only when it is a dtype name."""
+    parts = text.split(":")
+    if len(parts) >= 3 and (parts[-1] in layout.TORCH_DTYPES or parts[-1] == ""):
+        root, op, dtype = ":".join(parts[:-2]), parts[-2], parts[-1]
+    elif len(parts) >= 2:
+        root, op, dtype = ":".join(parts[:-1]), parts[-1], None
+    else:
+        raise DiffError(f"{text!r}: give ROOT:OP or ROOT:OP:DTYPE")
+    if not root or not op:
+        raise DiffError(f"{text!r}: give ROOT:OP or ROOT:OP:DTYPE")
+    return root, op, dtype
+
+
+def _spelled(op: str, dtype: Optional[str]) -> str:
+    return op if dtype is None else f"{op}:{dtype}"
+
+
+def _dtype(conn, root: dict, op: str, dtype: Optional[str]) -> Optional[str]:
+    """The dtype of op's cells in root: the one given, or the only one there
+    is. DiffError naming the root's ops, or the op's dtypes, otherwise."""
+    found = [r[0] for r in conn.execute(
+        "SELECT DISTINCT dtype FROM cells WHERE root_id = ? AND op = ? AND superseded_at IS NULL ORDER BY dtype",
+        (root["id"], op))]
+    if not found:
+        ops = [_spelled(o, d) for o, d in conn.execute(
+            "SELECT DISTINCT op, dtype FROM cells WHERE root_id = ? AND op IS NOT NULL ORDER BY op, dtype",
+            (root["id"],))]
+        raise DiffError(f"no op {op!r} in {root['name']}; its ops: {', '.join(ops) or 'none'}")
+    if dtype is None:
+        if len(found) > 1:
+            raise DiffError(f"{op} has several dtypes in {root['name']}: "
+                            f"{', '.join(_spelled(op, d) for d in found)}; name one")
+        return found[0]
+    if dtype not in found:
+        raise DiffError(f"no {op}:{dtype} in {root['name']}; {op} was run as "
+                        f"{', '.join(_spelled(op, d) for d in found)}")
+    return dtype
+
+
+def _cell(conn, root: dict, op: str, dtype: Optional[str], side: str, round_: Optional[int],
+          card: Optional[int], label: str) -> Side:
+    """The one current cell of root holding that side of op (in that round,
+    on that card where given). DiffError where the root is of the wrong
+    kind for the round asked, or where several cells claim the side."""
+    kind = root["kind"]
+    if kind == "screen":
+        if round_ not in (None, 0):
+            raise DiffError(f"{root['name']} is a screening root: its one pair is round 0; drop --round")
+        if card is not None:
+            raise DiffError(f"{root['name']} is a screening root: its pair is one whatever the card; drop --card")
+        round_ = 0
+    elif round_ is None:
+        rounds = [r[0] for r in conn.execute(
+            "SELECT DISTINCT round FROM cells WHERE root_id = ? AND op = ? AND dtype IS ? AND round IS NOT NULL "
+            "AND superseded_at IS NULL ORDER BY round", (root["id"], op, dtype))]
+        raise DiffError(f"{root['name']} is a {kind} root: give --round N (its rounds of {_spelled(op, dtype)}: "
+                        f"{', '.join(map(str, rounds)) or 'none'})")
+    sql = ("SELECT c.*, (SELECT count(*) FROM kernels k WHERE k.cell_id = c.id) AS stored_kernels FROM cells c "
+           "WHERE c.root_id = ? AND c.op = ? AND c.dtype IS ? AND c.side = ? AND c.round IS ? "
+           "AND c.superseded_at IS NULL")
+    params = [root["id"], op, dtype, side, round_]
+    if card is not None:
+        sql += " AND c.card IS ?"
+        params.append(card)
+    cursor = conn.execute(sql + " ORDER BY c.id", params)
+    columns = [d[0] for d in cursor.description]
+    rows = [dict(zip(columns, r)) for r in cursor.fetchall()]
+    where = f"{_spelled(op, dtype)} in {root['name']}" + (f", round {round_}" if kind != "screen" else "") + \
+        (f", card {card}" if card is not None else "")
+    if not rows:
+        if kind != "screen":
+            rounds = [r[0] for r in conn.execute(
+                "SELECT DISTINCT round FROM cells WHERE root_id = ? AND op = ? AND dtype IS ? AND side = ? "
+                "AND superseded_at IS NULL" + (" AND card IS ?" if card is not None else "") + " ORDER BY round",
+                [root["id"], op, dtype, side] + ([card] if card is not None else []))]
+            raise DiffError(f"no {side} cell of {where}; its rounds: {', '.join(map(str, rounds)) or 'none'}")
+        return Side(label, root["name"], root["path"], kind, op, dtype, side, round_, card, None, None)
+    if len(rows) > 1:
+        cards = sorted({r["card"] for r in rows}, key=lambda c: (c is None, c))
+        if card is None and len(cards) > 1:
+            raise DiffError(f"{where}: the {side} side ran on cards {', '.join(map(str, cards))}; give --card")
+        raise DiffError(f"{where}: {len(rows)} cells claim the {side} side ({names.DUPLICATE}): "
+                        f"{', '.join(r['relpath'] for r in rows)}; forget the copy (zlstore forget)")
+    c = rows[0]
+    return Side(label, root["name"], root["path"], kind, op, dtype, side, c["round"], c["card"], c["id"], c["path"],
+                c["rc"], c["stored_kernels"], bool(c["ir_incomplete"]), c["index_hash"])
+
+
+def pair_cells(store, root, op: str, dtype: Optional[str] = None, round_: Optional[int] = None,
+               card: Optional[int] = None) -> Tuple[Side, Side]:
+    """The before and after cells of op in root: its screening pair, or
+    round round_ (on card, where several ran it) of a repeat run or campaign."""
+    found = store.root(root)
+    dtype = _dtype(store.conn, found, op, dtype)
+    return tuple(_cell(store.conn, found, op, dtype, side, round_, card, side) for side in SIDES)
+
+
+def same_side_cells(store, a: Tuple[str, str, Optional[str]], b: Tuple[str, str, Optional[str]],
+                    side: str = "before", round_: Optional[int] = None,
+                    card: Optional[int] = None) -> Tuple[Side, Side]:
+    """The `side` cell of (root, op, dtype) a and of b: one side under two
+    compiler builds. a is reported as before, b as after. round_ and card
+    choose the cell of a repeat run or campaign; a screening root has one."""
+    if side not in SIDES:
+        raise DiffError(f"--side is before or after, not {side!r}")
+    cells = []
+    for (root, op, dtype), label in zip((a, b), ("A", "B")):
+        found = store.root(root)
+        screen = found["kind"] == "screen"  # its pair is round 0: --round and --card are the other root's
+        cells.append(_cell(store.conn, found, op, _dtype(store.conn, found, op, dtype), side,
+                           None if screen else round_, None if screen else card, f"{label}: {found['name']} {side}"))
+    return tuple(cells)
+
+
+# -- the kernels and their pairs -------------------------------------------------
+
+
+def _kernels(conn, side: Side, rule: ttgir.Rule, strictest: ttgir.Rule) -> List[Kernel]:
+    if side.cell_id is None:
+        return []
+    kernels = []
+    for row in conn.execute(
+            "SELECT k.id, k.name, k.cache_dir, k.ir_hash, k.convert_layouts, k.num_warps, k.num_stages, k.shared, "
+            "b.size, b.data FROM kernels k JOIN blobs b ON b.hash = k.ir_hash WHERE k.cell_id = ? ORDER BY k.id",
+            (side.cell_id,)):
+        kid, name, cache_dir, ir_hash, cl, warps, stages, shared, size, data = row
+        path = "/".join(p for p in (side.path, layout.TRITON_CACHE, cache_dir, name + ".ttgir") if p)
+        raw = unpacked(data, size)
+        kernels.append(Kernel(kid, name, cache_dir, path, ir_hash, cl, warps, stages, shared, raw,
+                              ttgir.raw_digest(rule, raw, ir_hash), ttgir.raw_digest(strictest, raw, ir_hash)))
+    return kernels
+
+
+def _take(before: List[Kernel], after: List[Kernel], key, how: str, pairs: List[tuple]):
+    """Pair each unpaired before kernel with the first unpaired after kernel
+    of equal key, in stored order; remove both from the lists."""
+    for b in list(before):
+        for a in after:
+            if key(b) == key(a):
+                pairs.append((b, a, how))
+                before.remove(b)
+                after.remove(a)
+                break
+
+
+def pair_kernels(before: Sequence[Kernel], after: Sequence[Kernel]) -> List[tuple]:
+    """(before kernel or None, after kernel or None, how) for every kernel
+    of both sides: by name, then as PAIRING says for several of one name."""
+    by_name: Dict[str, Tuple[list, list]] = {}
+    for k in before:
+        by_name.setdefault(k.name, ([], []))[0].append(k)
+    for k in after:
+        by_name.setdefault(k.name, ([], []))[1].append(k)
+    pairs: List[tuple] = []
+    for name in sorted(by_name):
+        b, a = by_name[name]
+        found: List[tuple] = []
+        _take(b, a, lambda k: k.digest, BY_RULE, found)
+        _take(b, a, lambda k: k.strictest_digest, BY_STRICTEST, found)
+        _take(b, a, Kernel.config, BY_CONFIG, found)
+        _take(b, a, lambda k: None, BY_ORDER, found)
+        found.extend((k, None, None) for k in b)
+        found.extend((None, k, None) for k in a)
+        pairs.extend(found)
+    return pairs
+
+
+def _normalized(rule: ttgir.Rule, kernel: Optional[Kernel], raw: bool) -> List[str]:
+    if kernel is None:
+        return []
+    text = kernel.text()
+    return (text if raw else rule.normalized(text)).splitlines(keepends=True)
+
+
+def unified_diff(rule: ttgir.Rule, before: Optional[Kernel], after: Optional[Kernel], raw: bool = False,
+                 labels: Tuple[str, str] = SIDES, context: int = 3) -> str:
+    """The unified diff of the two kernels' texts as the rule hashes them
+    (raw: as compiled), headed by their file paths ('' where equal)."""
+    what = "as compiled" if raw else f"normalized by {rule.name}"
+    heads = [f"{k.path} ({label}, {what})" if k is not None else f"/dev/null ({label}: no such kernel)"
+             for k, label in zip((before, after), labels)]
+    lines = list(difflib.unified_diff(_normalized(rule, before, raw), _normalized(rule, after, raw),
+                                      heads[0], heads[1], n=context))
+    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+
+
+def _status(before: Optional[Kernel], after: Optional[Kernel]) -> str:
+    if before is None:
+        return ONLY_AFTER
+    if after is None:
+        return ONLY_BEFORE
+    return SAME if before.digest == after.digest else CHANGED
+
+
+def diff_sides(conn, before: Side, after: Side, rule: str, raw: bool = False,
+               kernel: Optional[str] = None, with_diff: bool = True, context: int = 3) -> dict:
+    """The kernel pairs of two cells under rule: a document with the rule,
+    both sides, a count per status, notes where the IR cannot say much (no
+    kernels, IR not read in full), and per pair its status, how it was
+    paired, each side's counts and path, and the unified diff (of the raw
+    texts where they differ, with raw). kernel: only the pairs of that
+    kernel name."""
+    rule_obj = ttgir.get_rule(rule)
+    strictest = ttgir.get_rule(ttgir.STRICTEST_RULE)
+    kernels = {s.label: _kernels(conn, s, rule_obj, strictest) for s in (before, after)}
+    made = pair_kernels(kernels[before.label], kernels[after.label])
+    ignored = ttgir.ignored_beyond(rule_obj, strictest)
+    pairs = []
+    for b, a, how in made:
+        name = (b or a).name
+        if kernel is not None and name != kernel:
+            continue
+        status = _status(b, a)
+        note = None
+        if status == CHANGED and b.strictest_digest == a.strictest_digest and ignored:
+            note = f"differs only in what {strictest.name} leaves out: {', '.join(ignored)}"
+        pair = Pair(name, status, b, a, how, note)
+        shown = status != SAME or (raw and b.ir_hash != a.ir_hash)
+        if with_diff and shown:
+            pair.diff = unified_diff(rule_obj, b, a, raw, (before.label, after.label), context)
+        pairs.append(pair)
+    if kernel is not None and not pairs:
+        known = sorted({k.name for ks in kernels.values() for k in ks})
+        raise DiffError(f"no kernel {kernel!r} on either side; the kernels: {', '.join(known) or 'none'}")
+    return _document(rule_obj, before, after, pairs, made, raw, kernel)
+
+
+def _document(rule: ttgir.Rule, before: Side, after: Side, pairs: List[Pair], made: List[tuple],
+              raw: bool, kernel: Optional[str]) -> dict:
+    counts = {s: 0 for s in STATUSES}
+    for p in pairs:
+        counts[p.status] += 1
+    everything = [_status(b, a) for b, a, _ in made]
+    # The cells' fingerprints are equal exactly when every kernel found its
+    # equal (a multiset: step 1 pairs all equal texts), and for v1 the
+    # index.tsv bytes are too.
+    differs = any(s != SAME for s in everything) or (rule.hashes_index and before.index_hash != after.index_hash)
+    notes, problems = [], []
+    for s in (before, after):
+        if s.cell_id is None:
+            notes.append(f"{s.label}: no cell stored for this side")
+            problems.append(MISSING_CELL)
+        elif s.ir_incomplete:
+            notes.append(f"{s.label}: its IR was not read in full ({IR_UNREAD}): kernels may be missing from "
+                         f"this side, and a difference may be only that; zlstore problems {s.root} names the files")
+            problems.append(IR_UNREAD)
+    if all(s.cell_id is not None and s.n_kernels == 0 for s in (before, after)):
+        notes.append(f"neither side compiled a .ttgir ({NO_TRITON}): no IR to compare; "
+                     "the op may have run through aten or a vendor library")
+        problems.append(NO_TRITON)
+    if rule.hashes_index and before.index_hash != after.index_hash:
+        notes.append(f"index.tsv differs ({rule.name} hashes it: its cache hashes differ by side)")
+    notes.extend(_strictest_note(rule, pairs))
+    return {
+        "rule": rule.name,
+        "rule_description": rule.description,
+        "raw": raw,
+        "kernel": kernel,
+        "before": before.as_dict(),
+        "after": after.as_dict(),
+        "ir_differs": differs,
+        "counts": counts,
+        "notes": notes,
+        "problem": problems[0] if problems else None,
+        "pairing": list(PAIRING),
+        "kernels": [_pair_dict(p) for p in pairs],
+    }
+
+
+def _strictest_note(rule: ttgir.Rule, pairs: List[Pair]) -> List[str]:
+    changed = [p for p in pairs if p.status == CHANGED]
+    if changed and all(p.note for p in changed) and all(p.status in (SAME, CHANGED) for p in pairs):
+        return [f"every changed kernel {changed[0].note} ({ttgir.STRICTEST_RULE} sees no difference)"]
+    return []
+
+
+def _pair_dict(p: Pair) -> dict:
+    row = {"kernel": p.name, "status": p.status, "paired_by": p.paired_by, "note": p.note}
+    for side, k in zip(SIDES, (p.before, p.after)):
+        for c in COUNTS:
+            row[f"{c}_{side}"] = getattr(k, c) if k is not None else None
+    for side, k in zip(SIDES, (p.before, p.after)):
+        row[f"cache_dir_{side}"] = k.cache_dir if k is not None else None
+        row[f"path_{side}"] = k.path if k is not None else None
+    row["diff"] = p.diff
+    return row
+
+
+# Columns of a pair row without its text, for --csv, --tsv and -t.
+ROW_COLUMNS = ("kernel", "status", "paired_by", "note") + tuple(
+    f"{c}_{s}" for s in SIDES for c in COUNTS) + tuple(f"{w}_{s}" for s in SIDES for w in ("cache_dir", "path"))
+
+
+def _stored_side(conn, label: str, cell_id) -> Side:
+    """A Side for a stored cell by its id (none: an empty side)."""
+    row = None
+    if cell_id is not None and str(cell_id).strip():
+        row = conn.execute(
+            "SELECT c.id, c.path, c.op, c.dtype, c.side, c.round, c.card, c.rc, c.ir_incomplete, c.index_hash, "
+            "(SELECT count(*) FROM kernels k WHERE k.cell_id = c.id), r.name, r.path, r.kind "
+            "FROM cells c JOIN roots r ON r.id = c.root_id WHERE c.id = ?", (int(cell_id),)).fetchone()
+    if row is None:
+        return Side(label, "", "", "", "", None, label, None, None, None, None)
+    cid, path, op, dtype, side, round_, card, rc, incomplete, index_hash, n, rname, rpath, kind = row
+    return Side(label, rname, rpath, kind, op, dtype, side, round_, card, cid, path, rc, n, bool(incomplete),
+                index_hash)
+
+
+def current_rule(conn) -> str:
+    """The current rule of the store on conn (judging_settings)."""
+    return conn.execute("SELECT current_rule FROM judging_settings").fetchone()[0]
+
+
+def kernel_diff_json(conn, before_cell_id, after_cell_id, rule: Optional[str] = None) -> str:
+    """The pairs of two stored cells as a JSON array, under rule (None or
+    '': the current one), as the text shows them (each count one value, or
+    'before -> after'): the SQL function zlstore_kernel_diff, which the
+    canned query kernel_diff reads."""
+    before, after = (_stored_side(conn, label, cell_id)
+                     for label, cell_id in zip(SIDES, (before_cell_id, after_cell_id)))
+    rows = diff_sides(conn, before, after, rule or current_rule(conn))["kernels"]
+    return json.dumps([{"kernel": r["kernel"], "status": r["status"], **{c: _value(r, c) for c in COUNTS},
+                        "paired_by": r["paired_by"], "note": r["note"], "diff": r["diff"]} for r in rows])
+
+
+def register(conn) -> None:
+    """zlstore_kernel_diff(before_cell_id, after_cell_id, rule) on conn."""
+    conn.create_function("zlstore_kernel_diff", 3, lambda b, a, rule: kernel_diff_json(conn, b, a, rule))
+
+
+# -- the command's one call -------------------------------------------------------
+
+
+def diff(store, first: str, second: str, rule: Optional[str] = None, round_: Optional[int] = None,
+         card: Optional[int] = None, side: Optional[str] = None, raw: bool = False,
+         kernel: Optional[str] = None, with_diff: bool = True) -> dict:
+    """What `zlstore diff FIRST SECOND` says: FIRST a root and SECOND
+    OP[:DTYPE] (its screening pair, or round round_ of a repeat run or
+    campaign), or both ROOT:OP[:DTYPE] (the same side of two roots: side,
+    default before). rule: default the current one. The document of
+    diff_sides, with the form ("pair", "round" or "roots") and, for a
+    screening pair, its verdict and hint under the rule."""
+    from . import judge  # noqa: PLC0415 - judge imports much; only this needs it
+
+    rule_name = judge.resolve_rule(store, rule)
+    if names_an_op(second):
+        if side is not None:
+            raise DiffError("--side is for two roots (ROOT_A:OP ROOT_B:OP); a pair has both sides")
+        op, dtype = parse_op(second)
+        before, after = pair_cells(store, first, op, dtype, round_, card)
+        form = "pair" if before.kind == "screen" else "round"
+    else:
+        a, b = parse_root_op(first), parse_root_op(second)
+        before, after = same_side_cells(store, a, b, side or "before", round_, card)
+        form = "roots"
+    document = {"form": form, "current_rule": store.current_rule,
+                **diff_sides(store.conn, before, after, rule_name, raw, kernel, with_diff)}
+    if form == "pair":
+        verdict = store.conn.execute(
+            "SELECT verdict, hint, note FROM verdicts_by_rule v JOIN cells c ON c.id = ? "
+            "WHERE v.root_id = c.root_id AND v.op IS c.op AND v.dtype IS c.dtype AND v.rule = ?",
+            (before.cell_id if before.cell_id is not None else after.cell_id, rule_name)).fetchone()
+        document["verdict"], document["hint"], document["verdict_note"] = verdict or (None, None, None)
+    return document
+
+
+# -- the text for people -------------------------------------------------------------
+
+
+def _plain(text: str, **_style) -> str:
+    return text
+
+
+def _value(row: dict, column: str) -> str:
+    """A count on both sides: one value where equal, 'b -> a' where not."""
+    b, a = row[f"{column}_before"], row[f"{column}_after"]
+    shown = ["" if v is None else str(v) for v in (b, a)]
+    if row["status"] == ONLY_BEFORE:
+        return shown[0]
+    if row["status"] == ONLY_AFTER:
+        return shown[1]
+    return shown[0] if b == a else f"{shown[0]} -> {shown[1]}"
+
+
+_STATUS_COLOR = {CHANGED: "yellow", ONLY_BEFORE: "red", ONLY_AFTER: "green"}
+_DIFF_COLOR = (("+++", None), ("---", None), ("+", "green"), ("-", "red"), ("@@", "cyan"))
+
+
+def _heading(document: dict) -> List[str]:
+    before, after = document["before"], document["after"]
+    what = _spelled(before["op"] or after["op"], before["dtype"] if before["op"] else after["dtype"])
+    rule = document["rule"] + (" (the current rule)" if document.get("current_rule") == document["rule"] else "")
+    form = document.get("form")
+    if form == "roots":
+        lines = [f"{what}, {before['side']} side of two roots, under {rule}"]
+    elif form == "round":
+        card = f", card {before['card']}" if before["card"] is not None else ""
+        lines = [f"{what} in {before['root']}, round {before['round']}{card}, under {rule}"]
+    else:
+        verdict = f": {document['verdict']}" if document.get("verdict") else ""
+        lines = [f"{what} in {before['root'] or after['root']}, screening pair, under {rule}{verdict}"]
+        if document.get("hint"):
+            lines.append(f"hint: {document['hint']}")
+    for side in (before, after):
+        where = side["path"] or "(no cell stored)"
+        lines.append(f"{side['label']}: {where} ({side['n_kernels']} kernels)")
+    return lines
+
+
+def text(document: dict, style=_plain) -> str:
+    """diff_sides' document as `zlstore diff` prints it: where the sides
+    came from, the kernel table, the count per status with the notes, and
+    each diff. style(text, fg=..., bold=...): how to color (click.style on
+    a terminal; the default leaves text plain)."""
+    lines = _heading(document)
+    rows = document["kernels"]
+    if rows:
+        table = [{"kernel": r["kernel"], "status": r["status"],
+                  **{c: _value(r, c) for c in COUNTS}, "paired by": r["paired_by"] or "", "note": r["note"] or ""}
+                 for r in rows]
+        headers = ["kernel", "status", "convert_layout", "num_warps", "num_stages", "shared", "paired by", "note"]
+        rendered = output.table(table, ["kernel", "status", *COUNTS, "paired by", "note"], headers=headers,
+                                align=["left"] * len(headers))
+        body = rendered.split("\n")
+        lines.append("")
+        lines.extend(body[:2])
+        for line, row in zip(body[2:], rows):
+            color = _STATUS_COLOR.get(row["status"])
+            lines.append(style(line, fg=color) if color else line)
+    counts = ", ".join(f"{n} {status}" for status, n in document["counts"].items() if n)
+    lines.append("")
+    lines.append(f"{counts or 'no kernels'} ({document['rule']}: {document['rule_description']})")
+    lines.extend(f"note: {note}" for note in document["notes"])
+    for row in rows:
+        if row["diff"]:
+            lines.append("")
+            for line in row["diff"].rstrip("\n").split("\n"):
+                color = next((c for prefix, c in _DIFF_COLOR if line.startswith(prefix)), None)
+                if line.startswith(("+++", "---")):
+                    lines.append(style(line, bold=True))
+                else:
+                    lines.append(style(line, fg=color) if color else line)
+    return "\n".join(lines)
