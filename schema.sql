@@ -138,6 +138,10 @@ CREATE TABLE IF NOT EXISTS cells (
     -- never paired, never counted as done; NULL: current
     superseded_at TEXT,
     environment_id INTEGER REFERENCES environments(id),  -- what it ran on (cell.env's ENV_* keys); NULL: unknown
+    -- The card a round keys on (names.ROUND_KEY): a screening pair (round
+    -- 0) is one before and one after cell of an op and dtype whatever card
+    -- each ran on, or whether a cell.env said it (ARTIFACTS.md, A/B pairing)
+    pair_card INTEGER GENERATED ALWAYS AS (CASE WHEN round = 0 THEN NULL ELSE card END) VIRTUAL,
     test_outcome TEXT,                  -- what pytest did with its tests: passed, skipped, deselected, failed, error
     test_reason TEXT                    -- and why (zlstore/outcomes.py); both NULL where no plugin reported
 );
@@ -501,7 +505,7 @@ END;
 -- already stored is the one change these triggers do not see: zlstore
 -- replaces a changed cell whole, rows included.
 CREATE TRIGGER cells_update_marks_rounds AFTER UPDATE OF
-    [[round: {c}]], side, caliber_id, superseded_at, content_sig, n_counted ON cells
+    [[round: {c}]], card, side, caliber_id, superseded_at, content_sig, n_counted ON cells
 BEGIN
     INSERT INTO ab_stale_rounds ([[round: {k}]])
     VALUES ([[round: OLD.{c}]]), ([[round: NEW.{c}]]);
@@ -1064,8 +1068,8 @@ judged AS (
             || CASE WHEN db.before_copies > 0 THEN '; the before cell''s files are another cell''s too' ELSE '' END
             || CASE WHEN da.after_copies > 0 THEN '; the after cell''s files are another cell''s too' ELSE '' END
             || CASE WHEN b.id IS NULL AND a.id IS NULL THEN '; no cell stored for either side'
-                 WHEN b.id IS NULL THEN '; no before cell'
-                 WHEN a.id IS NULL THEN '; no after cell' ELSE '' END
+                 WHEN b.id IS NULL THEN '; ' || [[reason MISSING_SIDE]] || ': no before cell stored'
+                 WHEN a.id IS NULL THEN '; ' || [[reason MISSING_SIDE]] || ': no after cell stored' ELSE '' END
             || CASE WHEN b.rc IN ([[timeout_rcs]]) THEN '; before killed at its timeout (rc ' || b.rc || ')' ELSE '' END
             || CASE WHEN a.rc IN ([[timeout_rcs]]) THEN '; after killed at its timeout (rc ' || a.rc || ')' ELSE '' END
             || CASE WHEN b.n_counted = 0 THEN '; before has no counted row'
@@ -1119,7 +1123,11 @@ SELECT
     judged.note,
     CASE WHEN judged.verdict = [[verdict IR_CHANGED]] AND judged.strictest_same
          THEN rules.strictest_hint END AS hint,
-    kinds.licenses,
+    -- a side without a cell is not a dtype without rows: say which it is
+    CASE WHEN judged.verdict = [[verdict NO_ROWS]] AND (judged.before_cell_id IS NULL) <> (judged.after_cell_id IS NULL)
+         THEN 'nothing: ' || [[reason MISSING_SIDE]] || ', one side has no stored cell (the run stopped before it, '
+              || 'or its directory is gone or was not ingested): run it, or ingest it'
+         ELSE kinds.licenses END AS licenses,
     kinds.position AS verdict_position,
     roots.path AS root_path,
     judged.caliber_id,
@@ -1136,6 +1144,30 @@ LEFT JOIN verdict_kinds kinds ON kinds.verdict = judged.verdict
 LEFT JOIN calibers ON calibers.id = judged.caliber_id
 LEFT JOIN ab_round_ranges ranges
     ON ranges.before_cell_id = judged.before_cell_id AND ranges.after_cell_id = judged.after_cell_id;
+
+-- The screening pairs with a cell on one side only (names.MISSING_SIDE's
+-- case in a screening root): the run stopped before the other side, or its
+-- directory is gone or was not ingested. Their verdict is NO_ROWS, and not
+-- for the dtype; `zlstore problems` and the ingest name each, with the path
+-- the missing cell would have.
+CREATE VIEW missing_sides AS
+SELECT
+    roots.name AS root,
+    v.op,
+    v.dtype,
+    CASE WHEN v.before_cell_id IS NULL THEN 'before' ELSE 'after' END AS missing,
+    c.path AS present_cell,
+    c.relpath AS present_relpath,
+    v.root_id
+FROM (SELECT root_id, op, dtype, max(CASE WHEN side = 'before' THEN id END) AS before_cell_id,
+             max(CASE WHEN side = 'after' THEN id END) AS after_cell_id
+      FROM cells
+      WHERE side IN ('before', 'after') AND superseded_at IS NULL
+        AND root_id IN (SELECT id FROM roots WHERE kind = 'screen')
+      GROUP BY root_id, op, dtype) v
+JOIN roots ON roots.id = v.root_id
+JOIN cells c ON c.id = coalesce(v.before_cell_id, v.after_cell_id)
+WHERE (v.before_cell_id IS NULL) <> (v.after_cell_id IS NULL);
 
 -- The screening verdicts under the current rule (settings 'current_rule',
 -- default v3: switching it is instant). Same columns and meaning as

@@ -8,6 +8,17 @@ import pytest
 
 from zlstore import Store
 
+def pytest_configure(config):
+    """A suite started in the background by a shell without job control
+    inherits SIGINT ignored, and so would every process it starts: the
+    Ctrl-C tests would then test nothing (their process runs to its end).
+    Python's own handler back, as in a terminal."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 # A stand-in for FlagGems' benchmark, run by zlstore flaggems in its own
 # pytest process (test_flaggems.py); its tests are not this suite's.
 collect_ignore = ["flaggems_standin"]
@@ -89,3 +100,20 @@ def slurm_cluster():
         yield cluster.env
     finally:
         cluster.stop()
+
+
+@pytest.fixture(autouse=True)
+def signals_left_as_they_were():
+    """A test leaves SIGINT's handler and this thread's signal mask as it
+    found them: a process a later test starts inherits an ignored or
+    blocked SIGINT, and its Ctrl-C tests then wait forever (they share a
+    worker process under pytest -n)."""
+    import signal
+
+    handler, mask = signal.getsignal(signal.SIGINT), signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    yield
+    now_handler, now_mask = signal.getsignal(signal.SIGINT), signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    if (now_handler, now_mask) != (handler, mask):
+        signal.signal(signal.SIGINT, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        pytest.fail(f"the test left SIGINT's handler {now_handler} (was {handler}), the mask {now_mask} (was {mask})")

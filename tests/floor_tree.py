@@ -1,10 +1,8 @@
 """A small runs/ tree in which campaign ranges meet noise floors.
 
-The example tree screens under ZL_ISOLATE_TUNER_CACHE=0 and runs its
-campaign under 1 (campaigns force it), so by the caliber guard none of its
-campaign ranges has a floor. Here the screening root and the campaign share
-one caliber, so every status of a range against its floor occurs, and the
-campaign is unfinished so that progress has ops left.
+Here the screening root and the campaign share one caliber and their ops
+are chosen so that every status of a range against its floor occurs, and
+the campaign is unfinished so that progress has ops left.
 
 Screening root (one shape per op; ratio = before / after):
   gelu float16  NO_IR_DIFF  1.02  -> floor 0.02

@@ -68,12 +68,15 @@ RULES = ("v1", "v2", "v3", "v4")
 _CAL_ENV = tuple(f.env for f in CALIBER_FIELDS)
 _CAL_NAME = {f.env: f.name for f in CALIBER_FIELDS}
 
-# The caliber of the example screening roots: musa, core, 1, 0, 100, file, 0.
+# The caliber of the example screening roots: musa, core, 1, 1, 100, file, 0:
+# the caliber a campaign measures under (campaigns force
+# ZL_ISOLATE_TUNER_CACHE=1), so that the screens' noise floors apply to
+# the campaign's ranges.
 SCREEN_CALIBER = {
     "ZL_BACKEND": "musa",
     "BENCH_LEVEL": "core",
     "ZL_ENABLE_CUDAGRAPH": "1",
-    "ZL_ISOLATE_TUNER_CACHE": "0",
+    "ZL_ISOLATE_TUNER_CACHE": "1",
     "ZL_DIRECT_REPEAT": "100",
     "SHAPE_MODE": "file",
     "USE_FLAGTUNE": "0",

@@ -207,7 +207,7 @@ def test_ab_help_states_the_precedence():
 
 def test_ab_on_a_screening_root_points_to_screen(example_store_path):
     result = invoke(example_store_path, "ab", "ab_rlc_20261012_101500")
-    assert result.exit_code == 0
+    assert result.exit_code == 2
     assert "zlstore screen ab_rlc_20261012_101500" in result.output
 
 

@@ -86,7 +86,7 @@ def test_compare_takes_screening_roots_only(example_store_path, example_source):
     _, manifest = example_source
     result = invoke(example_store_path, "compare", manifest["roots"][0], manifest["campaign"]["root"])
     assert result.exit_code == 2
-    assert "screening roots" in result.output
+    assert "not a screening root" in result.output
 
 
 @pytest.mark.parametrize("index", [0, 1])

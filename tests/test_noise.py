@@ -71,20 +71,28 @@ def test_cli_labels_every_floor(example_store_path, example_source):
 
 
 def test_ranges_are_judged_against_the_floor_of_their_caliber(example_store, example_source):
-    """A campaign runs with isolate_tuner_cache=1, so the screens' floors do
-    not apply to it; measured under the screens' caliber, they do."""
+    """The example campaign is measured under its screens' caliber (campaigns
+    force isolate_tuner_cache=1, and so did the screens): their floors apply
+    to it; under another caliber, none does."""
     _, manifest = example_source
     root = manifest["campaign"]["root"]
-    assert all(r["noise_floor"] is None and r["clears_floor"] is None for r in judge.ab_ranges(example_store, root))
     screen_root = manifest["comparable_roots"][0][0]
     conn = example_store.conn
     screen_caliber = conn.execute("SELECT caliber_id FROM roots WHERE name = ?", (screen_root,)).fetchone()[0]
     campaign_caliber = conn.execute(
         "SELECT caliber_id FROM cells WHERE root_id = (SELECT id FROM roots WHERE name = ?) "
         "GROUP BY caliber_id ORDER BY count(*) DESC LIMIT 1", (root,)).fetchone()[0]
-    with conn:
+    assert campaign_caliber == screen_caliber
+    fields = ", ".join(caliber.NAMES)
+    values = ", ".join("'7'" if name == "direct_repeat" else name for name in caliber.NAMES)
+    with conn:  # another direct_repeat: another caliber, one no screen was measured under
+        other = conn.execute(f"INSERT INTO calibers ({fields}) SELECT {values} FROM calibers WHERE id = ?",
+                             (screen_caliber,)).lastrowid
         conn.execute("UPDATE cells SET caliber_id = ? WHERE caliber_id = ? AND root_id = (SELECT id FROM roots WHERE name = ?)",
-                     (screen_caliber, campaign_caliber, root))
+                     (other, campaign_caliber, root))
+    assert all(r["noise_floor"] is None and r["clears_floor"] is None for r in judge.ab_ranges(example_store, root))
+    with conn:
+        conn.execute("UPDATE cells SET caliber_id = ? WHERE caliber_id = ?", (screen_caliber, other))
     floors = {op: floor for (op, cal), (_, floor, _) in expected_floors(manifest, "v3").items()
               if cal == tuple(manifest["root_info"][screen_root]["caliber"][n] for n in caliber.NAMES)}
     judged = 0

@@ -378,8 +378,8 @@ def test_cli_reingest_counts_stay_the_same(tmp_path):
     root = make_tree(tmp_path / "ab_rlc_8")
     db = str(tmp_path / "cli.db")
     runner = CliRunner()
-    first = json.loads(runner.invoke(cli, ["ingest", str(root), "--db", db, "--json"]).output)
-    again = json.loads(runner.invoke(cli, ["ingest", str(root), "--db", db, "--json"]).output)
+    first = json.loads(runner.invoke(cli, ["ingest", str(root), "--db", db, "--json"]).stdout)
+    again = json.loads(runner.invoke(cli, ["ingest", str(root), "--db", db, "--json"]).stdout)
     assert first["cells_added"] == 6 and first["roots"] == 1
     assert {k: again[k] for k in ("roots", "cells_unchanged", "cells_added", "rows_added", "problems")} == {
         "roots": 1, "cells_unchanged": 6, "cells_added": 0, "rows_added": 0, "problems": []}

@@ -175,3 +175,29 @@ def test_write_refuses_a_campaign_root(private_store):
     result = invoke(store.path, "rescore", manifest["campaign"]["root"], "--write")
     assert result.exit_code == 2
     assert "not a screening root" in result.output
+
+
+def test_screen_shows_the_harness_verdict_beside_a_rewrite(private_store):
+    """After rescore --write, screen.tsv holds zlstore's rewrite: screen's
+    table shows it as `recorded` and the harness's original (screen.tsv.orig)
+    as `orig` wherever the two differ, not only the rewrite."""
+    store, tree, manifest = private_store
+    root = next(r for r in manifest["screen"] if not has_orig(manifest, r))
+    assert invoke(store.path, "rescore", root, "--rule", "v2", "--write").exit_code == 0
+    moved = {(op, dtype): (spec["recorded"], spec["verdict"]["v2"]) for r, op, dtype, spec in screen_pairs(manifest)
+             if r == root and spec["recorded"] != spec["verdict"]["v2"]}
+    assert moved
+    result = invoke(store.path, "screen", root)
+    assert result.exit_code == 0, result.output
+    header = next(line for line in result.stdout.splitlines() if line.startswith("op "))
+    assert header.split()[:5] == ["op", "dtype", "verdict", "recorded", "orig"]
+    for line in result.stdout.splitlines():
+        words = line.split()
+        key = next(((op, dtype) for op, dtype in moved if words[:1] == [op] and (not dtype or words[1] == dtype)),
+                   None)
+        if key is not None:
+            original, rewrite = moved[key]
+            assert [rewrite, original] == [w for w in words if w in (original, rewrite)][-2:], line
+    untouched = invoke(store.path, "screen", next(r for r in manifest["screen"] if r != root and
+                                                    not has_orig(manifest, r))).stdout
+    assert " orig " not in untouched.splitlines()[1]

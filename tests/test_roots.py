@@ -295,15 +295,21 @@ def test_forget_killed_midway_leaves_the_store_as_before(ingested):
 
 def test_a_release_1_root_ingested_from_another_path_is_moved_not_stored_twice(example_source, tmp_path):
     """tests/data/store-v1.db holds ab_rlc_20261014_083000 as ingested from
-    /work/main/examples/runs; the same root from the generated tree is it."""
+    /work/main/examples/runs; the same root from the generated tree is it.
+    The tree screened under ZL_ISOLATE_TUNER_CACHE=0 then (a root's
+    identity includes its root.env): the copy here says so again."""
     source, _ = example_source
     path = tmp_path / "old.db"
     shutil.copy(Path(__file__).parent / "data" / "store-v1.db", path)
     with Store(path) as store:
         (name, env_file, env, identity), = store.conn.execute("SELECT name, env_file, env, identity FROM roots")
         assert identity == layout.root_identity(name, env_file, json.loads(env))
-        summary = store.ingest(source / name)
-        assert summary["moved"] and summary["moved"][0]["to"] == str(source / name)
+        root = tmp_path / "runs" / name
+        shutil.copytree(source / name, root)
+        for env_path in [root / "root.env", *root.glob("*/cell.env")]:
+            env_path.write_text(env_path.read_text().replace("ZL_ISOLATE_TUNER_CACHE=1", "ZL_ISOLATE_TUNER_CACHE=0"))
+        summary = store.ingest(root)
+        assert summary["moved"] and summary["moved"][0]["to"] == str(root)
         assert store.conn.execute("SELECT count(*) FROM roots").fetchone()[0] == 1
         assert store.conn.execute("SELECT count(*) FROM cells").fetchone()[0] == 8
 

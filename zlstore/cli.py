@@ -72,7 +72,9 @@ def database_faults(path):
     except sqlite3.DatabaseError as error:
         if not dbmod.is_environment_error(error):
             raise
-        raise Fault(dbmod.fault_message(path, error)) from None
+        fault = Fault(dbmod.fault_message(path, error))
+        fault.about_database = True
+        raise fault from None
 
 
 def _is_default(path: Path) -> bool:
@@ -81,6 +83,38 @@ def _is_default(path: Path) -> bool:
         return path.resolve() == default.resolve()
     except OSError:
         return False
+
+
+def _is_new(path: Path) -> bool:
+    """Whether opening path with create=True makes a new store: nothing is
+    there, or an empty file (db.open_checked takes that as new)."""
+    try:
+        return path.stat().st_size == 0
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _naming_the_environment(db_path):
+    """An error about the database whose path came from $ZLSTORE_DB says
+    so: the person who typed the command never named it."""
+    ctx = click.get_current_context(silent=True)
+    from_env = (db_path is not None and ctx is not None
+                and ctx.get_parameter_source("db_path") == click.core.ParameterSource.ENVIRONMENT)
+    if not from_env:
+        yield
+        return
+    note = f" (the database is $ZLSTORE_DB={db_path})"
+    try:
+        yield
+    except dbmod.StoreError as error:
+        raise Fault(f"{error}{note}") from None
+    except Fault as fault:
+        if not getattr(fault, "about_database", False):
+            raise
+        raise Fault(f"{fault.message}{note}") from None
 
 
 def db_option(fn=None, *, create: bool = False, writes: bool = False, check=None):
@@ -100,8 +134,15 @@ def db_option(fn=None, *, create: bool = False, writes: bool = False, check=None
     @functools.wraps(fn)
     def wrapper(*args, db_path=None, **kwargs):
         path = Path(db_path or default_db_path())
+        with _naming_the_environment(db_path):
+            return _with_store(fn, path, args, kwargs)
+
+    def _with_store(fn, path, args, kwargs):
         hint_db = None if _is_default(path) else str(path)
+        new = create and _is_new(path)
         with database_faults(path), Store(path, create=create, check=check) as store, output.hints_for(hint_db):
+            if new:  # a mistyped --db would otherwise be a silent new store
+                click.echo(f"created {path}", err=True)
             if store.views_outdated:
                 click.echo(f"warning: {store.path} has views from another zlstore build and cannot be "
                            f"written: answers come from the views it has", err=True)
@@ -656,6 +697,9 @@ def plan_options(fn):
                      help="Repeat rounds: an op weighs (elapsed_before + elapsed_after) x rounds."),
         click.option("--extra-ops", default=None,
                      help="Ops added after the plan, each to the lightest card by weight."),
+        click.option("--include-hinted", is_flag=True,
+                     help="Plan also the IR_CHANGED pairs that differ only in what the strictest rule leaves out "
+                          "(source locations: zlstore screen's hint), left out by default."),
     )):
         fn = option(fn)
     return fn
@@ -668,7 +712,7 @@ def plan_options(fn):
               help="Write the plan as partition.tsv (card op dtype weight_min).")
 @db_option
 @output_options
-def plan(store, screen_root, ops, cards, rounds, extra_ops, out_path, out):
+def plan(store, screen_root, ops, cards, rounds, extra_ops, include_hinted, out_path, out):
     """Partition a screening root's ops across cards, longest first.
 
     Each op weighs its screening pair's time (elapsed_before + elapsed_after,
@@ -676,11 +720,13 @@ def plan(store, screen_root, ops, cards, rounds, extra_ops, out_path, out):
     currently lightest card. Prints each card's ops and weight, the critical
     path, the heaviest single op (the floor no plan can beat), the ideal
     share (total / cards) and a plain hash partition's critical path. An op
-    with no screening time is an error that names it. Of the default ops
-    (the IR_CHANGED pairs), those that differ only in what the strictest
-    rule leaves out are named on stderr (a hint; --json: "hints"), and so
-    are the pairs whose IR could not be judged, DUPLICATE_CELL or IR_UNREAD,
-    which are not planned (a warning; --json: "not_planned"). Every
+    with no screening time is an error that names it. The default ops are
+    the IR_CHANGED pairs, without those that differ only in what the
+    strictest rule leaves out (FlagGems' loc() cache paths: a campaign on
+    them measures nothing the switch changed): those are named on stderr
+    and left out (--json: "hints", and "left_out" unless --include-hinted
+    plans them), and so are the pairs whose IR could not be judged,
+    DUPLICATE_CELL or IR_UNREAD (a warning; --json: "not_planned"). Every
     weight is in one unit: minutes from a 2-minute critical path, else
     seconds; --json and the other formats give seconds (weight_s), the
     other formats one row per planned op.
@@ -696,22 +742,29 @@ def plan(store, screen_root, ops, cards, rounds, extra_ops, out_path, out):
     from . import plan as planmod
     from .runner import plan_from_store
 
-    from .runner import hinted_ops, unjudged_ops
+    from .runner import ISOLATE_TUNER_CACHE, hinted_ops, screen_caliber_note, unjudged_ops
 
     try:
-        the_plan, root = plan_from_store(store, screen_root, cards, rounds, ops, extra_ops)
+        the_plan, root = plan_from_store(store, screen_root, cards, rounds, ops, extra_ops, include_hinted)
     except (LookupError, ValueError) as error:
         raise Fault(str(error).strip("'\""))
     hinted = [] if ops else hinted_ops(store, root)
+    left_out = [] if include_hinted else hinted
     unjudged = [] if ops else unjudged_ops(store, root)
     if out_path:
         planmod.write_partition_tsv(the_plan, out_path)
     emit(out, the_plan.rows, human=lambda: planmod.describe(the_plan), document=lambda: {
         **the_plan.as_dict(), "hints": [{"op": op, "dtype": dtype, "hint": hint} for op, dtype, hint in hinted],
+        "left_out": [{"op": op, "dtype": dtype, "hint": hint} for op, dtype, hint in left_out],
         "not_planned": [{"op": op, "dtype": dtype, "verdict": verdict} for op, dtype, verdict in unjudged]})
-    for op, dtype, hint in hinted if out.kind != "json" else ():
+    if left_out and out.kind != "json":
+        click.echo(report.left_out_hinted(left_out), err=True)
+    note = screen_caliber_note(store, root, {ISOLATE_TUNER_CACHE: "1"})  # all a plan knows of a campaign's
+    if note:
+        click.echo(note, err=True)
+    for op, dtype, hint in hinted if out.kind != "json" and include_hinted else ():
         click.echo(f"hint: {op}{':' + dtype if dtype else ''} {hint}; a campaign on it measures nothing "
-                   "the switch changed (leave it out with --ops, or judge under that rule: zlstore rule)", err=True)
+                   "the switch changed (planned: --include-hinted)", err=True)
     for op, dtype, verdict in unjudged if out.kind != "json" else ():
         click.echo(f"warning: {op}{':' + dtype if dtype else ''} is {verdict}, so its IR was not judged and it is "
                    f"not planned ({judge.BY_NAME[verdict].licenses}); or name it with --ops", err=True)
@@ -836,7 +889,8 @@ def slurm_options(fn):
               help="Seconds between status tables when stderr is not a terminal.")
 @db_option(create=True, writes=True)
 @output_options
-def run_campaign(store, plan_path, screen_root, ops, cards, rounds, extra_ops, command, root_dir, resume,
+def run_campaign(store, plan_path, screen_root, ops, cards, rounds, extra_ops, include_hinted, command, root_dir,
+                 resume,
                  cell_timeout, switch, backend, devices, slurm, partition, gres, time_limit, account, sbatch_args,
                  poll, status_every, out):
     """Run a plan: one `zlstore run card` per card, ops in turn within a card.
@@ -895,7 +949,11 @@ def run_campaign(store, plan_path, screen_root, ops, cards, rounds, extra_ops, c
             store, plan_path=plan_path, screen_root=screen_root, ops=ops, cards=cards, rounds=rounds,
             extra_ops=extra_ops, command=command, root_dir=root_dir, resume=resume, switch=switch,
             backend=backend, devices=devices, poll_s=poll, status_every_s=status_every,
-            cell_timeout=cell_timeout, slurm=options)
+            cell_timeout=cell_timeout, slurm=options, include_hinted=include_hinted)
+        if screen_root and not (plan_path or resume or ops or include_hinted):  # planned here: as plan says it
+            left_out = runner.hinted_ops(store, store.root(screen_root))
+            if left_out:
+                click.echo(report.left_out_hinted(left_out), err=True)
         result = runner.run_campaign(store, config, stream=sys.stderr)
     except runner.CaliberMissing as error:
         raise Refusal(str(error))
@@ -1163,17 +1221,23 @@ def screen(store, root, rule, verdict, out):
     (one round per shape is never a result) for IR_CHANGED, the noise floor
     for NO_IR_DIFF; never one for DUPLICATE_CELL (more than one stored
     cell claims a side: a copied cell directory), TRUNCATED, NO_ROWS,
-    IR_UNREAD or NO_TRITON. An
+    IR_UNREAD or NO_TRITON. A pair with a cell on one side only is
+    NO_ROWS with the note MISSING_SIDE (the run stopped before the other
+    side, or its directory is gone): not its dtype; zlstore problems names
+    it. An
     IR_CHANGED pair that the strictest rule (v4) sees as unchanged gets a
     hint: it differs only in what that rule leaves out (source locations),
     and a campaign on it would measure nothing the switch changed. Each
     root's heading says whether its axis is live (screen_roots); a root
     whose switch changed no IR at all gets a warning on stderr. `recorded`
-    is the harness's own screen.tsv verdict; cl, rc and elapsed give the
-    before / after sides; a note goes on a line of its own below its pair.
-    The table ends with the count of each verdict; --json gives that
-    summary with every column of the rows ({"summary", "rows"}), -t the
-    table's columns.
+    is the verdict in the root's screen.tsv: the harness's own, or, after
+    `zlstore rescore --write` (or the harness's RESCORE), the rewrite; where
+    the replaced file, screen.tsv.orig, holds another verdict for a pair,
+    `orig` shows it beside (--json: recorded_verdict, orig_verdict). cl, rc
+    and elapsed give the before / after sides; a note goes on a line of its
+    own below its pair. The table ends with the count of each verdict;
+    --json gives that summary with every column of the rows ({"summary",
+    "rows"}), -t the table's columns.
 
     Each root's heading says what its cells ran on (GPU, driver, torch,
     triton, FlagGems commit, host: cell.env's ENV_* keys). Where a pair's
@@ -1181,9 +1245,9 @@ def screen(store, root, rule, verdict, out):
     under it and a warning on stderr name the fields; --json has them as
     environment_differs.
 
-    Exit status: 0 done; 2 an unknown or wrong-kind root, an unknown
-    --verdict, or a bad --db (missing: never created; not a zlstore
-    store; damaged; newer).
+    Exit status: 0 done; 2 an unknown root, a repeat run or campaign
+    (zlstore ab reads those), an unknown --verdict, or a bad --db (missing:
+    never created; not a zlstore store; damaged; newer).
 
     Example:
 
@@ -1232,8 +1296,9 @@ def rescore(store, root, rule, write, out):
     pairs, moved, unchanged, without_original, counts) and the moved pairs
     as its rows ({"summary", "rows"}); the other formats the moved pairs.
 
-    Exit status: 0 done; 2 an unknown root, a root directory that is gone
-    (--write), or a bad --db (--write needs one this user can write).
+    Exit status: 0 done; 2 an unknown root, a repeat run or campaign (zlstore
+    ab reads those), a root directory that is gone (--write), or a bad --db
+    (--write needs one this user can write).
 
     Example:
 
@@ -1351,8 +1416,9 @@ def ab(store, root, rejected, op, finding, sort, fail_on, out):
     {"summary": the closing lines' counts and thresholds, "rows": [...]}.
 
     Exit status: 0 done; 1 --fail-on: a range has one of its findings
-    (each is named on stderr, after the output); 2 an unknown or
-    wrong-kind root, an unknown finding, or a bad --db (missing: never
+    (each is named on stderr, after the output); 2 an unknown root, a
+    screening root (without --rejected: zlstore screen reads it), an
+    unknown finding, or a bad --db (missing: never
     created; not a zlstore store; damaged; newer).
 
     Example:
@@ -1363,8 +1429,8 @@ def ab(store, root, rejected, op, finding, sort, fail_on, out):
         zlstore ab campaign_20261013_090000 --fail-on slower --fmt github
         zlstore ab campaign_20261013_090000 --rejected
     """
-    with judge_errors():
-        found = store.root(root) if root is not None else None
+    with judge_errors():  # a screening root's unpaired rows are ab's too (--rejected); its ranges are screen's
+        found = None if root is None else store.root(root) if rejected else judge.root_for(store, root, "ab")
         judge.check_findings(finding)
         judge.check_findings(fail_on)
         differences = judge.range_environment_differences(store, found)
@@ -1615,7 +1681,8 @@ def export(store, root, rule, out):
     order, for people and scripts that still read that file: by default
     (and with --tsv) as the harness writes screen.tsv (a header, tab-
     separated, empty for NULL, tabs and newlines in a value made spaces,
-    numbers in full), rows in the order of the root's screen.tsv; --csv,
+    numbers in full, - for the fingerprint of a side that compiled no
+    .ttgir), rows in the order of the root's screen.tsv; --csv,
     --json, --nl and -t give the same rows and columns.
 
     Exit status: 0 done; 2 an unknown or wrong-kind root, or a bad --db

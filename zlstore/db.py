@@ -22,7 +22,7 @@ from typing import Callable, Dict, Iterator, List, NamedTuple, Optional
 
 from . import caliber, floors, names, provenance, stats, ttgir
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 BUSY_TIMEOUT_MS = 60_000
 WRITE_ATTEMPTS = 10
 
@@ -786,13 +786,26 @@ def _kernel_shared_memory(conn):
         conn.execute("ALTER TABLE kernels ADD COLUMN shared INTEGER")
 
 
-@migration(13)
+@migration(13, rederive=True)
+def _screening_pairs_on_any_card(conn):
+    """Release 13 pairs a screening pair's cells whatever card each ran on
+    (a side without cell.env has no card): the round key takes the card
+    from cells.pair_card, NULL in round 0. Every round is paired again."""
+    if "pair_card" not in {row[1] for row in conn.execute("PRAGMA table_xinfo(cells)")}:
+        conn.execute("ALTER TABLE cells ADD COLUMN pair_card INTEGER "
+                     "GENERATED ALWAYS AS (CASE WHEN round = 0 THEN NULL ELSE card END) VIRTUAL")
+    # what was derived under the old key: the rederive keeps it under the new one
+    for table in ("ab_slot_rows", "ab_round_ranges", "ab_duplicate_rounds", "ab_stale_rounds"):
+        conn.execute(f"DELETE FROM {table} WHERE round = 0")
+
+
+@migration(14)
 def _test_outcomes(conn):
-    """Release 13 keeps what pytest did with each cell's tests (zlstore
+    """Release 14 keeps what pytest did with each cell's tests (zlstore
     flaggems' plugin; zlstore/outcomes.py): cells.test_outcome (passed,
     skipped, deselected, failed, error) and cells.test_reason, which
     NO_ROWS and MISSING_SIDE show. Cells stored before have neither (NULL)."""
-    present = {row[1] for row in conn.execute("PRAGMA table_info(cells)")}
+    present = {row[1] for row in conn.execute("PRAGMA table_xinfo(cells)")}
     for column in ("test_outcome", "test_reason"):
         if column not in present:  # a store relabelled by hand, as tests make older releases, may have them
             conn.execute(f"ALTER TABLE cells ADD COLUMN {column} TEXT")

@@ -406,10 +406,14 @@ class Ingester:
                                 require_finished, progress)
             self._close_covered(paths)
             self.summary.open_problems = self._open_problems(paths)
-            twice = roots.claimed_twice(self.conn, sorted({root_id for _, root_id in self.roots.values()}),
-                                        [str(path) for path in paths])
+            root_ids = sorted({root_id for _, root_id in self.roots.values()})
+            twice = roots.claimed_twice(self.conn, root_ids, [str(path) for path in paths])
             self.summary.problems.extend(problem for _, problem in twice)
             self.summary.open_problems += len(twice)
+            # a record stores a screen's cells one by one: its before side waits for its after
+            missing = roots.missing_sides(self.conn, root_ids) if self.command != "record" else []
+            self.summary.problems.extend(problem for _, problem in missing)
+            self.summary.open_problems += len(missing)
         except StoreStopped as stop:
             self.summary.state = f"stopped: {stop}"
             self._forget_uncommitted()

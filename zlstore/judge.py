@@ -9,6 +9,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from . import caliber as _caliber
 from . import files as _files
 from . import layout as _layout
+from . import output as _output
 from . import pairing as _pairing
 from . import provenance as _provenance
 from . import ttgir as _ttgir
@@ -49,11 +50,41 @@ def _root(store, root) -> dict:
     return root if isinstance(root, dict) else store.root(root)
 
 
-def _root_clause(store, root, column: str = "root_id") -> Tuple[str, tuple]:
-    """SQL restricting a view to one root; nothing for root=None."""
+def _root_clause(store, root, column: str = "root_id", reader: Optional[str] = None) -> Tuple[str, tuple]:
+    """SQL restricting a view to one root; nothing for root=None. reader:
+    the command asking, which refuses a root of a kind it does not read
+    (root_for)."""
     if root is None:
         return "", ()
-    return f" AND {column} = ?", (_root(store, root)["id"],)
+    found = _root(store, root) if reader is None else root_for(store, root, reader)
+    return f" AND {column} = ?", (found["id"],)
+
+
+class WrongKind(JudgeError):
+    """A root given to a command that does not read its kind."""
+
+
+# The command that reads each kind of root, and what a root of it is called.
+READER = {"screen": "screen", "repeat": "ab", "campaign": "ab"}
+KIND_WORDS = {"screen": "a screening root", "repeat": "a repeat run", "campaign": "a campaign root"}
+
+
+def root_for(store, root, command: str) -> dict:
+    """The roots row of `root` when `zlstore command` reads its kind (ab:
+    repeat runs and campaigns; the others: screening roots); otherwise
+    WrongKind, saying what kind the root is and which command reads it."""
+    found = _root(store, root)
+    kind, name = found["kind"], found["name"]
+    wanted = "ab" if command == "ab" else "screen"
+    if READER.get(kind) == wanted:
+        return found
+    what = KIND_WORDS.get(kind, f"a {kind} root")
+    if kind == "screen":
+        raise WrongKind(f"{name} is {what}, not a repeat run or campaign: its verdicts and ranges are in "
+                        f"{_output.command('screen', name)} ({_output.command('ab', name, '--rejected')} lists "
+                        f"its unpaired rows)")
+    raise WrongKind(f"{name} is {what}, not a screening root: {_output.command(READER.get(kind, 'ab'), name)} "
+                    f"reads it")
 
 
 def resolve_rule(store, rule: Optional[str] = None) -> str:
@@ -74,8 +105,8 @@ def verdicts(store, root=None, rule: Optional[str] = None, only: Optional[Sequen
     rule) for one root or every screening root; only the verdicts named in
     only, where given."""
     only = check_verdicts(only)
+    where, params = _root_clause(store, root, reader="screen")
     rule = resolve_rule(store, rule)
-    where, params = _root_clause(store, root)
     if only:
         where += f" AND verdict IN ({', '.join('?' * len(only))})"
         params += tuple(only)
@@ -99,8 +130,8 @@ def rescore(store, root=None, rule: Optional[str] = None) -> dict:
     screen.tsv. NO_KERNEL is NO_TRITON (ingest stores the current name), so
     it never counts as a move. Returns the rule, the moved pairs
     (root, op, dtype, from, to), counts by (from, to), and totals."""
+    where, params = _root_clause(store, root, "v.root_id", reader="rescore")
     rule = resolve_rule(store, rule)
-    where, params = _root_clause(store, root, "v.root_id")
     rows = _rows(store, f"""
         SELECT v.root, v.op, v.dtype,
                CASE WHEN EXISTS (SELECT 1 FROM recorded_verdicts rv
@@ -132,14 +163,19 @@ def export_rows(store, root, rule: Optional[str] = None) -> List[dict]:
     """One root's verdict table in the harness's screen.tsv column order
     (layout.SCREEN_COLUMNS), rows in the order of its screen.tsv, new pairs
     after them by op and dtype."""
-    found = _root(store, root)
-    if found["kind"] != "screen":
-        raise JudgeError(f"{found['name']} is a {found['kind']} root, not a screening root: it has no verdicts")
+    found = root_for(store, root, "export")
     rule = resolve_rule(store, rule)
-    columns = ", ".join(f"v.[{c}]" for c in _layout.SCREEN_COLUMNS)
+    # a side that compiled no .ttgir: what the harness writes, so that a
+    # script comparing with its screen.tsv reads the same
+    no_ir = {"fp_before": "b", "fp_after": "a"}
+    columns = ", ".join(
+        f"CASE WHEN {no_ir[c]}.n_kernels = 0 THEN '{_layout.NO_IR_FINGERPRINT}' ELSE v.[{c}] END AS [{c}]"
+        if c in no_ir else f"v.[{c}]" for c in _layout.SCREEN_COLUMNS)
     return _rows(store, f"""
         SELECT {columns}
         FROM verdicts_by_rule v
+        LEFT JOIN cells b ON b.id = v.before_cell_id
+        LEFT JOIN cells a ON a.id = v.after_cell_id
         WHERE v.rule = ? AND v.root_id = ?
         ORDER BY (SELECT min(rv.line) FROM recorded_verdicts rv
                   WHERE rv.root_id = v.root_id AND rv.file = '{_layout.SCREEN_TSV}'
@@ -205,7 +241,7 @@ def rescore_write(store, root=None, rule: Optional[str] = None) -> List[Path]:
     the roots again so recorded_verdicts matches the files. Refuses
     (JudgeError) before writing anything when a root's directory is gone.
     Returns the paths written, in order."""
-    targets = [_root(store, root)] if root is not None else store.roots(kind="screen")
+    targets = [root_for(store, root, "rescore")] if root is not None else store.roots(kind="screen")
     missing = [t["path"] for t in targets if not Path(t["path"]).is_dir()]
     if missing:
         raise JudgeError("cannot write screen.tsv: no such root directory: " + ", ".join(missing))
@@ -465,10 +501,7 @@ def compare(store, root_a, root_b, rule: Optional[str] = None) -> dict:
     """Two screening roots side by side per (op, dtype): verdicts and ranges.
     Only when both were measured under one and the same known caliber;
     otherwise CaliberMismatch naming every differing field and its values."""
-    a, b = _root(store, root_a), _root(store, root_b)
-    for found in (a, b):
-        if found["kind"] != "screen":
-            raise JudgeError(f"{found['name']} is a {found['kind']} root; compare takes two screening roots")
+    a, b = root_for(store, root_a, "compare"), root_for(store, root_b, "compare")
     calibers_a, calibers_b = root_calibers(store, a), root_calibers(store, b)
     differences = caliber_differences(calibers_a, calibers_b)
     if differences:

@@ -35,6 +35,9 @@ SCREEN_COLUMNS = (
     "elapsed_before", "elapsed_after", "rc_before", "rc_after",
 ) + caliber.NAMES
 PARTITION_COLUMNS = ("card", "op", "dtype", "weight_min")
+# What the harness writes in screen.tsv's fp_before / fp_after for a side
+# that compiled no .ttgir (not the hash of the empty set).
+NO_IR_FINGERPRINT = "-"
 
 _ROUND = re.compile(r"^r(\d+)$")
 _CARD = re.compile(r"^card(\d+)$")

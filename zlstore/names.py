@@ -113,6 +113,10 @@ class Reason(NamedTuple):
     condition: Optional[str]
 
 
+# A side of a round (or of a screening pair) with no stored cell, or a row
+# present on one side only.
+MISSING_SIDE = "MISSING_SIDE"
+
 # A row of a round is an A/B pair when it is present and counted on both
 # sides, each side is one cell's, and both cells have the same known caliber
 # (over r and s, as Reason.condition): the one definition of a pair ("[[case
@@ -134,7 +138,7 @@ REASONS = (
            " OR (r.after_cell_id IS NOT NULL AND r.after_caliber_id IS NULL)"),
     Reason("CALIBER_MISMATCH", "the two cells were measured under different calibers",
            "r.before_caliber_id <> r.after_caliber_id"),
-    Reason("MISSING_SIDE", "the row (or its whole cell) exists on one side of the round only",
+    Reason(MISSING_SIDE, "the row (or its whole cell) exists on one side of the round only",
            "s.before_id IS NULL OR s.after_id IS NULL"),
     Reason("NOT_COUNTED", "the row is not a counted measurement on at least one side", None),
 )
@@ -189,14 +193,15 @@ class RoundColumn(NamedTuple):
 
 
 # A round: the before and after cell of one cell op and dtype in one round
-# on one card of one root (and one repeat directory of a campaign card).
+# on one card of one root (and one repeat directory of a campaign card); a
+# screening pair (round 0) on any card (cells.pair_card).
 # Its rows pair with each other (pairing.py); the triggers in schema.sql
 # mark the round of every cell that changes. "[[round: TEMPLATE]]" repeats
 # TEMPLATE per column ({k} name, {c} cells column, {is} comparison, {type}
 # declaration).
 ROUND_KEY = (
     RoundColumn("root_id", "root_id", "=", "INTEGER NOT NULL"),
-    RoundColumn("card", "card", "IS", "INTEGER"),
+    RoundColumn("card", "pair_card", "IS", "INTEGER"),  # NULL in a screening pair: its cells' card never keys it
     RoundColumn("repeat_dir", "repeat_dir", "IS", "TEXT"),
     RoundColumn("cell_op", "op", "IS", "TEXT"),
     RoundColumn("cell_dtype", "dtype", "IS", "TEXT"),

@@ -139,6 +139,13 @@ def environment_warnings(differences: Mapping[tuple, Mapping], names: Mapping[in
     return lines
 
 
+def orig_differs(row: Mapping) -> Optional[str]:
+    """The verdict screen.tsv.orig holds for a pair where it differs from
+    screen.tsv's (a rescore rewrote the file): the harness's original."""
+    orig = row.get("orig_verdict")
+    return orig if orig is not None and orig != row.get("recorded_verdict") else None
+
+
 def screen(rows: Sequence[dict], rule_name: str, axes: Optional[Mapping[str, Mapping]] = None,
            environments: Optional[Mapping[int, Sequence[Mapping]]] = None,
            differences: Optional[Mapping[tuple, Mapping]] = None, width: Optional[int] = None) -> str:
@@ -158,7 +165,13 @@ def screen(rows: Sequence[dict], rule_name: str, axes: Optional[Mapping[str, Map
                              width))
         if environments is not None:
             lines.extend(wrapped(environment_heading(environments.get(group[0].get("root_id"), [])), width, "    "))
-        table = output.table(screen_shown(group).rows, SCREEN_COLUMNS, SCREEN_HEADERS).split("\n")
+        columns, headers = SCREEN_COLUMNS, SCREEN_HEADERS
+        shown = [dict(row, orig_differs=orig_differs(row)) for row in screen_shown(group).rows]
+        if any(row["orig_differs"] for row in shown):  # screen.tsv was rewritten: the original beside it
+            at = columns.index("recorded_verdict") + 1
+            columns = columns[:at] + ["orig_differs"] + columns[at:]
+            headers = headers[:at] + ["orig"] + headers[at:]
+        table = output.table(shown, columns, headers).split("\n")
         lines.extend(table[:2])
         for row, line in zip(group, table[2:]):
             lines.append(line)
@@ -183,6 +196,16 @@ def screen_summary_lines(summary: Mapping) -> List[str]:
     lines.append(f"{summary['pairs']} pairs under rule {summary['rule']}: "
                  + ", ".join(f"{n} {name}" for name, n in summary["verdicts"].items()))
     return lines
+
+
+def left_out_hinted(hinted: Sequence[tuple]) -> str:
+    """What a plan left out by default: the IR_CHANGED pairs (op, dtype,
+    hint) that differ only in what the strictest rule leaves out."""
+    ops = ", ".join(f"{op}{':' + dtype if dtype else ''}" for op, dtype, _ in hinted)
+    hints = sorted({hint for _, _, hint in hinted})
+    return (f"left out: {ops}: IR_CHANGED, but {'; '.join(hints)}; a campaign on "
+            f"{'them' if len(hinted) > 1 else 'it'} measures nothing the switch changed (--include-hinted plans "
+            f"{'them' if len(hinted) > 1 else 'it'})")
 
 
 def dead_axis_warning(axis: Mapping) -> str:
@@ -361,10 +384,9 @@ def failing(rows: Sequence[Mapping], fail_on: Sequence[str]) -> List[str]:
 
 
 def no_ab_ranges(found: Optional[Mapping]) -> str:
-    """Why there are no A/B ranges: a screening root keeps its ranges in zlstore screen."""
-    if found is not None and found["kind"] == "screen":
-        return (f"{found['name']} is a screening root: its ranges are in {output.command('screen', found['name'])}, "
-                f"labelled by verdict; {output.command('ab', found['name'], '--rejected')} lists its unpaired rows")
+    """Why there are no A/B ranges (a screening root never comes here: ab refuses it, judge.root_for)."""
+    if found is not None:
+        return f"(no A/B ranges: {found['name']} has no paired or rejected row)"
     return "(no A/B ranges: no repeat run or campaign rows stored)"
 
 

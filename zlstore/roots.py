@@ -216,15 +216,16 @@ def claimed_twice(conn: sqlite3.Connection, root_ids: Optional[List[int]] = None
     `record` of one cell covers)."""
     where = "" if root_ids is None else f"WHERE root_id IN ({', '.join('?' * len(root_ids))})"
     columns = ", ".join(f"c.{name}" for name in _CELL_COLUMNS)
-    # The view's round key columns are named as the cells' (names.ROUND_KEY).
-    key = ", ".join(column.cells for column in names.ROUND_KEY)
+    # The view's round key columns: names.ROUND_KEY's, a cell's op and dtype as op and dtype.
+    view_names = [{"cell_op": "op", "cell_dtype": "dtype"}.get(column.name, column.name) for column in names.ROUND_KEY]
+    key = ", ".join(view_names)
     claimants = db.render_schema(f"SELECT {columns} FROM cells c WHERE [[round AND: c.{{c}} {{is}} ?]] "
                                  "AND c.side = ? AND c.superseded_at IS NULL ORDER BY c.id")
     problems, named = [], set()
     for root, side, claims, latest, *round_key in conn.execute(
             f"SELECT root, side, claims, latest_cell_id, {key} FROM duplicate_cells {where} "
             "ORDER BY root, op, dtype, round, card, side", root_ids or ()).fetchall():
-        said = dict(zip((column.cells for column in names.ROUND_KEY), round_key))
+        said = dict(zip(view_names, round_key))
         card, op, dtype, round_ = said["card"], said["op"], said["dtype"], said["round"]
         # The cells one by one, not the view's lines: a path may hold a newline.
         if claims > 1:
@@ -249,6 +250,24 @@ def claimed_twice(conn: sqlite3.Connection, root_ids: Optional[List[int]] = None
         problems.append((root, layout.Problem(copy[2], None, (
             f"{what} (also: {also}){' (gone from disk)' if copy[2] in gone else ''}; no row of those rounds "
             f"pairs, none is judged ({names.DUPLICATE}). Forget the copy: {output.command('forget', copy[2])}"))))
+    return problems
+
+
+def missing_sides(conn: sqlite3.Connection, root_ids: Optional[List[int]] = None) -> List[Tuple[str, layout.Problem]]:
+    """The screening pairs of these roots (None: every root) with a cell on
+    one side only (view missing_sides), as (root name, problem) naming the
+    cell that is there and the side that is not: such a pair is NO_ROWS
+    for that, not for its dtype."""
+    where = "" if root_ids is None else f" WHERE root_id IN ({', '.join('?' * len(root_ids))})"
+    problems = []
+    for root, op, dtype, missing, present in conn.execute(
+            f"SELECT root, op, dtype, missing, present_cell FROM missing_sides{where} ORDER BY root, op, dtype",
+            root_ids or ()).fetchall():
+        there = "after" if missing == "before" else "before"
+        problems.append((root, layout.Problem(present, None, (
+            f"{names.MISSING_SIDE}: {op} {dtype or '(no dtype)'} has a {there} cell and no {missing} cell stored "
+            f"(the run stopped before it, or its directory is gone or was not ingested): the pair is NO_ROWS "
+            f"for that, not for its dtype"))))
     return problems
 
 

@@ -104,9 +104,13 @@ def _pairs(store, root: dict, where: str, column: Optional[str] = None) -> List[
     return [tuple(row) for row in rows]
 
 
-def ir_changed_ops(store, root: dict) -> List[Tuple[str, str]]:
-    """The pairs the verdicts view judges IR_CHANGED under the current rule."""
-    return _pairs(store, root, "verdict = [[verdict IR_CHANGED]]")
+def ir_changed_ops(store, root: dict, include_hinted: bool = False) -> List[Tuple[str, str]]:
+    """The pairs the verdicts view judges IR_CHANGED under the current rule;
+    without include_hinted, not those that differ only in what the strictest
+    rule leaves out (hinted_ops): on real runs FlagGems' loc() cache paths
+    make most generated kernels such, and a campaign on them measures
+    nothing the switch changed."""
+    return _pairs(store, root, "verdict = [[verdict IR_CHANGED]]" + ("" if include_hinted else " AND hint IS NULL"))
 
 
 def hinted_ops(store, root: dict) -> List[Tuple[str, str, str]]:
@@ -163,16 +167,23 @@ def weighted_ops(pairs, chosen, rounds: int, root_name: str) -> List[Op]:
 
 
 def plan_from_store(store, screen_root: str, cards: int, rounds: int,
-                    ops: Optional[str] = None, extra_ops: Optional[str] = None) -> Tuple[Plan, dict]:
+                    ops: Optional[str] = None, extra_ops: Optional[str] = None,
+                    include_hinted: bool = False) -> Tuple[Plan, dict]:
     """The longest-first plan for a screening root's ops (default: its
-    IR_CHANGED pairs under the current rule). Returns (plan, root row)."""
+    IR_CHANGED pairs under the current rule, without those that differ only
+    in what the strictest rule leaves out unless include_hinted). Returns
+    (plan, root row)."""
     if rounds < 1:
         raise PlanError(f"--rounds must be at least 1, not {rounds}")
     root, pairs = screen_pairs(store, screen_root)
     if ops:
         chosen = resolve_ops(pairs, planmod.parse_op_spec(ops), root["name"])
     else:
-        chosen = ir_changed_ops(store, root)
+        chosen = ir_changed_ops(store, root, include_hinted)
+        if not chosen and ir_changed_ops(store, root, include_hinted=True):
+            raise PlanError(f"every IR_CHANGED pair of {root['name']} differs only in what the strictest rule "
+                            f"leaves out (zlstore screen's hints): a campaign measures nothing the switch changed "
+                            f"there; --include-hinted plans them, or name ops with --ops")
         if not chosen:
             raise PlanError(f"{root['name']} has no IR_CHANGED pair under the current rule; name ops with --ops")
     extra = resolve_ops(pairs, planmod.parse_op_spec(extra_ops), root["name"]) if extra_ops else []
@@ -388,12 +399,34 @@ def campaign_caliber(config: CampaignConfig, env: Dict[str, str]) -> Dict[str, s
     return values
 
 
+def screen_caliber_note(store, screen_root, campaign: Dict[str, str]) -> Optional[str]:
+    """One line, before a campaign runs (or is planned), where the screening
+    root was measured under another caliber than the campaign's (campaign:
+    env variable -> value, what is known of it): the root's noise floors
+    will not apply to the campaign's ranges. None where they agree."""
+    try:
+        root = screen_root if isinstance(screen_root, dict) else store.root(screen_root)
+    except LookupError:
+        return None
+    screened = judge.root_calibers(store, root)
+    differ = []
+    for f in caliber.CALIBER_FIELDS:
+        values = sorted({str(c[f.name]) for c in screened})
+        if f.env in campaign and values and values != [campaign[f.env]]:
+            differ.append(f"{f.env}={'|'.join(values)} there, {campaign[f.env]} here")
+    if not differ:
+        return None
+    return (f"note: {root['name']} was screened under another caliber than this campaign's ({'; '.join(differ)}"
+            f"{', forced for campaigns' if any(d.startswith(ISOLATE_TUNER_CACHE) for d in differ) else ''}): "
+            f"its noise floors will not apply to the campaign's ranges; screen with the campaign's caliber")
+
+
 def campaign_config(store, *, plan_path=None, screen_root: Optional[str] = None, ops: Optional[str] = None,
                     cards: int = 8, rounds: int = DEFAULT_ROUNDS, extra_ops: Optional[str] = None,
                     command: Optional[str] = None, root_dir=None, resume: bool = False,
                     switch: Optional[str] = None, backend: Optional[str] = None, devices: Optional[str] = None,
                     poll_s: float = 0.5, status_every_s: float = 30.0, cell_timeout: Optional[float] = None,
-                    slurm=None) -> CampaignConfig:
+                    slurm=None, include_hinted: bool = False) -> CampaignConfig:
     """A campaign's config from the command's options. With resume, the
     root's campaign.env fills what was not given (rounds, command, switch,
     screening root, cell timeout; on Slurm the sbatch options it was first
@@ -419,7 +452,7 @@ def campaign_config(store, *, plan_path=None, screen_root: Optional[str] = None,
     elif plan_path:
         plan = planmod.read_partition_tsv(plan_path)
     elif screen_root:
-        plan, screen_row = plan_from_store(store, screen_root, cards, rounds, ops, extra_ops)
+        plan, screen_row = plan_from_store(store, screen_root, cards, rounds, ops, extra_ops, include_hinted)
     else:
         raise RunError("give --plan partition.tsv, or --screen-root to plan from (or --resume --root)")
     if not command:
@@ -809,6 +842,9 @@ def run_campaign(store, config: CampaignConfig, stream: IO = sys.stderr) -> Camp
     plan = config.plan
     visible_devices_var(config.backend)
     values = campaign_caliber(config, dict(os.environ))
+    note = screen_caliber_note(store, config.screen_root, values) if config.screen_root else None
+    if note:
+        print(note, file=stream, flush=True)
     if config.slurm is not None:
         launcher = SlurmLauncher(config.slurm, config.poll_s)
     else:

@@ -261,9 +261,10 @@ class Store:
         rows = [dict(r) for r in self.db.query(
             f"SELECT file, line, message, root, cell, command, found_at FROM open_problems{where} "
             "ORDER BY file, line, id", params)]
-        twice = roots.claimed_twice(self.conn, None if found is None else [found["id"]])
+        of = None if found is None else [found["id"]]
+        derived = roots.claimed_twice(self.conn, of) + roots.missing_sides(self.conn, of)
         rows += [{"file": p.file, "line": None, "message": p.message, "root": name, "cell": None,
-                  "command": None, "found_at": None} for name, p in twice]
+                  "command": None, "found_at": None} for name, p in derived]
         return rows
 
     # -- rules ------------------------------------------------------------------
