@@ -414,6 +414,16 @@ def is_readonly_error(error: BaseException) -> bool:
     return error_name(error).startswith("SQLITE_READONLY") or "readonly" in str(error)
 
 
+def is_storage_failure(error: BaseException) -> bool:
+    """Whether SQLite said the disk is full or failing: no write will do better."""
+    if not isinstance(error, sqlite3.OperationalError):
+        return False
+    code = getattr(error, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR)
+    return "disk is full" in str(error) or "disk I/O error" in str(error)
+
+
 # SQLite's primary error names that say the file or the machine is at fault
 # (not zlstore's SQL): each is told in one line, with exit status 2.
 ENVIRONMENT_ERRORS = ("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_CORRUPT", "SQLITE_NOTADB",

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from . import caliber, layout, names, pairing, parallel, parse, provenance, roots, stats, ttgir, unchanged
-from .db import (bulk_cache, bulk_checkpoints, checkpoint_between_commits, insert_sql, now, retry_busy,
-                 scratch_in_memory, write_transaction)
+from .db import (bulk_cache, bulk_checkpoints, checkpoint_between_commits, insert_sql, is_storage_failure, now,
+                 retry_busy, scratch_in_memory, write_transaction)
 from .layout import Problem
 from .parse import ParsedCell, bounded
 
@@ -212,16 +212,6 @@ class NotStored(Exception):
     def __init__(self, message: str, filename: str):
         super().__init__(message)
         self.filename = filename
-
-
-def _storage_failure(error: BaseException) -> bool:
-    """Whether SQLite said the disk is full or failing: no write will do better."""
-    if not isinstance(error, sqlite3.OperationalError):
-        return False
-    code = getattr(error, "sqlite_errorcode", None)
-    if code is not None:
-        return code & 0xFF in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR)
-    return "disk is full" in str(error) or "disk I/O error" in str(error)
 
 
 def _resolved(path) -> Path:
@@ -427,16 +417,26 @@ class Ingester:
         return self.summary
 
     def _finish(self):
-        """The run's row gets its summary: what was committed, nothing else
-        (on a full disk it may not get even that)."""
+        """The run's row gets its summary (what was committed, nothing else),
+        in a transaction of its own; then the run's last derivation, the
+        q-values and findings of the roots it touched (pairing.refresh,
+        final), in another. On a full disk the small one may still fit where
+        the derivation does not, and a range left unjudged is judged by the
+        views when read (ab_range_unjudged)."""
         if self.run_id is None:
             return
         try:
-            with self._write():
+            with write_transaction(self.conn):
                 self.conn.execute(
                     "UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?",
                     (now(), json.dumps(self.summary.as_dict()), self.run_id),
                 )
+        except sqlite3.OperationalError as error:
+            if not is_storage_failure(error):
+                raise
+        try:
+            with self._write():
+                pass  # _write derives what the run left stale before it commits
         except StoreStopped:
             pass
 
@@ -489,7 +489,7 @@ class Ingester:
                 if batch:
                     batch.commit(last=True)
             except sqlite3.OperationalError as error:  # a walk's listings, a batch's commit
-                if _storage_failure(error):
+                if is_storage_failure(error):
                     raise StoreStopped(error) from error
                 raise
         except (KeyboardInterrupt, SystemExit):
@@ -519,7 +519,7 @@ class Ingester:
             found = unchanged.sort_out(self.conn, str(top), parallel.worker_count)
             cells.add(top, found.changed)
         except sqlite3.OperationalError as error:  # the walk's listings (walked_dirs)
-            if _storage_failure(error):
+            if is_storage_failure(error):
                 raise StoreStopped(error) from error
             raise
         for problem in found.problems:
@@ -548,7 +548,7 @@ class Ingester:
                 if outermost:
                     pairing.refresh(self.conn)
         except sqlite3.OperationalError as error:
-            if _storage_failure(error):
+            if is_storage_failure(error):
                 raise StoreStopped(error) from error
             raise
 
@@ -578,7 +578,7 @@ class Ingester:
             raise
         except Exception as error:  # one bad cell never stops the run
             self._forget_uncommitted()
-            if _storage_failure(error):
+            if is_storage_failure(error):
                 raise StoreStopped(error) from error
             self.summary.counts["cells_failed"] += 1
             if isinstance(error, (layout.Unreadable, NotStored)):

@@ -200,15 +200,17 @@ class Store:
             raise dbmod.StoreError(dbmod.cannot_write(self.path, why))
 
     def refresh_pairs(self) -> bool:
-        """Re-pair the rounds an edit by hand left stale (pairing.py); zlstore's
-        own writes never leave any. A read-only store is read as it is."""
+        """Re-pair the rounds an edit by hand left stale (pairing.py), and
+        judge what a run stopped by a full disk left unjudged. A read-only
+        store, or one on a full disk, is read as it is: the views judge an
+        unjudged range when read."""
         if not pairing.stale(self.conn):
             return False
         try:
             with dbmod.write_transaction(self.conn):
                 return pairing.refresh(self.conn)
         except sqlite3.OperationalError as error:
-            if dbmod.is_readonly_error(error):
+            if dbmod.is_readonly_error(error) or dbmod.is_storage_failure(error):
                 return False
             raise
 
