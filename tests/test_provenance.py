@@ -137,7 +137,7 @@ def test_a_pair_whose_sides_ran_on_two_triton_builds_is_warned_about_by_field(tm
     assert "    environment: cells differ in triton 3.5.0 before, 3.6.0 after; host h200-1 before, h200-2 after" \
         in result.stdout
     assert "ran on 2 environments" in result.stdout
-    pair = json.loads(invoke(db, "screen", "--json").stdout)[0]
+    pair = json.loads(invoke(db, "screen", "--json").stdout)["rows"][0]
     assert pair["environment_differs"] == {"triton": ["3.5.0", "3.6.0"], "hostname": ["h200-1", "h200-2"]}
     assert pair["verdict"] == "NO_IR_DIFF"                     # the caliber guard is what it was
 
@@ -155,7 +155,7 @@ def test_a_campaign_whose_rounds_ran_on_two_gpu_models_is_warned_about_in_ab_and
     assert "warning: ab_gpus softmax:float16: cells differ in GPU NVIDIA H100 | NVIDIA H200" in result.stderr
     assert "ab_one_gpu" not in result.stderr
     assert result.stdout.count("cells differ in GPU NVIDIA H100 | NVIDIA H200") == len(shapes)
-    ranges = json.loads(invoke(db, "ab", "--json").stdout)
+    ranges = json.loads(invoke(db, "ab", "--json").stdout)["rows"]
     differs = {(r["root"], r["shape"]): r["environment_differs"] for r in ranges}
     assert differs == {("ab_gpus", shape_key(i)): {"gpu": ["NVIDIA H100", "NVIDIA H200"]} for i in range(2)} | {
         ("ab_one_gpu", shape_key(i)): None for i in range(2)}
