@@ -3,7 +3,6 @@ the headers, warned about where the cells behind one pair or range differ;
 and `zlstore history`, one op across roots over time with what changed."""
 
 import json
-import sqlite3
 import subprocess
 
 import pytest
@@ -14,6 +13,7 @@ from zlstore.cli import cli
 
 from . import generator
 from .effects import Shape, shape_key, write_repeat_root
+from .test_flaggems import query as rows
 
 H200 = {"ENV_GPU": "NVIDIA H200", "ENV_GPU_COUNT": "1", "ENV_DRIVER": "570.86.15", "ENV_TORCH": "2.11.0",
         "ENV_TRITON": "3.5.0", "ENV_FLAGGEMS_COMMIT": "a1b2c3d4e5f6", "ENV_HOSTNAME": "h200-1"}
@@ -23,13 +23,6 @@ def invoke(db, *args):
     return CliRunner().invoke(cli, [*args, "--db", str(db)], catch_exceptions=False)
 
 
-def rows(db, sql, params=()):
-    conn = sqlite3.connect(db)
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in conn.execute(sql, params)]
-    finally:
-        conn.close()
 
 
 # -- capture -------------------------------------------------------------------

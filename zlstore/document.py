@@ -44,28 +44,14 @@ class Document:
     picture_svg: Optional[str] = None                # the forest plot, where there is one
 
 
-# -- provenance: a hook -------------------------------------------------------
-# HOOK(provenance): what the root's cells ran on comes from the
-# environments (judge.root_environments, the line the screen and ab
-# headings print); a table or view of facts about a root (one of
-# PROVENANCE_SOURCES, with a root_id column) is shown as it is where the
-# store has one; otherwise the facts the roots row records (path, host,
-# start, env file), and nothing is invented.
-PROVENANCE_SOURCES = ("provenance", "environment", "root_environment")
+# -- provenance ----------------------------------------------------------------
+# What the root's cells ran on is the environments' line (judge.root_environments,
+# as the screen and ab headings print it); beside it, the facts the roots row
+# records (path, host, start, env file). Nothing is invented.
 
 
 def provenance_rows(store, found: Mapping) -> List[dict]:
-    """Facts about where a root's numbers came from: the lead's provenance
-    table where the store has one (PROVENANCE_SOURCES; its rows of this
-    root), else what the roots row records."""
-    for name in PROVENANCE_SOURCES:
-        exists = store.conn.execute("SELECT 1 FROM sqlite_master WHERE name = ? AND type IN ('table', 'view')",
-                                    (name,)).fetchone()
-        if exists:
-            columns = [row[1] for row in store.conn.execute(f"PRAGMA table_info([{name}])")]
-            if "root_id" in columns:
-                return [dict(row) for row in store.db.query(f"SELECT * FROM [{name}] WHERE root_id = ?",
-                                                              (found["id"],))]
+    """Facts about where a root's numbers came from, as its roots row records them."""
     facts = (("root directory", found.get("path")), ("host", found.get("host")),
              ("started at", found.get("started_at")), ("env file", found.get("env_file")),
              ("ingested at", found.get("ingested_at")))
