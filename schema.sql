@@ -141,7 +141,9 @@ CREATE TABLE IF NOT EXISTS cells (
     -- The card a round keys on (names.ROUND_KEY): a screening pair (round
     -- 0) is one before and one after cell of an op and dtype whatever card
     -- each ran on, or whether a cell.env said it (ARTIFACTS.md, A/B pairing)
-    pair_card INTEGER GENERATED ALWAYS AS (CASE WHEN round = 0 THEN NULL ELSE card END) VIRTUAL
+    pair_card INTEGER GENERATED ALWAYS AS (CASE WHEN round = 0 THEN NULL ELSE card END) VIRTUAL,
+    test_outcome TEXT,                  -- what pytest did with its tests: passed, skipped, deselected, failed, error
+    test_reason TEXT                    -- and why (zlstore/outcomes.py); both NULL where no plugin reported
 );
 CREATE INDEX IF NOT EXISTS cells_root ON cells(root_id, op, dtype, round, side);
 CREATE UNIQUE INDEX IF NOT EXISTS cells_relpath ON cells(root_id, relpath);
@@ -913,6 +915,27 @@ WHERE ab_slots.reason IS NULL;
 -- a side; `not_counted` says which side and why). A claimed-twice side
 -- first, then caliber: a row under an unknown or different caliber could
 -- never pair, whatever else.
+-- Why a cell has the rows it has, as pytest saw it (cells.test_outcome and
+-- test_reason, from zlstore flaggems' plugin: zlstore/outcomes.py): why is
+-- "skipped: CUDA not available", "deselected: no test matched -m fft (3
+-- deselected)", "error: ..."; for a cell whose tests passed and recorded
+-- nothing with a --dtypes of its own, that the dtype may not be among the
+-- op's; NULL where no plugin reported. NO_ROWS notes and MISSING_SIDE rows
+-- (ab_rejected.why_missing) show it.
+CREATE VIEW cell_test_notes AS
+SELECT
+    id AS cell_id,
+    test_outcome,
+    test_reason,
+    CASE
+        WHEN test_outcome IS NULL THEN NULL
+        WHEN test_outcome = 'passed' AND coalesce(dtype, '') <> '' AND n_counted = 0
+            THEN 'its tests passed and recorded no row at dtype ' || dtype || ': not among the op''s dtypes?'
+        WHEN test_outcome = 'passed' THEN test_reason
+        ELSE test_outcome || coalesce(': ' || test_reason, '')
+    END AS why
+FROM cells;
+
 CREATE VIEW ab_rejected AS
 SELECT
     s.root,
@@ -952,6 +975,13 @@ SELECT
         || CASE WHEN s.before_counted = 0 AND s.after_counted = 0 THEN '; ' ELSE '' END
         || CASE WHEN s.after_counted = 0 THEN 'after: ' || coalesce(s.after_not_counted, 'not counted') ELSE '' END,
         '') AS not_counted,
+    CASE WHEN s.reason = [[reason MISSING_SIDE]] THEN nullif(substr(
+        CASE WHEN s.before_measurement_id IS NULL
+             THEN coalesce('; before: ' || (SELECT why FROM cell_test_notes WHERE cell_id = s.before_cell_id), '')
+             ELSE '' END
+        || CASE WHEN s.after_measurement_id IS NULL
+             THEN coalesce('; after: ' || (SELECT why FROM cell_test_notes WHERE cell_id = s.after_cell_id), '')
+             ELSE '' END, 3), '') END AS why_missing,
     s.root_kind,
     s.repeat_dir,
     s.cell_op,
@@ -1042,8 +1072,10 @@ judged AS (
                  WHEN a.id IS NULL THEN '; ' || [[reason MISSING_SIDE]] || ': no after cell stored' ELSE '' END
             || CASE WHEN b.rc IN ([[timeout_rcs]]) THEN '; before killed at its timeout (rc ' || b.rc || ')' ELSE '' END
             || CASE WHEN a.rc IN ([[timeout_rcs]]) THEN '; after killed at its timeout (rc ' || a.rc || ')' ELSE '' END
-            || CASE WHEN b.n_counted = 0 THEN '; before has no counted row' ELSE '' END
-            || CASE WHEN a.n_counted = 0 THEN '; after has no counted row' ELSE '' END
+            || CASE WHEN b.n_counted = 0 THEN '; before has no counted row'
+                    || coalesce(' (' || (SELECT why FROM cell_test_notes WHERE cell_id = b.id) || ')', '') ELSE '' END
+            || CASE WHEN a.n_counted = 0 THEN '; after has no counted row'
+                    || coalesce(' (' || (SELECT why FROM cell_test_notes WHERE cell_id = a.id) || ')', '') ELSE '' END
             || CASE WHEN (b.id IS NOT NULL AND fb.fingerprint IS NULL) OR (a.id IS NOT NULL AND fa.fingerprint IS NULL)
                     THEN '; fingerprint under ' || rules.rule || ' not computed' ELSE '' END
             || CASE WHEN b.caliber_id <> a.caliber_id THEN '; calibers differ between the sides' ELSE '' END

@@ -241,7 +241,7 @@ def store_ab(db_path: Path, use_cli: bool):
     command = None
     if use_cli:
         command = run_command(ZLSTORE + ["ab", CAMPAIGN, "--db", str(db_path), "--json"])
-        command["rows"] = len(json.loads(command.pop("stdout")))
+        command["rows"] = len(json.loads(command.pop("stdout"))["rows"])
     return seconds, len(rows), command
 
 

@@ -20,8 +20,12 @@ def invoke(db_path, *args):
 
 
 def json_out(result):
+    """What --json printed; of a command with a summary ({"summary", "rows"}), its rows."""
     assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
+    printed = json.loads(result.stdout)
+    if isinstance(printed, dict) and set(printed) == {"summary", "rows"}:
+        return printed["rows"]
+    return printed
 
 
 def screen_pairs(manifest):

@@ -164,11 +164,16 @@ def test_ab_cli_lines_say_fallback_and_unpaired(example_store_path, example_sour
     root = campaign(manifest)["root"]
     result = invoke(example_store_path, "ab", root)
     assert result.exit_code == 0, result.output
-    lines = {}
+    lines, last = {}, None
     for line in result.stdout.splitlines():
         words = line.split()
         if len(words) >= 3 and words[2].startswith("["):
-            lines[(words[0], words[1], words[2])] = line
+            last = (words[0], words[1], words[2])
+            lines[last] = line
+        elif line.startswith("    ") and last is not None:  # the range's note, on lines of its own below it
+            lines[last] += " " + " ".join(words)
+        else:
+            last = None
     rejected = {(e["op"], e["dtype"], e["shape"]) for e in campaign(manifest)["rejected"]}
     for key, spec in campaign(manifest)["ranges"].items():
         line = lines[range_key(key)]

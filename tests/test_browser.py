@@ -114,8 +114,11 @@ def plain_server(example_source, tmp_path_factory):
         yield base
 
 
-@pytest.fixture(scope="module")
-def driver(server):
+@contextlib.contextmanager
+def chromium(logs: bool = False):
+    """Debian's headless chromium through its chromedriver, offline (the
+    browser tests and tests/test_document.py): failed under CI where it is
+    missing, skipped elsewhere. logs: keep the page's console log."""
     reason = missing_browser()
     if reason:
         if os.environ.get("CI"):
@@ -132,7 +135,8 @@ def driver(server):
         options.add_argument(flag)
     profile = tempfile.mkdtemp(prefix="zlstore-chromium-")
     options.add_argument(f"--user-data-dir={profile}")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    if logs:
+        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     browser = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     try:
         yield browser
@@ -143,6 +147,12 @@ def driver(server):
             os.environ.pop("SE_OFFLINE", None)
         else:
             os.environ["SE_OFFLINE"] = saved
+
+
+@pytest.fixture(scope="module")
+def driver(server):
+    with chromium(logs=True) as browser:
+        yield browser
 
 
 def wait_for(browser, condition, what):

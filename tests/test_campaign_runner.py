@@ -73,7 +73,7 @@ def test_resume_shows_exactly_the_plan_s_rounds_and_keeps_the_interrupted_cells_
     assert "2 skipped as complete" in resumed.stdout
     assert f"slowa runs again from the start; the {interrupted} cells of its earlier run" in resumed.stderr
 
-    ab = json.loads(invoke("ab", "campaign_resume", "--json", "--db", db).stdout)
+    ab = json.loads(invoke("ab", "campaign_resume", "--json", "--db", db).stdout)["rows"]
     assert {(r["op"], r["rounds"], r["rejected"]) for r in ab} == {(op, 3, 0) for op in ("topk", "slowa", "rand")}
     rejected = invoke("ab", "campaign_resume", "--rejected", "--db", db)
     assert "every row paired" in rejected.stderr and "MISSING_SIDE" not in rejected.stdout

@@ -314,9 +314,9 @@ def test_an_older_store_that_cannot_be_written_is_read_through_an_upgraded_copy(
     result = as_nobody(ZLSTORE + ["screen", floor_tree.SCREEN, "--json", "--db", str(path)], cwd=shared_dir)
     assert result.returncode == 0, result.stderr
     assert f"note: {path} is from an older zlstore and read-only for this user" in result.stderr
-    assert {r["op"] for r in json.loads(result.stdout)} == {op for op, _ in floor_tree.SCREEN_PAIRS}
+    assert {r["op"] for r in json.loads(result.stdout)["rows"]} == {op for op, _ in floor_tree.SCREEN_PAIRS}
     found = as_nobody(ZLSTORE + ["ab", floor_tree.CAMPAIGN, "--json", "--db", str(path)], cwd=shared_dir)
-    assert found.returncode == 0 and {(r["op"], r["dtype"]): r["finding"] for r in json.loads(found.stdout)} \
+    assert found.returncode == 0 and {(r["op"], r["dtype"]): r["finding"] for r in json.loads(found.stdout)["rows"]} \
         == floor_tree.FINDING
     write = as_nobody(ZLSTORE + ["rule", "v4", "--db", str(path)], cwd=shared_dir)
     assert write.returncode == 2, write.stderr

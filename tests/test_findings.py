@@ -228,7 +228,7 @@ def test_findings_come_first_and_the_summary_counts_them(tmp_path):
     with Store(db) as store:
         store.ingest(tmp_path / "runs")
     result = invoke(db, "ab")
-    lines = result.stdout.splitlines()
+    lines = [line for line in result.stdout.splitlines() if not line.startswith("    ")]  # notes below rows
     assert lines[1] == "  ran on: unknown (its cells record no environment)"
     at = lines[2].index("finding")
     findings = [line[at:at + len("too few rounds")].strip() for line in lines[4:11]]

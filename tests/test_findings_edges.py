@@ -96,4 +96,4 @@ def test_the_current_rule_deleted_or_unknown_is_the_default_everywhere(tmp_path,
                                                     "ORDER BY 1, 2, 3")] == before
             assert store.db.execute("SELECT count(*) FROM noise_floors").fetchone()[0] == floors > 0
     result = CliRunner().invoke(cli, ["screen", "--json", "--db", db])
-    assert result.exit_code == 0 and len(json.loads(result.stdout)) == len(before)
+    assert result.exit_code == 0 and len(json.loads(result.stdout)["rows"]) == len(before)

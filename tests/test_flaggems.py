@@ -161,7 +161,7 @@ def test_screen_runs_flaggems_cells_and_the_store_judges_them(screened):
     assert result.returncode == 1, result.stderr
     assert "topk:float16 after: RC 124" in result.stderr
     verdicts = {(r["op"], r["dtype"]): r for r in json.loads(zl(["screen", "--json", "--db", str(db)],
-                                                                 screened["env"]).stdout)}
+                                                                 screened["env"]).stdout)["rows"]}
     assert {k: v["verdict"] for k, v in verdicts.items()} == {
         ("abs", "float16"): "IR_CHANGED",      # only the loc paths differ: each cell has its own FlagGems cache
         ("softmax", "float32"): "NO_IR_DIFF",
@@ -174,7 +174,7 @@ def test_screen_runs_flaggems_cells_and_the_store_judges_them(screened):
     assert verdicts[("topk", "float16")]["rc_after"] == 124 and verdicts[("topk", "float16")]["min"] is None
     # without locations (v4), abs's pair is the same code: the real H200 abs pair did the same
     v4 = {(r["op"], r["dtype"]): r["verdict"]
-          for r in json.loads(zl(["screen", "--rule", "v4", "--json", "--db", str(db)], screened["env"]).stdout)}
+          for r in json.loads(zl(["screen", "--rule", "v4", "--json", "--db", str(db)], screened["env"]).stdout)["rows"]}
     assert v4[("abs", "float16")] == "NO_IR_DIFF" and v4[("mm", "float32")] == "IR_CHANGED"
     # the TRUNCATED side was killed at its cap with its sleeper, its first record kept
     assert survivors(screened["tmp"]) == []
@@ -242,7 +242,7 @@ def test_campaign_runs_flaggems_repeats_and_the_store_pairs_them(campaign):
     result, db, root = campaign["result"], campaign["db"], campaign["root"]
     assert result.returncode == 1, result.stderr          # topk's killed cells fail its op
     assert "topk:float16: exit status 1" in result.stdout
-    ranges = json.loads(zl(["ab", str(root), "--json", "--db", str(db)], campaign["env"]).stdout)
+    ranges = json.loads(zl(["ab", str(root), "--json", "--db", str(db)], campaign["env"]).stdout)["rows"]
     by_op = {}
     for r in ranges:
         by_op.setdefault((r["op"], r["dtype"]), []).append(r)

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from zlstore import db as dbmod
-from zlstore import ingest, judge, merge, output, plan
+from zlstore import Store, ingest, judge, merge, output, plan, report
 from zlstore.cli import cli
 
 from .test_cli_help import all_commands
@@ -29,6 +29,12 @@ CAMPAIGN = "campaign_20261013_090000"
 
 def rows(document):
     return document
+
+
+def summarized(document):
+    """The rows of a --json that carries its summary: {"summary", "rows"}."""
+    assert set(document) == {"summary", "rows"}
+    return document["rows"]
 
 
 def whole(document):
@@ -47,15 +53,15 @@ def planned_ops(document):
 # the example store or a new file, whether the rows come in one order in
 # every format). {tree}: the example runs/ tree; {source}: the example store.
 COMMANDS = {
-    "screen": (["screen"], rows, "copy", True),
-    "screen --rule": (["screen", SCREEN_ROOT, "--rule", "v4"], rows, "copy", True),
-    "rescore": (["rescore"], lambda document: document["moved"], "copy", True),
-    "rescore --rule": (["rescore", "--rule", "v1"], lambda document: document["moved"], "copy", True),
+    "screen": (["screen"], summarized, "copy", True),
+    "screen --rule": (["screen", SCREEN_ROOT, "--rule", "v4"], summarized, "copy", True),
+    "rescore": (["rescore"], summarized, "copy", True),
+    "rescore --rule": (["rescore", "--rule", "v1"], summarized, "copy", True),
     "rule": (["rule"], whole, "copy", True),
     # --json and --nl are SQLite's text (by key), the others the rows (findings first)
-    "ab": (["ab", CAMPAIGN], rows, "copy", False),
+    "ab": (["ab", CAMPAIGN], summarized, "copy", False),
     "ab --rejected": (["ab", "--rejected"], rows, "copy", True),
-    "noise": (["noise"], rows, "copy", True),
+    "noise": (["noise"], summarized, "copy", True),
     "compare": (["compare", SCREEN_ROOT, OTHER_SCREEN_ROOT], rows, "copy", True),
     "export": (["export", SCREEN_ROOT], rows, "copy", True),
     "plan": (["plan", SCREEN_ROOT, "--cards", "3", "--rounds", "3"], planned_ops, "copy", True),
@@ -66,6 +72,10 @@ COMMANDS = {
     "record": (["record", f"{{tree}}/{SCREEN_ROOT}/topk_float16_before"], counts_of(ingest.COUNTS), "new", True),
     "merge": (["merge", "{source}"], counts_of(merge.COUNTS), "new", True),
 }
+
+# Commands whose -t prints their human table's columns (the rest: every column).
+SHOWN = {"screen": report.screen_shown, "screen --rule": report.screen_shown, "ab": report.ab_shown,
+         "noise": report.noise_shown}
 
 FORMATS = {"json": ["--json"], "nl": ["--nl"], "csv": ["--csv"], "tsv": ["--tsv"], "table": ["-t"],
            "github": ["--fmt", "github"], "grid": ["-t", "--fmt", "grid"]}
@@ -158,9 +168,15 @@ def test_every_format_parses_and_says_the_same_rows(printed, name):
         assert order(found) == order(as_text), fmt
 
     as_cells = [{k: output.cell_text(v) for k, v in row.items()} for row in expected]
+    table_columns = set(columns)
+    if name in SHOWN:  # -t: the human table's columns, the rows as it shows them
+        shown = SHOWN[name](expected)
+        headers = list(shown.headers or shown.columns)
+        as_cells = [{h: output.cell_text(row.get(c)) for h, c in zip(headers, shown.columns)} for row in shown.rows]
+        table_columns = set(headers)
     for fmt, parse in (("table", simple_table), ("github", github_table), ("grid", grid_table)):
         header, body = parse(printed[name][fmt][1])
-        assert set(header) - set(VOLATILE) == set(columns), fmt
+        assert set(header) - set(VOLATILE) == table_columns, fmt
         found = [{k: v for k, v in zip(header, cells) if k not in VOLATILE} for cells in body]
         assert order(found) == order(as_cells), fmt
 
@@ -168,8 +184,14 @@ def test_every_format_parses_and_says_the_same_rows(printed, name):
 def test_json_is_laid_out_as_sqlite_utils_prints_rows(printed):
     """One row a line, '[' before the first and ' ' before the others, with
     json.dumps' separators: ab's SQLite-built text too, byte for byte."""
-    for name in ("screen", "ab", "noise", "export"):
+    for name in ("screen", "ab", "noise", "export", "rescore"):
         printed_json = printed[name]["json"][1].rstrip("\n")
+        document = json.loads(printed_json)
+        if isinstance(document, dict):  # {"summary": ... on the first line, "rows": [ one a line
+            first, printed_json = printed_json.split("\n", 1)
+            assert first == '{"summary": ' + json.dumps(document["summary"], ensure_ascii=False) + ","
+            assert printed_json.startswith(' "rows": [') and printed_json.endswith("]}")
+            printed_json = printed_json[len(' "rows": '):-1]
         assert printed_json == output.json_text(json.loads(printed_json)), name
         lines = printed_json.split("\n")
         assert lines[0].startswith("[{") and all(line.startswith(" {") for line in lines[1:]), name
@@ -181,7 +203,9 @@ def test_empty_is_an_empty_array(tmp_path):
     CliRunner().invoke(cli, ["init", "--db", str(path)])
     for argv in (["screen"], ["ab"], ["ab", "--rejected"], ["noise"]):
         result = CliRunner().invoke(cli, [*argv, "--json", "--db", str(path)])
-        assert result.exit_code == 0 and result.stdout == "[]\n", argv
+        assert result.exit_code == 0, argv
+        document = json.loads(result.stdout)
+        assert (document["rows"] if argv != ["ab", "--rejected"] else document) == [], argv
         result = CliRunner().invoke(cli, [*argv, "--nl", "--db", str(path)])
         assert result.exit_code == 0 and result.stdout == "", argv
 
@@ -266,9 +290,8 @@ def test_screen_shows_elapsed_times_whole(example_store_path):
 def test_a_q_value_too_small_for_four_decimals_is_not_zero(example_store):
     with example_store.conn:
         example_store.conn.execute("UPDATE ab_range_rows SET q_value = 0.0000123 WHERE q_value IS NOT NULL")
-    result = CliRunner().invoke(cli, ["ab", CAMPAIGN, "--db", str(example_store.path)])
-    table = result.stdout.split("\n\n")[0].split("\n", 2)[2]    # under the root's heading and what it ran on
-    header, body = simple_table(table)
+    result = CliRunner().invoke(cli, ["ab", CAMPAIGN, "-t", "--db", str(example_store.path)])
+    header, body = simple_table(result.stdout)    # the human table's columns
     tested = [dict(zip(header, cells)) for cells in body if dict(zip(header, cells))["95% interval"]]
     assert tested and all(row["q"] == "1.23e-05" for row in tested)
 
@@ -331,3 +354,98 @@ def test_the_live_view_fits_the_terminal():
     finally:
         os.close(controller)
         os.close(terminal)
+
+
+# -- tables that fit a terminal; filters; the CI gate --------------------------
+
+
+def test_the_findings_table_fits_a_terminal_and_notes_go_below(example_store_path):
+    """No line of `ab` is wider than the terminal: notes and long headings
+    wrap onto lines of their own; the note is not a column there."""
+    with Store(example_store_path) as store:
+        rows, settings = judge.ab_ranges(store, CAMPAIGN), judge.judging_settings(store)
+        pairs = judge.verdicts(store, SCREEN_ROOT)
+    for width in (120, 150):  # the widest row (op, shape, interval, finding) is 113
+        lines = report.ab(rows, settings, width=width).splitlines()
+        assert max(map(len, lines)) <= width, max(lines, key=len)
+        assert "note" not in next(line for line in lines if line.startswith("op ")).split()
+        assert any(line.startswith("    note: more rounds: at least") for line in lines)
+        screen = report.screen(pairs, "v3", width=width)
+        assert max(map(len, screen.splitlines())) <= width
+        assert "\n    note: after killed at its timeout (rc 124)\n" in screen
+    # where the floor column would not fit, it goes into the note
+    assert "noise floor" not in report.ab(rows, settings, width=120).split("\n")[3]
+    assert "noise floor" in report.ab(rows, settings, width=150).split("\n")[2]
+    # piped (no terminal): the notes still go below their row
+    piped = CliRunner().invoke(cli, ["ab", CAMPAIGN, "--db", str(example_store_path)]).stdout
+    assert "\n    note: more rounds: at least" in piped
+
+
+def test_table_formats_print_the_human_columns_and_csv_every_column(example_store_path):
+    github = CliRunner().invoke(cli, ["ab", CAMPAIGN, "--fmt", "github", "--db", str(example_store_path)])
+    header, _ = github_table(github.stdout)
+    assert header == ["root"] + report.AB_HEADERS
+    assert not re.search(r"[0-9a-f]{64}", github.stdout)
+    every = CliRunner().invoke(cli, ["ab", CAMPAIGN, "--csv", "--db", str(example_store_path)])
+    assert {"log_mean", "ci_low", "root_path", "floor_note"} <= set(every.stdout.splitlines()[0].split(","))
+
+
+def test_column_no_headers_and_arrays_as_sqlite_utils(example_store_path):
+    db = ["--db", str(example_store_path)]
+    picked = CliRunner().invoke(cli, ["ab", CAMPAIGN, "-c", "op", "-c", "finding", "--csv", "--no-headers", *db])
+    lines = picked.stdout.splitlines()
+    assert picked.exit_code == 0 and "pad,faster" in lines and not any(line.startswith("op,") for line in lines)
+    arrays = json.loads(CliRunner().invoke(cli, ["screen", SCREEN_ROOT, "-c", "op", "-c", "verdict", "--json",
+                                                 "--arrays", "--verdict", "TRUNCATED", *db]).stdout)
+    assert arrays["rows"] == [["sort", "TRUNCATED"]] and arrays["summary"]["verdicts"]["TRUNCATED"] == 1
+    bad = CliRunner().invoke(cli, ["noise", "-c", "nosuch", "--csv", *db])
+    assert bad.exit_code == 2 and "no such column: nosuch" in bad.stderr
+    alone = CliRunner().invoke(cli, ["noise", "-c", "op", "-c", "floor", *db])
+    assert alone.stdout.splitlines()[0].split() == ["op", "floor"]
+
+
+def test_every_summarized_json_says_what_the_human_text_counts(example_store_path):
+    db = ["--db", str(example_store_path)]
+    for argv, key in ((["screen"], "verdicts"), (["ab"], "findings"), (["rescore"], "moved"), (["noise"], "floors")):
+        document = json.loads(CliRunner().invoke(cli, [*argv, "--json", *db]).stdout)
+        assert list(document) == ["summary", "rows"] and key in document["summary"], argv
+    ab = json.loads(CliRunner().invoke(cli, ["ab", "--json", *db]).stdout)
+    assert ab["summary"]["ranges"] == len(ab["rows"]) == 18
+    assert ab["summary"]["findings"] == {f: sum(1 for r in ab["rows"] if r["finding"] == f) for f in judge.FINDING_NAMES}
+    human = CliRunner().invoke(cli, ["ab", *db]).stdout
+    assert "18 ranges: 4 faster, 0 slower, 0 no change, 8 inconclusive, 6 too few rounds" in " ".join(human.split())
+
+
+def test_ab_filters_and_sorts(example_store_path):
+    db = ["--db", str(example_store_path)]
+    rows = json.loads(CliRunner().invoke(cli, ["ab", "--op", "topk,pad", "--finding", "faster", "--sort", "effect",
+                                               "--json", *db]).stdout)
+    assert {r["op"] for r in rows["rows"]} == {"topk", "pad"} and {r["finding"] for r in rows["rows"]} == {"faster"}
+    effects = [r["effect"] for r in rows["rows"]]
+    assert effects == sorted(effects, reverse=True) and rows["summary"]["ranges"] == 4
+    by_q = json.loads(CliRunner().invoke(cli, ["ab", "--sort", "q", "--json", *db]).stdout)["rows"]
+    tested = [r["q_value"] for r in by_q if r["q_value"] is not None]
+    assert tested == sorted(tested) and by_q[-1]["q_value"] is None
+    bad = CliRunner().invoke(cli, ["ab", "--finding", "quicker", *db])
+    assert bad.exit_code == 2 and "unknown finding 'quicker'" in bad.stderr
+    bad = CliRunner().invoke(cli, ["screen", "--verdict", "CHANGED", *db])
+    assert bad.exit_code == 2 and "unknown verdict 'CHANGED'" in bad.stderr
+
+
+def test_fail_on_is_a_ci_gate(example_store_path):
+    """exit 1 naming each offending range where one has a finding named, 0 otherwise."""
+    db = ["--db", str(example_store_path)]
+    clean = subprocess.run([sys.executable, "-m", "zlstore", "ab", CAMPAIGN, "--fail-on", "slower", *db],
+                           capture_output=True, text=True)
+    assert clean.returncode == 0 and "fail:" not in clean.stderr
+    failing = subprocess.run([sys.executable, "-m", "zlstore", "ab", CAMPAIGN, "--fail-on", "slower,inconclusive",
+                              "--op", "topk", "--fmt", "github", *db], capture_output=True, text=True)
+    assert failing.returncode == 1
+    assert failing.stderr.splitlines() == [
+        "fail: campaign_20261013_090000: topk float16 [[1024,4096],64]: inconclusive "
+        "(effect 1.076, 95% interval 1.016 .. 1.141, q 0.07702)",
+        "1 range with a finding in --fail-on slower,inconclusive: exit status 1"]
+    assert failing.stdout.startswith("| root ")   # the table is printed before the gate says no
+    bad = subprocess.run([sys.executable, "-m", "zlstore", "ab", "--fail-on", "regressed", *db],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2

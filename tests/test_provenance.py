@@ -3,7 +3,6 @@ the headers, warned about where the cells behind one pair or range differ;
 and `zlstore history`, one op across roots over time with what changed."""
 
 import json
-import sqlite3
 import subprocess
 
 import pytest
@@ -14,6 +13,7 @@ from zlstore.cli import cli
 
 from . import generator
 from .effects import Shape, shape_key, write_repeat_root
+from .test_flaggems import query as rows
 
 H200 = {"ENV_GPU": "NVIDIA H200", "ENV_GPU_COUNT": "1", "ENV_DRIVER": "570.86.15", "ENV_TORCH": "2.11.0",
         "ENV_TRITON": "3.5.0", "ENV_FLAGGEMS_COMMIT": "a1b2c3d4e5f6", "ENV_HOSTNAME": "h200-1"}
@@ -23,13 +23,6 @@ def invoke(db, *args):
     return CliRunner().invoke(cli, [*args, "--db", str(db)], catch_exceptions=False)
 
 
-def rows(db, sql, params=()):
-    conn = sqlite3.connect(db)
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in conn.execute(sql, params)]
-    finally:
-        conn.close()
 
 
 # -- capture -------------------------------------------------------------------
@@ -137,7 +130,7 @@ def test_a_pair_whose_sides_ran_on_two_triton_builds_is_warned_about_by_field(tm
     assert "    environment: cells differ in triton 3.5.0 before, 3.6.0 after; host h200-1 before, h200-2 after" \
         in result.stdout
     assert "ran on 2 environments" in result.stdout
-    pair = json.loads(invoke(db, "screen", "--json").stdout)[0]
+    pair = json.loads(invoke(db, "screen", "--json").stdout)["rows"][0]
     assert pair["environment_differs"] == {"triton": ["3.5.0", "3.6.0"], "hostname": ["h200-1", "h200-2"]}
     assert pair["verdict"] == "NO_IR_DIFF"                     # the caliber guard is what it was
 
@@ -155,7 +148,7 @@ def test_a_campaign_whose_rounds_ran_on_two_gpu_models_is_warned_about_in_ab_and
     assert "warning: ab_gpus softmax:float16: cells differ in GPU NVIDIA H100 | NVIDIA H200" in result.stderr
     assert "ab_one_gpu" not in result.stderr
     assert result.stdout.count("cells differ in GPU NVIDIA H100 | NVIDIA H200") == len(shapes)
-    ranges = json.loads(invoke(db, "ab", "--json").stdout)
+    ranges = json.loads(invoke(db, "ab", "--json").stdout)["rows"]
     differs = {(r["root"], r["shape"]): r["environment_differs"] for r in ranges}
     assert differs == {("ab_gpus", shape_key(i)): {"gpu": ["NVIDIA H100", "NVIDIA H200"]} for i in range(2)} | {
         ("ab_one_gpu", shape_key(i)): None for i in range(2)}

@@ -3,6 +3,7 @@
 screen.tsv the way the harness's RESCORE did, never losing the original."""
 
 import csv
+import json
 import io
 
 import pytest
@@ -52,8 +53,9 @@ def test_no_kernel_is_never_a_move(example_store, example_source):
 
 def test_cli_json_gives_the_moved_pairs_and_the_totals(example_store, example_source):
     _, manifest = example_source
-    result = json_out(invoke(example_store.path, "rescore", "--json"))
-    rows = result["moved"]
+    printed = json.loads(invoke(example_store.path, "rescore", "--json").stdout)
+    result, rows = printed["summary"], printed["rows"]
+    assert result["moved"] == len(rows)
     assert all(list(r) == ["root", "op", "dtype", "from", "to"] for r in rows)
     assert {tuple(r.values()) for r in rows} == expected_moves(manifest, "v3")
     pairs = list(screen_pairs(manifest))
@@ -82,9 +84,9 @@ def test_rule_option_views_without_switching(example_store, example_source):
     """--rule means one thing in every command: judge under it, for this
     output only. `zlstore rule RULE` is the one way to switch."""
     _, manifest = example_source
-    result = json_out(invoke(example_store.path, "rescore", "--rule", "v1", "--json"))
-    assert result["rule"] == "v1"
-    assert {tuple(r.values()) for r in result["moved"]} == expected_moves(manifest, "v1")
+    result = json.loads(invoke(example_store.path, "rescore", "--rule", "v1", "--json").stdout)
+    assert result["summary"]["rule"] == "v1"
+    assert {tuple(r.values()) for r in result["rows"]} == expected_moves(manifest, "v1")
     with Store(example_store.path) as store:
         assert store.current_rule == "v3"
         assert {r["rule"] for r in store.db.query("SELECT rule FROM verdicts")} == {"v3"}
@@ -92,7 +94,7 @@ def test_rule_option_views_without_switching(example_store, example_source):
     with Store(example_store.path) as store:
         assert store.current_rule == "v1"
         assert {r["rule"] for r in store.db.query("SELECT rule FROM verdicts")} == {"v1"}
-    moved = json_out(invoke(example_store.path, "rescore", "--json"))["moved"]
+    moved = json_out(invoke(example_store.path, "rescore", "--json"))
     assert {tuple(r.values()) for r in moved} == expected_moves(manifest, "v1")
 
 

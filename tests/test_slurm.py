@@ -128,8 +128,8 @@ def test_a_slurm_campaign_gives_the_same_store_as_a_local_one(cluster_env, tmp_p
     def store_view(where):
         db = tmp_path / f"{where}.db"
         ab = [{k: v for k, v in row.items() if k != "root_path"}  # local/ and slurm/ are two trees
-              for row in json.loads(invoke("ab", "campaign_eq", "--json", "--db", db).stdout)]
-        screen = json.loads(invoke("screen", "--json", "--db", db).stdout)
+              for row in json.loads(invoke("ab", "campaign_eq", "--json", "--db", db).stdout)["rows"]]
+        screen = json.loads(invoke("screen", "--json", "--db", db).stdout)["rows"]
         per_root = query(db, "SELECT roots.name, count(*) FROM cells JOIN roots ON roots.id = cells.root_id "
                              "GROUP BY roots.name ORDER BY roots.name")
         cells = sorted(query(db, "SELECT root, card, op, dtype, round, side, rc, n_rows, n_counted, n_kernels, "
@@ -181,7 +181,7 @@ def test_a_task_cancelled_mid_op_is_named_its_cells_kept_and_resume_runs_only_it
     jobs = (root / "slurm" / "jobs.tsv").read_text().splitlines()
     assert len(jobs) == 3 and jobs[2].split("\t")[2] == "0"          # only card 0 resubmitted
     # exactly the plan's rounds: the cancelled run's cells are superseded, not a third round
-    ab = json.loads(invoke("ab", "campaign_kill", "--json", "--db", db).stdout)
+    ab = json.loads(invoke("ab", "campaign_kill", "--json", "--db", db).stdout)["rows"]
     assert {(r["op"], r["rounds"], r["rejected"]) for r in ab} == {(op, 2, 0) for op in ("topk", "slowa", "rand")}
     superseded = query(db, "SELECT count(*) FROM cells WHERE op = 'slowa' AND superseded_at IS NOT NULL")[0][0]
     assert superseded >= 2

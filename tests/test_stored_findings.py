@@ -216,7 +216,7 @@ def test_ab_json_read_from_the_stored_judgements_is_the_views_text(db_path, tmp_
     plain(shared).execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('q_max', '1e-9')")
     read = as_nobody(["ab", "--json", "--db", str(shared)])
     assert read.returncode == 0, read.stderr
-    rejudged = json.loads(read.stdout)
+    rejudged = json.loads(read.stdout)["rows"]
     assert [r["shape"] for r in rejudged] == [r["shape"] for r in rows]
     assert {r["q_max"] for r in rejudged} == {1e-9}
     assert "faster" not in {r["finding"] for r in rejudged}

@@ -6,6 +6,7 @@ import functools
 import json
 import math
 import os
+import shutil
 import sqlite3
 import sys
 import traceback
@@ -213,9 +214,10 @@ class _TableFormat(click.ParamType):
 
 
 def output_options(fn=None, *, tsv_help="TSV: a header, then the rows, tab-separated."):
-    """--json, --nl, --csv, --tsv, -t/--table and --fmt, as sqlite-utils
-    has them, for every command that prints rows: the command gets `out`,
-    an output.Format (its own text for people when none is given)."""
+    """--json, --nl, --csv, --tsv, -t/--table and --fmt, with -c/--column,
+    --no-headers and --arrays, as sqlite-utils has them, for every command
+    that prints rows: the command gets `out`, an output.Format (its own
+    text for people when none is given)."""
     if fn is None:
         return functools.partial(output_options, tsv_help=tsv_help)
     flags = {
@@ -227,15 +229,27 @@ def output_options(fn=None, *, tsv_help="TSV: a header, then the rows, tab-separ
     }
 
     @functools.wraps(fn)
-    def wrapper(*args, as_json, nl, as_csv, as_tsv, as_table, fmt, **kwargs):
+    def wrapper(*args, as_json, nl, as_csv, as_tsv, as_table, fmt, columns, no_headers, arrays, **kwargs):
         given = {"as_json": as_json, "nl": nl, "as_csv": as_csv, "as_tsv": as_tsv, "as_table": as_table or bool(fmt)}
         chosen = [name for name, on in given.items() if on]
         if len(chosen) > 1:
             raise click.UsageError(" and ".join(flags[name][0] for name in chosen) + " go one at a time")
+        if arrays and chosen and chosen[0] not in ("as_json", "nl"):
+            raise click.UsageError("--arrays goes with --json or --nl")
         kind = {"as_json": "json", "nl": "nl", "as_csv": "csv", "as_tsv": "tsv", "as_table": "table"}
-        out = output.Format(kind[chosen[0]], fmt or "simple") if chosen else output.HUMAN
+        if chosen:
+            kind = kind[chosen[0]]
+        else:  # -c or --no-headers alone: a table of those columns; --arrays alone: JSON
+            kind = "json" if arrays else "table" if (columns or no_headers) else "human"
+        out = output.Format(kind, fmt or "simple", tuple(columns), not no_headers, arrays)
         return fn(*args, out=out, **kwargs)
 
+    wrapper = click.option("--arrays", is_flag=True,
+                           help="--json / --nl: each row an array of its values, not an object.")(wrapper)
+    wrapper = click.option("--no-headers", is_flag=True,
+                           help="--csv, --tsv and tables: leave out the header line.")(wrapper)
+    wrapper = click.option("-c", "--column", "columns", multiple=True, metavar="NAME",
+                           help="Only this column of the rows (repeatable; alone: a table of them).")(wrapper)
     for name, (flag, help_text) in reversed(flags.items()):
         decls = ("-t", flag, name) if name == "as_table" else (flag, name)
         if name == "as_table":
@@ -246,10 +260,13 @@ def output_options(fn=None, *, tsv_help="TSV: a header, then the rows, tab-separ
     return wrapper
 
 
-def emit(out, rows, columns=None, human=None, document=None, escape=True):
+def emit(out, rows, columns=None, human=None, document=None, shown=None, escape=True):
     """Print what a command says in the format asked for (output.render:
     text for people escaped for a terminal, unless not escape)."""
-    text = output.render(out, rows, columns=columns, human=human, document=document, escape=escape)
+    try:
+        text = output.render(out, rows, columns=columns, human=human, document=document, shown=shown, escape=escape)
+    except output.UnknownColumn as error:
+        raise click.UsageError(str(error)) from None
     if text:
         # color=True: click would strip what looks like a colour code from
         # text to a pipe, and a name holding one must reach a script exact
@@ -283,7 +300,8 @@ def cli():
     benchmarks (FlagGems operators, Triton IR fingerprints, calibers).
 
     Exit status, in every command: 0 done; 1 some input had problems
-    (everything readable was stored); 2 usage or environment error (bad
+    (everything readable was stored), or `ab --fail-on` found a range
+    with a finding it names (the CI gate); 2 usage or environment error (bad
     path, bad --db, unknown or wrong-kind root, newer schema, a full disk,
     stdout that cannot be written: one line says which); 3 record of an
     unfinished cell; 70 internal error (a bug); 130 interrupted; 141 stdout
@@ -1286,12 +1304,29 @@ def judge_errors():
         raise click.UsageError(str(error))
 
 
+def names_option(flag, metavar, help_text):
+    """An option that takes names comma-separated or repeated (--op a,b --op c)."""
+    return click.option(flag, metavar=metavar, multiple=True, help=help_text,
+                        callback=lambda ctx, param, value: [n.strip() for v in value for n in v.split(",") if n.strip()])
+
+
+def terminal_width():
+    """The width a table's notes and long lines are wrapped to: the
+    terminal's ($COLUMNS where set); None where stdout is no terminal (a
+    pipe, a file: notes wrap at report.WIDTH, the rest stays one line, as a
+    script reads it)."""
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size((report.WIDTH, 24)).columns
+    return None
+
+
 @cli.command()
 @click.argument("root", required=False)
 @rule_option
+@names_option("--verdict", "V[,V]", "Only pairs with these verdicts: " + ", ".join(judge.VERDICT_NAMES) + ".")
 @db_option
 @output_options
-def screen(store, root, rule, out):
+def screen(store, root, rule, verdict, out):
     """The screening verdicts: one line per (op, dtype) pair of ROOT (a
     directory name or path; default: every screening root) under the current
     fingerprint rule.
@@ -1313,8 +1348,11 @@ def screen(store, root, rule, out):
     is the verdict in the root's screen.tsv: the harness's own, or, after
     `zlstore rescore --write` (or the harness's RESCORE), the rewrite; where
     the replaced file, screen.tsv.orig, holds another verdict for a pair,
-    `orig` shows it beside (--json: recorded_verdict, orig_verdict). The
-    table ends with the count of each verdict.
+    `orig` shows it beside (--json: recorded_verdict, orig_verdict). cl, rc
+    and elapsed give the before / after sides; a note goes on a line of its
+    own below its pair. The table ends with the count of each verdict;
+    --json gives that summary with every column of the rows ({"summary",
+    "rows"}), -t the table's columns.
 
     Each root's heading says what its cells ran on (GPU, driver, torch,
     triton, FlagGems commit, host: cell.env's ENV_* keys). Where a pair's
@@ -1323,18 +1361,18 @@ def screen(store, root, rule, out):
     environment_differs.
 
     Exit status: 0 done; 2 an unknown root, a repeat run or campaign
-    (zlstore ab reads those), or a bad --db (missing: never created; not a
-    zlstore store; damaged; newer).
+    (zlstore ab reads those), an unknown --verdict, or a bad --db (missing:
+    never created; not a zlstore store; damaged; newer).
 
     Example:
 
         \b
         zlstore screen ab_rlc_20261012_101500
-        zlstore screen --rule v2 --json
+        zlstore screen --verdict IR_CHANGED --rule v2 --json
     """
     with judge_errors():
         rule_name = judge.resolve_rule(store, rule)
-        rows = judge.verdicts(store, root, rule_name)
+        rows = judge.verdicts(store, root, rule_name, verdict)
         axes = {axis["root"]: axis for axis in judge.screen_roots(store, root)}
         environments = judge.root_environments(store, root)
         differences = judge.environment_differences(store, root)
@@ -1350,7 +1388,9 @@ def screen(store, root, rule, out):
         return
     if out.kind != "human":
         rows = judge.with_environment_differs(rows)
-    emit(out, rows, human=lambda: report.screen(rows, rule_name, axes, environments, differences))
+    emit(out, rows, human=lambda: report.screen(rows, rule_name, axes, environments, differences, terminal_width()),
+         document=lambda: output.Summarized(judge.screen_summary(rows, rule_name), rows),
+         shown=lambda: report.screen_shown(rows))
 
 
 @cli.command()
@@ -1367,9 +1407,9 @@ def rescore(store, root, rule, write, out):
     against the harness's original judgement: screen.tsv.orig where the
     root has one, else screen.tsv. Prints the pairs whose verdict moved,
     the count of each move and the totals; NO_KERNEL and NO_TRITON are one
-    verdict and never a move. --json gives all of it (rule, pairs, moved,
-    counts, unchanged, without_original); the other formats the moved
-    pairs.
+    verdict and never a move. --json gives the totals as its summary (rule,
+    pairs, moved, unchanged, without_original, counts) and the moved pairs
+    as its rows ({"summary", "rows"}); the other formats the moved pairs.
 
     Exit status: 0 done; 2 an unknown root, a repeat run or campaign (zlstore
     ab reads those), a root directory that is gone (--write), or a bad --db
@@ -1390,7 +1430,7 @@ def rescore(store, root, rule, write, out):
     for path in written:
         click.echo(output.for_terminal(f"wrote {path} (the original is {path.name}.orig)"), err=True)
     emit(out, result["moved"], columns=["root", "op", "dtype", "from", "to"], human=lambda: report.rescore(result),
-         document=result)
+         document=output.Summarized(judge.rescore_summary(result), result["moved"]))
 
 
 def finite(ctx, param, value):
@@ -1439,9 +1479,16 @@ def rule(store, rule_name, q_max, min_effect, out):
 @cli.command()
 @click.argument("root", required=False)
 @click.option("--rejected", is_flag=True, help="List the rows that did not pair, and why.")
+@names_option("--op", "OP[,OP]", "Only ranges of these row ops.")
+@names_option("--finding", "F[,F]", "Only ranges with these findings: " + ", ".join(judge.FINDING_NAMES) + ".")
+@click.option("--sort", type=click.Choice(list(judge.AB_SORTS)), default=None,
+              help="Order within a root: finding (the default: findings first), effect (largest speedup first), "
+                   "q (smallest first), op (by op, dtype, shape).")
+@names_option("--fail-on", "F[,F]", "Exit 1, naming each on stderr, when a range (of those shown) has one of "
+                                    "these findings: the gate a CI step runs (e.g. --fail-on slower).")
 @db_option
 @output_options
-def ab(store, root, rejected, out):
+def ab(store, root, rejected, op, finding, sort, fail_on, out):
     """A/B findings of repeat runs and campaigns: per (root, row op, dtype,
     shape), what the paired rounds say of the ratio latency before / latency
     after (above 1: faster with the switch).
@@ -1476,33 +1523,63 @@ def ab(store, root, rejected, out):
     the differing fields are named), MISSING_SIDE (the row or its cell exists
     on one side only), NOT_COUNTED (error_msg or an unusable latency).
 
-    Exit status: 0 done; 2 an unknown root, a screening root (without
-    --rejected: zlstore screen reads it), or a bad --db (missing: never
+    --op, --finding and --sort pick and order the ranges (the summary
+    counts the ranges picked). The table fits a terminal: a range's note
+    (what would settle it, unpaired rows, the floor's absence) goes on
+    lines of its own below it; -t/--fmt print the table's columns (the
+    note a column), --json and --csv every column. --json is
+    {"summary": the closing lines' counts and thresholds, "rows": [...]}.
+
+    Exit status: 0 done; 1 --fail-on: a range has one of its findings
+    (each is named on stderr, after the output); 2 an unknown root, a
+    screening root (without --rejected: zlstore screen reads it), an
+    unknown finding, or a bad --db (missing: never
     created; not a zlstore store; damaged; newer).
 
     Example:
 
         \b
         zlstore ab campaign_20261013_090000
+        zlstore ab campaign_20261013_090000 --op topk,pad --sort effect
+        zlstore ab campaign_20261013_090000 --fail-on slower --fmt github
         zlstore ab campaign_20261013_090000 --rejected
     """
     with judge_errors():  # a screening root's unpaired rows are ab's too (--rejected); its ranges are screen's
         found = None if root is None else store.root(root) if rejected else judge.root_for(store, root, "ab")
-    differences = judge.range_environment_differences(store, found)
-    if not rejected:
-        for line in report.environment_warnings(differences, judge.root_names(store)):
-            click.echo(line, err=True)
-    if out.kind in ("json", "nl") and not rejected:  # built by SQLite: a campaign has thousands of ranges
-        emit(out, [], document=output.JSONText(judge.ab_ranges_json(store, found)))
-        return
-    rows = judge.ab_rejected(store, found) if rejected else judge.ab_ranges(store, found)
-    if not rows and out.kind == "human":
-        click.echo(output.for_terminal("(every row paired)" if rejected else report.no_ab_ranges(found)), err=True)
-        return
-    if not rejected and out.kind != "human":
-        rows = judge.with_environment_differs(rows)
-    emit(out, rows, human=lambda: report.rejected(rows) if rejected else report.ab(
-        rows, judge.judging_settings(store), judge.root_environments(store, found), differences))
+        judge.check_findings(finding)
+        judge.check_findings(fail_on)
+        differences = judge.range_environment_differences(store, found)
+        if not rejected:
+            for line in report.environment_warnings(differences, judge.root_names(store)):
+                click.echo(output.for_terminal(line), err=True)
+        if rejected:
+            rows = judge.ab_rejected(store, found)
+            if not rows and out.kind == "human":
+                click.echo("(every row paired)", err=True)
+            else:
+                emit(out, rows, human=lambda: report.rejected(rows))
+        elif out.kind in ("json", "nl"):  # built by SQLite: a campaign has thousands of ranges
+            summary = judge.ab_summary(store, found, op, finding)
+            text = output.JSONText(judge.ab_ranges_json(store, found, op, finding, sort))
+            emit(out, [], document=output.Summarized(summary, text))
+        else:
+            summary = judge.ab_summary(store, found, op, finding)
+            rows = judge.ab_ranges(store, found, op, finding, sort or "finding")
+            if not rows and out.kind == "human":
+                click.echo(output.for_terminal(report.no_ab_ranges(found) if not (op or finding)
+                                               else "(no range matches)"), err=True)
+            else:
+                if out.kind != "human":
+                    rows = judge.with_environment_differs(rows)
+                emit(out, rows, human=lambda: report.ab(rows, judge.judging_settings(store),
+                                                        judge.root_environments(store, found), differences,
+                                                        summary=summary, width=terminal_width()),
+                     shown=lambda: report.ab_shown(rows, differences))
+        failing = judge.failing_ranges(store, found, fail_on, op)
+    if failing:
+        for line in report.failing(failing, fail_on):
+            click.echo(output.for_terminal(line), err=True)
+        sys.exit(EXIT_PROBLEMS)
 
 
 @cli.command()
@@ -1514,7 +1591,8 @@ def noise(store, op, out):
     - 1| over the paired rows of every NO_IR_DIFF screening pair under the
     current rule (the same code measured twice), with the number of rows it
     rests on and the roots they came from. A noise floor, not a result: an
-    A/B range means something only where it clears its op's floor.
+    A/B range means something only where it clears its op's floor. --json:
+    {"summary", "rows"}.
 
     Exit status: 0 done; 2 a bad --db (missing: never created; not a
     zlstore store; damaged; newer).
@@ -1525,7 +1603,8 @@ def noise(store, op, out):
         zlstore noise --op softmax
     """
     rows = judge.noise_floors(store, op)
-    emit(out, rows, human=lambda: report.noise(rows))
+    emit(out, rows, human=lambda: report.noise(rows),
+         document=lambda: output.Summarized(judge.noise_summary(rows), rows), shown=lambda: report.noise_shown(rows))
     if not rows and out.kind == "human":
         click.echo("(no noise floor: no NO_IR_DIFF pair with paired rows)", err=True)
 
@@ -1563,6 +1642,46 @@ def compare(store, root_a, root_b, rule, out):
                                              "b": mismatch.b, "differences": differences})
         raise Refusal("refusing to compare: " + refusal.message)
     emit(out, result["rows"], human=lambda: report.compare(result))
+
+
+@cli.command("report")
+@click.argument("root")
+@click.option("--md", "fmt", flag_value="md", default=True, help="Markdown, the picture in an SVG file beside it (the default).")
+@click.option("--html", "fmt", flag_value="html", help="One self-contained HTML file: the picture inline, opens offline.")
+@click.option("-o", "--output", "out_path", type=click.Path(dir_okay=False), default=None,
+              help="Write to FILE (default: stdout; --md then writes the picture as ./ROOT.svg).")
+@db_option
+def report_command(store, root, fmt, out_path):
+    """A root's report, to paste into a pull request or keep as a CI
+    artifact. A campaign or repeat run: the summary line, the findings
+    table, a forest plot of each shape's effect with its 95% interval
+    coloured by finding (the dashboard's chart), the settings, the
+    provenance and the open problems. A screening root: the verdict
+    counts, the IR_CHANGED pairs with their hints, the labelled speedup
+    ranges, the settings, provenance and problems.
+
+    --md (the default) links the picture, written beside the report as
+    FILE's name with .svg; --html holds it inline, one file that opens
+    offline. The picture is matplotlib's SVG; it carries the rows it plots
+    in its <metadata>.
+
+    Exit status: 0 done; 2 an unknown root, a file that cannot be
+    written, or a bad --db.
+
+    Example:
+
+        \b
+        zlstore report campaign_20261013_090000 --html -o campaign.html
+        zlstore report campaign_20261013_090000 -o campaign.md
+    """
+    from . import document  # noqa: PLC0415: matplotlib is imported only for a report
+
+    with judge_errors():
+        result = document.write(store, root, fmt, out_path)
+    if result["text"] is not None:  # markdown for a file or a pipe, exact; on a terminal, escaped
+        click.echo(output.for_terminal(result["text"]) if sys.stdout.isatty() else result["text"], nl=False)
+    for path in result["written"]:
+        click.echo(output.for_terminal(f"wrote {path}"), err=True)
 
 
 @cli.command()

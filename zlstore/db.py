@@ -24,7 +24,7 @@ from typing import Callable, Dict, Iterator, List, NamedTuple, Optional
 
 from . import caliber, floors, names, provenance, stats, ttgir
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 BUSY_TIMEOUT_MS = 60_000
 WRITE_ATTEMPTS = 10
 
@@ -943,6 +943,18 @@ def _screening_pairs_on_any_card(conn):
     # what was derived under the old key: the rederive keeps it under the new one
     for table in ("ab_slot_rows", "ab_round_ranges", "ab_duplicate_rounds", "ab_stale_rounds"):
         conn.execute(f"DELETE FROM {table} WHERE round = 0")
+
+
+@migration(14)
+def _test_outcomes(conn):
+    """Release 14 keeps what pytest did with each cell's tests (zlstore
+    flaggems' plugin; zlstore/outcomes.py): cells.test_outcome (passed,
+    skipped, deselected, failed, error) and cells.test_reason, which
+    NO_ROWS and MISSING_SIDE show. Cells stored before have neither (NULL)."""
+    present = {row[1] for row in conn.execute("PRAGMA table_xinfo(cells)")}
+    for column in ("test_outcome", "test_reason"):
+        if column not in present:  # a store relabelled by hand, as tests make older releases, may have them
+            conn.execute(f"ALTER TABLE cells ADD COLUMN {column} TEXT")
 
 
 def _user_version(conn) -> int:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import caliber, layout, provenance
+from .pytest_plugins.zlstore_outcomes import OUTCOMES_VAR
 from .names import TIMEOUT_RC
 from .procs import KILL_GRACE_S, group_alive, interrupts, kill_group, shell_rc, start_group
 from .harness import (
@@ -51,6 +52,12 @@ OWN_OPTIONS = {"-m": "the cell's op", "--level": "BENCH_LEVEL", "--record": "alw
 STOP_GRACE_S = 1.0
 PYTEST_NO_TESTS = 5
 NOTE = "zlstore flaggems: "  # how this command's own lines in run.log begin
+# The pytest plugins loaded into the benchmark (-p), from PLUGIN_DIR, in
+# order: the compat overrides first (they rewrite collection-time skip marks
+# and nothing may read the items before them: zlstore_compat's docstring
+# says which), then what pytest did with each test (zlstore/outcomes.py reads it back).
+PLUGIN_DIR = Path(__file__).resolve().parent / "pytest_plugins"
+PLUGINS = ("zlstore_compat", "zlstore_outcomes")
 
 
 class FlagGemsError(Exception):
@@ -363,8 +370,14 @@ def benchmark_env(env: Mapping[str, str], out: Path, switch: str, value: str, le
         TRITON_CACHE_VAR: str(out / layout.TRITON_CACHE), FLAGGEMS_CACHE_VAR: str(out / FLAGGEMS_CACHE),
         "SWITCH": switch, "SWITCH_VALUE": value, switch: value, "BENCH_LEVEL": level,
         "PYTHONUNBUFFERED": "1",
-        # Not an argument: FlagGems names its record file after the arguments.
-        "PYTEST_ADDOPTS": (result.get("PYTEST_ADDOPTS", "") + " -p no:cacheprovider").strip(),
+        # Not arguments: FlagGems names its record file after the arguments.
+        "PYTEST_ADDOPTS": (result.get("PYTEST_ADDOPTS", "") + " -p no:cacheprovider"
+                           + "".join(f" -p {plugin}" for plugin in PLUGINS)).strip(),
+        # zlstore's plugins are single files that import nothing of zlstore
+        # (the benchmark's Python need not have it): their directory goes first
+        "PYTHONPATH": os.pathsep.join(filter(None, (str(PLUGIN_DIR), result.get("PYTHONPATH")))),
+        # what pytest did with each test goes into run.log (zlstore_outcomes)
+        OUTCOMES_VAR: str(out / layout.RUN_LOG),
     })
     return result
 

@@ -101,11 +101,16 @@ def resolve_rule(store, rule: Optional[str] = None) -> str:
     return name
 
 
-def verdicts(store, root=None, rule: Optional[str] = None) -> List[dict]:
+def verdicts(store, root=None, rule: Optional[str] = None, only: Optional[Sequence[str]] = None) -> List[dict]:
     """The verdict table (verdicts_by_rule under `rule`, else the current
-    rule) for one root or every screening root."""
+    rule) for one root or every screening root; only the verdicts named in
+    only, where given."""
+    only = check_verdicts(only)
     where, params = _root_clause(store, root, reader="screen")
     rule = resolve_rule(store, rule)
+    if only:
+        where += f" AND verdict IN ({', '.join('?' * len(only))})"
+        params += tuple(only)
     return _rows(store, f"SELECT * FROM verdicts_by_rule WHERE rule = ?{where} ORDER BY root, root_id, op, dtype",
                  (rule, *params))
 
@@ -260,12 +265,62 @@ AB_ORDER = "root, root_id, finding_position, op, dtype, shape, caliber_id"
 # campaign's thousands of JSON texts).
 AB_KEY_ORDER = "root, root_id, op, dtype, shape, caliber_id"
 
+# `ab --sort`: within each root, by finding (the default: findings first),
+# by effect (the largest speedup first), by q (the strongest evidence
+# first) or by key (op, dtype, shape). Ranges without a test (too few
+# rounds) go last under effect and q. Each is a list of (column, how).
+AB_SORTS = {
+    "finding": (("finding_position", ""), ("op", ""), ("dtype", ""), ("shape", ""), ("caliber_id", "")),
+    "effect": (("p_value", " IS NULL"), ("effect", " DESC"), ("op", ""), ("dtype", ""), ("shape", ""),
+               ("caliber_id", "")),
+    "q": (("q_value", " IS NULL"), ("q_value", ""), ("op", ""), ("dtype", ""), ("shape", ""), ("caliber_id", "")),
+    "op": (("op", ""), ("dtype", ""), ("shape", ""), ("caliber_id", "")),
+}
 
-def ab_ranges(store, root=None) -> List[dict]:
+
+def _ab_order(sort: Optional[str], prefix: str = "", root: str = "root") -> str:
+    if sort not in AB_SORTS:
+        raise ValueError(f"unknown sort {sort!r}: one of {', '.join(AB_SORTS)}")
+    keys = [root, f"{prefix}root_id"] + [f"{prefix}{column}{how}" for column, how in AB_SORTS[sort]]
+    return ", ".join(keys)
+
+
+def check_findings(findings: Optional[Sequence[str]]) -> List[str]:
+    """The finding names asked for, each one of names.FINDING_NAMES (JudgeError otherwise)."""
+    unknown = [f for f in findings or () if f not in FINDING_NAMES]
+    if unknown:
+        raise JudgeError(f"unknown finding {', '.join(map(repr, unknown))}: one of {', '.join(FINDING_NAMES)}")
+    return list(findings or ())
+
+
+def check_verdicts(verdict_names: Optional[Sequence[str]]) -> List[str]:
+    """The verdict names asked for, each one of names.VERDICT_NAMES (JudgeError otherwise)."""
+    names = [canonical_verdict(v) for v in verdict_names or ()]
+    unknown = [v for v in names if v not in VERDICT_NAMES]
+    if unknown:
+        raise JudgeError(f"unknown verdict {', '.join(map(repr, unknown))}: one of {', '.join(VERDICT_NAMES)}")
+    return names
+
+
+def _ab_where(store, root, ops, findings, prefix: str = "") -> Tuple[str, tuple]:
+    """SQL restricting ranges to one root, some row ops and some findings."""
+    clauses, params = [], []
+    if root is not None:
+        clauses.append(f"{prefix}root_id = ?")
+        params.append(_root(store, root)["id"])
+    for column, values in (("op", list(ops or ())), ("finding", check_findings(findings))):
+        if values:
+            clauses.append(f"{prefix}{column} IN ({', '.join('?' * len(values))})")
+            params.extend(values)
+    return "".join(f" AND {c}" for c in clauses), tuple(params)
+
+
+def ab_ranges(store, root=None, ops=None, findings=None, sort: str = "finding") -> List[dict]:
     """The A/B ranges of repeat runs and campaigns (ab_ranges), every key
-    that has a paired or a rejected row, findings first."""
-    where, params = _root_clause(store, root)
-    return _rows(store, f"SELECT * FROM ab_ranges WHERE 1{where} ORDER BY {AB_ORDER}", params)
+    that has a paired or a rejected row, findings first (or as sort says:
+    AB_SORTS), only of the row ops and findings given (all where none)."""
+    where, params = _ab_where(store, root, ops, findings)
+    return _rows(store, f"SELECT * FROM ab_ranges WHERE 1{where} ORDER BY {_ab_order(sort)}", params)
 
 
 # The JSON of every range as ab_range_judgements gives it, for a store whose
@@ -276,25 +331,35 @@ _STORED_JSON = """
     SELECT j.json, r.root_id, r.op, r.dtype
     FROM roots CROSS JOIN ab_range_rows r ON r.root_id = roots.id CROSS JOIN ab_range_json j ON j.range_rowid = r.rowid
     WHERE roots.kind <> 'screen' {where}
-    ORDER BY roots.name, r.root_id, r.op, r.dtype, r.shape, r.caliber_id"""
+    ORDER BY {order}"""
 
 
-def ab_ranges_json(store, root=None) -> str:
+def _ab_source(store) -> bool:
+    """Whether the stored judgements are today's (read ab_range_rows), or
+    some must be judged on the read (the view ab_range_judgements): a
+    read-only store whose settings were edited by hand."""
+    store.refresh_pairs()
+    return not _pairing.unjudged(store.conn)
+
+
+def ab_ranges_json(store, root=None, ops=None, findings=None, sort: Optional[str] = None) -> str:
     """ab_ranges() as a JSON array of objects, the same keys in the same
-    order, the ranges by key (AB_KEY_ORDER), laid out as every --json is
+    order, the ranges by key (AB_KEY_ORDER; or as sort says), laid out as every --json is
     (output.json_text: one object a line, as sqlite-utils query prints
     rows). A campaign has thousands of ranges: the JSON of each is stored
     with its judgement (ab_range_json), so no Python object is
     made per value, and nothing is judged on the read where the store is
     up to date (the view ab_range_judgements judges what is not). Reals are
     written with 15 significant digits (SQLite's JSON)."""
-    store.refresh_pairs()
-    if _pairing.unjudged(store.conn):  # a read-only store whose settings were edited by hand
-        where, params = _root_clause(store, root)
-        rows = f"SELECT json, root_id, op, dtype FROM ab_range_judgements WHERE 1{where} ORDER BY {AB_KEY_ORDER}"
+    if not _ab_source(store):
+        where, params = _ab_where(store, root, ops, findings)
+        order = AB_KEY_ORDER if sort is None else _ab_order(sort)
+        rows = f"SELECT json, root_id, op, dtype FROM ab_range_judgements WHERE 1{where} ORDER BY {order}"
     else:
-        where, params = _root_clause(store, root, "r.root_id")
-        rows = _STORED_JSON.format(where=where)
+        where, params = _ab_where(store, root, ops, findings, "r.")
+        order = ("roots.name, r.root_id, r.op, r.dtype, r.shape, r.caliber_id" if sort is None
+                 else _ab_order(sort, "r.", "roots.name"))
+        rows = _STORED_JSON.format(where=where, order=order)
     # Each range's environment_differs goes in as text: a campaign has
     # thousands of ranges and few (normally no) differences.
     differs = {key: json.dumps(environment_differs(fields))
@@ -304,6 +369,77 @@ def ab_ranges_json(store, root=None) -> str:
     return "[" + ",\n ".join(
         f'{text[:-1]}, "environment_differs": {differs.get((root_id, op, dtype), "null")}}}'
         for text, root_id, op, dtype in store.conn.execute(rows, params)) + "]"
+
+
+def ab_summary(store, root=None, ops=None, findings=None) -> dict:
+    """What `zlstore ab` says under its tables, as data (every --json's
+    "summary"): how many ranges, the count of each finding (in the order
+    they are shown), how many have rows that did not pair or rows timed by
+    the direct fallback, and the rule and thresholds they were judged by.
+    Counted by SQLite over the same ranges ab_ranges_json reads."""
+    if _ab_source(store):
+        where, params = _ab_where(store, root, ops, findings, "r.")
+        source = f"ab_range_rows r JOIN roots ON roots.id = r.root_id AND roots.kind <> 'screen' WHERE 1{where}"
+    else:
+        where, params = _ab_where(store, root, ops, findings)
+        source = f"ab_range_judgements r WHERE 1{where}"
+    counted = {row["finding"]: row for row in _rows(store, f"""
+        SELECT r.finding, count(*) AS n, sum(r.rejected > 0) AS unpaired, sum(r.fallback > 0) AS fallback
+        FROM {source} GROUP BY r.finding""", params)}
+    return _ab_summary(counted, judging_settings(store))
+
+
+def ab_summary_of(rows: Sequence[dict], settings: dict) -> dict:
+    """ab_summary() of ranges already read (ab_ranges rows)."""
+    counted: Dict[str, dict] = {}
+    for row in rows:
+        count = counted.setdefault(row["finding"], {"n": 0, "unpaired": 0, "fallback": 0})
+        count["n"] += 1
+        count["unpaired"] += 1 if row["rejected"] else 0
+        count["fallback"] += 1 if row["fallback"] else 0
+    return _ab_summary(counted, settings)
+
+
+def _ab_summary(counted: Dict[str, dict], settings: dict) -> dict:
+    return {
+        "ranges": sum(row["n"] for row in counted.values()),
+        "findings": {**{name: 0 for name in FINDING_NAMES}, **{name: row["n"] for name, row in counted.items()}},
+        "with_unpaired_rows": sum(row["unpaired"] or 0 for row in counted.values()),
+        "with_fallback_rows": sum(row["fallback"] or 0 for row in counted.values()),
+        "rule": settings["current_rule"],
+        "q_max": settings["q_max"], "min_effect": settings["min_effect"], "min_rounds": settings["min_rounds"],
+        "settings_note": settings.get("settings_note"),
+    }
+
+
+def screen_summary(rows: Sequence[dict], rule: str) -> dict:
+    """What `zlstore screen` says under its tables, as data: the rule, how
+    many pairs, the count of each verdict, how many IR_CHANGED pairs differ
+    only in what the strictest rule leaves out (hinted)."""
+    return {"rule": rule, "pairs": len(rows), "verdicts": verdict_counts(rows),
+            "hinted": sum(1 for row in rows if row.get("hint"))}
+
+
+def noise_summary(rows: Sequence[dict]) -> dict:
+    """What `zlstore noise` says with its table, as data: how many floors,
+    and that a floor is not a result."""
+    return {"floors": len(rows), "rows": sum(row["n"] or 0 for row in rows),
+            "note": "noise floors, not results: a range means something only where it clears its op's floor"}
+
+
+def rescore_summary(result: dict) -> dict:
+    """rescore()'s totals without its moved pairs (they are the rows)."""
+    return {"rule": result["rule"], "pairs": result["pairs"], "moved": len(result["moved"]),
+            "unchanged": result["unchanged"], "without_original": result["without_original"],
+            "counts": result["counts"]}
+
+
+def failing_ranges(store, root=None, fail_on: Sequence[str] = (), ops=None) -> List[dict]:
+    """The ranges (of one root, some row ops) whose finding is one of
+    fail_on: what `ab --fail-on` exits 1 for."""
+    if not fail_on:
+        return []
+    return ab_ranges(store, root, ops, fail_on, sort="op")
 
 
 def judging_settings(store) -> dict:

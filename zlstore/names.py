@@ -19,7 +19,7 @@ TIMEOUT_RC = TIMEOUT_RCS[0]
 
 # The exit statuses of zlstore's commands (docs/cli.md: "Exit statuses").
 EXIT_OK = 0             # everything done
-EXIT_PROBLEMS = 1       # some input had problems; everything readable was stored
+EXIT_PROBLEMS = 1       # some input had problems (everything readable was stored); ab --fail-on: a range has a named finding
 EXIT_USAGE = 2          # usage or environment error: bad path, bad --db, unknown or wrong-kind root, newer schema,
                         # a full disk, stdout that cannot be written (ENOSPC: one line on stderr)
 EXIT_UNFINISHED = 3     # record: a cell without cell.env / RC yet (nothing of it stored)

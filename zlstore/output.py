@@ -101,10 +101,16 @@ def table_formats() -> tuple:
 @dataclass(frozen=True)
 class Format:
     """How a command prints: human (its own text, the default), json, nl,
-    csv, tsv, or table (tabulate's, in tablefmt)."""
+    csv, tsv, or table (tabulate's, in tablefmt). columns: only these
+    columns of the rows (-c/--column, as sqlite-utils); headers: False
+    leaves out the header line of csv, tsv and tables (--no-headers);
+    arrays: JSON rows as arrays of values, not objects (--arrays)."""
 
     kind: str = "human"
     tablefmt: str = "simple"
+    columns: tuple = ()
+    headers: bool = True
+    arrays: bool = False
 
 
 HUMAN = Format()
@@ -123,34 +129,108 @@ def _value(lazy: Lazy) -> Any:
     return lazy() if callable(lazy) else lazy
 
 
+class UnknownColumn(LookupError):
+    """-c names a column the rows do not have."""
+
+
+@dataclass(frozen=True)
+class Summarized:
+    """What --json of a command with a summary prints, in one shape for
+    every such command (screen, ab, rescore, noise): {"summary": {...},
+    "rows": [...]}; the summary is what the human text's closing lines
+    say, the rows every column. rows may be JSONText (ab's, by SQLite)."""
+
+    summary: Mapping[str, Any]
+    rows: Any
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What -t/--fmt print where a command's human text is a table: the
+    rows with the human table's derived cells, its columns and headers."""
+
+    rows: Any
+    columns: Sequence[str]
+    headers: Optional[Sequence[str]] = None
+
+
 def render(fmt: Format, rows: Lazy, columns: Optional[Sequence[str]] = None,
-           human: Optional[Callable[[], str]] = None, document: Lazy = None, escape: bool = True) -> str:
+           human: Optional[Callable[[], str]] = None, document: Lazy = None,
+           shown: Optional[Callable[[], Shown]] = None, escape: bool = True) -> str:
     """render_exact's text, where it is for people (the default text and -t
     tables) escaped for a terminal (for_terminal) unless not escape."""
-    text = render_exact(fmt, rows, columns, human, document)
+    text = render_exact(fmt, rows, columns, human, document, shown)
     return for_terminal(text) if escape and fmt.kind in ("human", "table") else text
 
 
 def render_exact(fmt: Format, rows: Lazy, columns: Optional[Sequence[str]] = None,
-                 human: Optional[Callable[[], str]] = None, document: Lazy = None) -> str:
+                 human: Optional[Callable[[], str]] = None, document: Lazy = None,
+                 shown: Optional[Callable[[], Shown]] = None) -> str:
     """The text a command prints in fmt. rows: what --nl, --csv, --tsv and
     -t print (each may be a function, called only when needed); columns:
     theirs (default: the first row's keys); human: the default text
     (default: the rows as a table); document: what --json prints where it
-    says more than the rows (totals, a plan, a refusal)."""
-    if fmt.kind == "json":
-        return json_text(_value(rows) if document is None else _value(document))
-    if fmt.kind == "nl":
-        if isinstance(document, JSONText):
-            return json_lines(document)
-        return "\n".join(_dumps(row) for row in _value(rows))
+    says more than the rows (totals, a plan, a refusal; a Summarized);
+    shown: what -t prints where it is the human table's columns, not every
+    column (-c picks from every column)."""
+    if fmt.kind in ("json", "nl"):
+        document, summary = _value(document), None
+        if isinstance(document, Summarized):
+            summary, rows = document.summary, document.rows
+        elif isinstance(document, JSONText):
+            rows = document
+        elif document is not None and fmt.kind == "json":
+            return json_text(document)
+        rows = _value(rows)
+        if isinstance(rows, JSONText) and (fmt.columns or fmt.arrays):
+            rows = json.loads(rows)
+        if not isinstance(rows, JSONText):
+            rows = _picked(rows, columns, fmt)
+        if fmt.kind == "nl":
+            return json_lines(rows) if isinstance(rows, JSONText) else "\n".join(_dumps(row) for row in rows)
+        return summarized_json(summary, rows) if summary is not None else json_text(rows)
     if fmt.kind == "human" and human is not None:
         return human()
-    rows = _value(rows)
-    columns = list(columns or (rows[0].keys() if rows else []))
+    headers = None
+    if fmt.kind == "table" and shown is not None and not fmt.columns:
+        picked = shown()
+        rows, columns, headers = _value(picked.rows), list(picked.columns), picked.headers
+    else:
+        rows = _value(rows)
+        columns = list(fmt.columns or columns or (rows[0].keys() if rows else []))
+        _check_columns(rows, columns, fmt)
     if fmt.kind in ("csv", "tsv"):
-        return to_delimited(rows, columns, "\t" if fmt.kind == "tsv" else ",").rstrip("\n")
-    return table(rows, columns, tablefmt=fmt.tablefmt if fmt.kind == "table" else "simple")
+        text = to_delimited(rows, columns, "\t" if fmt.kind == "tsv" else ",", header=fmt.headers)
+        return text.rstrip("\n")
+    return table(rows, columns, headers=headers, tablefmt=fmt.tablefmt if fmt.kind == "table" else "simple",
+                 show_headers=fmt.headers)
+
+
+def _check_columns(rows: Rows, columns: Sequence[str], fmt: Format):
+    if fmt.columns and rows:
+        unknown = [c for c in fmt.columns if c not in rows[0]]
+        if unknown:
+            raise UnknownColumn(f"no such column: {', '.join(unknown)} (the rows have: {', '.join(rows[0])})")
+
+
+def _picked(rows: Rows, columns: Optional[Sequence[str]], fmt: Format) -> list:
+    """The rows with only -c's columns (all where none is named), as arrays with --arrays."""
+    rows = list(rows)
+    _check_columns(rows, fmt.columns, fmt)
+    names = list(fmt.columns or columns or (rows[0].keys() if rows else []))
+    if fmt.columns or (columns and fmt.arrays):
+        rows = [{c: row.get(c) for c in names} for row in rows]
+    if fmt.arrays:
+        return [list(row.values()) for row in rows]
+    return rows
+
+
+def summarized_json(summary: Mapping[str, Any], rows: Any) -> str:
+    """Summarized as --json prints it: the summary on its first line, then
+    the rows one a line as json_text lays them out."""
+    body = str(rows) if isinstance(rows, JSONText) else (
+        "[" + ",\n ".join(_dumps(row) for row in rows) + "]")
+    return '{"summary": ' + _dumps(summary) + ',\n "rows": ' + body + "}"
 
 
 def _plain(value: Any) -> Any:
@@ -174,8 +254,12 @@ def json_text(value: Any) -> str:
     summary, a plan) indented by two."""
     if isinstance(value, JSONText):
         return str(value)
-    if isinstance(value, (list, tuple)) and all(isinstance(row, Mapping) for row in value):
+    if isinstance(value, Summarized):
+        return summarized_json(value.summary, value.rows)
+    if isinstance(value, (list, tuple)) and value and all(isinstance(row, (Mapping, list)) for row in value):
         return "[" + ",\n ".join(_dumps(row) for row in value) + "]"
+    if isinstance(value, (list, tuple)) and not value:
+        return "[]"
     return _dumps(value, indent=2)
 
 
@@ -185,12 +269,13 @@ def json_lines(text: str) -> str:
     return text[1:-1].replace(",\n ", "\n")
 
 
-def to_delimited(rows: Rows, columns: Sequence[str], delimiter: str = ",") -> str:
-    """A header and the rows, CSV (or TSV with a tab); empty for NULL, JSON
-    for a nested value, full precision for a number."""
+def to_delimited(rows: Rows, columns: Sequence[str], delimiter: str = ",", header: bool = True) -> str:
+    """A header (unless header is False) and the rows, CSV (or TSV with a
+    tab); empty for NULL, JSON for a nested value, full precision for a number."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, delimiter=delimiter, lineterminator="\n")
-    writer.writerow(columns)
+    if header:
+        writer.writerow(columns)
     for row in rows:
         writer.writerow([_delimited_value(row.get(c)) for c in columns])
     return buffer.getvalue()
@@ -205,11 +290,11 @@ def _delimited_value(value: Any) -> Any:
 
 
 def table(rows: Rows, columns: Optional[Sequence[str]] = None, headers: Optional[Sequence[str]] = None,
-          tablefmt: str = "simple", align: Optional[Sequence[str]] = None) -> str:
+          tablefmt: str = "simple", align: Optional[Sequence[str]] = None, show_headers: bool = True) -> str:
     """The rows as tabulate's table: numbers written by cell_text and
     right-aligned (or as align says, per column); tabulate's "simple"
     layout (two spaces between columns, a rule under the header) without
-    trailing blanks."""
+    trailing blanks; no header where show_headers is False."""
     columns = list(columns or (rows[0].keys() if rows else []))
     headers = list(headers or columns)
     align = list(align or ["right" if rows and all(is_number(row.get(c)) or row.get(c) is None for row in rows)
@@ -219,7 +304,7 @@ def table(rows: Rows, columns: Optional[Sequence[str]] = None, headers: Optional
 
     padding, tabulate.MIN_PADDING = tabulate.MIN_PADDING, 0  # no wider than its widest cell (a module
     try:                                                      # setting: tabulate takes no argument for it)
-        text = tabulate.tabulate(body, headers=headers, tablefmt=tablefmt, disable_numparse=True,
+        text = tabulate.tabulate(body, headers=headers if show_headers else (), tablefmt=tablefmt, disable_numparse=True,
                                  colalign=align or None)
     finally:
         tabulate.MIN_PADDING = padding

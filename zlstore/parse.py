@@ -21,7 +21,7 @@ from typing import Dict, List, Optional, Tuple
 
 from isal import isal_zlib
 
-from . import layout, runlog, ttgir, unchanged
+from . import layout, outcomes, runlog, ttgir, unchanged
 from .layout import Problem
 
 MEASUREMENT_COLUMNS = ("cell_id",) + runlog.STORED_FIELDS  # a row as the parse stores it
@@ -45,6 +45,7 @@ CELL_COLUMNS = (
     "card_source", "op_source", "dtype_source", "side_source", "round_source", "rc_source",
     "elapsed_source", "caliber_source", "provenance", "n_records", "n_rows", "n_counted",
     "n_kernels", "convert_layouts", "index_hash", "n_problems", "content_sig", "ir_incomplete",
+    "test_outcome", "test_reason",
 )
 _N_ROWS = CELL_COLUMNS.index("n_rows")
 # A kernels row but for its cell_id.
@@ -236,7 +237,7 @@ class ParsedCell:
                 sum(1 for r in rows if r[_COUNTED]), len(self.kernels),
                 sum(k.convert_layouts for k in self.kernels),
                 self.index[0] if self.index else None, len(self.problems), self.content_sig,
-                v["ir_incomplete"],
+                v["ir_incomplete"], v.get("test_outcome"), v.get("test_reason"),
             )
         return self.columns
 
@@ -359,6 +360,7 @@ class CellParser:
         log_bytes, _ = read(layout.RUN_LOG, "missing: the cell has no run.log")
         if log_bytes is not None:
             log = runlog.parse_runlog(log_bytes)
+            values["test_outcome"], values["test_reason"] = outcomes.summary(outcomes.read(log_bytes))
             problems.extend(Problem(str(cell / layout.RUN_LOG), p.line, p.message) for p in log.problems)
         else:
             log = runlog.RunLog()

@@ -3,6 +3,7 @@ rows and results the library returns to strings. No click and no I/O here,
 so the wording can be tested without a terminal and the CLI stays wiring."""
 
 import itertools
+import textwrap
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 from . import caliber, judge, output, provenance
@@ -56,10 +57,33 @@ def hint_line(row: Mapping) -> Optional[str]:
     return f"    hint: {row['hint']}"
 
 
-SCREEN_COLUMNS = ["op", "dtype", "verdict", "recorded_verdict", "cl_before", "cl_after", "rc_before", "rc_after",
-                  "elapsed_before", "elapsed_after", "note"]
-SCREEN_HEADERS = ["op", "dtype", "verdict", "recorded", "cl_before", "cl_after", "rc_before", "rc_after",
-                  "elapsed_before", "elapsed_after", "note"]
+# The screen table: before / after of a count in one cell, so that a pair
+# fits a terminal; the note goes on a line of its own below it.
+SCREEN_COLUMNS = ["op", "dtype", "verdict", "recorded_verdict", "cl", "rc", "elapsed"]
+SCREEN_HEADERS = ["op", "dtype", "verdict", "recorded", "cl b/a", "rc b/a", "elapsed s b/a"]
+
+# The width notes are wrapped to where the caller gives none (no terminal).
+WIDTH = 100
+
+
+def both_sides(row: Mapping, name: str) -> str:
+    """A value of both sides in one cell: "before / after"."""
+    return f"{output.cell_text(row.get(name + '_before'))} / {output.cell_text(row.get(name + '_after'))}"
+
+
+def note_lines(label: str, text: Optional[str], width: Optional[int] = None) -> List[str]:
+    """A long note on lines of its own below its row, wrapped to width."""
+    if not text:
+        return []
+    return textwrap.wrap(f"{label}: {text}", width=max(40, (width or WIDTH) - 1), initial_indent="    ",
+                         subsequent_indent="      ", break_on_hyphens=False)
+
+
+def screen_shown(rows: Sequence[dict]) -> "output.Shown":
+    """The screen table's columns as -t prints them (the note a column there)."""
+    shown = [{**row, "cl": both_sides(row, "cl"), "rc": both_sides(row, "rc"),
+              "elapsed": both_sides(row, "elapsed")} for row in rows]
+    return output.Shown(shown, ["root"] + SCREEN_COLUMNS + ["note"], ["root"] + SCREEN_HEADERS + ["note"])
 
 
 # What a heading names of an environment: which card a cell ran on is the
@@ -124,22 +148,25 @@ def orig_differs(row: Mapping) -> Optional[str]:
 
 def screen(rows: Sequence[dict], rule_name: str, axes: Optional[Mapping[str, Mapping]] = None,
            environments: Optional[Mapping[int, Sequence[Mapping]]] = None,
-           differences: Optional[Mapping[tuple, Mapping]] = None) -> str:
+           differences: Optional[Mapping[tuple, Mapping]] = None, width: Optional[int] = None) -> str:
     """The screening verdicts per root (with whether its axis is live, from
     axes: root name -> screen_roots row, and what its cells ran on), each
-    pair followed by its labelled range line, its hint and what its sides'
-    environments differ in where it has them, then the count of each verdict."""
+    pair followed by its note, its labelled range line, its hint and what
+    its sides' environments differ in where it has them (each on lines of
+    its own, wrapped to width), then the count of each verdict
+    (judge.screen_summary)."""
     lines: List[str] = []
     for name, group in _grouped(rows):
         group = list(group)
         calibers = {caliber_text(r) for r in group}
         axis = (axes or {}).get(name)
         axis_text = f"; axis {axis['axis']} under {axis['strictest_rule']}" if axis else ""
-        lines.append(f"{name}  (rule {rule_name}{axis_text}; caliber: {' | '.join(sorted(calibers))})")
+        lines.extend(wrapped(f"{name}  (rule {rule_name}{axis_text}; caliber: {' | '.join(sorted(calibers))})",
+                             width))
         if environments is not None:
-            lines.append(environment_heading(environments.get(group[0].get("root_id"), [])))
+            lines.extend(wrapped(environment_heading(environments.get(group[0].get("root_id"), [])), width, "    "))
         columns, headers = SCREEN_COLUMNS, SCREEN_HEADERS
-        shown = [dict(row, orig_differs=orig_differs(row)) for row in group]
+        shown = [dict(row, orig_differs=orig_differs(row)) for row in screen_shown(group).rows]
         if any(row["orig_differs"] for row in shown):  # screen.tsv was rewritten: the original beside it
             at = columns.index("recorded_verdict") + 1
             columns = columns[:at] + ["orig_differs"] + columns[at:]
@@ -148,18 +175,27 @@ def screen(rows: Sequence[dict], rule_name: str, axes: Optional[Mapping[str, Map
         lines.extend(table[:2])
         for row, line in zip(group, table[2:]):
             lines.append(line)
+            lines.extend(note_lines("note", row.get("note"), width))
             differs = environment_note((differences or {}).get((row.get("root_id"), row["op"], row["dtype"])))
-            lines.extend(extra for extra in (range_line(row), hint_line(row),
-                                             differs and f"    environment: {differs}") if extra)
+            for extra in (range_line(row), hint_line(row), differs and f"    environment: {differs}"):
+                if extra:
+                    lines.extend(wrapped(extra, width, "      "))
         lines.append("")
-    hinted = sum(1 for row in rows if row.get("hint"))
+    for line in screen_summary_lines(judge.screen_summary(rows, rule_name)):
+        lines.extend(wrapped(line, width))
+    return "\n".join(lines)
+
+
+def screen_summary_lines(summary: Mapping) -> List[str]:
+    """The closing lines of zlstore screen, from judge.screen_summary."""
+    lines = []
+    hinted = summary["hinted"]
     if hinted:
         lines.append(f"{hinted} IR_CHANGED pair{'s differ' if hinted != 1 else ' differs'} only in what the "
                      "strictest rule leaves out (see each hint): a campaign measures nothing the switch changed there")
-    counts = judge.verdict_counts(rows)
-    lines.append(f"{len(rows)} pairs under rule {rule_name}: "
-                 + ", ".join(f"{n} {name}" for name, n in counts.items()))
-    return "\n".join(lines)
+    lines.append(f"{summary['pairs']} pairs under rule {summary['rule']}: "
+                 + ", ".join(f"{n} {name}" for name, n in summary["verdicts"].items()))
+    return lines
 
 
 def left_out_hinted(hinted: Sequence[tuple]) -> str:
@@ -240,8 +276,8 @@ def thresholds_text(settings: Mapping) -> str:
             f"at least {settings['min_rounds']} rounds")
 
 
-AB_COLUMNS = ["op", "dtype", "shape", "rounds", "effect", "interval", "q_value", "finding", "note", "floor"]
-AB_HEADERS = ["op", "dtype", "shape", "rounds", "effect", "95% interval", "q", "finding", "note", "noise floor"]
+AB_COLUMNS = ["op", "dtype", "shape", "rounds", "effect", "interval", "q_value", "finding", "floor", "note"]
+AB_HEADERS = ["op", "dtype", "shape", "rounds", "effect", "95% interval", "q", "finding", "noise floor", "note"]
 
 
 def caliber_notes(rows: Sequence[Mapping]) -> Dict[int, str]:
@@ -262,13 +298,10 @@ def caliber_notes(rows: Sequence[Mapping]) -> Dict[int, str]:
     return notes
 
 
-def ab(rows: Sequence[dict], settings: Mapping, environments: Optional[Mapping[int, Sequence[Mapping]]] = None,
-       differences: Optional[Mapping[tuple, Mapping]] = None) -> str:
-    """The A/B ranges per root, findings first, each with its effect,
-    interval, q-value, finding and the op's noise floor beside it (and what
-    its cells differ in besides the switch); then the count of each finding
-    and the thresholds they were held to. An effect is shown only where
-    there is a test: too few rounds show none."""
+def ab_shown(rows: Sequence[dict], differences: Optional[Mapping[tuple, Mapping]] = None) -> "output.Shown":
+    """The ranges with the cells the findings table shows (interval, floor,
+    note, with what its cells differ in besides the switch; an effect only
+    where there is a test), as -t prints them: the root a column, the note a column."""
     by_caliber = caliber_notes(rows)
     differs = {i: environment_note((differences or {}).get((row.get("root_id"), row["op"], row["dtype"])))
                for i, row in enumerate(rows)}
@@ -276,25 +309,78 @@ def ab(rows: Sequence[dict], settings: Mapping, environments: Optional[Mapping[i
               "interval": interval_text(row), "floor": floor_text(row),
               "effect": row["effect"] if row["p_value"] is not None else None}
              for i, row in enumerate(rows)]
+    return output.Shown(noted, ["root"] + AB_COLUMNS, ["root"] + AB_HEADERS)
+
+
+def ab(rows: Sequence[dict], settings: Mapping, environments: Optional[Mapping[int, Sequence[Mapping]]] = None,
+       differences: Optional[Mapping[tuple, Mapping]] = None, summary: Optional[Mapping] = None,
+       width: Optional[int] = None) -> str:
+    """The A/B ranges per root, findings first, each with its effect,
+    interval, q-value, finding and the op's noise floor beside it, and a
+    note below it where it has one (what would settle it, what its cells
+    differ in besides the switch; wrapped to width, so that the table fits
+    a terminal); then the count of each finding and the thresholds they
+    were held to (judge.ab_summary). An effect is shown only where there
+    is a test: too few rounds show none."""
+    noted = ab_shown(rows, differences).rows
     lines: List[str] = []
     for name, group in _grouped(noted):
         group = list(group)
         tested = sum(1 for r in group if r["p_value"] is not None)
-        lines.append(f"{name}  (effect: geometric mean of before / after over the rounds, above 1 faster; "
-                     f"q: t-test on the rounds' log ratios, Benjamini-Hochberg over the root's {tested} tested ranges)")
+        lines.extend(wrapped(f"{name}  (effect: geometric mean of before / after over the rounds, above 1 faster; "
+                             f"q: t-test on the rounds' log ratios, Benjamini-Hochberg over the root's {tested} "
+                             "tested ranges)", width))
         if environments is not None:
-            lines.append(environment_heading(environments.get(group[0].get("root_id"), [])))
-        lines.append(output.table(group, AB_COLUMNS, AB_HEADERS))
+            lines.extend(wrapped(environment_heading(environments.get(group[0].get("root_id"), [])), width, "    "))
+        floors = [{**row, "floor": "+-" + output.cell_text(row["noise_floor"])
+                   if row["noise_floor"] is not None else "none"} for row in group]
+        table = output.table(floors, AB_COLUMNS[:-1], AB_HEADERS[:-1]).split("\n")
+        floor_in_table = width is None or max(map(len, table)) < width
+        if not floor_in_table:  # too wide for the terminal: the floor joins the note
+            table = output.table(floors, AB_COLUMNS[:-2], AB_HEADERS[:-2]).split("\n")
+        lines.extend(table[:2])
+        for row, line in zip(group, table[2:]):
+            lines.append(line)
+            floor = row["floor_note"] if row["noise_floor"] is None else None if floor_in_table else floor_text(row)
+            note = "; ".join(filter(None, (row["note"], floor and f"noise floor: {floor}")))
+            lines.extend(note_lines("note", note, width))
         lines.append("")
-    counts = judge.finding_counts(rows)
-    lines.append(f"{len(rows)} ranges: " + ", ".join(f"{n} {name}" for name, n in counts.items())
-                 + f" (rule {settings['current_rule']}; {thresholds_text(settings)})")
-    if settings.get("settings_note"):
-        lines.append(f"note: {settings['settings_note']}")
-    unpaired, fallback = sum(1 for r in rows if r["rejected"]), sum(1 for r in rows if r["fallback"])
+    for line in ab_summary_lines(summary if summary is not None else judge.ab_summary_of(rows, settings)):
+        lines.extend(wrapped(line, width))
+    return "\n".join(lines)
+
+
+def wrapped(line: str, width: Optional[int], indent: str = "  ") -> List[str]:
+    """A heading or closing line wrapped to width where one is given (a
+    terminal's), continued indented; as it is otherwise."""
+    if width is None or len(line) < width:
+        return [line]
+    first = line[:len(line) - len(line.lstrip())]
+    return textwrap.wrap(line.lstrip(), width=max(40, width - 1), initial_indent=first, subsequent_indent=indent,
+                         break_on_hyphens=False)
+
+
+def ab_summary_lines(summary: Mapping) -> List[str]:
+    """The closing lines of zlstore ab, from judge.ab_summary."""
+    lines = [f"{summary['ranges']} ranges: " + ", ".join(f"{n} {name}" for name, n in summary["findings"].items())
+             + f" (rule {summary['rule']}; {thresholds_text(summary)})"]
+    if summary.get("settings_note"):
+        lines.append(f"note: {summary['settings_note']}")
+    unpaired, fallback = summary["with_unpaired_rows"], summary["with_fallback_rows"]
     if unpaired or fallback:
         lines.append(f"{unpaired} with rows that did not pair, {fallback} with direct-fallback rows")
-    return "\n".join(lines)
+    return lines
+
+
+def failing(rows: Sequence[Mapping], fail_on: Sequence[str]) -> List[str]:
+    """What `ab --fail-on` says on stderr when it exits 1: each offending
+    range by name, then the count."""
+    lines = [f"fail: {row['root']}: {row['op']} {row['dtype'] or '(default dtype)'} {row['shape']}: "
+             f"{row['finding']} (effect {output.cell_text(row['effect'])}, 95% interval {interval_text(row)}, "
+             f"q {output.cell_text(row['q_value'])})" for row in rows]
+    lines.append(f"{len(rows)} range{'s' if len(rows) != 1 else ''} with a finding in --fail-on "
+                 f"{','.join(fail_on)}: exit status 1")
+    return lines
 
 
 def no_ab_ranges(found: Optional[Mapping]) -> str:
@@ -309,12 +395,23 @@ REJECTED_COLUMNS = ["root", "card", "round", "op", "dtype", "shape", "sides", "r
 
 def rejected(rows: Sequence[dict]) -> str:
     """Every row that did not pair, with its reason; detail is the differing
-    caliber fields or why a row was not counted."""
-    return output.table([{**row, "detail": row["differences"] or row["not_counted"] or ""} for row in rows],
+    caliber fields, why a row was not counted, or why a side has no such
+    row as pytest saw it (cell_test_notes)."""
+    return output.table([{**row, "detail": row["differences"] or row["not_counted"] or row.get("why_missing") or ""}
+                         for row in rows],
                         REJECTED_COLUMNS)
 
 
 NOISE_HEADING = f"noise floors, not results (caliber = {'/'.join(caliber.NAMES)})"
+
+
+NOISE_COLUMNS = ["op", "dtype", "n", "floor", "label", "roots", "caliber"]
+
+
+def noise_shown(rows: Sequence[dict]) -> "output.Shown":
+    """The floors with their caliber as one slash-separated column, as the table shows them."""
+    with_caliber = [{**row, "caliber": "/".join(str(row[name]) for name in caliber.NAMES)} for row in rows]
+    return output.Shown(with_caliber, NOISE_COLUMNS)
 
 
 def noise(rows: Sequence[dict]) -> str:
@@ -322,8 +419,7 @@ def noise(rows: Sequence[dict]) -> str:
     floors with their caliber as one slash-separated column."""
     if not rows:
         return NOISE_HEADING
-    with_caliber = [{**row, "caliber": "/".join(str(row[name]) for name in caliber.NAMES)} for row in rows]
-    return NOISE_HEADING + "\n" + output.table(with_caliber, ["op", "dtype", "n", "floor", "label", "roots", "caliber"])
+    return NOISE_HEADING + "\n" + output.table(noise_shown(rows).rows, NOISE_COLUMNS)
 
 
 def compare_range(row: Mapping, side: str) -> str:
