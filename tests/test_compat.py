@@ -2,7 +2,7 @@
 (zlstore/pytest_plugins/zlstore_compat.py), which lifts the CUDA-only skip
 guards a non-NVIDIA vendor's code path does not need, each pinned to one
 file and one skip reason, and does nothing on CUDA. Against the FlagGems
-stand-in, its vendor faked by STANDIN_VENDOR (tests/flaggems_standin/flag_gems)."""
+stand-in, its vendor faked by STANDIN_VENDOR (tests/flaggems_standin/src/flag_gems)."""
 
 import subprocess
 import sys

@@ -35,6 +35,11 @@ BMM_LARGE = ["[[2,4096,4096],[2,4096,4096]]", "[[16,1024,1024],[16,1024,1024]]",
 BMM_FASTER = {"a": set(BMM_LARGE) - {"[[16,2048,2048],[16,2048,2048]]"}, "b": set(BMM_LARGE)}
 
 
+def rows(db, *args):
+    """A command's --json rows (`{"summary": ..., "rows": [...]}`)."""
+    return json.loads(zl(db, *args, "--json"))["rows"]
+
+
 def zl(db, *args):
     done = subprocess.run([sys.executable, "-m", "zlstore", *args, "--db", str(db)], capture_output=True,
                           text=True, timeout=300)
@@ -77,7 +82,7 @@ def test_every_cell_and_row_is_stored_under_one_caliber(real):
 
 def test_the_screen_verdicts(real):
     screen = f"screen_{real['run']}"
-    v3 = {r["op"]: r for r in json.loads(zl(real["db"], "screen", screen, "--json"))}
+    v3 = {r["op"]: r for r in rows(real["db"], "screen", screen)}
     assert {op: r["verdict"] for op, r in v3.items()} == {
         "bmm": "IR_CHANGED", "softmax": "NO_IR_DIFF",
         "abs": "IR_CHANGED"}          # only loc() paths differ: each cell has its own FlagGems cache
@@ -85,7 +90,7 @@ def test_the_screen_verdicts(real):
     assert v3["bmm"]["hint"] is None and v3["bmm"]["cl_before"] == v3["bmm"]["cl_after"] == 2
     assert v3["bmm"]["range_label"] == "indicative (one round)" and 1.7 < v3["bmm"]["median"] < 2.0
     assert v3["softmax"]["range_label"] == "noise floor"
-    v4 = {r["op"]: r["verdict"] for r in json.loads(zl(real["db"], "screen", screen, "--rule", "v4", "--json"))}
+    v4 = {r["op"]: r["verdict"] for r in rows(real["db"], "screen", screen, "--rule", "v4")}
     assert v4 == {"bmm": "IR_CHANGED", "softmax": "NO_IR_DIFF", "abs": "NO_IR_DIFF"}
 
 
@@ -98,7 +103,7 @@ def test_the_campaign_ran_two_cards_three_rounds_and_finds_bmm_faster(real):
     assert sorted(c["op"] for c in cells if c["card"] == 0) in (["abs"] * 6, ["bmm"] * 6)
     assert {c["card"] for c in cells} == {0, 1} and {c["op"] for c in cells} == {"abs", "bmm"}
     assert {c["round"] for c in cells} == {1, 2, 3}
-    ranges = json.loads(zl(real["db"], "ab", campaign, "--json"))
+    ranges = rows(real["db"], "ab", campaign)
     assert len(ranges) == 10 and {r["rounds"] for r in ranges} == {3}
     faster = {r["shape"] for r in ranges if r["finding"] == "faster"}
     assert faster == BMM_FASTER[real["run"]]
@@ -161,3 +166,16 @@ def test_diff_of_bmms_real_pair(real):
         added = [l for l in row["diff"].splitlines() if l.startswith("+") and " ttng.warp_group_dot " in l]
         assert len(removed) == 1 and len(added) == 1
     assert {r["status"] for r in document["kernels"] if r["kernel"] == "fill_scalar_kernel"} == {"same"}
+
+
+def test_report_of_the_real_campaign(real, tmp_path):
+    campaign = f"campaign_{real['run']}"
+    out = tmp_path / f"{campaign}.md"
+    zl(real["db"], "report", campaign, "-o", str(out))
+    text = out.read_text()
+    counts = {"a": "3 faster, 0 slower, 1 no change, 6 inconclusive", "b": "4 faster, 0 slower, 1 no change, 5 inconclusive"}
+    assert f"10 ranges: {counts[real['run']]}" in text
+    assert "switch: TRITON_F32_DEFAULT" in text and (tmp_path / f"{campaign}.svg").is_file()
+    ran_on = ("ran on: NVIDIA H100 80GB HBM3 x1, driver 580.159.04, runtime cuda 13.0, torch 2.11.0+cu130, "
+              "triton 3.6.0, FlagGems commit ed2508bcb5a0, Python 3.12.3")
+    assert (ran_on in text) == (real["run"] == "b")
