@@ -154,3 +154,25 @@ def test_a_database_made_by_release_1_opens(tmp_path):
         for view in store.db.view_names():
             store.conn.execute(f"SELECT * FROM [{view}] LIMIT 1").fetchall()
         assert store.conn.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION
+
+
+def test_the_rendered_schema_in_docs_is_the_sql_that_runs(tmp_path):
+    """docs/schema.rendered.sql is what a reader opens to see the real view
+    text: stale (schema.sql or a macro's definition changed since it was
+    written) fails here, with the command that writes it again."""
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(db.__file__).resolve().parent.parent / "docs" / "rendered_sql.py"
+    spec = importlib.util.spec_from_file_location("rendered_sql", script)
+    rendered_sql = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rendered_sql)
+    expected = rendered_sql.rendered()
+    assert "[[" not in expected.replace("[[[", "")
+    # each view and trigger as a store holds it is in the file, word for word
+    store = Store(tmp_path / "z.db")
+    held = store.conn.execute("SELECT sql FROM sqlite_master WHERE type IN ('view', 'trigger')").fetchall()
+    store.close()
+    assert len(held) > 20 and all(sql in expected for (sql,) in held)
+    assert rendered_sql.TARGET.read_text(encoding="utf-8") == expected, (
+        "docs/schema.rendered.sql is stale: run .venv/bin/python docs/rendered_sql.py and commit it")
