@@ -35,9 +35,9 @@ HEADER = """\
 def rendered() -> str:
     """The file's text."""
     sys.path.insert(0, str(REPO))
-    from zlstore import db, pairing
+    from zlstore import macros, pairing
 
-    parts = [HEADER, "\n-- ===== schema.sql, rendered =====\n", db.render_schema(db.schema_source()).rstrip("\n"), "\n"]
+    parts = [HEADER, "\n-- ===== schema.sql, rendered =====\n", macros.render_schema(macros.schema_source()).rstrip("\n"), "\n"]
     setup, rounds, floors, ranges, pending, judging = pairing._prepared()
     for title, steps in (("setup", setup), ("the stale rounds paired again", rounds),
                          ("the stale ranges computed again", ranges),

@@ -15,7 +15,7 @@
 -- them, datasette shows them). Tables may change between releases, views keep
 -- their columns.
 --
--- Macros in double brackets are expanded by zlstore/db.py (render_schema)
+-- Macros in double brackets are expanded by zlstore/macros.py (render_schema)
 -- before this file reaches SQLite, so that each name and rule is defined
 -- once: the caliber in zlstore/caliber.py; verdicts, reasons, findings and
 -- the round key in zlstore/names.py; the noise floor in zlstore/floors.py;
@@ -50,7 +50,7 @@
 --
 -- Statements are separated by ";" at the end of a line. Section markers
 -- (@tables, @triggers and @views, each on a line of its own after "--")
--- tell db.py what is recreated on upgrade: triggers and views are dropped
+-- tell migrations.py what is recreated on upgrade: triggers and views are dropped
 -- and recreated whenever this file changes, tables only through migrations.
 
 -- @tables

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 from . import db as dbmod
-from . import caliber, floors, pairing, provenance, roots
+from . import caliber, floors, macros, pairing, provenance, roots
 from .db import now
 from .ingest import cell_rules, plural
 from .layout import Problem
@@ -182,7 +182,7 @@ def _schema_of_this_release() -> Dict[str, List[tuple]]:
     not null, primary key, generated: its definition, else None) of each
     column."""
     with contextlib.closing(sqlite3.connect(":memory:")) as conn:
-        for statement in dbmod.split_statements(dbmod.schema_parts()["tables"]):
+        for statement in dbmod.split_statements(macros.schema_parts()["tables"]):
             conn.execute(statement)
         sql = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'").fetchall())
         return {t: [(r[1], r[2].upper(), r[3], r[5], _generated(sql[t], r[1]) if r[6] else None)

@@ -11,7 +11,7 @@ is data, in metadata.yaml beside this module. What is defined elsewhere is
 filled in here, never restated there:
 
 * ``[[caliber: ...]]``, ``[[verdict NAME]]`` and ``[[reason NAME]]`` in any SQL
-  are the schema's own macros (zlstore/db.py), expanded the same way;
+  are the schema's own macros (zlstore/macros.py), expanded the same way;
 * a ``"@caliber"`` entry in a facet list stands for the seven caliber fields,
   and in a ``columns`` mapping for a description of each of them
   (zlstore/caliber.py); ``"@environment"`` in a ``columns`` mapping for the
@@ -40,7 +40,7 @@ from datasette.utils import tilde_encode
 
 from . import caliber, datasette_plugin, judge, provenance
 from . import db as dbmod
-from .db import render_schema
+from .macros import render_schema
 from .store import Store
 
 # The store is always served under this name, whatever its file is called, so
