@@ -8,6 +8,7 @@ import os
 import shutil
 import sqlite3
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -17,6 +18,10 @@ from . import db as dbmod
 from . import files, irdiff, judge, layout, output, report, ttgir
 from .plan import MAX_CARDS
 from .store import Store, default_db_path
+
+# Commands that need datasette, merge, the runners, Slurm or FlagGems import
+# them in their own body: `zlstore --help` and every other command start
+# without them (tests/test_cli_help.py runs --help of each).
 
 # Exit statuses: one meaning each, in every command (docs/cli.md: "Exit statuses").
 from .names import (EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEMS,
@@ -449,9 +454,9 @@ def metadata_command(store, name):
         zlstore metadata --db campaign.db > metadata.json
         datasette campaign.db -m metadata.json
     """
-    from . import serve as serving
+    from . import datasette_site  # datasette and yaml: loaded for this command only, not for --help
 
-    click.echo(output.to_json(serving.metadata(name or Path(store.path).stem)))
+    click.echo(output.to_json(datasette_site.metadata(name or Path(store.path).stem)))
 
 
 def _server_path(value):
@@ -592,8 +597,6 @@ def check(store, full, out):
         \b
         zlstore check --db campaign.db --full
     """
-    import time
-
     started = time.perf_counter()
     problems = dbmod.integrity_problems(store.conn, full=full)
     for problem in problems:

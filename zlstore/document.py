@@ -13,9 +13,10 @@ no click here."""
 
 import html
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, List, Mapping, Optional, Sequence
 
-from . import caliber, judge, output, report
+from . import caliber, files, judge, output, report
 
 FORMATS = ("md", "html")
 
@@ -241,10 +242,6 @@ def write(store, root, fmt: str = "md", path=None, picture_dir=None) -> dict:
     Markdown's picture goes beside path as <stem>.svg (without a path: into
     picture_dir, default the current directory, as <root>.svg); HTML has it
     inline. Returns {"text": what to print or None, "written": [paths]}."""
-    from pathlib import Path  # noqa: PLC0415
-
-    from . import files  # noqa: PLC0415
-
     if fmt not in FORMATS:
         raise ValueError(f"unknown report format {fmt!r}: one of {', '.join(FORMATS)}")
     document = build(store, root)

@@ -11,8 +11,10 @@ position), so that a test or a script reads the picture's data back from
 the file, not from its pixels."""
 
 import functools
+import html
 import io
 import json
+import re
 from importlib import resources
 from typing import Dict, List, Mapping, Sequence
 
@@ -108,8 +110,6 @@ def plotted(rows: Sequence[Mapping]) -> List[dict]:
 
 def read_back(svg: str) -> List[dict]:
     """The rows a forest SVG plotted, from its <metadata> (plotted())."""
-    import html  # noqa: PLC0415
-    import re  # noqa: PLC0415
 
     found = re.search(r"<dc:description>(.*?)</dc:description>", svg, re.S)
     if not found or not html.unescape(found.group(1)).startswith(DATA_PREFIX):

@@ -37,6 +37,7 @@ from . import caliber, floors, macros, pairing, provenance, roots
 from .db import now
 from .ingest import cell_rules, plural
 from .layout import Problem
+from .store import Store
 
 # What a summary counts, in the order it is printed.
 COUNTS = ("roots", "roots_added", "cells_added", "cells_replaced", "cells_unchanged", "rows_added",
@@ -348,8 +349,6 @@ def prepare_source(path: Path, copy: Path) -> int:
     finally:
         conn.close()
     if version < dbmod.SCHEMA_VERSION:
-        from .store import Store
-
         try:
             Store(copy).close()  # migrations run on the copy
         except (sqlite3.DatabaseError, dbmod.StoreError, ValueError, TypeError) as error:  # UnicodeError: a ValueError
