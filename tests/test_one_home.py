@@ -266,3 +266,29 @@ def test_no_import_cycle(in_functions):
     for module in sorted(edges):
         if module not in state:
             assert cycle_from(module, [module]) is None
+
+
+# -- the current cell of a side: macros.py's [[current_side]] -----------------
+
+# The latest (max id) of a side's cells that no later run superseded, or
+# how many there are, spelled out by hand.
+CURRENT_SIDE = (r"(max\(\s*(\w+\.)?id\s*\)|max\(CASE WHEN side|count\(\*\)(\s+AS \w+)?\s+FROM cells)"
+                r"[^;]*superseded_at IS NULL")
+BEFORE_CURRENT_SIDE = (
+    """(SELECT max(c.id) FROM cells c WHERE c.root_id = k.root_id AND c.op IS k.op
+            AND c.dtype IS k.dtype AND c.side = 'before' AND c.superseded_at IS NULL) AS before_cell_id""",
+    """(before_cell_id, before_claims) = (SELECT max(c.id), count(*) FROM cells c
+                          WHERE [[round AND: c.{c} {is} ab_rounds_now.{k}]] AND c.side = 'before'
+                            AND c.superseded_at IS NULL)""",
+    """SELECT root_id, op, dtype, max(CASE WHEN side = 'before' THEN id END) AS before_cell_id
+      FROM cells WHERE side IN ('before', 'after') AND superseded_at IS NULL""",
+)
+
+
+def test_the_current_cell_of_a_side_is_defined_only_by_its_macro():
+    assert all(re.search(CURRENT_SIDE, before) for before in BEFORE_CURRENT_SIDE)
+    assert copies(CURRENT_SIDE, exempt={"macros.py"}) == []
+    used = sorted({where for where, text in texts(exempt={"macros.py"}) if "[[current_side " in text})
+    assert used == ["pairing.py", "schema.sql"]
+    rendered = macros.render_schema("[[current_side 'after' op: k]]")
+    assert re.search(CURRENT_SIDE, rendered) and "c.side = 'after'" in rendered

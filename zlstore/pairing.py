@@ -96,17 +96,12 @@ _STEPS = [
     "DELETE FROM temp.ab_keys_now",
     """INSERT INTO temp.ab_rounds_now ([[round: {k}]])
        SELECT DISTINCT [[round: {k}]] FROM ab_stale_rounds""",
-    # A round's cell of a side is the stored one that no later run of its
-    # op superseded (a resumed campaign's earlier, interrupted run). Where
-    # several claim a side (names.DUPLICATE), the latest stands for them and
-    # none of its rows pairs.
+    # A round's cell of a side is its current one ([[current_side]]: the
+    # latest that no later run superseded). Where several claim a side
+    # (names.DUPLICATE), none of its rows pairs.
     """UPDATE temp.ab_rounds_now SET
-        (before_cell_id, before_claims) = (SELECT max(c.id), count(*) FROM cells c
-                          WHERE [[round AND: c.{c} {is} ab_rounds_now.{k}]] AND c.side = 'before'
-                            AND c.superseded_at IS NULL),
-        (after_cell_id, after_claims) = (SELECT max(c.id), count(*) FROM cells c
-                         WHERE [[round AND: c.{c} {is} ab_rounds_now.{k}]] AND c.side = 'after'
-                           AND c.superseded_at IS NULL)""",
+        (before_cell_id, before_claims) = ([[current_side 'before' round: ab_rounds_now]]),
+        (after_cell_id, after_claims) = ([[current_side 'after' round: ab_rounds_now]])""",
     # The other current cells of the root that hold the files of a side's
     # cell, where it has counted rows: copies (names.DUPLICATE).
     f"""UPDATE temp.ab_rounds_now SET
