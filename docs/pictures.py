@@ -21,7 +21,6 @@ import contextlib
 import hashlib
 import json
 import shutil
-import sqlite3
 import sys
 import tempfile
 from pathlib import Path

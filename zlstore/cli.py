@@ -1622,7 +1622,7 @@ def report_command(store, root, fmt, out_path):
         zlstore report campaign_20261013_090000 --html -o campaign.html
         zlstore report campaign_20261013_090000 -o campaign.md
     """
-    from . import document  # noqa: PLC0415: matplotlib is imported only for a report
+    from . import document  # noqa: PLC0415 (matplotlib is imported only for a report)
 
     with judge_errors():
         result = document.write(store, root, fmt, out_path)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, List, Mapping, Optional, Sequence
 
-from . import caliber, files, judge, output, report
+from . import files, judge, output, report
 
 FORMATS = ("md", "html")
 
@@ -106,7 +106,7 @@ def _problem_section(store, found: Mapping) -> Section:
 
 def campaign_document(store, found: Mapping) -> Document:
     """A campaign's or repeat run's report (see the module's docstring)."""
-    from . import forest  # noqa: PLC0415: matplotlib only where a picture is drawn
+    from . import forest  # noqa: PLC0415 (matplotlib only where a picture is drawn)
 
     rows = judge.ab_ranges(store, found)
     summary = judge.ab_summary(store, found)

@@ -52,7 +52,7 @@ def forest_rows(store, root_name: str) -> List[dict]:
 def forest_svg(rows: Sequence[Mapping], title: str = "") -> str:
     """The forest plot of rows (forest_rows) as SVG text: matplotlib, Agg
     backend, text kept as text, ids fixed (the same rows give the same file)."""
-    import matplotlib  # noqa: PLC0415: only the report pays for matplotlib's import
+    import matplotlib  # noqa: PLC0415 (only the report pays for matplotlib's import)
 
     matplotlib.use("Agg")
     from matplotlib import pyplot  # noqa: PLC0415
