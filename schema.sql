@@ -4,7 +4,7 @@
 -- them, datasette shows them). Tables may change between releases, views keep
 -- their columns.
 --
--- Macros in double brackets are expanded by zlstore/db.py (render_schema)
+-- Macros in double brackets are expanded by zlstore/macros.py (render_schema)
 -- before this file reaches SQLite, so that each name and rule is defined
 -- once: the caliber in zlstore/caliber.py; verdicts, reasons, findings and
 -- the round key in zlstore/names.py; the noise floor in zlstore/floors.py;
@@ -30,6 +30,10 @@
 --       sides); "case findings": a range's finding, over r (ab_range_rows) and
 --       t (the thresholds). names.py says what each alias holds
 --   "clears_floor": whether a range r clears its noise floor floors
+--   "current_side SIDE KEY: ALIAS": the current cell of a side, defined once
+--       (zlstore/macros.py): SELECT cell_id (the latest cell of the side that
+--       no later run superseded) and claims (how many such cells) for the
+--       side SIDE of ALIAS's round (KEY round) or screening pair (KEY op)
 --   "timeout_rcs": the exit statuses of a cell killed at its timeout;
 --       "strictest_rule", "min_rounds": the values
 --   "verdicts: TEMPLATE" / "reasons: ..." / "findings: ..." / "rules: ...":
@@ -39,7 +43,7 @@
 --
 -- Statements are separated by ";" at the end of a line. Section markers
 -- (@tables, @triggers and @views, each on a line of its own after "--")
--- tell db.py what is recreated on upgrade: triggers and views are dropped
+-- tell migrations.py what is recreated on upgrade: triggers and views are dropped
 -- and recreated whenever this file changes, tables only through migrations.
 
 -- @tables
@@ -721,8 +725,7 @@ WITH sides AS (
     SELECT d.*, s.side,
         CASE s.side WHEN 'before' THEN d.before_claims ELSE d.after_claims END AS claims,
         CASE s.side WHEN 'before' THEN d.before_copies ELSE d.after_copies END AS copies,
-        (SELECT max(c.id) FROM cells c
-         WHERE [[round AND: c.{c} {is} d.{k}]] AND c.side = s.side AND c.superseded_at IS NULL) AS latest_cell_id
+        (SELECT cell_id FROM ([[current_side s.side round: d]])) AS latest_cell_id
     FROM ab_duplicate_rounds d
     CROSS JOIN (SELECT 'before' AS side UNION ALL SELECT 'after') s
 )
@@ -1031,14 +1034,10 @@ WITH pair_keys AS (
 pairs AS MATERIALIZED (
     SELECT
         k.root_id, k.op, k.dtype,
-        (SELECT max(c.id) FROM cells c WHERE c.root_id = k.root_id AND c.op IS k.op
-            AND c.dtype IS k.dtype AND c.side = 'before' AND c.superseded_at IS NULL) AS before_cell_id,
-        (SELECT max(c.id) FROM cells c WHERE c.root_id = k.root_id AND c.op IS k.op
-            AND c.dtype IS k.dtype AND c.side = 'after' AND c.superseded_at IS NULL) AS after_cell_id,
-        (SELECT count(*) FROM cells c WHERE c.root_id = k.root_id AND c.op IS k.op
-            AND c.dtype IS k.dtype AND c.side = 'before' AND c.superseded_at IS NULL) AS before_claims,
-        (SELECT count(*) FROM cells c WHERE c.root_id = k.root_id AND c.op IS k.op
-            AND c.dtype IS k.dtype AND c.side = 'after' AND c.superseded_at IS NULL) AS after_claims,
+        (SELECT cell_id FROM ([[current_side 'before' op: k]])) AS before_cell_id,
+        (SELECT cell_id FROM ([[current_side 'after' op: k]])) AS after_cell_id,
+        (SELECT claims FROM ([[current_side 'before' op: k]])) AS before_claims,
+        (SELECT claims FROM ([[current_side 'after' op: k]])) AS after_claims,
         (SELECT rv.verdict FROM recorded_verdicts rv WHERE rv.root_id = k.root_id
             AND rv.file = 'screen.tsv' AND rv.op IS k.op AND rv.dtype IS k.dtype
             ORDER BY rv.line LIMIT 1) AS recorded_verdict,
@@ -1159,12 +1158,12 @@ SELECT
     c.path AS present_cell,
     c.relpath AS present_relpath,
     v.root_id
-FROM (SELECT root_id, op, dtype, max(CASE WHEN side = 'before' THEN id END) AS before_cell_id,
-             max(CASE WHEN side = 'after' THEN id END) AS after_cell_id
-      FROM cells
-      WHERE side IN ('before', 'after') AND superseded_at IS NULL
-        AND root_id IN (SELECT id FROM roots WHERE kind = 'screen')
-      GROUP BY root_id, op, dtype) v
+FROM (SELECT k.root_id, k.op, k.dtype,
+             (SELECT cell_id FROM ([[current_side 'before' op: k]])) AS before_cell_id,
+             (SELECT cell_id FROM ([[current_side 'after' op: k]])) AS after_cell_id
+      FROM (SELECT DISTINCT root_id, op, dtype FROM cells
+            WHERE side IN ('before', 'after') AND superseded_at IS NULL
+              AND root_id IN (SELECT id FROM roots WHERE kind = 'screen')) k) v
 JOIN roots ON roots.id = v.root_id
 JOIN cells c ON c.id = coalesce(v.before_cell_id, v.after_cell_id)
 WHERE (v.before_cell_id IS NULL) <> (v.after_cell_id IS NULL);

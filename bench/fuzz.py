@@ -17,7 +17,6 @@ import argparse
 import collections
 import os
 import random
-import shutil
 import sys
 import tempfile
 import time

@@ -112,7 +112,7 @@ def _rows(path: str):
 def ab_summary(top: str) -> list:
     """The A/B ranges of a campaign (or repeat) root, from its run.logs."""
     sides = {}
-    for cell, names in _cells(top):
+    for cell, _names in _cells(top):
         parent, side = os.path.split(cell)
         if side not in ("before", "after"):
             continue

@@ -18,7 +18,6 @@ holds one case of each kind."""
 import argparse
 import collections
 import hashlib
-import os
 import random
 import shutil
 import sqlite3

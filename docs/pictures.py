@@ -21,7 +21,6 @@ import contextlib
 import hashlib
 import json
 import shutil
-import sqlite3
 import sys
 import tempfile
 from pathlib import Path
@@ -34,7 +33,7 @@ RECORD = DOCS / "pictures.json"
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from zlstore import Store, irdiff, serve  # noqa: E402
+from zlstore import Store, datasette_site, irdiff  # noqa: E402
 
 DASHBOARD = "campaign"
 CAMPAIGN = "campaign_20261013_090000"  # the examples' campaign
@@ -102,8 +101,8 @@ def _rows(conn, sql: str, params: dict = None):
 def made_from(db_path: Path) -> dict:
     """For each picture, what it is made from, as JSON-able data: the page's
     spec (metadata, chart definitions) and the rows it shows."""
-    meta = serve.metadata()
-    database = meta["databases"][serve.DB_NAME]
+    meta = datasette_site.metadata()
+    database = meta["databases"][datasette_site.DB_NAME]
     dashboard = meta["plugins"]["datasette-dashboards"][DASHBOARD]
     with Store(db_path, create=False) as store:
         conn = store.conn

@@ -8,6 +8,8 @@ import pytest
 
 from zlstore import Store
 
+from .nobody import nobody_dir  # noqa: F401 (a fixture: a directory only another user can enter)
+
 def pytest_configure(config):
     """A suite started in the background by a shell without job control
     inherits SIGINT ignored, and so would every process it starts: the

@@ -572,7 +572,6 @@ def render_run_log(spec: CellSpec) -> bytes:
               "plugins: anyio-4.4.0",
               f"collecting ... collected {len(groups) or 1} item" + ("s" if len(groups) > 1 else ""),
               ""]
-    text_parts: List[str] = []
     cut: Optional[str] = None
     for gi, ((op_name, dtype), rows) in enumerate(groups):
         if spec.noise:
@@ -1153,7 +1152,6 @@ def _campaign(tree: _Tree, name: str, screen_root: str, screen1: Dict[str, dict]
         plan.append((c, op, dtype, weight(op, dtype)))
     _write(root / "partition.tsv", "card\top\tdtype\tweight_min\n" + "".join(
         f"{c}\t{op}\t{dt}\t{w:.2f}\n" for c, op, dt, w in plan))
-    card_of = {(op, dt): c for c, op, dt, _ in plan}
 
     # Rows per op: (shape, after ms, before/after ratio per round 1..3).
     def rows3(shape_after: List[Tuple[Any, float]], ratios: List[Tuple[float, float, float]]):

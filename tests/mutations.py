@@ -431,6 +431,6 @@ class Fuzzer:
 
 def _remove(path: Path):
     if os.path.lexists(path):
-        for directory, subdirs, _ in os.walk(path):
+        for directory, _subdirs, _ in os.walk(path):
             os.chmod(directory, 0o755)
         shutil.rmtree(path)

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from zlstore import Store, layout, unchanged
 from zlstore.cli import cli
 
-from .nobody import as_nobody, nobody_dir  # noqa: F401 (a fixture)
+from .nobody import as_nobody
 from .test_ingest import IR, record, write_cell, write_root_env
 
 SCREEN_HEADER = "op\tdtype\tverdict\tcl_before\tcl_after\trc_before\trc_after\telapsed_before\telapsed_after\n"

@@ -176,7 +176,7 @@ def test_quick_check_on_open_is_for_small_files_and_check_does_any(example_store
     path = tmp_path / "results.db"
     garbled(example_store_path, path)
     monkeypatch.setattr(db, "QUICK_CHECK_MAX_BYTES", 1024)  # as if the store were a large one
-    with pytest.raises(Exception):  # not refused on open, but SQLite trips over the page when it reads it
+    with pytest.raises(sqlite3.DatabaseError):  # not refused on open, but SQLite trips over the page when it reads it
         with Store(path, create=False) as store:
             store.conn.execute("SELECT * FROM cells").fetchall()
     result = CliRunner().invoke(cli, ["check", "--db", str(path)])

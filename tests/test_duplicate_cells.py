@@ -112,7 +112,7 @@ def test_a_round_directory_copied_with_its_cell_env_pairs_nothing_of_that_round(
     assert result.exit_code == names.EXIT_PROBLEMS
     for side in ("before", "after"):  # the copy says otherwise than its path
         assert f"r9/{side}/cell.env: ROUND=1 here, but the path says round 9" in result.stderr
-    assert result.stderr.count(f"side of topk") == 2 and names.DUPLICATE in result.stderr
+    assert result.stderr.count("side of topk") == 2 and names.DUPLICATE in result.stderr
 
     campaign_root = op_dir.relative_to(runs).parts[0]
     card = int(op_dir.relative_to(runs / campaign_root).parts[0].removeprefix("card"))

@@ -17,7 +17,6 @@ import pytest
 from scipy import stats as scipy_stats
 
 from zlstore import Store, db, judge, stats
-from zlstore.cli import cli
 
 from .effects import Shape, shape_key, write_repeat_root
 from .judging import invoke, json_out

@@ -7,7 +7,6 @@ involved, so a failure here is the generator's, never the code under test's.
 
 import json
 import math
-import os
 import re
 from pathlib import Path
 

@@ -3,7 +3,6 @@ the store; a full stdout, a name with control characters and a median of
 huge values end as they should (issue 33, items 3, 8, 9, 11)."""
 
 import asyncio
-import os
 import sqlite3
 import subprocess
 import sys

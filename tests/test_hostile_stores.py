@@ -106,7 +106,7 @@ def test_the_source_s_triggers_and_views_never_run_nor_come_along(source, tmp_pa
     """A trigger that would stop any write, and a view over an endless query
     beside the tables: both dropped unread in the private copy."""
     mutate(source, "CREATE TRIGGER no_writes BEFORE INSERT ON ingest_runs BEGIN SELECT RAISE(ABORT, 'no'); END",
-           f"CREATE VIEW endless AS WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT max(n) FROM r",
+           "CREATE VIEW endless AS WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT max(n) FROM r",
            "ANALYZE", "UPDATE sqlite_stat1 SET stat = '1000000000 1 1'")  # the planner's figures: not the source's word
     target = tmp_path / "t.db"
     result = invoke(target, "merge", source, "--json")

@@ -1,6 +1,7 @@
 """Each rule is written in one place and derived everywhere else: these
-tests read the package's source and schema.sql and fail where a second copy
-of a rule appears (docs/development.md: "Layout of this repository", which file holds each rule). Each
+tests read the package's source (through Python's ast: its string
+constants, names, calls and imports, so that a formatter's layout changes
+nothing) and schema.sql, and fail where a second copy of a rule appears (docs/development.md: "Layout of this repository", which file holds each rule). Each
 guard is shown to catch the copy it is about, as the code was written
 before (release e4e9785), so that none of them can pass by matching
 nothing."""
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from zlstore import db, floors, names
+from zlstore import db, floors, macros, names
 
 PACKAGE = Path(db.__file__).resolve().parent
 SCHEMA = PACKAGE.parent / "schema.sql"
@@ -90,12 +91,12 @@ def test_verdicts_reasons_and_findings_are_decided_only_by_their_case_macro():
 
 def test_the_case_macros_decide_in_the_order_names_py_gives():
     for kind, defined in (("verdicts", names.VERDICTS), ("reasons", names.REASONS), ("findings", names.FINDINGS)):
-        rendered = db.render_schema(f"[[case {kind}]]")
+        rendered = macros.render_schema(f"[[case {kind}]]")
         decided = re.findall(r"(?:THEN|ELSE) '([^']+)'", rendered)
         assert decided == [k.name for k in defined if k.condition] + [k.name for k in defined if not k.condition]
         for k in defined:
             assert k.condition is None or f"WHEN {k.condition} THEN '{k.name}'" in rendered
-    assert db.render_schema("[[case reasons]]").startswith(f"CASE\n    WHEN {names.PAIRED} THEN NULL")
+    assert macros.render_schema("[[case reasons]]").startswith(f"CASE\n    WHEN {names.PAIRED} THEN NULL")
 
 
 def module_names(path: Path, kind) -> set:
@@ -133,13 +134,13 @@ def test_the_round_key_is_spelled_only_by_its_macro():
     assert all(re.search(ROUND_KEY, before) for before in BEFORE_ROUND_KEYS)
     # db.py's release-2 tables are a frozen migration: history, never changed with the key
     assert copies(ROUND_KEY, exempt={"names.py"}, skip={"_RELEASE_2_TABLES"}) == []
-    rendered = db.render_schema("[[round: {k}]] / [[round AND: x.{c} {is} y.{k}]]")
+    rendered = macros.render_schema("[[round: {k}]] / [[round AND: x.{c} {is} y.{k}]]")
     assert rendered.split(" / ")[0] == ", ".join(c.name for c in names.ROUND_KEY)
     assert all(f"x.{c.cells} {c.same} y.{c.name}" in rendered for c in names.ROUND_KEY)
 
 
 def test_the_triggers_mark_rounds_by_the_round_key():
-    triggers = db.schema_parts()["triggers"]
+    triggers = macros.schema_parts()["triggers"]
     marked = re.findall(r"INSERT INTO ab_stale_rounds \(([^)]*)\)", triggers)
     # a cell's own round (insert, delete, edit) and its copies' (names.DUPLICATE), and the rounds of a
     # root whose kind changes and of a cell whose rows are edited
@@ -191,9 +192,31 @@ def test_one_module_does_it(called, home):
     assert [p.name for p in modules() if called in refers(p)] == [home]
 
 
+def finished_cell_tests(source: str) -> int:
+    """How often source tests whether a cell finished: its cell.env's RC read
+    with a fallback (`env.get("RC") or ...`), however it is laid out."""
+    found = 0
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+            found += sum(isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "get"
+                         and [ast.literal_eval(a) for a in v.args[:1] if isinstance(a, ast.Constant)] == ["RC"]
+                         for v in node.values)
+    return found
+
+
+# A second test of a finished cell, as a formatter might lay it out.
+BEFORE_FINISHED = """def finished(env):
+    return (
+        env.get('RC')
+        or ''
+    ).strip() != ''
+"""
+
+
 def test_one_test_of_a_finished_cell_and_no_second_template_language():
-    assert 'env.get("RC") or "").strip()' in (PACKAGE / "layout.py").read_text()
-    assert [p.name for p in modules() if re.search(r"\.get\(\"RC\"\) or", p.read_text())] == ["layout.py"]
+    assert finished_cell_tests(BEFORE_FINISHED) == 1
+    assert {p.name: finished_cell_tests(p.read_text()) for p in modules() if finished_cell_tests(p.read_text())} == \
+        {"layout.py": 1}
     assert copies(r"\{(reason|verdict)_[a-z_]+\}") == []
     assert re.search(r"\{(reason|verdict)_[a-z_]+\}", BEFORE_REASONS)
 
@@ -236,12 +259,19 @@ def test_names_is_a_leaf_and_db_imports_only_leaves():
     every = graph()
     leaves = {m for m, imported in every.items() if not imported}
     assert every["names"] == set() and every["floors"] == set()
-    assert every["db"] <= leaves | {"ttgir"} and every["ttgir"] <= leaves  # ttgir: canonical JSON, names
-    assert not {"judge", "layout", "pairing"} & every["db"]
+    # db.py: connections and faults; macros.py, the SQL rendering, the one part of the plumbing with
+    # domain imports (db re-exports its render_schema for runner.py, until that imports macros)
+    assert every["db"] <= leaves | {"macros"} and every["errors"] == set()
+    assert every["macros"] <= leaves | {"ttgir"} and every["ttgir"] <= leaves  # ttgir: canonical JSON, names
+    assert every["migrations"] <= {"db", "macros"}
+    assert not {"judge", "layout", "pairing"} & (every["db"] | every["macros"] | every["migrations"])
 
 
-def test_no_import_cycle_among_module_level_imports():
-    edges = graph(in_functions=False)
+@pytest.mark.parametrize("in_functions", [False, True], ids=["module level", "in functions too"])
+def test_no_import_cycle(in_functions):
+    """No circle, not even through an import inside a function (a lazy
+    import that hides a circle: datasette_plugin and serve had one)."""
+    edges = graph(in_functions=in_functions)
     state = {}
 
     def cycle_from(module, path):
@@ -259,3 +289,29 @@ def test_no_import_cycle_among_module_level_imports():
     for module in sorted(edges):
         if module not in state:
             assert cycle_from(module, [module]) is None
+
+
+# -- the current cell of a side: macros.py's [[current_side]] -----------------
+
+# The latest (max id) of a side's cells that no later run superseded, or
+# how many there are, spelled out by hand.
+CURRENT_SIDE = (r"(max\(\s*(\w+\.)?id\s*\)|max\(CASE WHEN side|count\(\*\)(\s+AS \w+)?\s+FROM cells)"
+                r"[^;]*superseded_at IS NULL")
+BEFORE_CURRENT_SIDE = (
+    """(SELECT max(c.id) FROM cells c WHERE c.root_id = k.root_id AND c.op IS k.op
+            AND c.dtype IS k.dtype AND c.side = 'before' AND c.superseded_at IS NULL) AS before_cell_id""",
+    """(before_cell_id, before_claims) = (SELECT max(c.id), count(*) FROM cells c
+                          WHERE [[round AND: c.{c} {is} ab_rounds_now.{k}]] AND c.side = 'before'
+                            AND c.superseded_at IS NULL)""",
+    """SELECT root_id, op, dtype, max(CASE WHEN side = 'before' THEN id END) AS before_cell_id
+      FROM cells WHERE side IN ('before', 'after') AND superseded_at IS NULL""",
+)
+
+
+def test_the_current_cell_of_a_side_is_defined_only_by_its_macro():
+    assert all(re.search(CURRENT_SIDE, before) for before in BEFORE_CURRENT_SIDE)
+    assert copies(CURRENT_SIDE, exempt={"macros.py"}) == []
+    used = sorted({where for where, text in texts(exempt={"macros.py"}) if "[[current_side " in text})
+    assert used == ["pairing.py", "schema.sql"]
+    rendered = macros.render_schema("[[current_side 'after' op: k]]")
+    assert re.search(CURRENT_SIDE, rendered) and "c.side = 'after'" in rendered

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from datasette.app import Datasette
 from datasette.plugins import pm
 
-from zlstore import Store, datasette_plugin, serve
+from zlstore import Store, datasette_plugin, datasette_site, serve
 from zlstore.cli import cli
 
 from .test_serve import CANNED, PUBLIC_VIEWS, fetch, rows
@@ -112,7 +112,7 @@ def test_descriptions_units_and_hidden_tables(plain):
     html = fetch(plain, "/examples/ab_pairs", root=CAMPAIGN, op="topk").text
     assert re.search(r"\d&nbsp;[mµ]s", html), "latencies carry their unit"
     tables = {t["name"]: t for t in fetch(plain, "/examples.json").json()["tables"]}
-    assert {name for name, t in tables.items() if t["hidden"]} == set(serve.HIDDEN_TABLES)
+    assert {name for name, t in tables.items() if t["hidden"]} == set(datasette_site.HIDDEN_TABLES)
     database_page = fetch(plain, "/examples").text
     assert 'href="/examples/ab_ranges"' in database_page and "/zlstore/" not in database_page
 

@@ -10,7 +10,7 @@ import zipfile
 import pytest
 from click.testing import CliRunner
 
-from zlstore import Store, caliber, db, judge
+from zlstore import Store, caliber, db, judge, macros, migrations
 from zlstore.cli import cli
 
 
@@ -34,16 +34,16 @@ def test_caliber_columns_derive_from_the_one_definition(store):
 
 
 def test_schema_refuses_names_that_judge_does_not_define():
-    assert db.render_schema("SELECT [[verdict NO_IR_DIFF]], [[reason CALIBER_UNKNOWN]]") == \
+    assert macros.render_schema("SELECT [[verdict NO_IR_DIFF]], [[reason CALIBER_UNKNOWN]]") == \
         "SELECT 'NO_IR_DIFF', 'CALIBER_UNKNOWN'"
     with pytest.raises(db.SchemaError, match="NO_KERNEL"):
-        db.render_schema("SELECT [[verdict NO_KERNEL]]")
+        macros.render_schema("SELECT [[verdict NO_KERNEL]]")
     assert set(judge.VERDICT_NAMES) == {"DUPLICATE_CELL", "TRUNCATED", "NO_ROWS", "IR_UNREAD", "NO_TRITON",
                                         "IR_CHANGED", "NO_IR_DIFF"}
 
 
 def test_caliber_macro_with_separator():
-    rendered = db.render_schema("[[caliber ||: a.{f}]]")
+    rendered = macros.render_schema("[[caliber ||: a.{f}]]")
     assert rendered == " || ".join(f"a.{name}" for name in caliber.NAMES)
 
 
@@ -74,8 +74,8 @@ def test_migrations_run_in_order_from_an_older_version(tmp_path, monkeypatch):
         conn.execute("UPDATE roots SET note = 'migrated'")
 
     monkeypatch.setattr(db, "SCHEMA_VERSION", current + 2)
-    monkeypatch.setitem(db.MIGRATIONS, current + 2, fill_note)
-    monkeypatch.setitem(db.MIGRATIONS, current + 1, add_note)
+    monkeypatch.setitem(migrations.MIGRATIONS, current + 2, fill_note)
+    monkeypatch.setitem(migrations.MIGRATIONS, current + 1, add_note)
     with Store(path) as store:
         assert ran == [current + 1, current + 2]
         assert "note" in columns(store, "roots")
@@ -87,8 +87,8 @@ def test_migrations_run_in_order_from_an_older_version(tmp_path, monkeypatch):
 def test_views_are_recreated_when_the_schema_changes(tmp_path, monkeypatch):
     path = tmp_path / "v.db"
     Store(path).close()
-    original = db.schema_source()
-    monkeypatch.setattr(db, "schema_source", lambda: original + "\nCREATE VIEW extra_view AS SELECT 1 AS one;\n")
+    original = macros.schema_source()
+    monkeypatch.setattr(macros, "schema_source", lambda: original + "\nCREATE VIEW extra_view AS SELECT 1 AS one;\n")
     with Store(path) as store:
         assert store.conn.execute("SELECT one FROM extra_view").fetchone() == (1,)
 
@@ -104,12 +104,12 @@ def test_triggers_are_recreated_when_the_schema_changes(tmp_path, monkeypatch):
     conn.execute("CREATE TRIGGER an_older_releases AFTER INSERT ON cells BEGIN SELECT 1; END")
     conn.commit()
     conn.close()
-    original = db.schema_source()
-    monkeypatch.setattr(db, "schema_source", lambda: original + "\n-- a later release\n")
+    original = macros.schema_source()
+    monkeypatch.setattr(macros, "schema_source", lambda: original + "\n-- a later release\n")
     with Store(path) as store:
         triggers = {r[0] for r in store.conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
         assert "cells_insert_marks_round" in triggers and "an_older_releases" not in triggers
-        assert triggers == set(re.findall(r"CREATE TRIGGER (\w+)", db.schema_parts()["triggers"]))
+        assert triggers == set(re.findall(r"CREATE TRIGGER (\w+)", macros.schema_parts()["triggers"]))
 
 
 def test_concurrent_creation_of_a_new_database(tmp_path):
@@ -154,3 +154,25 @@ def test_a_database_made_by_release_1_opens(tmp_path):
         for view in store.db.view_names():
             store.conn.execute(f"SELECT * FROM [{view}] LIMIT 1").fetchall()
         assert store.conn.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION
+
+
+def test_the_rendered_schema_in_docs_is_the_sql_that_runs(tmp_path):
+    """docs/schema.rendered.sql is what a reader opens to see the real view
+    text: stale (schema.sql or a macro's definition changed since it was
+    written) fails here, with the command that writes it again."""
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(db.__file__).resolve().parent.parent / "docs" / "rendered_sql.py"
+    spec = importlib.util.spec_from_file_location("rendered_sql", script)
+    rendered_sql = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rendered_sql)
+    expected = rendered_sql.rendered()
+    assert "[[" not in expected.replace("[[[", "")
+    # each view and trigger as a store holds it is in the file, word for word
+    store = Store(tmp_path / "z.db")
+    held = store.conn.execute("SELECT sql FROM sqlite_master WHERE type IN ('view', 'trigger')").fetchall()
+    store.close()
+    assert len(held) > 20 and all(sql in expected for (sql,) in held)
+    assert rendered_sql.TARGET.read_text(encoding="utf-8") == expected, (
+        "docs/schema.rendered.sql is stale: run .venv/bin/python docs/rendered_sql.py and commit it")

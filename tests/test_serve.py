@@ -17,7 +17,7 @@ from urllib.parse import urlencode
 import pytest
 from click.testing import CliRunner
 
-from zlstore import Store, caliber, judge, names, serve
+from zlstore import Store, caliber, datasette_site, judge, names, serve
 from zlstore.db import StoreError
 from zlstore.cli import cli
 
@@ -201,10 +201,10 @@ def test_noise_floors_and_cells_rows(ds, example_store_path, manifest):
 def test_internal_tables_hidden_but_queryable(ds):
     tables = {t["name"]: t for t in fetch(ds, "/zlstore.json").json()["tables"]}
     hidden = {name for name, t in tables.items() if t["hidden"]}
-    assert hidden == set(serve.HIDDEN_TABLES)
+    assert hidden == set(datasette_site.HIDDEN_TABLES)
     index = fetch(ds, "/").text
     database_page = fetch(ds, "/zlstore").text
-    for name in serve.HIDDEN_TABLES:
+    for name in datasette_site.HIDDEN_TABLES:
         assert f'/zlstore/{name}"' not in index
         assert f'/zlstore/{name}"' not in database_page
         assert fetch(ds, f"/zlstore/{name}.json").status_code == 200
@@ -219,7 +219,7 @@ def test_every_public_view_is_described(example_store_path, view):
     require_views(example_store_path, view)
     with sqlite3.connect(example_store_path) as conn:
         columns = [r[1] for r in conn.execute(f"PRAGMA table_info([{view}])")]
-    table = serve.metadata()["databases"]["zlstore"]["tables"][view]
+    table = datasette_site.metadata()["databases"]["zlstore"]["tables"][view]
     assert table.get("description")
     undescribed = [c for c in columns if not table.get("columns", {}).get(c)]
     assert not undescribed, f"{view}: no description for {undescribed}"
@@ -242,7 +242,7 @@ def test_units_and_facets_render(ds, example_store_path):
 
 
 def test_caliber_and_verdicts_come_from_their_one_definition():
-    tables = serve.metadata()["databases"]["zlstore"]["tables"]
+    tables = datasette_site.metadata()["databases"]["zlstore"]["tables"]
     assert [f for f in tables["noise_floors"]["facets"] if f in caliber.NAMES] == list(caliber.NAMES)
     for name in caliber.NAMES:
         assert caliber.CaliberField(name, caliber.ENV_VARS[caliber.NAMES.index(name)]).env \
@@ -255,7 +255,7 @@ def test_caliber_and_verdicts_come_from_their_one_definition():
     source = resources.files("zlstore").joinpath("metadata.yaml").read_text()
     for name in caliber.NAMES:
         assert not re.search(rf"\b{name}\b", source), f"metadata.yaml restates caliber field {name}"
-    rendered = json.dumps(serve.metadata())
+    rendered = json.dumps(datasette_site.metadata())
     assert not re.search(r"\[\[(caliber|verdicts?|reasons?)\b", rendered), "an unexpanded macro"
     assert '"@' not in rendered
 
@@ -411,7 +411,7 @@ def test_screening_cost_ratio(floor_ds):
 # -- charts --------------------------------------------------------------------
 
 def dashboard():
-    return serve.metadata()["plugins"]["datasette-dashboards"]["campaign"]
+    return datasette_site.metadata()["plugins"]["datasette-dashboards"]["campaign"]
 
 
 def test_dashboard_page_uses_only_local_assets(floor_ds):
@@ -545,11 +545,11 @@ def test_names_answered_by_where_it_is_bound():
     import socket
 
     own = socket.gethostname().lower()
-    assert serve.host_names("127.0.0.1") == {"localhost"}
-    assert own in serve.host_names("0.0.0.0") and own in serve.host_names("::")
-    assert "stats.lab" in serve.host_names("stats.lab") and own in serve.host_names("stats.lab")
-    assert "alias.corp" in serve.host_names("127.0.0.1", ["Alias.Corp."])
-    assert serve.host_allowed(None, frozenset())  # an HTTP/1.0 client, not a browser
+    assert datasette_site.host_names("127.0.0.1") == {"localhost"}
+    assert own in datasette_site.host_names("0.0.0.0") and own in datasette_site.host_names("::")
+    assert "stats.lab" in datasette_site.host_names("stats.lab") and own in datasette_site.host_names("stats.lab")
+    assert "alias.corp" in datasette_site.host_names("127.0.0.1", ["Alias.Corp."])
+    assert datasette_site.host_allowed(None, frozenset())  # an HTTP/1.0 client, not a browser
 
 
 def free_port() -> int:

@@ -14,7 +14,7 @@ import pytest
 from zlstore import Store, db, judge, pairing
 
 from .effects import Shape, write_repeat_root
-from .nobody import as_nobody, nobody_dir  # noqa: F401 (a fixture)
+from .nobody import as_nobody
 
 # one clear 1.5x, one shape with no effect and a lot of noise, one quiet
 # shape with no effect: faster, inconclusive and no change under the defaults

@@ -36,6 +36,7 @@ from .db import now as utc_now
 from .names import EXIT_INTERRUPTED, TIMEOUT_RC
 from .plan import Op
 from .procs import KILL_GRACE_S, group_alive, interrupts, kill_group, shell_rc, start_group
+from .store import Store
 from .harness import DEFAULT_CELL_TIMEOUT, caliber_items, env_text, fill, log_problem, write_atomic
 
 STATUS_DIR = "status"
@@ -527,8 +528,6 @@ def run_card(root, card: int, *, ops: Optional[str] = None, db=None, run_id: Opt
                         "every cell would have an unknown caliber")
     store = None
     if db is not None:
-        from .store import Store  # only a card with a database opens one
-
         store = Store(db)
     status = Status(plan.root, card, run_id, out)
     runner = Card(plan, status, Recorder(store, plan.root, card) if store else None, device, poll_s)

@@ -9,6 +9,7 @@ import os
 import shutil
 import sqlite3
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -18,6 +19,10 @@ from . import db as dbmod
 from . import files, irdiff, judge, layout, output, report, ttgir
 from .plan import MAX_CARDS
 from .store import Store, default_db_path
+
+# Commands that need datasette, merge, the runners, Slurm or FlagGems import
+# them in their own body: `zlstore --help` and every other command start
+# without them (tests/test_cli_help.py runs --help of each).
 
 # Exit statuses: one meaning each, in every command (docs/cli.md: "Exit statuses").
 from .names import (EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEMS,
@@ -450,9 +455,9 @@ def metadata_command(store, name):
         zlstore metadata --db campaign.db > metadata.json
         datasette campaign.db -m metadata.json
     """
-    from . import serve as serving
+    from . import datasette_site  # datasette and yaml: loaded for this command only, not for --help
 
-    click.echo(output.to_json(serving.metadata(name or Path(store.path).stem)))
+    click.echo(output.to_json(datasette_site.metadata(name or Path(store.path).stem)))
 
 
 def _server_path(value):
@@ -593,8 +598,6 @@ def check(store, full, out):
         \b
         zlstore check --db campaign.db --full
     """
-    import time
-
     started = time.perf_counter()
     problems = dbmod.integrity_problems(store.conn, full=full)
     for problem in problems:
@@ -1674,7 +1677,7 @@ def report_command(store, root, fmt, out_path):
         zlstore report campaign_20261013_090000 --html -o campaign.html
         zlstore report campaign_20261013_090000 -o campaign.md
     """
-    from . import document  # noqa: PLC0415: matplotlib is imported only for a report
+    from . import document  # noqa: PLC0415 (matplotlib is imported only for a report)
 
     with judge_errors():
         result = document.write(store, root, fmt, out_path)

@@ -17,7 +17,7 @@ from urllib.parse import urlencode
 from datasette import hookimpl
 from markupsafe import Markup
 
-from . import irdiff, stats
+from . import datasette_site, irdiff, stats
 from .db import STORE_TABLES
 
 # A zlstore store: zlstore's tables (db.STORE_TABLES) and the views the
@@ -92,7 +92,7 @@ def stores(datasette) -> tuple:
 
 @hookimpl
 def get_metadata(datasette):
-    """zlstore's metadata for every store served (serve.metadata), nothing
+    """zlstore's metadata for every store served (datasette_site.metadata), nothing
     for other databases; the title and front page only where one store is
     all there is. Datasette's own --metadata is merged over it."""
     names = stores(datasette)
@@ -101,9 +101,7 @@ def get_metadata(datasette):
     alone = not [name for name in datasette.databases if name not in names and name != "_internal"]
     built = datasette.__dict__.setdefault("_zlstore_metadata", {})
     if (names, alone) not in built:
-        from . import serve
-
-        built[(names, alone)] = serve.metadata(*names, instance=alone and len(names) == 1)
+        built[(names, alone)] = datasette_site.metadata(*names, instance=alone and len(names) == 1)
     return built[(names, alone)]
 
 
@@ -117,12 +115,10 @@ def extra_body_script(view_name, database, datasette):
 @hookimpl
 def asgi_wrapper(datasette):
     """Under zlstore serve, answer only requests for this machine's own names
-    (serve.HostCheck): a DNS-rebinding page cannot read the store; and no
-    request another site's page sent (serve.cross_site), unless --cors. Plain
+    (datasette_site.HostCheck): a DNS-rebinding page cannot read the store; and no
+    request another site's page sent (datasette_site.cross_site), unless --cors. Plain
     datasette (no host names set) passes every request through."""
-    from .serve import HostCheck
-
-    return lambda app: HostCheck(app, lambda: getattr(datasette, "_zlstore_host_names", None),
+    return lambda app: datasette_site.HostCheck(app, lambda: getattr(datasette, "_zlstore_host_names", None),
                                  lambda: bool(getattr(datasette, "cors", False)))
 
 

@@ -13,9 +13,10 @@ no click here."""
 
 import html
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, List, Mapping, Optional, Sequence
 
-from . import caliber, judge, output, report
+from . import files, judge, output, report
 
 FORMATS = ("md", "html")
 
@@ -91,7 +92,7 @@ def _problem_section(store, found: Mapping) -> Section:
 
 def campaign_document(store, found: Mapping) -> Document:
     """A campaign's or repeat run's report (see the module's docstring)."""
-    from . import forest  # noqa: PLC0415: matplotlib only where a picture is drawn
+    from . import forest  # noqa: PLC0415 (matplotlib only where a picture is drawn)
 
     rows = judge.ab_ranges(store, found)
     summary = judge.ab_summary(store, found)
@@ -227,10 +228,6 @@ def write(store, root, fmt: str = "md", path=None, picture_dir=None) -> dict:
     Markdown's picture goes beside path as <stem>.svg (without a path: into
     picture_dir, default the current directory, as <root>.svg); HTML has it
     inline. Returns {"text": what to print or None, "written": [paths]}."""
-    from pathlib import Path  # noqa: PLC0415
-
-    from . import files  # noqa: PLC0415
-
     if fmt not in FORMATS:
         raise ValueError(f"unknown report format {fmt!r}: one of {', '.join(FORMATS)}")
     document = build(store, root)

@@ -11,7 +11,7 @@ floor (CLEARS: the view ab_range_judgements's clears_floor, through the
 are marked stale (ab_stale_floors): by mark() and mark_every() here, and by
 the trigger fingerprints_delete_marks_floors for fingerprints deleted by hand.
 
-This module imports nothing of zlstore: its SQL holds db.render_schema's
+This module imports nothing of zlstore: its SQL holds macros.render_schema's
 macros, rendered where it runs (pairing.py)."""
 
 import sqlite3

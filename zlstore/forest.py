@@ -11,8 +11,10 @@ position), so that a test or a script reads the picture's data back from
 the file, not from its pixels."""
 
 import functools
+import html
 import io
 import json
+import re
 from importlib import resources
 from typing import Dict, List, Mapping, Sequence
 
@@ -50,7 +52,7 @@ def forest_rows(store, root_name: str) -> List[dict]:
 def forest_svg(rows: Sequence[Mapping], title: str = "") -> str:
     """The forest plot of rows (forest_rows) as SVG text: matplotlib, Agg
     backend, text kept as text, ids fixed (the same rows give the same file)."""
-    import matplotlib  # noqa: PLC0415: only the report pays for matplotlib's import
+    import matplotlib  # noqa: PLC0415 (only the report pays for matplotlib's import)
 
     matplotlib.use("Agg")
     from matplotlib import pyplot  # noqa: PLC0415
@@ -108,8 +110,6 @@ def plotted(rows: Sequence[Mapping]) -> List[dict]:
 
 def read_back(svg: str) -> List[dict]:
     """The rows a forest SVG plotted, from its <metadata> (plotted())."""
-    import html  # noqa: PLC0415
-    import re  # noqa: PLC0415
 
     found = re.search(r"<dc:description>(.*?)</dc:description>", svg, re.S)
     if not found or not html.unescape(found.group(1)).startswith(DATA_PREFIX):

@@ -5,6 +5,7 @@ multiprocessing.Pool's cost the reading process a second of CPU on a
 campaign's ingest, which is the process everything waits for. Linux only
 (fork, and pipes made larger)."""
 
+import fcntl
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -147,8 +148,6 @@ def _result(data: bytes):
 def _widen(connection):
     """Give a pipe PIPE_BYTES (Linux: 64 KB unless asked), or as much as
     the system allows."""
-    import fcntl
-
     try:
         with open("/proc/sys/fs/pipe-max-size") as f:
             size = min(PIPE_BYTES, int(f.read()))

@@ -33,10 +33,11 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 from . import db as dbmod
-from . import caliber, floors, pairing, provenance, roots
+from . import caliber, floors, macros, pairing, provenance, roots
 from .db import now
 from .ingest import cell_rules, plural
 from .layout import Problem
+from .store import Store
 
 # What a summary counts, in the order it is printed.
 COUNTS = ("roots", "roots_added", "cells_added", "cells_replaced", "cells_unchanged", "rows_added",
@@ -182,7 +183,7 @@ def _schema_of_this_release() -> Dict[str, List[tuple]]:
     not null, primary key, generated: its definition, else None) of each
     column."""
     with contextlib.closing(sqlite3.connect(":memory:")) as conn:
-        for statement in dbmod.split_statements(dbmod.schema_parts()["tables"]):
+        for statement in dbmod.split_statements(macros.schema_parts()["tables"]):
             conn.execute(statement)
         sql = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'").fetchall())
         return {t: [(r[1], r[2].upper(), r[3], r[5], _generated(sql[t], r[1]) if r[6] else None)
@@ -348,8 +349,6 @@ def prepare_source(path: Path, copy: Path) -> int:
     finally:
         conn.close()
     if version < dbmod.SCHEMA_VERSION:
-        from .store import Store
-
         try:
             Store(copy).close()  # migrations run on the copy
         except (sqlite3.DatabaseError, dbmod.StoreError, ValueError, TypeError) as error:  # UnicodeError: a ValueError

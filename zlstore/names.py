@@ -4,7 +4,7 @@ it applies, in words and as the SQL condition the views decide it by), the
 round key, the judging thresholds' defaults, and the exit statuses.
 
 This module imports nothing of zlstore, so that every other module may
-import it. SQL reaches these names only through db.render_schema's macros
+import it. SQL reaches these names only through macros.render_schema's macros
 (schema.sql and pairing.py): "[[verdict NAME]]" quotes a name and refuses
 one not defined here; "[[case verdicts]]" is the CASE that decides a
 verdict, from VERDICTS' conditions in their order (likewise reasons and

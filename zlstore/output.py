@@ -12,7 +12,7 @@ import math
 import re
 import shlex
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 
 
 # The database a printed command ("next: zlstore ab ROOT") names, set by the

@@ -16,14 +16,14 @@ stored under another (a setting edited by hand).
 
 The SQL here is the one definition of how rows pair; schema.sql documents
 what the columns mean. It names the round key, reasons and verdicts through
-db.render_schema's macros, as schema.sql does: what a round is and why a row
+macros.render_schema's macros, as schema.sql does: what a round is and why a row
 does not pair are defined in names.py, the noise floors in floors.py.
 """
 
 import functools
 import sqlite3
 
-from . import caliber, db, floors
+from . import caliber, floors, macros
 
 
 def _json_fields(*columns: str) -> str:
@@ -96,17 +96,12 @@ _STEPS = [
     "DELETE FROM temp.ab_keys_now",
     """INSERT INTO temp.ab_rounds_now ([[round: {k}]])
        SELECT DISTINCT [[round: {k}]] FROM ab_stale_rounds""",
-    # A round's cell of a side is the stored one that no later run of its
-    # op superseded (a resumed campaign's earlier, interrupted run). Where
-    # several claim a side (names.DUPLICATE), the latest stands for them and
-    # none of its rows pairs.
+    # A round's cell of a side is its current one ([[current_side]]: the
+    # latest that no later run superseded). Where several claim a side
+    # (names.DUPLICATE), none of its rows pairs.
     """UPDATE temp.ab_rounds_now SET
-        (before_cell_id, before_claims) = (SELECT max(c.id), count(*) FROM cells c
-                          WHERE [[round AND: c.{c} {is} ab_rounds_now.{k}]] AND c.side = 'before'
-                            AND c.superseded_at IS NULL),
-        (after_cell_id, after_claims) = (SELECT max(c.id), count(*) FROM cells c
-                         WHERE [[round AND: c.{c} {is} ab_rounds_now.{k}]] AND c.side = 'after'
-                           AND c.superseded_at IS NULL)""",
+        (before_cell_id, before_claims) = ([[current_side 'before' round: ab_rounds_now]]),
+        (after_cell_id, after_claims) = ([[current_side 'after' round: ab_rounds_now]])""",
     # The other current cells of the root that hold the files of a side's
     # cell, where it has counted rows: copies (names.DUPLICATE).
     f"""UPDATE temp.ab_rounds_now SET
@@ -327,7 +322,7 @@ _JUDGING = [
 # A re-paired screening round can move every rule's floors.
 _SCREEN_ROUNDS = """
     SELECT 1 FROM temp.ab_rounds_now r JOIN roots ON roots.id = r.root_id AND roots.kind = 'screen' LIMIT 1"""
-_EVERY_ROUND = db.render_schema("""
+_EVERY_ROUND = macros.render_schema("""
     INSERT INTO ab_stale_rounds ([[round: {k}]])
     SELECT DISTINCT [[round: {c}]] FROM cells WHERE side IN ('before', 'after')""")
 
@@ -337,7 +332,7 @@ def _prepared() -> tuple:
     """(setup, round steps, floor steps, range steps, a batch's pending
     steps, q-value and judging steps) with their macros expanded, once per
     process."""
-    return tuple([db.render_schema(step) for step in steps]
+    return tuple([macros.render_schema(step) for step in steps]
                  for steps in (_SETUP, _STEPS, floors.STEPS, _RANGES, _PENDING, _FAMILIES + _JUDGING))
 
 
@@ -415,7 +410,7 @@ def mark_every_round(conn: sqlite3.Connection):
 def derive(conn: sqlite3.Connection, every: bool = False) -> bool:
     """Bring the pairs, ranges and noise floors up to date (refresh), every
     round of them computed again where every (a migration asked for it:
-    db.ensure_schema)."""
+    migrations.ensure_schema)."""
     if every:
         mark_every_round(conn)
     return refresh(conn)

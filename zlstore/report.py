@@ -4,7 +4,7 @@ so the wording can be tested without a terminal and the CLI stays wiring."""
 
 import itertools
 import textwrap
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
 from . import caliber, judge, output, provenance
 

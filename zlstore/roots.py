@@ -20,7 +20,7 @@ import sqlite3
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from . import db, floors, layout, names, output, pairing, unchanged
+from . import floors, layout, macros, names, output, pairing, unchanged
 
 # A root whose path another root of its name holds (a different root of that
 # name was ingested there since, or merged from a store where it was there)
@@ -242,7 +242,7 @@ def claimed_twice(conn: sqlite3.Connection, root_ids: Optional[List[int]] = None
     # The view's round key columns: names.ROUND_KEY's, a cell's op and dtype as op and dtype.
     view_names = [{"cell_op": "op", "cell_dtype": "dtype"}.get(column.name, column.name) for column in names.ROUND_KEY]
     key = ", ".join(view_names)
-    claimants = db.render_schema(f"SELECT {columns} FROM cells c WHERE [[round AND: c.{{c}} {{is}} ?]] "
+    claimants = macros.render_schema(f"SELECT {columns} FROM cells c WHERE [[round AND: c.{{c}} {{is}} ?]] "
                                  "AND c.side = ? AND c.superseded_at IS NULL ORDER BY c.id")
     problems, named = [], set()
     for root, side, claims, latest, *round_key in conn.execute(

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Union
 
 from . import db as dbmod
-from . import floors, forked, pairing, roots, ttgir, unchanged
+from . import floors, forked, migrations, pairing, roots, ttgir, unchanged
 from .db import now
 from .ingest import Ingester
 from .parallel import worker_count
@@ -151,7 +151,7 @@ class Store:
     def _migrate(self) -> int:
         """The schema created or brought up to this release, its derived tables
         with it (pairing.derive)."""
-        return dbmod.ensure_schema(self.conn, defaults={"current_rule": ttgir.DEFAULT_RULE}, derive=pairing.derive)
+        return migrations.ensure_schema(self.conn, defaults={"current_rule": ttgir.DEFAULT_RULE}, derive=pairing.derive)
 
     def _ensure_schema(self) -> int:
         try:
@@ -180,14 +180,14 @@ class Store:
 
     def _backfill_screening_fingerprints(self):
         """Every rule's fingerprints for screening cells that a migration left
-        without them (db.BACKFILL_SETTING); a read-only store is read as it is."""
-        if self.setting(dbmod.BACKFILL_SETTING) is None:
+        without them (migrations.BACKFILL_SETTING); a read-only store is read as it is."""
+        if self.setting(migrations.BACKFILL_SETTING) is None:
             return
         try:
             for rule in ttgir.RULES:
                 self.compute_fingerprints(rule, root_kind="screen")
             with dbmod.write_transaction(self.conn):
-                self.conn.execute("DELETE FROM settings WHERE key = ?", (dbmod.BACKFILL_SETTING,))
+                self.conn.execute("DELETE FROM settings WHERE key = ?", (migrations.BACKFILL_SETTING,))
         except sqlite3.OperationalError as error:
             if not dbmod.is_readonly_error(error):
                 raise
