@@ -6,8 +6,6 @@ HTML rendered in the headless browser the other browser tests use."""
 import json
 import os
 import re
-import shutil
-import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 

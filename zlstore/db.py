@@ -23,9 +23,6 @@ from . import stats
 # StoreError and SchemaError are caught as db.StoreError everywhere (the
 # public name); they live in errors.py, which macros.py raises too.
 from .errors import SchemaError, StoreError  # noqa: F401
-# render_schema moved to macros.py; runner.py (being changed on another branch)
-# still imports it from here. Drop this line once it imports macros.
-from .macros import render_schema  # noqa: F401
 
 # The schema version of this release: migrations.py takes an older store to
 # it, check_contents refuses a newer one.

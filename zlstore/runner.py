@@ -28,8 +28,9 @@ from . import plan as planmod
 from .harness import (DEFAULT_CELL_TIMEOUT, DEFAULT_SWITCH_VALUES, caliber_items, env_text, fill, local_now, num,
                       switch_values, timestamp, write_atomic, write_cell_env)
 from .names import EXIT_INTERRUPTED, TIMEOUT_RC
-from .db import render_schema, write_transaction
 from .db import now as utc_now
+from .db import write_transaction
+from .macros import render_schema
 from .display import CardState, Display
 from .plan import Op, Plan, PlanError
 from .procs import KILL_GRACE_S, signal_group, group_alive, interrupts, kill_group, shell_rc, start_group
