@@ -668,13 +668,10 @@ JOIN roots ON roots.id = d.root_id;
 -- environment_differences per A/B range key: a range's rows come from the
 -- cells of its round's cell op (a cell may hold rows of several ops).
 CREATE VIEW range_environment_differences AS
-WITH keys AS (
-    SELECT DISTINCT root_id, cell_op AS op_of_cells, cell_dtype AS dtype_of_cells, op, dtype FROM ab_slot_rows
-)
-SELECT k.root_id, k.op, k.dtype, d.field, d."values", d.by_side
-FROM keys k
-JOIN environment_differences d
-    ON d.root_id = k.root_id AND d.op IS k.op_of_cells AND d.dtype IS k.dtype_of_cells;
+SELECT DISTINCT s.root_id, s.op, s.dtype, d.field, d."values", d.by_side
+FROM environment_differences d
+JOIN (SELECT root_id, cell_op AS op_of_cells, cell_dtype AS dtype_of_cells, op, dtype FROM ab_slot_rows) s
+    ON s.root_id = d.root_id AND s.op_of_cells IS d.op AND s.dtype_of_cells IS d.dtype;
 
 -- The problems with the input that are still there: each names its file (and
 -- line), with the root and cell it belongs to and the run that found it.
@@ -1022,7 +1019,12 @@ WHERE s.reason IS NOT NULL;
 -- screen.tsv.orig (NO_KERNEL read as NO_TRITON). The caliber is the pair's
 -- common caliber (NULL when unknown or when the sides differ; see note).
 CREATE VIEW verdicts_by_rule AS
-WITH pair_keys AS (
+WITH differs AS MATERIALIZED (  -- once per query, not once per pair and rule
+    SELECT root_id, op, dtype, json_group_object(field, json("values")) AS environment_differs
+    FROM environment_differences
+    GROUP BY root_id, op, dtype
+),
+pair_keys AS (
     SELECT cells.root_id, cells.op, cells.dtype
     FROM cells JOIN roots ON roots.id = cells.root_id
     WHERE roots.kind = 'screen' AND cells.side IN ('before', 'after')
@@ -1134,9 +1136,9 @@ SELECT
     judged.after_cell_id,
     judged.root_id,
     -- field -> its values where the pair's two cells ran on different things (environment_differences)
-    (SELECT nullif(json_group_object(d.field, json(d."values")), '{}') FROM environment_differences d
-     WHERE d.root_id = judged.root_id AND d.op IS judged.op AND d.dtype IS judged.dtype) AS environment_differs
+    differs.environment_differs
 FROM judged
+LEFT JOIN differs ON differs.root_id = judged.root_id AND differs.op IS judged.op AND differs.dtype IS judged.dtype
 JOIN roots ON roots.id = judged.root_id
 JOIN fingerprint_rules rules ON rules.rule = judged.rule
 LEFT JOIN verdict_kinds kinds ON kinds.verdict = judged.verdict
@@ -1271,6 +1273,11 @@ CROSS JOIN settings_now s;
 --     all is listed with rounds 0. fallback = 1: a paired row was timed by
 --     the direct fallback (a different regime).
 CREATE VIEW ab_ranges AS
+WITH differs AS MATERIALIZED (  -- once per query, not once per range
+    SELECT root_id, op, dtype, json_group_object(field, json("values")) AS environment_differs
+    FROM range_environment_differences
+    GROUP BY root_id, op, dtype
+)
 SELECT
     j.root, j.op, j.dtype, j.shape, j.rounds,
     j.effect, j.ci_low, j.ci_high, j.p_value,
@@ -1284,10 +1291,10 @@ SELECT
     j.root_id,
     j.root_path,
     -- field -> its values where the range's cells ran on different things (range_environment_differences)
-    (SELECT nullif(json_group_object(d.field, json(d."values")), '{}') FROM range_environment_differences d
-     WHERE d.root_id = j.root_id AND d.op IS j.op AND d.dtype IS j.dtype) AS environment_differs
+    differs.environment_differs
 FROM ab_range_judgements j
-LEFT JOIN calibers ON calibers.id = j.caliber_id;
+LEFT JOIN calibers ON calibers.id = j.caliber_id
+LEFT JOIN differs ON differs.root_id = j.root_id AND differs.op IS j.op AND differs.dtype IS j.dtype;
 
 -- What a range's judgement rests on beyond its own row: the settings
 -- (judging_settings), this release's schema (its findings' SQL) and the
