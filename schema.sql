@@ -152,6 +152,9 @@ CREATE TABLE IF NOT EXISTS cells (
 CREATE INDEX IF NOT EXISTS cells_root ON cells(root_id, op, dtype, round, side);
 CREATE UNIQUE INDEX IF NOT EXISTS cells_relpath ON cells(root_id, relpath);
 CREATE INDEX IF NOT EXISTS cells_caliber ON cells(caliber_id);
+-- Few cells differ in what they ran on: environment_differences starts from
+-- the environments and looks their cells up here, not the other way round.
+CREATE INDEX IF NOT EXISTS cells_environment ON cells(environment_id);
 -- A re-ingest reads every signature of a tree: from this index alone, not
 -- from the cells rows, which are wide.
 CREATE INDEX IF NOT EXISTS cells_stat_sig ON cells(path, stat_sig);
@@ -634,8 +637,8 @@ GROUP BY c.root_id, c.environment_id;
 CREATE VIEW environment_differences AS
 WITH field_values AS (
     SELECT c.root_id, c.op, c.dtype, c.side, f.key AS field, f.value
-    FROM cells c
-    JOIN environments e ON e.id = c.environment_id
+    FROM environments e  -- CROSS JOIN: the environments first, their cells by cells_environment
+    CROSS JOIN cells c ON c.environment_id = e.id
     JOIN json_each(json_object([[environment: '{f}', e.{f}]])) f
     WHERE c.superseded_at IS NULL AND f.value IS NOT NULL
 ),
@@ -669,8 +672,8 @@ JOIN roots ON roots.id = d.root_id;
 -- cells of its round's cell op (a cell may hold rows of several ops).
 CREATE VIEW range_environment_differences AS
 SELECT DISTINCT s.root_id, s.op, s.dtype, d.field, d."values", d.by_side
-FROM environment_differences d
-JOIN (SELECT root_id, cell_op AS op_of_cells, cell_dtype AS dtype_of_cells, op, dtype FROM ab_slot_rows) s
+FROM environment_differences d  -- CROSS JOIN: the few differing keys first, then their slot rows by index
+CROSS JOIN (SELECT root_id, cell_op AS op_of_cells, cell_dtype AS dtype_of_cells, op, dtype FROM ab_slot_rows) s
     ON s.root_id = d.root_id AND s.op_of_cells IS d.op AND s.dtype_of_cells IS d.dtype;
 
 -- The problems with the input that are still there: each names its file (and
@@ -1328,6 +1331,11 @@ CREATE VIEW ab_range_unjudged AS
 WITH basis AS MATERIALIZED (
     SELECT current FROM judging_basis
 ),
+differs AS MATERIALIZED (  -- what the cells behind a range differ in besides the switch: few or none
+    SELECT root_id, op, dtype, json_group_object(field, json("values")) AS environment_differs
+    FROM range_environment_differences
+    GROUP BY root_id, op, dtype
+),
 thresholds AS MATERIALIZED (
     SELECT q_max, min_effect, min_rounds,
            ', "q_max": ' || json_quote(q_max) || ', "min_effect": ' || json_quote(min_effect) AS thresholds_json
@@ -1444,10 +1452,12 @@ SELECT
         || ', "clears_floor": ' || coalesce(settled.clears_floor, 'null')
         || ', "floor_note": ' || json_quote(settled.floor_note)
         || settled.thresholds_json || ', ' || r.json_tail
-        || ', "root_path": ' || json_quote(roots.path) || '}' AS json
+        || ', "root_path": ' || json_quote(roots.path)
+        || ', "environment_differs": ' || coalesce(differs.environment_differs, 'null') || '}' AS json
 FROM settled
 CROSS JOIN ab_range_rows r ON r.rowid = settled.range_rowid
-JOIN roots ON roots.id = r.root_id;
+JOIN roots ON roots.id = r.root_id
+LEFT JOIN differs ON differs.root_id = r.root_id AND differs.op IS r.op AND differs.dtype IS r.dtype;
 
 -- ab_ranges' rows judged under the current settings: the judgement stored
 -- with each range where it was made under today's basis (judging_basis),

@@ -328,7 +328,7 @@ def ab_ranges(store, root=None, ops=None, findings=None, sort: str = "finding") 
 # judgements along the key index, no sort and no view (a test holds the two
 # to the same text).
 _STORED_JSON = """
-    SELECT j.json, r.root_id, r.op, r.dtype
+    SELECT j.json
     FROM roots CROSS JOIN ab_range_rows r ON r.root_id = roots.id CROSS JOIN ab_range_json j ON j.range_rowid = r.rowid
     WHERE roots.kind <> 'screen' {where}
     ORDER BY {order}"""
@@ -354,21 +354,15 @@ def ab_ranges_json(store, root=None, ops=None, findings=None, sort: Optional[str
     if not _ab_source(store):
         where, params = _ab_where(store, root, ops, findings)
         order = AB_KEY_ORDER if sort is None else _ab_order(sort)
-        rows = f"SELECT json, root_id, op, dtype FROM ab_range_judgements WHERE 1{where} ORDER BY {order}"
+        rows = f"SELECT json FROM ab_range_judgements WHERE 1{where} ORDER BY {order}"
     else:
         where, params = _ab_where(store, root, ops, findings, "r.")
         order = ("roots.name, r.root_id, r.op, r.dtype, r.shape, r.caliber_id" if sort is None
                  else _ab_order(sort, "r.", "roots.name"))
         rows = _STORED_JSON.format(where=where, order=order)
-    # Each range's environment_differs goes in as text: a campaign has
-    # thousands of ranges and few (normally no) differences.
-    differs = {key: json.dumps(environment_differs(fields))
-               for key, fields in range_environment_differences(store, root).items()}
     # Joined here, not by group_concat: SQLite grows its string by copying
     # (the campaign's 9 MB took 0.030 s that way, 0.018 s this one).
-    return "[" + ",\n ".join(
-        f'{text[:-1]}, "environment_differs": {differs.get((root_id, op, dtype), "null")}}}'
-        for text, root_id, op, dtype in store.conn.execute(rows, params)) + "]"
+    return "[" + ",\n ".join(text for (text,) in store.conn.execute(rows, params)) + "]"
 
 
 def ab_summary(store, root=None, ops=None, findings=None) -> dict:
