@@ -512,10 +512,10 @@ def history(result: Mapping) -> str:
              + f": {len(entries)} root{'s' if len(entries) != 1 else ''}, oldest first (rule {result['rule']})", ""]
     for i, entry in enumerate(entries):
         lines.append(f"{entry['started_at'] or '(time unknown)'}  {entry['root']}  ({entry['kind']})")
-        if i == 0 or not entry["changes"]:
+        if i == 0 or not entry["changes"] or (entries[i - 1]["environment"] is None and entry["environment"]):
             env = entry["environment"]
             lines.append("  ran on: " + (provenance.describe(env) if env else "unknown (its cells record none)")
-                         + ("; nothing changed since the entry before" if i else ""))
+                         + ("; nothing changed since the entry before" if i and not entry["changes"] else ""))
         if entry["changes"]:
             lines.append("  changed: " + "; ".join(entry["changes"]))
         flipped = {(f["dtype"], f["shape"]) for f in result["flips"] if f["to"]["root"] == entry["root"]}
