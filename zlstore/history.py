@@ -17,8 +17,6 @@ from . import judge, provenance
 from .canonical import json_encoder
 
 _CANONICAL = json_encoder(ascii=False)
-# What an entry names of its environment: the card is the tables' business.
-ENTRY_FIELDS = tuple(name for name in provenance.NAMES if name != "devices")
 
 
 class HistoryError(LookupError):
@@ -40,7 +38,7 @@ def _main_environment(environments: List[dict]) -> Optional[Dict[str, str]]:
     known = [e for e in environments if e.get("environment_id") is not None]
     if not known:
         return None
-    return provenance.clean({name: known[0].get(name) for name in ENTRY_FIELDS})
+    return provenance.clean({name: known[0].get(name) for name in provenance.DESCRIBED})
 
 
 def _calibers(store) -> Dict[int, Dict[str, str]]:

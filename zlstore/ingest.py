@@ -214,6 +214,15 @@ class NotStored(Exception):
         self.filename = filename
 
 
+def stored_environment(conn: sqlite3.Connection, values: dict, schema: str = "main") -> int:
+    """The id of the environments row of values (its key made from its
+    fields), inserted where there is none: what an ingest and a merge both
+    store."""
+    key, fields = provenance.key(values), provenance.clean(values)
+    conn.execute(insert_sql(f"{schema}.environments", ("key", *fields), "INSERT OR IGNORE"), (key, *fields.values()))
+    return conn.execute(f"SELECT id FROM {schema}.environments WHERE key = ?", (key,)).fetchone()[0]
+
+
 def _resolved(path) -> Path:
     """An input path made absolute, links resolved where they can be (a
     loop or a name too long is left for the walk to name)."""
@@ -859,11 +868,7 @@ class Ingester:
             return None
         key = provenance.key(values)
         if key not in self.environment_ids:
-            fields = provenance.clean(values)
-            self.conn.execute(insert_sql("environments", ("key", *fields), "INSERT OR IGNORE"),
-                              (key, *fields.values()))
-            self.environment_ids[key] = self.conn.execute(
-                "SELECT id FROM environments WHERE key = ?", (key,)).fetchone()[0]
+            self.environment_ids[key] = stored_environment(self.conn, values)
         return self.environment_ids[key]
 
     # -- writing (inside the cell's transaction) ---------------------------

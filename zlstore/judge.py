@@ -571,12 +571,6 @@ def range_environment_differences(store, root=None) -> Dict[tuple, Dict[str, dic
     return _differences(store, "range_environment_differences", root)
 
 
-def environment_differs(differences: Optional[Dict[str, dict]]) -> Optional[Dict[str, list]]:
-    """A pair's or range's environment_differs column as an object: field ->
-    its values, or None."""
-    return {field: d["values"] for field, d in differences.items()} if differences else None
-
-
 def with_environment_differs(rows: Sequence[dict]) -> List[dict]:
     """Rows of verdicts or ab_ranges with their environment_differs column
     (JSON text, as datasette shows it) as an object, for --json and CSV."""

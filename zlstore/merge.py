@@ -35,7 +35,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence
 from . import db as dbmod
 from . import caliber, floors, macros, pairing, provenance, roots
 from .db import now
-from .ingest import cell_rules, plural
+from .ingest import cell_rules, plural, stored_environment
 from .layout import Problem
 from .store import Store
 
@@ -562,13 +562,9 @@ class Merger:
         cursor = self.conn.execute(f"SELECT id, {', '.join(provenance.NAMES)} FROM src.environments")
         for row in cursor.fetchall():
             fields = provenance.clean(dict(zip(provenance.NAMES, row[1:])))
-            if not fields:
-                continue
-            key = provenance.key(fields)
-            self.conn.execute(dbmod.insert_sql("main.environments", ("key", *fields), "INSERT OR IGNORE"),
-                              (key, *fields.values()))
-            self.conn.execute("INSERT OR REPLACE INTO temp.merge_environments SELECT ?, id FROM main.environments "
-                              "WHERE key = ?", (row[0], key))
+            if fields:
+                self.conn.execute("INSERT OR REPLACE INTO temp.merge_environments VALUES (?, ?)",
+                                  (row[0], stored_environment(self.conn, fields)))
 
     def _root_row(self, source_path: Path, source: dict) -> int:
         """The target's root for the source's: the one with its identity,

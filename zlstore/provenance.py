@@ -44,6 +44,9 @@ FIELDS: Tuple[Field, ...] = (
     Field("hostname", "ENV_HOSTNAME", "host"),
 )
 NAMES: Tuple[str, ...] = tuple(f.name for f in FIELDS)
+# What a heading or a history entry names of an environment: which card a
+# cell ran on (devices) is the tables' business, not the description's.
+DESCRIBED: Tuple[str, ...] = tuple(name for name in NAMES if name != "devices")
 BY_NAME: Dict[str, Field] = {f.name: f for f in FIELDS}
 BY_ENV: Dict[str, Field] = {f.env: f for f in FIELDS}
 # A cell command may leave this file in its OUT_DIR with ENV_* lines for what

@@ -86,11 +86,6 @@ def screen_shown(rows: Sequence[dict]) -> "output.Shown":
     return output.Shown(shown, ["root"] + SCREEN_COLUMNS + ["note"], ["root"] + SCREEN_HEADERS + ["note"])
 
 
-# What a heading names of an environment: which card a cell ran on is the
-# tables' business, not the heading's.
-HEADING_FIELDS = tuple(name for name in provenance.NAMES if name != "devices")
-
-
 def environment_heading(environments: Sequence[Mapping]) -> str:
     """The line under a root's heading that says what its cells ran on
     (judge.root_environments' rows for the root): one environment, or each
@@ -101,7 +96,7 @@ def environment_heading(environments: Sequence[Mapping]) -> str:
         if env.get("environment_id") is None:
             unknown += env["cells"]
             continue
-        text = provenance.describe(env, HEADING_FIELDS)
+        text = provenance.describe(env, provenance.DESCRIBED)
         described[text] = described.get(text, 0) + env["cells"]
     if not described:
         return "  ran on: unknown (its cells record no environment)"
