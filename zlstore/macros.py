@@ -70,11 +70,21 @@ def _rule_rows() -> List[RuleRow]:
     return rows
 
 
-def _case(kinds, first: Optional[str], indent: str) -> str:
+# A column a condition reads: a lower-case name (SQL's words are upper case).
+_COLUMN = re.compile(r"\b[a-z_][a-z_0-9]*\b")
+
+
+def _case(kinds, first: Optional[str], inputs: names.Inputs, indent: str) -> str:
     """The CASE that decides one of kinds (names.VERDICTS, REASONS or
     FINDINGS): each one's condition in their order, the first that applies
     wins; the one without a condition takes the rest (ELSE). first: a
-    condition under which the CASE is NULL, tried before them."""
+    condition under which the CASE is NULL, tried before them. Each reads
+    only the columns of its row of inputs (a CTE of that name the SQL
+    builds): any other name, a join alias among them, is an error."""
+    conditions = [first] + [kind.condition for kind in kinds]
+    unknown = sorted({c for text in conditions if text for c in _COLUMN.findall(text)} - set(inputs.columns()))
+    if unknown:
+        raise SchemaError(f"a condition reads {', '.join(unknown)}, not a column of {inputs.cte} (names.py)")
     lines = [f"WHEN {first} THEN NULL"] if first else []
     lines += [f"WHEN {kind.condition} THEN {_sql_literal(kind.name)}" for kind in kinds if kind.condition]
     lines += [f"ELSE {_sql_literal(kind.name)}" for kind in kinds if kind.condition is None]
@@ -87,8 +97,9 @@ _ITEMS = {"verdicts": lambda: names.VERDICTS, "reasons": lambda: names.REASONS,
           "findings": lambda: names.FINDINGS, "rules": _rule_rows}
 _NAMES = {"verdict": lambda: names.VERDICT_NAMES, "reason": lambda: names.REASON_NAMES,
           "finding": lambda: names.FINDING_NAMES, "setting": lambda: tuple(names.SETTINGS)}
-_CASES = {"verdicts": (names.VERDICTS, None), "reasons": (names.REASONS, names.PAIRED),
-          "findings": (names.FINDINGS, None)}
+_CASES = {"verdicts": (names.VERDICTS, None, names.VERDICT_INPUTS),
+          "reasons": (names.REASONS, names.PAIRED, names.REASON_INPUTS),
+          "findings": (names.FINDINGS, None, names.FINDING_INPUTS)}
 # The columns a "[[kind SEP: TEMPLATE]]" macro repeats TEMPLATE over: each as
 # {placeholder: text}.
 _COLUMNS = {"caliber": lambda: [{"{f}": name} for name in caliber.NAMES],
