@@ -45,7 +45,9 @@
 --   "current_side SIDE KEY: ALIAS": the current cell of a side, defined once
 --       (zlstore/macros.py): SELECT cell_id (the latest cell of the side that
 --       no later run superseded) and claims (how many such cells) for the
---       side SIDE of ALIAS's round (KEY round) or screening pair (KEY op)
+--       side SIDE of ALIAS's round (KEY round) or screening pair (KEY op);
+--       "side_cells SIDE KEY: ALIAS": the FROM and WHERE of those cells
+--       (cells c), the ones that claim the side
 --   "timeout_rcs": the exit statuses of a cell killed at its timeout;
 --       "strictest_rule", "min_rounds": the values
 --   "verdicts: TEMPLATE" / "reasons: ..." / "findings: ..." / "rules: ...":
@@ -753,7 +755,7 @@ SELECT
     sides.claims,
     (SELECT group_concat(relpath, char(10)) FROM (
         SELECT c.relpath FROM cells c
-        WHERE c.root_id = sides.root_id AND c.pair_card IS sides.card AND c.repeat_dir IS sides.repeat_dir AND c.op IS sides.cell_op AND c.dtype IS sides.cell_dtype AND c.round IS sides.round AND c.side = sides.side AND c.superseded_at IS NULL
+WHERE c.root_id = sides.root_id AND c.pair_card IS sides.card AND c.repeat_dir IS sides.repeat_dir AND c.op IS sides.cell_op AND c.dtype IS sides.cell_dtype AND c.round IS sides.round AND c.side = sides.side AND c.superseded_at IS NULL
         ORDER BY c.id)) AS cells,
     sides.copies,
     (SELECT group_concat(o.relpath, char(10)) FROM cell_copies k JOIN cells o ON o.id = k.copy_id

@@ -30,7 +30,7 @@ def schema_source() -> str:
 
 
 _MACRO = re.compile(
-    r"\[\[(current_side|caliber|environment|round|range|verdicts|verdict|reasons|reason|findings|finding|case|rules|timeout_rcs|strictest_rule"
+    r"\[\[(current_side|side_cells|caliber|environment|round|range|verdicts|verdict|reasons|reason|findings|finding|case|rules|timeout_rcs|strictest_rule"
     r"|min_rounds|setting|clears_floor)(?: ([^:\]]*?))?(?:: (.*?))?\]\]")
 
 
@@ -113,22 +113,25 @@ _COLUMNS = {"caliber": lambda: [{"{f}": name} for name in caliber.NAMES],
 # (SIDE: 'before', 'after' or an expression giving one) that no later run
 # of their op superseded (a resumed campaign's earlier, interrupted run),
 # the latest (max id) stands for the side, and claims counts them (more
-# than one: names.DUPLICATE). "[[current_side SIDE KEY: ALIAS]]" is the
-# SELECT of that one row (cell_id, claims) for the side whose key is
-# ALIAS's: KEY "round", the round key (names.ROUND_KEY, ALIAS holding its
-# columns by their names), or "op", a screening pair's root, op and dtype.
-_CURRENT_SIDE = ("SELECT max(c.id) AS cell_id, count(*) AS claims FROM cells c\n"
-                 "WHERE {key} AND c.side = {side} AND c.superseded_at IS NULL")
+# than one: names.DUPLICATE). "[[side_cells SIDE KEY: ALIAS]]" is the FROM
+# and WHERE of those cells (cells c), the side whose key is ALIAS's: KEY
+# "round", the round key (names.ROUND_KEY, ALIAS holding its columns by
+# their names), or "op", a screening pair's root, op and dtype.
+# "[[current_side SIDE KEY: ALIAS]]" is the SELECT of the one row
+# (cell_id, claims) they give.
+_SIDE_CELLS = "cells c\nWHERE {key} AND c.side = {side} AND c.superseded_at IS NULL"
+_CURRENT_SIDE = "SELECT max(c.id) AS cell_id, count(*) AS claims FROM " + _SIDE_CELLS
 _SIDE_KEYS = {"round": lambda alias: " AND ".join(f"c.{c.cells} {c.same} {alias}.{c.name}" for c in names.ROUND_KEY),
               "op": lambda alias: f"c.root_id = {alias}.root_id AND c.op IS {alias}.op AND c.dtype IS {alias}.dtype"}
 
 
-def _current_side(arg: Optional[str], alias: Optional[str]) -> str:
+def _side(kind: str, arg: Optional[str], alias: Optional[str]) -> str:
     side, _, key = (arg or "").strip().rpartition(" ")
     if key not in _SIDE_KEYS or not side or not alias:
-        raise SchemaError(f"[[current_side {arg}: {alias}]]: write [[current_side SIDE KEY: ALIAS]], "
+        raise SchemaError(f"[[{kind} {arg}: {alias}]]: write [[{kind} SIDE KEY: ALIAS]], "
                           f"KEY one of {', '.join(_SIDE_KEYS)}")
-    return _CURRENT_SIDE.format(key=_SIDE_KEYS[key](alias.strip()), side=side.strip())
+    text = _CURRENT_SIDE if kind == "current_side" else _SIDE_CELLS
+    return text.format(key=_SIDE_KEYS[key](alias.strip()), side=side.strip())
 
 
 def _filled(template: str, columns: dict) -> str:
@@ -153,8 +156,8 @@ def render_schema(text: str) -> str:
             return str(stats.MIN_ROUNDS)
         if kind == "clears_floor":
             return floors.CLEARS
-        if kind == "current_side":
-            return _current_side(arg, template)
+        if kind in ("current_side", "side_cells"):
+            return _side(kind, arg, template)
         if kind in _COLUMNS:
             sep = " " + arg.strip() + " " if arg else ", "
             return sep.join(_filled(template, columns) for columns in _COLUMNS[kind]())
