@@ -39,6 +39,9 @@
 --       (cells c), the ones that claim the side
 --   "timeout_rcs": the exit statuses of a cell killed at its timeout;
 --       "strictest_rule", "min_rounds": the values
+--   "fact NAME SIDE" / "fact NAME": what holds of a side (before or after)
+--       or of the pair, over the columns of a row of inputs (names.FACTS,
+--       which the conditions are built from): a pair's note says them
 --   "verdicts: TEMPLATE" / "reasons: ..." / "findings: ..." / "rules: ...":
 --       TEMPLATE once per verdict (reason, finding, fingerprint rule) in
 --       their order, joined with ", "; {position} is 1, 2, ..., and each
@@ -1103,26 +1106,25 @@ judged AS (
             WHEN after_cell_id IS NULL THEN before_caliber_id
             WHEN before_caliber_id = after_caliber_id THEN before_caliber_id
         END AS caliber_id,
+        -- which of the verdicts' facts hold, of which side (names.FACTS), and why
         nullif(substr(
-            CASE WHEN before_claims > 1 THEN '; ' || before_claims || ' cells claim the before side' ELSE '' END
-            || CASE WHEN after_claims > 1 THEN '; ' || after_claims || ' cells claim the after side' ELSE '' END
-            || CASE WHEN before_copies > 0 THEN '; the before cell''s files are another cell''s too' ELSE '' END
-            || CASE WHEN after_copies > 0 THEN '; the after cell''s files are another cell''s too' ELSE '' END
-            || CASE WHEN before_cell_id IS NULL AND after_cell_id IS NULL THEN '; no cell stored for either side'
-                 WHEN before_cell_id IS NULL THEN '; ' || [[reason MISSING_SIDE]] || ': no before cell stored'
-                 WHEN after_cell_id IS NULL THEN '; ' || [[reason MISSING_SIDE]] || ': no after cell stored' ELSE '' END
-            || CASE WHEN before_rc IN ([[timeout_rcs]]) THEN '; before killed at its timeout (rc ' || before_rc || ')' ELSE '' END
-            || CASE WHEN after_rc IN ([[timeout_rcs]]) THEN '; after killed at its timeout (rc ' || after_rc || ')' ELSE '' END
-            || CASE WHEN before_n_counted = 0 THEN '; before has no counted row'
+            CASE WHEN [[fact claimed_twice before]] THEN '; ' || before_claims || ' cells claim the before side' ELSE '' END
+            || CASE WHEN [[fact claimed_twice after]] THEN '; ' || after_claims || ' cells claim the after side' ELSE '' END
+            || CASE WHEN [[fact copied before]] THEN '; the before cell''s files are another cell''s too' ELSE '' END
+            || CASE WHEN [[fact copied after]] THEN '; the after cell''s files are another cell''s too' ELSE '' END
+            || CASE WHEN [[fact missing before]] AND [[fact missing after]] THEN '; no cell stored for either side'
+                 WHEN [[fact missing before]] THEN '; ' || [[reason MISSING_SIDE]] || ': no before cell stored'
+                 WHEN [[fact missing after]] THEN '; ' || [[reason MISSING_SIDE]] || ': no after cell stored' ELSE '' END
+            || CASE WHEN [[fact killed before]] THEN '; before killed at its timeout (rc ' || before_rc || ')' ELSE '' END
+            || CASE WHEN [[fact killed after]] THEN '; after killed at its timeout (rc ' || after_rc || ')' ELSE '' END
+            || CASE WHEN [[fact uncounted before]] THEN '; before has no counted row'
                     || coalesce(' (' || (SELECT why FROM cell_test_notes WHERE cell_id = before_cell_id) || ')', '') ELSE '' END
-            || CASE WHEN after_n_counted = 0 THEN '; after has no counted row'
+            || CASE WHEN [[fact uncounted after]] THEN '; after has no counted row'
                     || coalesce(' (' || (SELECT why FROM cell_test_notes WHERE cell_id = after_cell_id) || ')', '') ELSE '' END
-            || CASE WHEN (before_cell_id IS NOT NULL AND before_fingerprint IS NULL)
-                      OR (after_cell_id IS NOT NULL AND after_fingerprint IS NULL)
+            || CASE WHEN [[fact unfingerprinted before]] OR [[fact unfingerprinted after]]
                     THEN '; fingerprint under ' || rule || ' not computed' ELSE '' END
-            || CASE WHEN before_caliber_id <> after_caliber_id THEN '; calibers differ between the sides' ELSE '' END
-            || CASE WHEN (before_cell_id IS NOT NULL AND before_caliber_id IS NULL)
-                      OR (after_cell_id IS NOT NULL AND after_caliber_id IS NULL)
+            || CASE WHEN [[fact calibers_differ]] THEN '; calibers differ between the sides' ELSE '' END
+            || CASE WHEN [[fact caliber_unknown before]] OR [[fact caliber_unknown after]]
                     THEN '; caliber unknown' ELSE '' END,
             3), '') AS note,
         before_convert_layouts AS cl_before, after_convert_layouts AS cl_after,

@@ -50,6 +50,9 @@
 --       (cells c), the ones that claim the side
 --   "timeout_rcs": the exit statuses of a cell killed at its timeout;
 --       "strictest_rule", "min_rounds": the values
+--   "fact NAME SIDE" / "fact NAME": what holds of a side (before or after)
+--       or of the pair, over the columns of a row of inputs (names.FACTS,
+--       which the conditions are built from): a pair's note says them
 --   "verdicts: TEMPLATE" / "reasons: ..." / "findings: ..." / "rules: ...":
 --       TEMPLATE once per verdict (reason, finding, fingerprint rule) in
 --       their order, joined with ", "; {position} is 1, 2, ..., and each
@@ -1128,6 +1131,7 @@ judged AS (
             WHEN after_cell_id IS NULL THEN before_caliber_id
             WHEN before_caliber_id = after_caliber_id THEN before_caliber_id
         END AS caliber_id,
+        -- which of the verdicts' facts hold, of which side (names.FACTS), and why
         nullif(substr(
             CASE WHEN before_claims > 1 THEN '; ' || before_claims || ' cells claim the before side' ELSE '' END
             || CASE WHEN after_claims > 1 THEN '; ' || after_claims || ' cells claim the after side' ELSE '' END
@@ -1142,12 +1146,10 @@ judged AS (
                     || coalesce(' (' || (SELECT why FROM cell_test_notes WHERE cell_id = before_cell_id) || ')', '') ELSE '' END
             || CASE WHEN after_n_counted = 0 THEN '; after has no counted row'
                     || coalesce(' (' || (SELECT why FROM cell_test_notes WHERE cell_id = after_cell_id) || ')', '') ELSE '' END
-            || CASE WHEN (before_cell_id IS NOT NULL AND before_fingerprint IS NULL)
-                      OR (after_cell_id IS NOT NULL AND after_fingerprint IS NULL)
+            || CASE WHEN (before_cell_id IS NOT NULL AND before_fingerprint IS NULL) OR (after_cell_id IS NOT NULL AND after_fingerprint IS NULL)
                     THEN '; fingerprint under ' || rule || ' not computed' ELSE '' END
             || CASE WHEN before_caliber_id <> after_caliber_id THEN '; calibers differ between the sides' ELSE '' END
-            || CASE WHEN (before_cell_id IS NOT NULL AND before_caliber_id IS NULL)
-                      OR (after_cell_id IS NOT NULL AND after_caliber_id IS NULL)
+            || CASE WHEN (before_cell_id IS NOT NULL AND before_caliber_id IS NULL) OR (after_cell_id IS NOT NULL AND after_caliber_id IS NULL)
                     THEN '; caliber unknown' ELSE '' END,
             3), '') AS note,
         before_convert_layouts AS cl_before, after_convert_layouts AS cl_after,

@@ -31,7 +31,7 @@ def schema_source() -> str:
 
 _MACRO = re.compile(
     r"\[\[(current_side|side_cells|caliber|environment|round|range|verdicts|verdict|reasons|reason|findings|finding|case|rules|timeout_rcs|strictest_rule"
-    r"|min_rounds|setting|clears_floor)(?: ([^:\]]*?))?(?:: (.*?))?\]\]")
+    r"|min_rounds|setting|clears_floor|fact)(?: ([^:\]]*?))?(?:: (.*?))?\]\]")
 
 
 def _sql_literal(value) -> str:
@@ -134,6 +134,24 @@ def _side(kind: str, arg: Optional[str], alias: Optional[str]) -> str:
     return text.format(key=_SIDE_KEYS[key](alias.strip()), side=side.strip())
 
 
+def _fact(arg: Optional[str]) -> str:
+    """"[[fact NAME SIDE]]" or "[[fact NAME]]": names.FACTS[NAME], of SIDE."""
+    name, _, side = (arg or "").strip().partition(" ")
+    if name not in names.FACTS:
+        raise SchemaError(f"SQL names unknown fact {name!r}; known: {', '.join(names.FACTS)}")
+    try:
+        return names.fact(name, side or None)
+    except ValueError as error:
+        raise SchemaError(f"[[fact {arg}]]: {error}") from None
+
+
+# The macros that stand for one value: "[[timeout_rcs]]" and the like.
+_VALUES = {"timeout_rcs": lambda: ", ".join(str(rc) for rc in names.TIMEOUT_RCS),
+           "strictest_rule": lambda: _sql_literal(ttgir.STRICTEST_RULE),
+           "min_rounds": lambda: str(stats.MIN_ROUNDS),
+           "clears_floor": lambda: floors.CLEARS}
+
+
 def _filled(template: str, columns: dict) -> str:
     for placeholder, text in columns.items():
         template = template.replace(placeholder, text)
@@ -148,14 +166,10 @@ def render_schema(text: str) -> str:
 
     def expand(match):
         kind, arg, template = match.group(1), match.group(2), match.group(3)
-        if kind == "timeout_rcs":
-            return ", ".join(str(rc) for rc in names.TIMEOUT_RCS)
-        if kind == "strictest_rule":
-            return _sql_literal(ttgir.STRICTEST_RULE)
-        if kind == "min_rounds":
-            return str(stats.MIN_ROUNDS)
-        if kind == "clears_floor":
-            return floors.CLEARS
+        if kind in _VALUES:
+            return _VALUES[kind]()
+        if kind == "fact":
+            return _fact(arg)
         if kind in ("current_side", "side_cells"):
             return _side(kind, arg, template)
         if kind in _COLUMNS:

@@ -74,6 +74,43 @@ VERDICT_INPUTS = Inputs(
 
 _KILLED = ", ".join(str(rc) for rc in TIMEOUT_RCS)
 
+# What holds of one side ({side}: before or after), or of the pair, over a
+# row of inputs' columns: the conditions below are built from these, and a
+# screening pair's note (verdicts_by_rule) says which hold, of which side,
+# through "[[fact NAME SIDE]]" ("[[fact NAME]]"), so that the verdict and
+# its note never say different things.
+FACTS = {
+    "claimed_twice": "{side}_claims > 1",
+    "copied": "{side}_copies > 0",
+    "missing": "{side}_cell_id IS NULL",
+    "killed": f"{{side}}_rc IN ({_KILLED})",
+    "uncounted": "{side}_n_counted = 0",
+    "ir_unread": "{side}_ir_incomplete",
+    "no_kernels": "{side}_n_kernels = 0",
+    "caliber_unknown": "({side}_cell_id IS NOT NULL AND {side}_caliber_id IS NULL)",
+    "unfingerprinted": "({side}_cell_id IS NOT NULL AND {side}_fingerprint IS NULL)",
+    "calibers_differ": "before_caliber_id <> after_caliber_id",
+}
+SIDES = ("before", "after")
+
+
+def fact(name: str, side: Optional[str] = None) -> str:
+    """FACTS[name] (of one side, where it is a side's), as SQL."""
+    if ("{side}" in FACTS[name]) != (side in SIDES):
+        raise ValueError(f"fact {name!r} is of {'a side' if '{side}' in FACTS[name] else 'the pair'}, not {side!r}")
+    return FACTS[name].format(side=side)
+
+
+def either(*facts: str) -> str:
+    """SQL: one of facts holds of a side (each fact of before, then of after)."""
+    return " OR ".join(fact(name, side) for name in facts for side in SIDES)
+
+
+def both(name: str) -> str:
+    """SQL: the fact holds of both sides."""
+    return " AND ".join(fact(name, side) for side in SIDES)
+
+
 # A side of a round (or a screening pair) that more than one current cell
 # claims: a copied cell directory (`cp -r X_after X_after.bak`, a round
 # directory copied with its cell.env) holds other numbers under the same
@@ -92,19 +129,19 @@ VERDICTS = (
     Verdict(DUPLICATE, "a side is claimed by more than one stored cell, or another holds the same files "
                        "(a copied cell directory?)",
             "nothing: which cell measured that side cannot be told; forget the copy (zlstore problems names both)",
-            None, "before_claims > 1 OR after_claims > 1 OR before_copies > 0 OR after_copies > 0"),
+            None, either("claimed_twice", "copied")),
     Verdict("TRUNCATED", f"either side's RC is {' or '.join(map(str, TIMEOUT_RCS))} (killed at CELL_TIMEOUT)",
             "nothing: re-run with a larger timeout", None,
-            f"before_rc IN ({_KILLED}) OR after_rc IN ({_KILLED})"),
+            either("killed")),
     Verdict("NO_ROWS", "either side has no counted measurement",
             "nothing (usually the dtype)", None,
-            "before_cell_id IS NULL OR after_cell_id IS NULL OR before_n_counted = 0 OR after_n_counted = 0"),
+            either("missing", "uncounted")),
     Verdict("IR_UNREAD", "a side's IR could not be read in full (cells.ir_incomplete)",
             "nothing: a side's IR could not be read in full; fix the files and ingest again", None,
-            "before_ir_incomplete OR after_ir_incomplete"),
+            either("ir_unread")),
     Verdict("NO_TRITON", "both sides compiled no .ttgir at all",
             "nothing: the Triton pass under test had nothing to act on", None,
-            "before_n_kernels = 0 AND after_n_kernels = 0"),
+            both("no_kernels")),
     Verdict("IR_CHANGED", "the two fingerprints differ",
             "measure it with repeated rounds", "indicative (one round)",
             "before_fingerprint <> after_fingerprint"),
@@ -171,12 +208,11 @@ PAIRED = ("before_measurement_id IS NOT NULL AND after_measurement_id IS NOT NUL
 REASONS = (
     Reason(DUPLICATE, "more than one stored cell claims a side of the round, or another holds the same files "
                       "(a copied cell directory?)",
-           "before_claims > 1 OR after_claims > 1 OR before_copies > 0 OR after_copies > 0"),
+           either("claimed_twice", "copied")),
     Reason("CALIBER_UNKNOWN", "at least one cell's caliber could not be established",
-           "(before_cell_id IS NOT NULL AND before_caliber_id IS NULL)"
-           " OR (after_cell_id IS NOT NULL AND after_caliber_id IS NULL)"),
+           either("caliber_unknown")),
     Reason("CALIBER_MISMATCH", "the two cells were measured under different calibers",
-           "before_caliber_id <> after_caliber_id"),
+           fact("calibers_differ")),
     Reason(MISSING_SIDE, "the row (or its whole cell) exists on one side of the round only",
            "before_measurement_id IS NULL OR after_measurement_id IS NULL"),
     Reason("NOT_COUNTED", "the row is not a counted measurement on at least one side", None),
