@@ -1083,7 +1083,9 @@ rules AS (
 -- n_kernels: the .ttgir it compiled; fingerprint: its fingerprint under the
 -- rule (NULL: not computed); claims: the current cells that claim the side
 -- (more than 1: a copy); copies: the other current cells that hold its
--- files (0: none). Beside them, what the pair shows with its verdict.
+-- files (0: none); caliber_id: its cell's caliber (NULL: unknown; the note
+-- reads it, no verdict does). Beside them, what the pair shows with its
+-- verdict.
 verdict_inputs AS (
     SELECT
         pairs.root_id, pairs.op, pairs.dtype, rules.rule,
@@ -1096,8 +1098,8 @@ verdict_inputs AS (
         fb.fingerprint AS before_fingerprint, fa.fingerprint AS after_fingerprint,
         pairs.before_claims, pairs.after_claims,
         coalesce(db.before_copies, 0) AS before_copies, coalesce(da.after_copies, 0) AS after_copies,
-        -- shown beside the verdict, not read by it
         b.caliber_id AS before_caliber_id, a.caliber_id AS after_caliber_id,
+        -- shown beside the verdict, not read by it
         b.convert_layouts AS before_convert_layouts, a.convert_layouts AS after_convert_layouts,
         b.elapsed_s AS before_elapsed_s, a.elapsed_s AS after_elapsed_s,
         sb.fingerprint = sa.fingerprint AS strictest_same

@@ -13,7 +13,9 @@ findings); "[[round: ...]]" spells the round key.
 Each family's conditions read one row of named inputs and nothing else:
 VERDICT_INPUTS, REASON_INPUTS and FINDING_INPUTS name its columns and say
 what each holds; the SQL builds that row (the CTEs verdict_inputs,
-reason_inputs and finding_inputs) right above the CASE that reads it."""
+reason_inputs and finding_inputs) right above the CASE that reads it.
+FACTS are what the conditions are built from, one side at a time: a
+screening pair's note says the same facts ("[[fact NAME SIDE]]")."""
 
 from typing import Dict, NamedTuple, Optional, Tuple
 
@@ -33,6 +35,9 @@ EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT
 EXIT_BROKEN_PIPE = 141  # the reader of stdout went away (zlstore ab | head): 128 + SIGPIPE
 
 
+SIDES = ("before", "after")
+
+
 class Inputs(NamedTuple):
     """The one row a family's conditions read, by column name (no join
     alias): the SQL builds it in a CTE of this name right above the CASE
@@ -44,7 +49,7 @@ class Inputs(NamedTuple):
     common: Dict[str, str]    # column -> what it holds, once
 
     def columns(self) -> Tuple[str, ...]:
-        return tuple(f"{side}_{c}" for c in self.sided for side in ("before", "after")) + tuple(self.common)
+        return tuple(f"{side}_{c}" for c in self.sided for side in SIDES) + tuple(self.common)
 
 
 class Verdict(NamedTuple):
@@ -68,7 +73,8 @@ VERDICT_INPUTS = Inputs(
      "n_kernels": "how many .ttgir it compiled",
      "fingerprint": "its fingerprint under the rule (NULL: not computed)",
      "claims": "how many current cells claim the side (more than 1: a copy)",
-     "copies": "how many other current cells hold its cell's files (0: none)"},
+     "copies": "how many other current cells hold its cell's files (0: none)",
+     "caliber_id": "its cell's caliber (NULL: unknown): the pair's note reads it, no verdict does"},
     {})
 
 
@@ -91,9 +97,6 @@ FACTS = {
     "unfingerprinted": "({side}_cell_id IS NOT NULL AND {side}_fingerprint IS NULL)",
     "calibers_differ": "before_caliber_id <> after_caliber_id",
 }
-SIDES = ("before", "after")
-
-
 def fact(name: str, side: Optional[str] = None) -> str:
     """FACTS[name] (of one side, where it is a side's), as SQL."""
     if ("{side}" in FACTS[name]) != (side in SIDES):
