@@ -116,13 +116,21 @@ _COLUMNS = {"caliber": lambda: [{"{f}": name} for name in caliber.NAMES],
 # than one: names.DUPLICATE). "[[side_cells SIDE KEY: ALIAS]]" is the FROM
 # and WHERE of those cells (cells c), the side whose key is ALIAS's: KEY
 # "round", the round key (names.ROUND_KEY, ALIAS holding its columns by
-# their names), or "op", a screening pair's root, op and dtype.
+# their names; "?": bound as parameters), or "op", a screening pair's
+# root, op and dtype.
 # "[[current_side SIDE KEY: ALIAS]]" is the SELECT of the one row
 # (cell_id, claims) they give.
 _SIDE_CELLS = "cells c\nWHERE {key} AND c.side = {side} AND c.superseded_at IS NULL"
 _CURRENT_SIDE = "SELECT max(c.id) AS cell_id, count(*) AS claims FROM " + _SIDE_CELLS
-_SIDE_KEYS = {"round": lambda alias: " AND ".join(f"c.{c.cells} {c.same} {alias}.{c.name}" for c in names.ROUND_KEY),
-              "op": lambda alias: f"c.root_id = {alias}.root_id AND c.op IS {alias}.op AND c.dtype IS {alias}.dtype"}
+_SIDE_KEYS = {"round": lambda alias: " AND ".join(f"c.{c.cells} {c.same} {_of(alias, c.name)}" for c in names.ROUND_KEY),
+              "op": lambda alias: (f"c.root_id = {_of(alias, 'root_id')} AND c.op IS {_of(alias, 'op')}"
+                                   f" AND c.dtype IS {_of(alias, 'dtype')}")}
+
+
+def _of(alias: str, column: str) -> str:
+    """ALIAS's column, or a parameter where ALIAS is "?" (the key's values
+    bound in their order, then the side's)."""
+    return "?" if alias == "?" else f"{alias}.{column}"
 
 
 def _side(kind: str, arg: Optional[str], alias: Optional[str]) -> str:
