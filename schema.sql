@@ -24,18 +24,24 @@
 --       when the schema is applied
 --   "case verdicts": the CASE deciding a pair's verdict, each verdict's
 --       condition in names.VERDICTS' order (the first that applies wins),
---       over the aliases b, a (the pair's before and after cells) and fb, fa
---       (their fingerprints under the rule); "case reasons": why a row does
---       not pair (NULL: it pairs), over r (the round) and s (the row's two
---       sides); "case findings": a range's finding, over r (ab_range_rows) and
---       t (the thresholds). names.py says what each alias holds
+--       over the columns of one row, verdict_inputs (a CTE right above it);
+--       "case reasons": why a row does not pair (NULL: it pairs), over
+--       reason_inputs (pairing.py); "case findings": a range's finding, over
+--       finding_inputs. names.py's VERDICT_INPUTS, REASON_INPUTS and
+--       FINDING_INPUTS name those columns and say what each holds; a
+--       condition that reads anything else is an error
 --   "clears_floor": whether a range r clears its noise floor floors
 --   "current_side SIDE KEY: ALIAS": the current cell of a side, defined once
 --       (zlstore/macros.py): SELECT cell_id (the latest cell of the side that
 --       no later run superseded) and claims (how many such cells) for the
---       side SIDE of ALIAS's round (KEY round) or screening pair (KEY op)
+--       side SIDE of ALIAS's round (KEY round) or screening pair (KEY op);
+--       "side_cells SIDE KEY: ALIAS": the FROM and WHERE of those cells
+--       (cells c), the ones that claim the side
 --   "timeout_rcs": the exit statuses of a cell killed at its timeout;
 --       "strictest_rule", "min_rounds": the values
+--   "fact NAME SIDE" / "fact NAME": what holds of a side (before or after)
+--       or of the pair, over the columns of a row of inputs (names.FACTS,
+--       which the conditions are built from): a pair's note says them
 --   "verdicts: TEMPLATE" / "reasons: ..." / "findings: ..." / "rules: ...":
 --       TEMPLATE once per verdict (reason, finding, fingerprint rule) in
 --       their order, joined with ", "; {position} is 1, 2, ..., and each
@@ -739,8 +745,7 @@ SELECT
     sides.side,
     sides.claims,
     (SELECT group_concat(relpath, char(10)) FROM (
-        SELECT c.relpath FROM cells c
-        WHERE [[round AND: c.{c} {is} sides.{k}]] AND c.side = sides.side AND c.superseded_at IS NULL
+        SELECT c.relpath FROM [[side_cells sides.side round: sides]]
         ORDER BY c.id)) AS cells,
     sides.copies,
     (SELECT group_concat(o.relpath, char(10)) FROM cell_copies k JOIN cells o ON o.id = k.copy_id
@@ -1054,40 +1059,32 @@ pairs AS MATERIALIZED (
 rules AS (
     SELECT rule FROM fingerprint_rules
 ),
-judged AS (
+-- The row the verdict's CASE reads (names.VERDICT_INPUTS): one pair under
+-- one rule; each before_X has its after_X. cell_id: the side's current
+-- cell, NULL where it has none; rc: its exit status; n_counted: its counted
+-- measurements; ir_incomplete: 1 where its IR could not be read in full;
+-- n_kernels: the .ttgir it compiled; fingerprint: its fingerprint under the
+-- rule (NULL: not computed); claims: the current cells that claim the side
+-- (more than 1: a copy); copies: the other current cells that hold its
+-- files (0: none); caliber_id: its cell's caliber (NULL: unknown; the note
+-- reads it, no verdict does). Beside them, what the pair shows with its
+-- verdict.
+verdict_inputs AS (
     SELECT
-        pairs.*,
-        rules.rule,
-        b.rc AS rc_before, a.rc AS rc_after,
-        fb.fingerprint AS fp_before, fa.fingerprint AS fp_after,
-        [[case verdicts]] AS verdict,
-        CASE
-            WHEN b.id IS NULL THEN a.caliber_id
-            WHEN a.id IS NULL THEN b.caliber_id
-            WHEN b.caliber_id = a.caliber_id THEN b.caliber_id
-        END AS caliber_id,
-        nullif(substr(
-            CASE WHEN pairs.before_claims > 1 THEN '; ' || pairs.before_claims || ' cells claim the before side' ELSE '' END
-            || CASE WHEN pairs.after_claims > 1 THEN '; ' || pairs.after_claims || ' cells claim the after side' ELSE '' END
-            || CASE WHEN db.before_copies > 0 THEN '; the before cell''s files are another cell''s too' ELSE '' END
-            || CASE WHEN da.after_copies > 0 THEN '; the after cell''s files are another cell''s too' ELSE '' END
-            || CASE WHEN b.id IS NULL AND a.id IS NULL THEN '; no cell stored for either side'
-                 WHEN b.id IS NULL THEN '; ' || [[reason MISSING_SIDE]] || ': no before cell stored'
-                 WHEN a.id IS NULL THEN '; ' || [[reason MISSING_SIDE]] || ': no after cell stored' ELSE '' END
-            || CASE WHEN b.rc IN ([[timeout_rcs]]) THEN '; before killed at its timeout (rc ' || b.rc || ')' ELSE '' END
-            || CASE WHEN a.rc IN ([[timeout_rcs]]) THEN '; after killed at its timeout (rc ' || a.rc || ')' ELSE '' END
-            || CASE WHEN b.n_counted = 0 THEN '; before has no counted row'
-                    || coalesce(' (' || (SELECT why FROM cell_test_notes WHERE cell_id = b.id) || ')', '') ELSE '' END
-            || CASE WHEN a.n_counted = 0 THEN '; after has no counted row'
-                    || coalesce(' (' || (SELECT why FROM cell_test_notes WHERE cell_id = a.id) || ')', '') ELSE '' END
-            || CASE WHEN (b.id IS NOT NULL AND fb.fingerprint IS NULL) OR (a.id IS NOT NULL AND fa.fingerprint IS NULL)
-                    THEN '; fingerprint under ' || rules.rule || ' not computed' ELSE '' END
-            || CASE WHEN b.caliber_id <> a.caliber_id THEN '; calibers differ between the sides' ELSE '' END
-            || CASE WHEN (b.id IS NOT NULL AND b.caliber_id IS NULL) OR (a.id IS NOT NULL AND a.caliber_id IS NULL)
-                    THEN '; caliber unknown' ELSE '' END,
-            3), '') AS note,
-        b.convert_layouts AS cl_before, a.convert_layouts AS cl_after,
-        b.elapsed_s AS elapsed_before, a.elapsed_s AS elapsed_after,
+        pairs.root_id, pairs.op, pairs.dtype, rules.rule,
+        pairs.recorded_verdict, pairs.orig_verdict,
+        pairs.before_cell_id, pairs.after_cell_id,
+        b.rc AS before_rc, a.rc AS after_rc,
+        b.n_counted AS before_n_counted, a.n_counted AS after_n_counted,
+        b.ir_incomplete AS before_ir_incomplete, a.ir_incomplete AS after_ir_incomplete,
+        b.n_kernels AS before_n_kernels, a.n_kernels AS after_n_kernels,
+        fb.fingerprint AS before_fingerprint, fa.fingerprint AS after_fingerprint,
+        pairs.before_claims, pairs.after_claims,
+        coalesce(db.before_copies, 0) AS before_copies, coalesce(da.after_copies, 0) AS after_copies,
+        b.caliber_id AS before_caliber_id, a.caliber_id AS after_caliber_id,
+        -- shown beside the verdict, not read by it
+        b.convert_layouts AS before_convert_layouts, a.convert_layouts AS after_convert_layouts,
+        b.elapsed_s AS before_elapsed_s, a.elapsed_s AS after_elapsed_s,
         sb.fingerprint = sa.fingerprint AS strictest_same
     FROM pairs
     CROSS JOIN rules
@@ -1099,6 +1096,43 @@ judged AS (
     LEFT JOIN fingerprints fa ON fa.cell_id = pairs.after_cell_id AND fa.rule = rules.rule
     LEFT JOIN fingerprints sb ON sb.cell_id = pairs.before_cell_id AND sb.rule = [[strictest_rule]]
     LEFT JOIN fingerprints sa ON sa.cell_id = pairs.after_cell_id AND sa.rule = [[strictest_rule]]
+),
+judged AS (
+    SELECT
+        root_id, op, dtype, rule, recorded_verdict, orig_verdict, before_cell_id, after_cell_id,
+        before_rc AS rc_before, after_rc AS rc_after,
+        before_fingerprint AS fp_before, after_fingerprint AS fp_after,
+        [[case verdicts]] AS verdict,
+        CASE
+            WHEN before_cell_id IS NULL THEN after_caliber_id
+            WHEN after_cell_id IS NULL THEN before_caliber_id
+            WHEN before_caliber_id = after_caliber_id THEN before_caliber_id
+        END AS caliber_id,
+        -- which of the verdicts' facts hold, of which side (names.FACTS), and why
+        nullif(substr(
+            CASE WHEN [[fact claimed_twice before]] THEN '; ' || before_claims || ' cells claim the before side' ELSE '' END
+            || CASE WHEN [[fact claimed_twice after]] THEN '; ' || after_claims || ' cells claim the after side' ELSE '' END
+            || CASE WHEN [[fact copied before]] THEN '; the before cell''s files are another cell''s too' ELSE '' END
+            || CASE WHEN [[fact copied after]] THEN '; the after cell''s files are another cell''s too' ELSE '' END
+            || CASE WHEN [[fact missing before]] AND [[fact missing after]] THEN '; no cell stored for either side'
+                 WHEN [[fact missing before]] THEN '; ' || [[reason MISSING_SIDE]] || ': no before cell stored'
+                 WHEN [[fact missing after]] THEN '; ' || [[reason MISSING_SIDE]] || ': no after cell stored' ELSE '' END
+            || CASE WHEN [[fact killed before]] THEN '; before killed at its timeout (rc ' || before_rc || ')' ELSE '' END
+            || CASE WHEN [[fact killed after]] THEN '; after killed at its timeout (rc ' || after_rc || ')' ELSE '' END
+            || CASE WHEN [[fact uncounted before]] THEN '; before has no counted row'
+                    || coalesce(' (' || (SELECT why FROM cell_test_notes WHERE cell_id = before_cell_id) || ')', '') ELSE '' END
+            || CASE WHEN [[fact uncounted after]] THEN '; after has no counted row'
+                    || coalesce(' (' || (SELECT why FROM cell_test_notes WHERE cell_id = after_cell_id) || ')', '') ELSE '' END
+            || CASE WHEN [[fact unfingerprinted before]] OR [[fact unfingerprinted after]]
+                    THEN '; fingerprint under ' || rule || ' not computed' ELSE '' END
+            || CASE WHEN [[fact calibers_differ]] THEN '; calibers differ between the sides' ELSE '' END
+            || CASE WHEN [[fact caliber_unknown before]] OR [[fact caliber_unknown after]]
+                    THEN '; caliber unknown' ELSE '' END,
+            3), '') AS note,
+        before_convert_layouts AS cl_before, after_convert_layouts AS cl_after,
+        before_elapsed_s AS elapsed_before, after_elapsed_s AS elapsed_after,
+        strictest_same
+    FROM verdict_inputs
 )
 SELECT
     roots.name AS root,
@@ -1346,14 +1380,21 @@ kinds AS MATERIALIZED (
            ', "finding": ' || json_quote(finding) || ', "finding_position": ' || position AS finding_json
     FROM finding_kinds
 ),
-judged AS (
+-- The row the finding's CASE reads (names.FINDING_INPUTS): a range to
+-- judge, with the thresholds beside it. rounds: its paired rounds; ci_low,
+-- ci_high: its effect's 95% interval (NULL under min_rounds); q_value: its
+-- p-value adjusted over the root's tested ranges; q_max: the
+-- false-discovery rate a finding is held to; min_effect: the smallest
+-- change worth a finding, as a fraction; min_rounds: fewer paired rounds
+-- get no test. Beside them, what the judgement shows with the finding:
+-- the op's noise floor under the range's caliber, and whether the range
+-- clears it.
+finding_inputs AS NOT MATERIALIZED (  -- read where judged reads it, not copied first
     SELECT
-        r.rowid AS range_rowid,
-        r.op, r.dtype, r.caliber_id, r.rounds, r.log_mean, r.log_sd,
-        t.min_effect,
-        t.min_rounds,
+        r.rounds, r.ci_low, r.ci_high, r.q_value,
+        t.q_max, t.min_effect, t.min_rounds,
+        r.rowid AS range_rowid, r.op, r.dtype, r.caliber_id, r.log_mean, r.log_sd,
         t.thresholds_json,
-        [[case findings]] AS finding,
         floors.floor AS noise_floor,
         CASE WHEN floors.floor IS NOT NULL THEN [[clears_floor]] END AS clears_floor
     FROM (  -- two arms, so that the usual case, no range and a current basis, reads one index entry
@@ -1366,6 +1407,13 @@ judged AS (
     LEFT JOIN noise_floor_rows floors  -- looked up by its index, a range at a time
         ON floors.rule = (SELECT current_rule FROM judging_settings)
        AND floors.op IS r.op AND floors.dtype IS r.dtype AND floors.caliber_id = r.caliber_id
+),
+judged AS (
+    SELECT
+        range_rowid, op, dtype, caliber_id, rounds, log_mean, log_sd, min_effect, min_rounds, thresholds_json,
+        [[case findings]] AS finding,
+        noise_floor, clears_floor
+    FROM finding_inputs
 ),
 -- Why a range has no noise floor beside it: the same for every shape of
 -- an op and dtype under one caliber, so said once per such triple.

@@ -35,18 +35,24 @@
 --       when the schema is applied
 --   "case verdicts": the CASE deciding a pair's verdict, each verdict's
 --       condition in names.VERDICTS' order (the first that applies wins),
---       over the aliases b, a (the pair's before and after cells) and fb, fa
---       (their fingerprints under the rule); "case reasons": why a row does
---       not pair (NULL: it pairs), over r (the round) and s (the row's two
---       sides); "case findings": a range's finding, over r (ab_range_rows) and
---       t (the thresholds). names.py says what each alias holds
+--       over the columns of one row, verdict_inputs (a CTE right above it);
+--       "case reasons": why a row does not pair (NULL: it pairs), over
+--       reason_inputs (pairing.py); "case findings": a range's finding, over
+--       finding_inputs. names.py's VERDICT_INPUTS, REASON_INPUTS and
+--       FINDING_INPUTS name those columns and say what each holds; a
+--       condition that reads anything else is an error
 --   "clears_floor": whether a range r clears its noise floor floors
 --   "current_side SIDE KEY: ALIAS": the current cell of a side, defined once
 --       (zlstore/macros.py): SELECT cell_id (the latest cell of the side that
 --       no later run superseded) and claims (how many such cells) for the
---       side SIDE of ALIAS's round (KEY round) or screening pair (KEY op)
+--       side SIDE of ALIAS's round (KEY round) or screening pair (KEY op);
+--       "side_cells SIDE KEY: ALIAS": the FROM and WHERE of those cells
+--       (cells c), the ones that claim the side
 --   "timeout_rcs": the exit statuses of a cell killed at its timeout;
 --       "strictest_rule", "min_rounds": the values
+--   "fact NAME SIDE" / "fact NAME": what holds of a side (before or after)
+--       or of the pair, over the columns of a row of inputs (names.FACTS,
+--       which the conditions are built from): a pair's note says them
 --   "verdicts: TEMPLATE" / "reasons: ..." / "findings: ..." / "rules: ...":
 --       TEMPLATE once per verdict (reason, finding, fingerprint rule) in
 --       their order, joined with ", "; {position} is 1, 2, ..., and each
@@ -752,7 +758,7 @@ SELECT
     sides.claims,
     (SELECT group_concat(relpath, char(10)) FROM (
         SELECT c.relpath FROM cells c
-        WHERE c.root_id = sides.root_id AND c.pair_card IS sides.card AND c.repeat_dir IS sides.repeat_dir AND c.op IS sides.cell_op AND c.dtype IS sides.cell_dtype AND c.round IS sides.round AND c.side = sides.side AND c.superseded_at IS NULL
+WHERE c.root_id = sides.root_id AND c.pair_card IS sides.card AND c.repeat_dir IS sides.repeat_dir AND c.op IS sides.cell_op AND c.dtype IS sides.cell_dtype AND c.round IS sides.round AND c.side = sides.side AND c.superseded_at IS NULL
         ORDER BY c.id)) AS cells,
     sides.copies,
     (SELECT group_concat(o.relpath, char(10)) FROM cell_copies k JOIN cells o ON o.id = k.copy_id
@@ -1070,48 +1076,32 @@ WHERE c.root_id = k.root_id AND c.op IS k.op AND c.dtype IS k.dtype AND c.side =
 rules AS (
     SELECT rule FROM fingerprint_rules
 ),
-judged AS (
+-- The row the verdict's CASE reads (names.VERDICT_INPUTS): one pair under
+-- one rule; each before_X has its after_X. cell_id: the side's current
+-- cell, NULL where it has none; rc: its exit status; n_counted: its counted
+-- measurements; ir_incomplete: 1 where its IR could not be read in full;
+-- n_kernels: the .ttgir it compiled; fingerprint: its fingerprint under the
+-- rule (NULL: not computed); claims: the current cells that claim the side
+-- (more than 1: a copy); copies: the other current cells that hold its
+-- files (0: none); caliber_id: its cell's caliber (NULL: unknown; the note
+-- reads it, no verdict does). Beside them, what the pair shows with its
+-- verdict.
+verdict_inputs AS (
     SELECT
-        pairs.*,
-        rules.rule,
-        b.rc AS rc_before, a.rc AS rc_after,
-        fb.fingerprint AS fp_before, fa.fingerprint AS fp_after,
-        CASE
-            WHEN pairs.before_claims > 1 OR pairs.after_claims > 1 OR db.before_copies > 0 OR da.after_copies > 0 THEN 'DUPLICATE_CELL'
-            WHEN b.rc IN (124, 137) OR a.rc IN (124, 137) THEN 'TRUNCATED'
-            WHEN b.id IS NULL OR a.id IS NULL OR b.n_counted = 0 OR a.n_counted = 0 THEN 'NO_ROWS'
-            WHEN b.ir_incomplete OR a.ir_incomplete THEN 'IR_UNREAD'
-            WHEN b.n_kernels = 0 AND a.n_kernels = 0 THEN 'NO_TRITON'
-            WHEN fb.fingerprint <> fa.fingerprint THEN 'IR_CHANGED'
-            WHEN fb.fingerprint = fa.fingerprint THEN 'NO_IR_DIFF'
-        END AS verdict,
-        CASE
-            WHEN b.id IS NULL THEN a.caliber_id
-            WHEN a.id IS NULL THEN b.caliber_id
-            WHEN b.caliber_id = a.caliber_id THEN b.caliber_id
-        END AS caliber_id,
-        nullif(substr(
-            CASE WHEN pairs.before_claims > 1 THEN '; ' || pairs.before_claims || ' cells claim the before side' ELSE '' END
-            || CASE WHEN pairs.after_claims > 1 THEN '; ' || pairs.after_claims || ' cells claim the after side' ELSE '' END
-            || CASE WHEN db.before_copies > 0 THEN '; the before cell''s files are another cell''s too' ELSE '' END
-            || CASE WHEN da.after_copies > 0 THEN '; the after cell''s files are another cell''s too' ELSE '' END
-            || CASE WHEN b.id IS NULL AND a.id IS NULL THEN '; no cell stored for either side'
-                 WHEN b.id IS NULL THEN '; ' || 'MISSING_SIDE' || ': no before cell stored'
-                 WHEN a.id IS NULL THEN '; ' || 'MISSING_SIDE' || ': no after cell stored' ELSE '' END
-            || CASE WHEN b.rc IN (124, 137) THEN '; before killed at its timeout (rc ' || b.rc || ')' ELSE '' END
-            || CASE WHEN a.rc IN (124, 137) THEN '; after killed at its timeout (rc ' || a.rc || ')' ELSE '' END
-            || CASE WHEN b.n_counted = 0 THEN '; before has no counted row'
-                    || coalesce(' (' || (SELECT why FROM cell_test_notes WHERE cell_id = b.id) || ')', '') ELSE '' END
-            || CASE WHEN a.n_counted = 0 THEN '; after has no counted row'
-                    || coalesce(' (' || (SELECT why FROM cell_test_notes WHERE cell_id = a.id) || ')', '') ELSE '' END
-            || CASE WHEN (b.id IS NOT NULL AND fb.fingerprint IS NULL) OR (a.id IS NOT NULL AND fa.fingerprint IS NULL)
-                    THEN '; fingerprint under ' || rules.rule || ' not computed' ELSE '' END
-            || CASE WHEN b.caliber_id <> a.caliber_id THEN '; calibers differ between the sides' ELSE '' END
-            || CASE WHEN (b.id IS NOT NULL AND b.caliber_id IS NULL) OR (a.id IS NOT NULL AND a.caliber_id IS NULL)
-                    THEN '; caliber unknown' ELSE '' END,
-            3), '') AS note,
-        b.convert_layouts AS cl_before, a.convert_layouts AS cl_after,
-        b.elapsed_s AS elapsed_before, a.elapsed_s AS elapsed_after,
+        pairs.root_id, pairs.op, pairs.dtype, rules.rule,
+        pairs.recorded_verdict, pairs.orig_verdict,
+        pairs.before_cell_id, pairs.after_cell_id,
+        b.rc AS before_rc, a.rc AS after_rc,
+        b.n_counted AS before_n_counted, a.n_counted AS after_n_counted,
+        b.ir_incomplete AS before_ir_incomplete, a.ir_incomplete AS after_ir_incomplete,
+        b.n_kernels AS before_n_kernels, a.n_kernels AS after_n_kernels,
+        fb.fingerprint AS before_fingerprint, fa.fingerprint AS after_fingerprint,
+        pairs.before_claims, pairs.after_claims,
+        coalesce(db.before_copies, 0) AS before_copies, coalesce(da.after_copies, 0) AS after_copies,
+        b.caliber_id AS before_caliber_id, a.caliber_id AS after_caliber_id,
+        -- shown beside the verdict, not read by it
+        b.convert_layouts AS before_convert_layouts, a.convert_layouts AS after_convert_layouts,
+        b.elapsed_s AS before_elapsed_s, a.elapsed_s AS after_elapsed_s,
         sb.fingerprint = sa.fingerprint AS strictest_same
     FROM pairs
     CROSS JOIN rules
@@ -1123,6 +1113,51 @@ judged AS (
     LEFT JOIN fingerprints fa ON fa.cell_id = pairs.after_cell_id AND fa.rule = rules.rule
     LEFT JOIN fingerprints sb ON sb.cell_id = pairs.before_cell_id AND sb.rule = 'v4'
     LEFT JOIN fingerprints sa ON sa.cell_id = pairs.after_cell_id AND sa.rule = 'v4'
+),
+judged AS (
+    SELECT
+        root_id, op, dtype, rule, recorded_verdict, orig_verdict, before_cell_id, after_cell_id,
+        before_rc AS rc_before, after_rc AS rc_after,
+        before_fingerprint AS fp_before, after_fingerprint AS fp_after,
+        CASE
+            WHEN before_claims > 1 OR after_claims > 1 OR before_copies > 0 OR after_copies > 0 THEN 'DUPLICATE_CELL'
+            WHEN before_rc IN (124, 137) OR after_rc IN (124, 137) THEN 'TRUNCATED'
+            WHEN before_cell_id IS NULL OR after_cell_id IS NULL OR before_n_counted = 0 OR after_n_counted = 0 THEN 'NO_ROWS'
+            WHEN before_ir_incomplete OR after_ir_incomplete THEN 'IR_UNREAD'
+            WHEN before_n_kernels = 0 AND after_n_kernels = 0 THEN 'NO_TRITON'
+            WHEN before_fingerprint <> after_fingerprint THEN 'IR_CHANGED'
+            WHEN before_fingerprint = after_fingerprint THEN 'NO_IR_DIFF'
+        END AS verdict,
+        CASE
+            WHEN before_cell_id IS NULL THEN after_caliber_id
+            WHEN after_cell_id IS NULL THEN before_caliber_id
+            WHEN before_caliber_id = after_caliber_id THEN before_caliber_id
+        END AS caliber_id,
+        -- which of the verdicts' facts hold, of which side (names.FACTS), and why
+        nullif(substr(
+            CASE WHEN before_claims > 1 THEN '; ' || before_claims || ' cells claim the before side' ELSE '' END
+            || CASE WHEN after_claims > 1 THEN '; ' || after_claims || ' cells claim the after side' ELSE '' END
+            || CASE WHEN before_copies > 0 THEN '; the before cell''s files are another cell''s too' ELSE '' END
+            || CASE WHEN after_copies > 0 THEN '; the after cell''s files are another cell''s too' ELSE '' END
+            || CASE WHEN before_cell_id IS NULL AND after_cell_id IS NULL THEN '; no cell stored for either side'
+                 WHEN before_cell_id IS NULL THEN '; ' || 'MISSING_SIDE' || ': no before cell stored'
+                 WHEN after_cell_id IS NULL THEN '; ' || 'MISSING_SIDE' || ': no after cell stored' ELSE '' END
+            || CASE WHEN before_rc IN (124, 137) THEN '; before killed at its timeout (rc ' || before_rc || ')' ELSE '' END
+            || CASE WHEN after_rc IN (124, 137) THEN '; after killed at its timeout (rc ' || after_rc || ')' ELSE '' END
+            || CASE WHEN before_n_counted = 0 THEN '; before has no counted row'
+                    || coalesce(' (' || (SELECT why FROM cell_test_notes WHERE cell_id = before_cell_id) || ')', '') ELSE '' END
+            || CASE WHEN after_n_counted = 0 THEN '; after has no counted row'
+                    || coalesce(' (' || (SELECT why FROM cell_test_notes WHERE cell_id = after_cell_id) || ')', '') ELSE '' END
+            || CASE WHEN (before_cell_id IS NOT NULL AND before_fingerprint IS NULL) OR (after_cell_id IS NOT NULL AND after_fingerprint IS NULL)
+                    THEN '; fingerprint under ' || rule || ' not computed' ELSE '' END
+            || CASE WHEN before_caliber_id <> after_caliber_id THEN '; calibers differ between the sides' ELSE '' END
+            || CASE WHEN (before_cell_id IS NOT NULL AND before_caliber_id IS NULL) OR (after_cell_id IS NOT NULL AND after_caliber_id IS NULL)
+                    THEN '; caliber unknown' ELSE '' END,
+            3), '') AS note,
+        before_convert_layouts AS cl_before, after_convert_layouts AS cl_after,
+        before_elapsed_s AS elapsed_before, after_elapsed_s AS elapsed_after,
+        strictest_same
+    FROM verdict_inputs
 )
 SELECT
     roots.name AS root,
@@ -1372,20 +1407,21 @@ kinds AS MATERIALIZED (
            ', "finding": ' || json_quote(finding) || ', "finding_position": ' || position AS finding_json
     FROM finding_kinds
 ),
-judged AS (
+-- The row the finding's CASE reads (names.FINDING_INPUTS): a range to
+-- judge, with the thresholds beside it. rounds: its paired rounds; ci_low,
+-- ci_high: its effect's 95% interval (NULL under min_rounds); q_value: its
+-- p-value adjusted over the root's tested ranges; q_max: the
+-- false-discovery rate a finding is held to; min_effect: the smallest
+-- change worth a finding, as a fraction; min_rounds: fewer paired rounds
+-- get no test. Beside them, what the judgement shows with the finding:
+-- the op's noise floor under the range's caliber, and whether the range
+-- clears it.
+finding_inputs AS NOT MATERIALIZED (  -- read where judged reads it, not copied first
     SELECT
-        r.rowid AS range_rowid,
-        r.op, r.dtype, r.caliber_id, r.rounds, r.log_mean, r.log_sd,
-        t.min_effect,
-        t.min_rounds,
+        r.rounds, r.ci_low, r.ci_high, r.q_value,
+        t.q_max, t.min_effect, t.min_rounds,
+        r.rowid AS range_rowid, r.op, r.dtype, r.caliber_id, r.log_mean, r.log_sd,
         t.thresholds_json,
-        CASE
-            WHEN r.q_value <= t.q_max AND r.ci_low > 1 + t.min_effect THEN 'faster'
-            WHEN r.q_value <= t.q_max AND r.ci_high < 1 / (1 + t.min_effect) THEN 'slower'
-            WHEN r.ci_low > 1 / (1 + t.min_effect) AND r.ci_high < 1 + t.min_effect THEN 'no change'
-            WHEN r.rounds < t.min_rounds THEN 'too few rounds'
-            ELSE 'inconclusive'
-        END AS finding,
         floors.floor AS noise_floor,
         CASE WHEN floors.floor IS NOT NULL THEN (r.min > 1 + floors.floor OR r.max < 1 - floors.floor) END AS clears_floor
     FROM (  -- two arms, so that the usual case, no range and a current basis, reads one index entry
@@ -1398,6 +1434,19 @@ judged AS (
     LEFT JOIN noise_floor_rows floors  -- looked up by its index, a range at a time
         ON floors.rule = (SELECT current_rule FROM judging_settings)
        AND floors.op IS r.op AND floors.dtype IS r.dtype AND floors.caliber_id = r.caliber_id
+),
+judged AS (
+    SELECT
+        range_rowid, op, dtype, caliber_id, rounds, log_mean, log_sd, min_effect, min_rounds, thresholds_json,
+        CASE
+            WHEN q_value <= q_max AND ci_low > 1 + min_effect THEN 'faster'
+            WHEN q_value <= q_max AND ci_high < 1 / (1 + min_effect) THEN 'slower'
+            WHEN ci_low > 1 / (1 + min_effect) AND ci_high < 1 + min_effect THEN 'no change'
+            WHEN rounds < min_rounds THEN 'too few rounds'
+            ELSE 'inconclusive'
+        END AS finding,
+        noise_floor, clears_floor
+    FROM finding_inputs
 ),
 -- Why a range has no noise floor beside it: the same for every shape of
 -- an op and dtype under one caliber, so said once per such triple.
@@ -1617,22 +1666,43 @@ INSERT INTO ab_slot_rows (
             CROSS JOIN measurements mb ON mb.cell_id = r.before_cell_id
             LEFT JOIN measurements ma
                 ON ma.cell_id = r.after_cell_id AND ma.op_name IS mb.op_name AND ma.dtype IS mb.dtype
-               AND ma.shape = mb.shape AND ma.occurrence = mb.occurrence)
+               AND ma.shape = mb.shape AND ma.occurrence = mb.occurrence),
+        -- The row the reason's CASE reads (names.REASON_INPUTS): a row
+        -- identity of a round, both sides side by side; each before_X has
+        -- its after_X. measurement_id: the side's row (NULL: it lacks it);
+        -- counted: 1 where that row is a counted measurement; cell_id: the
+        -- side's current cell in the round (NULL: none); caliber_id: that
+        -- cell's caliber (NULL: unknown); claims: the current cells that
+        -- claim the side (more than 1: a copy); copies: the other current
+        -- cells that hold its cell's files (0: none). Beside them, the round
+        -- and what the slot row keeps.
+        reason_inputs AS (
+            SELECT
+                s.before_id AS before_measurement_id, s.after_id AS after_measurement_id,
+                s.before_counted, s.after_counted,
+                r.before_cell_id, r.after_cell_id, r.before_caliber_id, r.after_caliber_id,
+                r.before_claims, r.after_claims, r.before_copies, r.after_copies,
+                r.root_id, r.card, r.repeat_dir, r.cell_op, r.cell_dtype, r.round, s.op, s.dtype, s.shape, s.occurrence,
+                s.before_not_counted, s.after_not_counted, s.latency_before, s.latency_after,
+                s.before_fallback, s.after_fallback
+            FROM slots s
+            JOIN temp.ab_rounds_now r ON r.rowid = s.round_id
+        )
         SELECT
-            r.root_id, r.card, r.repeat_dir, r.cell_op, r.cell_dtype, r.round, s.op, s.dtype, s.shape,
-            s.occurrence, r.before_cell_id, r.after_cell_id, r.before_caliber_id, r.after_caliber_id,
-            s.before_id, s.after_id, s.before_counted, s.after_counted, s.before_not_counted,
-            s.after_not_counted, s.latency_before, s.latency_after, s.before_fallback, s.after_fallback,
+            root_id, card, repeat_dir, cell_op, cell_dtype, round, op, dtype, shape, occurrence,
+            before_cell_id, after_cell_id, before_caliber_id, after_caliber_id,
+            before_measurement_id, after_measurement_id, before_counted, after_counted,
+            before_not_counted, after_not_counted, latency_before, latency_after,
+            before_fallback, after_fallback,
             CASE
-                WHEN s.before_id IS NOT NULL AND s.after_id IS NOT NULL AND s.before_counted = 1 AND s.after_counted = 1 AND r.before_claims = 1 AND r.after_claims = 1 AND r.before_copies = 0 AND r.after_copies = 0 AND r.before_caliber_id = r.after_caliber_id THEN NULL
-                WHEN r.before_claims > 1 OR r.after_claims > 1 OR r.before_copies > 0 OR r.after_copies > 0 THEN 'DUPLICATE_CELL'
-                WHEN (r.before_cell_id IS NOT NULL AND r.before_caliber_id IS NULL) OR (r.after_cell_id IS NOT NULL AND r.after_caliber_id IS NULL) THEN 'CALIBER_UNKNOWN'
-                WHEN r.before_caliber_id <> r.after_caliber_id THEN 'CALIBER_MISMATCH'
-                WHEN s.before_id IS NULL OR s.after_id IS NULL THEN 'MISSING_SIDE'
+                WHEN before_measurement_id IS NOT NULL AND after_measurement_id IS NOT NULL AND before_counted = 1 AND after_counted = 1 AND before_claims = 1 AND after_claims = 1 AND before_copies = 0 AND after_copies = 0 AND before_caliber_id = after_caliber_id THEN NULL
+                WHEN before_claims > 1 OR after_claims > 1 OR before_copies > 0 OR after_copies > 0 THEN 'DUPLICATE_CELL'
+                WHEN (before_cell_id IS NOT NULL AND before_caliber_id IS NULL) OR (after_cell_id IS NOT NULL AND after_caliber_id IS NULL) THEN 'CALIBER_UNKNOWN'
+                WHEN before_caliber_id <> after_caliber_id THEN 'CALIBER_MISMATCH'
+                WHEN before_measurement_id IS NULL OR after_measurement_id IS NULL THEN 'MISSING_SIDE'
                 ELSE 'NOT_COUNTED'
             END
-        FROM slots s
-        JOIN temp.ab_rounds_now r ON r.rowid = s.round_id;
+        FROM reason_inputs;
 
 INSERT INTO ab_slot_rows (
             root_id, card, repeat_dir, cell_op, cell_dtype, round, op, dtype, shape, occurrence,
@@ -1654,22 +1724,43 @@ INSERT INTO ab_slot_rows (
             WHERE NOT EXISTS (
                 SELECT 1 FROM measurements mb
                 WHERE mb.cell_id = r.before_cell_id AND mb.op_name IS ma.op_name AND mb.dtype IS ma.dtype
-                  AND mb.shape = ma.shape AND mb.occurrence = ma.occurrence))
+                  AND mb.shape = ma.shape AND mb.occurrence = ma.occurrence)),
+        -- The row the reason's CASE reads (names.REASON_INPUTS): a row
+        -- identity of a round, both sides side by side; each before_X has
+        -- its after_X. measurement_id: the side's row (NULL: it lacks it);
+        -- counted: 1 where that row is a counted measurement; cell_id: the
+        -- side's current cell in the round (NULL: none); caliber_id: that
+        -- cell's caliber (NULL: unknown); claims: the current cells that
+        -- claim the side (more than 1: a copy); copies: the other current
+        -- cells that hold its cell's files (0: none). Beside them, the round
+        -- and what the slot row keeps.
+        reason_inputs AS (
+            SELECT
+                s.before_id AS before_measurement_id, s.after_id AS after_measurement_id,
+                s.before_counted, s.after_counted,
+                r.before_cell_id, r.after_cell_id, r.before_caliber_id, r.after_caliber_id,
+                r.before_claims, r.after_claims, r.before_copies, r.after_copies,
+                r.root_id, r.card, r.repeat_dir, r.cell_op, r.cell_dtype, r.round, s.op, s.dtype, s.shape, s.occurrence,
+                s.before_not_counted, s.after_not_counted, s.latency_before, s.latency_after,
+                s.before_fallback, s.after_fallback
+            FROM slots s
+            JOIN temp.ab_rounds_now r ON r.rowid = s.round_id
+        )
         SELECT
-            r.root_id, r.card, r.repeat_dir, r.cell_op, r.cell_dtype, r.round, s.op, s.dtype, s.shape,
-            s.occurrence, r.before_cell_id, r.after_cell_id, r.before_caliber_id, r.after_caliber_id,
-            s.before_id, s.after_id, s.before_counted, s.after_counted, s.before_not_counted,
-            s.after_not_counted, s.latency_before, s.latency_after, s.before_fallback, s.after_fallback,
+            root_id, card, repeat_dir, cell_op, cell_dtype, round, op, dtype, shape, occurrence,
+            before_cell_id, after_cell_id, before_caliber_id, after_caliber_id,
+            before_measurement_id, after_measurement_id, before_counted, after_counted,
+            before_not_counted, after_not_counted, latency_before, latency_after,
+            before_fallback, after_fallback,
             CASE
-                WHEN s.before_id IS NOT NULL AND s.after_id IS NOT NULL AND s.before_counted = 1 AND s.after_counted = 1 AND r.before_claims = 1 AND r.after_claims = 1 AND r.before_copies = 0 AND r.after_copies = 0 AND r.before_caliber_id = r.after_caliber_id THEN NULL
-                WHEN r.before_claims > 1 OR r.after_claims > 1 OR r.before_copies > 0 OR r.after_copies > 0 THEN 'DUPLICATE_CELL'
-                WHEN (r.before_cell_id IS NOT NULL AND r.before_caliber_id IS NULL) OR (r.after_cell_id IS NOT NULL AND r.after_caliber_id IS NULL) THEN 'CALIBER_UNKNOWN'
-                WHEN r.before_caliber_id <> r.after_caliber_id THEN 'CALIBER_MISMATCH'
-                WHEN s.before_id IS NULL OR s.after_id IS NULL THEN 'MISSING_SIDE'
+                WHEN before_measurement_id IS NOT NULL AND after_measurement_id IS NOT NULL AND before_counted = 1 AND after_counted = 1 AND before_claims = 1 AND after_claims = 1 AND before_copies = 0 AND after_copies = 0 AND before_caliber_id = after_caliber_id THEN NULL
+                WHEN before_claims > 1 OR after_claims > 1 OR before_copies > 0 OR after_copies > 0 THEN 'DUPLICATE_CELL'
+                WHEN (before_cell_id IS NOT NULL AND before_caliber_id IS NULL) OR (after_cell_id IS NOT NULL AND after_caliber_id IS NULL) THEN 'CALIBER_UNKNOWN'
+                WHEN before_caliber_id <> after_caliber_id THEN 'CALIBER_MISMATCH'
+                WHEN before_measurement_id IS NULL OR after_measurement_id IS NULL THEN 'MISSING_SIDE'
                 ELSE 'NOT_COUNTED'
             END
-        FROM slots s
-        JOIN temp.ab_rounds_now r ON r.rowid = s.round_id;
+        FROM reason_inputs;
 
 INSERT INTO temp.ab_keys_now
         SELECT s.root_id, s.op, s.dtype, s.shape

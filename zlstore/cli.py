@@ -26,7 +26,25 @@ from .store import Store, default_db_path
 
 # Exit statuses: one meaning each, in every command (docs/cli.md: "Exit statuses").
 from .names import (EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEMS,
-                    EXIT_UNFINISHED, EXIT_USAGE)
+                    EXIT_UNFINISHED, EXIT_USAGE, SETTINGS)
+from .stats import MIN_ROUNDS
+
+# What judging uses unless told otherwise, as a command's help names it:
+# from the one definition of each (names.SETTINGS, stats.MIN_ROUNDS,
+# ttgir.STRICTEST_RULE), never typed into the help.
+JUDGING_DEFAULTS = {"q_max": SETTINGS["q_max"], "min_effect": SETTINGS["min_effect"],
+                    "min_rounds": str(MIN_ROUNDS), "strictest_rule": ttgir.STRICTEST_RULE}
+
+
+def judging_defaults(fn):
+    """Fill a command's docstring, its --help, with JUDGING_DEFAULTS where it
+    says {q_max}, {min_effect}, {min_rounds} or {strictest_rule}; once, at
+    import (below @cli.command, which reads the docstring). Only those
+    names: a docstring's other braces ({"summary": ...}) stay as written."""
+    for name, value in JUDGING_DEFAULTS.items():
+        fn.__doc__ = fn.__doc__.replace("{" + name + "}", value)
+    return fn
+
 
 class Fault(click.ClickException):
     """A usage or environment error the message explains: exit status 2."""
@@ -1329,6 +1347,7 @@ def terminal_width():
 @names_option("--verdict", "V[,V]", "Only pairs with these verdicts: " + ", ".join(judge.VERDICT_NAMES) + ".")
 @db_option
 @output_options
+@judging_defaults
 def screen(store, root, rule, verdict, out):
     """The screening verdicts: one line per (op, dtype) pair of ROOT (a
     directory name or path; default: every screening root) under the current
@@ -1343,7 +1362,7 @@ def screen(store, root, rule, verdict, out):
     NO_ROWS with the note MISSING_SIDE (the run stopped before the other
     side, or its directory is gone): not its dtype; zlstore problems names
     it. An
-    IR_CHANGED pair that the strictest rule (v4) sees as unchanged gets a
+    IR_CHANGED pair that the strictest rule ({strictest_rule}) sees as unchanged gets a
     hint: it differs only in what that rule leaves out (source locations),
     and a campaign on it would measure nothing the switch changed. Each
     root's heading says whether its axis is live (screen_roots); a root
@@ -1446,9 +1465,10 @@ def finite(ctx, param, value):
 @cli.command("rule")
 @click.argument("rule_name", metavar="[RULE]", required=False, type=RULE_CHOICE)
 @click.option("--q-max", type=click.FloatRange(0, 1, min_open=True), default=None, callback=finite,
-              help="The false-discovery rate a faster / slower finding is held to (default 0.05).")
+              help=f"The false-discovery rate a faster / slower finding is held to (default {SETTINGS['q_max']}).")
 @click.option("--min-effect", type=click.FloatRange(0, min_open=True), default=None, callback=finite,
-              help="The smallest change worth a finding, as a fraction: 0.02 is 2% (default 0.02).")
+              help="The smallest change worth a finding, as a fraction: 0.02 is 2% "
+                   f"(default {SETTINGS['min_effect']}).")
 @db_option
 @output_options
 def rule(store, rule_name, q_max, min_effect, out):
@@ -1491,6 +1511,7 @@ def rule(store, rule_name, q_max, min_effect, out):
                                     "these findings: the gate a CI step runs (e.g. --fail-on slower).")
 @db_option
 @output_options
+@judging_defaults
 def ab(store, root, rejected, op, finding, sort, fail_on, out):
     """A/B findings of repeat runs and campaigns: per (root, row op, dtype,
     shape), what the paired rounds say of the ratio latency before / latency
@@ -1503,8 +1524,8 @@ def ab(store, root, rejected, op, finding, sort, fail_on, out):
     faster / slower when q <= q_max and the whole interval lies beyond the
     minimum effect; no change when the whole interval lies within it;
     inconclusive otherwise (the note says what would settle it); too few
-    rounds under 3. `zlstore rule` shows and sets q_max (0.05) and
-    min_effect (0.02). Findings come first; the op's noise floor (zlstore
+    rounds under {min_rounds}. `zlstore rule` shows and sets q_max ({q_max}) and
+    min_effect ({min_effect}). Findings come first; the op's noise floor (zlstore
     noise) is printed beside each range, and no longer decides it.
 
     A row pairs only when it is counted on both sides of its round and both
@@ -1742,6 +1763,7 @@ def history(store, op_spec, shape, out):
 @click.option("--no-diff", "no_diff", is_flag=True, help="Only the kernel table, no text diff.")
 @db_option
 @output_options
+@judging_defaults
 def diff(store, first, second, round_, card, side, rule, raw, kernel, no_diff, out):
     """Which kernels changed between two cells, and how: the kernels of
     both sides paired by name, each same, changed, only before or only
@@ -1756,11 +1778,11 @@ def diff(store, first, second, round_, card, side, rule, raw, kernel, no_diff, o
     before, B as after.
 
     Several kernels of one name pair by the same text under the rule,
-    then the same text under the strictest rule (v4: they differ only in
+    then the same text under the strictest rule ({strictest_rule}: they differ only in
     what it leaves out, e.g. source locations), then the same num_warps,
     num_stages and shared memory, then the order they were stored in;
     `paired by` says which. A kernel changed under the rule but not under
-    v4 says so. The diff is colored on a terminal, plain when piped; --json
+    {strictest_rule} says so. The diff is colored on a terminal, plain when piped; --json
     gives all of it, --csv, --tsv and -t the kernel table.
 
     Exit status: 0 done; 1 the IR cannot answer: neither side compiled a

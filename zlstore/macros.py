@@ -30,8 +30,8 @@ def schema_source() -> str:
 
 
 _MACRO = re.compile(
-    r"\[\[(current_side|caliber|environment|round|range|verdicts|verdict|reasons|reason|findings|finding|case|rules|timeout_rcs|strictest_rule"
-    r"|min_rounds|setting|clears_floor)(?: ([^:\]]*?))?(?:: (.*?))?\]\]")
+    r"\[\[(current_side|side_cells|caliber|environment|round|range|verdicts|verdict|reasons|reason|findings|finding|case|rules|timeout_rcs|strictest_rule"
+    r"|min_rounds|setting|clears_floor|fact)(?: ([^:\]]*?))?(?:: (.*?))?\]\]")
 
 
 def _sql_literal(value) -> str:
@@ -70,11 +70,21 @@ def _rule_rows() -> List[RuleRow]:
     return rows
 
 
-def _case(kinds, first: Optional[str], indent: str) -> str:
+# A column a condition reads: a lower-case name (SQL's words are upper case).
+_COLUMN = re.compile(r"\b[a-z_][a-z_0-9]*\b")
+
+
+def _case(kinds, first: Optional[str], inputs: names.Inputs, indent: str) -> str:
     """The CASE that decides one of kinds (names.VERDICTS, REASONS or
     FINDINGS): each one's condition in their order, the first that applies
     wins; the one without a condition takes the rest (ELSE). first: a
-    condition under which the CASE is NULL, tried before them."""
+    condition under which the CASE is NULL, tried before them. Each reads
+    only the columns of its row of inputs (a CTE of that name the SQL
+    builds): any other name, a join alias among them, is an error."""
+    conditions = [first] + [kind.condition for kind in kinds]
+    unknown = sorted({c for text in conditions if text for c in _COLUMN.findall(text)} - set(inputs.columns()))
+    if unknown:
+        raise SchemaError(f"a condition reads {', '.join(unknown)}, not a column of {inputs.cte} (names.py)")
     lines = [f"WHEN {first} THEN NULL"] if first else []
     lines += [f"WHEN {kind.condition} THEN {_sql_literal(kind.name)}" for kind in kinds if kind.condition]
     lines += [f"ELSE {_sql_literal(kind.name)}" for kind in kinds if kind.condition is None]
@@ -87,8 +97,9 @@ _ITEMS = {"verdicts": lambda: names.VERDICTS, "reasons": lambda: names.REASONS,
           "findings": lambda: names.FINDINGS, "rules": _rule_rows}
 _NAMES = {"verdict": lambda: names.VERDICT_NAMES, "reason": lambda: names.REASON_NAMES,
           "finding": lambda: names.FINDING_NAMES, "setting": lambda: tuple(names.SETTINGS)}
-_CASES = {"verdicts": (names.VERDICTS, None), "reasons": (names.REASONS, names.PAIRED),
-          "findings": (names.FINDINGS, None)}
+_CASES = {"verdicts": (names.VERDICTS, None, names.VERDICT_INPUTS),
+          "reasons": (names.REASONS, names.PAIRED, names.REASON_INPUTS),
+          "findings": (names.FINDINGS, None, names.FINDING_INPUTS)}
 # The columns a "[[kind SEP: TEMPLATE]]" macro repeats TEMPLATE over: each as
 # {placeholder: text}.
 _COLUMNS = {"caliber": lambda: [{"{f}": name} for name in caliber.NAMES],
@@ -102,22 +113,51 @@ _COLUMNS = {"caliber": lambda: [{"{f}": name} for name in caliber.NAMES],
 # (SIDE: 'before', 'after' or an expression giving one) that no later run
 # of their op superseded (a resumed campaign's earlier, interrupted run),
 # the latest (max id) stands for the side, and claims counts them (more
-# than one: names.DUPLICATE). "[[current_side SIDE KEY: ALIAS]]" is the
-# SELECT of that one row (cell_id, claims) for the side whose key is
-# ALIAS's: KEY "round", the round key (names.ROUND_KEY, ALIAS holding its
-# columns by their names), or "op", a screening pair's root, op and dtype.
-_CURRENT_SIDE = ("SELECT max(c.id) AS cell_id, count(*) AS claims FROM cells c\n"
-                 "WHERE {key} AND c.side = {side} AND c.superseded_at IS NULL")
-_SIDE_KEYS = {"round": lambda alias: " AND ".join(f"c.{c.cells} {c.same} {alias}.{c.name}" for c in names.ROUND_KEY),
-              "op": lambda alias: f"c.root_id = {alias}.root_id AND c.op IS {alias}.op AND c.dtype IS {alias}.dtype"}
+# than one: names.DUPLICATE). "[[side_cells SIDE KEY: ALIAS]]" is the FROM
+# and WHERE of those cells (cells c), the side whose key is ALIAS's: KEY
+# "round", the round key (names.ROUND_KEY, ALIAS holding its columns by
+# their names; "?": bound as parameters), or "op", a screening pair's
+# root, op and dtype.
+# "[[current_side SIDE KEY: ALIAS]]" is the SELECT of the one row
+# (cell_id, claims) they give.
+_SIDE_CELLS = "cells c\nWHERE {key} AND c.side = {side} AND c.superseded_at IS NULL"
+_CURRENT_SIDE = "SELECT max(c.id) AS cell_id, count(*) AS claims FROM " + _SIDE_CELLS
+_SIDE_KEYS = {"round": lambda alias: " AND ".join(f"c.{c.cells} {c.same} {_of(alias, c.name)}" for c in names.ROUND_KEY),
+              "op": lambda alias: (f"c.root_id = {_of(alias, 'root_id')} AND c.op IS {_of(alias, 'op')}"
+                                   f" AND c.dtype IS {_of(alias, 'dtype')}")}
 
 
-def _current_side(arg: Optional[str], alias: Optional[str]) -> str:
+def _of(alias: str, column: str) -> str:
+    """ALIAS's column, or a parameter where ALIAS is "?" (the key's values
+    bound in their order, then the side's)."""
+    return "?" if alias == "?" else f"{alias}.{column}"
+
+
+def _side(kind: str, arg: Optional[str], alias: Optional[str]) -> str:
     side, _, key = (arg or "").strip().rpartition(" ")
     if key not in _SIDE_KEYS or not side or not alias:
-        raise SchemaError(f"[[current_side {arg}: {alias}]]: write [[current_side SIDE KEY: ALIAS]], "
+        raise SchemaError(f"[[{kind} {arg}: {alias}]]: write [[{kind} SIDE KEY: ALIAS]], "
                           f"KEY one of {', '.join(_SIDE_KEYS)}")
-    return _CURRENT_SIDE.format(key=_SIDE_KEYS[key](alias.strip()), side=side.strip())
+    text = _CURRENT_SIDE if kind == "current_side" else _SIDE_CELLS
+    return text.format(key=_SIDE_KEYS[key](alias.strip()), side=side.strip())
+
+
+def _fact(arg: Optional[str]) -> str:
+    """"[[fact NAME SIDE]]" or "[[fact NAME]]": names.FACTS[NAME], of SIDE."""
+    name, _, side = (arg or "").strip().partition(" ")
+    if name not in names.FACTS:
+        raise SchemaError(f"SQL names unknown fact {name!r}; known: {', '.join(names.FACTS)}")
+    try:
+        return names.fact(name, side or None)
+    except ValueError as error:
+        raise SchemaError(f"[[fact {arg}]]: {error}") from None
+
+
+# The macros that stand for one value: "[[timeout_rcs]]" and the like.
+_VALUES = {"timeout_rcs": lambda: ", ".join(str(rc) for rc in names.TIMEOUT_RCS),
+           "strictest_rule": lambda: _sql_literal(ttgir.STRICTEST_RULE),
+           "min_rounds": lambda: str(stats.MIN_ROUNDS),
+           "clears_floor": lambda: floors.CLEARS}
 
 
 def _filled(template: str, columns: dict) -> str:
@@ -134,16 +174,12 @@ def render_schema(text: str) -> str:
 
     def expand(match):
         kind, arg, template = match.group(1), match.group(2), match.group(3)
-        if kind == "timeout_rcs":
-            return ", ".join(str(rc) for rc in names.TIMEOUT_RCS)
-        if kind == "strictest_rule":
-            return _sql_literal(ttgir.STRICTEST_RULE)
-        if kind == "min_rounds":
-            return str(stats.MIN_ROUNDS)
-        if kind == "clears_floor":
-            return floors.CLEARS
-        if kind == "current_side":
-            return _current_side(arg, template)
+        if kind in _VALUES:
+            return _VALUES[kind]()
+        if kind == "fact":
+            return _fact(arg)
+        if kind in ("current_side", "side_cells"):
+            return _side(kind, arg, template)
         if kind in _COLUMNS:
             sep = " " + arg.strip() + " " if arg else ", "
             return sep.join(_filled(template, columns) for columns in _COLUMNS[kind]())

@@ -8,9 +8,16 @@ import it. SQL reaches these names only through macros.render_schema's macros
 (schema.sql and pairing.py): "[[verdict NAME]]" quotes a name and refuses
 one not defined here; "[[case verdicts]]" is the CASE that decides a
 verdict, from VERDICTS' conditions in their order (likewise reasons and
-findings); "[[round: ...]]" spells the round key."""
+findings); "[[round: ...]]" spells the round key.
 
-from typing import NamedTuple, Optional
+Each family's conditions read one row of named inputs and nothing else:
+VERDICT_INPUTS, REASON_INPUTS and FINDING_INPUTS name its columns and say
+what each holds; the SQL builds that row (the CTEs verdict_inputs,
+reason_inputs and finding_inputs) right above the CASE that reads it.
+FACTS are what the conditions are built from, one side at a time: a
+screening pair's note says the same facts ("[[fact NAME SIDE]]")."""
+
+from typing import Dict, NamedTuple, Optional, Tuple
 
 # What a cell killed at its CELL_TIMEOUT exits with (timeout(1): 124; a
 # SIGKILL after it: 137). zlstore records a cell its runner killed with the first.
@@ -28,22 +35,84 @@ EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT
 EXIT_BROKEN_PIPE = 141  # the reader of stdout went away (zlstore ab | head): 128 + SIGPIPE
 
 
+SIDES = ("before", "after")
+
+
+class Inputs(NamedTuple):
+    """The one row a family's conditions read, by column name (no join
+    alias): the SQL builds it in a CTE of this name right above the CASE
+    that reads it, and says the same there in a comment."""
+
+    cte: str
+    row: str                  # what one row is
+    sided: Dict[str, str]     # column -> what it holds, once per side: before_X and after_X
+    common: Dict[str, str]    # column -> what it holds, once
+
+    def columns(self) -> Tuple[str, ...]:
+        return tuple(f"{side}_{c}" for c in self.sided for side in SIDES) + tuple(self.common)
+
+
 class Verdict(NamedTuple):
     name: str
     when: str
     licenses: str
     range_label: Optional[str]  # what a speedup range of such a pair is, or None: no range
-    # When it applies, in SQL over the pair's cells b (before) and a (after),
-    # NULL where a side has none, their fingerprints fb and fa under the
-    # rule judged, how many current cells claim each side
-    # (pairs.before_claims, after_claims), and the pairing's duplicate rounds
-    # of b and a (db, da: ab_duplicate_rounds, whose before_copies /
-    # after_copies count the other cells that hold its cell's files) (view
-    # verdicts_by_rule).
+    # When it applies, in SQL over a VERDICT_INPUTS row (view
+    # verdicts_by_rule, its CTE verdict_inputs).
     condition: str
 
 
+# What a verdict's condition reads: NULL where the side has no current cell
+# (macros.py's [[current_side]]).
+VERDICT_INPUTS = Inputs(
+    "verdict_inputs", "one screening pair (its before and after cell) under one fingerprint rule",
+    {"cell_id": "the side's current cell (cells.id)",
+     "rc": "its exit status",
+     "n_counted": "how many counted measurements it holds",
+     "ir_incomplete": "1 where its IR could not be read in full",
+     "n_kernels": "how many .ttgir it compiled",
+     "fingerprint": "its fingerprint under the rule (NULL: not computed)",
+     "claims": "how many current cells claim the side (more than 1: a copy)",
+     "copies": "how many other current cells hold its cell's files (0: none)",
+     "caliber_id": "its cell's caliber (NULL: unknown): the pair's note reads it, no verdict does"},
+    {})
+
+
 _KILLED = ", ".join(str(rc) for rc in TIMEOUT_RCS)
+
+# What holds of one side ({side}: before or after), or of the pair, over a
+# row of inputs' columns: the conditions below are built from these, and a
+# screening pair's note (verdicts_by_rule) says which hold, of which side,
+# through "[[fact NAME SIDE]]" ("[[fact NAME]]"), so that the verdict and
+# its note never say different things.
+FACTS = {
+    "claimed_twice": "{side}_claims > 1",
+    "copied": "{side}_copies > 0",
+    "missing": "{side}_cell_id IS NULL",
+    "killed": f"{{side}}_rc IN ({_KILLED})",
+    "uncounted": "{side}_n_counted = 0",
+    "ir_unread": "{side}_ir_incomplete",
+    "no_kernels": "{side}_n_kernels = 0",
+    "caliber_unknown": "({side}_cell_id IS NOT NULL AND {side}_caliber_id IS NULL)",
+    "unfingerprinted": "({side}_cell_id IS NOT NULL AND {side}_fingerprint IS NULL)",
+    "calibers_differ": "before_caliber_id <> after_caliber_id",
+}
+def fact(name: str, side: Optional[str] = None) -> str:
+    """FACTS[name] (of one side, where it is a side's), as SQL."""
+    if ("{side}" in FACTS[name]) != (side in SIDES):
+        raise ValueError(f"fact {name!r} is of {'a side' if '{side}' in FACTS[name] else 'the pair'}, not {side!r}")
+    return FACTS[name].format(side=side)
+
+
+def either(*facts: str) -> str:
+    """SQL: one of facts holds of a side (each fact of before, then of after)."""
+    return " OR ".join(fact(name, side) for name in facts for side in SIDES)
+
+
+def both(name: str) -> str:
+    """SQL: the fact holds of both sides."""
+    return " AND ".join(fact(name, side) for side in SIDES)
+
 
 # A side of a round (or a screening pair) that more than one current cell
 # claims: a copied cell directory (`cp -r X_after X_after.bak`, a round
@@ -63,26 +132,26 @@ VERDICTS = (
     Verdict(DUPLICATE, "a side is claimed by more than one stored cell, or another holds the same files "
                        "(a copied cell directory?)",
             "nothing: which cell measured that side cannot be told; forget the copy (zlstore problems names both)",
-            None, "pairs.before_claims > 1 OR pairs.after_claims > 1 OR db.before_copies > 0 OR da.after_copies > 0"),
+            None, either("claimed_twice", "copied")),
     Verdict("TRUNCATED", f"either side's RC is {' or '.join(map(str, TIMEOUT_RCS))} (killed at CELL_TIMEOUT)",
             "nothing: re-run with a larger timeout", None,
-            f"b.rc IN ({_KILLED}) OR a.rc IN ({_KILLED})"),
+            either("killed")),
     Verdict("NO_ROWS", "either side has no counted measurement",
             "nothing (usually the dtype)", None,
-            "b.id IS NULL OR a.id IS NULL OR b.n_counted = 0 OR a.n_counted = 0"),
+            either("missing", "uncounted")),
     Verdict("IR_UNREAD", "a side's IR could not be read in full (cells.ir_incomplete)",
             "nothing: a side's IR could not be read in full; fix the files and ingest again", None,
-            "b.ir_incomplete OR a.ir_incomplete"),
+            either("ir_unread")),
     Verdict("NO_TRITON", "both sides compiled no .ttgir at all",
             "nothing: the Triton pass under test had nothing to act on", None,
-            "b.n_kernels = 0 AND a.n_kernels = 0"),
+            both("no_kernels")),
     Verdict("IR_CHANGED", "the two fingerprints differ",
             "measure it with repeated rounds", "indicative (one round)",
-            "fb.fingerprint <> fa.fingerprint"),
+            "before_fingerprint <> after_fingerprint"),
     Verdict("NO_IR_DIFF", "the fingerprints are equal",
             "skip it; its speedup range is the machine's noise floor for that op",
             "noise floor",
-            "fb.fingerprint = fa.fingerprint"),
+            "before_fingerprint = after_fingerprint"),
 )
 VERDICT_NAMES = tuple(v.name for v in VERDICTS)
 BY_NAME = {v.name: v for v in VERDICTS}
@@ -104,14 +173,22 @@ def canonical_verdict(raw: Optional[str]) -> Optional[str]:
 class Reason(NamedTuple):
     name: str
     meaning: str
-    # When it applies, in SQL over the round r (its before_cell_id,
-    # after_cell_id, before_caliber_id, after_caliber_id, and how many
-    # current cells claim each side: before_claims, after_claims, and how
-    # many others hold the files of its cell: before_copies, after_copies) and the row's two
-    # sides in it s (before_id, after_id: their measurements ids, NULL where
-    # the side lacks the row; before_counted, after_counted); None: every
-    # row that does not pair and no reason before it takes (the last).
+    # When it applies, in SQL over a REASON_INPUTS row; None: every row
+    # that does not pair and no reason before it takes (the last).
     condition: Optional[str]
+
+
+# What a reason's condition (and PAIRED) reads: the columns of ab_slot_rows
+# by the same names, and the round's claims and copies.
+REASON_INPUTS = Inputs(
+    "reason_inputs", "one row identity of a round (pairing._slot_rows), both sides side by side",
+    {"measurement_id": "the side's row (measurements.id; NULL: the side lacks it)",
+     "counted": "1 where that row is a counted measurement",
+     "cell_id": "the side's current cell in the round (NULL: none)",
+     "caliber_id": "that cell's caliber (NULL: unknown)",
+     "claims": "how many current cells claim the side (more than 1: a copy)",
+     "copies": "how many other current cells hold its cell's files (0: none)"},
+    {})
 
 
 # A side of a round (or of a screening pair) with no stored cell, or a row
@@ -120,11 +197,12 @@ MISSING_SIDE = "MISSING_SIDE"
 
 # A row of a round is an A/B pair when it is present and counted on both
 # sides, each side is one cell's, and both cells have the same known caliber
-# (over r and s, as Reason.condition): the one definition of a pair ("[[case
+# (over a REASON_INPUTS row): the one definition of a pair ("[[case
 # reasons]]" is NULL for it).
-PAIRED = ("s.before_id IS NOT NULL AND s.after_id IS NOT NULL AND s.before_counted = 1 AND s.after_counted = 1"
-          " AND r.before_claims = 1 AND r.after_claims = 1 AND r.before_copies = 0 AND r.after_copies = 0"
-          " AND r.before_caliber_id = r.after_caliber_id")
+PAIRED = ("before_measurement_id IS NOT NULL AND after_measurement_id IS NOT NULL"
+          " AND before_counted = 1 AND after_counted = 1"
+          " AND before_claims = 1 AND after_claims = 1 AND before_copies = 0 AND after_copies = 0"
+          " AND before_caliber_id = after_caliber_id")
 
 # Why a measured row did not become an A/B pair, in order of precedence: a
 # row gets the first that applies. A side two cells claim first: its row
@@ -133,14 +211,13 @@ PAIRED = ("s.before_id IS NOT NULL AND s.after_id IS NOT NULL AND s.before_count
 REASONS = (
     Reason(DUPLICATE, "more than one stored cell claims a side of the round, or another holds the same files "
                       "(a copied cell directory?)",
-           "r.before_claims > 1 OR r.after_claims > 1 OR r.before_copies > 0 OR r.after_copies > 0"),
+           either("claimed_twice", "copied")),
     Reason("CALIBER_UNKNOWN", "at least one cell's caliber could not be established",
-           "(r.before_cell_id IS NOT NULL AND r.before_caliber_id IS NULL)"
-           " OR (r.after_cell_id IS NOT NULL AND r.after_caliber_id IS NULL)"),
+           either("caliber_unknown")),
     Reason("CALIBER_MISMATCH", "the two cells were measured under different calibers",
-           "r.before_caliber_id <> r.after_caliber_id"),
+           fact("calibers_differ")),
     Reason(MISSING_SIDE, "the row (or its whole cell) exists on one side of the round only",
-           "s.before_id IS NULL OR s.after_id IS NULL"),
+           "before_measurement_id IS NULL OR after_measurement_id IS NULL"),
     Reason("NOT_COUNTED", "the row is not a counted measurement on at least one side", None),
 )
 REASON_NAMES = tuple(r.name for r in REASONS)
@@ -150,10 +227,23 @@ class Finding(NamedTuple):
     name: str
     when: str
     licenses: str
-    # When it applies, in SQL over the range r (an ab_range_rows row: rounds,
-    # ci_low, ci_high, q_value) and the thresholds t (judging_settings:
-    # q_max, min_effect, min_rounds); None: every range no other takes.
+    # When it applies, in SQL over a FINDING_INPUTS row; None: every range
+    # no other takes.
     condition: Optional[str]
+
+
+# What a finding's condition reads: a range's statistics (ab_range_rows)
+# with the thresholds beside it (judging_settings).
+FINDING_INPUTS = Inputs(
+    "finding_inputs", "one range of ab_range_rows with the thresholds it is judged under",
+    {},
+    {"rounds": "its paired rounds",
+     "ci_low": "the low end of its effect's 95% interval (NULL under min_rounds)",
+     "ci_high": "the high end",
+     "q_value": "its p-value adjusted over the root's tested ranges (Benjamini-Hochberg)",
+     "q_max": "the false-discovery rate a finding is held to",
+     "min_effect": "the smallest change worth a finding, as a fraction",
+     "min_rounds": "fewer paired rounds get no test (stats.MIN_ROUNDS)"})
 
 
 # What a repeat run's or campaign's range says about the switch, in the
@@ -164,18 +254,18 @@ class Finding(NamedTuple):
 FINDINGS = (
     Finding("faster", "q_value <= q_max and the whole interval lies above 1 + min_effect",
             "saying the switch made this shape faster, by about the effect",
-            "r.q_value <= t.q_max AND r.ci_low > 1 + t.min_effect"),
+            "q_value <= q_max AND ci_low > 1 + min_effect"),
     Finding("slower", "q_value <= q_max and the whole interval lies below 1 / (1 + min_effect)",
             "saying the switch made this shape slower, by about the effect",
-            "r.q_value <= t.q_max AND r.ci_high < 1 / (1 + t.min_effect)"),
+            "q_value <= q_max AND ci_high < 1 / (1 + min_effect)"),
     Finding("no change", "the whole interval lies within 1 / (1 + min_effect) .. 1 + min_effect",
             "saying that any change is smaller than min_effect (an equivalence result)",
-            "r.ci_low > 1 / (1 + t.min_effect) AND r.ci_high < 1 + t.min_effect"),
+            "ci_low > 1 / (1 + min_effect) AND ci_high < 1 + min_effect"),
     Finding("inconclusive", "none of the above: the interval straddles a bound, or q_value > q_max",
             "nothing yet: to_settle says what would settle it (more rounds, a quieter card)", None),
     Finding("too few rounds", "fewer paired rounds than the test needs (min_rounds)",
             "nothing: run more rounds",
-            "r.rounds < t.min_rounds"),
+            "rounds < min_rounds"),
 )
 FINDING_NAMES = tuple(f.name for f in FINDINGS)
 

@@ -77,15 +77,36 @@ def _slot_rows(slots: str) -> str:
             before_fallback, after_fallback, reason)
         WITH slots (round_id, op, dtype, shape, occurrence,
                     before_id, before_counted, before_not_counted, latency_before, before_fallback,
-                    after_id, after_counted, after_not_counted, latency_after, after_fallback) AS ({slots})
+                    after_id, after_counted, after_not_counted, latency_after, after_fallback) AS ({slots}),
+        -- The row the reason's CASE reads (names.REASON_INPUTS): a row
+        -- identity of a round, both sides side by side; each before_X has
+        -- its after_X. measurement_id: the side's row (NULL: it lacks it);
+        -- counted: 1 where that row is a counted measurement; cell_id: the
+        -- side's current cell in the round (NULL: none); caliber_id: that
+        -- cell's caliber (NULL: unknown); claims: the current cells that
+        -- claim the side (more than 1: a copy); copies: the other current
+        -- cells that hold its cell's files (0: none). Beside them, the round
+        -- and what the slot row keeps.
+        reason_inputs AS (
+            SELECT
+                s.before_id AS before_measurement_id, s.after_id AS after_measurement_id,
+                s.before_counted, s.after_counted,
+                r.before_cell_id, r.after_cell_id, r.before_caliber_id, r.after_caliber_id,
+                r.before_claims, r.after_claims, r.before_copies, r.after_copies,
+                [[round: r.{{k}}]], s.op, s.dtype, s.shape, s.occurrence,
+                s.before_not_counted, s.after_not_counted, s.latency_before, s.latency_after,
+                s.before_fallback, s.after_fallback
+            FROM slots s
+            JOIN temp.ab_rounds_now r ON r.rowid = s.round_id
+        )
         SELECT
-            [[round: r.{{k}}]], s.op, s.dtype, s.shape,
-            s.occurrence, r.before_cell_id, r.after_cell_id, r.before_caliber_id, r.after_caliber_id,
-            s.before_id, s.after_id, s.before_counted, s.after_counted, s.before_not_counted,
-            s.after_not_counted, s.latency_before, s.latency_after, s.before_fallback, s.after_fallback,
+            [[round: {{k}}]], op, dtype, shape, occurrence,
+            before_cell_id, after_cell_id, before_caliber_id, after_caliber_id,
+            before_measurement_id, after_measurement_id, before_counted, after_counted,
+            before_not_counted, after_not_counted, latency_before, latency_after,
+            before_fallback, after_fallback,
             [[case reasons]]
-        FROM slots s
-        JOIN temp.ab_rounds_now r ON r.rowid = s.round_id"""
+        FROM reason_inputs"""
 
 
 # The joins are written CROSS JOIN where the stale rounds must drive: SQLite

@@ -242,8 +242,7 @@ def claimed_twice(conn: sqlite3.Connection, root_ids: Optional[List[int]] = None
     # The view's round key columns: names.ROUND_KEY's, a cell's op and dtype as op and dtype.
     view_names = [{"cell_op": "op", "cell_dtype": "dtype"}.get(column.name, column.name) for column in names.ROUND_KEY]
     key = ", ".join(view_names)
-    claimants = macros.render_schema(f"SELECT {columns} FROM cells c WHERE [[round AND: c.{{c}} {{is}} ?]] "
-                                 "AND c.side = ? AND c.superseded_at IS NULL ORDER BY c.id")
+    claimants = macros.render_schema(f"SELECT {columns} FROM [[side_cells ? round: ?]] ORDER BY c.id")
     problems, named = [], set()
     for root, side, claims, latest, *round_key in conn.execute(
             f"SELECT root, side, claims, latest_cell_id, {key} FROM duplicate_cells {where} "
