@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
 
-from . import caliber, db, layout, names, pairing, parallel, parse, provenance, roots, stats, ttgir, unchanged
+from . import caliber, db, fingerprints, layout, names, pairing, parallel, parse, provenance, roots, stats, ttgir, unchanged
 from .db import (bulk_cache, bulk_checkpoints, checkpoint_between_commits, insert_sql, is_storage_failure, now,
                  retry_busy, scratch_in_memory, write_transaction)
 from .layout import Problem
@@ -181,24 +181,6 @@ class _KnownBlobs(set):
         bounded(self)
         self.add(digest)
         return True
-
-
-def ingest_rules(conn: sqlite3.Connection) -> tuple:
-    """The rules an ingest fingerprints a repeat run's or campaign's cells
-    under: the current rule and the rules that change no text. Any other rule
-    is computed from the stored IR when it is first asked for
-    (Store.compute_fingerprints), so a costly rule nobody uses (v4 strips
-    every location) is not paid for on every round of a campaign. A
-    screening cell gets every rule (SCREENING_RULES): the verdicts compare
-    rules, and the strictest tells whether the axis is live."""
-    row = conn.execute("SELECT current_rule FROM judging_settings").fetchone()
-    current = row[0] if row else ttgir.DEFAULT_RULE
-    return tuple(rule for name, rule in ttgir.RULES.items() if name == current or rule.triggers == ())
-
-
-def cell_rules(conn: sqlite3.Connection, root_kind: str) -> tuple:
-    """The rules an ingest fingerprints a cell of a root of root_kind under."""
-    return parse.SCREENING_RULES if root_kind == "screen" else ingest_rules(conn)
 
 
 class StoreStopped(Exception):
@@ -368,7 +350,7 @@ class Ingester:
         self.roots_met: set = set()                      # by _find: roots of cells found, as strings
         self.batch: Optional[_Batch] = None              # a whole-tree ingest's open batch
         self.data_version: Optional[int] = None          # the store's, when this run last took the lock
-        self.parser = parse.CellParser(ingest_rules(self.conn))
+        self.parser = parse.CellParser(fingerprints.ingest_rules(self.conn))
         self.rehash = rehash  # read every cell: its content hash decides, not its stat signature
 
     # -- the run -----------------------------------------------------------

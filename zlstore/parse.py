@@ -303,7 +303,7 @@ def unpacked(data: bytes, size: int) -> bytes:
 
 class CellParser:
     """Parses the cells of one run. rules: what a repeat run's or a
-    campaign's cell is fingerprinted under (ingest.ingest_rules); a
+    campaign's cell is fingerprinted under (fingerprints.ingest_rules); a
     screening cell gets SCREENING_RULES."""
 
     def __init__(self, rules: tuple):
@@ -446,6 +446,6 @@ class CellParser:
         return fingerprints, digests
 
     def rules_for(self, root: layout.Root) -> tuple:
-        """The rules a cell of root is fingerprinted under (ingest_rules)."""
+        """The rules a cell of root is fingerprinted under (fingerprints.cell_rules)."""
         return SCREENING_RULES if root.kind == "screen" else self.rules
 
