@@ -35,8 +35,9 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence
 from . import db as dbmod
 from . import caliber, floors, macros, pairing, provenance, roots
 from .db import now
+from .cellwriter import stored_environment
 from .fingerprints import cell_rules
-from .ingest import plural, stored_environment
+from .ingest import plural
 from .layout import Problem
 from .store import Store
 

@@ -405,7 +405,7 @@ class CellParser:
                                                "stored, but tools that read paths by lines will misread it"))
         parsed = ParsedCell(files, root, ref, env, values, log, kernels, texts, index,
                             content.hexdigest(), problems, reread=reread)
-        parsed.fingerprints = self._fingerprints(parsed)  # here, not under the write lock in _insert
+        parsed.fingerprints = self._fingerprints(parsed)  # here, not under the write lock in CellWriter.write
         return parsed
 
     def digest(self, rule: ttgir.Rule, ir_hash: str, text: str, normalized_now: Optional[dict] = None) -> str:
