@@ -9,7 +9,7 @@ import sys
 import time
 
 from zlstore import Store
-from zlstore.ingest import cell_rules
+from zlstore.fingerprints import cell_rules
 
 from .test_ingest import IR, record, write_cell, write_root_env
 

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from zlstore import Store, db, ingest, judge, layout, ttgir
-from zlstore.ingest import cell_rules
+from zlstore.fingerprints import cell_rules
 from zlstore.cli import cli
 
 from .conftest import SAMPLES

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from zlstore import Store, store as storemod, ttgir
+from zlstore import Store, fingerprints as fingerprinting, ttgir
 
 from .test_ttgir import fingerprint
 
@@ -37,7 +37,7 @@ def forget(store, rule, digests_where="1"):
 @pytest.fixture(params=[0, 2], ids=["in-process", "workers"])
 def workers(request, monkeypatch):
     """The rescore in this process, or in two forked workers however few texts."""
-    monkeypatch.setattr(storemod, "worker_count", lambda n: request.param)
+    monkeypatch.setattr(fingerprinting, "worker_count", lambda n: request.param)
     return request.param
 
 
@@ -112,12 +112,12 @@ def test_a_text_no_worker_digested_is_digested_here(example_store, monkeypatch):
     expected = stored(example_store, "v3")
     digests = dict(example_store.conn.execute("SELECT ir_hash, digest FROM ir_digests WHERE rule = 'v3'"))
     forget(example_store, "v3")
-    listed = storemod.Store._digesting
+    listed = fingerprinting.digesting
 
-    def lose_some(self, rule, hashes, batch):  # as if these had been digested before
-        return listed(self, rule, [h for h in hashes if h[0] > "7"], batch)
+    def lose_some(conn, path, rule, hashes, batch):  # as if these had been digested before
+        return listed(conn, path, rule, [h for h in hashes if h[0] > "7"], batch)
 
-    monkeypatch.setattr(storemod.Store, "_digesting", lose_some)
+    monkeypatch.setattr(fingerprinting, "digesting", lose_some)
     example_store.compute_fingerprints("v3")
     assert stored(example_store, "v3") == expected
     assert dict(example_store.conn.execute("SELECT ir_hash, digest FROM ir_digests WHERE rule = 'v3'")) == digests
@@ -126,7 +126,7 @@ def test_a_text_no_worker_digested_is_digested_here(example_store, monkeypatch):
 def test_a_text_the_store_lacks_is_an_error_not_a_wrong_fingerprint(example_store):
     rule = ttgir.get_rule("v3")
     with pytest.raises(LookupError, match="not stored"):
-        example_store._late_digests(rule, {"0" * 64}, 500)
+        fingerprinting.late_digests(example_store.conn, rule, {"0" * 64}, 500)
 
 
 def key(kernels):
@@ -143,10 +143,10 @@ def test_kernels_keys_read_back_whatever_the_names(store):
                            (f"h{n}",))
         store.conn.execute("INSERT INTO kernels (cell_id, name, ir_hash, convert_layouts) VALUES (?, ?, ?, 0)",
                            (cell, name, f"h{n}"))
-    (row,) = store._cells_lacking(ttgir.get_rule("v3"))
+    (row,) = fingerprinting.cells_lacking(store.conn, ttgir.get_rule("v3"))
     assert row[0] == cell and row[1] is None
-    assert storemod._kernels(row[2]) == [(name, f"h{n}") for n, name in enumerate(names)]
-    assert storemod._kernels(None) == []
+    assert fingerprinting._kernels(row[2]) == [(name, f"h{n}") for n, name in enumerate(names)]
+    assert fingerprinting._kernels(None) == []
 
 
 def test_cells_with_the_same_kernels_share_a_combine_but_not_an_index():
@@ -158,7 +158,7 @@ def test_cells_with_the_same_kernels_share_a_combine_but_not_an_index():
     cells = [(1, "i1", [("a", "h1"), ("b", "h2")]), (2, "i2", [("b", "h2"), ("a", "h1")]),
              (3, None, [("a", "h1")]), (4, "i1", [])]
     for rule in ttgir.RULES.values():
-        combiner = storemod._Combiner(rule, [(cell_id, index, key(kernels)) for cell_id, index, kernels in cells])
+        combiner = fingerprinting.Combiner(rule, [(cell_id, index, key(kernels)) for cell_id, index, kernels in cells])
         assert combiner.waited() == {"h1", "h2"}
         for pair in digests:
             combiner.add([pair])
@@ -242,9 +242,9 @@ def test_a_text_its_rule_leaves_alone_is_not_read(example_store, monkeypatch):
     reads only the texts holding one of its rule's, and gives the fingerprints
     of a rescore that reads every text (markers unknown: stored before
     release 3)."""
-    monkeypatch.setattr(storemod, "worker_count", lambda n: 0)  # read here, where it can be seen
+    monkeypatch.setattr(fingerprinting, "worker_count", lambda n: 0)  # read here, where it can be seen
     read = []
-    monkeypatch.setattr(storemod, "_read_blobs", lambda conn, hashes, real=storemod._read_blobs:
+    monkeypatch.setattr(fingerprinting, "_read_blobs", lambda conn, hashes, real=fingerprinting._read_blobs:
                         read.extend(hashes) or real(conn, hashes))
     import zlib
     holds = {h: raw for h, raw in ((h, zlib.decompress(d)) for h, d in

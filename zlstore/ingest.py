@@ -7,14 +7,14 @@ a stored cell whose files and directories have the same sizes and times is
 skipped without listing or reading them (unchanged.py); where those changed,
 the full scan and then a content hash decide.
 
-This module is the writer, which owns the transaction: a cell's files are
-read and parsed by parse.py, on a large tree in worker processes
-(parallel.py)."""
+This module is the writer, which owns the transaction and walks the tree:
+a cell's files are read and parsed by parse.py, on a large tree in worker
+processes (parallel.py); its root is stored by rootwriter.py, its rows
+written by cellwriter.py."""
 
 import contextlib
 import gc
 import io
-import json
 import os
 import sqlite3
 import time
@@ -22,27 +22,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
 
-from . import caliber, db, layout, names, pairing, parallel, parse, provenance, roots, stats, ttgir, unchanged
-from .db import (bulk_cache, bulk_checkpoints, checkpoint_between_commits, insert_sql, is_storage_failure, now,
-                 retry_busy, scratch_in_memory, write_transaction)
+from . import db, fingerprints, layout, pairing, parallel, parse, roots, stats, unchanged
+from .cellwriter import CellWriter, NotStored
+from .db import (bulk_cache, bulk_checkpoints, checkpoint_between_commits, is_storage_failure, retry_busy,
+                 scratch_in_memory, write_transaction)
 from .layout import Problem
 from .parse import ParsedCell, bounded
+from .rootwriter import RootWriter
 
 # What a summary reports, in the order it is printed.
 COUNTS = (
     "roots", "cells_added", "cells_replaced", "cells_unchanged", "cells_unfinished",
     "cells_failed", "rows_added", "kernels_added", "ir_texts_added",
 )
-
-_INSERT_CELL = insert_sql("cells", ("root_id", "caliber_id", "environment_id", "stat_sig", "ingested_at")
-                          + parse.CELL_COLUMNS)
-_INSERT_KERNEL = insert_sql("kernels", ("cell_id",) + parse.Kernel._fields)
-_INSERT_MEASUREMENT = insert_sql("measurements", parse.MEASUREMENT_COLUMNS)
-_INSERT_DENSE_MEASUREMENT = insert_sql("measurements", parse.DENSE_COLUMNS)
-RECORDED_VERDICT_COLUMNS = (
-    "root_id", "file", "line", "op", "dtype", "verdict", "raw_verdict", "cl_before", "cl_after",
-    "fp_before", "fp_after", "elapsed_before", "elapsed_after", "rc_before", "rc_after",
-) + caliber.NAMES + ("extra",)
 
 
 def plural(n: int, noun: str) -> str:
@@ -163,64 +155,9 @@ class _KnownCells(dict):
         return dict.get(self, key, default)
 
 
-class _KnownBlobs(set):
-    """Blob hashes known stored; others are looked up, and remembered when
-    found. Only a forget deletes blobs (Ingester._see_other_writers forgets
-    them all then), and a cell that fails rolls back only its own writes,
-    whose hashes are still pending (Ingester.pending_blobs), not found here."""
-
-    def __init__(self, conn):
-        super().__init__()
-        self.conn = conn
-
-    def __contains__(self, digest):
-        if set.__contains__(self, digest):
-            return True
-        if self.conn.execute("SELECT 1 FROM blobs WHERE hash = ?", (digest,)).fetchone() is None:
-            return False
-        bounded(self)
-        self.add(digest)
-        return True
-
-
-def ingest_rules(conn: sqlite3.Connection) -> tuple:
-    """The rules an ingest fingerprints a repeat run's or campaign's cells
-    under: the current rule and the rules that change no text. Any other rule
-    is computed from the stored IR when it is first asked for
-    (Store.compute_fingerprints), so a costly rule nobody uses (v4 strips
-    every location) is not paid for on every round of a campaign. A
-    screening cell gets every rule (SCREENING_RULES): the verdicts compare
-    rules, and the strictest tells whether the axis is live."""
-    row = conn.execute("SELECT current_rule FROM judging_settings").fetchone()
-    current = row[0] if row else ttgir.DEFAULT_RULE
-    return tuple(rule for name, rule in ttgir.RULES.items() if name == current or rule.triggers == ())
-
-
-def cell_rules(conn: sqlite3.Connection, root_kind: str) -> tuple:
-    """The rules an ingest fingerprints a cell of a root of root_kind under."""
-    return parse.SCREENING_RULES if root_kind == "screen" else ingest_rules(conn)
-
-
 class StoreStopped(Exception):
     """The database cannot take more writes (disk full, I/O error): the run
     stops, with what it committed."""
-
-
-class NotStored(Exception):
-    """A cell zlstore will not store, and why; filename: what to name."""
-
-    def __init__(self, message: str, filename: str):
-        super().__init__(message)
-        self.filename = filename
-
-
-def stored_environment(conn: sqlite3.Connection, values: dict, schema: str = "main") -> int:
-    """The id of the environments row of values (its key made from its
-    fields), inserted where there is none: what an ingest and a merge both
-    store."""
-    key, fields = provenance.key(values), provenance.clean(values)
-    conn.execute(insert_sql(f"{schema}.environments", ("key", *fields), "INSERT OR IGNORE"), (key, *fields.values()))
-    return conn.execute(f"SELECT id FROM {schema}.environments WHERE key = ?", (key,)).fetchone()[0]
 
 
 def _resolved(path) -> Path:
@@ -252,19 +189,6 @@ def _file_at_or_under(prefix: str = "") -> str:
 
 def _file_bounds(path: str, prefix: str = "") -> dict:
     return {prefix + name: bound for name, bound in zip(_BOUNDS, unchanged.at_or_under(path))}
-
-
-def _read_text_again(parsed: ParsedCell, ir_hash: str) -> bytes:
-    """A text this run stored and another process's forget removed since:
-    a worker sends each text once, so it is read again from the cell's file."""
-    for name, cache_dir, kernel_hash, *_ in parsed.kernels:
-        if kernel_hash == ir_hash:
-            path = os.path.join(str(parsed.files.path), layout.TRITON_CACHE, cache_dir, name + ".ttgir")
-            data = layout.read_bytes(path, str(parsed.ref.path))
-            if ttgir.digest(data) != ir_hash:
-                raise NotStored("its IR changed while it was ingested: ingest it again", path)
-            return data
-    raise NotStored(f"its IR text {ir_hash} is gone from the store", str(parsed.files.path))
 
 
 class _Batch:
@@ -353,22 +277,19 @@ class Ingester:
         self.command = command
         self.summary = Summary()
         self.root_refs: dict = {}  # layout.root_of's cache: markers per directory, roots per parent
-        self.roots: Dict[Path, Tuple[layout.Root, int]] = {}
-        # Looked up per path and per hash (index hits): `zlstore record` of one
-        # cell must not read every cell and blob of the store.
+        # Looked up per path (index hits): `zlstore record` of one cell must
+        # not read every cell of the store.
         self.cells: Dict[str, Tuple[int, str, str]] = _KnownCells(self.conn)
-        self.blobs = _KnownBlobs(self.conn)
-        self.pending_blobs: Dict[str, str] = {}  # written in the open transaction: known once it commits
-        self.caliber_ids: Dict[tuple, int] = {}
-        self.environment_ids: Dict[str, int] = {}
         self.run_id: Optional[int] = None
-        self.packed: Dict[str, Tuple[int, bytes, Optional[str]]] = {}  # from workers, until stored
-        self.digested: set = set()                      # texts whose digests this run stored
-        self.pending_digested: set = set()
+        self.cell_writer = CellWriter(self.conn)
+        self.root_writer = RootWriter(self.conn, write=self._write, problem=self.problem,
+                                      store_problems=self._store_problems, close_problems=self._close_problems,
+                                      caliber_id=self.cell_writer.caliber_id, summary=self.summary)
+        self.roots = self.root_writer.roots  # the roots met, by path: the run counts them
         self.roots_met: set = set()                      # by _find: roots of cells found, as strings
         self.batch: Optional[_Batch] = None              # a whole-tree ingest's open batch
         self.data_version: Optional[int] = None          # the store's, when this run last took the lock
-        self.parser = parse.CellParser(ingest_rules(self.conn))
+        self.parser = parse.CellParser(fingerprints.ingest_rules(self.conn))
         self.rehash = rehash  # read every cell: its content hash decides, not its stat signature
 
     # -- the run -----------------------------------------------------------
@@ -545,7 +466,7 @@ class Ingester:
             if root not in self.roots_met:
                 self.roots_met.add(root)
                 if first_unchanged:  # else that first cell is ingested, and looks its root up then
-                    self.root(layout.RootRef(Path(root), kind, parts))
+                    self.root_writer.root(layout.RootRef(Path(root), kind, parts))
         return found.cells
 
     @contextlib.contextmanager
@@ -582,6 +503,13 @@ class Ingester:
             [(self.run_id, p.file, p.line, p.message, cell_id, root_id) for p in problems],
         )
 
+    def _close_problems(self, cell_id: Optional[int] = None, root_id: Optional[int] = None):
+        """Close the open problems of a cell, or a root's own (not its
+        cells'): they were its old files'."""
+        where = "cell_id = ?" if root_id is None else "root_id = ? AND cell_id IS NULL"
+        self.conn.execute(f"UPDATE ingest_problems SET closed_by = ? WHERE {where} AND closed_by IS NULL",
+                          (self.run_id, cell_id if root_id is None else root_id))
+
     # -- one cell ----------------------------------------------------------
 
     def cell(self, cell: Path, require_finished: bool = False, prepared=None) -> str:
@@ -614,7 +542,7 @@ class Ingester:
         if prepared is not None and isinstance(prepared[2], ParsedCell):
             # first: the worker sends each text once, and later cells of the
             # op need it even when this one goes no further
-            self.packed.update(prepared[2].packed)
+            self.cell_writer.packed.update(prepared[2].packed)
         if not layout.storable(key):
             raise NotStored("its path holds bytes that are not UTF-8, which the store cannot keep as a path "
                             "(rename the directory)", key)
@@ -630,7 +558,7 @@ class Ingester:
             ref = layout.locate_root(cell, self.root_refs)
         else:
             ref, files_sig, parsed = prepared
-        root, root_id = self.root(ref)
+        root, root_id = self.root_writer.root(ref)
         if prepared is None:
             files, parsed = parse.scan_cell(cell), None
             files_sig = files.stat_sig
@@ -664,14 +592,13 @@ class Ingester:
                 cell_id = row[0]
             else:
                 if row:  # its problems were the old files': closed
-                    self.conn.execute("UPDATE ingest_problems SET closed_by = ? WHERE cell_id = ? AND closed_by IS NULL",
-                                      (self.run_id, row[0]))
+                    self._close_problems(cell_id=row[0])
                     self.conn.execute("DELETE FROM cells WHERE id = ?", (row[0],))
-                cell_id = self._insert(parsed, root_id, stat_sig)
+                cell_id = self.cell_writer.write(parsed, root_id, stat_sig)
+                if parsed.problems:
+                    self._store_problems(parsed.problems, cell_id=cell_id)
                 outcome = "replaced" if row else "added"
-        self._committed()
-        for ir_hash in parsed.texts:  # stored now, by this cell or an earlier one
-            self.packed.pop(ir_hash, None)
+        self.summary.counts["ir_texts_added"] += self.cell_writer.kept(parsed)
         if not self.cells.complete:  # a whole tree: each path comes once, keep nothing per cell
             self.cells[key] = (cell_id, stat_sig, parsed.content_sig)
         self.summary.counts["cells_" + outcome] += 1
@@ -690,35 +617,15 @@ class Ingester:
         written against a blob that a forget removed failed its cell."""
         version = self.conn.execute("PRAGMA data_version").fetchone()[0]
         if self.data_version is not None and version != self.data_version:
-            stored = dict(self.conn.execute("SELECT id, path FROM roots").fetchall())
-            for path, (_, root_id) in list(self.roots.items()):
-                if stored.get(root_id) != str(path):
-                    del self.roots[path]
-            self.blobs.clear()
-            self.digested.clear()
-            self.caliber_ids.clear()
-            self.environment_ids.clear()
+            self.root_writer.forget_gone()
+            self.cell_writer.forget_stored()
             self.cells.clear()
             self.cells.complete = False
         self.data_version = version
 
     def _forget_uncommitted(self):
         """A rolled-back transaction takes its blobs and calibers with it."""
-        self.pending_blobs.clear()
-        self.pending_digested.clear()
-        self.caliber_ids.clear()
-        self.environment_ids.clear()
-
-    def _committed(self):
-        bounded(self.blobs)
-        bounded(self.digested, 4 * parse.CACHE_ENTRIES)  # an entry per text: a campaign has thousands
-        self.digested.update(self.pending_digested)
-        self.pending_digested.clear()
-        for digest, kind in self.pending_blobs.items():
-            self.blobs.add(digest)
-            if kind == "ttgir":
-                self.summary.counts["ir_texts_added"] += 1
-        self.pending_blobs.clear()
+        self.cell_writer.forget_uncommitted()
 
     def _finished(self, cell: Path) -> bool:
         """The harness writes cell.env last, with RC: before that the cell is
@@ -729,184 +636,3 @@ class Ingester:
         if refused:
             raise NotStored(refused[0].message, refused[0].file)
         return done
-
-    # -- roots -------------------------------------------------------------
-
-    def root(self, ref: layout.RootRef) -> Tuple[layout.Root, int]:
-        """The stored root of ref (roots.py: known by what it is, wherever
-        it is seen), stored or moved here first where it is not."""
-        if ref.path in self.roots:
-            return self.roots[ref.path]
-        root = layout.load_root(ref)
-        row = roots.stored_at(self.conn, str(ref.path))
-        if row and row[1:] == (root.identity, root.files_sig):
-            root_id = row[0]
-        else:
-            with self._write():  # looked up again inside: another writer may have been first
-                root_id = self._place_root(root)
-        self._stored_twice(root, root_id)
-        self.roots[ref.path] = (root, root_id)
-        return root, root_id
-
-    def _place_root(self, root: layout.Root) -> int:
-        """The id of the stored root that root is, brought up to date: the
-        one at its path; else the one with its identity, moved here (the
-        tree was moved or copied, or is seen from elsewhere), setting aside
-        another root of its name stored at this path; else a new one."""
-        path, identity = str(root.path), root.identity
-        here = roots.stored_at(self.conn, path)
-        same = roots.with_identity(self.conn, identity, path)
-        if here and (here[1] == identity or not same):
-            # where not the same identity, its env file was edited here: read its files again
-            root_id, files_sig = here[0], here[2] if here[1] == identity else None
-        elif same:
-            root_id = same[0][0]
-            if here:
-                away = roots.set_aside(self.conn, path)
-                self.problem(Problem(path, None, f"the root stored at this path was another root named {root.name}: "
-                                                 f"it is kept as {away}"))
-            moved_from = roots.relocate(self.conn, root_id, path)
-            self.summary.moved.append({"root": root.name, "from": moved_from, "to": path})
-            files_sig = self.conn.execute("SELECT files_sig FROM roots WHERE id = ?", (root_id,)).fetchone()[0]
-        else:
-            root_id = files_sig = None
-            others = roots.namesakes(self.conn, root.name, identity)
-            if others:
-                self.problem(Problem(path, None, roots.namesake_message(root.name, root.env_file, root.env, others)))
-        if root_id is None or files_sig != root.files_sig:
-            layout.check_root_numbers(root)
-            known = root_id is not None
-            root_id = self._upsert_root(root, root_id)
-            if known:  # its problems were the old files': closed
-                self.conn.execute("UPDATE ingest_problems SET closed_by = ? "
-                                  "WHERE root_id = ? AND cell_id IS NULL AND closed_by IS NULL",
-                                  (self.run_id, root_id))
-            self._store_problems(root.problems, root_id=root_id)
-            self.summary.problems.extend(root.problems)
-        return root_id
-
-    def _stored_twice(self, root: layout.Root, root_id: int):
-        """Name the other rows of the same root: a store made before roots
-        were known by identity holds a moved tree twice."""
-        for _, path in roots.with_identity(self.conn, root.identity):
-            if path != str(root.path):
-                self.problem(Problem(str(root.path), None, f"the same root ({root.name}, the same "
-                                     f"{root.env_file or 'name'}) is also stored from {path}, by an older zlstore: "
-                                     f"`zlstore forget '{path}'` removes that copy"))
-
-    def _upsert_root(self, root: layout.Root, root_id: Optional[int]) -> int:
-        env = root.env
-        values = dict(
-            path=str(root.path), name=root.name, kind=root.kind, switch=env.get("SWITCH"),
-            host=env.get("HOST"), started_at=env.get("STARTED_AT"),
-            rounds=layout.to_int(env.get("ROUNDS")), cards=layout.to_int(env.get("CARDS")),
-            screen_root=env.get("SCREEN_ROOT"), caliber_id=self.caliber_id(caliber.complete(root.caliber())),
-            env_file=root.env_file, env=json.dumps(env, sort_keys=True) if root.env_file else None,
-            files_sig=root.files_sig, ingested_at=now(), identity=root.identity,
-        )
-        if root_id is None:
-            root_id = self.conn.execute(insert_sql("roots", tuple(values)), tuple(values.values())).lastrowid
-        else:
-            assignments = ", ".join(f"{k} = ?" for k in values)
-            self.conn.execute(f"UPDATE roots SET {assignments} WHERE id = ?", (*values.values(), root_id))
-            self.conn.execute("DELETE FROM recorded_verdicts WHERE root_id = ?", (root_id,))
-            self.conn.execute("DELETE FROM partitions WHERE root_id = ?", (root_id,))
-        for file_name, rows in ((layout.SCREEN_TSV, root.screen), (layout.SCREEN_TSV_ORIG, root.screen_orig)):
-            self.conn.executemany(
-                insert_sql("recorded_verdicts", RECORDED_VERDICT_COLUMNS),
-                [self._verdict_row(root_id, file_name, line, row) for line, row in rows if row.get("op")],
-            )
-        self.conn.executemany(
-            "INSERT INTO partitions (root_id, line, card, op, dtype, weight_min) VALUES (?, ?, ?, ?, ?, ?)",
-            [
-                (root_id, line, layout.to_int(row.get("card")), row["op"], row.get("dtype") or "",
-                 layout.to_float(row.get("weight_min")))
-                for line, row in root.partition if row.get("op")
-            ],
-        )
-        return root_id
-
-    @staticmethod
-    def _verdict_row(root_id, file_name, line, row):
-        known = set(layout.SCREEN_COLUMNS)
-        extra = {k: v for k, v in row.items() if k not in known}
-        raw = row.get("verdict")
-        return (
-            root_id, file_name, line, row["op"], row.get("dtype") or "",
-            names.canonical_verdict(raw), raw or None,
-            layout.to_int(row.get("cl_before")), layout.to_int(row.get("cl_after")),
-            row.get("fp_before") or None, row.get("fp_after") or None,
-            layout.to_float(row.get("elapsed_before")), layout.to_float(row.get("elapsed_after")),
-            layout.to_int(row.get("rc_before")), layout.to_int(row.get("rc_after")),
-            *[(row.get(n) or None) for n in caliber.NAMES],
-            json.dumps(extra) if extra else None,
-        )
-
-    def caliber_id(self, values: Optional[tuple]) -> Optional[int]:
-        """The id of a complete caliber, created on first use; None stays None."""
-        if values is None:
-            return None
-        if values not in self.caliber_ids:
-            where = " AND ".join(f"{n} = ?" for n in caliber.NAMES)
-            row = self.conn.execute(f"SELECT id FROM calibers WHERE {where}", values).fetchone()
-            if row is None:
-                in_txn = self.conn.in_transaction
-                insert = insert_sql("calibers", caliber.NAMES, "INSERT OR IGNORE")
-                if in_txn:
-                    self.conn.execute(insert, values)
-                else:
-                    with self._write():
-                        self.conn.execute(insert, values)
-                row = self.conn.execute(f"SELECT id FROM calibers WHERE {where}", values).fetchone()
-            self.caliber_ids[values] = row[0]
-        return self.caliber_ids[values]
-
-    def environment_id(self, values: Optional[dict]) -> Optional[int]:
-        """The id of an environment (provenance.py), created on first use
-        inside the cell's transaction; None (none recorded) stays None."""
-        if not values:
-            return None
-        key = provenance.key(values)
-        if key not in self.environment_ids:
-            self.environment_ids[key] = stored_environment(self.conn, values)
-        return self.environment_ids[key]
-
-    # -- writing (inside the cell's transaction) ---------------------------
-
-    def _insert(self, parsed: ParsedCell, root_id: int, stat_sig: str) -> int:
-        caliber_id = self.caliber_id(parsed.values["caliber"])
-        if parsed.index and parsed.index[0] not in self.pending_blobs and parsed.index[0] not in self.blobs:
-            self._insert_blob(parsed.index[0], "index.tsv", parsed.index[1])
-        environment_id = self.environment_id(parsed.values.get("environment"))
-        cell_id = self.conn.execute(_INSERT_CELL, (root_id, caliber_id, environment_id, stat_sig, now(),
-                                                   *parsed.cell_columns())).lastrowid
-        for dense, rows in parsed.insert_runs():
-            self.conn.executemany(_INSERT_DENSE_MEASUREMENT if dense else _INSERT_MEASUREMENT,
-                                  [(cell_id, *row) for row in rows])
-        for ir_hash, (raw, _) in parsed.texts.items():
-            if ir_hash not in self.pending_blobs and ir_hash not in self.blobs:
-                packed = self.packed.get(ir_hash)
-                if raw is None and packed is None:  # stored by this run, then a forget removed it
-                    raw = _read_text_again(parsed, ir_hash)
-                self._insert_blob(ir_hash, "ttgir", raw, packed)
-        self.conn.executemany(_INSERT_KERNEL, [(cell_id, *k) for k in parsed.kernels])
-        fingerprints, digests = parsed.fingerprints
-        digests = [d for d in digests if d[0] not in self.digested]  # stored by this run already
-        self.pending_digested.update(d[0] for d in digests)
-        if digests:
-            self.conn.executemany("INSERT OR IGNORE INTO ir_digests (ir_hash, rule, digest) VALUES (?, ?, ?)", digests)
-        self.conn.executemany("INSERT INTO fingerprints (cell_id, rule, fingerprint) VALUES (?, ?, ?)",
-                              [(cell_id, rule, fingerprint) for rule, fingerprint in fingerprints])
-        if parsed.problems:
-            self._store_problems(parsed.problems, cell_id=cell_id)
-        return cell_id
-
-    def _insert_blob(self, digest: str, kind: str, raw: Optional[bytes],
-                     packed: Optional[Tuple[int, bytes, Optional[str]]] = None):
-        """raw bytes, or what a worker made of them (parse.packed)."""
-        size, data, markers = packed if raw is None else parse.packed(raw, kind)
-        self.conn.execute(
-            "INSERT OR IGNORE INTO blobs (hash, kind, size, data, markers) VALUES (?, ?, ?, ?, ?)",
-            (digest, kind, size, data, markers),
-        )
-        self.pending_blobs[digest] = kind

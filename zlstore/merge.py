@@ -35,7 +35,9 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence
 from . import db as dbmod
 from . import caliber, floors, macros, pairing, provenance, roots
 from .db import now
-from .ingest import cell_rules, plural, stored_environment
+from .cellwriter import stored_environment
+from .fingerprints import cell_rules
+from .ingest import plural
 from .layout import Problem
 from .store import Store
 
@@ -802,7 +804,7 @@ class Merger:
             self.summary.counts["log_runs_added"] += len(missing)
 
     def _complete_fingerprints(self):
-        """Every cell fingerprinted as an ingest would have it (ingest.cell_rules:
+        """Every cell fingerprinted as an ingest would have it (fingerprints.cell_rules:
         a screening cell under every rule, another under the current rule and
         those that change no text), and under every rule some cell of a
         repeat run or campaign holds in the target now (a source may have

@@ -303,7 +303,7 @@ def unpacked(data: bytes, size: int) -> bytes:
 
 class CellParser:
     """Parses the cells of one run. rules: what a repeat run's or a
-    campaign's cell is fingerprinted under (ingest.ingest_rules); a
+    campaign's cell is fingerprinted under (fingerprints.ingest_rules); a
     screening cell gets SCREENING_RULES."""
 
     def __init__(self, rules: tuple):
@@ -405,7 +405,7 @@ class CellParser:
                                                "stored, but tools that read paths by lines will misread it"))
         parsed = ParsedCell(files, root, ref, env, values, log, kernels, texts, index,
                             content.hexdigest(), problems, reread=reread)
-        parsed.fingerprints = self._fingerprints(parsed)  # here, not under the write lock in _insert
+        parsed.fingerprints = self._fingerprints(parsed)  # here, not under the write lock in CellWriter.write
         return parsed
 
     def digest(self, rule: ttgir.Rule, ir_hash: str, text: str, normalized_now: Optional[dict] = None) -> str:
@@ -446,6 +446,6 @@ class CellParser:
         return fingerprints, digests
 
     def rules_for(self, root: layout.Root) -> tuple:
-        """The rules a cell of root is fingerprinted under (ingest_rules)."""
+        """The rules a cell of root is fingerprinted under (fingerprints.cell_rules)."""
         return SCREENING_RULES if root.kind == "screen" else self.rules
 

@@ -215,7 +215,7 @@ def _drop_unused_texts(conn: sqlite3.Connection) -> int:
     conn.execute(f"DELETE FROM ir_digests WHERE ir_hash IN ({unreferenced})")
     # A text still used keeps its digests only under the rules a cell using
     # it is fingerprinted under: a screening root's cells have every rule,
-    # a campaign's not (ingest.cell_rules).
+    # a campaign's not (fingerprints.cell_rules).
     conn.execute("""DELETE FROM ir_digests WHERE ir_hash IN (SELECT hash FROM temp.forget_blobs)
                     AND NOT EXISTS (SELECT 1 FROM kernels k JOIN fingerprints f ON f.cell_id = k.cell_id
                                     WHERE k.ir_hash = ir_digests.ir_hash AND f.rule = ir_digests.rule)""")

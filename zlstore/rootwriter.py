@@ -1,0 +1,157 @@
+"""Storing the roots an ingest meets: each found in the store once per run,
+and stored, brought up to date or moved here where the store's copy is not
+what is on disk.
+
+roots.py says which stored root a root is (by identity, wherever it is
+seen); this writes its row, its recorded verdicts (screen.tsv) and its
+partition, inside the writer's transactions (ingest.py)."""
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Callable, ContextManager, Dict, Optional, Tuple
+
+from . import caliber, layout, names, roots
+from .db import insert_sql, now
+from .layout import Problem
+
+RECORDED_VERDICT_COLUMNS = (
+    "root_id", "file", "line", "op", "dtype", "verdict", "raw_verdict", "cl_before", "cl_after",
+    "fp_before", "fp_after", "elapsed_before", "elapsed_after", "rc_before", "rc_after",
+) + caliber.NAMES + ("extra",)
+
+
+class RootWriter:
+    """The roots of one run, by path. What it needs of the run is given:
+    write, a write transaction (or savepoint) of the run's; problem, which
+    tells and stores a problem of the run; store_problems and
+    close_problems, a root's own problems (open while it is stored as it was
+    read); caliber_id, the id of a caliber, created where new; summary, the
+    run's Summary (ingest.py), which lists the roots moved and the problems
+    found."""
+
+    def __init__(self, conn: sqlite3.Connection, *, write: Callable[[], ContextManager],
+                 problem: Callable[[Problem], None], store_problems: Callable[..., None],
+                 close_problems: Callable[..., None], caliber_id: Callable[[Optional[tuple]], Optional[int]],
+                 summary):
+        self.conn = conn
+        self.write, self.problem, self.caliber_id, self.summary = write, problem, caliber_id, summary
+        self.store_problems, self.close_problems = store_problems, close_problems
+        self.roots: Dict[Path, Tuple[layout.Root, int]] = {}
+
+    def root(self, ref: layout.RootRef) -> Tuple[layout.Root, int]:
+        """The stored root of ref (roots.py: known by what it is, wherever
+        it is seen), stored or moved here first where it is not."""
+        if ref.path in self.roots:
+            return self.roots[ref.path]
+        root = layout.load_root(ref)
+        row = roots.stored_at(self.conn, str(ref.path))
+        if row and row[1:] == (root.identity, root.files_sig):
+            root_id = row[0]
+        else:
+            with self.write():  # looked up again inside: another writer may have been first
+                root_id = self._place_root(root)
+        self._stored_twice(root, root_id)
+        self.roots[ref.path] = (root, root_id)
+        return root, root_id
+
+    def forget_gone(self):
+        """Another process committed: forget the roots whose rows are no
+        longer where they were (a forget, a move), to be looked up again."""
+        stored = dict(self.conn.execute("SELECT id, path FROM roots").fetchall())
+        for path, (_, root_id) in list(self.roots.items()):
+            if stored.get(root_id) != str(path):
+                del self.roots[path]
+
+    def _place_root(self, root: layout.Root) -> int:
+        """The id of the stored root that root is, brought up to date: the
+        one at its path; else the one with its identity, moved here (the
+        tree was moved or copied, or is seen from elsewhere), setting aside
+        another root of its name stored at this path; else a new one."""
+        path, identity = str(root.path), root.identity
+        here = roots.stored_at(self.conn, path)
+        same = roots.with_identity(self.conn, identity, path)
+        if here and (here[1] == identity or not same):
+            # where not the same identity, its env file was edited here: read its files again
+            root_id, files_sig = here[0], here[2] if here[1] == identity else None
+        elif same:
+            root_id = same[0][0]
+            if here:
+                away = roots.set_aside(self.conn, path)
+                self.problem(Problem(path, None, f"the root stored at this path was another root named {root.name}: "
+                                                 f"it is kept as {away}"))
+            moved_from = roots.relocate(self.conn, root_id, path)
+            self.summary.moved.append({"root": root.name, "from": moved_from, "to": path})
+            files_sig = self.conn.execute("SELECT files_sig FROM roots WHERE id = ?", (root_id,)).fetchone()[0]
+        else:
+            root_id = files_sig = None
+            others = roots.namesakes(self.conn, root.name, identity)
+            if others:
+                self.problem(Problem(path, None, roots.namesake_message(root.name, root.env_file, root.env, others)))
+        if root_id is None or files_sig != root.files_sig:
+            layout.check_root_numbers(root)
+            known = root_id is not None
+            root_id = self._upsert_root(root, root_id)
+            if known:  # its problems were the old files': closed
+                self.close_problems(root_id=root_id)
+            self.store_problems(root.problems, root_id=root_id)
+            self.summary.problems.extend(root.problems)
+        return root_id
+
+    def _stored_twice(self, root: layout.Root, root_id: int):
+        """Name the other rows of the same root: a store made before roots
+        were known by identity holds a moved tree twice."""
+        for _, path in roots.with_identity(self.conn, root.identity):
+            if path != str(root.path):
+                self.problem(Problem(str(root.path), None, f"the same root ({root.name}, the same "
+                                     f"{root.env_file or 'name'}) is also stored from {path}, by an older zlstore: "
+                                     f"`zlstore forget '{path}'` removes that copy"))
+
+    def _upsert_root(self, root: layout.Root, root_id: Optional[int]) -> int:
+        env = root.env
+        values = dict(
+            path=str(root.path), name=root.name, kind=root.kind, switch=env.get("SWITCH"),
+            host=env.get("HOST"), started_at=env.get("STARTED_AT"),
+            rounds=layout.to_int(env.get("ROUNDS")), cards=layout.to_int(env.get("CARDS")),
+            screen_root=env.get("SCREEN_ROOT"), caliber_id=self.caliber_id(caliber.complete(root.caliber())),
+            env_file=root.env_file, env=json.dumps(env, sort_keys=True) if root.env_file else None,
+            files_sig=root.files_sig, ingested_at=now(), identity=root.identity,
+        )
+        if root_id is None:
+            root_id = self.conn.execute(insert_sql("roots", tuple(values)), tuple(values.values())).lastrowid
+        else:
+            assignments = ", ".join(f"{k} = ?" for k in values)
+            self.conn.execute(f"UPDATE roots SET {assignments} WHERE id = ?", (*values.values(), root_id))
+            self.conn.execute("DELETE FROM recorded_verdicts WHERE root_id = ?", (root_id,))
+            self.conn.execute("DELETE FROM partitions WHERE root_id = ?", (root_id,))
+        for file_name, rows in ((layout.SCREEN_TSV, root.screen), (layout.SCREEN_TSV_ORIG, root.screen_orig)):
+            self.conn.executemany(
+                insert_sql("recorded_verdicts", RECORDED_VERDICT_COLUMNS),
+                [_verdict_row(root_id, file_name, line, row) for line, row in rows if row.get("op")],
+            )
+        self.conn.executemany(
+            "INSERT INTO partitions (root_id, line, card, op, dtype, weight_min) VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                (root_id, line, layout.to_int(row.get("card")), row["op"], row.get("dtype") or "",
+                 layout.to_float(row.get("weight_min")))
+                for line, row in root.partition if row.get("op")
+            ],
+        )
+        return root_id
+
+
+def _verdict_row(root_id: int, file_name: str, line: int, row: dict) -> tuple:
+    """A recorded_verdicts row (RECORDED_VERDICT_COLUMNS) of a screen.tsv line."""
+    known = set(layout.SCREEN_COLUMNS)
+    extra = {k: v for k, v in row.items() if k not in known}
+    raw = row.get("verdict")
+    return (
+        root_id, file_name, line, row["op"], row.get("dtype") or "",
+        names.canonical_verdict(raw), raw or None,
+        layout.to_int(row.get("cl_before")), layout.to_int(row.get("cl_after")),
+        row.get("fp_before") or None, row.get("fp_after") or None,
+        layout.to_float(row.get("elapsed_before")), layout.to_float(row.get("elapsed_after")),
+        layout.to_int(row.get("rc_before")), layout.to_int(row.get("rc_after")),
+        *[(row.get(n) or None) for n in caliber.NAMES],
+        json.dumps(extra) if extra else None,
+    )
