@@ -59,8 +59,7 @@ def forest_svg(rows: Sequence[Mapping], title: str = "") -> str:
     from matplotlib.lines import Line2D  # noqa: PLC0415
 
     colors = finding_colors()
-    settings = {"svg.fonttype": "none", "svg.hashsalt": "zlstore", "font.size": 9}
-    with matplotlib.rc_context(settings):
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "zlstore", "font.size": 9}):
         figure, axes = pyplot.subplots(figsize=(9, 1.2 + 0.28 * max(len(rows), 1)))
         try:
             _draw(axes, rows, colors)

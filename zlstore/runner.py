@@ -21,7 +21,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, IO, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, IO, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import caliber, flaggems, judge, layout, pairing, provenance
 from . import plan as planmod
@@ -200,7 +200,7 @@ def plan_from_store(store, screen_root: str, cards: int, rounds: int,
 
 @dataclass
 class ScreenConfig:
-    root: Path
+    root: Union[str, Path]  # as given (the command line's is a str); read through Path()
     ops: List[Tuple[str, str]]
     command: str
     switch: str
@@ -282,7 +282,7 @@ def _num(value: float) -> str:
     return format(value, "g")
 
 
-def screen_tsv_rows(result: dict) -> List[dict]:
+def screen_tsv_rows(result: dict) -> List[Mapping[str, str]]:
     """The rows of the screen.tsv a screening pass wrote (empty when it has
     none), for the table printed at its end."""
     return [row for _, row in layout.read_tsv(Path(result["screen_tsv"]), []) or []]
@@ -370,7 +370,7 @@ ISOLATE_TUNER_CACHE = "ZL_ISOLATE_TUNER_CACHE"   # campaigns force it to 1
 
 @dataclass
 class CampaignConfig:
-    root: Path
+    root: Union[str, Path]  # as given (the command line's is a str); read through Path()
     plan: Plan
     command: str
     rounds: int = DEFAULT_ROUNDS
@@ -874,6 +874,7 @@ def run_campaign(store, config: CampaignConfig, stream: IO = sys.stderr) -> Camp
     note = screen_caliber_note(store, config.screen_root, values) if config.screen_root else None
     if note:
         print(note, file=stream, flush=True)
+    launcher: Union[SlurmLauncher, LocalLauncher]
     if config.slurm is not None:
         launcher = SlurmLauncher(config.slurm, config.poll_s)
     else:
@@ -952,7 +953,7 @@ def _resume(store, root: Path, plan: Plan, rounds: int, states: List[CardState],
     skipped, the cells of the others' earlier runs superseded."""
     done, superseded, summary = settle_resume(store, root, plan, rounds)
     display.event(f"resume: {summary.line()}")
-    todo = {}
+    todo: Dict[int, List[Op]] = {}
     for card in plan.cards:
         state = states[card.card]
         for op in card.ops:
