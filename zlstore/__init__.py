@@ -14,7 +14,7 @@ def __getattr__(name):
     zlstore` alone (the command line's first step) loads nothing, so that
     Ctrl-C during start-up is handled (zlstore/__main__.py)."""
     if name in __all__:
-        from . import store
+        from . import store  # on first use: `import zlstore` alone loads nothing (above)
 
         return getattr(store, name)
     raise AttributeError(f"module 'zlstore' has no attribute {name!r}")

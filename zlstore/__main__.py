@@ -17,7 +17,7 @@ def _interrupted_early(signum, frame):
 
 def main():
     signal.signal(signal.SIGINT, _interrupted_early)
-    from .cli import cli
+    from .cli import cli  # after the handler: a Ctrl-C while the command line loads is handled
 
     cli(prog_name="zlstore")
 

@@ -20,7 +20,7 @@ def encode_function(ascii: bool) -> Callable[[Any], str]:
     JSON and a fingerprint's document have no cycles (a cycle still ends in
     RecursionError)."""
     python = json_encoder(ascii)
-    make = json.encoder.c_make_encoder
+    make = getattr(json.encoder, "c_make_encoder", None)  # private: typeshed does not declare it
     if make is None:
         return python.encode
     strings = json.encoder.encode_basestring_ascii if ascii else json.encoder.encode_basestring

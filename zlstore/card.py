@@ -25,10 +25,11 @@ import json
 import os
 import shlex
 import socket
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, IO, List, Optional, Sequence, Tuple
+from typing import Any, Dict, IO, List, Optional, Sequence, Tuple
 
 from . import caliber, layout, provenance
 from . import plan as planmod
@@ -165,7 +166,7 @@ class Status:
         self.path = status_path(root, card)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.out = out
-        self.doc = {
+        self.doc: Dict[str, Any] = {
             "run_id": run_id, "card": card, "host": socket.gethostname(), "pid": os.getpid(),
             "slurm_job": slurm_task_id(os.environ), "started_at": utc_now(), "state": "running",
             "events": [],
@@ -201,7 +202,7 @@ class StatusReader:
         self.path, self.run_id = status_path(root, card), run_id
         self.seen = 0
         self.doc: Optional[dict] = None
-        self._sig = None
+        self._sig: Optional[Tuple[int, int, int]] = None
 
     def new_events(self) -> List[dict]:
         try:
@@ -222,7 +223,7 @@ class StatusReader:
     @property
     def final(self) -> bool:
         """The card said it ended (finished or interrupted)."""
-        return bool(self.doc) and self.doc.get("state") in ("finished", "interrupted")
+        return self.doc is not None and self.doc.get("state") in ("finished", "interrupted")
 
 
 def still_running(root: Path, card: int) -> Optional[str]:
@@ -381,7 +382,7 @@ class Card:
         self.plan, self.status, self.recorder = plan, status, recorder
         self.device, self.poll_s, self.grace = device, poll_s, grace
         self.directory = card_dir(plan.root, plan.card)
-        self.proc = None
+        self.proc: Optional[subprocess.Popen] = None
         self.current: Optional[Op] = None
         self.watch: Optional[CellWatch] = None
         # what this card's cells run on, seen once: its command may know better (ENV_* it writes itself)
@@ -411,7 +412,9 @@ class Card:
         if plan.switch:
             env["SWITCH"] = plan.switch
         if plan.visible and self.device != INHERIT:
-            env[plan.visible] = self.visible_devices()
+            devices = self.visible_devices()
+            assert devices is not None  # the card's own, given the condition above
+            env[plan.visible] = devices
         if self.recorder is not None:
             env["ZLSTORE_DB"] = str(Path(self.recorder.store.path).resolve())
         else:

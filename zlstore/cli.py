@@ -17,12 +17,15 @@ import click
 
 from . import db as dbmod
 from . import files, irdiff, judge, layout, output, report, ttgir
+from . import history as historymod
+from . import plan as planmod
 from .plan import MAX_CARDS
 from .store import Store, default_db_path
 
-# Commands that need datasette, merge, the runners, Slurm or FlagGems import
-# them in their own body: `zlstore --help` and every other command start
-# without them (tests/test_cli_help.py runs --help of each).
+# Commands that need datasette, merge, the runners, Slurm, FlagGems or a
+# report's document import them in their own body, each marked "lazy":
+# `zlstore --help` and every other command start without them (an ingest
+# among them; tests/test_cli_help.py runs --help of each).
 
 # Exit statuses: one meaning each, in every command (docs/cli.md: "Exit statuses").
 from .names import (EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEMS,
@@ -370,7 +373,7 @@ class DatasetteSetting(click.types.CompositeParamType):
     arity = 2
 
     def convert(self, value, param, ctx):
-        from datasette.cli import Setting
+        from datasette.cli import Setting  # lazy: the note at the top
 
         try:
             return Setting().convert(value, param, ctx)
@@ -385,7 +388,7 @@ def _metadata_file(ctx, param, value):
     """--metadata FILE: datasette's JSON or YAML metadata, read as datasette reads it."""
     if value is None:
         return None
-    from datasette.utils import BadMetadataError, parse_metadata
+    from datasette.utils import BadMetadataError, parse_metadata  # lazy: the note at the top
 
     try:
         # a regular file only: /dev/zero or a FIFO would never end
@@ -436,7 +439,7 @@ def serve(store, host, port, settings, cors, extra_metadata, open_browser, get_p
         zlstore serve --db campaign.db -p 8002 --setting max_returned_rows 20000
         zlstore serve --get '/zlstore/verdicts.json?_shape=array'
     """
-    from . import serve as serving
+    from . import serve as serving  # lazy: the note at the top
 
     options = dict(settings=dict(settings), extra_metadata=extra_metadata, cors=cors)
     if get_path is not None:
@@ -473,7 +476,7 @@ def metadata_command(store, name):
         zlstore metadata --db campaign.db > metadata.json
         datasette campaign.db -m metadata.json
     """
-    from . import datasette_site  # datasette and yaml: loaded for this command only, not for --help
+    from . import datasette_site  # lazy: datasette and yaml, for this command only, not for --help
 
     click.echo(output.to_json(datasette_site.metadata(name or Path(store.path).stem)))
 
@@ -667,7 +670,7 @@ def forget(store, root, out):
 def _mergeable(ctx, param, sources):
     """Copy and check every source (merge.prepared_sources) before the target
     is opened or anything merged: one refused, and no target is created."""
-    from . import merge as merging
+    from . import merge as merging  # lazy: the note at the top
 
     try:
         ctx.meta["merge_copies"] = ctx.with_resource(merging.prepared_sources([Path(s) for s in sources], None))
@@ -716,7 +719,7 @@ def merge(store, sources, out):
         zlstore merge host1.db host2.db --db all.db
         zlstore merge /scratch/zl/task-*.db --db campaign.db --json
     """
-    from . import merge as merging
+    from . import merge as merging  # lazy: the note at the top
 
     update, finish = progress_reporter("merging")
     try:
@@ -821,10 +824,8 @@ def plan(store, screen_root, ops, cards, rounds, extra_ops, include_hinted, out_
         \b
         zlstore plan ab_rlc_20261012_101500 --cards 8 --rounds 6 --out partition.tsv
     """
-    from . import plan as planmod
-    from .runner import plan_from_store
-
-    from .runner import ISOLATE_TUNER_CACHE, hinted_ops, screen_caliber_note, unjudged_ops
+    # lazy: the note at the top
+    from .runner import ISOLATE_TUNER_CACHE, hinted_ops, plan_from_store, screen_caliber_note, unjudged_ops
 
     try:
         the_plan, root = plan_from_store(store, screen_root, cards, rounds, ops, extra_ops, include_hinted)
@@ -907,7 +908,7 @@ def run_screen(store, ops, command, switch, values, cell_timeout, root_dir, card
         zlstore run screen --ops abs:float16,mm:float32 --switch TRITON_F32_DEFAULT \\
             --values ieee,tf32 --command 'zlstore flaggems cell --flaggems ~/FlagGems'
     """
-    from . import runner
+    from . import runner  # lazy: the note at the top
 
     try:
         config = runner.screen_config(ops=ops, command=command, switch=switch, cell_timeout=cell_timeout,
@@ -1014,8 +1015,8 @@ def run_campaign(store, plan_path, screen_root, ops, cards, rounds, extra_ops, i
         zlstore run campaign --plan partition.tsv --rounds 6 --command 'bash ab_repeat.sh {op} {dtype}'
         zlstore run campaign --slurm --partition gpu --time 12:00:00 --plan partition.tsv --command 'bash ab_repeat.sh {op} {dtype}'
     """
-    from . import runner
-    from .slurm import SlurmError, SlurmOptions
+    from . import runner  # lazy: the note at the top
+    from .slurm import SlurmError, SlurmOptions  # lazy: the note at the top
 
     options = None
     if slurm and devices:
@@ -1082,7 +1083,7 @@ def run_card(root, card, ops, db_path, device, run_id, poll):
         \b
         zlstore run card runs/campaign_20261013_090000 --card 3 --db zlstore.db
     """
-    from . import card as cardmod
+    from . import card as cardmod  # lazy: the note at the top
 
     if card is None:
         raise click.UsageError("--card is required outside a Slurm array task")
@@ -1134,7 +1135,7 @@ def flaggems_options(fn):
 
 
 def flaggems_benchmark(checkout, python, tests, pytest_args):
-    from . import flaggems as fg
+    from . import flaggems as fg  # lazy: the note at the top
 
     try:
         return fg.Benchmark(checkout, python=python, pytest_args=tuple(pytest_args), tests=tests)
@@ -1145,7 +1146,7 @@ def flaggems_benchmark(checkout, python, tests, pytest_args):
 def flaggems_probe_only(bench):
     """What run screen and run campaign ask before their first cell
     (ZLSTORE_FLAGGEMS_PROBE_ONLY set): probe, print what was found, run nothing."""
-    from . import flaggems as fg
+    from . import flaggems as fg  # lazy: the note at the top
 
     if not os.environ.get(fg.PROBE_ONLY_VAR):
         return
@@ -1175,7 +1176,7 @@ def flaggems_probe(checkout, python, tests, pytest_args):
         \b
         zlstore flaggems probe --flaggems ~/FlagGems --python ~/venv/bin/python
     """
-    from . import flaggems as fg
+    from . import flaggems as fg  # lazy: the note at the top
 
     bench = flaggems_benchmark(checkout, python, tests, pytest_args)
     try:
@@ -1209,7 +1210,7 @@ def flaggems_cell(checkout, python, tests, pytest_args):
         zlstore run screen --ops softmax:float32 --switch TRITON_F32_DEFAULT --values ieee,tf32 \\
             --command 'zlstore flaggems cell --flaggems ~/FlagGems -- --warmup 25 --iter 100'
     """
-    from . import flaggems as fg
+    from . import flaggems as fg  # lazy: the note at the top
 
     bench = flaggems_benchmark(checkout, python, tests, pytest_args)
     flaggems_probe_only(bench)
@@ -1265,7 +1266,7 @@ def flaggems_repeat(op, dtype, ab_root, rounds, switch, values, cell_timeout, ca
         zlstore run campaign --screen-root screen_h200 --cards 2 --rounds 3 \\
             --command 'zlstore flaggems repeat {op} {dtype} --values ieee,tf32 --flaggems ~/FlagGems'
     """
-    from . import flaggems as fg
+    from . import flaggems as fg  # lazy: the note at the top
 
     bench = flaggems_benchmark(checkout, python, tests, pytest_args)
     flaggems_probe_only(bench)
@@ -1698,7 +1699,7 @@ def report_command(store, root, fmt, out_path):
         zlstore report campaign_20261013_090000 --html -o campaign.html
         zlstore report campaign_20261013_090000 -o campaign.md
     """
-    from . import document  # noqa: PLC0415 (matplotlib is imported only for a report)
+    from . import document  # lazy: the note at the top (5 ms; matplotlib comes later, with a picture)
 
     with judge_errors():
         result = document.write(store, root, fmt, out_path)
@@ -1733,7 +1734,6 @@ def history(store, op_spec, shape, out):
         zlstore history softmax:float32
         zlstore history mm:float16 --shape '[[4096, 4096]]' --json
     """
-    from . import history as historymod
 
     op, _, dtype = op_spec.partition(":")
     try:

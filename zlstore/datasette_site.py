@@ -26,7 +26,7 @@ import ipaddress
 import re
 import socket
 from importlib import resources
-from typing import Callable, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import yaml
 from datasette.utils import tilde_encode
@@ -89,7 +89,7 @@ GENERATED_COLUMNS = {
 
 def _expand_table(table: dict) -> dict:
     if "facets" in table:
-        facets = []
+        facets: List[str] = []
         for facet in table["facets"]:
             facets.extend(caliber.NAMES if facet == "@caliber" else [facet])
         table["facets"] = facets
@@ -147,7 +147,7 @@ def metadata(*db_names: str, instance: bool = True) -> dict:
     front-page text too (only where one store is all datasette serves)."""
     db_names = db_names or (DB_NAME,)
     source = _expand_sql(copy.deepcopy(_source()))
-    data = {}
+    data: Dict[str, Any] = {}
     if instance and len(db_names) == 1:
         for key, value in source.items():
             if key not in ("database", "plugins"):

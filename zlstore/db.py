@@ -14,6 +14,7 @@ import shlex
 import signal
 import socket
 import sqlite3
+import sys
 import time
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional
@@ -206,8 +207,16 @@ def start_run(conn: sqlite3.Connection, command: str, paths: list) -> int:
     (finish_run), and the runs an earlier killed process left unfinished
     are closed first."""
     close_abandoned_runs(conn)
-    return conn.execute("INSERT INTO ingest_runs (started_at, command, paths, summary) VALUES (?, ?, ?, ?)",
-                        (now(), command, json.dumps(paths), json.dumps(_running_owner()))).lastrowid
+    return inserted_id(conn.execute("INSERT INTO ingest_runs (started_at, command, paths, summary) VALUES (?, ?, ?, ?)",
+                                    (now(), command, json.dumps(paths), json.dumps(_running_owner()))))
+
+
+def inserted_id(cursor: sqlite3.Cursor) -> int:
+    """The rowid of the row an INSERT's cursor added (sqlite3 types lastrowid
+    Optional: it is None only where nothing was ever inserted)."""
+    rowid = cursor.lastrowid
+    assert rowid is not None
+    return rowid
 
 
 def finish_run(conn: sqlite3.Connection, run_id: int, summary: dict, state: Optional[str] = None):
@@ -424,7 +433,7 @@ def is_storage_failure(error: BaseException) -> bool:
     if not isinstance(error, sqlite3.OperationalError):
         return False
     code = getattr(error, "sqlite_errorcode", None)
-    if code is not None:
+    if code is not None and sys.version_info >= (3, 11):  # the codes' names came with the codes, in 3.11
         return code & 0xFF in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR)
     return "disk is full" in str(error) or "disk I/O error" in str(error)
 

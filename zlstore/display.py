@@ -91,7 +91,8 @@ class Display:
     def screen(self) -> List[str]:
         now = time.monotonic()
         estimates = [c.estimate_s(now) for c in self.cards]
-        eta = None if any(e is None for e in estimates) else max(estimates, default=0.0)
+        known = [e for e in estimates if e is not None]
+        eta = max(known, default=0.0) if len(known) == len(estimates) else None
         lines = [f"{self.title}: {len(self.cards)} cards, elapsed {_clock(now - self.start)}, "
                  f"est. {_clock(eta)} left"]
         rows = []

@@ -100,8 +100,8 @@ def campaign_document(store, found: Mapping) -> Document:
     short = [{**row, "floor": "+-" + output.cell_text(row["noise_floor"]) if row["noise_floor"] is not None
               else "none"} for row in shown]
     notes = [f"{row['op']} {row['dtype'] or '(default dtype)'} {row['shape']}: "
-             + "; ".join(filter(None, (row["note"], row["noise_floor"] is None and row["floor_note"]
-                                       and f"noise floor: {row['floor_note']}")))
+             + "; ".join(filter(None, (row["note"], f"noise floor: {row['floor_note']}"
+                                       if row["noise_floor"] is None and row["floor_note"] else None)))
              for row in shown if row["note"] or (row["noise_floor"] is None and row["floor_note"])]
     plotted = forest.forest_rows(store, found["name"])
     sections = [

@@ -55,12 +55,11 @@ def forest_svg(rows: Sequence[Mapping], title: str = "") -> str:
     import matplotlib  # noqa: PLC0415 (only the report pays for matplotlib's import)
 
     matplotlib.use("Agg")
-    from matplotlib import pyplot  # noqa: PLC0415
-    from matplotlib.lines import Line2D  # noqa: PLC0415
+    from matplotlib import pyplot  # noqa: PLC0415 (after use("Agg"): pyplot takes its backend on import)
+    from matplotlib.lines import Line2D  # noqa: PLC0415 (matplotlib's, as above)
 
     colors = finding_colors()
-    settings = {"svg.fonttype": "none", "svg.hashsalt": "zlstore", "font.size": 9}
-    with matplotlib.rc_context(settings):
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "zlstore", "font.size": 9}):
         figure, axes = pyplot.subplots(figsize=(9, 1.2 + 0.28 * max(len(rows), 1)))
         try:
             _draw(axes, rows, colors)
@@ -91,7 +90,7 @@ def _draw(axes, rows: Sequence[Mapping], colors: Mapping[str, str]):
         if row["effect"] is not None:
             axes.plot([row["effect"]], [y], "o", color=color, markersize=5, zorder=3, gid=f"effect-{i}")
     axes.set_xscale("log")
-    from matplotlib import ticker  # noqa: PLC0415
+    from matplotlib import ticker  # noqa: PLC0415 (matplotlib's: forest_svg imports it)
 
     axes.xaxis.set_major_locator(ticker.MaxNLocator(8))  # a campaign's ratios span little: plain ticks read best
     axes.xaxis.set_major_formatter(ticker.FuncFormatter(lambda value, _: f"{value:g}"))

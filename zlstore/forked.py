@@ -11,14 +11,16 @@ import multiprocessing.connection
 import os
 import pickle
 import signal
-from typing import Callable, Dict, Iterable, Iterator, List, TypeVar
+from multiprocessing.connection import Connection
+from typing import Any, Callable, Dict, Generic, Iterable, Iterator, List, TypeVar, cast
 
 T = TypeVar("T")
+R = TypeVar("R")  # what a worker's work yields
 
 PIPE_BYTES = 1 << 20  # how far a worker may get ahead of the reading: a full pipe stops it
 
 
-class Workers:
+class Workers(Generic[R]):
     """count processes; work(i) runs in the i-th and yields its results.
 
         with Workers(2, work) as workers:
@@ -32,13 +34,13 @@ class Workers:
     is this process's to handle: the workers ignore it and are ended when
     the with block is left, however it is left."""
 
-    def __init__(self, count: int, work: Callable[[int], Iterable[object]]):
+    def __init__(self, count: int, work: Callable[[int], Iterable[R]]):
         context = multiprocessing.get_context("fork")
         self.work = work
         self.pipes = [context.Pipe(duplex=False) for _ in range(count)]
         self.processes = [context.Process(target=self._run, args=(i,), daemon=True) for i in range(count)]
 
-    def __enter__(self) -> "Workers":
+    def __enter__(self) -> "Workers[R]":
         try:
             for _, sender in self.pipes:
                 _widen(sender)
@@ -58,18 +60,19 @@ class Workers:
         for receiver, _ in self.pipes:
             receiver.close()
 
-    def next_from(self, i: int):
+    def next_from(self, i: int) -> R:
         """Worker i's next result."""
         try:
             return _result(self.pipes[i][0].recv_bytes())
         except EOFError:
             raise RuntimeError(f"worker process {i} ended before it was done") from None
 
-    def as_ready(self) -> Iterator[object]:
+    def as_ready(self) -> Iterator[R]:
         """Every worker's results, each as soon as it is there."""
         waiting = [receiver for receiver, _ in self.pipes]
         while waiting:
-            for receiver in multiprocessing.connection.wait(waiting):
+            # wait() gives back some of the connections it was given
+            for receiver in cast(List[Connection], multiprocessing.connection.wait(waiting)):
                 try:
                     data = receiver.recv_bytes()
                 except EOFError:
@@ -138,7 +141,7 @@ class _Failure(str):
     """A worker's exception, as its message, where a result would be."""
 
 
-def _result(data: bytes):
+def _result(data: bytes) -> Any:
     result = pickle.loads(data)
     if isinstance(result, _Failure):
         raise RuntimeError(str(result))

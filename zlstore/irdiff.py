@@ -253,7 +253,8 @@ def pair_cells(store, root, op: str, dtype: Optional[str] = None, round_: Option
     round round_ (on card, where several ran it) of a repeat run or campaign."""
     found = store.root(root)
     dtype = _dtype(store.conn, found, op, dtype)
-    return tuple(_cell(store.conn, found, op, dtype, side, round_, card, side) for side in SIDES)
+    before, after = (_cell(store.conn, found, op, dtype, side, round_, card, side) for side in SIDES)
+    return before, after
 
 
 def same_side_cells(store, a: Tuple[str, str, Optional[str]], b: Tuple[str, str, Optional[str]],
@@ -270,7 +271,7 @@ def same_side_cells(store, a: Tuple[str, str, Optional[str]], b: Tuple[str, str,
         screen = found["kind"] == "screen"  # its pair is round 0: --round and --card are the other root's
         cells.append(_cell(store.conn, found, op, _dtype(store.conn, found, op, dtype), side,
                            None if screen else round_, None if screen else card, f"{label}: {found['name']} {side}"))
-    return tuple(cells)
+    return cells[0], cells[1]
 
 
 # -- the kernels and their pairs -------------------------------------------------
@@ -576,7 +577,7 @@ def text(document: dict, style=_plain, escape=lambda line: line) -> str:
     a terminal; the default leaves text plain); escape(text): what each
     line's own text becomes first (for a terminal: its control characters
     shown, so that an IR text or a path colors nothing but what style does)."""
-    lines = [(line, {}) for line in _heading(document)]
+    lines: List[Tuple[str, dict]] = [(line, {}) for line in _heading(document)]
     rows = document["kernels"]
     if rows:
         table = [{"kernel": r["kernel"], "status": r["status"],

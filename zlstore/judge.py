@@ -4,7 +4,7 @@ and re-exported here for the commands that read them from this module."""
 
 import json
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import caliber as _caliber
 from . import files as _files
@@ -14,8 +14,9 @@ from . import pairing as _pairing
 from . import provenance as _provenance
 from . import roots as _roots
 from . import ttgir as _ttgir
-from .names import (BY_NAME, FINDING_NAMES, FINDINGS, REASON_NAMES, REASONS, SETTINGS, TIMEOUT_RCS,  # noqa: F401
-                    VERDICT_ALIASES, VERDICT_NAMES, VERDICTS, Finding, Reason, Verdict, canonical_verdict)
+from .names import (  # noqa: F401 (re-exported for judge's callers; on this line, where a formatter keeps it)
+    BY_NAME, FINDING_NAMES, FINDINGS, REASON_NAMES, REASONS, SETTINGS, TIMEOUT_RCS, VERDICT_ALIASES, VERDICT_NAMES,
+    VERDICTS, Finding, Reason, Verdict, canonical_verdict)
 
 
 # ---------------------------------------------------------------------------
@@ -299,7 +300,7 @@ def check_verdicts(verdict_names: Optional[Sequence[str]]) -> List[str]:
     unknown = [v for v in names if v not in VERDICT_NAMES]
     if unknown:
         raise JudgeError(f"unknown verdict {', '.join(map(repr, unknown))}: one of {', '.join(VERDICT_NAMES)}")
-    return names
+    return [v for v in names if v is not None]  # all of them: None is no verdict's name
 
 
 def _ab_where(store, root, ops, findings, prefix: str = "") -> Tuple[str, tuple]:
@@ -383,7 +384,7 @@ def ab_summary(store, root=None, ops=None, findings=None) -> dict:
     return _ab_summary(counted, judging_settings(store))
 
 
-def ab_summary_of(rows: Sequence[dict], settings: dict) -> dict:
+def ab_summary_of(rows: Sequence[dict], settings: Mapping) -> dict:
     """ab_summary() of ranges already read (ab_ranges rows)."""
     counted: Dict[str, dict] = {}
     for row in rows:
@@ -394,7 +395,7 @@ def ab_summary_of(rows: Sequence[dict], settings: dict) -> dict:
     return _ab_summary(counted, settings)
 
 
-def _ab_summary(counted: Dict[str, dict], settings: dict) -> dict:
+def _ab_summary(counted: Dict[str, dict], settings: Mapping) -> dict:
     return {
         "ranges": sum(row["n"] for row in counted.values()),
         "findings": {**{name: 0 for name in FINDING_NAMES}, **{name: row["n"] for name, row in counted.items()}},

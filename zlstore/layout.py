@@ -14,7 +14,7 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
 
 from . import caliber, provenance
 
@@ -191,7 +191,7 @@ def finished(cell, problems: Optional[List[Problem]] = None, within: Optional[st
     RC, so before that the cell is still running. A cell.env that cannot be
     read is named in problems."""
     env = read_env(Path(cell) / CELL_ENV, [] if problems is None else problems, within)
-    return bool(env) and (env.get("RC") or "").strip() != ""
+    return env is not None and (env.get("RC") or "").strip() != ""
 
 
 def read_env_bytes(path, problems: List[Problem], within: Optional[str] = None) \
@@ -273,7 +273,7 @@ def read_tsv(path: Path, problems: List[Problem], within: Optional[str] = None) 
         return None
     columns = {name: at for at, name in enumerate(header)}
     seen: Dict[str, str] = {}
-    rows = []
+    rows: List[Tuple[int, Mapping[str, str]]] = []
     for number, raw in enumerate(lines[1:], 2):
         if not raw.strip():
             continue
@@ -481,18 +481,18 @@ def _markers(directory: str, cache: dict, names: Optional[Iterable[str]] = None)
     return cache[directory]
 
 
-def locate_root(cell: Path, cache: Optional[dict] = None) -> RootRef:
+def locate_root(cell: Union[str, Path], cache: Optional[dict] = None) -> RootRef:
     """The root a cell (an absolute path) belongs to: see root_of. With a
     cache, the cells of one root share one Path object for it (a worker
     sends them together: pickled once)."""
-    cell = str(cell)
-    root, kind = root_of(cell, cache)
+    cell_path = str(cell)
+    root, kind = root_of(cell_path, cache)
     path = None if cache is None else cache.get(("path of", root))
     if path is None:
         path = Path(root)
         if cache is not None:
             cache[("path of", root)] = path
-    return RootRef(path, kind, relative_parts(cell, root))
+    return RootRef(path, kind, relative_parts(cell_path, root))
 
 
 def root_of(cell: str, cache: Optional[dict] = None) -> Tuple[str, str]:
@@ -508,7 +508,8 @@ def root_of(cell: str, cache: Optional[dict] = None) -> Tuple[str, str]:
     found = cache.get(("root of", parent)) or cache.get(("shape of", parent, name in SIDES))
     if found is not None:
         return found
-    ancestors, directory = [], cell
+    ancestors: List[str] = []
+    directory = cell
     while len(ancestors) < 6 and directory != "/":
         directory = _split(directory)[0]
         ancestors.append(directory)
@@ -562,11 +563,11 @@ def path_values(ref: RootRef) -> Dict[str, object]:
         if split:
             values.update(op=split[0], dtype=split[1], side=split[2], round=0)
         return values
-    if len(parts) >= 3 and _ROUND.match(parts[-2]) and parts[-1] in SIDES:
-        values.update(op=parts[-3], round=to_int(_ROUND.match(parts[-2]).group(1)), side=parts[-1])
+    if len(parts) >= 3 and (round_dir := _ROUND.match(parts[-2])) and parts[-1] in SIDES:
+        values.update(op=parts[-3], round=to_int(round_dir.group(1)), side=parts[-1])
         leading = parts[:-3]
-        if leading and _CARD.match(leading[0]):
-            values["card"] = to_int(_CARD.match(leading[0]).group(1))
+        if leading and (card_dir := _CARD.match(leading[0])):
+            values["card"] = to_int(card_dir.group(1))
             if len(leading) >= 2:
                 values["repeat_dir"] = leading[1]
         elif leading:
@@ -776,7 +777,7 @@ def resolve_cell(ref: RootRef, root: Root, cell_env: Optional[Dict[str, str]]) -
     cell.env, path, root env file, screen.tsv (partition.tsv in a campaign)."""
     env = cell_env or {}
     from_path = path_values(ref)
-    values: Dict[str, object] = {"repeat_dir": from_path.get("repeat_dir")}
+    values: Dict[str, Any] = {"repeat_dir": from_path.get("repeat_dir")}  # str, int, float or None by name
     sources: Dict[str, str] = {}
 
     def take(name, candidates):
@@ -800,7 +801,7 @@ def resolve_cell(ref: RootRef, root: Root, cell_env: Optional[Dict[str, str]]) -
     if values["side"] not in SIDES and values["side"] is not None:
         values["side"] = None
 
-    table_name, table_row = None, None
+    table_name, table_row = "", None
     if root.kind == "screen":
         table_name, table_row = SCREEN_TSV, root.screen_row(values["op"], values["dtype"])
     elif root.kind == "campaign":

@@ -438,6 +438,7 @@ class Merger:
 
     def _close_run(self, state: str, why: Optional[str] = None):
         """The run's row says how it ended, where the store still takes a write."""
+        assert self.run_id is not None  # merge() started the run
         try:
             with dbmod.write_transaction(self.conn):
                 dbmod.finish_run(self.conn, self.run_id, {**self.summary.as_dict(), **({"why": why} if why else {})},
@@ -475,6 +476,7 @@ class Merger:
         twice = roots.claimed_twice(self.conn, sorted(merged_roots))
         self.summary.problems.extend(problem for _, problem in twice)
         self.summary.open_problems += len(twice)
+        assert self.run_id is not None  # merge() started the run
         with dbmod.write_transaction(self.conn):
             dbmod.finish_run(self.conn, self.run_id, self.summary.as_dict())
 
@@ -606,7 +608,7 @@ class Merger:
         if root_id is None:
             columns.append("path")
             values.append(path)
-            root_id = self.conn.execute(dbmod.insert_sql("roots", columns), values).lastrowid
+            root_id = dbmod.inserted_id(self.conn.execute(dbmod.insert_sql("roots", columns), values))
         else:
             self.conn.execute(f"UPDATE roots SET {', '.join(c + ' = ?' for c in columns)} WHERE id = ?",
                               (*values, root_id))

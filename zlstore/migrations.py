@@ -263,7 +263,7 @@ def _stored_schema_hash(conn):
     return row[0] if row else None
 
 
-def ensure_schema(conn: sqlite3.Connection, defaults: Dict[str, str] = None,
+def ensure_schema(conn: sqlite3.Connection, defaults: Optional[Dict[str, str]] = None,
                   derive: Optional[Callable[[sqlite3.Connection, bool], object]] = None) -> int:
     """Create or upgrade the schema; recreate the views and triggers when
     schema.sql changed. derive(conn, every) then brings what the writers

@@ -44,7 +44,7 @@ def summary(records: List[dict]) -> Tuple[Optional[str], Optional[str]]:
             kept = tests.get(record["nodeid"])
             if kept is None or _RANK[record["outcome"]] > _RANK[kept["outcome"]]:
                 tests[record["nodeid"]] = record
-    session = next((r for r in reversed(records) if "session" in r), {})
+    session: dict = next((r for r in reversed(records) if "session" in r), {})
     by = {name: [t for t in tests.values() if t["outcome"] == name] for name in _RANK}
     reasons = lambda found: "; ".join(dict.fromkeys(t.get("reason") or "" for t in found if t.get("reason"))) or None
     if by["passed"]:

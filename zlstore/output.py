@@ -93,7 +93,7 @@ def table_formats() -> tuple:
     """tabulate's layouts (--fmt). tabulate is imported where a table is
     made: with what it imports (importlib.metadata, email, html) it was
     20-25 ms of every command's start, an ingest's included."""
-    import tabulate  # noqa: PLC0415
+    import tabulate  # noqa: PLC0415 (lazy: the docstring says why)
 
     return tuple(tabulate.tabulate_formats)
 

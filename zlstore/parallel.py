@@ -53,8 +53,8 @@ def assign(cells: Iterable[str], workers: int):
     writing process and every worker compute the same assignment."""
     owner: Dict[str, int] = {}
     load = [0] * workers
-    for key, group in itertools.groupby(cells, _op_key):
-        group = list(group)
+    for key, grouped in itertools.groupby(cells, _op_key):
+        group = list(grouped)
         if key not in owner:
             bounded(owner, 4 * parse.CACHE_ENTRIES)
             owner[key] = load.index(min(load))
@@ -112,6 +112,7 @@ class Preparer:
         """What the writing process needs of a parsed cell, small to send."""
         for ir_hash, (raw, _) in parsed.texts.items():
             if ir_hash not in self.sent:
+                assert raw is not None  # parsed here: every text's bytes are there
                 self.sent.add(ir_hash)
                 parsed.packed[ir_hash] = parse.packed(raw, "ttgir")
         return parsed  # pickled by _reduce: only what the writer needs

@@ -17,7 +17,7 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from isal import isal_zlib
 
@@ -203,13 +203,14 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 @dataclass
 class ParsedCell:
     files: CellFiles
-    root: layout.Root
+    root: Optional[layout.Root]             # None in a cell a worker sent, until the writer sets it
     ref: layout.RootRef
     env: Optional[Dict[str, str]]
-    values: Dict[str, object]
-    log: runlog.RunLog
-    kernels: List[tuple]                    # Kernel, or a plain tuple of its fields where a worker sent it
-    texts: Dict[str, Tuple[bytes, str]]     # ir_hash -> (raw bytes, text or None: all computed already)
+    values: Dict[str, Any]                  # str, int, float or None by name (layout.resolve_cell)
+    log: Optional[runlog.RunLog]            # None in a cell a worker sent: its rows came as runs
+    kernels: List[Any]                      # Kernel, or a plain tuple of its fields where a worker sent it
+    # ir_hash -> (raw bytes, text or None: all computed already); (None, None) in a cell a worker sent
+    texts: Dict[str, Tuple[Optional[bytes], Optional[str]]]
     index: Optional[Tuple[str, bytes]]
     content_sig: str
     problems: List[Problem]
@@ -227,6 +228,7 @@ class ParsedCell:
     def cell_columns(self) -> tuple:
         """The cells row's CELL_COLUMNS, as INSERTed."""
         if self.columns is None:
+            assert self.log is not None  # a worker's cell came with its columns
             v, rows, sources = self.values, self.stored_rows(), self.values["sources"]
             self.columns = (
                 str(self.files.path), "/".join(self.ref.parts), v["repeat_dir"], v["card"], v["op"], v["dtype"],
@@ -243,6 +245,7 @@ class ParsedCell:
 
     def stored_rows(self) -> List[tuple]:
         """The measurements rows without their cell_id, as INSERTed."""
+        assert self.log is not None  # a worker's cell came with its rows as runs
         return self.log.stored
 
     def insert_runs(self) -> List[Tuple[bool, List[tuple]]]:
@@ -366,9 +369,10 @@ class CellParser:
             log = runlog.RunLog()
         index = None
         index_bytes, index_hash = read(layout.INDEX_TSV)
-        if index_bytes is not None:
+        if index_bytes is not None and index_hash is not None:  # read() gives both or neither
             index = (index_hash, index_bytes)
-        kernels, texts = [], {}
+        kernels = []
+        texts: Dict[str, Tuple[Optional[bytes], Optional[str]]] = {}
         for rel, name in files.ttgir:
             if not layout.storable(rel) or _CONTROL.search(rel):
                 problems.append(Problem(os.path.join(top, rel), None, "a kernel name that is not printable "
@@ -376,7 +380,7 @@ class CellParser:
                 reread = True
                 continue
             raw, ir_hash = read(rel)
-            if raw is None:
+            if raw is None or ir_hash is None:  # read() gives both or neither
                 reread = True
                 continue
             if ir_hash not in texts:  # decoded only where something is still to be computed from it
@@ -384,10 +388,12 @@ class CellParser:
                     (ir_hash, r.name) in self.digests for r in self.rules_for(root))
                 texts[ir_hash] = (raw, None if known else raw.decode("utf-8", "surrogateescape"))
             if ir_hash not in self.layout_counts:
-                self.layout_counts[ir_hash] = ttgir.count_convert_layouts(texts[ir_hash][1])
+                text = texts[ir_hash][1]
+                assert text is not None  # decoded above: it was not known
+                self.layout_counts[ir_hash] = ttgir.count_convert_layouts(text)
             warps = stages = shared = None
             meta_bytes, meta_hash = read(files.meta_json[rel]) if rel in files.meta_json else (None, None)
-            if meta_bytes is not None:
+            if meta_bytes is not None and meta_hash is not None:  # read() gives both or neither
                 if meta_hash not in self.kernel_meta:  # every round compiles the same kernels
                     bounded(self.kernel_meta, COMBINED_ENTRIES)
                     self.kernel_meta[meta_hash] = _kernel_meta(meta_bytes)
@@ -408,14 +414,18 @@ class CellParser:
         parsed.fingerprints = self._fingerprints(parsed)  # here, not under the write lock in CellWriter.write
         return parsed
 
-    def digest(self, rule: ttgir.Rule, ir_hash: str, text: str, normalized_now: Optional[dict] = None) -> str:
-        """The digest of a text under rule. normalized_now: the texts this
+    def digest(self, rule: ttgir.Rule, ir_hash: str, text: Optional[str],
+               normalized_now: Optional[dict] = None) -> str:
+        """The digest of a text under rule. text: None where every digest of
+        it is known (CellParser.parse). normalized_now: the texts this
         cell's combine normalized so far, by (ir_hash, rule name), for a
         rule that builds on another's normalization (ttgir.Rule.builds_on)."""
         key = (ir_hash, rule.name)
         if key not in self.digests:
+            assert text is not None  # parse() decodes a text whose digests are not all known
+            finish = rule.finish  # there with builds_on
             base = normalized_now.get((ir_hash, rule.builds_on)) if normalized_now and rule.builds_on else None
-            normalized = rule.finish(base) if base is not None else rule.normalized(text)
+            normalized = finish(base) if base is not None and finish is not None else rule.normalized(text)
             if normalized_now is not None:
                 normalized_now[key] = normalized
             # Left as it was, the text hashes to its own ir_hash (the sha256 of
@@ -427,6 +437,7 @@ class CellParser:
         """The cell's (rule, fingerprint) under every rule of this run, and
         the (ir_hash, rule, digest) of each of its texts. Every round of an
         op compiles the same kernels: they are combined once."""
+        assert parsed.root is not None  # parsed here, not sent by a worker
         key = (tuple((k.name, k.ir_hash) for k in parsed.kernels), parsed.index and parsed.index[0],
                parsed.root.kind == "screen")
         if key not in self.combined:
@@ -435,7 +446,10 @@ class CellParser:
         return self.combined[key]
 
     def _combine(self, parsed: ParsedCell):
-        fingerprints, digests, normalized_now = [], [], {}
+        assert parsed.root is not None  # parsed here, not sent by a worker
+        fingerprints = []
+        digests: List[Tuple[str, str, str]] = []
+        normalized_now: Dict[Tuple[str, Optional[str]], str] = {}
         kernels = [(k.name, k.ir_hash) for k in parsed.kernels]
         for rule in self.rules_for(parsed.root):
             digested = {ir_hash: self.digest(rule, ir_hash, text, normalized_now)

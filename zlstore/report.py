@@ -16,8 +16,8 @@ def _grouped(rows: Sequence[dict]):
     paths: Dict[str, set] = {}
     for row in rows:
         paths.setdefault(row["root"], set()).add(row.get("root_id"))
-    for _, group in itertools.groupby(rows, key=lambda r: r.get("root_id", r["root"])):
-        group = list(group)
+    for _, grouped in itertools.groupby(rows, key=lambda r: r.get("root_id", r["root"])):
+        group = list(grouped)
         first = group[0]
         name = first["root"]
         if len(paths[name]) > 1:

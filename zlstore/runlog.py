@@ -648,7 +648,7 @@ def _add_record(out: RunLog, obj: dict, line: int, fallback: bool, suspect: bool
         ))
         return
     record_extra = _extra_json(_extra({}, record_keys))  # a row with no keys of its own has this
-    fallback = 1 if fallback else 0
+    fallback_flag = 1 if fallback else 0
     stored, sources = out.stored, out.sources
     for index, r in enumerate(result):
         if not isinstance(r, dict):
@@ -678,7 +678,7 @@ def _add_record(out: RunLog, obj: dict, line: int, fallback: bool, suspect: bool
         seen[identity] = occurrence = seen.get(identity, 0) + 1
         stored.append((line, record, index, op_name, dtype, mode, level, shape_key, *kept,
                        record_extra if r.keys() <= _KNOWN_SET else _extra_json(_extra(r, record_keys)),
-                       1 if ok else 0, reason, fallback, occurrence))
+                       1 if ok else 0, reason, fallback_flag, occurrence))
         sources.append((r, record_keys))
 
 

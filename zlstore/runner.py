@@ -21,7 +21,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, IO, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, IO, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import caliber, flaggems, judge, layout, pairing, provenance
 from . import plan as planmod
@@ -33,10 +33,10 @@ from .db import write_transaction
 from .macros import render_schema
 from .display import CardState, Display
 from .plan import Op, Plan, PlanError
+from .card import Recorder, StatusReader, Task, op_spec, read_command, still_running
 from .procs import KILL_GRACE_S, signal_group, group_alive, interrupts, kill_group, shell_rc, start_group
-
-if TYPE_CHECKING:
-    from .slurm import SlurmOptions
+from .slurm import SlurmLauncher, SlurmOptions, saved_options
+from .store import default_db_path
 
 DEFAULT_ROUNDS = 6
 
@@ -200,7 +200,7 @@ def plan_from_store(store, screen_root: str, cards: int, rounds: int,
 
 @dataclass
 class ScreenConfig:
-    root: Path
+    root: Union[str, Path]  # as given (the command line's is a str); read through Path()
     ops: List[Tuple[str, str]]
     command: str
     switch: str
@@ -282,7 +282,7 @@ def _num(value: float) -> str:
     return format(value, "g")
 
 
-def screen_tsv_rows(result: dict) -> List[dict]:
+def screen_tsv_rows(result: dict) -> List[Mapping[str, str]]:
     """The rows of the screen.tsv a screening pass wrote (empty when it has
     none), for the table printed at its end."""
     return [row for _, row in layout.read_tsv(Path(result["screen_tsv"]), []) or []]
@@ -370,7 +370,7 @@ ISOLATE_TUNER_CACHE = "ZL_ISOLATE_TUNER_CACHE"   # campaigns force it to 1
 
 @dataclass
 class CampaignConfig:
-    root: Path
+    root: Union[str, Path]  # as given (the command line's is a str); read through Path()
     plan: Plan
     command: str
     rounds: int = DEFAULT_ROUNDS
@@ -383,7 +383,7 @@ class CampaignConfig:
     resume: bool = False
     status_every_s: float = 30.0
     cell_timeout: float = DEFAULT_CELL_TIMEOUT
-    slurm: Optional["SlurmOptions"] = None   # run the cards as one Slurm job array
+    slurm: Optional[SlurmOptions] = None   # run the cards as one Slurm job array
 
 
 class CaliberMissing(RunError):
@@ -475,8 +475,6 @@ def campaign_config(store, *, plan_path=None, screen_root: Optional[str] = None,
         screen_root = screen_root or env.get("SCREEN_ROOT") or None
         cell_timeout = cell_timeout or float(env.get("CELL_TIMEOUT") or DEFAULT_CELL_TIMEOUT)
         if slurm is not None and not slurm.given():
-            from .slurm import saved_options
-
             slurm = saved_options(root_dir) or slurm
     elif plan_path:
         plan = planmod.read_partition_tsv(plan_path)
@@ -540,8 +538,6 @@ def refuse_known_root(store, root):
 
 def read_campaign(root: Path) -> Tuple[Dict[str, str], Plan]:
     """A campaign root's campaign.env and partition.tsv, for --resume."""
-    from .card import read_command
-
     root = Path(root)
     env = layout.read_env(root / layout.CAMPAIGN_ENV, []) or {}
     env.pop("COMMAND", None)
@@ -650,8 +646,6 @@ class CampaignResult:
 def db_arg(store_path) -> str:
     """ --db FILE when the store is not the default one, so that a printed
     command works as printed; else nothing."""
-    from .store import default_db_path
-
     if Path(store_path).resolve() == Path(default_db_path()).resolve():
         return ""
     return f" --db {shlex.quote(str(store_path))}"
@@ -666,7 +660,6 @@ def resume_command(root: Path, store_path, slurm: bool) -> str:
 class LocalLauncher:
     """One `zlstore run card` process per card on this host, each recording
     its own cells into the store (one writer per card)."""
-
     records_here = False
     settle_s = 0.0   # a process that ended has written all it will
     note = ""
@@ -680,8 +673,6 @@ class LocalLauncher:
             raise RunError(f"--devices names {len(self.devices)} devices for {cards} cards")
 
     def start(self, root: Path, run_id: str, todo: Dict[int, List[Op]]):
-        from .card import op_spec
-
         for card, ops in sorted(todo.items()):
             argv = [sys.executable, "-m", "zlstore", "run", "card", str(root), "--card", str(card),
                     "--ops", ",".join(op_spec(o) for o in ops), "--db", self.store_path,
@@ -693,8 +684,6 @@ class LocalLauncher:
                                                     stderr=subprocess.STDOUT)
 
     def poll(self):
-        from .card import Task
-
         tasks = {}
         for card, proc in self.procs.items():
             rc = proc.poll()
@@ -722,8 +711,6 @@ class LocalLauncher:
 
     def live(self, root: Path) -> List[str]:
         """Cards of this campaign whose process still runs here."""
-        from .card import still_running
-
         cards = sorted(int(p.stem[4:]) for p in (Path(root) / "status").glob("card*.json") if p.stem[4:].isdigit())
         return [found for found in (still_running(root, card) for card in cards) if found]
 
@@ -738,8 +725,6 @@ class _Cards:
 
     def __init__(self, root: Path, run_id: str, states: List[CardState], display: Display,
                  cards: Sequence[int], recorders: Optional[dict] = None):
-        from .card import StatusReader
-
         self.states, self.display, self.recorders = states, display, recorders
         self.readers = {card: StatusReader(root, card, run_id) for card in cards}
         self.tasks: dict = {}
@@ -865,15 +850,13 @@ def run_campaign(store, config: CampaignConfig, stream: IO = sys.stderr) -> Camp
     """Run a plan, one `zlstore run card` per card: local processes, or one
     Slurm job array (config.slurm). Returns when every card's task has
     ended, or after Ctrl-C / SIGTERM has stopped them all (scancel on Slurm)."""
-    from .card import Recorder
-    from .slurm import SlurmLauncher
-
     plan = config.plan
     visible_devices_var(config.backend)
     values = campaign_caliber(config, dict(os.environ))
     note = screen_caliber_note(store, config.screen_root, values) if config.screen_root else None
     if note:
         print(note, file=stream, flush=True)
+    launcher: Union[SlurmLauncher, LocalLauncher]
     if config.slurm is not None:
         launcher = SlurmLauncher(config.slurm, config.poll_s)
     else:
@@ -952,7 +935,7 @@ def _resume(store, root: Path, plan: Plan, rounds: int, states: List[CardState],
     skipped, the cells of the others' earlier runs superseded."""
     done, superseded, summary = settle_resume(store, root, plan, rounds)
     display.event(f"resume: {summary.line()}")
-    todo = {}
+    todo: Dict[int, List[Op]] = {}
     for card in plan.cards:
         state = states[card.card]
         for op in card.ops:

@@ -10,6 +10,8 @@ file is called), settings for long views, and the Host names it answers to.
 import contextlib
 import sqlite3
 import sys
+import threading
+import webbrowser
 from pathlib import Path
 from typing import Optional
 
@@ -105,9 +107,6 @@ def serve(db_path, host: str = "127.0.0.1", port: int = 8001, open_browser: bool
     url = f"http://{shown}:{port}/"
     print(f"serving {db_path} at {url}", file=sys.stderr)
     if open_browser:
-        import threading  # only with --open
-        import webbrowser
-
         threading.Timer(1.0, webbrowser.open, args=(url,)).start()
     try:
         uvicorn.run(ds.app(), host=host, port=port, log_level="warning", lifespan="on", workers=1)

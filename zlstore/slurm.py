@@ -248,7 +248,8 @@ class SlurmLauncher:
         self.job: Optional[str] = None
         self.todo: Dict[int, List[Op]] = {}
         self.tasks: Dict[int, Task] = {}
-        self.gres, self.note = None, ""
+        self.gres: Optional[str] = None
+        self.note = ""
 
     def check(self, cards: int):
         """Before anything is written: the commands are there, and Slurm

@@ -321,7 +321,7 @@ def _strip_rlc_line(line: str) -> str:
 
 # v3 and v4 both strip the annotations of the same text, one after the other
 # (ingest, rescore of several rules): the last answer is kept for its text.
-_rlc_last = (None, None)
+_rlc_last: Tuple[Optional[str], str] = (None, "")
 
 
 def strip_rlc_annotations(text: str) -> str:
@@ -684,10 +684,12 @@ def digest(data: Union[bytes, str]) -> str:
     (so a text decoded with surrogateescape hashes as its original bytes)."""
     if isinstance(data, str):
         try:
-            data = data.encode("utf-8", errors="surrogateescape")
+            raw = data.encode("utf-8", errors="surrogateescape")
         except UnicodeEncodeError:  # a lone surrogate surrogateescape cannot map
-            data = data.encode("utf-8", errors="surrogatepass")
-    return hashlib.sha256(data).hexdigest()
+            raw = data.encode("utf-8", errors="surrogatepass")
+    else:
+        raw = data
+    return hashlib.sha256(raw).hexdigest()
 
 
 def text_digest(rule: RuleLike, text: str) -> str:

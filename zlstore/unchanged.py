@@ -71,7 +71,7 @@ def _named(rels: Iterable[str]):
 
 def _digest(named, stats: list) -> str:
     """named (from _named) continued with each stat's size, mtime and ctime."""
-    values = []
+    values: List[int] = []
     add = values.extend
     for st in stats:
         add(_ABSENT if st is None else (st.st_size, st.st_mtime_ns, st.st_ctime_ns))
@@ -106,7 +106,7 @@ def is_unchanged(cell: str, stored: str, root_sig: str, run_log: Optional[os.sta
         return False
     stat, base = os.stat, cell + "/"
     try:
-        stats = [stat(base + rel) for rel in rels]
+        stats: List[Optional[os.stat_result]] = [stat(base + rel) for rel in rels]
         stats.insert(at, run_log or stat(base + layout.RUN_LOG))
     except OSError:  # a missing file counts as missing; any other error is a change
         stats = []
@@ -151,7 +151,7 @@ class Listings:
         self.save = save
         self.new: List[tuple] = []  # walked_dirs rows
         self.gone: List[str] = []   # subdirectories a directory listed again no longer has
-        self._taken = None          # (directory, its stat): taken before listing it
+        self._taken: Optional[Tuple[str, os.stat_result]] = None  # (directory, its stat): taken before listing it
 
     def get(self, directory: str) -> Optional[Tuple[List[str], List[str]]]:
         """(subdirectory names, root file names) of directory, as kept; None:
@@ -228,11 +228,11 @@ def sort_out(conn, top: str, processes: Callable[[int], int] = lambda cells: 1) 
     # the store (another thread may hold a lock of SQLite's at the fork).
     bounds = [None, *_splits(known, min(255, parts * SHARES_EACH)), None]
     ranges = list(zip(bounds, bounds[1:]))
-    caches = {}, {}  # root markers and root signatures, per process: its shares meet the same roots
+    caches: Tuple[dict, dict] = {}, {}  # root markers and root signatures, per process: its shares meet the same roots
     shares = forked.shared_out(len(ranges), parts - 1,
                                lambda i: _share(known, listed, top, *ranges[i], *caches))
-    new = [row for share in shares for row in share.listings.new]
-    gone = [path for share in shares for path in share.listings.gone]
+    new = [row for share in shares if share.listings is not None for row in share.listings.new]  # _share leaves listings
+    gone = [path for share in shares if share.listings is not None for path in share.listings.gone]
     if new or gone:
         save_listings(conn, new, gone)
     for share in shares:
@@ -346,16 +346,18 @@ def _merged(shares: List[Found]) -> Found:
     if len(shares) == 1:
         return shares[0]
     found = Found()
-    first = {}
+    changed: List[str] = []
+    first: Dict[str, Tuple[str, str, str, Tuple[str, ...], bool]] = {}
     for share in shares:
         found.cells += share.cells
-        found.changed += share.changed
+        changed += share.changed
         found.unchanged += share.unchanged
         found.problems += [p for p in share.problems if p not in found.problems]  # shares walk common ancestors
         for met in share.roots:
             if met[1] not in first or _key(met[0]) < _key(first[met[1]][0]):
                 first[met[1]] = met
-    found.changed.sort(key=_key)
+    changed.sort(key=_key)
+    found.changed = changed
     found.roots = sorted(first.values(), key=lambda met: _key(met[0]))
     return found
 
