@@ -11,6 +11,7 @@ does without: whoever runs plain datasette chose datasette's own behaviour."""
 
 import html
 import sqlite3
+import sys
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -146,9 +147,10 @@ def bound(conn: sqlite3.Connection):
     """What one query on conn may take: no value over MAX_VALUE_BYTES, and
     none of DENIED_FUNCTIONS (refused when the query is prepared: "not
     authorized"). Time is datasette's sql_time_limit_ms (serve.SETTINGS)."""
-    # Connection.setlimit and SQLITE_LIMIT_LENGTH came in Python 3.11, and
-    # requires-python says 3.10: there this raises (left for issue 34 to settle).
-    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)  # type: ignore[attr-defined]  # 3.11+, see above
+    # Connection.setlimit came in Python 3.11: under 3.10 a value may be as
+    # long as SQLite's own limit (1 GB); docs/security.md says so.
+    if sys.version_info >= (3, 11):
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
     conn.set_authorizer(_authorize)
 
 
