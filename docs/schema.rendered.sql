@@ -4,8 +4,8 @@
 -- The SQL zlstore runs, with every macro of render_schema expanded: first
 -- schema.sql (the tables, triggers and views a store holds; SQLite keeps the
 -- same text: SELECT sql FROM sqlite_master), then the statements the writers
--- run to bring the derived tables up to date (zlstore/pairing.py and
--- zlstore/floors.py), in the order refresh() runs them. Edit schema.sql or
+-- run to bring the derived tables up to date (zlstore/derive.py: the steps of
+-- pairing.py, ranges.py and floors.py), in the order derive() runs them. Edit schema.sql or
 -- the Python that defines a name (zlstore/names.py, caliber.py, ...), never this.
 
 -- ===== schema.sql, rendered =====
@@ -1553,7 +1553,7 @@ SELECT
 FROM verdicts v
 JOIN root_times t ON t.root_id = v.root_id;
 
--- ===== refresh: setup =====
+-- ===== derive: the scratch tables (pairing.SETUP, ranges.SETUP) =====
 CREATE TEMP TABLE IF NOT EXISTS ab_rounds_now (root_id, card, repeat_dir, cell_op, cell_dtype, round, before_cell_id, after_cell_id, before_caliber_id, after_caliber_id, before_claims, after_claims, before_copies, after_copies);
 
 CREATE TEMP TABLE IF NOT EXISTS ab_keys_now (root_id, op, dtype, shape);
@@ -1565,7 +1565,7 @@ CREATE TEMP TABLE IF NOT EXISTS ab_judged_now (range_rowid INTEGER PRIMARY KEY, 
 DELETE FROM temp.ab_keys_unique;
 
 
--- ===== refresh: the stale rounds paired again =====
+-- ===== derive: the stale rounds paired again (pairing.STEPS) =====
 DELETE FROM temp.ab_rounds_now;
 
 DELETE FROM temp.ab_keys_now;
@@ -1696,7 +1696,7 @@ INSERT INTO ab_stale_ranges (root_id, op, dtype, shape)
 DELETE FROM ab_stale_rounds;
 
 
--- ===== refresh: the stale ranges computed again =====
+-- ===== derive: the stale ranges computed again (ranges.STEPS) =====
 INSERT INTO temp.ab_keys_unique (root_id, op, dtype, shape)
         SELECT DISTINCT root_id, op, dtype, shape FROM ab_stale_ranges;
 
@@ -1781,12 +1781,12 @@ INSERT INTO ab_range_rows (
 DELETE FROM ab_stale_ranges;
 
 
--- ===== refresh: a batch's pending ranges (final=False only) =====
+-- ===== derive: a batch's pending ranges, final=False only (ranges.PENDING) =====
 UPDATE ab_range_rows SET q_value = NULL
         WHERE q_value IS NOT NULL AND root_id IN (SELECT root_id FROM temp.ab_keys_unique);
 
 
--- ===== refresh: the stale noise floors (final=True only) =====
+-- ===== derive: the stale noise floors, final only (floors.STEPS) =====
 DELETE FROM noise_floor_rows WHERE rule IN (SELECT rule FROM ab_stale_floors);
 
 INSERT INTO noise_floor_rows (rule, op, dtype, caliber_id, n, floor, roots, fallback_rows)
@@ -1810,7 +1810,7 @@ INSERT INTO noise_floor_rows (rule, op, dtype, caliber_id, n, floor, roots, fall
 DELETE FROM ab_stale_floors;
 
 
--- ===== refresh: q-values and judgements (final=True only) =====
+-- ===== derive: q-values and judgements, final only (ranges.FAMILIES, ranges.JUDGING) =====
 UPDATE ab_range_rows SET q_value = adjusted.q_value, judged = NULL FROM (
             SELECT range_rowid, min(1.0, min(p_value * family / rank) OVER (
                        PARTITION BY root_id ORDER BY rank DESC ROWS UNBOUNDED PRECEDING)) AS q_value
