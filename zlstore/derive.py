@@ -46,8 +46,8 @@ reader knows it is current (docs/development.md shows this list):
 - `ab_range_rows`, the range and its statistics. From `ab_slot_rows` over a
   key's rounds, with stats.py's functions. Refreshed by `ranges.STEPS`;
   its `q_value` only by a final derivation (`ranges.FAMILIES`:
-  Benjamini-Hochberg over a root's family; `ranges.PENDING` takes a
-  batch's roots' away). Current when `ab_stale_ranges` is empty and no
+  Benjamini-Hochberg over a root's family; `ranges.PENDING` takes those
+  of a batch's roots away until then). Current when `ab_stale_ranges` is empty and no
   tested range lacks a q-value (`unjudged()` is false).
 - `ab_range_rows`, its finding, floor columns and `judged`. From the view
   `ab_range_unjudged`: the range, the settings, the noise floors.

@@ -386,36 +386,10 @@ class Ingester:
         names the cause; the next run, with space, stores the rest."""
         paths = _outermost([_resolved(p) for p in paths])
         try:
-            with self._write(deriving=False):
-                self.run_id = db.start_run(self.conn, self.command, [str(p) for p in paths])
-            cells = CellPaths()
-            for path in paths:
-                if not os.path.lexists(path):
-                    self.problem(Problem(str(path), None, "no such file or directory"))
-                    continue
-                if not self._find(path, cells, require_finished):
-                    self.problem(Problem(str(path), None, "no cell directories found (no run.log or cell.env)"))
-            workers = 0 if require_finished else parallel.worker_count(len(cells))
-            if workers or len(cells) > parallel.PARALLEL_MIN_CELLS:  # a forked worker must not query the store
-                self.cells.preload(paths)
-            prepared = (parallel.prepared(cells, workers, parallel.Preparer(self.parser, self.cells, self.rehash))
-                        if workers else ((cell, None) for cell in cells))
-            bulk = len(cells) > parallel.PARALLEL_MIN_CELLS
-            # closing: the workers end with it
-            with (contextlib.closing(prepared), bulk_checkpoints(self.conn, bulk), bulk_cache(self.conn, bulk),
-                  fewer_collections(bulk)):
-                self._write_all(prepared, len(cells), _Batch(self.conn) if bulk and not require_finished else None,
-                                require_finished, progress)
-            self._close_covered(paths)
-            self.summary.open_problems = self._open_problems(paths)
-            root_ids = sorted({root_id for _, root_id in self.roots.values()})
-            twice = roots.claimed_twice(self.conn, root_ids, [str(path) for path in paths])
-            self.summary.problems.extend(problem for _, problem in twice)
-            self.summary.open_problems += len(twice)
-            # a record stores a screen's cells one by one: its before side waits for its after
-            missing = roots.missing_sides(self.conn, root_ids) if self.command != "record" else []
-            self.summary.problems.extend(problem for _, problem in missing)
-            self.summary.open_problems += len(missing)
+            self._start(paths)
+            cells = self._found(paths, require_finished)
+            self._write_cells(cells, paths, require_finished, progress)
+            self._close_problems(paths)
         except (KeyboardInterrupt, sqlite3.DatabaseError) as error:
             if not isinstance(error, KeyboardInterrupt) and not db.interrupted(error):
                 raise
@@ -434,9 +408,58 @@ class Ingester:
             self.summary.counts["roots"] = self._stored_roots()
         else:
             self.summary.counts["roots"] = len({root_id for _, root_id in self.roots.values()})
-        self._finish()
-        self._derive_final()
+        self._finish()  # the run's summary row: a transaction of its own, nothing derived in it
+        self._derive_final()  # then the run's final derivation: a transaction of its own
         return self.summary
+
+    def _start(self, paths: List[Path]):
+        """The run's row in ingest_runs (state running), in a transaction of
+        its own: a log row, which derives nothing."""
+        with self._write(deriving=False):
+            self.run_id = db.start_run(self.conn, self.command, [str(p) for p in paths])
+
+    def _found(self, paths: List[Path], require_finished: bool) -> "CellPaths":
+        """The cells under paths to store (_find); a path that holds none is a problem."""
+        cells = CellPaths()
+        for path in paths:
+            if not os.path.lexists(path):
+                self.problem(Problem(str(path), None, "no such file or directory"))
+                continue
+            if not self._find(path, cells, require_finished):
+                self.problem(Problem(str(path), None, "no cell directories found (no run.log or cell.env)"))
+        return cells
+
+    def _write_cells(self, cells: "CellPaths", paths: List[Path], require_finished: bool, progress):
+        """Store the cells found (_write_all): prepared by worker processes
+        where there are many; a whole tree's in batches, each derived before
+        it commits (_Batch.commit); a record's or a small tree's each in a
+        transaction of its own, derived before it commits (_write)."""
+        workers = 0 if require_finished else parallel.worker_count(len(cells))
+        if workers or len(cells) > parallel.PARALLEL_MIN_CELLS:  # a forked worker must not query the store
+            self.cells.preload(paths)
+        prepared = (parallel.prepared(cells, workers, parallel.Preparer(self.parser, self.cells, self.rehash))
+                    if workers else ((cell, None) for cell in cells))
+        bulk = len(cells) > parallel.PARALLEL_MIN_CELLS
+        # closing: the workers end with it
+        with (contextlib.closing(prepared), bulk_checkpoints(self.conn, bulk), bulk_cache(self.conn, bulk),
+              fewer_collections(bulk)):
+            self._write_all(prepared, len(cells), _Batch(self.conn) if bulk and not require_finished else None,
+                            require_finished, progress)
+
+    def _close_problems(self, paths: List[Path]):
+        """Close the problems the run's paths no longer have, and count those
+        still open, with the rounds claimed twice and the screening pairs
+        missing a side (roots.py), which are named, not stored."""
+        self._close_covered(paths)
+        self.summary.open_problems = self._open_problems(paths)
+        root_ids = sorted({root_id for _, root_id in self.roots.values()})
+        twice = roots.claimed_twice(self.conn, root_ids, [str(path) for path in paths])
+        self.summary.problems.extend(problem for _, problem in twice)
+        self.summary.open_problems += len(twice)
+        # a record stores a screen's cells one by one: its before side waits for its after
+        missing = roots.missing_sides(self.conn, root_ids) if self.command != "record" else []
+        self.summary.problems.extend(problem for _, problem in missing)
+        self.summary.open_problems += len(missing)
 
     def _finish(self, state: Optional[str] = None):
         """The run's row gets its summary (what was committed, nothing else;

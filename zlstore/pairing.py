@@ -1,14 +1,15 @@
 """A/B pairing: which rows of a round's before and after cells pair.
 
 A round is the before and the after cell of one op and dtype in one round
-on one card of one root (names.ROUND_KEY). Triggers mark the round of every inserted,
-deleted or edited cell in ab_stale_rounds; STEPS pairs exactly those rounds
-again: the current cell of each side, rounds that several cells claim or
-whose cell another copies (ab_duplicate_rounds), each row identity of the
-two cells side by side with why it does not pair where it does not
-(ab_slot_rows), a screening round's range (ab_round_ranges); and queues the
-row identities they hold in ab_stale_ranges, whose ranges ranges.py
-computes. derive.py runs the steps, inside the writer's transaction.
+on one card of one root (names.ROUND_KEY). Triggers mark the round of every
+inserted, deleted or edited cell in ab_stale_rounds; STEPS pairs exactly
+those rounds again: the current cell of each side, rounds that several
+cells claim or whose cell another copies (ab_duplicate_rounds), each row
+identity of the two cells side by side, with why it does not pair where it
+does not (ab_slot_rows), and a screening round's range (ab_round_ranges);
+then it queues the row identities those rounds hold in ab_stale_ranges,
+whose ranges ranges.py computes. derive.py runs the steps, inside the
+writer's transaction.
 
 The SQL here is the one definition of how rows pair; schema.sql documents
 what the columns mean. It names the round key, reasons and verdicts through
