@@ -33,7 +33,8 @@ reader knows it is current (docs/development.md shows this list):
   `pairing.STEPS`. Current when empty: `stale()` is false.
 - `ab_slot_rows`, the pairs. From the current cell of each side of a stale
   round (`[[current_side]]`) and their measurements; why a row does not
-  pair is `[[case reasons]]`. Refreshed by `pairing.STEPS`, every writer.
+  pair is the first of `names.REASONS` that applies. Refreshed by
+  `pairing.STEPS`, every writer.
   Current when `ab_stale_rounds` is empty.
 - `ab_round_ranges`. From the paired rows of a screening round. Refreshed
   by `pairing.STEPS`. Current as `ab_slot_rows`.
