@@ -21,7 +21,14 @@ this order, the steps of:
 Final is the default: a batch of a whole-tree ingest and a merged root
 pass final=False, because the run's own final derivation follows
 (Ingester.run, merge.Merger); their ranges meanwhile are judged on read.
-Its SQL, rendered, is the second half of docs/schema.rendered.sql.
+
+The entry points: derive(conn, final=True, rejudge=False, every=False),
+inside the caller's transaction; Store.derive(), final, in a transaction
+of its own (the last step of an ingest, a record and a merge); stale(conn),
+whether derive() has work to do (Store.refresh_pairs asks before it
+writes); unjudged(conn), whether a stored judgement cannot be read as it
+is; statements(), the SQL each stage runs, rendered (its copy is the
+second half of docs/schema.rendered.sql).
 
 Every derived table, what it is derived from, who refreshes it and how a
 reader knows it is current (docs/development.md shows this list):

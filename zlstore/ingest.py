@@ -273,9 +273,8 @@ class _Batch:
     whole or not at all, but the commit, which writes every page the cells
     touched into the WAL, and the derivation (derive.py, not final: the
     rounds' pairs and the ranges) are paid once per batch instead of once
-    per cell. Other writers wait at most
-    about that long for the lock. A live writer (`record`) commits each cell
-    at once."""
+    per cell. Other writers wait at most about that long for the lock. A
+    live writer (`record`) commits each cell at once."""
 
     def __init__(self, conn: sqlite3.Connection, seconds: Optional[float] = None):
         self.conn, self.started = conn, None
