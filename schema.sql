@@ -8,14 +8,14 @@
 -- before this file reaches SQLite, so that each name and rule is defined
 -- once: the caliber in zlstore/caliber.py; verdicts, reasons, findings and
 -- the round key in zlstore/names.py; the noise floor in zlstore/floors.py;
--- fingerprint rules in zlstore/ttgir.py. The same macros serve pairing.py's
--- SQL and the canned queries.
+-- fingerprint rules in zlstore/ttgir.py. The same macros serve the SQL of
+-- derive.py's steps and the canned queries.
 --   "caliber: TEMPLATE": TEMPLATE once per caliber field ({f} = the field
 --       name), joined with ", "; "caliber SEP: TEMPLATE": joined with SEP
 --   "round: TEMPLATE", "round SEP: TEMPLATE": the same per column of the
 --       round key ({k}: its name in the ab_* tables, {c}: the cells column
 --       it comes from, {is}: how two values compare, = or IS)
---   "range: TEMPLATE": the same per column of a range as pairing.py
+--   "range: TEMPLATE": the same per column of a range as ranges.py
 --       computes it ({c}: its name in ab_range_rows)
 --   "environment: TEMPLATE", "environment SEP: TEMPLATE": the same per
 --       provenance field ({f}: its name), zlstore/provenance.py's list
@@ -323,7 +323,7 @@ CREATE INDEX IF NOT EXISTS ingest_problems_root ON ingest_problems(root_id) WHER
 -- "round" is the before and after cell of one cell op and dtype in one round
 -- on one card of one root (and one repeat directory). Every insert or delete
 -- of a cell marks its round stale (triggers below); zlstore recomputes the
--- stale rounds (zlstore/pairing.py) inside the same transaction before it
+-- stale rounds (zlstore/derive.py, pairing.py's steps) inside the same transaction before it
 -- commits, so what zlstore commits has none (an edit by hand is recomputed
 -- by the next zlstore command that opens or reads the store). The recomputation is the SQL in
 -- pairing.py, which is the one definition of a pair.
@@ -412,7 +412,7 @@ CREATE TABLE IF NOT EXISTS ab_range_json (
 -- ranges are to be computed again, by the write that re-paired them (each
 -- batch of a long ingest its own; their roots' q-values wait for its last
 -- commit: Benjamini-Hochberg runs over a root's whole family;
--- pairing.refresh). Duplicates are harmless.
+-- derive.derive). Duplicates are harmless.
 CREATE TABLE IF NOT EXISTS ab_stale_ranges (
     root_id INTEGER NOT NULL,
     op TEXT,
@@ -489,7 +489,7 @@ BEGIN
 END;
 
 -- Every insert, delete or edit of a cell marks its round (names.ROUND_KEY)
--- stale; zlstore/pairing.py pairs it again before the writer commits. So
+-- stale; derive.derive pairs it again before the writer commits. So
 -- does it the rounds of the cells that hold the same files: a copy makes
 -- its original's round a duplicate too, and forgetting it makes it whole
 -- again (names.DUPLICATE).

@@ -30,7 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(1, str(REPO))
 
-from zlstore import db, merge, pairing  # noqa: E402
+from zlstore import db, derive, merge  # noqa: E402
 
 ZLSTORE = [sys.executable, "-m", "zlstore"]
 EXAMPLES = REPO / "examples" / "runs"
@@ -164,7 +164,7 @@ def unsound(target: Path) -> list:
     faults = []
     with sqlite3.connect(target) as conn:
         faults += db.integrity_problems(conn, full=True)
-        if pairing.stale(conn):
+        if derive.stale(conn):
             faults.append("pairs left stale")
         if conn.execute("SELECT count(*) FROM ingest_runs WHERE finished_at IS NULL").fetchone()[0]:
             faults.append("a run left unfinished")

@@ -1,7 +1,7 @@
 """Write docs/schema.rendered.sql: the SQL zlstore runs, every macro expanded.
 
-schema.sql and the writers' derivation steps (zlstore/pairing.py,
-zlstore/floors.py) are written with macros ("[[case verdicts]]",
+schema.sql and the writers' derivation steps (zlstore/derive.py runs those
+of pairing.py, ranges.py and floors.py) are written with macros ("[[case verdicts]]",
 "[[round: {k}]]", ...) that render_schema expands from the one definition of
 each name, rule and threshold. A reader who wants the view text that SQLite
 holds opens the rendered copy this script writes. Run from the top of the
@@ -26,8 +26,8 @@ HEADER = """\
 -- The SQL zlstore runs, with every macro of render_schema expanded: first
 -- schema.sql (the tables, triggers and views a store holds; SQLite keeps the
 -- same text: SELECT sql FROM sqlite_master), then the statements the writers
--- run to bring the derived tables up to date (zlstore/pairing.py and
--- zlstore/floors.py), in the order refresh() runs them. Edit schema.sql or
+-- run to bring the derived tables up to date (zlstore/derive.py: the steps of
+-- pairing.py, ranges.py and floors.py), in the order derive() runs them. Edit schema.sql or
 -- the Python that defines a name (zlstore/names.py, caliber.py, ...), never this.
 """
 
@@ -35,18 +35,13 @@ HEADER = """\
 def rendered() -> str:
     """The file's text."""
     sys.path.insert(0, str(REPO))
-    from zlstore import macros, pairing
+    from zlstore import derive, macros
 
     parts = [HEADER, "\n-- ===== schema.sql, rendered =====\n", macros.render_schema(macros.schema_source()).rstrip("\n"), "\n"]
-    setup, rounds, floors, ranges, pending, judging = pairing._prepared()
-    for title, steps in (("setup", setup), ("the stale rounds paired again", rounds),
-                         ("the stale ranges computed again", ranges),
-                         ("a batch's pending ranges (final=False only)", pending),
-                         ("the stale noise floors (final=True only)", floors),
-                         ("q-values and judgements (final=True only)", judging)):
-        title = "refresh: " + title
-        parts.append(f"\n-- ===== {title} =====\n")
-        parts += [step.strip() + ";\n\n" for step in steps]
+    statements = derive.statements()
+    for stage, title, _ in derive.STAGES:
+        parts.append(f"\n-- ===== derive: {title} =====\n")
+        parts += [step.strip() + ";\n\n" for step in statements[stage]]
     return "".join(parts).rstrip("\n") + "\n"
 
 

@@ -4,8 +4,8 @@
 -- The SQL zlstore runs, with every macro of render_schema expanded: first
 -- schema.sql (the tables, triggers and views a store holds; SQLite keeps the
 -- same text: SELECT sql FROM sqlite_master), then the statements the writers
--- run to bring the derived tables up to date (zlstore/pairing.py and
--- zlstore/floors.py), in the order refresh() runs them. Edit schema.sql or
+-- run to bring the derived tables up to date (zlstore/derive.py: the steps of
+-- pairing.py, ranges.py and floors.py), in the order derive() runs them. Edit schema.sql or
 -- the Python that defines a name (zlstore/names.py, caliber.py, ...), never this.
 
 -- ===== schema.sql, rendered =====
@@ -19,14 +19,14 @@
 -- before this file reaches SQLite, so that each name and rule is defined
 -- once: the caliber in zlstore/caliber.py; verdicts, reasons, findings and
 -- the round key in zlstore/names.py; the noise floor in zlstore/floors.py;
--- fingerprint rules in zlstore/ttgir.py. The same macros serve pairing.py's
--- SQL and the canned queries.
+-- fingerprint rules in zlstore/ttgir.py. The same macros serve the SQL of
+-- derive.py's steps and the canned queries.
 --   "caliber: TEMPLATE": TEMPLATE once per caliber field ({f} = the field
 --       name), joined with ", "; "caliber SEP: TEMPLATE": joined with SEP
 --   "round: TEMPLATE", "round SEP: TEMPLATE": the same per column of the
 --       round key ({k}: its name in the ab_* tables, {c}: the cells column
 --       it comes from, {is}: how two values compare, = or IS)
---   "range: TEMPLATE": the same per column of a range as pairing.py
+--   "range: TEMPLATE": the same per column of a range as ranges.py
 --       computes it ({c}: its name in ab_range_rows)
 --   "environment: TEMPLATE", "environment SEP: TEMPLATE": the same per
 --       provenance field ({f}: its name), zlstore/provenance.py's list
@@ -334,7 +334,7 @@ CREATE INDEX IF NOT EXISTS ingest_problems_root ON ingest_problems(root_id) WHER
 -- "round" is the before and after cell of one cell op and dtype in one round
 -- on one card of one root (and one repeat directory). Every insert or delete
 -- of a cell marks its round stale (triggers below); zlstore recomputes the
--- stale rounds (zlstore/pairing.py) inside the same transaction before it
+-- stale rounds (zlstore/derive.py, pairing.py's steps) inside the same transaction before it
 -- commits, so what zlstore commits has none (an edit by hand is recomputed
 -- by the next zlstore command that opens or reads the store). The recomputation is the SQL in
 -- pairing.py, which is the one definition of a pair.
@@ -423,7 +423,7 @@ CREATE TABLE IF NOT EXISTS ab_range_json (
 -- ranges are to be computed again, by the write that re-paired them (each
 -- batch of a long ingest its own; their roots' q-values wait for its last
 -- commit: Benjamini-Hochberg runs over a root's whole family;
--- pairing.refresh). Duplicates are harmless.
+-- derive.derive). Duplicates are harmless.
 CREATE TABLE IF NOT EXISTS ab_stale_ranges (
     root_id INTEGER NOT NULL,
     op TEXT,
@@ -500,7 +500,7 @@ BEGIN
 END;
 
 -- Every insert, delete or edit of a cell marks its round (names.ROUND_KEY)
--- stale; zlstore/pairing.py pairs it again before the writer commits. So
+-- stale; derive.derive pairs it again before the writer commits. So
 -- does it the rounds of the cells that hold the same files: a copy makes
 -- its original's round a duplicate too, and forgetting it makes it whole
 -- again (names.DUPLICATE).
@@ -1602,7 +1602,7 @@ SELECT
 FROM verdicts v
 JOIN root_times t ON t.root_id = v.root_id;
 
--- ===== refresh: setup =====
+-- ===== derive: the scratch tables (pairing.SETUP, ranges.SETUP) =====
 CREATE TEMP TABLE IF NOT EXISTS ab_rounds_now (root_id, card, repeat_dir, cell_op, cell_dtype, round, before_cell_id, after_cell_id, before_caliber_id, after_caliber_id, before_claims, after_claims, before_copies, after_copies);
 
 CREATE TEMP TABLE IF NOT EXISTS ab_keys_now (root_id, op, dtype, shape);
@@ -1614,7 +1614,7 @@ CREATE TEMP TABLE IF NOT EXISTS ab_judged_now (range_rowid INTEGER PRIMARY KEY, 
 DELETE FROM temp.ab_keys_unique;
 
 
--- ===== refresh: the stale rounds paired again =====
+-- ===== derive: the stale rounds paired again (pairing.STEPS) =====
 DELETE FROM temp.ab_rounds_now;
 
 DELETE FROM temp.ab_keys_now;
@@ -1787,7 +1787,7 @@ INSERT INTO ab_stale_ranges (root_id, op, dtype, shape)
 DELETE FROM ab_stale_rounds;
 
 
--- ===== refresh: the stale ranges computed again =====
+-- ===== derive: the stale ranges computed again (ranges.STEPS) =====
 INSERT INTO temp.ab_keys_unique (root_id, op, dtype, shape)
         SELECT DISTINCT root_id, op, dtype, shape FROM ab_stale_ranges;
 
@@ -1872,12 +1872,12 @@ INSERT INTO ab_range_rows (
 DELETE FROM ab_stale_ranges;
 
 
--- ===== refresh: a batch's pending ranges (final=False only) =====
+-- ===== derive: a batch's pending ranges, final=False only (ranges.PENDING) =====
 UPDATE ab_range_rows SET q_value = NULL
         WHERE q_value IS NOT NULL AND root_id IN (SELECT root_id FROM temp.ab_keys_unique);
 
 
--- ===== refresh: the stale noise floors (final=True only) =====
+-- ===== derive: the stale noise floors, final only (floors.STEPS) =====
 DELETE FROM noise_floor_rows WHERE rule IN (SELECT rule FROM ab_stale_floors);
 
 INSERT INTO noise_floor_rows (rule, op, dtype, caliber_id, n, floor, roots, fallback_rows)
@@ -1901,7 +1901,7 @@ INSERT INTO noise_floor_rows (rule, op, dtype, caliber_id, n, floor, roots, fall
 DELETE FROM ab_stale_floors;
 
 
--- ===== refresh: q-values and judgements (final=True only) =====
+-- ===== derive: q-values and judgements, final only (ranges.FAMILIES, ranges.JUDGING) =====
 UPDATE ab_range_rows SET q_value = adjusted.q_value, judged = NULL FROM (
             SELECT range_rowid, min(1.0, min(p_value * family / rank) OVER (
                        PARTITION BY root_id ORDER BY rank DESC ROWS UNBOUNDED PRECEDING)) AS q_value

@@ -283,23 +283,23 @@ def test_a_bulk_ingest_writes_its_cells_with_a_larger_page_cache_and_pairs_them_
     """The cells of a whole-tree ingest are written with BULK_CACHE_KIB of
     page cache (db.bulk_cache), and the last pass over the campaign runs with
     the default again: its memory must not grow with the campaign."""
-    from zlstore import db, ingest, pairing
+    from zlstore import db, derive, ingest
 
     source, _ = example_source
     seen = {"cells": set(), "final": set()}
-    cell, refresh = ingest.Ingester.cell, pairing.refresh
+    cell, derived = ingest.Ingester.cell, derive.derive
 
     def watched_cell(self, *args, **kwargs):
         seen["cells"].add(self.conn.execute("PRAGMA cache_size").fetchone()[0])
         return cell(self, *args, **kwargs)
 
-    def watched_refresh(conn, final=True, rejudge=False):
+    def watched_derive(conn, final=True, **kwargs):
         if final:
             seen["final"].add(conn.execute("PRAGMA cache_size").fetchone()[0])
-        return refresh(conn, final=final, rejudge=rejudge)
+        return derived(conn, final=final, **kwargs)
 
     monkeypatch.setattr(ingest.Ingester, "cell", watched_cell)
-    monkeypatch.setattr(pairing, "refresh", watched_refresh)
+    monkeypatch.setattr(derive, "derive", watched_derive)
     with Store(tmp_path / "store.db") as store:
         default = store.conn.execute("PRAGMA cache_size").fetchone()[0]
         store.ingest(source)

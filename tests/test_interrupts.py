@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from zlstore import Store, db, pairing, stats
+from zlstore import Store, db, derive, stats
 
 from .judging import invoke
 from .test_roots import CAMPAIGN, ingest, settled  # noqa: F401
@@ -83,13 +83,13 @@ def test_ctrl_c_during_a_forget_changes_nothing(example_store_path, tmp_path, mo
     with sqlite3.connect(example_store_path) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     shutil.copy(example_store_path, target)
-    refresh = pairing.refresh
+    derived = derive.derive
 
-    def interrupted_refresh(conn, **kwargs):
+    def interrupted_derive(conn, **kwargs):
         os.kill(os.getpid(), signal.SIGINT)
-        return refresh(conn, **kwargs)
+        return derived(conn, **kwargs)
 
-    monkeypatch.setattr(pairing, "refresh", interrupted_refresh)
+    monkeypatch.setattr(derive, "derive", interrupted_derive)
     result = invoke(target, "forget", CAMPAIGN)
     assert result.exit_code == 130 and "Traceback" not in result.output
     conn = sound(target)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from zlstore import Store, db, merge, pairing, roots
+from zlstore import Store, db, derive, merge, roots
 
 from .judging import invoke, json_out, judged
 from .test_roots import CAMPAIGN, SCREEN, every_row, ingest, two_roots_named_alike, settled  # noqa: F401
@@ -45,7 +45,7 @@ def test_two_hosts_stores_merge_into_what_one_host_would_have_stored(two_hosts, 
     assert (summary["roots"], summary["roots_added"], summary["cells_added"]) == (4, 4, 72)
     assert summary["conflicts"] == [] and summary["problems"] == [] and summary["open_problems"] == 1
     with sqlite3.connect(tmp_path / "m.db") as raw:  # not a Store, which would re-pair what was left stale
-        assert pairing.stale(raw) is False
+        assert derive.stale(raw) is False
     merged = judged(tmp_path / "m.db")
     assert merged == judged(single)
     rules = "SELECT rule, count(*) FROM fingerprints GROUP BY rule"
@@ -84,17 +84,17 @@ def test_merging_twice_adds_nothing(two_hosts, tmp_path):
 def test_a_root_is_merged_whole_or_not_at_all(two_hosts, tmp_path, monkeypatch):
     a, b, single = two_hosts
     target = tmp_path / "m.db"
-    refresh, calls = pairing.refresh, []
+    derived, calls = derive.derive, []
 
     def failing_second_root(conn, **kwargs):
         calls.append(1)
         if len(calls) == 2:  # a fault of that root's rows (a disk's fault stops the merge: test_merge_safety.py)
             raise sqlite3.IntegrityError("CHECK constraint failed: kind IN ('screen', 'repeat', 'campaign')")
-        return refresh(conn, **kwargs)
+        return derived(conn, **kwargs)
 
     names = [n for (n,) in sqlite3.connect(a).execute("SELECT name FROM roots ORDER BY id")]
     with Store(target) as store:
-        monkeypatch.setattr(pairing, "refresh", failing_second_root)
+        monkeypatch.setattr(derive, "derive", failing_second_root)
         summary = merge.merge(store, [a])
         monkeypatch.undo()
     assert len(names) == 2 and summary["roots"] == 1
@@ -265,7 +265,7 @@ def test_merge_keeps_the_rules_the_sources_computed(two_hosts, tmp_path):
         lacking = store.conn.execute(
             "SELECT count(*) FROM cells WHERE id NOT IN (SELECT cell_id FROM fingerprints WHERE rule = 'v4')")
         assert lacking.fetchone()[0] == 0
-        assert not pairing.stale(store.conn)
+        assert not derive.stale(store.conn)
 
 
 def test_two_contents_stored_in_the_same_instant_merge_alike_in_either_order(two_hosts, tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from zlstore import Store, judge, pairing
+from zlstore import Store, derive, judge
 from zlstore.db import write_transaction
 
 from .judging import by_key, invoke, json_out
@@ -52,8 +52,7 @@ def from_scratch(db_path, tmp_path) -> dict:
         conn = store.conn
         for table in TABLES:
             conn.execute(f"DELETE FROM {table}")
-        pairing.mark_every_round(conn)
-        assert pairing.refresh(conn)
+        assert derive.derive(conn, every=True)
     with Store(copy) as store:
         return snapshot(store.conn)
 
@@ -105,7 +104,7 @@ def test_written_piecemeal_equals_recomputed_from_scratch(example_tree, tmp_path
         # A row deleted by hand: the next read re-pairs it.
         store.conn.execute("DELETE FROM measurements WHERE id = (SELECT max(id) FROM measurements)")
         judge.ab_ranges(store)
-        assert not pairing.stale(store.conn)
+        assert not derive.stale(store.conn)
         assert snapshot(store.conn) == from_scratch(db_path, tmp_path)
         assert all(snapshot(store.conn)[t] for t in ("ab_slot_rows", "ab_range_rows", "ab_round_ranges"))
 
@@ -151,7 +150,7 @@ def test_release_1_database_is_paired_on_upgrade(tmp_path):
     shutil.copy(Path(__file__).parent / "data" / "store-v1.db", path)
     with Store(path) as store:
         kept = snapshot(store.conn)
-        assert not pairing.stale(store.conn)
+        assert not derive.stale(store.conn)
         assert kept["ab_slot_rows"] and kept["ab_round_ranges"]
         counted = store.conn.execute(
             "SELECT count(*) FROM measurements WHERE occurrence IS NULL").fetchone()[0]

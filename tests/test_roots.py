@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from zlstore import Store, db, layout, pairing, roots, unchanged
+from zlstore import Store, db, derive, layout, roots, unchanged
 
 from .judging import invoke, json_out, judged
 from .test_ingest import record, write_cell, write_root_env
@@ -255,7 +255,7 @@ def test_forget_that_fails_midway_changes_nothing(ingested, monkeypatch):
     def failing(conn):
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(pairing, "refresh", failing)  # after every delete, before the commit
+    monkeypatch.setattr(derive, "derive", failing)  # after every delete, before the commit
     with Store(db_path) as store, pytest.raises(RuntimeError):
         store.forget(CAMPAIGN)
     monkeypatch.undo()
@@ -264,13 +264,13 @@ def test_forget_that_fails_midway_changes_nothing(ingested, monkeypatch):
 
 STALLED_FORGET = """
 import sys, time
-from zlstore import Store, pairing
-done = pairing.refresh
+from zlstore import Store, derive
+done = derive.derive
 def stalled(conn):
     done(conn)
     print("deleted, not committed", flush=True)
     time.sleep(120)
-pairing.refresh = stalled
+derive.derive = stalled
 Store(sys.argv[1]).forget(sys.argv[2])
 """
 

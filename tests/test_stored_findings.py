@@ -11,7 +11,7 @@ import sqlite3
 
 import pytest
 
-from zlstore import Store, db, judge, pairing
+from zlstore import Store, db, derive, judge, pairing
 
 from .effects import Shape, write_repeat_root
 from .nobody import as_nobody
@@ -61,7 +61,7 @@ def every_range_again(path, final=True):
         with db.write_transaction(store.conn):
             pairing.mark_every_round(store.conn)
             store.conn.execute("DELETE FROM ab_range_rows")
-            pairing.refresh(store.conn, final=final)
+            derive.derive(store.conn, final=final)
 
 
 def test_a_write_stores_every_judgement_and_they_are_the_views_own(db_path):
@@ -86,7 +86,7 @@ def test_a_setting_edited_by_hand_is_seen_at_once_and_stored_by_the_next_write(d
     assert findings(conn) == expected
     assert unjudged(conn) == len(before)
     with Store(db_path) as store:  # opening it judges nothing; reading it judges on the fly
-        assert pairing.unjudged(store.conn) and not pairing.stale(store.conn)
+        assert derive.unjudged(store.conn) and not derive.stale(store.conn)
         assert [r["finding"] for r in sorted(judge.ab_ranges(store), key=lambda r: r["shape"])] == expected
         # the next write that judges (new ranges here) stores every range's
         write_repeat_root(tmp_path / "more", "ab_more", SHAPES[:1], rounds=4, seed=9)
@@ -172,7 +172,7 @@ def test_a_batch_that_leaves_a_key_with_no_range_has_its_root_adjusted_again(tmp
     with Store(db_path) as store:
         with db.write_transaction(store.conn):
             store.conn.execute("DELETE FROM measurements WHERE op_name = 'relu'")
-            pairing.refresh(store.conn, final=False)
+            derive.derive(store.conn, final=False)
     assert conn.execute("SELECT count(*) FROM ab_range_rows WHERE op = 'relu'").fetchone()[0] == 0
     assert unjudged(conn) == 6  # softmax's: their family lost six ranges
     assert conn.execute("SELECT count(*) FROM ab_range_rows WHERE q_value IS NOT NULL").fetchone()[0] == 0
@@ -197,7 +197,7 @@ def test_ab_json_read_from_the_stored_judgements_is_the_views_text(db_path, tmp_
     with Store(db_path) as store:
         store.ingest(tmp_path / "more")
         stored = judge.ab_ranges_json(store)
-        assert not pairing.unjudged(store.conn)
+        assert not derive.unjudged(store.conn)
         by_view = store.conn.execute(
             "SELECT '[' || group_concat(json, ',' || char(10) || ' ') || ']' FROM "
             f"(SELECT json FROM ab_range_judgements ORDER BY {judge.AB_KEY_ORDER})").fetchone()[0]
@@ -230,6 +230,6 @@ def test_a_moved_root_is_judged_again_with_its_new_path(db_path, tmp_path):
     with Store(db_path) as store:
         store.ingest(moved)
         rows = json.loads(judge.ab_ranges_json(store))
-        assert not pairing.unjudged(store.conn)
+        assert not derive.unjudged(store.conn)
     assert {r["root_path"] for r in rows} == {str(moved / "ab_stored")}
     assert [r["root_path"] for r in judgements(plain(db_path))] == [str(moved / "ab_stored")] * len(rows)

@@ -242,7 +242,7 @@ def scratch_in_memory(conn: sqlite3.Connection, memory: bool):
     (ingest._Batch): its scratch is bounded by the batch, and each cell's
     savepoint journal, written to a file, was a third of the writing
     process's system time. SQLite drops the temporary tables on a change
-    (pairing.py creates its own again) and refuses one inside a transaction:
+    (derive.py's steps create their own again) and refuses one inside a transaction:
     the setting is then left as it is."""
     if not conn.in_transaction:
         conn.execute(f"PRAGMA temp_store = {'MEMORY' if memory else 'FILE'}")
@@ -523,7 +523,7 @@ def checkpoint_between_commits(conn: sqlite3.Connection):
 # SQLite's default 2 MB of page cache, the writing process spilled and read
 # back pages all along (141,000 writes and 114,000 reads for 6,720 cells;
 # 108,000 and 68,000 with this). Only while the cells are written: the last
-# pass over a campaign (pairing.refresh) runs with the default again, so
+# pass over a campaign (derive.derive, final) runs with the default again, so
 # that its memory does not grow with the campaign.
 BULK_CACHE_KIB = 16384
 

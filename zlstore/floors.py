@@ -4,7 +4,7 @@ is computed again.
 The rows of a NO_IR_DIFF screening pair measure the same code twice: the
 noise floor of (row op, row dtype, caliber) under a rule is max |ratio - 1|
 over the paired rows of every NO_IR_DIFF pair under that rule, n the rows
-it rests on (STEPS, run by pairing.refresh into noise_floor_rows). A
+it rests on (STEPS, run by a final derive.derive into noise_floor_rows). A
 campaign's range clears its floor when the whole range lies outside 1 +-
 floor (CLEARS: the view ab_range_judgements's clears_floor, through the
 "[[clears_floor]]" macro). A rule's floors are computed again when they
@@ -12,7 +12,7 @@ are marked stale (ab_stale_floors): by mark() and mark_every() here, and by
 the trigger fingerprints_delete_marks_floors for fingerprints deleted by hand.
 
 This module imports nothing of zlstore: its SQL holds macros.render_schema's
-macros, rendered where it runs (pairing.py)."""
+macros, rendered where it runs (derive.py)."""
 
 import sqlite3
 

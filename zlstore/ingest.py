@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
 
-from . import db, fingerprints, layout, pairing, parallel, parse, roots, stats, unchanged
+from . import db, derive, fingerprints, layout, parallel, parse, roots, stats, unchanged
 from .cellwriter import CellWriter, NotStored
 from .db import (bulk_cache, bulk_checkpoints, checkpoint_between_commits, is_storage_failure, retry_busy,
                  scratch_in_memory, write_transaction)
@@ -195,10 +195,10 @@ class _Batch:
     """The cells of a whole-tree ingest share a transaction for up to
     BATCH_SECONDS, each cell in a savepoint of its own: a cell is still stored
     whole or not at all, but the commit, which writes every page the cells
-    touched into the WAL, and the re-pairing of their rounds (pairing.py) are
-    paid once per batch instead of once per cell. Other writers wait at most
-    about that long for the lock. A live writer (`record`) commits each cell
-    at once."""
+    touched into the WAL, and the derivation (derive.py, not final: the
+    rounds' pairs and the ranges) are paid once per batch instead of once
+    per cell. Other writers wait at most about that long for the lock. A
+    live writer (`record`) commits each cell at once."""
 
     def __init__(self, conn: sqlite3.Connection, seconds: Optional[float] = None):
         self.conn, self.started = conn, None
@@ -218,23 +218,25 @@ class _Batch:
         return self.started is not None and time.monotonic() - self.started >= self.seconds
 
     def written(self):
-        """A cell was written: pair the rounds of the last PAIR_CELLS cells
-        and compute their ranges."""
+        """A cell was written: every PAIR_CELLS cells, derive what they
+        changed (their rounds' pairs and ranges), not final, while the
+        workers prepare the next ones."""
         self.unpaired += 1
         if self.unpaired >= PAIR_CELLS and self.conn.in_transaction:
-            pairing.refresh(self.conn, final=False)
+            derive.derive(self.conn, final=False)
             self.unpaired = 0
 
     def commit(self, last: bool = False):
-        """Commit the cells written so far, their rounds re-paired and their
-        ranges computed first (their roots' q-values and findings wait for the
-        run's last commit, Ingester._finish: a root's family is adjusted once,
-        not per batch), and check the WAL in while the workers go on. The
-        last batch leaves it to that commit, which checks in both at once.
-        (That commit's pass does not join the last batch's transaction: its
-        scratch, which grows with the campaign, would then be in memory.)"""
+        """Commit the cells written so far, derived first, not final (their
+        rounds re-paired and their ranges computed; their roots' q-values and
+        findings wait for the run's final derivation, Ingester.run: a root's
+        family is adjusted once, not per batch), and check the WAL in while
+        the workers go on. The last batch leaves it to the run's last
+        commits, which check in both at once. (The final derivation does not
+        join the last batch's transaction: its scratch, which grows with the
+        campaign, would then be in memory.)"""
         if self.conn.in_transaction:
-            pairing.refresh(self.conn, final=False)
+            derive.derive(self.conn, final=False)
             retry_busy(lambda: self.conn.execute("COMMIT"))
             if not last:
                 checkpoint_between_commits(self.conn)
@@ -296,41 +298,18 @@ class Ingester:
 
     def run(self, paths: Iterable, progress: Optional[Callable[[int, int], None]] = None,
             require_finished: bool = False) -> Summary:
-        """Store the cells under paths. On a full disk (or a failing one) the
-        run stops at once: the summary counts what was committed, and its
-        state names the cause; the next run, with space, stores the rest."""
+        """Store the cells under paths: the run's row; the cells found; the
+        cells written, in batches each derived before it commits; the
+        problems closed and counted; the run's summary row; then the final
+        derivation (derive.py). On a full disk (or a failing one) the run
+        stops at once: the summary counts what was committed, and its state
+        names the cause; the next run, with space, stores the rest."""
         paths = _outermost([_resolved(p) for p in paths])
         try:
-            with self._write():
-                self.run_id = db.start_run(self.conn, self.command, [str(p) for p in paths])
-            cells = CellPaths()
-            for path in paths:
-                if not os.path.lexists(path):
-                    self.problem(Problem(str(path), None, "no such file or directory"))
-                    continue
-                if not self._find(path, cells, require_finished):
-                    self.problem(Problem(str(path), None, "no cell directories found (no run.log or cell.env)"))
-            workers = 0 if require_finished else parallel.worker_count(len(cells))
-            if workers or len(cells) > parallel.PARALLEL_MIN_CELLS:  # a forked worker must not query the store
-                self.cells.preload(paths)
-            prepared = (parallel.prepared(cells, workers, parallel.Preparer(self.parser, self.cells, self.rehash))
-                        if workers else ((cell, None) for cell in cells))
-            bulk = len(cells) > parallel.PARALLEL_MIN_CELLS
-            # closing: the workers end with it
-            with (contextlib.closing(prepared), bulk_checkpoints(self.conn, bulk), bulk_cache(self.conn, bulk),
-                  fewer_collections(bulk)):
-                self._write_all(prepared, len(cells), _Batch(self.conn) if bulk and not require_finished else None,
-                                require_finished, progress)
-            self._close_covered(paths)
-            self.summary.open_problems = self._open_problems(paths)
-            root_ids = sorted({root_id for _, root_id in self.roots.values()})
-            twice = roots.claimed_twice(self.conn, root_ids, [str(path) for path in paths])
-            self.summary.problems.extend(problem for _, problem in twice)
-            self.summary.open_problems += len(twice)
-            # a record stores a screen's cells one by one: its before side waits for its after
-            missing = roots.missing_sides(self.conn, root_ids) if self.command != "record" else []
-            self.summary.problems.extend(problem for _, problem in missing)
-            self.summary.open_problems += len(missing)
+            self._start(paths)
+            cells = self._found(paths, require_finished)
+            self._write_cells(cells, paths, require_finished, progress)
+            self._count_open_problems(paths)
         except (KeyboardInterrupt, sqlite3.DatabaseError) as error:
             if not isinstance(error, KeyboardInterrupt) and not db.interrupted(error):
                 raise
@@ -347,19 +326,66 @@ class Ingester:
             if self.conn.in_transaction:
                 self.conn.execute("ROLLBACK")
             self.summary.counts["roots"] = self._stored_roots()
-            self._finish()
-            return self.summary
-        self.summary.counts["roots"] = len({root_id for _, root_id in self.roots.values()})
-        self._finish()
+        else:
+            self.summary.counts["roots"] = len({root_id for _, root_id in self.roots.values()})
+        self._finish()  # the run's summary row: a transaction of its own, nothing derived in it
+        self._derive_final()  # then the run's final derivation: a transaction of its own
         return self.summary
+
+    def _start(self, paths: List[Path]):
+        """The run's row in ingest_runs (state running), in a transaction of
+        its own: a log row, which derives nothing."""
+        with self._write(deriving=False):
+            self.run_id = db.start_run(self.conn, self.command, [str(p) for p in paths])
+
+    def _found(self, paths: List[Path], require_finished: bool) -> "CellPaths":
+        """The cells under paths to store (_find); a path that holds none is a problem."""
+        cells = CellPaths()
+        for path in paths:
+            if not os.path.lexists(path):
+                self.problem(Problem(str(path), None, "no such file or directory"))
+                continue
+            if not self._find(path, cells, require_finished):
+                self.problem(Problem(str(path), None, "no cell directories found (no run.log or cell.env)"))
+        return cells
+
+    def _write_cells(self, cells: "CellPaths", paths: List[Path], require_finished: bool, progress):
+        """Store the cells found (_write_all): prepared by worker processes
+        where there are many; a whole tree's in batches, each derived before
+        it commits (_Batch.commit); a record's or a small tree's each in a
+        transaction of its own, derived before it commits (_write)."""
+        workers = 0 if require_finished else parallel.worker_count(len(cells))
+        if workers or len(cells) > parallel.PARALLEL_MIN_CELLS:  # a forked worker must not query the store
+            self.cells.preload(paths)
+        prepared = (parallel.prepared(cells, workers, parallel.Preparer(self.parser, self.cells, self.rehash))
+                    if workers else ((cell, None) for cell in cells))
+        bulk = len(cells) > parallel.PARALLEL_MIN_CELLS
+        # closing: the workers end with it
+        with (contextlib.closing(prepared), bulk_checkpoints(self.conn, bulk), bulk_cache(self.conn, bulk),
+              fewer_collections(bulk)):
+            self._write_all(prepared, len(cells), _Batch(self.conn) if bulk and not require_finished else None,
+                            require_finished, progress)
+
+    def _count_open_problems(self, paths: List[Path]):
+        """Close the problems the run's paths no longer have, and count those
+        still open, with the rounds claimed twice and the screening pairs
+        missing a side (roots.py), which are named, not stored."""
+        self._close_covered(paths)
+        self.summary.open_problems = self._open_problems(paths)
+        root_ids = sorted({root_id for _, root_id in self.roots.values()})
+        twice = roots.claimed_twice(self.conn, root_ids, [str(path) for path in paths])
+        self.summary.problems.extend(problem for _, problem in twice)
+        self.summary.open_problems += len(twice)
+        # a record stores a screen's cells one by one: its before side waits for its after
+        missing = roots.missing_sides(self.conn, root_ids) if self.command != "record" else []
+        self.summary.problems.extend(problem for _, problem in missing)
+        self.summary.open_problems += len(missing)
 
     def _finish(self, state: Optional[str] = None):
         """The run's row gets its summary (what was committed, nothing else;
-        after Ctrl-C, state 'interrupted'), in a transaction of its own; then
-        the run's last derivation, the q-values and findings of the roots it
-        touched (pairing.refresh, final), in another. On a full disk the
-        small one may still fit where the derivation does not, and a range
-        left unjudged is judged by the views when read (ab_range_unjudged)."""
+        after Ctrl-C, state 'interrupted'), in a transaction of its own that
+        derives nothing: on a full disk this small one may still fit where
+        the final derivation does not."""
         if self.run_id is None:
             return
         try:
@@ -369,13 +395,21 @@ class Ingester:
             if state is None and not is_storage_failure(error):
                 raise
             # interrupted, or a full disk: the next writer closes the row (db.close_abandoned_runs)
-        if state is not None:  # interrupted: stop now; the next writer derives what is left
+
+    def _derive_final(self):
+        """The run's final derivation (Store.derive), in a transaction of its
+        own: the stale noise floors, the q-values of the roots it touched and
+        their findings. After Ctrl-C a run does not get here: the next writer
+        derives what is left. On a full disk a range left unjudged is judged
+        by the views when read (ab_range_unjudged), and stored by the next
+        writer that has room."""
+        if self.run_id is None:  # the run's row could not be written: nor anything else
             return
         try:
-            with self._write():
-                pass  # _write derives what the run left stale before it commits
-        except StoreStopped:
-            pass
+            self.store.derive()
+        except sqlite3.OperationalError as error:
+            if not is_storage_failure(error):
+                raise
 
     def _stored_roots(self) -> int:
         """The roots this run met that are stored (after a rollback, some may not be)."""
@@ -392,7 +426,7 @@ class Ingester:
         covered = [bounds for bounds in covered  # most runs close nothing: no write lock for them
                    if self.conn.execute(f"SELECT 1 FROM ingest_problems WHERE {where} LIMIT 1", bounds).fetchone()]
         if covered:
-            with self._write():
+            with self._write(deriving=False):
                 for bounds in covered:
                     self.conn.execute(f"UPDATE ingest_problems SET closed_by = :run WHERE {where}", bounds)
 
@@ -470,11 +504,11 @@ class Ingester:
         return found.cells
 
     @contextlib.contextmanager
-    def _write(self):
+    def _write(self, deriving: bool = True):
         """A cell's writes: a transaction of their own, or a savepoint in a
-        whole-tree ingest's batch. Pairs are brought up to date before any
-        commit (pairing.py), so a committed database never has stale ones.
-        A full disk is StoreStopped."""
+        whole-tree ingest's batch. A full disk is StoreStopped.
+        deriving=False: log rows only (the run's row, problems), which mark
+        nothing stale: no result is computed as a side effect of them."""
         try:
             began = self.batch.open() if self.batch is not None else False
             outermost = not self.conn.in_transaction
@@ -482,8 +516,12 @@ class Ingester:
                 if began or outermost:
                     self._see_other_writers()
                 yield
-                if outermost:
-                    pairing.refresh(self.conn)
+                if outermost and deriving:
+                    # A transaction of its own (a record's cell, each cell of
+                    # a small ingest, a root placed outside a batch) derives
+                    # before it commits, final: a committed store never holds
+                    # stale pairs. A batch derives at its commit (_Batch.commit).
+                    derive.derive(self.conn)
         except sqlite3.OperationalError as error:
             if is_storage_failure(error):
                 raise StoreStopped(error) from error
@@ -492,7 +530,7 @@ class Ingester:
     def problem(self, problem: Problem, store: bool = True):
         self.summary.problems.append(problem)
         if store and self.run_id is not None:
-            with self._write():
+            with self._write(deriving=False):
                 self._store_problems([problem])
 
     def _store_problems(self, problems: List[Problem], cell_id: Optional[int] = None, root_id: Optional[int] = None):

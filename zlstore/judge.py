@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import caliber as _caliber
+from . import derive as _derive
 from . import files as _files
 from . import layout as _layout
 from . import output as _output
-from . import pairing as _pairing
 from . import provenance as _provenance
 from . import roots as _roots
 from . import ttgir as _ttgir
@@ -340,7 +340,7 @@ def _ab_source(store) -> bool:
     some must be judged on the read (the view ab_range_judgements): a
     read-only store whose settings were edited by hand."""
     store.refresh_pairs()
-    return not _pairing.unjudged(store.conn)
+    return not _derive.unjudged(store.conn)
 
 
 def ab_ranges_json(store, root=None, ops=None, findings=None, sort: Optional[str] = None) -> str:

@@ -5,8 +5,8 @@ schema.sql's text (schema_source), and render_schema, which expands its
 
 Every SQL text that names a verdict, reason, finding, the round key, the
 caliber or a threshold goes through render_schema: schema.sql, pairing.py,
-floors.py, the canned queries. docs/schema.rendered.sql is schema.sql and
-refresh's steps rendered (docs/rendered_sql.py writes it), for a reader who
+ranges.py, floors.py, the canned queries. docs/schema.rendered.sql is schema.sql and
+derive.py's steps rendered (docs/rendered_sql.py writes it), for a reader who
 wants the SQL that runs; docs/development.md says why the macros stay.
 This is the one part of the store's plumbing that imports zlstore's
 definitions (names, caliber, provenance, floors, stats, ttgir)."""
@@ -170,7 +170,7 @@ def render_schema(text: str) -> str:
     """Expand the macros that keep caliber fields, the round key, verdict,
     reason and finding names and conditions, rules and thresholds defined
     once (the list is at the top of schema.sql). Every SQL text that names
-    them goes through here: schema.sql, pairing.py, the canned queries."""
+    them goes through here: schema.sql, derive.py's steps, the canned queries."""
 
     def expand(match):
         kind, arg, template = match.group(1), match.group(2), match.group(3)

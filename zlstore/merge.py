@@ -9,7 +9,7 @@ and the summary and the ingest log say which. A source's problems come
 along, open while the target holds what they name as the source read it,
 and the summary counts those open, as an ingest counts its own. What the
 writers derive (the A/B pairs, ranges and noise floors) is not copied but
-recomputed in the target, inside the same transaction (pairing.py), so the
+recomputed in the target, inside the same transaction (derive.py), so the
 target's views see the merged roots as if they had been ingested there. A
 source is only read: one from an older release is read through a migrated
 copy, never upgraded in place, and one from a newer release is refused
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 from . import db as dbmod
-from . import caliber, floors, macros, pairing, provenance, roots
+from . import caliber, derive, floors, macros, provenance, roots
 from .db import now
 from .cellwriter import stored_environment
 from .fingerprints import cell_rules
@@ -461,11 +461,10 @@ class Merger:
                         if root_id is not None:
                             merged_roots.add(root_id)
                     self._merge_log()
-            # Each root's transaction brought its rounds' pairs and ranges up
-            # to date; the floors, q-values and judgements, which move with
-            # every root, are computed once, here (pairing.refresh's final).
-            with dbmod.write_transaction(self.conn):
-                pairing.refresh(self.conn)
+            # Each root's transaction derived its rounds' pairs and ranges;
+            # the floors, q-values and judgements, which move with every root,
+            # are derived once, here: the merge's final derivation.
+            self.target.derive()
             self._complete_fingerprints()
         self.summary.counts["roots"] = len(merged_roots)
         self.summary.open_problems = self.conn.execute(
@@ -525,7 +524,7 @@ class Merger:
                 self._calibers()
                 root_id = self._root_row(source_path, source)
                 self._cells(source_path, source, root_id)
-                pairing.refresh(self.conn, final=False)  # the rest once per merge (_merge_all)
+                derive.derive(self.conn, final=False)  # the rest once per merge (_merge_all)
                 self.conn.execute("INSERT INTO temp.merge_roots VALUES (?, ?)", (source["id"], root_id))
             return root_id
         except sqlite3.DatabaseError as error:

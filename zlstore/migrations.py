@@ -18,9 +18,9 @@ from .macros import schema_parts
 # database gets the current schema.sql directly and db.SCHEMA_VERSION. Each is a
 # fixed step that calls nothing that may change since (as llm's are): it
 # changes tables only. What the writers derive from the stored cells (the
-# A/B pairs, ranges and noise floors: pairing.py) is not its business: a
+# A/B pairs, ranges and noise floors: derive.py) is not its business: a
 # migration registered with rederive=True has them all computed again, by
-# this release's pairing, once the schema is current (ensure_schema's
+# this release's derivation, once the schema is current (ensure_schema's
 # derive); the views and triggers come from schema.sql.
 MIGRATIONS: Dict[int, Callable[[sqlite3.Connection], None]] = {}
 REDERIVE: set = set()
@@ -264,10 +264,10 @@ def _stored_schema_hash(conn):
 
 
 def ensure_schema(conn: sqlite3.Connection, defaults: Optional[Dict[str, str]] = None,
-                  derive: Optional[Callable[[sqlite3.Connection, bool], object]] = None) -> int:
+                  derive: Optional[Callable[..., object]] = None) -> int:
     """Create or upgrade the schema; recreate the views and triggers when
-    schema.sql changed. derive(conn, every) then brings what the writers
-    derive up to date in the same transaction (Store passes pairing.derive);
+    schema.sql changed. derive(conn, every=...) then brings what the writers
+    derive up to date in the same transaction (Store passes derive.derive);
     every: a migration asked for all of it to be computed again. Returns the
     schema version. Safe when several processes open a new database at
     once: all of it happens inside one BEGIN IMMEDIATE."""
@@ -301,6 +301,6 @@ def ensure_schema(conn: sqlite3.Connection, defaults: Optional[Dict[str, str]] =
         for key, value in (defaults or {}).items():
             conn.execute("INSERT OR IGNORE INTO settings (key, value) VALUES (?, ?)", (key, value))
         if derive is not None:
-            derive(conn, any(target in REDERIVE for target in migrated))
+            derive(conn, every=any(target in REDERIVE for target in migrated))
         conn.execute(f"PRAGMA user_version = {db.SCHEMA_VERSION}")
     return db.SCHEMA_VERSION

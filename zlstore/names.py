@@ -5,7 +5,7 @@ round key, the judging thresholds' defaults, and the exit statuses.
 
 This module imports nothing of zlstore, so that every other module may
 import it. SQL reaches these names only through macros.render_schema's macros
-(schema.sql and pairing.py): "[[verdict NAME]]" quotes a name and refuses
+(schema.sql and derive.py's steps): "[[verdict NAME]]" quotes a name and refuses
 one not defined here; "[[case verdicts]]" is the CASE that decides a
 verdict, from VERDICTS' conditions in their order (likewise reasons and
 findings); "[[round: ...]]" spells the round key.
@@ -300,7 +300,7 @@ ROUND_KEY = (
 )
 
 
-# A range of a repeat run or campaign as pairing.py computes it (the table
+# A range of a repeat run or campaign as ranges.py computes it (the table
 # ab_range_rows, but for its judgement): its key, its rounds' range and
 # statistics, and its JSON fragments. "[[range: TEMPLATE]]" repeats
 # TEMPLATE per column ({c}).

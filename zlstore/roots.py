@@ -20,7 +20,7 @@ import sqlite3
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from . import floors, layout, macros, names, output, pairing, unchanged
+from . import derive, floors, layout, macros, names, output, unchanged
 
 # A root whose path another root of its name holds (a different root of that
 # name was ingested there since, or merged from a store where it was there)
@@ -182,7 +182,7 @@ def _forgotten(conn: sqlite3.Connection, counts: dict, fed_floors: bool) -> dict
     counts["ir_texts"] = _drop_unused_texts(conn)
     if fed_floors:
         floors.mark_every(conn)
-    pairing.refresh(conn)
+    derive.derive(conn)
     return counts
 
 

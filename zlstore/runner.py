@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, IO, List, Mapping, Optional, Sequence, Tuple, Union
 
-from . import caliber, flaggems, judge, layout, pairing, provenance
+from . import caliber, derive, flaggems, judge, layout, provenance
 from . import plan as planmod
 from .harness import (DEFAULT_CELL_TIMEOUT, DEFAULT_SWITCH_VALUES, caliber_items, env_text, fill, local_now, num,
                       switch_values, timestamp, write_atomic, write_cell_env)
@@ -576,7 +576,7 @@ def supersede(store, root: Path, card: int, op: str, dtype: str) -> int:
                WHERE root_id = (SELECT id FROM roots WHERE path = ?) AND card IS ? AND op = ?
                  AND (dtype IS ? OR dtype IS NULL) AND superseded_at IS NULL""",
             (utc_now(), str(Path(root).resolve()), card, op, dtype)).rowcount
-        pairing.refresh(conn)
+        derive.derive(conn)
     return marked
 
 

@@ -9,7 +9,7 @@ exp(mean d +- t * sd / sqrt(n)); the p-value is the two-sided one-sample
 t-test of mean d = 0. Latency noise is multiplicative, so its logarithm is
 the scale on which it is close to normal, and a t-test there reaches
 significance at 4 rounds where a rank test cannot (docs/judging.md, "How
-zlstore decides", compares the anchors). pairing.py computes the columns in SQL with
+zlstore decides", compares the anchors). ranges.py computes the columns in SQL with
 the functions registered here; the views read what it stored.
 
 This module imports nothing of zlstore. The distribution is scipy's, loaded

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Union
 
 from . import db as dbmod
-from . import fingerprints, floors, migrations, pairing, roots, ttgir, unchanged
+from . import derive, fingerprints, floors, migrations, roots, ttgir, unchanged
 from .db import now
 from .ingest import Ingester
 
@@ -50,8 +50,8 @@ class Store:
 
     def _migrate(self) -> int:
         """The schema created or brought up to this release, its derived tables
-        with it (pairing.derive)."""
-        return migrations.ensure_schema(self.conn, defaults={"current_rule": ttgir.DEFAULT_RULE}, derive=pairing.derive)
+        with it (derive.derive)."""
+        return migrations.ensure_schema(self.conn, defaults={"current_rule": ttgir.DEFAULT_RULE}, derive=derive.derive)
 
     def _ensure_schema(self) -> int:
         try:
@@ -99,16 +99,24 @@ class Store:
         if why is not None:
             raise dbmod.StoreError(dbmod.cannot_write(self.path, why))
 
+    def derive(self, rejudge: bool = False) -> bool:
+        """Bring every derived table up to date (derive.py), final, in a write
+        transaction of its own: the last step of a writer whose earlier
+        transactions derived only part (an ingest's batches, a merge's
+        roots). rejudge: every range is judged again (a setting changed).
+        Returns whether there was anything to do."""
+        with dbmod.write_transaction(self.conn):
+            return derive.derive(self.conn, rejudge=rejudge)
+
     def refresh_pairs(self) -> bool:
-        """Re-pair the rounds an edit by hand left stale (pairing.py), and
-        judge what a run stopped by a full disk left unjudged. A read-only
-        store, or one on a full disk, is read as it is: the views judge an
-        unjudged range when read."""
-        if not pairing.stale(self.conn):
+        """Derive what an edit by hand left stale (re-pair its rounds), and
+        judge what a run stopped by a full disk left unjudged (derive.stale).
+        A read-only store, or one on a full disk, is read as it is: the
+        views judge an unjudged range when read."""
+        if not derive.stale(self.conn):
             return False
         try:
-            with dbmod.write_transaction(self.conn):
-                return pairing.refresh(self.conn)
+            return self.derive()
         except sqlite3.OperationalError as error:
             if dbmod.is_readonly_error(error) or dbmod.is_storage_failure(error):
                 return False
@@ -179,14 +187,14 @@ class Store:
 
     def set_setting(self, key: str, value: str):
         """Store a setting; the ranges are judged again under it where it is
-        one that judging reads (pairing.refresh)."""
+        one that judging reads (derive.derive, rejudge)."""
         with dbmod.write_transaction(self.conn):
             self.conn.execute(
                 "INSERT INTO settings (key, value) VALUES (?, ?) "
                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 (key, value),
             )
-            pairing.refresh(self.conn, rejudge=True)
+            derive.derive(self.conn, rejudge=True)
 
     @property
     def current_rule(self) -> str:
@@ -220,7 +228,7 @@ class Store:
                              [(h, rule_obj.name, d) for h, d in sorted(new.items())])
             conn.executemany("INSERT OR IGNORE INTO fingerprints (cell_id, rule, fingerprint) VALUES (?, ?, ?)", rows)
             floors.mark(conn, rule_obj.name)
-            pairing.refresh(conn)
+            derive.derive(conn)
         return len(rows)
 
     # -- roots ------------------------------------------------------------------
