@@ -148,12 +148,6 @@ def unexplained(path: Path) -> list:
             if not said & set(range(node.lineno - 1, node.end_lineno + 1))]
 
 
-# Being rewritten on other branches of issue 34 when this test came:
-# store.py's `import sqlite_utils` in Store.db (its docstring says why, no
-# comment does yet).
-PENDING = {"store.py"}
-
-
 def test_the_comment_guard_finds_an_unexplained_import(tmp_path):
     module = tmp_path / "m.py"
     module.write_text("import os\n\n\ndef f():\n    import json  # noqa: PLC0415\n\n    # why\n"
@@ -161,10 +155,6 @@ def test_the_comment_guard_finds_an_unexplained_import(tmp_path):
     assert unexplained(module) == ["m.py:5: import json"]
 
 
-@pytest.mark.parametrize("path", [
-    pytest.param(p, marks=pytest.mark.xfail(strict=False, reason="issue 34: rewritten on another branch"))
-    if p.name in PENDING and p.parent == PACKAGE else p
-    for p in sorted(PACKAGE.rglob("*.py"))
-], ids=lambda p: str(p.relative_to(PACKAGE)))
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_an_import_inside_a_function_says_why(path):
     assert unexplained(path) == []

@@ -99,6 +99,7 @@ class CellWriter:
         environment_id = self.environment_id(parsed.values.get("environment"))
         cell_id = self.conn.execute(_INSERT_CELL, (root_id, caliber_id, environment_id, stat_sig, now(),
                                                    *parsed.cell_columns())).lastrowid
+        assert cell_id is not None  # an INSERT's cursor has its rowid
         for dense, rows in parsed.insert_runs():
             self.conn.executemany(_INSERT_DENSE_MEASUREMENT if dense else _INSERT_MEASUREMENT,
                                   [(cell_id, *row) for row in rows])
@@ -109,6 +110,7 @@ class CellWriter:
                     raw = _read_text_again(parsed, ir_hash)
                 self._insert_blob(ir_hash, "ttgir", raw, packed)
         self.conn.executemany(_INSERT_KERNEL, [(cell_id, *k) for k in parsed.kernels])
+        assert parsed.fingerprints is not None  # CellParser.parse computed them
         fingerprints, digests = parsed.fingerprints
         digests = [d for d in digests if d[0] not in self.digested]  # stored by this run already
         self.pending_digested.update(d[0] for d in digests)
@@ -121,7 +123,11 @@ class CellWriter:
     def _insert_blob(self, digest: str, kind: str, raw: Optional[bytes],
                      packed: Optional[Tuple[int, bytes, Optional[str]]] = None):
         """raw bytes, or what a worker made of them (parse.packed)."""
-        size, data, markers = packed if raw is None else parse.packed(raw, kind)
+        if raw is None:
+            assert packed is not None  # write reads a text again where it has neither
+            size, data, markers = packed
+        else:
+            size, data, markers = parse.packed(raw, kind)
         self.conn.execute(
             "INSERT OR IGNORE INTO blobs (hash, kind, size, data, markers) VALUES (?, ?, ?, ?, ?)",
             (digest, kind, size, data, markers),

@@ -119,7 +119,7 @@ def cells_lacking(conn: sqlite3.Connection, rule: ttgir.Rule, root_kind: Optiona
 def stored_digests(conn: sqlite3.Connection, rule: ttgir.Rule, hashes, batch: int) -> list:
     """(hash, digest) under rule that the store holds of hashes."""
     hashes = list(hashes)
-    found = []
+    found: List[Tuple[str, str]] = []
     for i in range(0, len(hashes), batch):
         chunk = hashes[i:i + batch]
         found.extend(conn.execute(
@@ -133,10 +133,10 @@ def late_digests(conn: sqlite3.Connection, rule: ttgir.Rule, hashes: set, batch:
     before (a kernel stored since the missing texts were listed, a digest
     deleted meanwhile): digested here. Raises LookupError for a text the
     store does not hold: a fingerprint without it would be wrong."""
-    hashes = sorted(hashes)
-    found = [pair for i in range(0, len(hashes), batch)
-             for pair in _digest_rows(rule.name, _read_blobs(conn, hashes[i:i + batch]))]
-    if len(found) < len(hashes):
+    ordered = sorted(hashes)
+    found = [pair for i in range(0, len(ordered), batch)
+             for pair in _digest_rows(rule.name, _read_blobs(conn, ordered[i:i + batch]))]
+    if len(found) < len(ordered):
         absent = sorted(set(hashes).difference(h for h, _ in found))
         raise LookupError(f"{len(absent)} IR texts that kernels name are not stored, e.g. {absent[0]}")
     return found

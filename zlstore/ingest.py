@@ -101,7 +101,7 @@ class CellPaths:
         self.parts: List[Tuple[str, str]] = []
         self.count = 0
 
-    def add(self, top: Path, found: Iterable[Path]) -> int:
+    def add(self, top: Path, found: Iterable[str]) -> int:
         base, joined, n = str(top), io.StringIO(), 0
         for cell in found:
             joined.write(str(cell)[len(base):])
@@ -124,7 +124,7 @@ class CellPaths:
                 start = end + 1
 
 
-class _KnownCells(dict):
+class _KnownCells(Dict[str, Tuple[int, str, str]]):
     """path -> (id, stat_sig, content_sig), read from the cells table on first use."""
 
     def __init__(self, conn):
@@ -281,7 +281,7 @@ class Ingester:
         self.root_refs: dict = {}  # layout.root_of's cache: markers per directory, roots per parent
         # Looked up per path (index hits): `zlstore record` of one cell must
         # not read every cell of the store.
-        self.cells: Dict[str, Tuple[int, str, str]] = _KnownCells(self.conn)
+        self.cells = _KnownCells(self.conn)
         self.run_id: Optional[int] = None
         self.cell_writer = CellWriter(self.conn)
         self.root_writer = RootWriter(self.conn, write=self._write, problem=self.problem,
@@ -591,14 +591,14 @@ class Ingester:
         if prepared is not None and isinstance(prepared[2], tuple):
             prepared = None  # the worker failed on it: fail here, the same way
         if prepared is None:
-            cell = Path(cell)
+            cell_path = Path(cell)
             bounded(self.root_refs, parse.ROOT_CACHE_ENTRIES)
-            ref = layout.locate_root(cell, self.root_refs)
+            ref = layout.locate_root(cell_path, self.root_refs)
         else:
             ref, files_sig, parsed = prepared
         root, root_id = self.root_writer.root(ref)
         if prepared is None:
-            files, parsed = parse.scan_cell(cell), None
+            files, parsed = parse.scan_cell(cell_path), None
             files_sig = files.stat_sig
         known = self.cells.get(key)
         stat_sig = files_sig + root.files_sig
@@ -665,7 +665,7 @@ class Ingester:
         """A rolled-back transaction takes its blobs and calibers with it."""
         self.cell_writer.forget_uncommitted()
 
-    def _finished(self, cell: Path) -> bool:
+    def _finished(self, cell: Union[Path, str]) -> bool:
         """The harness writes cell.env last, with RC: before that the cell is
         still running. A cell.env that cannot be read is not a running cell:
         NotStored, naming it."""

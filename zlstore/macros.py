@@ -55,7 +55,7 @@ class RuleRow(NamedTuple):
 
     name: str
     description: str
-    ignores: str
+    ignores: Optional[str]  # None where the rule ignores nothing (SQL NULL)
     hint: Optional[str]  # what a verdict under this rule says when the strictest rule sees no change
 
 

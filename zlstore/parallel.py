@@ -12,7 +12,7 @@ import itertools
 import os
 import sys
 from pathlib import Path
-from typing import Dict, Iterable, Iterator
+from typing import Dict, Generator, Iterable
 
 from . import forked, layout, parse
 from .parse import CellFiles, ParsedCell, bounded
@@ -63,7 +63,7 @@ def assign(cells: Iterable[str], workers: int):
             yield owner[key], group[i:i + PREPARE_CHUNK]
 
 
-def prepared(cells: Iterable[str], workers: int, preparer: "Preparer") -> Iterator[tuple]:
+def prepared(cells: Iterable[str], workers: int, preparer: "Preparer") -> Generator[tuple, None, None]:
     """(cell, what a worker prepared for it) in order. Each worker goes
     through the same assignment (assign) and prepares its own chunks;
     this process reads each chunk from its worker when it gets to it."""

@@ -9,7 +9,7 @@ partition, inside the writer's transactions (ingest.py)."""
 import json
 import sqlite3
 from pathlib import Path
-from typing import Callable, ContextManager, Dict, Optional, Tuple
+from typing import Callable, ContextManager, Dict, Mapping, Optional, Tuple
 
 from . import caliber, layout, names, roots
 from .db import insert_sql, now
@@ -71,6 +71,8 @@ class RootWriter:
         path, identity = str(root.path), root.identity
         here = roots.stored_at(self.conn, path)
         same = roots.with_identity(self.conn, identity, path)
+        root_id: Optional[int]
+        files_sig: Optional[str]
         if here and (here[1] == identity or not same):
             # where not the same identity, its env file was edited here: read its files again
             root_id, files_sig = here[0], here[2] if here[1] == identity else None
@@ -119,6 +121,7 @@ class RootWriter:
         )
         if root_id is None:
             root_id = self.conn.execute(insert_sql("roots", tuple(values)), tuple(values.values())).lastrowid
+            assert root_id is not None  # an INSERT's cursor has its rowid
         else:
             assignments = ", ".join(f"{k} = ?" for k in values)
             self.conn.execute(f"UPDATE roots SET {assignments} WHERE id = ?", (*values.values(), root_id))
@@ -140,7 +143,7 @@ class RootWriter:
         return root_id
 
 
-def _verdict_row(root_id: int, file_name: str, line: int, row: dict) -> tuple:
+def _verdict_row(root_id: int, file_name: str, line: int, row: Mapping[str, str]) -> tuple:
     """A recorded_verdicts row (RECORDED_VERDICT_COLUMNS) of a screen.tsv line."""
     known = set(layout.SCREEN_COLUMNS)
     extra = {k: v for k, v in row.items() if k not in known}

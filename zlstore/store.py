@@ -127,7 +127,7 @@ class Store:
         """The connection as a sqlite_utils.Database, for queries as dicts
         and table introspection. Made on first use: importing sqlite_utils
         is a fair part of a command's start-up, and ingest needs none of it."""
-        import sqlite_utils
+        import sqlite_utils  # here: a fair part of start-up, which ingest need not pay
 
         return sqlite_utils.Database(self.conn)
 
@@ -165,6 +165,7 @@ class Store:
         """The problems with the input that are still open (open_problems),
         of one root (a name or path; LookupError if unknown) or of every
         path: each with its file, line, message, root and cell."""
+        params: tuple  # the root's id and its path's bounds, where one is given
         where, params, found = "", (), None if root is None else self.root(root)
         if found is not None:
             # its own (a merged root's files are named where its source read them), or any under its path
@@ -203,7 +204,9 @@ class Store:
         try:
             return self.conn.execute("SELECT current_rule FROM judging_settings").fetchone()[0]
         except sqlite3.OperationalError:  # read with another build's views (views_outdated)
-            return self.setting("current_rule", ttgir.DEFAULT_RULE)
+            rule = self.setting("current_rule")
+            # absent, or NULL by a hand edit: the default, as judging_settings reads it
+            return ttgir.DEFAULT_RULE if rule is None else rule
 
     def set_rule(self, rule: str) -> int:
         """Make rule current for every view; computes its fingerprints first
@@ -278,19 +281,20 @@ class Store:
             raise LookupError(f"{at} holds cells of {len({cell[3] for cell in cells})} roots: give a root, "
                               "or a directory inside one")
         try:
-            found = None if cells else self.root(name_or_path)
+            found = None if cells else self.root(name_or_path)  # None exactly where cells are forgotten
         except LookupError as error:
             raise LookupError(f"{error}; nor is a cell stored at or under {at}") from None
         with dbmod.write_transaction(self.conn):
-            run_id = dbmod.start_run(self.conn, "forget", [at if cells else found["path"]])
+            run_id = dbmod.start_run(self.conn, "forget", [at if found is None else found["path"]])
             # What is forgotten has no open problem left in the store (a
             # later ingest of its files names them again).
             cell_ids = [cell[0] for cell in cells]
             self.conn.execute(
                 "UPDATE ingest_problems SET closed_by = ? WHERE closed_by IS NULL AND (cell_id IN "
                 "(SELECT value FROM json_each(?)) OR root_id = ? OR cell_id IN (SELECT id FROM cells WHERE root_id = ?))",
-                (run_id, json.dumps(cell_ids), None if cells else found["id"], None if cells else found["id"]))
-            if cells:
+                (run_id, json.dumps(cell_ids), None if found is None else found["id"],
+                 None if found is None else found["id"]))
+            if found is None:
                 summary = {"root": cells[0][1], "cell": os.path.relpath(at, cells[0][2]), "path": at,
                            **roots.forget_cells(self.conn, cell_ids)}
             else:
