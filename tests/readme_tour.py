@@ -234,12 +234,46 @@ def summary_line(path: Path) -> str:
     return first_sentence(doc)
 
 
-def layout(order: Sequence[str], width: int = 28) -> str:
-    """`zlstore/<module>  what it is` for each module of the package, in
-    order; a module missing from order (or listed and gone) is an error."""
+# zlstore's modules by stage, in the order a result flows through them: a
+# module imports, at its top, only from its own stage and the stages before
+# it (tests/test_imports.py), so a stage can be read without those after
+# it. The stages are not subpackages: docs/development.md says why.
+STAGES = (
+    ("shared by every stage: names, the caliber, provenance, statistics, connections, output",
+     ("names.py", "caliber.py", "provenance.py", "canonical.py", "stats.py", "errors.py", "db.py", "output.py",
+      "forked.py")),
+    ("reading a runs tree: a cell's files, its values, its IR, without the store's derivations",
+     ("layout.py", "runlog.py", "outcomes.py", "ttgir.py", "parse.py", "parallel.py", "unchanged.py", "files.py")),
+    ("the store and its derivations: schema, writers, the derived tables",
+     ("macros.py", "migrations.py", "floors.py", "pairing.py", "ranges.py", "derive.py", "roots.py",
+      "rootwriter.py", "cellwriter.py", "fingerprints.py", "ingest.py", "merge.py", "store.py")),
+    ("judging and reporting: what the stored results say",
+     ("judge.py", "history.py", "irdiff.py", "report.py", "forest.py", "document.py")),
+    ("running screens and campaigns: cells written as they end",
+     ("harness.py", "procs.py", "plan.py", "display.py", "runner.py", "card.py", "slurm.py", "flaggems.py")),
+    ("serving: the store in datasette",
+     ("datasette_site.py", "datasette_plugin.py", "serve.py")),
+    ("the front doors: the library's API and the command line",
+     ("__init__.py", "cli.py", "__main__.py")),
+)
+
+
+def stage_of() -> dict:
+    """module file name -> the index of its stage in STAGES."""
+    return {name: i for i, (_, names) in enumerate(STAGES) for name in names}
+
+
+def layout(width: int = 28) -> str:
+    """`zlstore/<module>  what it is` for each module of the package, stage
+    by stage (STAGES); a module in no stage, in two, or listed and gone is
+    an error."""
     package = REPO / "zlstore"
     present = {p.name for p in package.glob("*.py")}
-    if set(order) != present:
-        raise ValueError(f"the README's layout and zlstore/ differ: not listed {sorted(present - set(order))}, "
-                         f"listed but gone {sorted(set(order) - present)}")
-    return "".join(f"{'zlstore/' + name:<{width}}{summary_line(package / name)}\n" for name in order)
+    listed = [name for _, names in STAGES for name in names]
+    if set(listed) != present or len(listed) != len(set(listed)):
+        twice = sorted({name for name in listed if listed.count(name) > 1})
+        raise ValueError(f"STAGES and zlstore/ differ: in no stage {sorted(present - set(listed))}, "
+                         f"listed but gone {sorted(set(listed) - present)}, in two stages {twice}")
+    return "".join(f"# {what}\n" + "".join(f"{'zlstore/' + name:<{width}}{summary_line(package / name)}\n"
+                                           for name in names) + "\n"
+                   for what, names in STAGES)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import zlstore
+from tests import readme_tour
 
 PACKAGE = Path(zlstore.__file__).resolve().parent
 
@@ -71,12 +72,14 @@ def imported_modules(module: str, node) -> set:
     return found
 
 
-def graph() -> dict:
-    """module -> the zlstore modules it imports at its top."""
+def graph(in_functions: bool = False) -> dict:
+    """module -> the zlstore modules it imports at its top (in_functions:
+    and inside its functions too)."""
     edges = {}
     for module, path in MODULES.items():
         tree = ast.parse(path.read_text())
-        edges[module] = set().union(*(imported_modules(module, n) for n in imports(tree, in_functions=False)))
+        statements = imports(tree, in_functions=False) + (imports(tree, in_functions=True) if in_functions else [])
+        edges[module] = set().union(*(imported_modules(module, n) for n in statements))
         edges[module].discard(module)
     return edges
 
@@ -120,9 +123,49 @@ def test_the_graph_is_read_and_a_circle_is_found():
     assert cycle({"a": {"b"}, "b": set()}) is None
 
 
-def test_no_import_circle():
-    """datasette_plugin and serve had one, through an import inside a function."""
-    assert cycle(graph()) is None
+@pytest.mark.parametrize("in_functions", [False, True], ids=["module level", "in functions too"])
+def test_no_import_circle(in_functions):
+    """Not even through an import inside a function (a lazy import that
+    hides a circle: datasette_plugin and serve had one)."""
+    assert cycle(graph(in_functions)) is None
+
+
+def test_names_is_a_leaf_and_db_imports_only_leaves():
+    every = {module.rpartition(".")[2]: {t.rpartition(".")[2] for t in targets}
+             for module, targets in graph(in_functions=True).items() if module.count(".") == 1}
+    leaves = {m for m, imported in every.items() if not imported}
+    assert every["names"] == set() and every["floors"] == set()
+    # db.py: connections and faults; macros.py, the SQL rendering, the one part of the plumbing with
+    # domain imports
+    assert every["db"] <= leaves and every["errors"] == set()
+    assert every["macros"] <= leaves | {"ttgir"} and every["ttgir"] <= leaves  # ttgir: canonical JSON, names
+    assert every["migrations"] <= {"db", "macros"}
+
+
+# -- stages: a module imports from its own stage and the stages before it ----
+
+def stage_of_module() -> dict:
+    """zlstore module (dotted) -> its stage's index in readme_tour.STAGES;
+    the plugins zlstore flaggems loads into the benchmark are standalone
+    files, in no stage."""
+    by_file = readme_tour.stage_of()
+    return {module: by_file[path.name] for module, path in MODULES.items() if path.parent == PACKAGE}
+
+
+def forward_imports(edges: dict, stage: dict) -> list:
+    """'a (stage i) imports b (stage j)' for every import of a later stage."""
+    return sorted(f"{module} (stage {stage[module]}) imports {target} (stage {stage[target]})"
+                  for module, targets in edges.items() if module in stage
+                  for target in targets if target in stage and stage[target] > stage[module])
+
+
+def test_a_module_imports_only_from_its_stage_and_the_stages_before():
+    assert forward_imports({"a": {"b", "c"}, "b": {"a"}}, {"a": 0, "b": 1, "c": 0}) == \
+        ["a (stage 0) imports b (stage 1)"]
+    stage = stage_of_module()
+    assert {"zlstore", "zlstore.cli", "zlstore.derive", "zlstore.db"} <= set(stage)
+    assert stage["zlstore.db"] < stage["zlstore.parse"] < stage["zlstore.derive"] < stage["zlstore.judge"]
+    assert forward_imports(graph(), stage) == []
 
 
 def comment_lines(source: str) -> set:

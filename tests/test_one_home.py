@@ -232,63 +232,7 @@ def test_exit_statuses_are_defined_in_names_py():
     assert set(defined) == {"names.py"}
 
 
-# -- the import graph: names.py a leaf, db.py at the bottom, no cycle -------
-
-def imports(path: Path, in_functions: bool = True) -> set:
-    """The zlstore modules a module imports when it runs (not under TYPE_CHECKING)."""
-    found = set()
-
-    def visit(node, depth):
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                continue
-            inner = depth + isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
-            if isinstance(child, ast.ImportFrom) and child.level == 1 and (in_functions or not inner):
-                found.update([child.module] if child.module else [a.name for a in child.names])
-            visit(child, inner)
-
-    visit(ast.parse(path.read_text()), 0)
-    return {name.split(".")[0] for name in found}
-
-
-def graph(in_functions=True):
-    return {p.stem: imports(p, in_functions) for p in modules()}
-
-
-def test_names_is_a_leaf_and_db_imports_only_leaves():
-    every = graph()
-    leaves = {m for m, imported in every.items() if not imported}
-    assert every["names"] == set() and every["floors"] == set()
-    # db.py: connections and faults; macros.py, the SQL rendering, the one part of the plumbing with
-    # domain imports (db re-exports its render_schema for runner.py, until that imports macros)
-    assert every["db"] <= leaves | {"macros"} and every["errors"] == set()
-    assert every["macros"] <= leaves | {"ttgir"} and every["ttgir"] <= leaves  # ttgir: canonical JSON, names
-    assert every["migrations"] <= {"db", "macros"}
-    assert not {"judge", "layout", "pairing"} & (every["db"] | every["macros"] | every["migrations"])
-
-
-@pytest.mark.parametrize("in_functions", [False, True], ids=["module level", "in functions too"])
-def test_no_import_cycle(in_functions):
-    """No circle, not even through an import inside a function (a lazy
-    import that hides a circle: datasette_plugin and serve had one)."""
-    edges = graph(in_functions=in_functions)
-    state = {}
-
-    def cycle_from(module, path):
-        state[module] = "open"
-        for target in sorted(edges.get(module, ())):
-            if state.get(target) == "open":
-                return path + [target]
-            if target not in state:
-                found = cycle_from(target, path + [target])
-                if found:
-                    return found
-        state[module] = "done"
-        return None
-
-    for module in sorted(edges):
-        if module not in state:
-            assert cycle_from(module, [module]) is None
+# The import graph (no circle, names.py a leaf, the stages) is tests/test_imports.py's.
 
 
 # -- the current cell of a side: macros.py's [[current_side]] -----------------
