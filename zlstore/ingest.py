@@ -201,7 +201,8 @@ class _Batch:
     live writer (`record`) commits each cell at once."""
 
     def __init__(self, conn: sqlite3.Connection, seconds: Optional[float] = None):
-        self.conn, self.started = conn, None
+        self.conn = conn
+        self.started: Optional[float] = None  # time.monotonic() at the batch's BEGIN; None while none is open
         self.seconds = BATCH_SECONDS if seconds is None else seconds
         self.unpaired = 0  # cells written since their rounds were last paired
 
