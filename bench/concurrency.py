@@ -73,7 +73,8 @@ def write_cells(root: Path, writers: int, per_writer: int, rounds: int = 6):
     root.mkdir(parents=True)
     (root / "campaign.env").write_text(
         f"KIND=campaign\nROUNDS={rounds}\nCARDS={writers}\nSWITCH=FLAGTREE_MUSA_RLC_ENHANCE\n"
-        + "".join(f"{k}={v}\n" for k, v in testing.CAMPAIGN_CALIBER.items()))
+        + "".join(f"{k}={v}\n" for k, v in testing.CAMPAIGN_CALIBER.items())
+    )
     cards = []
     for card in range(writers):
         cells = []
@@ -88,10 +89,18 @@ def write_cells(root: Path, writers: int, per_writer: int, rounds: int = 6):
                     kernel = f"{op}_kernel"
                     text = testing.ttgir_text(kernel, variant=int(side == "after"), rlc=side == "after")
                     spec = testing.CellSpec(
-                        op=op, dtype="float16", side=side, round=round_, card=card, elapsed_s=30.0,
-                        caliber=dict(testing.CAMPAIGN_CALIBER), noise=False, index_tsv=False,
+                        op=op,
+                        dtype="float16",
+                        side=side,
+                        round=round_,
+                        card=card,
+                        elapsed_s=30.0,
+                        caliber=dict(testing.CAMPAIGN_CALIBER),
+                        noise=False,
+                        index_tsv=False,
                         rows=[testing.RowSpec(shape=[64 * k, 1024], latency=0.02 * k) for k in (1, 2, 3)],
-                        kernels={kernel: text})
+                        kernels={kernel: text},
+                    )
                     cell = root / f"card{card}" / "ab_bench" / op / f"r{round_}" / side
                     directory = cell / "triton_cache" / testing.cache_hash(kernel, side, text)
                     directory.mkdir(parents=True)
@@ -116,11 +125,23 @@ def run_writers(db: Path, lists, work: Path, reader: bool) -> dict:
     for n, cells in enumerate(lists):
         listing = work / f"{db.stem}.{n}.json"
         listing.write_text(json.dumps(cells))
-        processes.append((listing, subprocess.Popen(
-            [sys.executable, "-c", WRITER, str(db), str(listing), str(go)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)))
-    reading = subprocess.Popen([sys.executable, "-c", READER, str(db), str(stop)], stdout=subprocess.PIPE,
-                               text=True, env=env) if reader else None
+        processes.append(
+            (
+                listing,
+                subprocess.Popen(
+                    [sys.executable, "-c", WRITER, str(db), str(listing), str(go)],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    env=env,
+                ),
+            )
+        )
+    reading = (
+        subprocess.Popen([sys.executable, "-c", READER, str(db), str(stop)], stdout=subprocess.PIPE, text=True, env=env)
+        if reader
+        else None
+    )
     while not all(Path(str(listing) + ".ready").exists() for listing, _ in processes):
         if any(p.poll() is not None for _, p in processes):
             break
@@ -146,10 +167,16 @@ def run_writers(db: Path, lists, work: Path, reader: bool) -> dict:
     finally:
         conn.close()
     return {
-        "processes": len(lists), "cells": cells, "seconds": seconds, "cells_per_s": cells / seconds,
+        "processes": len(lists),
+        "cells": cells,
+        "seconds": seconds,
+        "cells_per_s": cells / seconds,
         "retries": sum(r["retries"] for r in results),
         "failed": sum(r["failed"] for r in results) + (len(lists) - len(results)),  # a crashed writer: all failed
-        "stored": stored, "integrity": integrity, "errors": errors, "reader": reader_result,
+        "stored": stored,
+        "integrity": integrity,
+        "errors": errors,
+        "reader": reader_result,
     }
 
 
@@ -170,19 +197,32 @@ def main(argv=None) -> int:
         single = run_writers(work / "single.db", [[c for cells in cards for c in cells]], work, args.reader)
         many = run_writers(work / "many.db", cards, work, args.reader)
         ratio = many["cells_per_s"] / single["cells_per_s"]
-        report = {"cells": single["cells"], "generated_s": generated, "single": single, "many": many,
-                  "ratio": ratio, "target_ratio": 0.5}
+        report = {
+            "cells": single["cells"],
+            "generated_s": generated,
+            "single": single,
+            "many": many,
+            "ratio": ratio,
+            "target_ratio": 0.5,
+        }
         if args.json:
             print(json.dumps(report, indent=2))
         else:
-            print(f"{single['cells']} cells ({args.writers} x {args.cells_per_writer}), one record call per cell; "
-                  f"generated in {generated:.1f} s")
+            print(
+                f"{single['cells']} cells ({args.writers} x {args.cells_per_writer}), one record call per cell; "
+                f"generated in {generated:.1f} s"
+            )
             for name, r in (("1 writer", single), (f"{args.writers} writers", many)):
-                print(f"{name:>10}: {r['cells_per_s']:8.1f} cells/s  ({r['seconds']:.2f} s)  "
-                      f"busy retries {r['retries']}  failed writes {r['failed']}  "
-                      f"stored {r['stored']}/{r['cells']}  integrity {r['integrity']}"
-                      + (f"  reader {r['reader']['queries']} queries, {r['reader']['errors']} errors"
-                         if r["reader"] else ""))
+                print(
+                    f"{name:>10}: {r['cells_per_s']:8.1f} cells/s  ({r['seconds']:.2f} s)  "
+                    f"busy retries {r['retries']}  failed writes {r['failed']}  "
+                    f"stored {r['stored']}/{r['cells']}  integrity {r['integrity']}"
+                    + (
+                        f"  reader {r['reader']['queries']} queries, {r['reader']['errors']} errors"
+                        if r["reader"]
+                        else ""
+                    )
+                )
                 for error in r["errors"]:
                     print(f"            error: {error}")
             print(f"     ratio: {ratio:.2f} ({args.writers} writers / 1 writer; target >= 0.5 with 0 failed writes)")

@@ -59,8 +59,7 @@ def floor(top: str, db_path: str) -> dict:
     rows += len(batch)
     conn.execute("COMMIT")
     conn.close()
-    return {"files": files, "ttgir": ttgir, "rows": rows, "bytes": nbytes,
-            "seconds": time.perf_counter() - t0}
+    return {"files": files, "ttgir": ttgir, "rows": rows, "bytes": nbytes, "seconds": time.perf_counter() - t0}
 
 
 def main(argv=None) -> int:

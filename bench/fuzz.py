@@ -32,15 +32,21 @@ def main(argv=None) -> int:
     parser.add_argument("--cases", type=int, default=200)
     parser.add_argument("--seed", default="1")
     parser.add_argument("--mutations", type=int, default=2, help="per case")
-    parser.add_argument("--timeout", type=float, default=3.0,
-                        help="seconds an ingest may take before it counts as a hang (a clean one takes ~0.2)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=3.0,
+        help="seconds an ingest may take before it counts as a hang (a clean one takes ~0.2)",
+    )
     parser.add_argument("--work", default=None, help="scratch directory (default: a new one in /dev/shm)")
     parser.add_argument("--show", type=int, default=5, help="cases of each kind of failure to print")
     args = parser.parse_args(argv)
 
     import zlstore
 
-    work = Path(args.work or tempfile.mkdtemp(prefix="zlstore-fuzz-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+    work = Path(
+        args.work or tempfile.mkdtemp(prefix="zlstore-fuzz-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    )
     print(f"zlstore from {Path(zlstore.__file__).parent}; scratch {work}", file=sys.stderr)
     mutations.TIMEOUT_S = args.timeout
     fuzzer = mutations.Fuzzer(work)
@@ -66,13 +72,18 @@ def main(argv=None) -> int:
                 counts[kind] += 1
                 if shown[kind] < args.show:
                     shown[kind] += 1
-                    what = "; ".join(f"{t.how}: {t.path[len(str(work)):]!r}" for t in touched)
-                    print(f"case {i} ({kind}): {what}\n    {outcome.detail.strip()[-400:] or outcome.lost[:3]}"
-                          + (f" unreported: {[t.how for t in outcome.unreported]}" if outcome.unreported else ""),
-                          file=sys.stderr)
+                    what = "; ".join(f"{t.how}: {t.path[len(str(work)) :]!r}" for t in touched)
+                    print(
+                        f"case {i} ({kind}): {what}\n    {outcome.detail.strip()[-400:] or outcome.lost[:3]}"
+                        + (f" unreported: {[t.how for t in outcome.unreported]}" if outcome.unreported else ""),
+                        file=sys.stderr,
+                    )
             if (i + 1) % 100 == 0:
-                print(f"... {i + 1} cases, {time.monotonic() - started:.0f} s: {counts['crashes']} crashes, "
-                      f"{counts['hangs']} hangs, {counts['good cells lost']} good cells lost", file=sys.stderr)
+                print(
+                    f"... {i + 1} cases, {time.monotonic() - started:.0f} s: {counts['crashes']} crashes, "
+                    f"{counts['hangs']} hangs, {counts['good cells lost']} good cells lost",
+                    file=sys.stderr,
+                )
     finally:
         if args.work is None:
             mutations._remove(work)
@@ -80,8 +91,10 @@ def main(argv=None) -> int:
     print(f"crashes: {counts['crashes']}")
     print(f"hangs: {counts['hangs']}")
     print(f"good cells lost: {counts['good cells lost']} (in {counts['cases losing good cells']} cases)")
-    print(f"touched files no problem names: {counts['touched files no problem names']} "
-          f"(in {counts['cases with a touched file no problem names']} cases)")
+    print(
+        f"touched files no problem names: {counts['touched files no problem names']} "
+        f"(in {counts['cases with a touched file no problem names']} cases)"
+    )
     print(f"seconds: {time.monotonic() - started:.0f}")
     return 0
 

@@ -102,8 +102,12 @@ def _rows(path: str):
         for row in record["result"] or ():
             shape = json.dumps(row.get("shape_detail"), sort_keys=True, separators=(",", ":"))
             latency = row.get("latency")
-            ok = (not row.get("error_msg") and isinstance(latency, (int, float))
-                  and latency > 0 and latency != float("inf"))
+            ok = (
+                not row.get("error_msg")
+                and isinstance(latency, (int, float))
+                and latency > 0
+                and latency != float("inf")
+            )
             out[(op, dtype, shape)] = (latency if ok else None, fallback)
         fallback = False
     return out
@@ -133,11 +137,20 @@ def ab_summary(top: str) -> list:
     out = []
     for ((op, dtype, shape), cal), values in sorted(ratios.items(), key=lambda kv: (kv[0][0], kv[0][1] or ())):
         rs = [v for v, _ in values]
-        out.append({"op": op, "dtype": dtype, "shape": shape, "rounds": len(rs), "min": min(rs),
-                    "median": statistics.median(rs), "max": max(rs),
-                    "fallback": int(any(f for _, f in values)),
-                    "rejected": rejected.get((op, dtype, shape), 0),
-                    **dict(zip(caliber.NAMES, cal))})
+        out.append(
+            {
+                "op": op,
+                "dtype": dtype,
+                "shape": shape,
+                "rounds": len(rs),
+                "min": min(rs),
+                "median": statistics.median(rs),
+                "max": max(rs),
+                "fallback": int(any(f for _, f in values)),
+                "rejected": rejected.get((op, dtype, shape), 0),
+                **dict(zip(caliber.NAMES, cal)),
+            }
+        )
     return out
 
 
@@ -153,8 +166,7 @@ def main(argv=None) -> int:
     t = time.perf_counter()
     if args.what == "rescore":
         result = rescore(args.top, args.rule)
-        print(json.dumps({"cells": result["cells"], "ttgir": result["ttgir"],
-                          "seconds": time.perf_counter() - t}))
+        print(json.dumps({"cells": result["cells"], "ttgir": result["ttgir"], "seconds": time.perf_counter() - t}))
     else:
         rows = ab_summary(args.top)
         json.dump(rows, sys.stdout)

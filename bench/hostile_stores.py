@@ -42,8 +42,11 @@ def columns(conn, table):
 
 
 def tables(conn):
-    return [t for t in merge.READ_TABLES
-            if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (t,)).fetchone()]
+    return [
+        t
+        for t in merge.READ_TABLES
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (t,)).fetchone()
+    ]
 
 
 # Each mutation: (name, function(conn, rng) -> what it did, as a short text).
@@ -56,8 +59,15 @@ def drop_column(conn, rng):
 
 def add_column(conn, rng):
     table = rng.choice(tables(conn))
-    kind = rng.choice(["TEXT", "INTEGER DEFAULT 7", "BLOB", "AS (zeroblob(50000000)) VIRTUAL",
-                       "AS (length(printf('%.*c', 100000000, 'x'))) VIRTUAL"])
+    kind = rng.choice(
+        [
+            "TEXT",
+            "INTEGER DEFAULT 7",
+            "BLOB",
+            "AS (zeroblob(50000000)) VIRTUAL",
+            "AS (length(printf('%.*c', 100000000, 'x'))) VIRTUAL",
+        ]
+    )
     conn.execute(f"ALTER TABLE {table} ADD COLUMN extra {kind}")
     return f"{table}.extra {kind}"
 
@@ -74,8 +84,10 @@ def retype_column(conn, rng):
     name, declared, _, _ = rng.choice(columns(conn, table))
     other = rng.choice([t for t in ("TEXT", "INTEGER", "REAL", "BLOB", "") if t != declared])
     conn.execute("PRAGMA writable_schema = ON")
-    conn.execute("UPDATE sqlite_master SET sql = replace(sql, ?, ?) WHERE name = ?",
-                 (f"{name} {declared}", f"{name} {other}", table))
+    conn.execute(
+        "UPDATE sqlite_master SET sql = replace(sql, ?, ?) WHERE name = ?",
+        (f"{name} {declared}", f"{name} {other}", table),
+    )
     conn.execute("PRAGMA writable_schema = OFF")
     return f"{table}.{name} {declared} -> {other or 'no type'}"
 
@@ -83,7 +95,7 @@ def retype_column(conn, rng):
 def table_to_view(conn, rng):
     table = rng.choice(tables(conn))
     conn.execute(f"ALTER TABLE {table} RENAME TO {table}_real")
-    body = (f"SELECT t.* FROM {table}_real t, ({ENDLESS})" if rng.random() < 0.5 else f"SELECT * FROM {table}_real")
+    body = f"SELECT t.* FROM {table}_real t, ({ENDLESS})" if rng.random() < 0.5 else f"SELECT * FROM {table}_real"
     conn.execute(f"CREATE VIEW {table} AS {body}")
     return f"{table} a view"
 
@@ -102,8 +114,16 @@ def drop_table(conn, rng):
 
 
 def huge_value(conn, rng):
-    table, column = rng.choice([("blobs", "text"), ("roots", "env"), ("cells", "relpath"), ("roots", "name"),
-                                ("measurements", "shape"), ("ingest_problems", "message")])
+    table, column = rng.choice(
+        [
+            ("blobs", "text"),
+            ("roots", "env"),
+            ("cells", "relpath"),
+            ("roots", "name"),
+            ("measurements", "shape"),
+            ("ingest_problems", "message"),
+        ]
+    )
     size = rng.choice([10 << 20, 60 << 20])
     try:
         conn.execute(f"UPDATE {table} SET {column} = zeroblob({size}) WHERE rowid = (SELECT min(rowid) FROM {table})")
@@ -115,15 +135,19 @@ def huge_value(conn, rng):
 def null_or_wrong_type(conn, rng):
     table = rng.choice(tables(conn))
     name = rng.choice(columns(conn, table))[0]
-    value = rng.choice([None, "text", b"\x00\xff", 1.5, -1, 2 ** 62, "{not json", "not UTF-8"])
+    value = rng.choice([None, "text", b"\x00\xff", 1.5, -1, 2**62, "{not json", "not UTF-8"])
     if value == "not UTF-8":  # text SQLite keeps as given: bytes Python cannot decode
-        conn.execute(f'UPDATE {table} SET "{name}" = CAST(X\'C328FF\' AS TEXT) WHERE rowid IN '
-                     f'(SELECT rowid FROM {table} ORDER BY random() LIMIT 3)')
+        conn.execute(
+            f"UPDATE {table} SET \"{name}\" = CAST(X'C328FF' AS TEXT) WHERE rowid IN "
+            f"(SELECT rowid FROM {table} ORDER BY random() LIMIT 3)"
+        )
         return f"{table}.{name} = text that is not UTF-8"
     conn.execute("PRAGMA ignore_check_constraints = ON")
     try:
-        conn.execute(f'UPDATE {table} SET "{name}" = ? WHERE rowid IN (SELECT rowid FROM {table} ORDER BY random() '
-                     f'LIMIT 3)', (value,))
+        conn.execute(
+            f'UPDATE {table} SET "{name}" = ? WHERE rowid IN (SELECT rowid FROM {table} ORDER BY random() LIMIT 3)',
+            (value,),
+        )
     except sqlite3.DatabaseError:
         return f"{table}.{name} = {value!r} refused by its table"
     return f"{table}.{name} = {value!r}"
@@ -137,20 +161,32 @@ def orphan_rows(conn, rng):
 
 
 def user_version(conn, rng):
-    version = rng.choice([-1, 0, 1, 3, db.SCHEMA_VERSION - 1, db.SCHEMA_VERSION + 1, 2 ** 31 - 1])
+    version = rng.choice([-1, 0, 1, 3, db.SCHEMA_VERSION - 1, db.SCHEMA_VERSION + 1, 2**31 - 1])
     conn.execute(f"PRAGMA user_version = {version}")
     return f"user_version {version}"
 
 
-MUTATIONS = [drop_column, add_column, rename_column, retype_column, table_to_view, add_trigger, drop_table,
-             huge_value, null_or_wrong_type, null_or_wrong_type, orphan_rows, user_version]
+MUTATIONS = [
+    drop_column,
+    add_column,
+    rename_column,
+    retype_column,
+    table_to_view,
+    add_trigger,
+    drop_table,
+    huge_value,
+    null_or_wrong_type,
+    null_or_wrong_type,
+    orphan_rows,
+    user_version,
+]
 
 
 def damage_page(path: Path, rng) -> str:
     data = bytearray(path.read_bytes())
     page = 4096
     at = rng.randrange(1, max(2, len(data) // page)) * page + rng.randrange(0, page - 64)
-    data[at:at + 64] = bytes(rng.randrange(256) for _ in range(64))
+    data[at : at + 64] = bytes(rng.randrange(256) for _ in range(64))
     path.write_bytes(bytes(data))
     return f"64 bytes at {at} overwritten"
 
@@ -189,8 +225,9 @@ def case(rng, work: Path, source_base: Path, target_base: Path, timeout: float):
         done.append(damage_page(source, rng))
     before = sha256(target)
     try:
-        merged = subprocess.run(ZLSTORE + ["merge", str(source), "--db", str(target)], capture_output=True,
-                                text=True, timeout=timeout)
+        merged = subprocess.run(
+            ZLSTORE + ["merge", str(source), "--db", str(target)], capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired:
         return done, "hang", "", []
     outcome = "ok" if merged.returncode in (0, 1) else "refused" if merged.returncode == 2 else "crash"
@@ -206,8 +243,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=60)
     parser.add_argument("--seed", default="1")
-    parser.add_argument("--timeout", type=float, default=120.0,
-                        help="seconds a merge may take before it counts as a hang (a clean one takes ~2)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        help="seconds a merge may take before it counts as a hang (a clean one takes ~2)",
+    )
     parser.add_argument("--work", default=None)
     parser.add_argument("--show", type=int, default=5)
     args = parser.parse_args(argv)
@@ -221,8 +262,9 @@ def main(argv=None) -> int:
             with sqlite3.connect(db_path) as conn:
                 conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         for i in range(args.cases):
-            done, outcome, last, faults = case(random.Random(f"{args.seed}:{i}"), work, source_base, target_base,
-                                               args.timeout)
+            done, outcome, last, faults = case(
+                random.Random(f"{args.seed}:{i}"), work, source_base, target_base, args.timeout
+            )
             counts["cases"] += 1
             counts[outcome] += 1
             if faults:

@@ -35,8 +35,17 @@ def merge_command(source: Path, target: Path) -> dict:
 
 
 # Tables whose row counts must be the same in the merged store as in its source.
-SAME_COUNTS = ("cells", "measurements", "kernels", "fingerprints", "blobs", "ab_slot_rows", "ab_range_rows",
-               "ab_round_ranges", "noise_floor_rows")
+SAME_COUNTS = (
+    "cells",
+    "measurements",
+    "kernels",
+    "fingerprints",
+    "blobs",
+    "ab_slot_rows",
+    "ab_range_rows",
+    "ab_round_ranges",
+    "noise_floor_rows",
+)
 
 
 def counts(db_path: Path) -> dict:
@@ -74,8 +83,11 @@ def small_roots(runs: Path, count: int) -> int:
     for n in range(count):
         root = runs / f"ab_rlc_202701{1 + n // 1440 % 28:02d}_{n % 24:02d}{n // 24 % 60:02d}00"  # each its own name
         root.mkdir(parents=True)
-        env = (EXAMPLE_ROOT / "root.env").read_text().replace("STARTED_AT=2026-10-12T10:15:00",
-                                                               f"STARTED_AT=2027-01-01T00:00:{n % 60:02d}")
+        env = (
+            (EXAMPLE_ROOT / "root.env")
+            .read_text()
+            .replace("STARTED_AT=2026-10-12T10:15:00", f"STARTED_AT=2027-01-01T00:00:{n % 60:02d}")
+        )
         (root / "root.env").write_text(env)
         (root / "screen.tsv").write_text(header + "\n" + row + "\n")
         for cell in SMALL_ROOT_PAIR:
@@ -95,11 +107,19 @@ def many_roots(count: int, repeat: int, work: Path) -> dict:
         run.remove_db(store)
         ingests.append(run.run_ingest_command(runs, store)["seconds"])
         merges.append(merge_once(store, work, cells))
-        print(f"iteration {i + 1}: {count} roots, ingest {ingests[-1]:.2f} s, merge {merges[-1]:.2f} s",
-              file=sys.stderr)
+        print(
+            f"iteration {i + 1}: {count} roots, ingest {ingests[-1]:.2f} s, merge {merges[-1]:.2f} s", file=sys.stderr
+        )
     ratio = statistics.median(merges) / statistics.median(ingests)
-    return {"roots": count, "cells": cells, "ingest_s": ingests, "merge_s": merges,
-            "merge_over_ingest_seconds": ratio, "target": f"<= {MANY_ROOTS_TARGET}", "met": ratio <= MANY_ROOTS_TARGET}
+    return {
+        "roots": count,
+        "cells": cells,
+        "ingest_s": ingests,
+        "merge_s": merges,
+        "merge_over_ingest_seconds": ratio,
+        "target": f"<= {MANY_ROOTS_TARGET}",
+        "met": ratio <= MANY_ROOTS_TARGET,
+    }
 
 
 def main(argv=None) -> int:
@@ -107,8 +127,12 @@ def main(argv=None) -> int:
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--work", default=None)
-    ap.add_argument("--roots", type=int, default=None,
-                    help="instead: merge N small roots (one screening pair each) against ingesting them")
+    ap.add_argument(
+        "--roots",
+        type=int,
+        default=None,
+        help="instead: merge N small roots (one screening pair each) against ingesting them",
+    )
     args = ap.parse_args(argv)
     if args.roots:
         work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="zlstore-bench-roots-", dir="/tmp"))
@@ -135,11 +159,24 @@ def main(argv=None) -> int:
             run.remove_db(store)
             ingests.append(run.run_ingest_command(runs, store)["seconds"])
             merges.append(merge_once(store, work, cells))
-            print(f"iteration {i + 1}: ingest {ingests[-1]:.2f} s, merge {merges[-1]:.2f} s, "
-                  f"merge / ingest throughput {ingests[-1] / merges[-1]:.2f}", file=sys.stderr)
+            print(
+                f"iteration {i + 1}: ingest {ingests[-1]:.2f} s, merge {merges[-1]:.2f} s, "
+                f"merge / ingest throughput {ingests[-1] / merges[-1]:.2f}",
+                file=sys.stderr,
+            )
         ratio = statistics.median(i / m for i, m in zip(ingests, merges))
-        print(json.dumps({"cells": cells, "ingest_s": ingests, "merge_s": merges,
-                          "merge_over_ingest_throughput": ratio, "target": ">= 1.0", "met": ratio >= 1.0}))
+        print(
+            json.dumps(
+                {
+                    "cells": cells,
+                    "ingest_s": ingests,
+                    "merge_s": merges,
+                    "merge_over_ingest_throughput": ratio,
+                    "target": ">= 1.0",
+                    "met": ratio >= 1.0,
+                }
+            )
+        )
     finally:
         if not args.work:
             run.subprocess.run(["rm", "-rf", "--", str(work)])

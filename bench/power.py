@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 from tests.effects import Shape, shape_key, write_repeat_root  # noqa: E402
 from zlstore import Store, judge  # noqa: E402
 
-NOISE = (0.02, 0.05, 0.1, 0.3)       # per side and round: a measurement wanders by about this
+NOISE = (0.02, 0.05, 0.1, 0.3)  # per side and round: a measurement wanders by about this
 ROUNDS = (3, 4, 6)
 EFFECTS = (1.0, 1.1, 2.5)
 PER_EFFECT = 10
@@ -85,13 +85,21 @@ def tally(store, plan) -> dict:
 
 def table(counts, roots_with_false, roots) -> list:
     rows = []
-    for (kind, sigma, rounds, effect), c in sorted(counts.items(), key=lambda kv: (kv[0][0] == "aa", kv[0][1] or 0,
-                                                                                    kv[0][2], kv[0][3])):
+    for (kind, sigma, rounds, effect), c in sorted(
+        counts.items(), key=lambda kv: (kv[0][0] == "aa", kv[0][1] or 0, kv[0][2], kv[0][3])
+    ):
         n = c["ranges"]
-        row = {"roots": "A/A, noise 0.1% to x2.7" if kind == "aa" else f"mixed, noise {sigma:.0%}",
-               "rounds": rounds, "effect": effect, "ranges": n,
-               "faster": c["faster"] / n, "slower": c["slower"] / n, "no change": c["no change"] / n,
-               "inconclusive": c["inconclusive"] / n, "too few rounds": c["too few rounds"] / n}
+        row = {
+            "roots": "A/A, noise 0.1% to x2.7" if kind == "aa" else f"mixed, noise {sigma:.0%}",
+            "rounds": rounds,
+            "effect": effect,
+            "ranges": n,
+            "faster": c["faster"] / n,
+            "slower": c["slower"] / n,
+            "no change": c["no change"] / n,
+            "inconclusive": c["inconclusive"] / n,
+            "too few rounds": c["too few rounds"] / n,
+        }
         if effect == 1.0:
             row["called (false)"] = (c["faster"] + c["slower"]) / n
         else:
@@ -104,8 +112,14 @@ def table(counts, roots_with_false, roots) -> list:
 
 def targets(rows) -> list:
     def share(kind_prefix, rounds, effect, sigma_text, key):
-        picked = [r for r in rows if r["roots"].startswith(kind_prefix) and r["rounds"] == rounds
-                  and r["effect"] == effect and (sigma_text is None or sigma_text in r["roots"])]
+        picked = [
+            r
+            for r in rows
+            if r["roots"].startswith(kind_prefix)
+            and r["rounds"] == rounds
+            and r["effect"] == effect
+            and (sigma_text is None or sigma_text in r["roots"])
+        ]
         return min(r[key] for r in picked) if key == "found" else max(r[key] for r in picked)
 
     worst_false = max(r["called (false)"] for r in rows if r["effect"] == 1.0)
@@ -114,8 +128,12 @@ def targets(rows) -> list:
     return [
         ("no-effect ranges called faster or slower (worst cell)", worst_false, "<= 0.05", worst_false <= 0.05),
         ("2.5x found at 4 rounds, noise up to 10%", consistent, ">= 0.99", consistent >= 0.99),
-        ("10% found at 6 rounds, 2% noise", share("mixed", 6, 1.1, "noise 2%", "found"), ">= 0.90",
-         share("mixed", 6, 1.1, "noise 2%", "found") >= 0.90),
+        (
+            "10% found at 6 rounds, 2% noise",
+            share("mixed", 6, 1.1, "noise 2%", "found"),
+            ">= 0.90",
+            share("mixed", 6, 1.1, "noise 2%", "found") >= 0.90,
+        ),
     ]
 
 
@@ -133,21 +151,45 @@ def main(argv=None) -> int:
             counts, roots_with_false = tally(store, plan)
     rows = table(counts, roots_with_false, args.roots)
     checks = targets(rows)
-    header = ["roots", "rounds", "effect", "ranges", "faster", "slower", "no change", "inconclusive",
-              "too few rounds", "found", "called (false)", "roots with any false finding"]
+    header = [
+        "roots",
+        "rounds",
+        "effect",
+        "ranges",
+        "faster",
+        "slower",
+        "no change",
+        "inconclusive",
+        "too few rounds",
+        "found",
+        "called (false)",
+        "roots with any false finding",
+    ]
     print(f"{summary['cells_added']} cells, {len(plan)} roots, {time.perf_counter() - t0:.0f} s")
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for row in rows:
-        print("| " + " | ".join(
-            (f"{row[h]:.3f}" if isinstance(row.get(h), float) and h != "effect" else str(row.get(h, "")))
-            for h in header) + " |")
+        print(
+            "| "
+            + " | ".join(
+                (f"{row[h]:.3f}" if isinstance(row.get(h), float) and h != "effect" else str(row.get(h, "")))
+                for h in header
+            )
+            + " |"
+        )
     print()
     for what, value, target, met in checks:
         print(f"{what}: {value:.3f} (target {target}: {'met' if met else 'NOT met'})")
-    Path(args.out).write_text(json.dumps({"roots_per_cell": args.roots, "rows": rows,
-                                          "targets": [dict(zip(("what", "value", "target", "met"), c))
-                                                      for c in checks]}, indent=2))
+    Path(args.out).write_text(
+        json.dumps(
+            {
+                "roots_per_cell": args.roots,
+                "rows": rows,
+                "targets": [dict(zip(("what", "value", "target", "met"), c)) for c in checks],
+            },
+            indent=2,
+        )
+    )
     return 0 if all(c[3] for c in checks) else 1
 
 

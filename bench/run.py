@@ -48,6 +48,7 @@ CAMPAIGN = "campaign_20261013_090000"
 
 # ---------------------------------------------------------------- helpers
 
+
 def tree_bytes(top: Path) -> int:
     total = 0
     for directory, _, names in os.walk(top):
@@ -138,8 +139,12 @@ def run_ingest_command(runs: Path, db_path: Path, sample_memory=False) -> dict:
     report = Path(f"{db_path}.time")
     launcher = [TIME, "-f", "%M %e %U %S", "-o", str(report)] if os.path.exists(TIME) else []
     start = time.perf_counter()
-    process = subprocess.Popen(launcher + ZLSTORE + ["ingest", str(runs), "--db", str(db_path), "--json"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    process = subprocess.Popen(
+        launcher + ZLSTORE + ["ingest", str(runs), "--db", str(db_path), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+    )
     with tree_rss_sampler(process.pid, sample_memory) as peak:
         out = process.stdout.read()
         err = process.stderr.read()
@@ -195,6 +200,7 @@ def ab_cli_available() -> bool:
 
 # ---------------------------------------------------------------- measures
 
+
 def forget_rule(db_path: Path, rule: str):
     """Make the store lack a rule: delete its fingerprints and IR digests."""
     conn = sqlite3.connect(db_path)
@@ -211,8 +217,9 @@ def store_rescore(db_path: Path, rule: str):
     with Store(db_path) as store:
         seconds, computed = timed(store.compute_fingerprints, rule)
         rows = store.conn.execute(
-            "SELECT cells.path, f.fingerprint FROM fingerprints f JOIN cells ON cells.id = f.cell_id "
-            "WHERE f.rule = ?", (rule,)).fetchall()
+            "SELECT cells.path, f.fingerprint FROM fingerprints f JOIN cells ON cells.id = f.cell_id WHERE f.rule = ?",
+            (rule,),
+        ).fetchall()
     return seconds, computed, dict(rows)
 
 
@@ -259,13 +266,34 @@ def concurrency_figure() -> dict:
 
 # ---------------------------------------------------------------- the suite
 
+
 def generate(dest: Path, scale: float) -> dict:
     """The project's generator (python -m tests.generator --corpus), in its own
     process: the corpus is not held in this one's memory."""
     manifest_file = dest.parent / f"{dest.name}.manifest.json"
-    run_command([PYTHON, "-m", "tests.generator", str(dest), "--corpus", "--scale", f"{scale:g}",
-                 "--cards", "8", "--rounds", "6", "--rows", "20", "--kernels", "3", "--seed", "0",
-                 "--manifest", str(manifest_file)])
+    run_command(
+        [
+            PYTHON,
+            "-m",
+            "tests.generator",
+            str(dest),
+            "--corpus",
+            "--scale",
+            f"{scale:g}",
+            "--cards",
+            "8",
+            "--rounds",
+            "6",
+            "--rows",
+            "20",
+            "--kernels",
+            "3",
+            "--seed",
+            "0",
+            "--manifest",
+            str(manifest_file),
+        ]
+    )
     manifest = json.loads(manifest_file.read_text())
     manifest_file.unlink()
     manifest["tree_bytes"] = tree_bytes(dest)
@@ -301,17 +329,22 @@ def suite(args) -> dict:
     try:
         runs4 = work4 / "runs4"
         memory = not args.skip_memory
-        log(f"generating the scale-{args.scale:g} corpus in {runs}"
-            + (f" and, alongside, the scale-{4 * args.scale:g} one for peak memory in {runs4}" if memory else ""))
+        log(
+            f"generating the scale-{args.scale:g} corpus in {runs}"
+            + (f" and, alongside, the scale-{4 * args.scale:g} one for peak memory in {runs4}" if memory else "")
+        )
         with concurrent.futures.ThreadPoolExecutor(2) as both:  # two generator processes, nothing timed meanwhile
             later4 = both.submit(timed, generate, runs4, 4 * args.scale) if memory else None
             seconds, manifest = timed(generate, runs, args.scale)
             seconds4, manifest4 = later4.result() if memory else (None, None)
-        results["corpus"] = {k: manifest[k] for k in ("cells", "campaign_cells", "rows", "ttgir_files",
-                                                      "distinct_ttgir", "tree_bytes")}
+        results["corpus"] = {
+            k: manifest[k] for k in ("cells", "campaign_cells", "rows", "ttgir_files", "distinct_ttgir", "tree_bytes")
+        }
         results["corpus"]["generate_s"] = seconds
-        log(f"{manifest['cells']} cells, {manifest['rows']} rows, {manifest['ttgir_files']} .ttgir "
-            f"({manifest['distinct_ttgir']} distinct), {manifest['tree_bytes'] / 1e6:.0f} MB in {seconds:.0f} s")
+        log(
+            f"{manifest['cells']} cells, {manifest['rows']} rows, {manifest['ttgir_files']} .ttgir "
+            f"({manifest['distinct_ttgir']} distinct), {manifest['tree_bytes'] / 1e6:.0f} MB in {seconds:.0f} s"
+        )
         use_cli = ab_cli_available()
         floor_db, db_path = work / "floor.db", work / "store.db"
         compile_package()
@@ -320,15 +353,32 @@ def suite(args) -> dict:
         remove_db(db_path)
         warm = run_ingest_command(runs, db_path, sample_memory=True)
         results["memory1_tree_kb"] = warm["peak_tree_kb"]
-        m = {k: [] for k in ("floor", "ingest", "ingest_cpu", "ingest_rss", "reingest", "reingest_cmd",
-                             "rescore", "harness_rescore", "ab_library", "ab_command", "harness_ab", "merge")}
+        m = {
+            k: []
+            for k in (
+                "floor",
+                "ingest",
+                "ingest_cpu",
+                "ingest_rss",
+                "reingest",
+                "reingest_cmd",
+                "rescore",
+                "harness_rescore",
+                "ab_library",
+                "ab_command",
+                "harness_ab",
+                "merge",
+            )
+        }
         for i in range(args.repeat):
             order = ("floor", "ingest") if i % 2 == 0 else ("ingest", "floor")
             for what in order:
                 if what == "floor":
                     remove_db(floor_db)
                     settle()
-                    m["floor"].append(run_command([PYTHON, str(BENCH / "floor.py"), str(runs), str(floor_db)])["seconds"])
+                    m["floor"].append(
+                        run_command([PYTHON, str(BENCH / "floor.py"), str(runs), str(floor_db)])["seconds"]
+                    )
                 else:
                     remove_db(db_path)
                     settle()
@@ -343,8 +393,10 @@ def suite(args) -> dict:
             m["reingest"].append(median_of(args.samples, reingest, runs, db_path, manifest["cells"]))
             if i == 0:  # the whole command once, for the record (start-up included)
                 m["reingest_cmd"].append(run_ingest_command(runs, db_path)["seconds"])
-            log(f"round {i + 1}: floor {m['floor'][-1]:.1f} s, ingest {m['ingest'][-1]:.1f} s, "
-                f"merge {m['merge'][-1]:.1f} s, re-ingest {m['reingest'][-1]:.2f} s")
+            log(
+                f"round {i + 1}: floor {m['floor'][-1]:.1f} s, ingest {m['ingest'][-1]:.1f} s, "
+                f"merge {m['merge'][-1]:.1f} s, re-ingest {m['reingest'][-1]:.2f} s"
+            )
 
             samples = [store_rescore(db_path, args.rule) for _ in range(args.samples)]
             assert all(computed == manifest["cells"] for _, computed, _ in samples)
@@ -362,17 +414,20 @@ def suite(args) -> dict:
                 m["harness_rescore_extra"] = [h_seconds]
                 m["ingest_for_extra"] = [m["ingest"][-1]]
             seconds, n_rows, command = store_ab(db_path, use_cli and i == 0)
-            m["ab_library"].append(statistics.median(
-                [seconds] + [store_ab(db_path, False)[0] for _ in range(args.samples - 1)]))
+            m["ab_library"].append(
+                statistics.median([seconds] + [store_ab(db_path, False)[0] for _ in range(args.samples - 1)])
+            )
             if command:
                 m["ab_command"].append(command["seconds"])
             h_seconds, h_rows = timed(harness.ab_summary, str(runs / CAMPAIGN))
             m["harness_ab"].append(h_seconds)
-            log(f"round {i + 1}: rescore {m['rescore'][-1]:.2f} s"
+            log(
+                f"round {i + 1}: rescore {m['rescore'][-1]:.2f} s"
                 + (f" (harness {m['harness_rescore'][-1]:.1f} s)" if i < args.harness_repeat else "")
                 + f", ab {m['ab_library'][-1]:.3f} s ({n_rows} ranges)"
                 + (f", ab command {m['ab_command'][-1]:.2f} s" if command else "")
-                + f" (harness {h_seconds:.1f} s, {len(h_rows)} ranges)")
+                + f" (harness {h_seconds:.1f} s, {len(h_rows)} ranges)"
+            )
         results["db_bytes"] = db_bytes(db_path)
         results["measurements"] = m
         results["ab_via"] = "command" if use_cli else "library"
@@ -383,17 +438,25 @@ def suite(args) -> dict:
             results["concurrency"] = concurrency_figure()
 
         if memory:
-            log(f"scale {4 * args.scale:g}: {manifest4['cells']} cells, {manifest4['tree_bytes'] / 1e6:.0f} MB "
-                f"(generated in {seconds4:.0f} s)")
+            log(
+                f"scale {4 * args.scale:g}: {manifest4['cells']} cells, {manifest4['tree_bytes'] / 1e6:.0f} MB "
+                f"(generated in {seconds4:.0f} s)"
+            )
             db4 = work4 / "store4.db"
             remove_db(db4)
             r4 = run_ingest_command(runs4, db4, sample_memory=True)
-            log(f"scale-{4 * args.scale:g} ingest {r4['seconds']:.1f} s, peak RSS {r4['maxrss_kb'] / 1024:.0f} MB "
-                f"(largest process), {r4['peak_tree_kb'] / 1024:.0f} MB (process tree)")
+            log(
+                f"scale-{4 * args.scale:g} ingest {r4['seconds']:.1f} s, peak RSS {r4['maxrss_kb'] / 1024:.0f} MB "
+                f"(largest process), {r4['peak_tree_kb'] / 1024:.0f} MB (process tree)"
+            )
             remove_db(db4)
-            results["memory4"] = {"cells": manifest4["cells"], "seconds": r4["seconds"],
-                                  "maxrss_kb": r4["maxrss_kb"], "peak_tree_kb": r4["peak_tree_kb"],
-                                  "tree_bytes": manifest4["tree_bytes"]}
+            results["memory4"] = {
+                "cells": manifest4["cells"],
+                "seconds": r4["seconds"],
+                "maxrss_kb": r4["maxrss_kb"],
+                "peak_tree_kb": r4["peak_tree_kb"],
+                "tree_bytes": manifest4["tree_bytes"],
+            }
     finally:
         if not args.keep:  # rm, two at once: unlinking is most of it on this disk
             for rm in [subprocess.Popen(["rm", "-rf", "--", str(d)]) for d in (runs4, runs)]:
@@ -404,6 +467,7 @@ def suite(args) -> dict:
 
 
 # ---------------------------------------------------------------- the table
+
 
 def table(results: dict, args) -> dict:
     m = results["measurements"]
@@ -417,8 +481,7 @@ def table(results: dict, args) -> dict:
     rows = []
 
     def row(figure, how, value, unit, target=None, ok=None, n=None):
-        rows.append({"figure": figure, "how": how, "value": value, "unit": unit,
-                     "target": target, "met": ok, "n": n})
+        rows.append({"figure": figure, "how": how, "value": value, "unit": unit, "target": target, "met": ok, "n": n})
 
     cmd = "command (subprocess, wall)"
     lib = "library call (in-process, wall)"
@@ -426,70 +489,148 @@ def table(results: dict, args) -> dict:
     row("ingest", "zlstore ingest RUNS --db DB (new db): " + cmd, med["ingest"], "s", n=len(m["ingest"]))
     r = ratios("ingest", "floor")
     row("ingest / floor", "per-iteration ratio, median", r, "x", "<= 2.0", r <= 2.0)
-    row("merge", "zlstore merge DB --db MERGED (the store just ingested, into a new db): " + cmd, med["merge"], "s",
-        n=len(m["merge"]))
+    row(
+        "merge",
+        "zlstore merge DB --db MERGED (the store just ingested, into a new db): " + cmd,
+        med["merge"],
+        "s",
+        n=len(m["merge"]),
+    )
     r = ratios("ingest", "merge")
-    row("merge / ingest throughput", "cells/s of the merge over cells/s of the ingest (the same cells), "
-        "per iteration (bench/merge.py)", r, "x", ">= 1.0", r >= 1.0)
+    row(
+        "merge / ingest throughput",
+        "cells/s of the merge over cells/s of the ingest (the same cells), per iteration (bench/merge.py)",
+        r,
+        "x",
+        ">= 1.0",
+        r >= 1.0,
+    )
     short = f", each iteration the median of {args.samples} calls"
     row("re-ingest", "Store.ingest(RUNS), unchanged tree: " + lib + short, med["reingest"], "s", n=len(m["reingest"]))
-    row("re-ingest (command)", "zlstore ingest RUNS again: " + cmd + ", start-up included, first iteration",
-        med["reingest_cmd"], "s")
+    row(
+        "re-ingest (command)",
+        "zlstore ingest RUNS again: " + cmd + ", start-up included, first iteration",
+        med["reingest_cmd"],
+        "s",
+    )
     r = ratios("reingest", "ingest")
     row("re-ingest / ingest", "library re-ingest / ingest command, per iteration", r, "x", "<= 0.03", r <= 0.03)
-    row("rescore", f"Store.compute_fingerprints('{args.rule}') after deleting its fingerprints and "
-        f"IR digests: " + lib + short, med["rescore"], "s", n=len(m["rescore"]))
+    row(
+        "rescore",
+        f"Store.compute_fingerprints('{args.rule}') after deleting its fingerprints and IR digests: " + lib + short,
+        med["rescore"],
+        "s",
+        n=len(m["rescore"]),
+    )
     r = ratios("rescore", "ingest")
     row("rescore / ingest", "per iteration", r, "x", "<= 0.05", r <= 0.05)
-    row("harness rescore", f"re-read + normalize + hash every .ttgir under {args.rule} (bench/harness.py): " + lib,
-        med["harness_rescore"], "s", n=len(m["harness_rescore"]))
+    row(
+        "harness rescore",
+        f"re-read + normalize + hash every .ttgir under {args.rule} (bench/harness.py): " + lib,
+        med["harness_rescore"],
+        "s",
+        n=len(m["harness_rescore"]),
+    )
     k = len(m["harness_rescore"])
     r = median([x / y for x, y in zip(m["harness_rescore"], m["rescore"][:k])])
     row("harness rescore / store rescore", "per iteration", r, "x", ">= 10", r >= 10)
     if m.get("rescore_extra"):
         x = args.extra_rule
         row(f"rescore, {x} (supplement)", f"the same under {x} (one iteration): " + lib, m["rescore_extra"][0], "s")
-        row(f"rescore / ingest, {x}", "supplement, not the target row", m["rescore_extra"][0] / m["ingest_for_extra"][0], "x")
+        row(
+            f"rescore / ingest, {x}",
+            "supplement, not the target row",
+            m["rescore_extra"][0] / m["ingest_for_extra"][0],
+            "x",
+        )
         row(f"harness rescore, {x}", "supplement: " + lib, m["harness_rescore_extra"][0], "s")
-        row(f"harness rescore / store rescore, {x}", "supplement, not the target row",
-            m["harness_rescore_extra"][0] / m["rescore_extra"][0], "x")
-    row("harness A/B summary", "re-read every campaign run.log, pair in Python (bench/harness.py): " + lib,
-        med["harness_ab"], "s", n=len(m["harness_ab"]))
-    row("ab query", f"judge.ab_ranges_json(store, '{CAMPAIGN}'), the text `zlstore ab --json` prints "
+        row(
+            f"harness rescore / store rescore, {x}",
+            "supplement, not the target row",
+            m["harness_rescore_extra"][0] / m["rescore_extra"][0],
+            "x",
+        )
+    row(
+        "harness A/B summary",
+        "re-read every campaign run.log, pair in Python (bench/harness.py): " + lib,
+        med["harness_ab"],
+        "s",
+        n=len(m["harness_ab"]),
+    )
+    row(
+        "ab query",
+        f"judge.ab_ranges_json(store, '{CAMPAIGN}'), the text `zlstore ab --json` prints "
         "(ab_ranges, as JSON built by SQLite): " + lib + short,
-        med["ab_library"], "s", n=len(m["ab_library"]))
+        med["ab_library"],
+        "s",
+        n=len(m["ab_library"]),
+    )
     if m["ab_command"]:
         row("ab command", f"zlstore ab {CAMPAIGN} --json: " + cmd + ", first iteration", med["ab_command"], "s")
     r = ratios("harness_ab", "ab_library")
     row("log re-parse / ab query", "harness A/B summary / ab library call, per iteration", r, "x", ">= 50", r >= 50)
     if m["ab_command"]:
         r = m["harness_ab"][0] / m["ab_command"][0]
-        row("log re-parse / ab command", "harness A/B summary / zlstore ab --json (start-up included), first iteration",
-            r, "x")
+        row(
+            "log re-parse / ab command",
+            "harness A/B summary / zlstore ab --json (start-up included), first iteration",
+            r,
+            "x",
+        )
     if "memory4" in results:
         rss1 = median(m["ingest_rss"])
         rss4 = results["memory4"]["maxrss_kb"]
-        row("peak RSS, scale 1", "zlstore ingest: /usr/bin/time %M (largest process: main or a worker)", rss1 / 1024,
-            "MB", n=len(m["ingest_rss"]))
+        row(
+            "peak RSS, scale 1",
+            "zlstore ingest: /usr/bin/time %M (largest process: main or a worker)",
+            rss1 / 1024,
+            "MB",
+            n=len(m["ingest_rss"]),
+        )
         row("peak RSS, scale 4", "the same, the scale-4 corpus (one run)", rss4 / 1024, "MB")
         row("peak memory, scale 4 / scale 1", "ratio of the two above", rss4 / rss1, "x", "<= 1.2", rss4 / rss1 <= 1.2)
         tree1, tree4 = results["memory1_tree_kb"], results["memory4"]["peak_tree_kb"]
-        row("peak RSS, process tree, scale 4 / scale 1", "main + workers summed, sampled every 50 ms: "
-            f"{tree4 / 1024:.0f} MB / {tree1 / 1024:.0f} MB", tree4 / tree1, "x", "<= 1.2", tree4 / tree1 <= 1.2)
+        row(
+            "peak RSS, process tree, scale 4 / scale 1",
+            f"main + workers summed, sampled every 50 ms: {tree4 / 1024:.0f} MB / {tree1 / 1024:.0f} MB",
+            tree4 / tree1,
+            "x",
+            "<= 1.2",
+            tree4 / tree1 <= 1.2,
+        )
     size = results["db_bytes"] / results["corpus"]["tree_bytes"]
-    row("database / tree size", f"{results['db_bytes'] / 1e6:.1f} MB db / "
-        f"{results['corpus']['tree_bytes'] / 1e6:.0f} MB runs tree (apparent sizes)", size, "x", "report")
+    row(
+        "database / tree size",
+        f"{results['db_bytes'] / 1e6:.1f} MB db / "
+        f"{results['corpus']['tree_bytes'] / 1e6:.0f} MB runs tree (apparent sizes)",
+        size,
+        "x",
+        "report",
+    )
     conc = results.get("concurrency")
     if conc and conc.get("available"):
-        row("8 writers / 1 writer", f"bench/concurrency.py --json ({conc['cells']} cells, "
-            f"failed writes {conc['single']['failed']} / {conc['many']['failed']})", conc["ratio"], "x",
-            ">= 0.5", conc["ratio"] >= 0.5 and conc["many"]["failed"] == 0)
+        row(
+            "8 writers / 1 writer",
+            f"bench/concurrency.py --json ({conc['cells']} cells, "
+            f"failed writes {conc['single']['failed']} / {conc['many']['failed']})",
+            conc["ratio"],
+            "x",
+            ">= 0.5",
+            conc["ratio"] >= 0.5 and conc["many"]["failed"] == 0,
+        )
     elif conc:
         row("8 writers / 1 writer", conc["why"], None, "", ">= 0.5", None)
-    return {"rows": rows, "machine": machine(), "command": " ".join(["python", "bench/run.py"] + sys.argv[1:]),
-            "corpus": results["corpus"], "suite_seconds": results["suite_seconds"],
-            "ab_via": results.get("ab_via"), "raw": m,
-            "memory4": results.get("memory4"), "concurrency": conc}
+    return {
+        "rows": rows,
+        "machine": machine(),
+        "command": " ".join(["python", "bench/run.py"] + sys.argv[1:]),
+        "corpus": results["corpus"],
+        "suite_seconds": results["suite_seconds"],
+        "ab_via": results.get("ab_via"),
+        "raw": m,
+        "memory4": results.get("memory4"),
+        "concurrency": conc,
+    }
 
 
 def machine() -> dict:
@@ -499,9 +640,14 @@ def machine() -> dict:
             mem = int(f.readline().split()[1]) * 1024
     except OSError:
         pass
-    return {"cores": os.cpu_count(), "memory_bytes": mem, "python": platform.python_version(),
-            "sqlite": sqlite3.sqlite_version, "platform": platform.platform(),
-            "load_average_at_end": os.getloadavg()}
+    return {
+        "cores": os.cpu_count(),
+        "memory_bytes": mem,
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "platform": platform.platform(),
+        "load_average_at_end": os.getloadavg(),
+    }
 
 
 def render(t: dict) -> str:
@@ -518,20 +664,35 @@ def render(t: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scale", type=float, default=1.0, help="corpus size (1: 5,760 campaign cells)")
-    ap.add_argument("--repeat", type=int, default=5,
-                    help="iterations of each scale-1 measurement (five: this machine moves an iteration by up "
-                         "to a fifth, and a median of three landed either side of a target)")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=5,
+        help="iterations of each scale-1 measurement (five: this machine moves an iteration by up "
+        "to a fifth, and a median of three landed either side of a target)",
+    )
     ap.add_argument("--harness-repeat", type=int, default=3, help="iterations of the (slow) harness rescore")
-    ap.add_argument("--samples", type=int, default=3,
-                    help="calls per iteration of each figure under a second (re-ingest, rescore, ab query): "
-                         "the iteration's value is their median")
-    ap.add_argument("--rule", default="v3", help="the rule the store is made to lack for the rescore figures "
-                    "(default v3, the current rule: what the harness's RESCORE re-judged against)")
+    ap.add_argument(
+        "--samples",
+        type=int,
+        default=3,
+        help="calls per iteration of each figure under a second (re-ingest, rescore, ab query): "
+        "the iteration's value is their median",
+    )
+    ap.add_argument(
+        "--rule",
+        default="v3",
+        help="the rule the store is made to lack for the rescore figures "
+        "(default v3, the current rule: what the harness's RESCORE re-judged against)",
+    )
     ap.add_argument("--extra-rule", default="", help="also measure this rule once (e.g. v4), as a supplement")
     ap.add_argument("--work", default=None, help="work directory (default: a new one under /tmp)")
-    ap.add_argument("--memory-work", default=None,
-                    help="work directory of the scale-4 corpus (default: a new one under /dev/shm where it has "
-                         "room, else the work directory)")
+    ap.add_argument(
+        "--memory-work",
+        default=None,
+        help="work directory of the scale-4 corpus (default: a new one under /dev/shm where it has "
+        "room, else the work directory)",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the corpora and databases")
     ap.add_argument("--skip-memory", action="store_true", help="no scale-4 corpus / peak memory figure")
     ap.add_argument("--skip-concurrency", action="store_true")

@@ -55,6 +55,7 @@ FAKE = f"{PYTHON} {REPO / 'tests' / 'fake_bench.py'}"
 
 # ---------------------------------------------------------------- the 64-card plan
 
+
 def sweep(copies: int) -> list:
     """The seed's batch `copies` times, each copy's weight the seed's times a factor in [0.5, 1.5)."""
     ops = []
@@ -76,27 +77,40 @@ def plan_figures() -> list:
         plan = make_plan(ops, cards)
         took = time.perf_counter() - t0
         floor = max(plan.ideal_s, plan.heaviest_s)
-        rows.append({
-            "cards": cards, "copies": copies, "ops": len(ops), "card_hours": plan.total_s / 3600,
-            "critical_min": plan.makespan_s / 60, "ideal_min": plan.ideal_s / 60,
-            "heaviest_min": plan.heaviest_s / 60, "floor_min": floor / 60,
-            "ratio": plan.makespan_s / floor, "hash_ratio": plan.hash_makespan_s / floor,
-            "plan_seconds": took,
-        })
+        rows.append(
+            {
+                "cards": cards,
+                "copies": copies,
+                "ops": len(ops),
+                "card_hours": plan.total_s / 3600,
+                "critical_min": plan.makespan_s / 60,
+                "ideal_min": plan.ideal_s / 60,
+                "heaviest_min": plan.heaviest_s / 60,
+                "floor_min": floor / 60,
+                "ratio": plan.makespan_s / floor,
+                "hash_ratio": plan.hash_makespan_s / floor,
+                "plan_seconds": took,
+            }
+        )
     return rows
 
 
 # ---------------------------------------------------------------- submit to running
 
+
 def sbatch_floor(env: dict, cards: int) -> float:
     """sbatch of a bare array to every task RUNNING, as scontrol says."""
     t0 = time.monotonic()
-    job = subprocess.run(["sbatch", "--parsable", f"--array=0-{cards - 1}", "--output=/dev/null",
-                          "--wrap", "sleep 60"], env=env, capture_output=True, text=True, check=True).stdout.strip()
+    job = subprocess.run(
+        ["sbatch", "--parsable", f"--array=0-{cards - 1}", "--output=/dev/null", "--wrap", "sleep 60"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     try:
         while True:
-            out = subprocess.run(["scontrol", "-o", "show", "job", job], env=env, capture_output=True,
-                                 text=True).stdout
+            out = subprocess.run(["scontrol", "-o", "show", "job", job], env=env, capture_output=True, text=True).stdout
             tasks = slurm.parse_jobs(out)
             if len(tasks) == cards and all(t.state == "running" for t in tasks.values()):
                 return time.monotonic() - t0
@@ -111,13 +125,41 @@ def campaign_to_running(env: dict, work: Path, cards: int, iteration: int) -> di
     plan.write_text("card\top\tdtype\tweight_min\n" + "".join(f"{c}\tslow{c}\t\t1\n" for c in range(cards)))
     root = work / f"campaign_{iteration}"
     db = work / f"bench{iteration}.db"
-    run_env = dict(env, FAKE_SLOW=",".join(f"slow{c}" for c in range(cards)), FAKE_SLOW_SLEEP="120",
-                   PYTHONPATH=str(REPO), **generator.SCREEN_CALIBER)
+    run_env = dict(
+        env,
+        FAKE_SLOW=",".join(f"slow{c}" for c in range(cards)),
+        FAKE_SLOW_SLEEP="120",
+        PYTHONPATH=str(REPO),
+        **generator.SCREEN_CALIBER,
+    )
     t0 = time.monotonic()
-    process = subprocess.Popen([PYTHON, "-m", "zlstore", "run", "campaign", "--slurm", "--plan", str(plan),
-                                "--rounds", "1", "--root", str(root), "--command", f"{FAKE} repeat {{op}} {{dtype}}",
-                                "--poll", "0.1", "--status-every", "1000", "--db", str(db)],
-                               env=run_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [
+            PYTHON,
+            "-m",
+            "zlstore",
+            "run",
+            "campaign",
+            "--slurm",
+            "--plan",
+            str(plan),
+            "--rounds",
+            "1",
+            "--root",
+            str(root),
+            "--command",
+            f"{FAKE} repeat {{op}} {{dtype}}",
+            "--poll",
+            "0.1",
+            "--status-every",
+            "1000",
+            "--db",
+            str(db),
+        ],
+        env=run_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     started, running = {}, None
     try:
         while len(started) < cards:
@@ -141,29 +183,42 @@ def campaign_to_running(env: dict, work: Path, cards: int, iteration: int) -> di
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(timeout=120)
-    return {"all": max(started.values()), "first": min(started.values()),
-            "running": running if running is not None else float("nan")}
+    return {
+        "all": max(started.values()),
+        "first": min(started.values()),
+        "running": running if running is not None else float("nan"),
+    }
 
 
 def submit_figures(cards: int, repeat: int) -> dict:
     if missing_programs():
-        return {"available": False, "why": "Slurm is not installed (apt-get install slurmctld slurmd slurm-client munge)"}
+        return {
+            "available": False,
+            "why": "Slurm is not installed (apt-get install slurmctld slurmd slurm-client munge)",
+        }
     cluster = Cluster(cards)
-    os.environ.update(cluster.env)     # for zlstore.slurm's own scontrol calls here
+    os.environ.update(cluster.env)  # for zlstore.slurm's own scontrol calls here
     work = Path(tempfile.mkdtemp(prefix="zlstore-bench-campaign-"))
     try:
         floors, runs = [], []
         for i in range(repeat):
             floors.append(sbatch_floor(dict(os.environ), cards))
             runs.append(campaign_to_running(dict(os.environ), work, cards, i))
-        return {"available": True, "cards": cards, "sbatch": floors, "campaign": [r["all"] for r in runs],
-                "first_card": [r["first"] for r in runs], "tasks_running": [r["running"] for r in runs]}
+        return {
+            "available": True,
+            "cards": cards,
+            "sbatch": floors,
+            "campaign": [r["all"] for r in runs],
+            "first_card": [r["first"] for r in runs],
+            "tasks_running": [r["running"] for r in runs],
+        }
     finally:
         cluster.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- the table
+
 
 def table(submit: dict, plans: list) -> list:
     rows = []
@@ -172,24 +227,48 @@ def table(submit: dict, plans: list) -> list:
         campaign = statistics.median(submit["campaign"])
         floor = statistics.median(submit["sbatch"])
         per_card = campaign / n
-        rows.append(("run campaign --slurm to every card's op running", f"{campaign:.2f} s for {n} cards",
-                     "", f"median of {len(submit['campaign'])}; first card {statistics.median(submit['first_card']):.2f} s"))
+        rows.append(
+            (
+                "run campaign --slurm to every card's op running",
+                f"{campaign:.2f} s for {n} cards",
+                "",
+                f"median of {len(submit['campaign'])}; first card {statistics.median(submit['first_card']):.2f} s",
+            )
+        )
         rows.append(("... per card", f"{per_card:.3f} s", "< 2 s", "yes" if per_card < 2 else "**no**"))
-        rows.append(("... of which: to every task RUNNING in scontrol", f"{statistics.median(submit['tasks_running']):.2f} s",
-                     "", "the rest is each task's `zlstore run card` starting and starting its op"))
-        rows.append(("bare sbatch array to every task RUNNING (baseline)", f"{floor:.2f} s", "",
-                     f"median of {len(submit['sbatch'])}"))
+        rows.append(
+            (
+                "... of which: to every task RUNNING in scontrol",
+                f"{statistics.median(submit['tasks_running']):.2f} s",
+                "",
+                "the rest is each task's `zlstore run card` starting and starting its op",
+            )
+        )
+        rows.append(
+            (
+                "bare sbatch array to every task RUNNING (baseline)",
+                f"{floor:.2f} s",
+                "",
+                f"median of {len(submit['sbatch'])}",
+            )
+        )
         ratios = [c / f for c, f in zip(submit["campaign"], submit["sbatch"])]
         rows.append(("zlstore / bare sbatch", f"{statistics.median(ratios):.2f} x", "report", ""))
     else:
         rows.append(("run campaign --slurm to every card's op running", "n/a", "< 2 s per card", submit["why"]))
     for p in plans:
-        rows.append((f"{p['cards']}-card plan, {p['ops']} ops ({p['card_hours']:.0f} card-hours): critical path / "
-                     "max(ideal, heaviest)",
-                     f"{p['ratio']:.3f} x", "<= 1.1", ("yes" if p["ratio"] <= 1.1 else "**no**")
-                     + f"; {p['critical_min']:.1f} min against ideal {p['ideal_min']:.1f}, heaviest "
-                       f"{p['heaviest_min']:.1f}; hash partition {p['hash_ratio']:.2f} x; planned in "
-                       f"{p['plan_seconds'] * 1000:.0f} ms"))
+        rows.append(
+            (
+                f"{p['cards']}-card plan, {p['ops']} ops ({p['card_hours']:.0f} card-hours): critical path / "
+                "max(ideal, heaviest)",
+                f"{p['ratio']:.3f} x",
+                "<= 1.1",
+                ("yes" if p["ratio"] <= 1.1 else "**no**")
+                + f"; {p['critical_min']:.1f} min against ideal {p['ideal_min']:.1f}, heaviest "
+                f"{p['heaviest_min']:.1f}; hash partition {p['hash_ratio']:.2f} x; planned in "
+                f"{p['plan_seconds'] * 1000:.0f} ms",
+            )
+        )
     return rows
 
 
@@ -207,11 +286,15 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=str(BENCH / "results-slurm.json"))
     args = ap.parse_args(argv)
     plans = plan_figures()
-    submit = {"available": False, "why": "--skip-submit"} if args.skip_submit else submit_figures(args.cards, args.repeat)
+    submit = (
+        {"available": False, "why": "--skip-submit"} if args.skip_submit else submit_figures(args.cards, args.repeat)
+    )
     rows = table(submit, plans)
     print(render(rows))
-    Path(args.json).write_text(json.dumps({"submit": submit, "plans": plans, "rows": rows,
-                                           "load_average_at_end": os.getloadavg()}, indent=1) + "\n")
+    Path(args.json).write_text(
+        json.dumps({"submit": submit, "plans": plans, "rows": rows, "load_average_at_end": os.getloadavg()}, indent=1)
+        + "\n"
+    )
     return 0
 
 

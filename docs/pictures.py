@@ -60,6 +60,7 @@ PICTURES = (
 
 # -- what a picture is made from ------------------------------------------------------
 
+
 @contextlib.contextmanager
 def example_store(workdir: Path):
     """The bundled examples (examples/runs), copied into workdir and ingested:
@@ -92,10 +93,14 @@ def _rows(conn, sql: str, params: dict = None):
     cursor = conn.execute(sql, params or {})
     names = [d[0] for d in cursor.description]
     copy = conn.execute("PRAGMA database_list").fetchone()[2].rsplit("/", 1)[0] + "/runs/"
-    return [{name: value.replace(copy, "<runs>/") if isinstance(value, str) else value
-             for name, value in zip(names, row)
-             if not (name == "path" or name.endswith("_path") or name.endswith("_at"))}
-            for row in cursor.fetchall()]
+    return [
+        {
+            name: value.replace(copy, "<runs>/") if isinstance(value, str) else value
+            for name, value in zip(names, row)
+            if not (name == "path" or name.endswith("_path") or name.endswith("_at"))
+        }
+        for row in cursor.fetchall()
+    ]
 
 
 def made_from(db_path: Path) -> dict:
@@ -107,12 +112,19 @@ def made_from(db_path: Path) -> dict:
     with Store(db_path, create=False) as store:
         conn = store.conn
         irdiff.register(conn)  # what the plugin gives datasette's connections
-        objects = conn.execute("SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view') "
-                               "AND name NOT LIKE 'sqlite_%' ORDER BY name").fetchall()
-        listing = [{"name": name, "type": kind,
-                    "hidden": bool(database.get("tables", {}).get(name, {}).get("hidden")),
-                    "rows": conn.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0] if kind == "table" else None}
-                   for name, kind in objects]
+        objects = conn.execute(
+            "SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view') "
+            "AND name NOT LIKE 'sqlite_%' ORDER BY name"
+        ).fetchall()
+        listing = [
+            {
+                "name": name,
+                "type": kind,
+                "hidden": bool(database.get("tables", {}).get(name, {}).get("hidden")),
+                "rows": conn.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0] if kind == "table" else None,
+            }
+            for name, kind in objects
+        ]
         sources = {}
         for picture in PICTURES:
             spec, data = {}, {}
@@ -130,9 +142,12 @@ def made_from(db_path: Path) -> dict:
             if picture.charts:
                 root = picture.path.split("root=", 1)[1] if "root=" in picture.path else ""
                 charts = [chart for chart, _ in picture.charts]
-                spec = {"dashboard": {key: value for key, value in dashboard.items() if key != "charts"}
-                        if len(charts) > 1 else {},
-                        "charts": {chart: dashboard["charts"][chart] for chart in charts}}
+                spec = {
+                    "dashboard": {key: value for key, value in dashboard.items() if key != "charts"}
+                    if len(charts) > 1
+                    else {},
+                    "charts": {chart: dashboard["charts"][chart] for chart in charts},
+                }
                 data = {chart: _rows(conn, dashboard["charts"][chart]["query"], {"root": root}) for chart in charts}
                 if len(charts) > 1:
                     data["filter"] = _rows(conn, dashboard["filters"]["root"]["query"])
@@ -150,6 +165,7 @@ def file_digest(path: Path) -> str:
 
 
 # -- taking the pictures -----------------------------------------------------------------
+
 
 def photograph(db_path: Path, workdir: Path) -> None:
     """Serve db_path and photograph every picture into docs/."""
@@ -173,8 +189,11 @@ def photograph(db_path: Path, workdir: Path) -> None:
             for picture in PICTURES:
                 driver.set_window_size(1400, 1000)
                 driver.get(base + picture.path)
-                browser_test.wait_for(driver, lambda b: b.execute_script("return document.readyState") == "complete",
-                                      f"{picture.path} to load")
+                browser_test.wait_for(
+                    driver,
+                    lambda b: b.execute_script("return document.readyState") == "complete",
+                    f"{picture.path} to load",
+                )
                 for chart, marks in picture.charts:
                     chart_id = chart if len(picture.charts) > 1 else DASHBOARD
                     browser_test.rendered_chart(driver, chart_id, marks)
@@ -193,10 +212,14 @@ def main() -> None:
         with example_store(workdir) as db_path:
             sources = made_from(db_path)
             photograph(db_path, workdir)
-    record = {picture.name: {"page": picture.path,
-                             "made_from": digest(sources[picture.name]),
-                             "png": file_digest(DOCS / f"{picture.name}.png")}
-              for picture in PICTURES}
+    record = {
+        picture.name: {
+            "page": picture.path,
+            "made_from": digest(sources[picture.name]),
+            "png": file_digest(DOCS / f"{picture.name}.png"),
+        }
+        for picture in PICTURES
+    }
     RECORD.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     for picture in PICTURES:
         print(f"docs/{picture.name}.png  {picture.path}")

@@ -37,7 +37,12 @@ def rendered() -> str:
     sys.path.insert(0, str(REPO))
     from zlstore import derive, macros
 
-    parts = [HEADER, "\n-- ===== schema.sql, rendered =====\n", macros.render_schema(macros.schema_source()).rstrip("\n"), "\n"]
+    parts = [
+        HEADER,
+        "\n-- ===== schema.sql, rendered =====\n",
+        macros.render_schema(macros.schema_source()).rstrip("\n"),
+        "\n",
+    ]
     statements = derive.statements()
     for stage, title, _ in derive.STAGES:
         parts.append(f"\n-- ===== derive: {title} =====\n")

@@ -10,6 +10,7 @@ from zlstore import Store
 
 from .nobody import nobody_dir  # noqa: F401 (a fixture: a directory only another user can enter)
 
+
 def pytest_configure(config):
     """A suite started in the background by a shell without job control
     inherits SIGINT ignored, and so would every process it starts: the
@@ -92,8 +93,10 @@ def slurm_cluster():
 
     missing = missing_programs()
     if missing:
-        pytest.skip(f"slurm is not installed ({', '.join(missing)} not found): "
-                    "apt-get install slurmctld slurmd slurm-client munge, as .ci/run does")
+        pytest.skip(
+            f"slurm is not installed ({', '.join(missing)} not found): "
+            "apt-get install slurmctld slurmd slurm-client munge, as .ci/run does"
+        )
     try:
         cluster = Cluster(nodes=4)
     except ClusterError as error:

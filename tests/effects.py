@@ -20,7 +20,7 @@ BASE_MS = 0.5
 
 class Shape(NamedTuple):
     effect: float  # true latency before / latency after
-    sigma: float   # log-normal noise per side and round
+    sigma: float  # log-normal noise per side and round
 
 
 def shape_detail(i: int) -> list:
@@ -32,10 +32,17 @@ def shape_key(i: int) -> str:
     return json.dumps(shape_detail(i), separators=(",", ":"))
 
 
-def write_repeat_root(dest, name: str, shapes: Sequence[Shape], rounds: int, seed: int,
-                      op: str = "softmax", dtype: str = "float16", started_at: Optional[str] = None,
-                      environment: Callable[[str, int], Dict[str, str]] = lambda side, rnd: {}) \
-        -> Dict[str, List[float]]:
+def write_repeat_root(
+    dest,
+    name: str,
+    shapes: Sequence[Shape],
+    rounds: int,
+    seed: int,
+    op: str = "softmax",
+    dtype: str = "float16",
+    started_at: Optional[str] = None,
+    environment: Callable[[str, int], Dict[str, str]] = lambda side, rnd: {},
+) -> Dict[str, List[float]]:
     """A repeat root dest/name with `rounds` rounds of one op over `shapes`
     (STARTED_AT in its root.env where given; environment(side, round): the
     ENV_* keys of that cell's cell.env). Returns the written log ratios per
@@ -45,8 +52,11 @@ def write_repeat_root(dest, name: str, shapes: Sequence[Shape], rounds: int, see
     root.mkdir(parents=True, exist_ok=True)
     caliber = dict(generator.SCREEN_CALIBER)
     (root / "root.env").write_text(
-        "KIND=repeat\n" + f"SWITCH={generator.SWITCH}\n" + (f"STARTED_AT={started_at}\n" if started_at else "")
-        + "".join(f"{k}={v}\n" for k, v in caliber.items()))
+        "KIND=repeat\n"
+        + f"SWITCH={generator.SWITCH}\n"
+        + (f"STARTED_AT={started_at}\n" if started_at else "")
+        + "".join(f"{k}={v}\n" for k, v in caliber.items())
+    )
     logs: Dict[str, List[float]] = {shape_key(i): [] for i in range(len(shapes))}
     for rnd in range(1, rounds + 1):
         rows = {"before": [], "after": []}
@@ -57,9 +67,23 @@ def write_repeat_root(dest, name: str, shapes: Sequence[Shape], rounds: int, see
             rows["after"].append(generator.RowSpec(shape_detail(i), after))
             logs[shape_key(i)].append(math.log(before / after))
         for side in ("before", "after"):
-            generator.write_cell(root / op / f"r{rnd}" / side, generator.CellSpec(
-                op=op, dtype=dtype, side=side, round=rnd, card=0, caliber=dict(caliber),
-                rows=rows[side], index_tsv=False, noise=False,
-                extra_env={"SWITCH": generator.SWITCH, "SWITCH_VALUE": "0" if side == "before" else "1",
-                           **environment(side, rnd)}))
+            generator.write_cell(
+                root / op / f"r{rnd}" / side,
+                generator.CellSpec(
+                    op=op,
+                    dtype=dtype,
+                    side=side,
+                    round=rnd,
+                    card=0,
+                    caliber=dict(caliber),
+                    rows=rows[side],
+                    index_tsv=False,
+                    noise=False,
+                    extra_env={
+                        "SWITCH": generator.SWITCH,
+                        "SWITCH_VALUE": "0" if side == "before" else "1",
+                        **environment(side, rnd),
+                    },
+                ),
+            )
     return logs

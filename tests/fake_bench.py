@@ -33,7 +33,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from zlstore.caliber import CALIBER_FIELDS  # noqa: E402
 from tests.generator import (  # noqa: E402
-    CellSpec, RowSpec, cache_hash, cell_env_items, render_run_log, ttgir_text, write_cell,
+    CellSpec,
+    RowSpec,
+    cache_hash,
+    cell_env_items,
+    render_run_log,
+    ttgir_text,
+    write_cell,
 )
 
 SHAPES = ([64, 1024], [256, 1024], [1024, 4096])
@@ -100,11 +106,23 @@ def caliber_env():
 
 def spec(op, dtype, side, round_, card, elapsed, rc=0):
     return CellSpec(
-        op=op, dtype=dtype, side=side, round=round_, card=card, rc=rc, elapsed_s=elapsed,
-        started_at=datetime.datetime.now().isoformat(timespec="seconds"), caliber=caliber_env(),
-        rows=rows(op, side, round_), kernels=kernels(op, side), index_tsv=False, noise=False,
-        extra_env={"SWITCH": os.environ.get("SWITCH", "FLAGTREE_MUSA_RLC_ENHANCE"),
-                   "SWITCH_VALUE": "0" if side == "before" else "1"},
+        op=op,
+        dtype=dtype,
+        side=side,
+        round=round_,
+        card=card,
+        rc=rc,
+        elapsed_s=elapsed,
+        started_at=datetime.datetime.now().isoformat(timespec="seconds"),
+        caliber=caliber_env(),
+        rows=rows(op, side, round_),
+        kernels=kernels(op, side),
+        index_tsv=False,
+        noise=False,
+        extra_env={
+            "SWITCH": os.environ.get("SWITCH", "FLAGTREE_MUSA_RLC_ENHANCE"),
+            "SWITCH_VALUE": "0" if side == "before" else "1",
+        },
     )
 
 
@@ -114,11 +132,14 @@ def repeat(op, dtype):
     rounds = int(os.environ.get("ROUNDS", "1"))
     card = int(os.environ.get("CARD", "0"))
     sleep = cell_sleep(op)
-    print(f"fake_bench repeat {op} {dtype!r}: AB_ROOT={root} ROUNDS={rounds} CARD={card} "
-          f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')} "
-          f"MUSA_VISIBLE_DEVICES={os.environ.get('MUSA_VISIBLE_DEVICES')} "
-          f"ZL_ISOLATE_TUNER_CACHE={os.environ.get('ZL_ISOLATE_TUNER_CACHE')} "
-          f"ZLSTORE_DB={os.environ.get('ZLSTORE_DB')} CELL_TIMEOUT={os.environ.get('CELL_TIMEOUT')}", flush=True)
+    print(
+        f"fake_bench repeat {op} {dtype!r}: AB_ROOT={root} ROUNDS={rounds} CARD={card} "
+        f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')} "
+        f"MUSA_VISIBLE_DEVICES={os.environ.get('MUSA_VISIBLE_DEVICES')} "
+        f"ZL_ISOLATE_TUNER_CACHE={os.environ.get('ZL_ISOLATE_TUNER_CACHE')} "
+        f"ZLSTORE_DB={os.environ.get('ZLSTORE_DB')} CELL_TIMEOUT={os.environ.get('CELL_TIMEOUT')}",
+        flush=True,
+    )
     run_dir = root / datetime.datetime.now().strftime("ab_%Y%m%d_%H%M%S")
     for round_ in range(1, rounds + 1):
         for side in ("before", "after"):
@@ -177,7 +198,8 @@ def make_campaign_tree(root, cards, ops_per_card, rounds, caliber=None):
     env = dict(caliber or {})
     (root / "campaign.env").write_text(
         f"KIND=campaign\nROUNDS={rounds}\nCARDS={cards}\nSWITCH=FLAGTREE_MUSA_RLC_ENHANCE\n"
-        + "".join(f"{k}={v}\n" for k, v in env.items()))
+        + "".join(f"{k}={v}\n" for k, v in env.items())
+    )
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:

@@ -38,8 +38,13 @@ SCREEN_PAIRS = {  # (op, dtype): (ratio, same IR, elapsed per side)
     ("cos", "float16"): (1.05, False, 200.0),
 }
 FLOORS = {("gelu", "float16"): 0.02, ("silu", "float16"): 0.02, ("exp", "float32"): 0.03}
-PARTITION = [(0, "tanh", "float16"), (0, "silu", "float16"),
-             (1, "cos", "float16"), (1, "gelu", "float16"), (1, "exp", "float32")]
+PARTITION = [
+    (0, "tanh", "float16"),
+    (0, "silu", "float16"),
+    (1, "cos", "float16"),
+    (1, "gelu", "float16"),
+    (1, "exp", "float32"),
+]
 CAMPAIGN_RATIOS = {  # rounds written now
     ("tanh", "float16"): (1.10, 1.12, 1.09),
     ("silu", "float16"): (0.90, 0.92, 0.91),
@@ -80,8 +85,14 @@ def _spec(op, dtype, side, rnd, card, ratio, same_ir, elapsed):
     latency = round(after * ratio, 9) if side == "before" else after
     variant = 1 if (side == "after" and not same_ir) else 0
     return generator.CellSpec(
-        op=op, dtype=dtype, side=side, round=rnd, card=card, elapsed_s=elapsed,
-        started_at="2026-10-21T08:00:00", caliber=dict(CALIBER),
+        op=op,
+        dtype=dtype,
+        side=side,
+        round=rnd,
+        card=card,
+        elapsed_s=elapsed,
+        started_at="2026-10-21T08:00:00",
+        caliber=dict(CALIBER),
         rows=[generator.RowSpec(SHAPE, latency)],
         kernels={f"{op}_kernel": generator.ttgir_text(f"{op}_kernel", variant=variant)},
         extra_env={"SWITCH": SWITCH, "SWITCH_VALUE": "0" if side == "before" else "1"},
@@ -109,21 +120,37 @@ def make_floor_tree(dest) -> Path:
     dest = Path(dest)
     screen = dest / SCREEN
     screen.mkdir(parents=True, exist_ok=True)
-    (screen / "root.env").write_text(_env(
-        [("KIND", "screen"), ("SWITCH", SWITCH), ("HOST", generator.HOST),
-         ("STARTED_AT", "2026-10-20T09:00:00")] + _caliber_env()))
+    (screen / "root.env").write_text(
+        _env(
+            [("KIND", "screen"), ("SWITCH", SWITCH), ("HOST", generator.HOST), ("STARTED_AT", "2026-10-20T09:00:00")]
+            + _caliber_env()
+        )
+    )
     for (op, dtype), (ratio, same_ir, elapsed) in SCREEN_PAIRS.items():
         for side in ("before", "after"):
-            generator.write_cell(screen / generator.cell_dir_name(op, dtype, side),
-                                 _spec(op, dtype, side, 0, 0, ratio, same_ir, elapsed))
+            generator.write_cell(
+                screen / generator.cell_dir_name(op, dtype, side), _spec(op, dtype, side, 0, 0, ratio, same_ir, elapsed)
+            )
     campaign = dest / CAMPAIGN
     campaign.mkdir(parents=True, exist_ok=True)
-    (campaign / "campaign.env").write_text(_env(
-        [("KIND", "campaign"), ("ROUNDS", str(ROUNDS)), ("CARDS", "2"), ("SWITCH", SWITCH),
-         ("SCREEN_ROOT", f"../{SCREEN}"), ("HOST", generator.HOST),
-         ("STARTED_AT", "2026-10-21T08:00:00")] + _caliber_env()))
-    (campaign / "partition.tsv").write_text("card\top\tdtype\tweight_min\n" + "".join(
-        f"{c}\t{op}\t{dtype}\t{weight_min(op, dtype):.2f}\n" for c, op, dtype in PARTITION))
+    (campaign / "campaign.env").write_text(
+        _env(
+            [
+                ("KIND", "campaign"),
+                ("ROUNDS", str(ROUNDS)),
+                ("CARDS", "2"),
+                ("SWITCH", SWITCH),
+                ("SCREEN_ROOT", f"../{SCREEN}"),
+                ("HOST", generator.HOST),
+                ("STARTED_AT", "2026-10-21T08:00:00"),
+            ]
+            + _caliber_env()
+        )
+    )
+    (campaign / "partition.tsv").write_text(
+        "card\top\tdtype\tweight_min\n"
+        + "".join(f"{c}\t{op}\t{dtype}\t{weight_min(op, dtype):.2f}\n" for c, op, dtype in PARTITION)
+    )
     for (op, dtype), ratios in CAMPAIGN_RATIOS.items():
         for rnd, ratio in enumerate(ratios, 1):
             write_campaign_round(dest, op, dtype, rnd, ratio)

@@ -104,7 +104,7 @@ _ELEM = ("f16", "f32", "bf16")
 _SPT = (1, 2, 4, 8)
 _UNARY = ("math.absf", "math.exp", "math.sqrt", "math.log", "arith.negf", "math.exp2", "math.rsqrt")
 _TRITON_STD = "/usr/local/lib/python3.10/site-packages/triton/language/standard.py"
-_RLC_STAMPS = (' {ttg.rlc-phase = 2 : i32}', ' {"ttg.rlc-phase" = 3 : i32}', ', "ttg.rlc-origin" = "phase3"')
+_RLC_STAMPS = (" {ttg.rlc-phase = 2 : i32}", ' {"ttg.rlc-phase" = 3 : i32}', ', "ttg.rlc-origin" = "phase3"')
 
 
 class _IR:
@@ -126,8 +126,7 @@ class _IR:
         self.n += 1
         return v
 
-    def loc(self, col: int = 0, *, unknown: bool = False, name: Optional[str] = None,
-            std: bool = False) -> str:
+    def loc(self, col: int = 0, *, unknown: bool = False, name: Optional[str] = None, std: bool = False) -> str:
         """A new #locN, defined at the bottom; returns its reference."""
         if unknown:
             text = "loc(unknown)"
@@ -160,9 +159,16 @@ class _IR:
                     self.size -= len(stamp)
 
 
-def ttgir_text(kernel: str, *, variant: int = 0, convert_layouts: int = 2, rlc: bool = False,
-               loc_root: str = DEFAULT_LOC_ROOT, target_bytes: Optional[int] = None,
-               seed: int = 0) -> str:
+def ttgir_text(
+    kernel: str,
+    *,
+    variant: int = 0,
+    convert_layouts: int = 2,
+    rlc: bool = False,
+    loc_root: str = DEFAULT_LOC_ROOT,
+    target_bytes: Optional[int] = None,
+    seed: int = 0,
+) -> str:
     """Realistic Triton GPU IR for a kernel named `kernel`.
 
     Deterministic in its arguments. `variant` (every value distinct) and
@@ -272,8 +278,7 @@ def ttgir_text(kernel: str, *, variant: int = 0, convert_layouts: int = 2, rlc: 
     if target_bytes:
         rnd = random.Random(_h("pad", kernel, variant, seed))
         # the store and return still to come, the head and the module's closing lines
-        tail_estimate = (560 + 3 * (len(canon_path) + 30)
-                         + (4 * (len(canon_path) + 50) if layout != "#blocked" else 0))
+        tail_estimate = 560 + 3 * (len(canon_path) + 30) + (4 * (len(canon_path) + 50) if layout != "#blocked" else 0)
         header_estimate = 560 + len(canon_path) + 30 + n_in * 110
         k = 0
         while header_estimate + ir.size + tail_estimate < target_bytes:
@@ -289,19 +294,19 @@ def ttgir_text(kernel: str, *, variant: int = 0, convert_layouts: int = 2, rlc: 
             elif choice == 2:
                 ir.op(f"{v} = arith.subf {cur}, {prev}{stamp} : {t}", ir.loc(rnd.randrange(8, 40)))
             elif choice == 3:
-                ir.op(f"{v} = arith.maxnumf {cur}, {prev}{stamp} : {t}",
-                      ir.loc(rnd.randrange(8, 40), std=True))
+                ir.op(f"{v} = arith.maxnumf {cur}, {prev}{stamp} : {t}", ir.loc(rnd.randrange(8, 40), std=True))
             elif choice == 4:
                 ir.op(f"{v} = math.fma {cur}, {prev}, {cur}{stamp} : {t}", ir.loc(rnd.randrange(8, 40)))
             elif choice == 5:
                 c = v
                 ir.op(f"{c} = arith.cmpf ogt, {cur}, {prev}{stamp} : {t}", ir.loc(rnd.randrange(8, 40)))
                 v = ir.val()
-                ir.op(f"{v} = arith.select {c}, {cur}, {prev} : {tens(layout, 'i1')}, {t}",
-                      ir.loc(rnd.randrange(8, 40), std=True))
+                ir.op(
+                    f"{v} = arith.select {c}, {cur}, {prev} : {tens(layout, 'i1')}, {t}",
+                    ir.loc(rnd.randrange(8, 40), std=True),
+                )
             elif choice == 6 and ety != "f32":
-                ir.op(f"{v} = arith.extf {cur}{stamp} : {t} to {tens(layout, 'f32')}",
-                      ir.loc(rnd.randrange(8, 40)))
+                ir.op(f"{v} = arith.extf {cur}{stamp} : {t} to {tens(layout, 'f32')}", ir.loc(rnd.randrange(8, 40)))
                 w = ir.val()
                 loc = ir.loc(rnd.randrange(8, 40))
                 ir.op(f"{w} = math.exp {v} : {tens(layout, 'f32')}", loc)
@@ -351,16 +356,17 @@ def ttgir_text(kernel: str, *, variant: int = 0, convert_layouts: int = 2, rlc: 
 
 # ============================================================== cells
 
+
 @dataclass
 class RowSpec:
     """One FlagGems result row."""
 
-    shape: Any                         # shape_detail: list, nested list or dict
-    latency: Optional[float]           # FlagGems latency in ms; None -> the field is missing
+    shape: Any  # shape_detail: list, nested list or dict
+    latency: Optional[float]  # FlagGems latency in ms; None -> the field is missing
     latency_base: Optional[float] = None  # torch latency; None -> derived from latency (x1.07)
     error_msg: Optional[str] = None
-    op_name: Optional[str] = None      # default: the cell's op
-    dtype: Optional[str] = None        # default: the cell's dtype (or the op's default set's first)
+    op_name: Optional[str] = None  # default: the cell's op
+    dtype: Optional[str] = None  # default: the cell's dtype (or the op's default set's first)
 
 
 @dataclass
@@ -377,14 +383,14 @@ class CellSpec:
     rows: List[RowSpec] = field(default_factory=list)
     kernels: Dict[str, str] = field(default_factory=dict)  # kernel name -> ttgir text
     index_tsv: bool = True
-    cell_env: str = "full"             # "full" | "partial" | "none"
+    cell_env: str = "full"  # "full" | "partial" | "none"
     fallback_record: Optional[int] = None
     traps: Tuple[str, ...] = ()
     extra_env: Dict[str, str] = field(default_factory=dict)
     # Extensions (not in the original brief):
-    drop_env: Tuple[str, ...] = ()     # cell.env keys to leave out (on top of cell_env)
-    launcher_only: bool = False        # no kernels, but a triton_cache/<hash>/ launcher dir
-    noise: bool = True                 # pytest/table noise around the records
+    drop_env: Tuple[str, ...] = ()  # cell.env keys to leave out (on top of cell_env)
+    launcher_only: bool = False  # no kernels, but a triton_cache/<hash>/ launcher dir
+    noise: bool = True  # pytest/table noise around the records
 
     def __post_init__(self):
         if self.side not in ("before", "after"):
@@ -425,8 +431,7 @@ _NAN_SHAPE = [[1, 1]]
 
 
 def _counted(latency: Optional[float], error_msg: Optional[str]) -> bool:
-    return (error_msg is None and latency is not None and math.isfinite(latency)
-            and latency > 0)
+    return error_msg is None and latency is not None and math.isfinite(latency) and latency > 0
 
 
 def expected_rows(spec: CellSpec) -> List[dict]:
@@ -442,22 +447,43 @@ def expected_rows(spec: CellSpec) -> List[dict]:
     for gi, ((op_name, dtype), rows) in enumerate(groups):
         fb = spec.fallback_record == gi
         for r in rows:
-            out.append({"op": op_name, "dtype": dtype, "shape": canonical_shape(r.shape),
-                        "latency": r.latency, "counted": _counted(r.latency, r.error_msg),
-                        "fallback": fb})
+            out.append(
+                {
+                    "op": op_name,
+                    "dtype": dtype,
+                    "shape": canonical_shape(r.shape),
+                    "latency": r.latency,
+                    "counted": _counted(r.latency, r.error_msg),
+                    "fallback": fb,
+                }
+            )
         if gi == 0 and "nan" in spec.traps:
-            out.append({"op": op_name, "dtype": dtype, "shape": canonical_shape(_NAN_SHAPE),
-                        "latency": math.nan, "counted": False, "fallback": fb})
+            out.append(
+                {
+                    "op": op_name,
+                    "dtype": dtype,
+                    "shape": canonical_shape(_NAN_SHAPE),
+                    "latency": math.nan,
+                    "counted": False,
+                    "fallback": fb,
+                }
+            )
     return out
 
 
 # ---------------------------------------------------------------- run.log
 
 _BENCH_FILE = {
-    "topk": "test_special_perf.py", "sort": "test_special_perf.py", "argsort": "test_special_perf.py",
-    "softmax": "test_reduction_perf.py", "layer_norm": "test_norm_perf.py",
-    "argmax": "test_reduction_perf.py", "fft": "test_special_perf.py", "rand": "test_tensor_constructor_perf.py",
-    "slice_scatter": "test_select_and_slice_perf.py", "pad": "test_special_perf.py",
+    "topk": "test_special_perf.py",
+    "sort": "test_special_perf.py",
+    "argsort": "test_special_perf.py",
+    "softmax": "test_reduction_perf.py",
+    "layer_norm": "test_norm_perf.py",
+    "argmax": "test_reduction_perf.py",
+    "fft": "test_special_perf.py",
+    "rand": "test_tensor_constructor_perf.py",
+    "slice_scatter": "test_select_and_slice_perf.py",
+    "pad": "test_special_perf.py",
     "constant_pad_nd": "test_special_perf.py",
 }
 
@@ -491,26 +517,47 @@ def _record(op_name: str, dtype: str, level: str, rows: List[RowSpec], nan_row: 
         if lat is not None:
             d["latency"] = lat
         speed = None
-        if (base is not None and lat is not None and lat != 0 and math.isfinite(base)
-                and math.isfinite(lat)):
+        if base is not None and lat is not None and lat != 0 and math.isfinite(base) and math.isfinite(lat):
             speed = base / lat
-        d.update({"gbps_base": None, "gbps": None, "speedup": speed, "accuracy": None,
-                  "tflops": None, "utilization": None, "compared_speedup": None,
-                  "error_msg": r.error_msg})
+        d.update(
+            {
+                "gbps_base": None,
+                "gbps": None,
+                "speedup": speed,
+                "accuracy": None,
+                "tflops": None,
+                "utilization": None,
+                "compared_speedup": None,
+                "error_msg": r.error_msg,
+            }
+        )
         result.append(d)
     if nan_row:
-        result.append({"legacy_shape": None, "shape_detail": _NAN_SHAPE, "latency_base": math.inf,
-                       "latency": math.nan, "gbps_base": None, "gbps": None, "speedup": math.nan,
-                       "accuracy": None, "tflops": None, "utilization": None,
-                       "compared_speedup": None, "error_msg": None})
-    return {"op_name": op_name, "dtype": f"torch.{dtype}", "mode": "kernel", "level": level,
-            "result": result}
+        result.append(
+            {
+                "legacy_shape": None,
+                "shape_detail": _NAN_SHAPE,
+                "latency_base": math.inf,
+                "latency": math.nan,
+                "gbps_base": None,
+                "gbps": None,
+                "speedup": math.nan,
+                "accuracy": None,
+                "tflops": None,
+                "utilization": None,
+                "compared_speedup": None,
+                "error_msg": None,
+            }
+        )
+    return {"op_name": op_name, "dtype": f"torch.{dtype}", "mode": "kernel", "level": level, "result": result}
 
 
 def _table(op_name: str, dtype: str, level: str, rows: List[RowSpec], ansi: bool) -> List[str]:
-    out = [f"Operator: {op_name}  Performance Test (dtype=torch.{dtype}, mode=kernel,level={level})",
-           "Status       Torch Latency (ms)    Gems Latency (ms)         Gems Speedup          Size Detail",
-           "-" * 95]
+    out = [
+        f"Operator: {op_name}  Performance Test (dtype=torch.{dtype}, mode=kernel,level={level})",
+        "Status       Torch Latency (ms)    Gems Latency (ms)         Gems Speedup          Size Detail",
+        "-" * 95,
+    ]
     for r in rows:
         ok = _counted(r.latency, r.error_msg)
         status = "SUCCESS" if ok else "FAILED"
@@ -546,11 +593,13 @@ def render_run_log(spec: CellSpec) -> bytes:
     L: List[str] = []
     hhmm = _fmt_time(spec.started_at, 0)
     if "noise" in traps:
-        L += ["nohup: ignoring input",
-              f"[INFO] Test started at ... {spec.started_at.replace('T', ' ')}",
-              "[INFO] PyTorch detected ... 2.5.0",
-              "[INFO] flag_gems vendor detection ... mthreads",
-              f"[INFO] [{hhmm}][GPU  {spec.card}] benchmark {spec.op:<40} ..."]
+        L += [
+            "nohup: ignoring input",
+            f"[INFO] Test started at ... {spec.started_at.replace('T', ' ')}",
+            "[INFO] PyTorch detected ... 2.5.0",
+            "[INFO] flag_gems vendor detection ... mthreads",
+            f"[INFO] [{hhmm}][GPU  {spec.card}] benchmark {spec.op:<40} ...",
+        ]
     if ansi:
         L.append("\x1b[35mSYMBOL_REWRITE \x1b[0m\x1b[32mtorch success\x1b[0m")
     if spec.noise:
@@ -559,30 +608,44 @@ def render_run_log(spec: CellSpec) -> bytes:
         # FlagGems --query mode: a Python dict repr, not a measurement record.
         op_name, dtype = groups[0][0] if groups else (spec.op, spec.dtype or "float32")
         shapes = [r.shape for r in (groups[0][1] if groups else [])]
-        L.append("[INFO] " + repr({"op_name": op_name, "dtype": f"torch.{dtype}", "mode": "query",
-                                   "level": level, "shape_detail": shapes, "recorded": False,
-                                   "latency": None}))
+        L.append(
+            "[INFO] "
+            + repr(
+                {
+                    "op_name": op_name,
+                    "dtype": f"torch.{dtype}",
+                    "mode": "query",
+                    "level": level,
+                    "shape_detail": shapes,
+                    "recorded": False,
+                    "latency": None,
+                }
+            )
+        )
     if spec.noise:
         bar = "=" * 29
         sess = f"{bar} test session starts {bar}"
-        L += [("\x1b[1m" + sess + "\x1b[0m") if ansi else sess,
-              "platform linux -- Python 3.10.12, pytest-8.3.2, pluggy-1.5.0",
-              "rootdir: /root/FlagGems",
-              "configfile: pytest.ini",
-              "plugins: anyio-4.4.0",
-              f"collecting ... collected {len(groups) or 1} item" + ("s" if len(groups) > 1 else ""),
-              ""]
+        L += [
+            ("\x1b[1m" + sess + "\x1b[0m") if ansi else sess,
+            "platform linux -- Python 3.10.12, pytest-8.3.2, pluggy-1.5.0",
+            "rootdir: /root/FlagGems",
+            "configfile: pytest.ini",
+            "plugins: anyio-4.4.0",
+            f"collecting ... collected {len(groups) or 1} item" + ("s" if len(groups) > 1 else ""),
+            "",
+        ]
     cut: Optional[str] = None
     for gi, ((op_name, dtype), rows) in enumerate(groups):
         if spec.noise:
             L.append(f"{_bench_file(op_name)}::test_perf_{op_name} ")
         if spec.fallback_record == gi:
-            L.append(f"[WARNING] BENCHMARK_DIRECT_NO_CUDAGRAPH: graph capture unsupported for "
-                     f"{op_name}, timing with direct repeat")
+            L.append(
+                f"[WARNING] BENCHMARK_DIRECT_NO_CUDAGRAPH: graph capture unsupported for "
+                f"{op_name}, timing with direct repeat"
+            )
         if spec.noise:
             L += _table(op_name, dtype, level, rows, ansi)
-        line = "[INFO] " + json.dumps(_record(op_name, dtype, level, rows,
-                                              gi == 0 and "nan" in traps))
+        line = "[INFO] " + json.dumps(_record(op_name, dtype, level, rows, gi == 0 and "nan" in traps))
         if "truncated_tail" in traps and gi == len(groups) - 1:
             cut = line[: max(40, int(len(line) * 0.6))]
             break
@@ -595,15 +658,15 @@ def render_run_log(spec: CellSpec) -> bytes:
             fin = f"{bar} {len(groups)} passed in {spec.elapsed_s:.2f}s {bar}"
             L += ["", ("\x1b[32m" + fin + "\x1b[0m") if ansi else fin]
         if "noise" in traps:
-            L += [f"[INFO] [{_fmt_time(spec.started_at, spec.elapsed_s)}][GPU  {spec.card}] "
-                  f"benchmark {spec.op:<40} [OK {spec.elapsed_s:>12.1f}s]  (100%   1/1 ops)",
-                  "[INFO] [",
-                  f'    {{"op_name": "{spec.op}", "gpu": {spec.card}, "status": "OK", '
-                  f'"elapsed_s": {spec.elapsed_s}}},',
-                  f'    {{"op_name": "{spec.op}_backward", "gpu": {spec.card}, "status": "SKIP", '
-                  f'"elapsed_s": 0.0}}',
-                  "]",
-                  "[INFO] Test completed."]
+            L += [
+                f"[INFO] [{_fmt_time(spec.started_at, spec.elapsed_s)}][GPU  {spec.card}] "
+                f"benchmark {spec.op:<40} [OK {spec.elapsed_s:>12.1f}s]  (100%   1/1 ops)",
+                "[INFO] [",
+                f'    {{"op_name": "{spec.op}", "gpu": {spec.card}, "status": "OK", "elapsed_s": {spec.elapsed_s}}},',
+                f'    {{"op_name": "{spec.op}_backward", "gpu": {spec.card}, "status": "SKIP", "elapsed_s": 0.0}}',
+                "]",
+                "[INFO] Test completed.",
+            ]
     body = "\n".join(L) + "\n"
     if cut is not None:
         body += cut  # killed mid-line: no newline at the end
@@ -662,23 +725,37 @@ def _warps(text: str) -> int:
     if i < 0:
         return 4
     j = i + len('"ttg.num-warps" = ')
-    return int(text[j:text.find(" ", j)])
+    return int(text[j : text.find(" ", j)])
 
 
 def _siblings(name: str, hsh: str, text: str) -> Dict[str, str]:
     warps = _warps(text)
-    meta = {"hash": hsh, "target": {"backend": "musa", "arch": 31, "warp_size": 32},
-            "num_warps": warps, "num_ctas": 1, "num_stages": 3 if warps == 4 else 2,
-            "maxnreg": None, "debug": False, "name": name, "shared": 0}
+    meta = {
+        "hash": hsh,
+        "target": {"backend": "musa", "arch": 31, "warp_size": 32},
+        "num_warps": warps,
+        "num_ctas": 1,
+        "num_stages": 3 if warps == 4 else 2,
+        "maxnreg": None,
+        "debug": False,
+        "name": name,
+        "shared": 0,
+    }
     return {
         ".json": json.dumps(meta),
-        ".ttir": (f"module {{\n  tt.func public @{name}(%arg0: !tt.ptr<f16>, %arg1: !tt.ptr<f16>, "
-                  f"%arg2: i32) attributes {{noinline = false}} {{\n    tt.return\n  }}\n}}\n"),
-        ".llir": (f"; ModuleID = 'LLVMDialectModule'\nsource_filename = \"LLVMDialectModule\"\n\n"
-                  f"define void @{name}(ptr addrspace(1) %0, ptr addrspace(1) %1, i32 %2) {{\n"
-                  f"  ret void\n}}\n"),
-        ".ptx": (f"//\n// Generated by LLVM NVPTX Back-End\n//\n\n.version 8.4\n.target sm_80\n"
-                 f".address_size 64\n\n.visible .entry {name}()\n{{\n\tret;\n}}\n"),
+        ".ttir": (
+            f"module {{\n  tt.func public @{name}(%arg0: !tt.ptr<f16>, %arg1: !tt.ptr<f16>, "
+            f"%arg2: i32) attributes {{noinline = false}} {{\n    tt.return\n  }}\n}}\n"
+        ),
+        ".llir": (
+            f"; ModuleID = 'LLVMDialectModule'\nsource_filename = \"LLVMDialectModule\"\n\n"
+            f"define void @{name}(ptr addrspace(1) %0, ptr addrspace(1) %1, i32 %2) {{\n"
+            f"  ret void\n}}\n"
+        ),
+        ".ptx": (
+            f"//\n// Generated by LLVM NVPTX Back-End\n//\n\n.version 8.4\n.target sm_80\n"
+            f".address_size 64\n\n.visible .entry {name}()\n{{\n\tret;\n}}\n"
+        ),
     }
 
 
@@ -687,8 +764,12 @@ def cell_env_items(spec: CellSpec) -> List[Tuple[str, str]]:
     if spec.cell_env == "none":
         return []
     env: Dict[str, str] = {
-        "OP": spec.op, "DTYPE": spec.dtype, "SIDE": spec.side, "ROUND": str(spec.round),
-        "CARD": str(spec.card), "STARTED_AT": spec.started_at,
+        "OP": spec.op,
+        "DTYPE": spec.dtype,
+        "SIDE": spec.side,
+        "ROUND": str(spec.round),
+        "CARD": str(spec.card),
+        "STARTED_AT": spec.started_at,
     }
     env.update({k: str(v) for k, v in spec.extra_env.items()})
     for k in _CAL_ENV:
@@ -719,8 +800,9 @@ def write_cell(cell_dir, spec: CellSpec) -> None:
             if sib is None:
                 if len(_SIB_CACHE) > 20000:
                     _SIB_CACHE.clear()
-                sib = _SIB_CACHE[(name, hsh)] = [(name + ext, content.encode())
-                                                 for ext, content in _siblings(name, hsh, text).items()]
+                sib = _SIB_CACHE[(name, hsh)] = [
+                    (name + ext, content.encode()) for ext, content in _siblings(name, hsh, text).items()
+                ]
             for fname, content in sib:
                 _write(join(kd, fname), content)
     elif spec.launcher_only:
@@ -740,6 +822,7 @@ _SIB_CACHE: Dict[Tuple[str, str], List[Tuple[str, bytes]]] = {}
 
 
 # ====================================================== spec-level truth
+
 
 @dataclass(frozen=True)
 class _K:
@@ -774,8 +857,15 @@ _TTGIR_CACHE: Dict[_K, str] = {}
 def _ttgir_cached(k: _K) -> str:
     t = _TTGIR_CACHE.get(k)
     if t is None:
-        t = ttgir_text(k.name, variant=k.variant, convert_layouts=k.cl, rlc=k.rlc,
-                       loc_root=k.loc_root, target_bytes=k.target_bytes, seed=k.seed)
+        t = ttgir_text(
+            k.name,
+            variant=k.variant,
+            convert_layouts=k.cl,
+            rlc=k.rlc,
+            loc_root=k.loc_root,
+            target_bytes=k.target_bytes,
+            seed=k.seed,
+        )
         _TTGIR_CACHE[k] = t
     return t
 
@@ -793,8 +883,7 @@ def _verdicts(b: CellSpec, a: CellSpec, kb: List[_K], ka: List[_K]) -> Dict[str,
     for rule in RULES:
         if b.rc in TIMEOUT_RCS or a.rc in TIMEOUT_RCS:
             v = "TRUNCATED"
-        elif not any(r["counted"] for r in expected_rows(b)) or \
-                not any(r["counted"] for r in expected_rows(a)):
+        elif not any(r["counted"] for r in expected_rows(b)) or not any(r["counted"] for r in expected_rows(a)):
             v = "NO_ROWS"
         elif not kb and not ka:
             v = "NO_TRITON"
@@ -815,14 +904,14 @@ def _pair_ratios(b: CellSpec, a: CellSpec) -> Tuple[List[float], List[dict]]:
     for key in list(rb) + [k for k in ra if k not in rb]:
         x, y = rb.get(key), ra.get(key)
         if x is None or y is None:
-            unpaired.append({"key": key, "reason": "MISSING_SIDE",
-                             "present": "before" if y is None else "after"})
+            unpaired.append({"key": key, "reason": "MISSING_SIDE", "present": "before" if y is None else "after"})
         elif not (x["counted"] and y["counted"]):
             side = [s for s, r in (("before", x), ("after", y)) if not r["counted"]]
             unpaired.append({"key": key, "reason": "NOT_COUNTED", "not_counted": side})
         else:
-            ratios.append({"key": key, "ratio": x["latency"] / y["latency"],
-                           "fallback": x["fallback"] or y["fallback"]})
+            ratios.append(
+                {"key": key, "ratio": x["latency"] / y["latency"], "fallback": x["fallback"] or y["fallback"]}
+            )
     return ratios, unpaired
 
 
@@ -846,6 +935,7 @@ def _median(xs: List[float]) -> Optional[float]:
 
 # ============================================================ example tree
 
+
 def _rows(op_shapes: List[Tuple[Any, float, float]], *, side: str, **kw) -> List[RowSpec]:
     """(shape, before latency, after latency) triples -> rows of one side."""
     return [RowSpec(shape=s, latency=(b if side == "before" else a), **kw) for s, b, a in op_shapes]
@@ -864,8 +954,15 @@ class _Tree:
         self.rows = 0
         self.counted = 0
 
-    def cell(self, rel: str, spec: CellSpec, kernels: List[_K], root_env: Dict[str, str],
-             kind: str, overrides: Optional[dict] = None) -> None:
+    def cell(
+        self,
+        rel: str,
+        spec: CellSpec,
+        kernels: List[_K],
+        root_env: Dict[str, str],
+        kind: str,
+        overrides: Optional[dict] = None,
+    ) -> None:
         spec.kernels = {k.name: k.text() for k in kernels}
         write_cell(self.dest / rel, spec)
         rows = expected_rows(spec)
@@ -883,13 +980,18 @@ class _Tree:
         else:
             path_vals["round"] = spec.round
             path_vals["card"] = spec.card
-        for name, var in (("op", "OP"), ("dtype", "DTYPE"), ("side", "SIDE"),
-                          ("round", "ROUND"), ("card", "CARD"), ("rc", "RC"),
-                          ("elapsed_s", "ELAPSED_S")):
+        for name, var in (
+            ("op", "OP"),
+            ("dtype", "DTYPE"),
+            ("side", "SIDE"),
+            ("round", "ROUND"),
+            ("card", "CARD"),
+            ("rc", "RC"),
+            ("elapsed_s", "ELAPSED_S"),
+        ):
             if var in env:
                 raw = env[var]
-                vals[name] = (int(raw) if name in ("round", "card", "rc")
-                              else float(raw) if name == "elapsed_s" else raw)
+                vals[name] = int(raw) if name in ("round", "card", "rc") else float(raw) if name == "elapsed_s" else raw
                 src[name] = "cell.env"
             elif name in path_vals:
                 vals[name], src[name] = path_vals[name], "path"
@@ -909,11 +1011,19 @@ class _Tree:
             else:
                 cal[fname] = None
                 src["caliber." + fname] = None
-        self.cells[rel] = dict(vals, caliber=cal, caliber_known=all(v is not None for v in cal.values()),
-                               sources=src, rows=len(rows), counted=sum(r["counted"] for r in rows),
-                               fallback_rows=sum(r["fallback"] for r in rows),
-                               ttgir=len(kernels), convert_layouts=sum(k.cl for k in kernels),
-                               cell_env=spec.cell_env, traps=list(spec.traps))
+        self.cells[rel] = dict(
+            vals,
+            caliber=cal,
+            caliber_known=all(v is not None for v in cal.values()),
+            sources=src,
+            rows=len(rows),
+            counted=sum(r["counted"] for r in rows),
+            fallback_rows=sum(r["fallback"] for r in rows),
+            ttgir=len(kernels),
+            convert_layouts=sum(k.cl for k in kernels),
+            cell_env=spec.cell_env,
+            traps=list(spec.traps),
+        )
 
 
 def _fp_hex(kernels: List[_K], rule: str, salt: str) -> str:
@@ -922,37 +1032,65 @@ def _fp_hex(kernels: List[_K], rule: str, salt: str) -> str:
     return hashlib.sha1((salt + repr(_fp_key(kernels, rule, None))).encode()).hexdigest()[:16]
 
 
-def _screen_root(tree: _Tree, name: str, started: str, caliber: Dict[str, str],
-                 pairs: List[dict], *, orig: bool) -> Dict[str, dict]:
+def _screen_root(
+    tree: _Tree, name: str, started: str, caliber: Dict[str, str], pairs: List[dict], *, orig: bool
+) -> Dict[str, dict]:
     """Write one screening root; returns its manifest section."""
     root = tree.dest / name
     root.mkdir(parents=True, exist_ok=True)
-    root_env = [("KIND", "screen"), ("SWITCH", SWITCH), ("HOST", HOST), ("STARTED_AT", started),
-                ("CELL_TIMEOUT", "2400")] + [(k, caliber[k]) for k in _CAL_ENV]
+    root_env = [
+        ("KIND", "screen"),
+        ("SWITCH", SWITCH),
+        ("HOST", HOST),
+        ("STARTED_AT", started),
+        ("CELL_TIMEOUT", "2400"),
+    ] + [(k, caliber[k]) for k in _CAL_ENV]
     _write(root / "root.env", _env_text(root_env))
     renv = dict(root_env)
     t0 = _dt.datetime.fromisoformat(started)
     clock = 0.0
     section: Dict[str, dict] = {}
-    tsv = [["op", "dtype", "verdict", "cl_before", "cl_after", "fp_before", "fp_after",
-            "elapsed_before", "elapsed_after", "rc_before", "rc_after"]
-           + [_CAL_NAME[v] for v in _CAL_ENV]]
-    tsv_orig = [["op", "dtype", "verdict", "cl_before", "cl_after", "fp_before", "fp_after",
-                 "rc_before", "rc_after"]]
+    tsv = [
+        [
+            "op",
+            "dtype",
+            "verdict",
+            "cl_before",
+            "cl_after",
+            "fp_before",
+            "fp_after",
+            "elapsed_before",
+            "elapsed_after",
+            "rc_before",
+            "rc_after",
+        ]
+        + [_CAL_NAME[v] for v in _CAL_ENV]
+    ]
+    tsv_orig = [["op", "dtype", "verdict", "cl_before", "cl_after", "fp_before", "fp_after", "rc_before", "rc_after"]]
     for p in pairs:
         op, dtype = p["op"], p["dtype"]
         specs = {}
         for side in ("before", "after"):
             kw = dict(p.get(side + "_kw", {}))
             elapsed = kw.pop("elapsed_s", 30.0)
-            spec = CellSpec(op=op, dtype=dtype, side=side, round=0, card=0,
-                            elapsed_s=elapsed,
-                            started_at=(t0 + _dt.timedelta(seconds=round(clock))).isoformat(),
-                            caliber=dict(caliber), rows=p[side + "_rows"],
-                            extra_env={"SWITCH": SWITCH, "SWITCH_VALUE": "0" if side == "before" else "1",
-                                       "NODEID": f"{_bench_file(op)}::test_perf_{op}",
-                                       "CELL_TIMEOUT": "2400"},
-                            **kw)
+            spec = CellSpec(
+                op=op,
+                dtype=dtype,
+                side=side,
+                round=0,
+                card=0,
+                elapsed_s=elapsed,
+                started_at=(t0 + _dt.timedelta(seconds=round(clock))).isoformat(),
+                caliber=dict(caliber),
+                rows=p[side + "_rows"],
+                extra_env={
+                    "SWITCH": SWITCH,
+                    "SWITCH_VALUE": "0" if side == "before" else "1",
+                    "NODEID": f"{_bench_file(op)}::test_perf_{op}",
+                    "CELL_TIMEOUT": "2400",
+                },
+                **kw,
+            )
             clock += elapsed + 3
             specs[side] = spec
         b, a = specs["before"], specs["after"]
@@ -976,23 +1114,49 @@ def _screen_root(tree: _Tree, name: str, started: str, caliber: Dict[str, str],
             "recorded": verdict["v3"],
             "orig": orig_v,
             "orig_canonical": verdict["v2"] if orig else None,
-            "cells": {"before": f"{name}/{cell_dir_name(op, dtype, 'before')}",
-                      "after": f"{name}/{cell_dir_name(op, dtype, 'after')}"},
+            "cells": {
+                "before": f"{name}/{cell_dir_name(op, dtype, 'before')}",
+                "after": f"{name}/{cell_dir_name(op, dtype, 'after')}",
+            },
             "convert_layouts": [sum(k.cl for k in kb), sum(k.cl for k in ka)],
             "ttgir": [len(kb), len(ka)],
-            "counted": [sum(r["counted"] for r in expected_rows(b)),
-                        sum(r["counted"] for r in expected_rows(a))],
-            "unpaired": [{"op": u["key"][0], "dtype": u["key"][1], "shape": u["key"][2],
-                          "reason": u["reason"]} for u in unpaired],
+            "counted": [sum(r["counted"] for r in expected_rows(b)), sum(r["counted"] for r in expected_rows(a))],
+            "unpaired": [
+                {"op": u["key"][0], "dtype": u["key"][1], "shape": u["key"][2], "reason": u["reason"]} for u in unpaired
+            ],
             "elapsed": [b.elapsed_s, a.elapsed_s],
             "note": p.get("note", ""),
         }
         cal_cols = [caliber[v] for v in _CAL_ENV]
-        tsv.append([op, dtype, verdict["v3"], str(sum(k.cl for k in kb)), str(sum(k.cl for k in ka)),
-                    _fp_hex(kb, "v3", "zl"), _fp_hex(ka, "v3", "zl"),
-                    f"{b.elapsed_s:.1f}", f"{a.elapsed_s:.1f}", str(b.rc), str(a.rc)] + cal_cols)
-        tsv_orig.append([op, dtype, orig_v or "", str(sum(k.cl for k in kb)), str(sum(k.cl for k in ka)),
-                         _fp_hex(kb, "v2", "old"), _fp_hex(ka, "v2", "old"), str(b.rc), str(a.rc)])
+        tsv.append(
+            [
+                op,
+                dtype,
+                verdict["v3"],
+                str(sum(k.cl for k in kb)),
+                str(sum(k.cl for k in ka)),
+                _fp_hex(kb, "v3", "zl"),
+                _fp_hex(ka, "v3", "zl"),
+                f"{b.elapsed_s:.1f}",
+                f"{a.elapsed_s:.1f}",
+                str(b.rc),
+                str(a.rc),
+            ]
+            + cal_cols
+        )
+        tsv_orig.append(
+            [
+                op,
+                dtype,
+                orig_v or "",
+                str(sum(k.cl for k in kb)),
+                str(sum(k.cl for k in ka)),
+                _fp_hex(kb, "v2", "old"),
+                _fp_hex(ka, "v2", "old"),
+                str(b.rc),
+                str(a.rc),
+            ]
+        )
     _write(root / "screen.tsv", "".join("\t".join(r) + "\n" for r in tsv))
     if orig:
         # As if RESCORE had run: the harness's file from before (an older
@@ -1004,118 +1168,200 @@ def _screen_root(tree: _Tree, name: str, started: str, caliber: Dict[str, str],
 # The example's operators: kernels per side and rows (shape, before ms, after ms).
 _LOC_B = "/root/.flaggems_isolated/after/code_cache"
 
-_TOPK_K = ([_K("topk_stage1_kernel", cl=2), _K("topk_stage2_kernel", cl=1)],
-           [_K("topk_stage1_kernel", cl=3, rlc=True), _K("topk_stage2_kernel", cl=1, rlc=True)])
+_TOPK_K = (
+    [_K("topk_stage1_kernel", cl=2), _K("topk_stage2_kernel", cl=1)],
+    [_K("topk_stage1_kernel", cl=3, rlc=True), _K("topk_stage2_kernel", cl=1, rlc=True)],
+)
 _SOFTMAX_K = ([_K("softmax_kernel_inner", cl=2)], [_K("softmax_kernel_inner", cl=2, rlc=True)])
-_ABS_K = ([_K("abs_func_kernel_rank_1", cl=1)],
-          [_K("abs_func_kernel_rank_1", cl=1, rlc=True, loc_root=_LOC_B)])
+_ABS_K = ([_K("abs_func_kernel_rank_1", cl=1)], [_K("abs_func_kernel_rank_1", cl=1, rlc=True, loc_root=_LOC_B)])
 _RAND_K = ([_K("rand_kernel", cl=0)], [_K("rand_kernel", cl=0)])
-_LN_K = ([_K("layer_norm_persistent_kernel", cl=2), _K("layer_norm_loop_kernel", cl=1)],
-         [_K("layer_norm_persistent_kernel", cl=2, rlc=True), _K("layer_norm_loop_kernel", cl=1, rlc=True)])
-_PAD_K = ([_K("pad_kernel_rank_2", cl=1), _K("constant_pad_nd_kernel", cl=0)],
-          [_K("pad_kernel_rank_2", cl=1, variant=1, rlc=True), _K("constant_pad_nd_kernel", cl=0, rlc=True)])
+_LN_K = (
+    [_K("layer_norm_persistent_kernel", cl=2), _K("layer_norm_loop_kernel", cl=1)],
+    [_K("layer_norm_persistent_kernel", cl=2, rlc=True), _K("layer_norm_loop_kernel", cl=1, rlc=True)],
+)
+_PAD_K = (
+    [_K("pad_kernel_rank_2", cl=1), _K("constant_pad_nd_kernel", cl=0)],
+    [_K("pad_kernel_rank_2", cl=1, variant=1, rlc=True), _K("constant_pad_nd_kernel", cl=0, rlc=True)],
+)
 
-_TOPK_ROWS = [([[64, 1024], 32], 0.0220, 0.0200), ([[1024, 4096], 64], 0.0902, 0.0820),
-              ([[4096, 4096], 128], 0.3360, 0.3000), ([[64, 65536], 256], 0.1296, 0.1200)]
-_SOFTMAX_ROWS = [([[1048576]], 0.2022, 0.2000), ([[64, 64], 1], 0.0067, 0.0068),
-                 ([[4096, 4096], 1], 0.1790, 0.1800)]
-_ABS_ROWS = [([[64, 64]], 0.0071, 0.0070), ([[4096, 4096]], 0.0420, 0.0420),
-             ([[64, 512, 512]], 0.0416, 0.0420)]
-_RAND_ROWS = [([[64, 64]], 0.0051, 0.0050), ([[4096, 4096]], 0.0490, 0.0500),
-              ([[1073741824]], 2.5000, 2.5000)]
-_LN_ROWS = [([[1024, 4096], [4096], [4096]], 0.0505, 0.0500),
-            ([[4096, 8192], [8192], [8192]], 0.0990, 0.1000),
-            ([[16384, 8192], [8192], [8192]], 0.2010, 0.2000)]
+_TOPK_ROWS = [
+    ([[64, 1024], 32], 0.0220, 0.0200),
+    ([[1024, 4096], 64], 0.0902, 0.0820),
+    ([[4096, 4096], 128], 0.3360, 0.3000),
+    ([[64, 65536], 256], 0.1296, 0.1200),
+]
+_SOFTMAX_ROWS = [([[1048576]], 0.2022, 0.2000), ([[64, 64], 1], 0.0067, 0.0068), ([[4096, 4096], 1], 0.1790, 0.1800)]
+_ABS_ROWS = [([[64, 64]], 0.0071, 0.0070), ([[4096, 4096]], 0.0420, 0.0420), ([[64, 512, 512]], 0.0416, 0.0420)]
+_RAND_ROWS = [([[64, 64]], 0.0051, 0.0050), ([[4096, 4096]], 0.0490, 0.0500), ([[1073741824]], 2.5000, 2.5000)]
+_LN_ROWS = [
+    ([[1024, 4096], [4096], [4096]], 0.0505, 0.0500),
+    ([[4096, 8192], [8192], [8192]], 0.0990, 0.1000),
+    ([[16384, 8192], [8192], [8192]], 0.2010, 0.2000),
+]
 
 
 def _pad_rows(side: str, scale: float = 1.0) -> List[RowSpec]:
     """`scale` multiplies the before latencies only (so the ratios move with it)."""
     # One process, two operators, two dtypes; the same shape in both ops.
-    spec = [("pad", "float16", [[64, 64], [1, 1]], 0.0110, 0.0100),
-            ("pad", "float16", [[256, 1024], [2, 2]], 0.0240, 0.0200),
-            ("constant_pad_nd", "float16", [[64, 64], [1, 1]], 0.0095, 0.0100),
-            ("constant_pad_nd", "float16", [[1024, 1024], [3, 3]], 0.0315, 0.0300),
-            ("pad", "float32", [[64, 64], [1, 1]], 0.0130, 0.0125),
-            ("constant_pad_nd", "float32", [[64, 64], [1, 1]], 0.0120, 0.0120)]
-    return [RowSpec(shape=s, latency=(round(b * scale, 6) if side == "before" else a),
-                    op_name=o, dtype=d) for o, d, s, b, a in spec]
+    spec = [
+        ("pad", "float16", [[64, 64], [1, 1]], 0.0110, 0.0100),
+        ("pad", "float16", [[256, 1024], [2, 2]], 0.0240, 0.0200),
+        ("constant_pad_nd", "float16", [[64, 64], [1, 1]], 0.0095, 0.0100),
+        ("constant_pad_nd", "float16", [[1024, 1024], [3, 3]], 0.0315, 0.0300),
+        ("pad", "float32", [[64, 64], [1, 1]], 0.0130, 0.0125),
+        ("constant_pad_nd", "float32", [[64, 64], [1, 1]], 0.0120, 0.0120),
+    ]
+    return [
+        RowSpec(shape=s, latency=(round(b * scale, 6) if side == "before" else a), op_name=o, dtype=d)
+        for o, d, s, b, a in spec
+    ]
 
 
 def _screen1_pairs() -> List[dict]:
     def both(rows):
         return {"before_rows": _rows(rows, side="before"), "after_rows": _rows(rows, side="after")}
 
-    sort_rows = [([[1024, 1024], 1], 0.0880, 0.0800), ([[4096, 4096], 1], 1.3200, 1.2000),
-                 ([[64, 65536], 1], 0.5250, 0.5000)]
+    sort_rows = [
+        ([[1024, 1024], 1], 0.0880, 0.0800),
+        ([[4096, 4096], 1], 1.3200, 1.2000),
+        ([[64, 65536], 1], 0.5250, 0.5000),
+    ]
     argsort_rows = [([[1024, 1024], 1], 0.0990, 0.0900), ([[4096, 4096], 1], 1.4300, 1.3000)]
 
     def sort_side(side):
-        return (_rows(sort_rows, side=side, dtype="bfloat16")
-                + _rows(argsort_rows, side=side, op_name="argsort", dtype="bfloat16"))
+        return _rows(sort_rows, side=side, dtype="bfloat16") + _rows(
+            argsort_rows, side=side, op_name="argsort", dtype="bfloat16"
+        )
 
-    ss_shapes = [[[64, 64], [64, 32], 1, 0, 64, 2], [[256, 256], [256, 128], 1, 0, 256, 2],
-                 [[1024, 1024], [504, 1024], 0, 16, 1024, 2]]
+    ss_shapes = [
+        [[64, 64], [64, 32], 1, 0, 64, 2],
+        [[256, 256], [256, 128], 1, 0, 256, 2],
+        [[1024, 1024], [504, 1024], 0, 16, 1024, 2],
+    ]
     ss_err = "RuntimeError: MUSA error: invalid configuration argument"
     return [
-        dict(op="topk", dtype="float16", before_k=_TOPK_K[0], after_k=_TOPK_K[1],
-             before_kw={"elapsed_s": 610.4}, after_kw={"elapsed_s": 589.6},
-             note="real code change: after has one more convert_layout, plus rlc annotations",
-             **both(_TOPK_ROWS)),
-        dict(op="softmax", dtype="float32", before_k=_SOFTMAX_K[0], after_k=_SOFTMAX_K[1],
-             before_kw={"elapsed_s": 201.3}, after_kw={"elapsed_s": 188.7},
-             note="ttg.rlc-* annotations only", **both(_SOFTMAX_ROWS)),
-        dict(op="abs", dtype="float16", before_k=_ABS_K[0], after_k=_ABS_K[1],
-             before_kw={"elapsed_s": 121.0, "cell_env": "partial"}, after_kw={"elapsed_s": 109.0},
-             note="loc paths (separate FlagGems cache) + annotations; before cell.env partial "
-                  "(no DTYPE, ZL_DIRECT_REPEAT, SHAPE_MODE, USE_FLAGTUNE: from path / root.env)",
-             **both(_ABS_ROWS)),
-        dict(op="rand", dtype="", before_k=_RAND_K[0], after_k=_RAND_K[1],
-             before_kw={"elapsed_s": 58.5}, after_kw={"elapsed_s": 56.5},
-             note="identical IR, index.tsv differs by side (cache hash): noise floor",
-             before_rows=_rows(_RAND_ROWS, side="before", dtype="float32"),
-             after_rows=_rows(_RAND_ROWS, side="after", dtype="float32")),
-        dict(op="fft", dtype="complex64", before_k=[], after_k=[],
-             before_kw={"elapsed_s": 40.2, "index_tsv": False},
-             after_kw={"elapsed_s": 39.8, "launcher_only": True},
-             note="no .ttgir on either side (before: no triton_cache; after: launcher dir only, "
-                  "empty index.tsv)",
-             **both([([[1024]], 0.0310, 0.0300), ([[4096, 4096]], 0.8240, 0.8000)])),
-        dict(op="slice_scatter", dtype="float16", before_k=[_K("slice_scatter_kernel", cl=0)],
-             after_k=[_K("slice_scatter_kernel", cl=0, rlc=True)],
-             before_kw={"elapsed_s": 35.0}, after_kw={"elapsed_s": 12.5},
-             note="after: every row has error_msg",
-             before_rows=[RowSpec(s, l) for s, l in zip(ss_shapes, (0.0096, 0.0115, 0.0124))],
-             after_rows=[RowSpec(ss_shapes[0], None, None, ss_err), RowSpec(ss_shapes[1], 0.0, 0.0127, ss_err),
-                         RowSpec(ss_shapes[2], None, 0.0183, ss_err)]),
-        dict(op="sort", dtype="bfloat16", before_k=[_K("sort_kernel", cl=1)],
-             after_k=[_K("sort_kernel", cl=2, rlc=True)],
-             before_kw={"elapsed_s": 1710.2},
-             after_kw={"elapsed_s": 2400.3, "rc": 124, "traps": ("truncated_tail",)},
-             note="after killed at CELL_TIMEOUT (rc 124); its last record (argsort) is cut mid-JSON",
-             before_rows=sort_side("before"), after_rows=sort_side("after")),
-        dict(op="argmax", dtype="float16", before_k=[_K("argmax_kernel_1", cl=1), _K("argmax_kernel_2", cl=0)],
-             after_k=[_K("argmax_kernel_1", cl=1), _K("argmax_kernel_2", cl=0)],
-             before_kw={"elapsed_s": 45.2, "cell_env": "none", "index_tsv": False},
-             after_kw={"elapsed_s": 44.8, "cell_env": "none", "index_tsv": False},
-             note="older pair: no cell.env (op/dtype/side from path, caliber from root.env, "
-                  "elapsed/rc from screen.tsv), no index.tsv, identical IR",
-             **both([([[1048576]], 0.1019, 0.1020), ([[64, 64], 1], 0.0082, 0.0082),
-                     ([[4096, 4096], 1], 0.0366, 0.0365)])),
-        dict(op="layer_norm", dtype="float16", before_k=_LN_K[0], after_k=_LN_K[1],
-             before_kw={"elapsed_s": 251.0, "traps": ("crlf", "ansi", "nan", "noise", "non_utf8")},
-             after_kw={"elapsed_s": 239.0, "traps": ("dict_repr", "crlf")},
-             note="trap pair: annotation-only difference; before has a NaN-latency row (not counted)",
-             **both(_LN_ROWS)),
-        dict(op="mul", dtype="float16", before_k=[_K("mul_func_kernel_rank_1", cl=0)], after_k=[],
-             before_kw={"elapsed_s": 30.5},
-             after_kw={"elapsed_s": 3.1, "rc": 1, "traps": ("empty",), "index_tsv": False},
-             note="after: empty run.log (crashed, rc 1), nothing compiled",
-             **both([([[1024, 1024], [1024, 1024]], 0.0120, 0.0110)])),
-        dict(op="pad", dtype="", before_k=_PAD_K[0], after_k=_PAD_K[1],
-             before_kw={"elapsed_s": 64.0}, after_kw={"elapsed_s": 61.0},
-             note="multi-op cell: records of pad and constant_pad_nd, float16 and float32; "
-                  "the same shape in both ops",
-             before_rows=_pad_rows("before"), after_rows=_pad_rows("after")),
+        dict(
+            op="topk",
+            dtype="float16",
+            before_k=_TOPK_K[0],
+            after_k=_TOPK_K[1],
+            before_kw={"elapsed_s": 610.4},
+            after_kw={"elapsed_s": 589.6},
+            note="real code change: after has one more convert_layout, plus rlc annotations",
+            **both(_TOPK_ROWS),
+        ),
+        dict(
+            op="softmax",
+            dtype="float32",
+            before_k=_SOFTMAX_K[0],
+            after_k=_SOFTMAX_K[1],
+            before_kw={"elapsed_s": 201.3},
+            after_kw={"elapsed_s": 188.7},
+            note="ttg.rlc-* annotations only",
+            **both(_SOFTMAX_ROWS),
+        ),
+        dict(
+            op="abs",
+            dtype="float16",
+            before_k=_ABS_K[0],
+            after_k=_ABS_K[1],
+            before_kw={"elapsed_s": 121.0, "cell_env": "partial"},
+            after_kw={"elapsed_s": 109.0},
+            note="loc paths (separate FlagGems cache) + annotations; before cell.env partial "
+            "(no DTYPE, ZL_DIRECT_REPEAT, SHAPE_MODE, USE_FLAGTUNE: from path / root.env)",
+            **both(_ABS_ROWS),
+        ),
+        dict(
+            op="rand",
+            dtype="",
+            before_k=_RAND_K[0],
+            after_k=_RAND_K[1],
+            before_kw={"elapsed_s": 58.5},
+            after_kw={"elapsed_s": 56.5},
+            note="identical IR, index.tsv differs by side (cache hash): noise floor",
+            before_rows=_rows(_RAND_ROWS, side="before", dtype="float32"),
+            after_rows=_rows(_RAND_ROWS, side="after", dtype="float32"),
+        ),
+        dict(
+            op="fft",
+            dtype="complex64",
+            before_k=[],
+            after_k=[],
+            before_kw={"elapsed_s": 40.2, "index_tsv": False},
+            after_kw={"elapsed_s": 39.8, "launcher_only": True},
+            note="no .ttgir on either side (before: no triton_cache; after: launcher dir only, empty index.tsv)",
+            **both([([[1024]], 0.0310, 0.0300), ([[4096, 4096]], 0.8240, 0.8000)]),
+        ),
+        dict(
+            op="slice_scatter",
+            dtype="float16",
+            before_k=[_K("slice_scatter_kernel", cl=0)],
+            after_k=[_K("slice_scatter_kernel", cl=0, rlc=True)],
+            before_kw={"elapsed_s": 35.0},
+            after_kw={"elapsed_s": 12.5},
+            note="after: every row has error_msg",
+            before_rows=[RowSpec(s, l) for s, l in zip(ss_shapes, (0.0096, 0.0115, 0.0124))],
+            after_rows=[
+                RowSpec(ss_shapes[0], None, None, ss_err),
+                RowSpec(ss_shapes[1], 0.0, 0.0127, ss_err),
+                RowSpec(ss_shapes[2], None, 0.0183, ss_err),
+            ],
+        ),
+        dict(
+            op="sort",
+            dtype="bfloat16",
+            before_k=[_K("sort_kernel", cl=1)],
+            after_k=[_K("sort_kernel", cl=2, rlc=True)],
+            before_kw={"elapsed_s": 1710.2},
+            after_kw={"elapsed_s": 2400.3, "rc": 124, "traps": ("truncated_tail",)},
+            note="after killed at CELL_TIMEOUT (rc 124); its last record (argsort) is cut mid-JSON",
+            before_rows=sort_side("before"),
+            after_rows=sort_side("after"),
+        ),
+        dict(
+            op="argmax",
+            dtype="float16",
+            before_k=[_K("argmax_kernel_1", cl=1), _K("argmax_kernel_2", cl=0)],
+            after_k=[_K("argmax_kernel_1", cl=1), _K("argmax_kernel_2", cl=0)],
+            before_kw={"elapsed_s": 45.2, "cell_env": "none", "index_tsv": False},
+            after_kw={"elapsed_s": 44.8, "cell_env": "none", "index_tsv": False},
+            note="older pair: no cell.env (op/dtype/side from path, caliber from root.env, "
+            "elapsed/rc from screen.tsv), no index.tsv, identical IR",
+            **both(
+                [([[1048576]], 0.1019, 0.1020), ([[64, 64], 1], 0.0082, 0.0082), ([[4096, 4096], 1], 0.0366, 0.0365)]
+            ),
+        ),
+        dict(
+            op="layer_norm",
+            dtype="float16",
+            before_k=_LN_K[0],
+            after_k=_LN_K[1],
+            before_kw={"elapsed_s": 251.0, "traps": ("crlf", "ansi", "nan", "noise", "non_utf8")},
+            after_kw={"elapsed_s": 239.0, "traps": ("dict_repr", "crlf")},
+            note="trap pair: annotation-only difference; before has a NaN-latency row (not counted)",
+            **both(_LN_ROWS),
+        ),
+        dict(
+            op="mul",
+            dtype="float16",
+            before_k=[_K("mul_func_kernel_rank_1", cl=0)],
+            after_k=[],
+            before_kw={"elapsed_s": 30.5},
+            after_kw={"elapsed_s": 3.1, "rc": 1, "traps": ("empty",), "index_tsv": False},
+            note="after: empty run.log (crashed, rc 1), nothing compiled",
+            **both([([[1024, 1024], [1024, 1024]], 0.0120, 0.0110)]),
+        ),
+        dict(
+            op="pad",
+            dtype="",
+            before_k=_PAD_K[0],
+            after_k=_PAD_K[1],
+            before_kw={"elapsed_s": 64.0},
+            after_kw={"elapsed_s": 61.0},
+            note="multi-op cell: records of pad and constant_pad_nd, float16 and float32; the same shape in both ops",
+            before_rows=_pad_rows("before"),
+            after_rows=_pad_rows("after"),
+        ),
     ]
 
 
@@ -1128,16 +1374,23 @@ def _campaign(tree: _Tree, name: str, screen_root: str, screen1: Dict[str, dict]
     root = tree.dest / name
     root.mkdir(parents=True, exist_ok=True)
     rounds, cards = 3, 3
-    camp_env = [("KIND", "campaign"), ("ROUNDS", str(rounds)), ("CARDS", str(cards)),
-                ("SWITCH", SWITCH), ("SCREEN_ROOT", f"../{screen_root}"), ("HOST", HOST),
-                ("STARTED_AT", "2026-10-13T09:00:00"), ("CELL_TIMEOUT", "2400"),
-                ("ZL_BACKEND", "musa"), ("ZL_ISOLATE_TUNER_CACHE", "1")]
+    camp_env = [
+        ("KIND", "campaign"),
+        ("ROUNDS", str(rounds)),
+        ("CARDS", str(cards)),
+        ("SWITCH", SWITCH),
+        ("SCREEN_ROOT", f"../{screen_root}"),
+        ("HOST", HOST),
+        ("STARTED_AT", "2026-10-13T09:00:00"),
+        ("CELL_TIMEOUT", "2400"),
+        ("ZL_BACKEND", "musa"),
+        ("ZL_ISOLATE_TUNER_CACHE", "1"),
+    ]
     _write(root / "campaign.env", _env_text(camp_env))
     cenv = dict(camp_env)
 
     # Partition: longest-first onto the lightest card, weights from the screen.
-    first = [("topk", "float16"), ("layer_norm", "float16"), ("softmax", "float32"),
-             ("abs", "float16"), ("rand", "")]
+    first = [("topk", "float16"), ("layer_norm", "float16"), ("softmax", "float32"), ("abs", "float16"), ("rand", "")]
     later = [("pad", "")]  # EXTRA_OPS, added after the first plan: lightest card by weight
 
     def weight(op, dtype):
@@ -1150,38 +1403,52 @@ def _campaign(tree: _Tree, name: str, screen_root: str, screen1: Dict[str, dict]
         c = min(range(cards), key=lambda i: (load[i], i))
         load[c] += weight(op, dtype)
         plan.append((c, op, dtype, weight(op, dtype)))
-    _write(root / "partition.tsv", "card\top\tdtype\tweight_min\n" + "".join(
-        f"{c}\t{op}\t{dt}\t{w:.2f}\n" for c, op, dt, w in plan))
+    _write(
+        root / "partition.tsv",
+        "card\top\tdtype\tweight_min\n" + "".join(f"{c}\t{op}\t{dt}\t{w:.2f}\n" for c, op, dt, w in plan),
+    )
 
     # Rows per op: (shape, after ms, before/after ratio per round 1..3).
     def rows3(shape_after: List[Tuple[Any, float]], ratios: List[Tuple[float, float, float]]):
         return [(s, a, r) for (s, a), r in zip(shape_after, ratios)]
 
     plans = {
-        ("topk", "float16"): dict(k=_TOPK_K, rows=rows3(
-            [([[64, 1024], 32], 0.0200), ([[1024, 4096], 64], 0.0800), ([[4096, 4096], 128], 0.3000)],
-            [(1.10, 1.12, 1.09), (1.05, 1.10, 1.08), (1.15, 1.10, 1.125)])),
-        ("layer_norm", "float16"): dict(k=_LN_K, rows=rows3(
-            [(_LN_ROWS[0][0], 0.0500), (_LN_ROWS[1][0], 0.1000), (_LN_ROWS[2][0], 0.2000)],
-            [(1.01, 0.99, 1.0), (0.98, 1.02, 1.0), (1.005, 1.015, 0.995)])),
-        ("softmax", "float32"): dict(k=_SOFTMAX_K, rows=rows3(
-            [([[1048576]], 0.2000), ([[4096, 4096], 1], 0.1800)],
-            [(1.01, 1.03, 0.99), (1.0, 0.97, 1.02)])),
-        ("abs", "float16"): dict(k=_ABS_K, rows=rows3(
-            [([[64, 64]], 0.0070), ([[4096, 4096]], 0.0420)],
-            [(1.0, 1.02, 0.97), (0.99, 1.01, 1.04)])),
-        ("rand", ""): dict(k=_RAND_K, rows=rows3(
-            [([[64, 64]], 0.0050), ([[4096, 4096]], 0.0500)],
-            [(1.02, 0.98, 1.0), (0.99, 1.03, 1.01)]), row_dtype="float32"),
+        ("topk", "float16"): dict(
+            k=_TOPK_K,
+            rows=rows3(
+                [([[64, 1024], 32], 0.0200), ([[1024, 4096], 64], 0.0800), ([[4096, 4096], 128], 0.3000)],
+                [(1.10, 1.12, 1.09), (1.05, 1.10, 1.08), (1.15, 1.10, 1.125)],
+            ),
+        ),
+        ("layer_norm", "float16"): dict(
+            k=_LN_K,
+            rows=rows3(
+                [(_LN_ROWS[0][0], 0.0500), (_LN_ROWS[1][0], 0.1000), (_LN_ROWS[2][0], 0.2000)],
+                [(1.01, 0.99, 1.0), (0.98, 1.02, 1.0), (1.005, 1.015, 0.995)],
+            ),
+        ),
+        ("softmax", "float32"): dict(
+            k=_SOFTMAX_K,
+            rows=rows3([([[1048576]], 0.2000), ([[4096, 4096], 1], 0.1800)], [(1.01, 1.03, 0.99), (1.0, 0.97, 1.02)]),
+        ),
+        ("abs", "float16"): dict(
+            k=_ABS_K,
+            rows=rows3([([[64, 64]], 0.0070), ([[4096, 4096]], 0.0420)], [(1.0, 1.02, 0.97), (0.99, 1.01, 1.04)]),
+        ),
+        ("rand", ""): dict(
+            k=_RAND_K,
+            rows=rows3([([[64, 64]], 0.0050), ([[4096, 4096]], 0.0500)], [(1.02, 0.98, 1.0), (0.99, 1.03, 1.01)]),
+            row_dtype="float32",
+        ),
         ("pad", ""): dict(k=_PAD_K, rows=None),
     }
     special = {
         # (op, dtype, round): what is different in that round
-        ("pad", "", 2): "fallback",            # after: constant_pad_nd float16 record by the direct fallback
+        ("pad", "", 2): "fallback",  # after: constant_pad_nd float16 record by the direct fallback
         ("softmax", "float32", 2): "mismatch",  # after: ZL_DIRECT_REPEAT=200
-        ("abs", "float16", 3): "unknown",      # before: cell.env without SHAPE_MODE
+        ("abs", "float16", 3): "unknown",  # before: cell.env without SHAPE_MODE
         ("layer_norm", "float16", 1): "missing",  # after: the third shape absent
-        ("rand", "", 2): "error",              # after: one row with error_msg
+        ("rand", "", 2): "error",  # after: one row with error_msg
     }
     runs = {}  # card -> list of (ab_root, [(op, dtype)])
     for c, op, dt, _ in plan:
@@ -1228,13 +1495,24 @@ def _campaign(tree: _Tree, name: str, screen_root: str, screen1: Dict[str, dict]
                             drop = ("SHAPE_MODE",)
                         elapsed = 30.0 + 7 * len(rows) + r + (0.5 if side == "after" else 0.0)
                         spec = CellSpec(
-                            op=op, dtype=dt, side=side, round=r, card=c, elapsed_s=elapsed,
+                            op=op,
+                            dtype=dt,
+                            side=side,
+                            round=r,
+                            card=c,
+                            elapsed_s=elapsed,
                             started_at=(t0 + _dt.timedelta(seconds=round(clock))).isoformat(),
-                            caliber=cal, rows=rows, drop_env=drop,
+                            caliber=cal,
+                            rows=rows,
+                            drop_env=drop,
                             fallback_record=1 if (what == "fallback" and side == "after") else None,
-                            extra_env={"SWITCH": SWITCH, "SWITCH_VALUE": "0" if side == "before" else "1",
-                                       "NODEID": f"{_bench_file(op)}::test_perf_{op}",
-                                       "CELL_TIMEOUT": "2400"})
+                            extra_env={
+                                "SWITCH": SWITCH,
+                                "SWITCH_VALUE": "0" if side == "before" else "1",
+                                "NODEID": f"{_bench_file(op)}::test_perf_{op}",
+                                "CELL_TIMEOUT": "2400",
+                            },
+                        )
                         clock += elapsed + 2
                         specs[side] = spec
                         rel = f"{name}/{ab}/{op}/r{r}/{side}"
@@ -1245,8 +1523,10 @@ def _campaign(tree: _Tree, name: str, screen_root: str, screen1: Dict[str, dict]
                     reason, fields = None, []
                     if None in cb.values() or None in ca.values():
                         reason = "CALIBER_UNKNOWN"
-                        fields = sorted({f for f in cb if cb[f] is None or ca[f] is None},
-                                        key=[x.name for x in CALIBER_FIELDS].index)
+                        fields = sorted(
+                            {f for f in cb if cb[f] is None or ca[f] is None},
+                            key=[x.name for x in CALIBER_FIELDS].index,
+                        )
                     elif cb != ca:
                         reason = "CALIBER_MISMATCH"
                         fields = [f.name for f in CALIBER_FIELDS if cb[f.name] != ca[f.name]]
@@ -1260,8 +1540,7 @@ def _campaign(tree: _Tree, name: str, screen_root: str, screen1: Dict[str, dict]
                     for u in unpaired:
                         o, d, s = u["key"]
                         extra = {k: v for k, v in u.items() if k not in ("key", "reason")}
-                        rejected.append(dict(op=o, dtype=d, shape=s, reason=u["reason"], fields=[],
-                                             **base, **extra))
+                        rejected.append(dict(op=o, dtype=d, shape=s, reason=u["reason"], fields=[], **base, **extra))
                     for x in ratios:
                         o, d, s = x["key"]
                         e = paired.setdefault(f"{o}|{d}|{s}", {"ratios": [], "fallback": False})
@@ -1282,12 +1561,29 @@ def _campaign(tree: _Tree, name: str, screen_root: str, screen1: Dict[str, dict]
         "ranges": dict(sorted(paired.items())),
         "rejected": rejected,
         "cases": {
-            "fallback": {"op": "pad", "dtype": "", "round": 2, "side": "after", "record": 1,
-                         "rows": "constant_pad_nd float16"},
-            "caliber_mismatch": {"op": "softmax", "dtype": "float32", "round": 2, "side": "after",
-                                 "fields": ["direct_repeat"], "values": ["100", "200"]},
-            "caliber_unknown": {"op": "abs", "dtype": "float16", "round": 3, "side": "before",
-                                "fields": ["shape_mode"]},
+            "fallback": {
+                "op": "pad",
+                "dtype": "",
+                "round": 2,
+                "side": "after",
+                "record": 1,
+                "rows": "constant_pad_nd float16",
+            },
+            "caliber_mismatch": {
+                "op": "softmax",
+                "dtype": "float32",
+                "round": 2,
+                "side": "after",
+                "fields": ["direct_repeat"],
+                "values": ["100", "200"],
+            },
+            "caliber_unknown": {
+                "op": "abs",
+                "dtype": "float16",
+                "round": 3,
+                "side": "before",
+                "fields": ["shape_mode"],
+            },
             "missing_side": {"op": "layer_norm", "dtype": "float16", "round": 1, "present": "before"},
             "not_counted": {"op": "rand", "dtype": "float32", "round": 2, "side": "after"},
         },
@@ -1309,31 +1605,57 @@ def make_example_tree(dest) -> dict:
     roots_info: Dict[str, dict] = {}
 
     def info(kind, caliber, started):
-        return {"kind": kind, "started_at": started,
-                "caliber": {_CAL_NAME[k]: caliber[k] for k in _CAL_ENV}}
+        return {"kind": kind, "started_at": started, "caliber": {_CAL_NAME[k]: caliber[k] for k in _CAL_ENV}}
 
     # 1. the main screening root: every verdict, every trap
-    screen[_ROOT1] = _screen_root(tree, _ROOT1, "2026-10-12T10:15:00", SCREEN_CALIBER,
-                                  _screen1_pairs(), orig=True)
+    screen[_ROOT1] = _screen_root(tree, _ROOT1, "2026-10-12T10:15:00", SCREEN_CALIBER, _screen1_pairs(), orig=True)
     roots_info[_ROOT1] = info("screen", SCREEN_CALIBER, "2026-10-12T10:15:00")
 
     # 2. same caliber, a few of the same ops, two days later; all cells have cell.env
     def both(rows, f_b=1.0, f_a=1.0, dtype=None):
         rs = _scaled(rows, f_b, f_a)
-        return {"before_rows": _rows(rs, side="before", dtype=dtype),
-                "after_rows": _rows(rs, side="after", dtype=dtype)}
+        return {
+            "before_rows": _rows(rs, side="before", dtype=dtype),
+            "after_rows": _rows(rs, side="after", dtype=dtype),
+        }
 
     pairs2 = [
-        dict(op="topk", dtype="float16", before_k=_TOPK_K[0], after_k=_TOPK_K[1],
-             before_kw={"elapsed_s": 605.0}, after_kw={"elapsed_s": 596.0},
-             **both(_TOPK_ROWS, 1.0, 1.01)),
-        dict(op="softmax", dtype="float32", before_k=_SOFTMAX_K[0], after_k=_SOFTMAX_K[1],
-             before_kw={"elapsed_s": 199.0}, after_kw={"elapsed_s": 192.5}, **both(_SOFTMAX_ROWS, 1.0, 1.01)),
-        dict(op="abs", dtype="float16", before_k=_ABS_K[0], after_k=_ABS_K[1],
-             before_kw={"elapsed_s": 118.0}, after_kw={"elapsed_s": 111.0}, **both(_ABS_ROWS, 1.02, 1.0)),
-        dict(op="rand", dtype="", before_k=_RAND_K[0], after_k=_RAND_K[1],
-             before_kw={"elapsed_s": 57.0}, after_kw={"elapsed_s": 57.5},
-             **both(_RAND_ROWS, 0.99, 1.0, dtype="float32")),
+        dict(
+            op="topk",
+            dtype="float16",
+            before_k=_TOPK_K[0],
+            after_k=_TOPK_K[1],
+            before_kw={"elapsed_s": 605.0},
+            after_kw={"elapsed_s": 596.0},
+            **both(_TOPK_ROWS, 1.0, 1.01),
+        ),
+        dict(
+            op="softmax",
+            dtype="float32",
+            before_k=_SOFTMAX_K[0],
+            after_k=_SOFTMAX_K[1],
+            before_kw={"elapsed_s": 199.0},
+            after_kw={"elapsed_s": 192.5},
+            **both(_SOFTMAX_ROWS, 1.0, 1.01),
+        ),
+        dict(
+            op="abs",
+            dtype="float16",
+            before_k=_ABS_K[0],
+            after_k=_ABS_K[1],
+            before_kw={"elapsed_s": 118.0},
+            after_kw={"elapsed_s": 111.0},
+            **both(_ABS_ROWS, 1.02, 1.0),
+        ),
+        dict(
+            op="rand",
+            dtype="",
+            before_k=_RAND_K[0],
+            after_k=_RAND_K[1],
+            before_kw={"elapsed_s": 57.0},
+            after_kw={"elapsed_s": 57.5},
+            **both(_RAND_ROWS, 0.99, 1.0, dtype="float32"),
+        ),
     ]
     screen[_ROOT2] = _screen_root(tree, _ROOT2, "2026-10-14T08:30:00", SCREEN_CALIBER, pairs2, orig=False)
     roots_info[_ROOT2] = info("screen", SCREEN_CALIBER, "2026-10-14T08:30:00")
@@ -1342,24 +1664,46 @@ def make_example_tree(dest) -> dict:
     comp = dict(SCREEN_CALIBER, BENCH_LEVEL="comprehensive")
     extra = [([[16384, 16384], 512], 1.1000, 1.0000)]
     pairs3 = [
-        dict(op="topk", dtype="float16", before_k=_TOPK_K[0], after_k=_TOPK_K[1],
-             before_kw={"elapsed_s": 1320.0}, after_kw={"elapsed_s": 1290.0},
-             **both(_TOPK_ROWS + extra, 1.0, 0.98)),
-        dict(op="softmax", dtype="float32", before_k=_SOFTMAX_K[0], after_k=_SOFTMAX_K[1],
-             before_kw={"elapsed_s": 402.0}, after_kw={"elapsed_s": 398.0}, **both(_SOFTMAX_ROWS, 1.0, 0.99)),
-        dict(op="rand", dtype="", before_k=_RAND_K[0], after_k=_RAND_K[1],
-             before_kw={"elapsed_s": 90.0}, after_kw={"elapsed_s": 91.0},
-             **both(_RAND_ROWS, 1.01, 1.0, dtype="float32")),
+        dict(
+            op="topk",
+            dtype="float16",
+            before_k=_TOPK_K[0],
+            after_k=_TOPK_K[1],
+            before_kw={"elapsed_s": 1320.0},
+            after_kw={"elapsed_s": 1290.0},
+            **both(_TOPK_ROWS + extra, 1.0, 0.98),
+        ),
+        dict(
+            op="softmax",
+            dtype="float32",
+            before_k=_SOFTMAX_K[0],
+            after_k=_SOFTMAX_K[1],
+            before_kw={"elapsed_s": 402.0},
+            after_kw={"elapsed_s": 398.0},
+            **both(_SOFTMAX_ROWS, 1.0, 0.99),
+        ),
+        dict(
+            op="rand",
+            dtype="",
+            before_k=_RAND_K[0],
+            after_k=_RAND_K[1],
+            before_kw={"elapsed_s": 90.0},
+            after_kw={"elapsed_s": 91.0},
+            **both(_RAND_ROWS, 1.01, 1.0, dtype="float32"),
+        ),
     ]
     screen[_ROOT3] = _screen_root(tree, _ROOT3, "2026-10-15T12:00:00", comp, pairs3, orig=False)
     roots_info[_ROOT3] = info("screen", comp, "2026-10-15T12:00:00")
 
     # 4. the campaign, planned from root 1
     campaign = _campaign(tree, _CAMPAIGN, _ROOT1, screen[_ROOT1])
-    roots_info[_CAMPAIGN] = {"kind": "campaign", "started_at": "2026-10-13T09:00:00",
-                             "caliber": {_CAL_NAME[k]: CAMPAIGN_CALIBER[k] for k in _CAL_ENV},
-                             "caliber_note": "campaign.env gives only backend and isolate_tuner_cache; "
-                                             "every other field comes from cell.env"}
+    roots_info[_CAMPAIGN] = {
+        "kind": "campaign",
+        "started_at": "2026-10-13T09:00:00",
+        "caliber": {_CAL_NAME[k]: CAMPAIGN_CALIBER[k] for k in _CAL_ENV},
+        "caliber_note": "campaign.env gives only backend and isolate_tuner_cache; "
+        "every other field comes from cell.env",
+    }
 
     return {
         "screen": screen,
@@ -1374,9 +1718,9 @@ def make_example_tree(dest) -> dict:
         "cell_index": tree.cells,
         "notes": {
             "ratios": "before/after of rows counted on both sides, whatever the pair's verdict "
-                      "(a printed range is only licensed for IR_CHANGED / NO_IR_DIFF)",
+            "(a printed range is only licensed for IR_CHANGED / NO_IR_DIFF)",
             "rows": "rows a correct parser reads: truncated records, dict reprs and empty logs give "
-                    "none; NaN rows are rows but not counted",
+            "none; NaN rows are rows but not counted",
             "dict_repr": "a --query mode line without 'result': not a measurement record",
         },
     }
@@ -1416,13 +1760,32 @@ def _corpus_ops(n: int) -> List[str]:
     return out
 
 
-_SHAPE_POOL = [[[64, 64]], [[256, 256]], [[1024, 1024]], [[4096, 4096]], [[64, 512, 512]],
-               [[1048576]], [[64, 64], 1], [[4096, 4096], 1], [[1024, 65536]], [[16, 1024, 1024]],
-               [[2, 4096, 4096]], [[8192, 8192]], [[200, 40999]], [[1, 32, 128, 128]],
-               [[128, 3, 224, 224]], [[32, 64, 56, 56]], [[4096, 11008]], [[11008, 4096]],
-               [[1024, 1024], [1024, 1024]], [[4096, 4096], [4096, 4096]], [[64, 1024], 32],
-               [[1024, 4096], 64], {"start": 0, "end": 227, "steps": 1671, "base": 1.05},
-               {"N": 1024, "M": 4096, "dim": 1}]
+_SHAPE_POOL = [
+    [[64, 64]],
+    [[256, 256]],
+    [[1024, 1024]],
+    [[4096, 4096]],
+    [[64, 512, 512]],
+    [[1048576]],
+    [[64, 64], 1],
+    [[4096, 4096], 1],
+    [[1024, 65536]],
+    [[16, 1024, 1024]],
+    [[2, 4096, 4096]],
+    [[8192, 8192]],
+    [[200, 40999]],
+    [[1, 32, 128, 128]],
+    [[128, 3, 224, 224]],
+    [[32, 64, 56, 56]],
+    [[4096, 11008]],
+    [[11008, 4096]],
+    [[1024, 1024], [1024, 1024]],
+    [[4096, 4096], [4096, 4096]],
+    [[64, 1024], 32],
+    [[1024, 4096], 64],
+    {"start": 0, "end": 227, "steps": 1671, "base": 1.05},
+    {"N": 1024, "M": 4096, "dim": 1},
+]
 
 
 def _shape(i: int) -> Any:
@@ -1442,9 +1805,18 @@ def _greedy(weights: List[Tuple[str, str, float]], cards: int) -> List[Tuple[int
     return plan
 
 
-def make_campaign_corpus(dest, *, cards: int = 8, ops: int = 60, rounds: int = 6, rows: int = 20,
-                         kernels: int = 3, kb: Tuple[float, float] = (5, 50), seed: int = 0,
-                         progress: Optional[Callable[[int, int], None]] = None) -> dict:
+def make_campaign_corpus(
+    dest,
+    *,
+    cards: int = 8,
+    ops: int = 60,
+    rounds: int = 6,
+    rows: int = 20,
+    kernels: int = 3,
+    kb: Tuple[float, float] = (5, 50),
+    seed: int = 0,
+    progress: Optional[Callable[[int, int], None]] = None,
+) -> dict:
     """The benchmark corpus: a campaign of `cards` x `ops` operators (ops per
     card on average; each op runs on one card, placed longest-first by its
     screening weight) x `rounds` rounds x 2 sides, `rows` rows and `kernels`
@@ -1463,8 +1835,9 @@ def make_campaign_corpus(dest, *, cards: int = 8, ops: int = 60, rounds: int = 6
     entries = []
     for i, op in enumerate(names):
         dt = dtypes[R.randrange(len(dtypes))]
-        kind = ("changed", "changed", "changed", "changed", "changed", "changed",
-                "annot", "annot", "loc", "same")[i % 10]
+        kind = ("changed", "changed", "changed", "changed", "changed", "changed", "annot", "annot", "loc", "same")[
+            i % 10
+        ]
         eb = round(R.uniform(15, 500), 1)
         ea = round(eb * R.uniform(0.9, 1.05), 1)
         ks_b, ks_a = [], []
@@ -1489,8 +1862,21 @@ def make_campaign_corpus(dest, *, cards: int = 8, ops: int = 60, rounds: int = 6
         uniq += [_shape(len(_SHAPE_POOL) + s) for s in range(rows - n_pool)]
         base_ms = [round(R.uniform(0.004, 3.0), 4) for _ in range(rows)]
         mean_ratio = R.uniform(1.02, 1.2) if kind == "changed" else 1.0
-        entries.append(dict(op=op, dtype=dt, kind=kind, eb=eb, ea=ea, kb=ks_b, ka=ks_a,
-                            shapes=uniq, base=base_ms, mean=mean_ratio, idx=i))
+        entries.append(
+            dict(
+                op=op,
+                dtype=dt,
+                kind=kind,
+                eb=eb,
+                ea=ea,
+                kb=ks_b,
+                ka=ks_a,
+                shapes=uniq,
+                base=base_ms,
+                mean=mean_ratio,
+                idx=i,
+            )
+        )
 
     total_cells = n_ops * rounds * 2 + n_ops * 2
     done = [0]
@@ -1516,8 +1902,9 @@ def make_campaign_corpus(dest, *, cards: int = 8, ops: int = 60, rounds: int = 6
                 lat = ms
             else:
                 lat = round(ms * (e["mean"] + rr.uniform(-0.03, 0.03)), 6)
-            out.append(RowSpec(sh, lat, round(ms * 1.1, 6),
-                               dtype=(None if e["dtype"] else ("float16", "float32")[s % 2])))
+            out.append(
+                RowSpec(sh, lat, round(ms * 1.1, 6), dtype=(None if e["dtype"] else ("float16", "float32")[s % 2]))
+            )
         return out
 
     def traps_for(k: int) -> Tuple[str, ...]:
@@ -1532,42 +1919,102 @@ def make_campaign_corpus(dest, *, cards: int = 8, ops: int = 60, rounds: int = 6
     sname = "ab_rlc_20261012_101500"
     sroot = dest / sname
     sroot.mkdir(parents=True, exist_ok=True)
-    _write(sroot / "root.env", _env_text(
-        [("KIND", "screen"), ("SWITCH", SWITCH), ("HOST", HOST), ("STARTED_AT", "2026-10-12T10:15:00"),
-         ("CELL_TIMEOUT", "2400")] + [(k, SCREEN_CALIBER[k]) for k in _CAL_ENV]))
-    tsv = ["\t".join(["op", "dtype", "verdict", "cl_before", "cl_after", "fp_before", "fp_after",
-                      "elapsed_before", "elapsed_after", "rc_before", "rc_after"]
-                     + [_CAL_NAME[v] for v in _CAL_ENV])]
+    _write(
+        sroot / "root.env",
+        _env_text(
+            [
+                ("KIND", "screen"),
+                ("SWITCH", SWITCH),
+                ("HOST", HOST),
+                ("STARTED_AT", "2026-10-12T10:15:00"),
+                ("CELL_TIMEOUT", "2400"),
+            ]
+            + [(k, SCREEN_CALIBER[k]) for k in _CAL_ENV]
+        ),
+    )
+    tsv = [
+        "\t".join(
+            [
+                "op",
+                "dtype",
+                "verdict",
+                "cl_before",
+                "cl_after",
+                "fp_before",
+                "fp_after",
+                "elapsed_before",
+                "elapsed_after",
+                "rc_before",
+                "rc_after",
+            ]
+            + [_CAL_NAME[v] for v in _CAL_ENV]
+        )
+    ]
     verdicts = {}
     k = 0
     for e in entries:
         v = "IR_CHANGED" if _fp_key(e["kb"], "v3", None) != _fp_key(e["ka"], "v3", None) else "NO_IR_DIFF"
         verdicts[f"{e['op']}|{e['dtype']}"] = v
         for side in ("before", "after"):
-            spec = CellSpec(op=e["op"], dtype=e["dtype"], side=side, round=0, card=0,
-                            elapsed_s=e["eb"] if side == "before" else e["ea"],
-                            caliber=dict(SCREEN_CALIBER), rows=cell_rows(e, side, 0),
-                            traps=traps_for(k),
-                            extra_env={"SWITCH": SWITCH, "SWITCH_VALUE": "0" if side == "before" else "1"})
+            spec = CellSpec(
+                op=e["op"],
+                dtype=e["dtype"],
+                side=side,
+                round=0,
+                card=0,
+                elapsed_s=e["eb"] if side == "before" else e["ea"],
+                caliber=dict(SCREEN_CALIBER),
+                rows=cell_rows(e, side, 0),
+                traps=traps_for(k),
+                extra_env={"SWITCH": SWITCH, "SWITCH_VALUE": "0" if side == "before" else "1"},
+            )
             k += 1
             emit(sroot / cell_dir_name(e["op"], e["dtype"], side), spec, e["kb"] if side == "before" else e["ka"])
-        tsv.append("\t".join([e["op"], e["dtype"], v, str(sum(x.cl for x in e["kb"])),
-                              str(sum(x.cl for x in e["ka"])), _fp_hex(e["kb"], "v3", "zl"),
-                              _fp_hex(e["ka"], "v3", "zl"), f"{e['eb']:.1f}", f"{e['ea']:.1f}", "0", "0"]
-                             + [SCREEN_CALIBER[v] for v in _CAL_ENV]))
+        tsv.append(
+            "\t".join(
+                [
+                    e["op"],
+                    e["dtype"],
+                    v,
+                    str(sum(x.cl for x in e["kb"])),
+                    str(sum(x.cl for x in e["ka"])),
+                    _fp_hex(e["kb"], "v3", "zl"),
+                    _fp_hex(e["ka"], "v3", "zl"),
+                    f"{e['eb']:.1f}",
+                    f"{e['ea']:.1f}",
+                    "0",
+                    "0",
+                ]
+                + [SCREEN_CALIBER[v] for v in _CAL_ENV]
+            )
+        )
     _write(sroot / "screen.tsv", "\n".join(tsv) + "\n")
 
     # ---- the campaign
     cname = "campaign_20261013_090000"
     croot = dest / cname
     croot.mkdir(parents=True, exist_ok=True)
-    _write(croot / "campaign.env", _env_text(
-        [("KIND", "campaign"), ("ROUNDS", str(rounds)), ("CARDS", str(cards)), ("SWITCH", SWITCH),
-         ("SCREEN_ROOT", f"../{sname}"), ("HOST", HOST), ("STARTED_AT", "2026-10-13T09:00:00"),
-         ("ZL_BACKEND", "musa"), ("ZL_ISOLATE_TUNER_CACHE", "1")]))
+    _write(
+        croot / "campaign.env",
+        _env_text(
+            [
+                ("KIND", "campaign"),
+                ("ROUNDS", str(rounds)),
+                ("CARDS", str(cards)),
+                ("SWITCH", SWITCH),
+                ("SCREEN_ROOT", f"../{sname}"),
+                ("HOST", HOST),
+                ("STARTED_AT", "2026-10-13T09:00:00"),
+                ("ZL_BACKEND", "musa"),
+                ("ZL_ISOLATE_TUNER_CACHE", "1"),
+            ]
+        ),
+    )
     plan = _greedy([(e["op"], e["dtype"], (e["eb"] + e["ea"]) * rounds / 60.0) for e in entries], cards)
-    _write(croot / "partition.tsv", "card\top\tdtype\tweight_min\n" + "".join(
-        f"{c}\t{op}\t{dt}\t{w:.2f}\n" for c, op, dt, w in plan))
+    _write(
+        croot / "partition.tsv",
+        "card\top\tdtype\tweight_min\n" + "".join(f"{c}\t{op}\t{dt}\t{w:.2f}\n" for c, op, dt, w in plan),
+    )
     by_op = {(e["op"], e["dtype"]): e for e in entries}
     t0 = _dt.datetime(2026, 10, 13, 9, 0, 0)
     clock: Dict[int, float] = {}
@@ -1580,13 +2027,24 @@ def make_campaign_corpus(dest, *, cards: int = 8, ops: int = 60, rounds: int = 6
                 elapsed = round((e["eb"] if side == "before" else e["ea"]) * (0.95 + 0.01 * r), 1)
                 started = (t0 + _dt.timedelta(seconds=round(clock.get(c, 0.0)))).isoformat()
                 clock[c] = clock.get(c, 0.0) + elapsed + 2
-                spec = CellSpec(op=op, dtype=dt, side=side, round=r, card=c,
-                                elapsed_s=elapsed, started_at=started,
-                                caliber=dict(CAMPAIGN_CALIBER), rows=cell_rows(e, side, r),
-                                traps=traps_for(k), fallback_record=fb,
-                                extra_env={"SWITCH": SWITCH,
-                                           "SWITCH_VALUE": "0" if side == "before" else "1",
-                                           "CELL_TIMEOUT": "2400"})
+                spec = CellSpec(
+                    op=op,
+                    dtype=dt,
+                    side=side,
+                    round=r,
+                    card=c,
+                    elapsed_s=elapsed,
+                    started_at=started,
+                    caliber=dict(CAMPAIGN_CALIBER),
+                    rows=cell_rows(e, side, r),
+                    traps=traps_for(k),
+                    fallback_record=fb,
+                    extra_env={
+                        "SWITCH": SWITCH,
+                        "SWITCH_VALUE": "0" if side == "before" else "1",
+                        "CELL_TIMEOUT": "2400",
+                    },
+                )
                 k += 1
                 emit(ab / f"r{r}" / side, spec, e["kb"] if side == "before" else e["ka"])
     loads: Dict[int, float] = {}
@@ -1629,13 +2087,18 @@ def _clear(dest: Path, force: bool) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tests.generator",
-                                 description="Write a generated runs/ tree (the example tree, or "
-                                             "with --corpus the benchmark corpus).")
+    ap = argparse.ArgumentParser(
+        prog="python -m tests.generator",
+        description="Write a generated runs/ tree (the example tree, or with --corpus the benchmark corpus).",
+    )
     ap.add_argument("dest", help="directory to (re)create")
     ap.add_argument("--corpus", action="store_true", help="write the benchmark corpus instead")
-    ap.add_argument("--scale", type=float, default=1.0,
-                    help="corpus size: ops per card = 60 x scale (default 1: 5,760 campaign cells)")
+    ap.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="corpus size: ops per card = 60 x scale (default 1: 5,760 campaign cells)",
+    )
     ap.add_argument("--cards", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--rows", type=int, default=20)
@@ -1653,16 +2116,28 @@ def main(argv=None) -> int:
             if sys.stderr.isatty():
                 print(f"\r{done}/{total} cells", end="", file=sys.stderr, flush=True)
 
-        m = make_campaign_corpus(dest, cards=args.cards, ops=ops, rounds=args.rounds, rows=args.rows,
-                                 kernels=args.kernels, seed=args.seed, progress=prog)
+        m = make_campaign_corpus(
+            dest,
+            cards=args.cards,
+            ops=ops,
+            rounds=args.rounds,
+            rows=args.rows,
+            kernels=args.kernels,
+            seed=args.seed,
+            progress=prog,
+        )
         if sys.stderr.isatty():
             print(file=sys.stderr)
-        print(f"{dest}: {m['cells']} cells ({m['campaign_cells']} campaign + {m['screen_cells']} screen), "
-              f"{m['rows']} rows, {m['ttgir_files']} .ttgir, {m['bytes'] / 1e6:.1f} MB in {m['seconds']} s")
+        print(
+            f"{dest}: {m['cells']} cells ({m['campaign_cells']} campaign + {m['screen_cells']} screen), "
+            f"{m['rows']} rows, {m['ttgir_files']} .ttgir, {m['bytes'] / 1e6:.1f} MB in {m['seconds']} s"
+        )
     else:
         m = make_example_tree(dest)
-        print(f"{dest}: {m['cells']} cells, {m['rows']} rows ({m['counted_rows']} counted), "
-              f"roots: {', '.join(m['roots'])}")
+        print(
+            f"{dest}: {m['cells']} cells, {m['rows']} rows ({m['counted_rows']} counted), "
+            f"roots: {', '.join(m['roots'])}"
+        )
     if args.manifest:
         Path(args.manifest).write_text(json.dumps(m, indent=1, sort_keys=True, default=str) + "\n")
     return 0

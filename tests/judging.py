@@ -64,15 +64,23 @@ def judged(db_path) -> dict:
     store-local columns (ids, paths), the roots of a floor as a set, and in
     an order of their own (the commands' order ends in caliber ids): equal
     for any two stores that hold the same runs, however they came to."""
+
     def plain(row):
         # the statistics sum over the rounds in the order the rows were
         # stored: 12 significant digits are the same however they came
-        row = {k: float(f"{v:.12g}") if isinstance(v, float) else v
-               for k, v in row.items() if not k.endswith("_id") and k not in STORE_LOCAL}
+        row = {
+            k: float(f"{v:.12g}") if isinstance(v, float) else v
+            for k, v in row.items()
+            if not k.endswith("_id") and k not in STORE_LOCAL
+        }
         if "roots" in row and row["roots"]:
             row["roots"] = sorted(row["roots"].split(","))
         return row
 
-    return {command: sorted((plain(row) for row in json_out(invoke(db_path, command, "--json"))),
-                            key=lambda row: json.dumps(row, sort_keys=True))
-            for command in ("screen", "noise", "ab")}
+    return {
+        command: sorted(
+            (plain(row) for row in json_out(invoke(db_path, command, "--json"))),
+            key=lambda row: json.dumps(row, sort_keys=True),
+        )
+        for command in ("screen", "noise", "ab")
+    }

@@ -31,8 +31,8 @@ READ = frozenset(ROOT_FILES + ("cell.env", "run.log", "index.tsv", "ttgir", "ker
 
 @dataclass
 class Touched:
-    path: str           # what the mutation changed (after it: a renamed directory's new name)
-    must_report: bool   # a problem must name it (or a path under it)
+    path: str  # what the mutation changed (after it: a renamed directory's new name)
+    must_report: bool  # a problem must name it (or a path under it)
     how: str
     was: Optional[str] = None  # a renamed directory's old name
 
@@ -43,9 +43,9 @@ class Touched:
 
 @dataclass
 class Outcome:
-    status: Optional[int]            # exit status; None: killed at the timeout (a hang)
-    crashed: bool                    # a traceback, or an exit status other than 0 and 1
-    lost: List[str] = field(default_factory=list)        # untouched cells not stored as they should be
+    status: Optional[int]  # exit status; None: killed at the timeout (a hang)
+    crashed: bool  # a traceback, or an exit status other than 0 and 1
+    lost: List[str] = field(default_factory=list)  # untouched cells not stored as they should be
     unreported: List[Touched] = field(default_factory=list)
     detail: str = ""
 
@@ -55,8 +55,9 @@ class Tree:
 
     def __init__(self, top: Path):
         self.top = top
-        self.cells = sorted(str(p.parent.relative_to(top)) for p in top.rglob("run.log")
-                            if "triton_cache" not in p.parts)
+        self.cells = sorted(
+            str(p.parent.relative_to(top)) for p in top.rglob("run.log") if "triton_cache" not in p.parts
+        )
         self.roots = sorted({str(p.parent.relative_to(top)) for name in ROOT_FILES for p in top.rglob(name)})
         self.files: Dict[str, List[str]] = {}
         for path in sorted(top.rglob("*")):
@@ -106,7 +107,7 @@ def truncate_record(copy: Path, tree: Tree, rng, outside) -> List[Touched]:
     if not spans:
         return []
     start, end = spans[-1]
-    path.write_bytes(data[:rng.randrange(start + 9, max(start + 10, end - 1))])
+    path.write_bytes(data[: rng.randrange(start + 9, max(start + 10, end - 1))])
     return [Touched(str(path), True, "truncate a record")]
 
 
@@ -115,7 +116,7 @@ def truncate(copy, tree, rng, outside):
     kind = rng.choice(sorted(tree.files))
     path = tree.pick(copy, tree.files[kind], rng)
     data = path.read_bytes()
-    path.write_bytes(data[:rng.randrange(len(data) + 1)])
+    path.write_bytes(data[: rng.randrange(len(data) + 1)])
     return [Touched(str(path), False, "truncate")]
 
 
@@ -173,8 +174,9 @@ def symlink(copy, tree, rng, outside):
         path.symlink_to(path.name + ".gone")
     else:
         root = next((r for r in tree.roots if rel.startswith(r + "/")), None)
-        others = [o for o in tree.files[kind] if o != rel and root and o.startswith(root + "/")
-                  and tree.free(str(copy / o))]
+        others = [
+            o for o in tree.files[kind] if o != rel and root and o.startswith(root + "/") and tree.free(str(copy / o))
+        ]
         if not others:
             path.symlink_to(outside)
             how = "out"
@@ -241,7 +243,7 @@ def deep_json(copy, tree, rng, outside):
 
 def big_number(copy, tree, rng, outside):
     """An integer of 64 bits or more where an integer belongs, or a lone surrogate escape."""
-    big = str(rng.choice([1 << 63, 1 << 64, 10 ** 30]))
+    big = str(rng.choice([1 << 63, 1 << 64, 10**30]))
     choice = rng.choice(["log", "env", "tsv", "surrogate"])
     if choice == "env" and "campaign.env" in tree.files:
         path = tree.pick(copy, tree.files["campaign.env"], rng)
@@ -262,14 +264,30 @@ def big_number(copy, tree, rng, outside):
         path = tree.pick(copy, tree.files["run.log"], rng)
         value = big if choice != "surrogate" else '"\\ud800"'
         with open(path, "a") as f:
-            f.write('\n[INFO] {"op_name": "x", "dtype": "torch.float16", "result": [{"shape_detail": [1], '
-                    f'"latency": 0.5, "latency_base": {value}}}]}}\n')
+            f.write(
+                '\n[INFO] {"op_name": "x", "dtype": "torch.float16", "result": [{"shape_detail": [1], '
+                f'"latency": 0.5, "latency_base": {value}}}]}}\n'
+            )
     return [Touched(str(path), True, f"big number ({choice})")]
 
 
-MUTATIONS: Dict[str, Callable] = {f.__name__: f for f in (
-    truncate_record, truncate, garble, swap_file_and_dir, symlink, link_cache_out, fifo, huge_line, nul,
-    bad_name, deep_json, big_number)}
+MUTATIONS: Dict[str, Callable] = {
+    f.__name__: f
+    for f in (
+        truncate_record,
+        truncate,
+        garble,
+        swap_file_and_dir,
+        symlink,
+        link_cache_out,
+        fifo,
+        huge_line,
+        nul,
+        bad_name,
+        deep_json,
+        big_number,
+    )
+}
 
 
 def mutate(copy: Path, tree: Tree, rng: random.Random, outside: Path, count: int) -> List[Touched]:
@@ -350,15 +368,24 @@ def stored_cells(db: Path, top: Path) -> Dict[str, tuple]:
     try:
         rows = conn.execute(
             "SELECT c.path, c.n_rows, c.n_counted, c.n_kernels, f.fingerprint FROM cells c "
-            "LEFT JOIN fingerprints f ON f.cell_id = c.id AND f.rule = 'v3'").fetchall()
+            "LEFT JOIN fingerprints f ON f.cell_id = c.id AND f.rule = 'v3'"
+        ).fetchall()
     finally:
         conn.close()
     prefix = str(top) + "/"
-    return {path[len(prefix):]: tuple(values) for path, *values in rows if path.startswith(prefix)}
+    return {path[len(prefix) :]: tuple(values) for path, *values in rows if path.startswith(prefix)}
 
 
-def judge(tree: Tree, copy: Path, touched: List[Touched], baseline: Dict[str, tuple],
-          status: Optional[int], stdout: str, stderr: str, db: Path) -> Outcome:
+def judge(
+    tree: Tree,
+    copy: Path,
+    touched: List[Touched],
+    baseline: Dict[str, tuple],
+    status: Optional[int],
+    stdout: str,
+    stderr: str,
+    db: Path,
+) -> Outcome:
     """What went wrong in one case (an Outcome with nothing in it: nothing)."""
     if status is None:
         return Outcome(None, False, detail="hang")

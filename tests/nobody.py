@@ -41,7 +41,7 @@ def as_nobody(args, timeout: float = 60) -> subprocess.CompletedProcess:
         if not shutil.which("setpriv"):
             pytest.skip("setpriv (util-linux) is not installed: cannot run as another user")
         command = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *command]
-        probe = subprocess.run(command[:-len(args) - 2] + ["-c", "import zlstore"], capture_output=True, text=True)
+        probe = subprocess.run(command[: -len(args) - 2] + ["-c", "import zlstore"], capture_output=True, text=True)
         if probe.returncode != 0:
             pytest.skip(f"user nobody cannot run this checkout's python and zlstore: {probe.stderr.strip()[-200:]}")
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd="/")

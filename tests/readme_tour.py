@@ -40,8 +40,9 @@ class Sandbox:
     def env(self) -> dict:
         env = {k: v for k, v in os.environ.items() if not _UNSET.match(k)}
         venv_bin = str(VENV / "bin")
-        env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
-                                      if p and os.path.realpath(p) != os.path.realpath(venv_bin))
+        env["PATH"] = os.pathsep.join(
+            p for p in env.get("PATH", "").split(os.pathsep) if p and os.path.realpath(p) != os.path.realpath(venv_bin)
+        )
         return env
 
     def run(self, commands: Sequence[str], timeout: float = 600) -> List[Tuple[str, int]]:
@@ -51,10 +52,17 @@ class Sandbox:
         script = []
         for command in commands:
             # the brace group closes on a line of its own: a command may end in a # comment
-            script.append(f"{{ {command}\n}} 2>&1; __rc=$?; echo; echo \"{_DONE} $__rc\"; (exit $__rc)")
-        done = subprocess.run(["bash", "-c", "\n".join(script)], cwd=self.root, env=self.env(),
-                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, timeout=timeout)
+            script.append(f'{{ {command}\n}} 2>&1; __rc=$?; echo; echo "{_DONE} $__rc"; (exit $__rc)')
+        done = subprocess.run(
+            ["bash", "-c", "\n".join(script)],
+            cwd=self.root,
+            env=self.env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=timeout,
+        )
         parts = re.split(rf"\n{re.escape(_DONE)} (\d+)\n", done.stdout)
         if len(parts) != 2 * len(commands) + 1:
             raise RuntimeError(f"bash stopped before the last command: {done.stdout}")
@@ -78,6 +86,7 @@ def code_block(lines: Sequence[str]) -> str:
 
 
 # -- reading the pages back: the tour as printed ---------------------------------
+
 
 def pages() -> List[Path]:
     """README.md and every page under docs/ that has a cog part: the files
@@ -161,6 +170,7 @@ def _trimmed(lines):
 
 # -- the command reference and the layout ---------------------------------------------
 
+
 def commands():
     """(words, click command) for every command, in the order `zlstore --help` lists them."""
     import click
@@ -208,8 +218,10 @@ def command_reference() -> str:
     parts = []
     for words in [(), *(words for words, _ in commands())]:
         name = " ".join(("zlstore", *words))
-        parts.append(f"<details><summary><code>{name} --help</code></summary>\n\n"
-                     f"```\n{help_text(words).rstrip()}\n```\n\n</details>\n")
+        parts.append(
+            f"<details><summary><code>{name} --help</code></summary>\n\n"
+            f"```\n{help_text(words).rstrip()}\n```\n\n</details>\n"
+        )
     return "\n".join(parts)
 
 
@@ -239,22 +251,52 @@ def summary_line(path: Path) -> str:
 # it (tests/test_imports.py), so a stage can be read without those after
 # it. The stages are not subpackages: docs/development.md says why.
 STAGES = (
-    ("shared by every stage: names, the caliber, provenance, statistics, connections, output",
-     ("names.py", "caliber.py", "provenance.py", "canonical.py", "stats.py", "errors.py", "db.py", "output.py",
-      "forked.py")),
-    ("reading a runs tree: a cell's files, its values, its IR, without the store's derivations",
-     ("layout.py", "runlog.py", "outcomes.py", "ttgir.py", "parse.py", "parallel.py", "unchanged.py", "files.py")),
-    ("the store and its derivations: schema, writers, the derived tables",
-     ("macros.py", "migrations.py", "floors.py", "pairing.py", "ranges.py", "derive.py", "roots.py",
-      "rootwriter.py", "cellwriter.py", "fingerprints.py", "ingest.py", "merge.py", "store.py")),
-    ("judging and reporting: what the stored results say",
-     ("judge.py", "history.py", "irdiff.py", "report.py", "forest.py", "document.py")),
-    ("running screens and campaigns: cells written as they end",
-     ("harness.py", "procs.py", "plan.py", "display.py", "runner.py", "card.py", "slurm.py", "flaggems.py")),
-    ("serving: the store in datasette",
-     ("datasette_site.py", "datasette_plugin.py", "serve.py")),
-    ("the front doors: the library's API and the command line",
-     ("__init__.py", "cli.py", "__main__.py")),
+    (
+        "shared by every stage: names, the caliber, provenance, statistics, connections, output",
+        (
+            "names.py",
+            "caliber.py",
+            "provenance.py",
+            "canonical.py",
+            "stats.py",
+            "errors.py",
+            "db.py",
+            "output.py",
+            "forked.py",
+        ),
+    ),
+    (
+        "reading a runs tree: a cell's files, its values, its IR, without the store's derivations",
+        ("layout.py", "runlog.py", "outcomes.py", "ttgir.py", "parse.py", "parallel.py", "unchanged.py", "files.py"),
+    ),
+    (
+        "the store and its derivations: schema, writers, the derived tables",
+        (
+            "macros.py",
+            "migrations.py",
+            "floors.py",
+            "pairing.py",
+            "ranges.py",
+            "derive.py",
+            "roots.py",
+            "rootwriter.py",
+            "cellwriter.py",
+            "fingerprints.py",
+            "ingest.py",
+            "merge.py",
+            "store.py",
+        ),
+    ),
+    (
+        "judging and reporting: what the stored results say",
+        ("judge.py", "history.py", "irdiff.py", "report.py", "forest.py", "document.py"),
+    ),
+    (
+        "running screens and campaigns: cells written as they end",
+        ("harness.py", "procs.py", "plan.py", "display.py", "runner.py", "card.py", "slurm.py", "flaggems.py"),
+    ),
+    ("serving: the store in datasette", ("datasette_site.py", "datasette_plugin.py", "serve.py")),
+    ("the front doors: the library's API and the command line", ("__init__.py", "cli.py", "__main__.py")),
 )
 
 
@@ -272,8 +314,13 @@ def layout(width: int = 28) -> str:
     listed = [name for _, names in STAGES for name in names]
     if set(listed) != present or len(listed) != len(set(listed)):
         twice = sorted({name for name in listed if listed.count(name) > 1})
-        raise ValueError(f"STAGES and zlstore/ differ: in no stage {sorted(present - set(listed))}, "
-                         f"listed but gone {sorted(set(listed) - present)}, in two stages {twice}")
-    return "".join(f"# {what}\n" + "".join(f"{'zlstore/' + name:<{width}}{summary_line(package / name)}\n"
-                                           for name in names) + "\n"
-                   for what, names in STAGES)
+        raise ValueError(
+            f"STAGES and zlstore/ differ: in no stage {sorted(present - set(listed))}, "
+            f"listed but gone {sorted(set(listed) - present)}, in two stages {twice}"
+        )
+    return "".join(
+        f"# {what}\n"
+        + "".join(f"{'zlstore/' + name:<{width}}{summary_line(package / name)}\n" for name in names)
+        + "\n"
+        for what, names in STAGES
+    )

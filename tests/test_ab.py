@@ -72,11 +72,17 @@ def test_campaign_rejections_are_the_generators(example_store, example_source):
 
 def test_screen_rejections_are_the_generators(example_store, example_source):
     _, manifest = example_source
-    expected = {(root, u["op"], u["dtype"], u["shape"], u["reason"])
-                for root, _, _, spec in screen_pairs(manifest) for u in spec["unpaired"]}
+    expected = {
+        (root, u["op"], u["dtype"], u["shape"], u["reason"])
+        for root, _, _, spec in screen_pairs(manifest)
+        for u in spec["unpaired"]
+    }
     screen_roots = set(manifest["screen"])
-    got = {(r["root"], r["op"], r["dtype"], r["shape"], r["reason"])
-           for r in judge.ab_rejected(example_store) if r["root"] in screen_roots}
+    got = {
+        (r["root"], r["op"], r["dtype"], r["shape"], r["reason"])
+        for r in judge.ab_rejected(example_store)
+        if r["root"] in screen_roots
+    }
     assert got == expected
 
 
@@ -100,17 +106,22 @@ def test_rejected_counts_on_each_range(example_store, example_source):
 def test_cross_caliber_rows_never_pair(example_store, example_source):
     _, manifest = example_source
     case = campaign(manifest)["cases"]["caliber_mismatch"]
-    pairs = judge._rows(example_store, "SELECT * FROM ab_pairs WHERE root = ? AND op = ? AND dtype = ? AND round = ?",
-                        (campaign(manifest)["root"], case["op"], case["dtype"], case["round"]))
+    pairs = judge._rows(
+        example_store,
+        "SELECT * FROM ab_pairs WHERE root = ? AND op = ? AND dtype = ? AND round = ?",
+        (campaign(manifest)["root"], case["op"], case["dtype"], case["round"]),
+    )
     assert pairs == []
     # and in general: every pair's two cells have one and the same known caliber
     mixed = example_store.conn.execute(
         """SELECT count(*) FROM ab_pairs p
            JOIN cells b ON b.id = p.before_cell_id JOIN cells a ON a.id = p.after_cell_id
-           WHERE b.caliber_id IS NULL OR a.caliber_id IS NULL OR b.caliber_id <> a.caliber_id""").fetchone()[0]
+           WHERE b.caliber_id IS NULL OR a.caliber_id IS NULL OR b.caliber_id <> a.caliber_id"""
+    ).fetchone()[0]
     assert mixed == 0
-    rejected = [r for r in judge.ab_rejected(example_store)
-                if r["reason"] == "CALIBER_MISMATCH" and r["op"] == case["op"]]
+    rejected = [
+        r for r in judge.ab_rejected(example_store) if r["reason"] == "CALIBER_MISMATCH" and r["op"] == case["op"]
+    ]
     assert rejected
     field = case["fields"][0]
     before, after = case["values"]
@@ -119,11 +130,13 @@ def test_cross_caliber_rows_never_pair(example_store, example_source):
 
 def test_pairs_and_rejections_account_for_every_row(example_store):
     conn = example_store.conn
-    rows = conn.execute("SELECT count(*) FROM measurements m JOIN cells c ON c.id = m.cell_id "
-                        "WHERE c.side IN ('before', 'after')").fetchone()[0]
+    rows = conn.execute(
+        "SELECT count(*) FROM measurements m JOIN cells c ON c.id = m.cell_id WHERE c.side IN ('before', 'after')"
+    ).fetchone()[0]
     pairs = conn.execute("SELECT count(*) FROM ab_pairs").fetchone()[0]
     rejected = conn.execute(
-        "SELECT coalesce(sum(CASE sides WHEN 'both' THEN 2 ELSE 1 END), 0) FROM ab_rejected").fetchone()[0]
+        "SELECT coalesce(sum(CASE sides WHEN 'both' THEN 2 ELSE 1 END), 0) FROM ab_rejected"
+    ).fetchone()[0]
     assert 2 * pairs + rejected == rows
 
 
@@ -149,12 +162,17 @@ def test_precedence_when_several_reasons_apply(example_store, example_source):
 
 def test_missing_side_beats_not_counted(example_store, example_source):
     _, manifest = example_source
-    both = [(root, u) for root, _, _, spec in screen_pairs(manifest) for u in spec["unpaired"]
-            if u["reason"] == "MISSING_SIDE"]
+    both = [
+        (root, u)
+        for root, _, _, spec in screen_pairs(manifest)
+        for u in spec["unpaired"]
+        if u["reason"] == "MISSING_SIDE"
+    ]
     rows = by_key(judge.ab_rejected(example_store), "root", "op", "shape")
     # a row present on one side only and not counted there is MISSING_SIDE
-    one_sided_uncounted = [rows[(root, u["op"], u["shape"])] for root, u in both
-                           if rows[(root, u["op"], u["shape"])]["not_counted"]]
+    one_sided_uncounted = [
+        rows[(root, u["op"], u["shape"])] for root, u in both if rows[(root, u["op"], u["shape"])]["not_counted"]
+    ]
     assert one_sided_uncounted, "the example must hold a one-sided row that is also not counted"
     assert all(r["reason"] == "MISSING_SIDE" for r in one_sided_uncounted)
 
@@ -188,8 +206,9 @@ def test_ab_rejected_cli_and_json(example_store_path, example_source):
     _, manifest = example_source
     root = campaign(manifest)["root"]
     rows = json_out(invoke(example_store_path, "ab", root, "--rejected", "--json"))
-    assert rejected_set(rows) == {(e["op"], e["dtype"], e["shape"], e["round"], e["reason"])
-                                  for e in campaign(manifest)["rejected"]}
+    assert rejected_set(rows) == {
+        (e["op"], e["dtype"], e["shape"], e["round"], e["reason"]) for e in campaign(manifest)["rejected"]
+    }
     text = invoke(example_store_path, "ab", root, "--rejected").stdout
     for reason in set(judge.REASON_NAMES) - {DUPLICATE}:
         assert reason in text

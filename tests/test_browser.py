@@ -29,9 +29,16 @@ from . import floor_tree
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 CHROMIUM_FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-dev-shm-usage", "--window-size=1400,1000",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1400,1000",
 )
 REPO = Path(__file__).resolve().parent.parent
 ARTIFACTS = Path(os.environ.get("ZLSTORE_TEST_ARTIFACTS") or REPO / "test-artifacts")
@@ -45,8 +52,10 @@ def missing_browser():
     except ImportError:
         missing.append("the selenium package")
     if missing:
-        return ("no headless browser: " + ", ".join(missing) + " missing "
-                "(apt-get install chromium chromium-driver; pip install -e '.[test]')")
+        return (
+            "no headless browser: " + ", ".join(missing) + " missing "
+            "(apt-get install chromium chromium-driver; pip install -e '.[test]')"
+        )
     return None
 
 
@@ -61,8 +70,9 @@ def running(command, log_path):
     """A server process on a free port until the block ends; yields its base URL."""
     port = free_port()
     log = open(log_path, "w")
-    process = subprocess.Popen([*command, "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        [*command, "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + WAIT_S
@@ -159,7 +169,8 @@ def wait_for(browser, condition, what):
     from selenium.webdriver.support.ui import WebDriverWait
 
     return WebDriverWait(browser, WAIT_S, poll_frequency=0.2).until(
-        lambda b: condition(b), message=f"waiting for {what}")
+        lambda b: condition(b), message=f"waiting for {what}"
+    )
 
 
 def screenshot(browser, name, height=None):
@@ -177,7 +188,8 @@ def screenshot(browser, name, height=None):
 
 def assert_loaded_only_from(browser, base):
     resources = browser.execute_script(
-        "return performance.getEntriesByType('resource').map(function (e) { return e.name; })")
+        "return performance.getEntriesByType('resource').map(function (e) { return e.name; })"
+    )
     foreign = [url for url in resources if not url.startswith(base)]
     assert not foreign, f"the page loaded resources from elsewhere: {foreign}"
     severe = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
@@ -194,12 +206,13 @@ def verdict_facet(browser, url) -> dict:
     from selenium.webdriver.common.by import By
 
     browser.get(url)
-    facet = wait_for(browser, lambda b: b.find_elements(By.CSS_SELECTOR, '.facet-info[data-column="verdict"]'),
-                     "the verdict facet")[0]
+    facet = wait_for(
+        browser, lambda b: b.find_elements(By.CSS_SELECTOR, '.facet-info[data-column="verdict"]'), "the verdict facet"
+    )[0]
     shown = {}
     for item in facet.find_elements(By.CSS_SELECTOR, "li"):
         label = item.find_element(By.TAG_NAME, "a").text
-        shown[label] = int(item.text[len(label):].strip().replace(",", ""))
+        shown[label] = int(item.text[len(label) :].strip().replace(",", ""))
     return shown
 
 
@@ -243,8 +256,9 @@ def test_canned_query_runs_with_a_parameter(driver, server):
     field.send_keys("rand")
     driver.find_element(By.CSS_SELECTOR, 'input[type="submit"][value="Run SQL"]').click()
     wait_for(driver, lambda b: "op=rand" in b.current_url, "the query to run")
-    table_rows = wait_for(driver, lambda b: b.find_elements(By.CSS_SELECTOR, "table.rows-and-columns tbody tr"),
-                          "the answer")
+    table_rows = wait_for(
+        driver, lambda b: b.find_elements(By.CSS_SELECTOR, "table.rows-and-columns tbody tr"), "the answer"
+    )
     text = [row.text for row in table_rows]
     assert len(text) == 2
     assert any("comprehensive" in t for t in text) and any("core" in t for t in text)
@@ -257,7 +271,8 @@ def chart_marks(browser, selector):
     """(width, height, data marks drawn) of the chart under selector: vega
     draws into an svg (marks: its role-mark elements) or a canvas (marks:
     painted pixels / 100)."""
-    return browser.execute_script("""
+    return browser.execute_script(
+        """
         var el = document.querySelector(arguments[0] + ' svg.marks') ||
                  document.querySelector(arguments[0] + ' canvas');
         if (!el) { return [0, 0, 0]; }
@@ -271,13 +286,18 @@ def chart_marks(browser, selector):
             marks = el.querySelectorAll('.role-mark > path, .role-mark > line, .role-mark > rect').length;
         }
         return [box.width, box.height, marks];
-    """, selector)
+    """,
+        selector,
+    )
 
 
 def rendered_chart(browser, chart, at_least):
     """Wait until chart has drawn at least `at_least` marks; its size."""
-    return wait_for(browser, lambda b: chart_marks(b, f"#chart-{chart}")[2] >= at_least and
-                    chart_marks(b, f"#chart-{chart}"), f"the {chart} chart to render")
+    return wait_for(
+        browser,
+        lambda b: chart_marks(b, f"#chart-{chart}")[2] >= at_least and chart_marks(b, f"#chart-{chart}"),
+        f"the {chart} chart to render",
+    )
 
 
 def test_chart_renders(driver, server):
@@ -307,6 +327,7 @@ def test_chart_renders(driver, server):
 
 # -- plain datasette, zlstore's plugin from its entry point ------------------------------
 
+
 def test_plain_datasette_verdicts_page(driver, plain_server, example_source):
     from selenium.webdriver.common.by import By
 
@@ -324,12 +345,16 @@ def test_plain_datasette_median_and_canned_query(driver, plain_server):
     from selenium.webdriver.common.by import By
 
     driver.get(plain_server + "/examples?sql=select+median(column1)+as+m+from+(values+(1),(10),(2),(4))")
-    cell = wait_for(driver, lambda b: b.find_elements(By.CSS_SELECTOR, "table.rows-and-columns td.col-m"),
-                    "the median")[0]
+    cell = wait_for(
+        driver, lambda b: b.find_elements(By.CSS_SELECTOR, "table.rows-and-columns td.col-m"), "the median"
+    )[0]
     assert cell.text == "3.0"
     driver.get(plain_server + "/examples/noise_floor?op=rand")
-    table_rows = wait_for(driver, lambda b: b.find_elements(By.CSS_SELECTOR, "table.rows-and-columns tbody tr"),
-                          "the canned query's answer")
+    table_rows = wait_for(
+        driver,
+        lambda b: b.find_elements(By.CSS_SELECTOR, "table.rows-and-columns tbody tr"),
+        "the canned query's answer",
+    )
     assert driver.find_element(By.CSS_SELECTOR, "h1").text == "Noise floor of one operator"
     assert len(table_rows) == 2
     assert_loaded_only_from(driver, plain_server)

@@ -37,15 +37,17 @@ def test_the_documented_help_is_the_help_now(path):
     from .readme_tour import help_text
 
     docs = [README, *(p.read_text() for p in sorted((ROOT / "docs").glob("**/*.md")))]
-    assert any(help_text(path).rstrip() in doc for doc in docs), \
+    assert any(help_text(path).rstrip() in doc for doc in docs), (
         f"zlstore {' '.join(path)} --help differs from the documented one: run cog -r on the reference"
+    )
 
 
 @pytest.mark.parametrize("path,command", list(all_commands()), ids=[" ".join(p) for p, _ in all_commands()])
 def test_examples_are_printed_as_written(path, command):
     """Click rewraps paragraphs; an example joined onto one line teaches nothing."""
-    written = [line.strip() for line in command.help.split("Example")[-1].splitlines()
-               if line.strip().startswith("zlstore")]
+    written = [
+        line.strip() for line in command.help.split("Example")[-1].splitlines() if line.strip().startswith("zlstore")
+    ]
     printed = [line.strip() for line in CliRunner().invoke(cli, [*path, "--help"]).output.splitlines()]
     assert written and all(line in printed for line in written)
 
@@ -56,6 +58,7 @@ def test_example_lines_are_aligned(path):
     (a blank line inside ends click's \\b block and shifts what follows)."""
     printed = CliRunner().invoke(cli, [*path, "--help"]).output
     block = printed.split("Example:")[-1].split("Options:")[0]
-    starts = {len(line) - len(line.lstrip()) for line in block.splitlines()
-              if line.strip() and not line.startswith(" " * 12)}  # continuation lines go deeper
+    starts = {
+        len(line) - len(line.lstrip()) for line in block.splitlines() if line.strip() and not line.startswith(" " * 12)
+    }  # continuation lines go deeper
     assert len(starts) == 1, block

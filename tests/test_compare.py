@@ -72,11 +72,13 @@ def test_a_root_of_mixed_calibers_is_refused(example_store, example_source):
     a, b = manifest["comparable_roots"][0]
     other = example_store.conn.execute(
         "SELECT caliber_id FROM cells WHERE root_id = ? AND caliber_id IS NOT NULL LIMIT 1",
-        (example_store.root(manifest["incomparable_roots"][0][1])["id"],)).fetchone()[0]
+        (example_store.root(manifest["incomparable_roots"][0][1])["id"],),
+    ).fetchone()[0]
     with example_store.conn:
         example_store.conn.execute(
             "UPDATE cells SET caliber_id = ? WHERE id = (SELECT min(id) FROM cells WHERE root_id = ?)",
-            (other, example_store.root(b)["id"]))
+            (other, example_store.root(b)["id"]),
+        )
     with pytest.raises(judge.CaliberMismatch) as raised:
         judge.compare(example_store, a, b)
     assert any("|" in vb for _, _, vb in raised.value.differences)

@@ -27,14 +27,19 @@ def screen_root(base: Path, name: str = "ab_rlc_1") -> Path:
     a cell.env, a run.log with one counted row and a kernel with its .json."""
     root = base / name
     write_root_env(root)
-    (root / "screen.tsv").write_text(SCREEN_HEADER + "topk\tfloat16\tIR_CHANGED\t1\t1\t0\t0\t10\t11\n"
-                                     "argmax\tfloat16\tNO_IR_DIFF\t1\t1\t0\t0\t5\t5\n")
+    (root / "screen.tsv").write_text(
+        SCREEN_HEADER + "topk\tfloat16\tIR_CHANGED\t1\t1\t0\t0\t10\t11\nargmax\tfloat16\tNO_IR_DIFF\t1\t1\t0\t0\t5\t5\n"
+    )
     for op, same in (("topk", False), ("argmax", True)):
         for side in ("before", "after"):
             text = IR if same or side == "before" else IR.replace("%1", "%2")
-            write_cell(root / f"{op}_float16_{side}", record(op=op), env={"RC": 0, "ELAPSED_S": 10},
-                       kernels={f"h{side}/{op}_kernel.ttgir": text, f"h{side}/{op}_kernel.json": '{"num_warps": 4}'},
-                       index=f"{op}_kernel\th{side}\tx\n")
+            write_cell(
+                root / f"{op}_float16_{side}",
+                record(op=op),
+                env={"RC": 0, "ELAPSED_S": 10},
+                kernels={f"h{side}/{op}_kernel.ttgir": text, f"h{side}/{op}_kernel.json": '{"num_warps": 4}'},
+                index=f"{op}_kernel\th{side}\tx\n",
+            )
     return root
 
 
@@ -42,8 +47,12 @@ def ingest(paths, db, *options):
     """`zlstore ingest` in a process of its own, bounded in time: (exit
     status, the JSON summary, stderr)."""
     paths = [str(p) for p in (paths if isinstance(paths, (list, tuple)) else [paths])]
-    done = subprocess.run([sys.executable, "-m", "zlstore", "ingest", *paths, "--db", str(db), "--json", *options],
-                          capture_output=True, text=True, timeout=TIMEOUT)
+    done = subprocess.run(
+        [sys.executable, "-m", "zlstore", "ingest", *paths, "--db", str(db), "--json", *options],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert "Traceback" not in done.stderr, done.stderr
     return done.returncode, json.loads(done.stdout), done.stderr
 
@@ -115,12 +124,17 @@ def test_a_tsv_whose_header_names_a_column_twice_is_not_used(example_tree, tmp_p
     partition.write_text("\n".join([lines[0] + "\tcard", *(line + "\t7" for line in lines[1:])]) + "\n")
     status, summary, _ = ingest(tree, tmp_path / "z.db")
     assert status == 1
-    assert messages(summary, screen) == ["the header names a column twice: 'op' (columns 1 and 4); "
-                                         "no row is used (which of them a value belongs to is unknown)"]
+    assert messages(summary, screen) == [
+        "the header names a column twice: 'op' (columns 1 and 4); "
+        "no row is used (which of them a value belongs to is unknown)"
+    ]
     assert (str(screen), 1) in problem_files(summary) and (str(partition), 1) in problem_files(summary)
     assert "'card' (columns 1 and 5)" in messages(summary, partition)[0]
-    assert stored(tmp_path / "z.db", "SELECT count(*) FROM recorded_verdicts v JOIN roots r ON r.id = v.root_id "
-                                     "WHERE r.name = 'ab_rlc_20261015_120000'") == [(0,)]
+    assert stored(
+        tmp_path / "z.db",
+        "SELECT count(*) FROM recorded_verdicts v JOIN roots r ON r.id = v.root_id "
+        "WHERE r.name = 'ab_rlc_20261015_120000'",
+    ) == [(0,)]
     assert stored(tmp_path / "z.db", "SELECT count(*) FROM partitions") == [(0,)]
     assert stored(tmp_path / "z.db", "SELECT count(*) FROM cells") == [(manifest["cells"],)]
     screened = CliRunner().invoke(cli, ["screen", "ab_rlc_20261015_120000", "--db", str(tmp_path / "z.db")])
@@ -155,8 +169,10 @@ def test_integers_beyond_64_bits_are_named_and_unknown(example_tree, tmp_path):
     assert any("elapsed_after: 'abc' is not a number" in m for m in messages(summary, screen))
     assert stored(tmp_path / "z.db", "SELECT count(*) FROM cells") == [(manifest["cells"],)]
     assert stored(tmp_path / "z.db", "SELECT rounds, cards FROM roots WHERE kind = 'campaign'") == [(None, None)]
-    assert stored(tmp_path / "z.db", "SELECT count(*) FROM recorded_verdicts WHERE rc_before IS NULL AND line = 4 "
-                                     "AND file = 'screen.tsv'") == [(1,)]
+    assert stored(
+        tmp_path / "z.db",
+        "SELECT count(*) FROM recorded_verdicts WHERE rc_before IS NULL AND line = 4 AND file = 'screen.tsv'",
+    ) == [(1,)]
 
 
 # -- names, permissions, lengths ------------------------------------------------------------------
@@ -182,7 +198,8 @@ def test_newlines_in_names_are_stored_and_named(tmp_path):
     root = screen_root(tmp_path / "runs")
     os.rename(root / "argmax_float16_after", root / "argmax\nx_float16_after")
     (root / "topk_float16_before" / "triton_cache" / "hbefore" / "topk_kernel.ttgir").rename(
-        root / "topk_float16_before" / "triton_cache" / "hbefore" / "topk\nkernel.ttgir")
+        root / "topk_float16_before" / "triton_cache" / "hbefore" / "topk\nkernel.ttgir"
+    )
     status, summary, _ = ingest(tmp_path / "runs", tmp_path / "z.db")
     assert status == 1 and summary["cells_added"] == 4
     assert any("control character" in m for m in messages(summary, root / "argmax\nx_float16_after"))
@@ -218,8 +235,10 @@ def test_unreadable_cell_directory_costs_its_cell(nobody_dir):
     summary = json.loads(done.stdout)
     assert done.returncode == 1
     assert summary["cells_added"] == 3
-    assert any("cannot list this directory" in m and "Permission denied" in m
-               for m in messages(summary, root / "topk_float16_before"))
+    assert any(
+        "cannot list this directory" in m and "Permission denied" in m
+        for m in messages(summary, root / "topk_float16_before")
+    )
 
 
 # -- what was stored and never reported -------------------------------------------------------------
@@ -241,8 +260,9 @@ def test_bad_values_in_cell_files_are_named(tmp_path):
         meta = cell / "triton_cache" / f"h{side}" / "topk_kernel.json"
         assert any("not JSON" in m for m in messages(summary, meta))
     # RC unknown in cell.env: the next source, the root's screen.tsv row, gives it
-    assert stored(tmp_path / "z.db", "SELECT rc, rc_source FROM cells WHERE path = ?", (str(before),)) == \
-        [(0, "screen.tsv")]
+    assert stored(tmp_path / "z.db", "SELECT rc, rc_source FROM cells WHERE path = ?", (str(before),)) == [
+        (0, "screen.tsv")
+    ]
 
 
 def test_dangling_links_are_named(tmp_path):
@@ -274,8 +294,12 @@ def test_one_bad_record_costs_its_rows_only(tmp_path):
     assert (str(cell / "run.log"), 2) in named and (str(cell / "run.log"), 3) in named
     assert any("beyond 64 bits" in m for m in messages(summary, cell / "run.log"))
     assert any("surrogate" in m for m in messages(summary, cell / "run.log"))
-    rows = stored(tmp_path / "z.db", "SELECT m.line, m.shape FROM measurements m JOIN cells c ON c.id = m.cell_id "
-                                     "WHERE c.path = ? ORDER BY m.line, m.idx", (str(cell),))
+    rows = stored(
+        tmp_path / "z.db",
+        "SELECT m.line, m.shape FROM measurements m JOIN cells c ON c.id = m.cell_id "
+        "WHERE c.path = ? ORDER BY m.line, m.idx",
+        (str(cell),),
+    )
     assert rows == [(1, "[[32]]"), (3, "[[64]]")]  # the rest of the cell, and of the record
 
 
@@ -290,14 +314,19 @@ def test_a_record_that_cannot_be_read_is_named_for_what_it_is(tmp_path):
     (deep / "run.log").write_text("\n".join([good, "[INFO] " + '{"a":' * 5000 + "1" + "}" * 5000]) + "\n")
     status, summary, stderr = ingest(tmp_path / "runs", tmp_path / "z.db")
     assert status == 1 and summary["cells_added"] == 4
-    assert [(p["line"], p["message"]) for p in summary["problems"] if p["file"] == str(nul / "run.log")] == \
-        [(2, f"record holds a NUL byte at column {bad.index(chr(0)) + 1}")]
-    assert [(p["line"], p["message"]) for p in summary["problems"] if p["file"] == str(deep / "run.log")] == \
-        [(2, "record nested too deeply to read (5000 levels)")]
+    assert [(p["line"], p["message"]) for p in summary["problems"] if p["file"] == str(nul / "run.log")] == [
+        (2, f"record holds a NUL byte at column {bad.index(chr(0)) + 1}")
+    ]
+    assert [(p["line"], p["message"]) for p in summary["problems"] if p["file"] == str(deep / "run.log")] == [
+        (2, "record nested too deeply to read (5000 levels)")
+    ]
     assert "cut off" not in stderr
     for cell in (nul, deep):
-        assert stored(tmp_path / "z.db", "SELECT m.shape FROM measurements m JOIN cells c ON c.id = m.cell_id "
-                                         "WHERE c.path = ?", (str(cell),)) == [("[[32]]",)]
+        assert stored(
+            tmp_path / "z.db",
+            "SELECT m.shape FROM measurements m JOIN cells c ON c.id = m.cell_id WHERE c.path = ?",
+            (str(cell),),
+        ) == [("[[32]]",)]
 
 
 def test_bytes_that_are_not_utf8_are_named_in_any_info_line():
@@ -332,6 +361,7 @@ def test_links_out_of_the_root_are_not_followed(tmp_path):
     assert stored(tmp_path / "z.db", "SELECT n_counted FROM cells WHERE path = ?", (str(inside),)) == [(1,)]
     with Store(tmp_path / "z.db") as store:
         import zlib
+
         texts = [zlib.decompress(d) for (d,) in store.conn.execute("SELECT data FROM blobs")]
     assert not any(b"secret" in t for t in texts)
 
@@ -341,6 +371,7 @@ def test_a_triton_cache_that_links_elsewhere_is_not_entered(tmp_path):
     before, after = root / "argmax_float16_before", root / "argmax_float16_after"
     other = screen_root(tmp_path / "other")  # a directory with kernels of its own
     import shutil
+
     shutil.rmtree(before / "triton_cache")
     (before / "triton_cache").symlink_to(other / "topk_float16_after" / "triton_cache")
     shutil.rmtree(after / "triton_cache")
@@ -348,8 +379,9 @@ def test_a_triton_cache_that_links_elsewhere_is_not_entered(tmp_path):
     status, summary, _ = ingest(tmp_path / "runs", tmp_path / "z.db")
     assert status == 1 and summary["cells_added"] == 4
     assert any("symbolic link" in m for m in messages(summary, before / "triton_cache"))
-    assert stored(tmp_path / "z.db", "SELECT n_kernels, ir_incomplete FROM cells WHERE path IN (?, ?)",
-                  (str(before), str(after))) == [(0, 1), (0, 1)]
+    assert stored(
+        tmp_path / "z.db", "SELECT n_kernels, ir_incomplete FROM cells WHERE path IN (?, ?)", (str(before), str(after))
+    ) == [(0, 1), (0, 1)]
     assert stored(tmp_path / "z.db", "SELECT verdict FROM verdicts WHERE op = 'argmax'") == [("IR_UNREAD",)]
 
 
@@ -400,8 +432,12 @@ def test_record_of_a_cell_with_a_fifo_cell_env(tmp_path):
     cell = root / "topk_float16_before"
     (cell / "cell.env").unlink()
     os.mkfifo(cell / "cell.env")
-    done = subprocess.run([sys.executable, "-m", "zlstore", "record", str(cell), "--db", str(tmp_path / "z.db")],
-                          capture_output=True, text=True, timeout=TIMEOUT)
+    done = subprocess.run(
+        [sys.executable, "-m", "zlstore", "record", str(cell), "--db", str(tmp_path / "z.db")],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     # record that stored nothing exits 2 (issue 13: never 1), naming the FIFO
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert f"{cell / 'cell.env'}: not stored: a FIFO" in done.stderr and "nothing recorded" in done.stderr
@@ -454,8 +490,9 @@ def test_problems_stay_open_until_their_file_changes(example_tree, tmp_path):
     assert "1 found by an earlier ingest still open" in stderr
     result = CliRunner().invoke(cli, ["problems", "ab_rlc_20261012_101500", "--db", str(db), "--json"])
     assert result.exit_code == 1
-    assert [(p["file"], p["line"], p["root"]) for p in json.loads(result.stdout)] == \
-        [(str(truncated), 26, "ab_rlc_20261012_101500")]
+    assert [(p["file"], p["line"], p["root"]) for p in json.loads(result.stdout)] == [
+        (str(truncated), 26, "ab_rlc_20261012_101500")
+    ]
     table = CliRunner().invoke(cli, ["problems", "--db", str(db)])
     assert "record cut off mid-JSON" in table.output.splitlines()[2]
     assert CliRunner().invoke(cli, ["problems", "campaign_20261013_090000", "--db", str(db)]).exit_code == 0
@@ -491,10 +528,12 @@ def test_a_cell_without_dtype_takes_it_from_its_one_screen_row(tmp_path):
         (cell / "cell.env").unlink()
         cell.rename(root / f"argmax_{side}")
     ingest(tmp_path / "runs", tmp_path / "z.db")
-    assert stored(tmp_path / "z.db", "SELECT DISTINCT dtype, dtype_source FROM cells WHERE op = 'argmax'") == \
-        [("float16", "screen.tsv")]
-    assert stored(tmp_path / "z.db", "SELECT dtype, verdict FROM verdicts WHERE op = 'argmax'") == \
-        [("float16", "NO_IR_DIFF")]  # one pair, not split in two
+    assert stored(tmp_path / "z.db", "SELECT DISTINCT dtype, dtype_source FROM cells WHERE op = 'argmax'") == [
+        ("float16", "screen.tsv")
+    ]
+    assert stored(tmp_path / "z.db", "SELECT dtype, verdict FROM verdicts WHERE op = 'argmax'") == [
+        ("float16", "NO_IR_DIFF")
+    ]  # one pair, not split in two
 
 
 # -- a full disk --------------------------------------------------------------------------------------------
@@ -506,8 +545,9 @@ def small_disk(tmp_path):
     may not mount one."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs to fill (needs root): {done.stderr.strip()}")
     try:
@@ -582,10 +622,15 @@ def test_a_database_before_open_problems_keeps_its_problems_open(example_source,
         for index in ("ingest_problems_open", "ingest_problems_cell", "ingest_problems_root", "ab_range_rows_unjudged"):
             conn.execute(f"DROP INDEX {index}")
         judged = ("finding", "finding_position", "to_settle", "noise_floor", "clears_floor", "floor_note", "judged")
-        for table, column in (("ingest_problems", "cell_id"), ("ingest_problems", "root_id"),
-                              ("ingest_problems", "closed_by"), ("cells", "ir_incomplete"),
-                              ("cells", "test_outcome"), ("cells", "test_reason"),  # release 11's
-                              *(("ab_range_rows", column) for column in judged)):  # release 9's
+        for table, column in (
+            ("ingest_problems", "cell_id"),
+            ("ingest_problems", "root_id"),
+            ("ingest_problems", "closed_by"),
+            ("cells", "ir_incomplete"),
+            ("cells", "test_outcome"),
+            ("cells", "test_reason"),  # release 11's
+            *(("ab_range_rows", column) for column in judged),
+        ):  # release 9's
             conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         conn.execute("DELETE FROM settings WHERE key = 'schema_hash'")
         conn.execute(f"PRAGMA user_version = {BEFORE_OPEN_PROBLEMS}")

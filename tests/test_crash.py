@@ -21,8 +21,12 @@ def make_tree(root):
     rows = tuple((n, 0.01 + n / 1e6) for n in range(1, 120))
     for n in range(CELLS // 2):
         for side in ("before", "after"):
-            write_cell(root / f"op{n:04d}_float16_{side}", record(f"op{n:04d}", latencies=rows),
-                       env={"RC": 0}, kernels={f"h{n}{side}/k{n}.ttgir": IR + f"// {n}\n"})
+            write_cell(
+                root / f"op{n:04d}_float16_{side}",
+                record(f"op{n:04d}", latencies=rows),
+                env={"RC": 0},
+                kernels={f"h{n}{side}/k{n}.ttgir": IR + f"// {n}\n"},
+            )
 
 
 def stored_cells(db_path):
@@ -41,8 +45,17 @@ def start_ingest(root, db_path, **popen) -> subprocess.Popen:
     of a fifth of a second: it commits several times before it is done,
     however fast this machine is, so that a signal lands after one of them."""
     return subprocess.Popen(
-        [sys.executable, "-c", "import zlstore.ingest; zlstore.ingest.BATCH_SECONDS = 0.2; "
-         "from zlstore.cli import cli; cli()", "ingest", str(root), "--db", str(db_path)], **popen)
+        [
+            sys.executable,
+            "-c",
+            "import zlstore.ingest; zlstore.ingest.BATCH_SECONDS = 0.2; from zlstore.cli import cli; cli()",
+            "ingest",
+            str(root),
+            "--db",
+            str(db_path),
+        ],
+        **popen,
+    )
 
 
 def test_kill_9_mid_ingest_leaves_whole_cells(tmp_path):

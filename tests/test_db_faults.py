@@ -56,8 +56,9 @@ def garbled(good: Path, path: Path):
     conn = sqlite3.connect(path)
     page_size = conn.execute("PRAGMA page_size").fetchone()[0]
     try:
-        page = conn.execute("SELECT pageno FROM dbstat WHERE name = 'cells' AND pagetype = 'leaf' "
-                            "ORDER BY pageno LIMIT 1 OFFSET 1").fetchone()[0]
+        page = conn.execute(
+            "SELECT pageno FROM dbstat WHERE name = 'cells' AND pagetype = 'leaf' ORDER BY pageno LIMIT 1 OFFSET 1"
+        ).fetchone()[0]
     except sqlite3.OperationalError:  # an SQLite built without dbstat: the table's root page
         page = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'cells'").fetchone()[0]
     conn.close()
@@ -111,15 +112,35 @@ def commands(runs: Path):
     """Every command that opens the store, with arguments that would work on a good one."""
     cell = runs / SCREEN_ROOT / "topk_float16_before"
     return {
-        "screen": ["screen"], "ab": ["ab", CAMPAIGN], "noise": ["noise"],
-        "compare": ["compare", SCREEN_ROOT, SCREEN_ROOT], "export": ["export", SCREEN_ROOT],
-        "serve": ["serve", "--get", "/zlstore.json"], "rescore": ["rescore"], "plan": ["plan", SCREEN_ROOT],
-        "check": ["check"], "init": ["init"], "ingest": ["ingest", str(runs)], "record": ["record", str(cell)],
+        "screen": ["screen"],
+        "ab": ["ab", CAMPAIGN],
+        "noise": ["noise"],
+        "compare": ["compare", SCREEN_ROOT, SCREEN_ROOT],
+        "export": ["export", SCREEN_ROOT],
+        "serve": ["serve", "--get", "/zlstore.json"],
+        "rescore": ["rescore"],
+        "plan": ["plan", SCREEN_ROOT],
+        "check": ["check"],
+        "init": ["init"],
+        "ingest": ["ingest", str(runs)],
+        "record": ["record", str(cell)],
     }
 
 
-COMMANDS = ["screen", "ab", "noise", "compare", "export", "serve", "rescore", "plan", "check", "init",
-            "ingest", "record"]
+COMMANDS = [
+    "screen",
+    "ab",
+    "noise",
+    "compare",
+    "export",
+    "serve",
+    "rescore",
+    "plan",
+    "check",
+    "init",
+    "ingest",
+    "record",
+]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -168,8 +189,9 @@ def test_a_garbled_page_is_found_before_a_command_reads_around_it(example_store_
     assert result.stdout == ""
     result = CliRunner().invoke(cli, ["check", "--db", str(path), "--json"])  # a script reads what is wrong
     assert result.exit_code == 2 and "damaged" in result.stderr
-    assert json.loads(result.stdout)["problems"] == [line.removeprefix("problem: ") for line in
-                                                     result.stderr.splitlines() if line.startswith("problem: ")]
+    assert json.loads(result.stdout)["problems"] == [
+        line.removeprefix("problem: ") for line in result.stderr.splitlines() if line.startswith("problem: ")
+    ]
 
 
 def test_quick_check_on_open_is_for_small_files_and_check_does_any(example_store_path, tmp_path, monkeypatch):
@@ -199,8 +221,7 @@ def test_the_file_is_switched_to_wal_only_once_it_is_known_a_store(tmp_path, exa
 # -- a missing database ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", ["screen", "ab", "noise", "compare", "export", "serve", "rescore", "plan",
-                                     "check"])
+@pytest.mark.parametrize("command", ["screen", "ab", "noise", "compare", "export", "serve", "rescore", "plan", "check"])
 def test_a_command_that_reads_never_creates_a_database(command, runs, tmp_path):
     path = tmp_path / "typo.db"
     result = CliRunner().invoke(cli, [*commands(runs)[command], "--db", str(path)])
@@ -210,15 +231,17 @@ def test_a_command_that_reads_never_creates_a_database(command, runs, tmp_path):
 
 
 def test_a_missing_database_through_a_real_process(tmp_path):
-    result = subprocess.run(ZLSTORE + ["noise", "--db", "typo.db"], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run(
+        ZLSTORE + ["noise", "--db", "typo.db"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 2 and "no such database: typo.db" in result.stderr
     assert not list(tmp_path.iterdir())
 
 
 def test_the_hint_for_a_missing_database_is_a_command_that_runs_as_printed(tmp_path):
-    result = subprocess.run(ZLSTORE + ["noise", "--db", "my runs.db"], cwd=tmp_path, capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run(
+        ZLSTORE + ["noise", "--db", "my runs.db"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 2
     assert "zlstore init --db 'my runs.db' creates one" in result.stderr
     init = subprocess.run(ZLSTORE + ["init", "--db", "my runs.db"], cwd=tmp_path, capture_output=True, timeout=60)
@@ -267,8 +290,9 @@ READ_ONLY_CASES = {
 
 
 @pytest.mark.parametrize("case", list(READ_ONLY_CASES))
-def test_a_store_this_user_cannot_write_is_read_and_a_write_says_why(case, shared_dir, example_store_path,
-                                                                      example_source):
+def test_a_store_this_user_cannot_write_is_read_and_a_write_says_why(
+    case, shared_dir, example_store_path, example_source
+):
     file_mode, dir_mode = READ_ONLY_CASES[case]
     store_dir = shared_dir / "store"
     store_dir.mkdir()
@@ -278,9 +302,16 @@ def test_a_store_this_user_cannot_write_is_read_and_a_write_says_why(case, share
     store_dir.chmod(dir_mode)
     before = snapshot(store_dir)
 
-    for argv in (["screen", SCREEN_ROOT], ["noise"], ["ab", CAMPAIGN], ["export", SCREEN_ROOT, "--csv"],
-                 ["serve", "--get", "/zlstore/roots.json?_shape=array"], ["check"], ["rescore", "--rule", "v4"],
-                 ["rule"]):
+    for argv in (
+        ["screen", SCREEN_ROOT],
+        ["noise"],
+        ["ab", CAMPAIGN],
+        ["export", SCREEN_ROOT, "--csv"],
+        ["serve", "--get", "/zlstore/roots.json?_shape=array"],
+        ["check"],
+        ["rescore", "--rule", "v4"],
+        ["rule"],
+    ):
         read = as_nobody(ZLSTORE + [*argv, "--db", str(path)], cwd=shared_dir)
         assert read.returncode == 0, (argv, read.stderr)
     assert as_nobody(ZLSTORE + ["screen", SCREEN_ROOT, "--db", str(path)], cwd=shared_dir).stdout == expected
@@ -288,16 +319,28 @@ def test_a_store_this_user_cannot_write_is_read_and_a_write_says_why(case, share
     runs = shared_dir / "runs"
     shutil.copytree(example_source[0], runs)
     why = "the file is read-only" if case == "read-only file" else f"its directory {store_dir} is not writable"
-    for argv in (["ingest", str(runs)], ["record", str(runs / SCREEN_ROOT / "topk_float16_before")],
-                 ["rule", "v4"], ["rule", "--q-max", "0.01"], ["init"]):
+    for argv in (
+        ["ingest", str(runs)],
+        ["record", str(runs / SCREEN_ROOT / "topk_float16_before")],
+        ["rule", "v4"],
+        ["rule", "--q-max", "0.01"],
+        ["init"],
+    ):
         write = as_nobody(ZLSTORE + [*argv, "--db", str(path)], cwd=shared_dir)
         if argv == ["init"]:  # init of a current store writes nothing: it reports
             assert write.returncode == 0, write.stderr
             continue
         assert write.returncode == 2, (argv, write.stderr)
-        assert write.stderr.strip() == f"Error: cannot write {path}: {why}" + (
-            " by this user (SQLite writes results.db-wal and results.db-shm there)" if "directory" in why else
-            " for this user") + "; commands that only read it still work"
+        assert (
+            write.stderr.strip()
+            == f"Error: cannot write {path}: {why}"
+            + (
+                " by this user (SQLite writes results.db-wal and results.db-shm there)"
+                if "directory" in why
+                else " for this user"
+            )
+            + "; commands that only read it still work"
+        )
     assert snapshot(store_dir) == before
 
 
@@ -316,12 +359,16 @@ def test_an_older_store_that_cannot_be_written_is_read_through_an_upgraded_copy(
     assert f"note: {path} is from an older zlstore and read-only for this user" in result.stderr
     assert {r["op"] for r in json.loads(result.stdout)["rows"]} == {op for op, _ in floor_tree.SCREEN_PAIRS}
     found = as_nobody(ZLSTORE + ["ab", floor_tree.CAMPAIGN, "--json", "--db", str(path)], cwd=shared_dir)
-    assert found.returncode == 0 and {(r["op"], r["dtype"]): r["finding"] for r in json.loads(found.stdout)["rows"]} \
-        == floor_tree.FINDING
+    assert (
+        found.returncode == 0
+        and {(r["op"], r["dtype"]): r["finding"] for r in json.loads(found.stdout)["rows"]} == floor_tree.FINDING
+    )
     write = as_nobody(ZLSTORE + ["rule", "v4", "--db", str(path)], cwd=shared_dir)
     assert write.returncode == 2, write.stderr
-    assert write.stderr.strip().splitlines()[-1] == \
-        f"Error: cannot write {path}: the file is read-only for this user; commands that only read it still work"
+    assert (
+        write.stderr.strip().splitlines()[-1]
+        == f"Error: cannot write {path}: the file is read-only for this user; commands that only read it still work"
+    )
     assert path.read_bytes() == before and not list(shared_dir.glob("old.db-*"))
 
 

@@ -36,8 +36,9 @@ def kernel(cell: Path, cache: str, name: str, text: str, warps: int = 4, stages:
     directory = cell / "triton_cache" / cache
     directory.mkdir(parents=True, exist_ok=True)
     (directory / f"{name}.ttgir").write_text(text)
-    (directory / f"{name}.json").write_text(json.dumps(
-        {"name": name, "num_warps": warps, "num_stages": stages, "shared": shared}))
+    (directory / f"{name}.json").write_text(
+        json.dumps({"name": name, "num_warps": warps, "num_stages": stages, "shared": shared})
+    )
 
 
 def screening_root(runs: Path, name: str, pairs: dict):
@@ -45,14 +46,29 @@ def screening_root(runs: Path, name: str, pairs: dict):
     kernel arg: (cache dir, name, text[, warps, stages, shared]))."""
     root = runs / name
     root.mkdir(parents=True)
-    env = {"KIND": "screen", "SWITCH": generator.SWITCH, "HOST": generator.HOST, "STARTED_AT": "2026-10-12T10:15:00",
-           **generator.SCREEN_CALIBER}
+    env = {
+        "KIND": "screen",
+        "SWITCH": generator.SWITCH,
+        "HOST": generator.HOST,
+        "STARTED_AT": "2026-10-12T10:15:00",
+        **generator.SCREEN_CALIBER,
+    }
     (root / "root.env").write_text("".join(f"{k}={v}\n" for k, v in env.items()))
     for op, sides in pairs.items():
         for side, kernels in sides.items():
             cell = root / cell_dir_name(op, DTYPE, side)
-            write_cell(cell, CellSpec(op=op, dtype=DTYPE, side=side, round=0, card=0, index_tsv=False,
-                                      rows=[RowSpec(shape=[[64, 1024], 32], latency=0.02)]))
+            write_cell(
+                cell,
+                CellSpec(
+                    op=op,
+                    dtype=DTYPE,
+                    side=side,
+                    round=0,
+                    card=0,
+                    index_tsv=False,
+                    rows=[RowSpec(shape=[[64, 1024], 32], latency=0.02)],
+                ),
+            )
             for args in kernels:
                 kernel(cell, *args)
     return root
@@ -77,24 +93,34 @@ TEXT = {
 
 PAIRS = {
     # one convert_layout more in k_kernel; other_kernel unchanged
-    "cl": {"before": [("AAA", "k_kernel", TEXT["k"]), ("BBB", "other_kernel", TEXT["other"])],
-           "after": [("CCC", "k_kernel", TEXT["k+1"]), ("DDD", "other_kernel", TEXT["other"])]},
+    "cl": {
+        "before": [("AAA", "k_kernel", TEXT["k"]), ("BBB", "other_kernel", TEXT["other"])],
+        "after": [("CCC", "k_kernel", TEXT["k+1"]), ("DDD", "other_kernel", TEXT["other"])],
+    },
     # new_kernel compiled after only
-    "added": {"before": [("AAA", "k_kernel", TEXT["k"])],
-              "after": [("BBB", "k_kernel", TEXT["k"]), ("CCC", "new_kernel", TEXT["new"])]},
+    "added": {
+        "before": [("AAA", "k_kernel", TEXT["k"])],
+        "after": [("BBB", "k_kernel", TEXT["k"]), ("CCC", "new_kernel", TEXT["new"])],
+    },
     # the same IR compiled from generated sources under two cache paths
     "locs": {"before": [("AAA", "loc_kernel", TEXT["locA"])], "after": [("BBB", "loc_kernel", TEXT["locB"])]},
     # two kernels of one name: variant 0 unchanged, variant 1 one convert_layout more (stored
     # in the other order after: only text pairs them right)
-    "several": {"before": [("A0", "multi_kernel", TEXT["m0"]), ("A1", "multi_kernel", TEXT["m1"])],
-                "after": [("B0", "multi_kernel", TEXT["m1+1"]), ("B1", "multi_kernel", TEXT["m0"])]},
+    "several": {
+        "before": [("A0", "multi_kernel", TEXT["m0"]), ("A1", "multi_kernel", TEXT["m1"])],
+        "after": [("B0", "multi_kernel", TEXT["m1+1"]), ("B1", "multi_kernel", TEXT["m0"])],
+    },
     # two of one name differing only in loc paths, stored in the other order after
-    "severallocs": {"before": [("A0", "multi_kernel", TEXT["m0A"]), ("A1", "multi_kernel", TEXT["m1A"])],
-                    "after": [("B0", "multi_kernel", TEXT["m1B"]), ("B1", "multi_kernel", TEXT["m0B"])]},
+    "severallocs": {
+        "before": [("A0", "multi_kernel", TEXT["m0A"]), ("A1", "multi_kernel", TEXT["m1A"])],
+        "after": [("B0", "multi_kernel", TEXT["m1B"]), ("B1", "multi_kernel", TEXT["m0B"])],
+    },
     # two of one name under different launch configurations, both changed, stored in the other
     # order after: only their configurations pair them right
-    "configs": {"before": [("A0", "multi_kernel", TEXT["m0"], 4), ("A1", "multi_kernel", TEXT["m1"], 8)],
-                "after": [("B0", "multi_kernel", TEXT["m1+1"], 8), ("B1", "multi_kernel", TEXT["m0+1"], 4)]},
+    "configs": {
+        "before": [("A0", "multi_kernel", TEXT["m0"], 4), ("A1", "multi_kernel", TEXT["m1"], 8)],
+        "after": [("B0", "multi_kernel", TEXT["m1+1"], 8), ("B1", "multi_kernel", TEXT["m0+1"], 4)],
+    },
     "none": {"before": [], "after": []},
     "unread": {"before": [("AAA", "k_kernel", TEXT["k"])], "after": [("BBB", "k_kernel", TEXT["k"])]},
 }
@@ -129,8 +155,10 @@ def by_status(document):
 def changed_lines(diff_text):
     """The removed and added lines of a unified diff, without its headers."""
     lines = diff_text.splitlines()
-    return ([l[1:] for l in lines if l.startswith("-") and not l.startswith("---")],
-            [l[1:] for l in lines if l.startswith("+") and not l.startswith("+++")])
+    return (
+        [l[1:] for l in lines if l.startswith("-") and not l.startswith("---")],
+        [l[1:] for l in lines if l.startswith("+") and not l.startswith("+++")],
+    )
 
 
 # -- the library ------------------------------------------------------------------------
@@ -141,8 +169,12 @@ def test_one_convert_layout_more(store, standin):
     assert document["form"] == "pair" and document["verdict"] == "IR_CHANGED" and document["ir_differs"]
     assert by_status(document) == {"changed": 1, "same": 1}
     k, other = document["kernels"]
-    assert (k["kernel"], k["status"], other["kernel"], other["status"]) == \
-        ("k_kernel", "changed", "other_kernel", "same")
+    assert (k["kernel"], k["status"], other["kernel"], other["status"]) == (
+        "k_kernel",
+        "changed",
+        "other_kernel",
+        "same",
+    )
     assert (k["convert_layouts_before"], k["convert_layouts_after"]) == (2, 3)
     assert (k["num_warps_before"], k["num_stages_before"], k["shared_before"]) == (4, 3, 0)
     removed, added = changed_lines(k["diff"])
@@ -186,8 +218,7 @@ def test_only_loc_paths_differ_v3_against_v4(store):
 def test_several_kernels_of_one_name_pair_by_text_first(store):
     document = irdiff.diff(store, ROOT, "several")
     rows = document["kernels"]
-    assert [(r["status"], r["paired_by"]) for r in rows] == [
-        ("same", irdiff.BY_RULE), ("changed", irdiff.BY_CONFIG)]
+    assert [(r["status"], r["paired_by"]) for r in rows] == [("same", irdiff.BY_RULE), ("changed", irdiff.BY_CONFIG)]
     assert (rows[0]["cache_dir_before"], rows[0]["cache_dir_after"]) == ("A0", "B1")
     assert (rows[1]["cache_dir_before"], rows[1]["cache_dir_after"]) == ("A1", "B0")
     assert (rows[1]["convert_layouts_before"], rows[1]["convert_layouts_after"]) == (2, 3)
@@ -196,14 +227,17 @@ def test_several_kernels_of_one_name_pair_by_text_first(store):
 def test_several_of_one_name_differing_in_locations_pair_by_the_strictest_rule(store):
     rows = irdiff.diff(store, ROOT, "severallocs")["kernels"]
     assert [(r["cache_dir_before"], r["cache_dir_after"], r["paired_by"]) for r in rows] == [
-        ("A0", "B1", irdiff.BY_STRICTEST), ("A1", "B0", irdiff.BY_STRICTEST)]
+        ("A0", "B1", irdiff.BY_STRICTEST),
+        ("A1", "B0", irdiff.BY_STRICTEST),
+    ]
     assert all(r["note"] and "source locations" in r["note"] for r in rows)
 
 
 def test_several_of_one_name_pair_by_launch_configuration(store):
     rows = irdiff.diff(store, ROOT, "configs", rule="v4")["kernels"]
-    assert [(r["cache_dir_before"], r["cache_dir_after"], r["num_warps_before"], r["num_warps_after"])
-            for r in rows] == [("A0", "B1", 4, 4), ("A1", "B0", 8, 8)]
+    assert [
+        (r["cache_dir_before"], r["cache_dir_after"], r["num_warps_before"], r["num_warps_after"]) for r in rows
+    ] == [("A0", "B1", 4, 4), ("A1", "B0", 8, 8)]
     assert [(r["status"], r["paired_by"]) for r in rows] == [("changed", irdiff.BY_CONFIG)] * 2
 
 
@@ -274,15 +308,18 @@ def test_cli_no_triton_and_ir_unread_exit_1(standin):
     assert "after: its IR was not read in full (IR_UNREAD)" in unread.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    ((ROOT, "nope"), f"no op 'nope' in {ROOT}; its ops: added:float16, cl:float16, configs:float16"),
-    ((ROOT, "cl:float32"), "no cl:float32 in ab_rlc_20261012_101500; cl was run as cl:float16"),
-    (("ab_nowhere", "cl"), "no root 'ab_nowhere'"),
-    ((ROOT, "cl", "--round", "2"), "is a screening root: its one pair is round 0; drop --round"),
-    ((ROOT, "cl", "--side", "after"), "--side is for two roots"),
-    ((ROOT, "cl", "--kernel", "nope"), "no kernel 'nope'"),
-    ((ROOT, "cl", "--rule", "v9"), "'v9' is not one of"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ((ROOT, "nope"), f"no op 'nope' in {ROOT}; its ops: added:float16, cl:float16, configs:float16"),
+        ((ROOT, "cl:float32"), "no cl:float32 in ab_rlc_20261012_101500; cl was run as cl:float16"),
+        (("ab_nowhere", "cl"), "no root 'ab_nowhere'"),
+        ((ROOT, "cl", "--round", "2"), "is a screening root: its one pair is round 0; drop --round"),
+        ((ROOT, "cl", "--side", "after"), "--side is for two roots"),
+        ((ROOT, "cl", "--kernel", "nope"), "no kernel 'nope'"),
+        ((ROOT, "cl", "--rule", "v9"), "'v9' is not one of"),
+    ],
+)
 def test_cli_usage_errors_exit_2(standin, args, message):
     result = run(standin, *args)
     assert result.exit_code == 2 and message in result.stderr, result.output
@@ -290,8 +327,12 @@ def test_cli_usage_errors_exit_2(standin, args, message):
 
 def test_cli_in_a_real_process_on_a_pipe(standin):
     """Run as a user runs it: exit status and plain text through a pipe."""
-    done = subprocess.run([sys.executable, "-m", "zlstore", "diff", ROOT, "added", "--db", str(standin[0])],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "zlstore", "diff", ROOT, "added", "--db", str(standin[0])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert re.search(r"^new_kernel\s+only after\s+1\s", done.stdout, re.M) and "\x1b[" not in done.stdout
 
@@ -309,8 +350,9 @@ def test_datasette_page_of_a_pair(standin):
     rows = fetch(ds, f"/diff/kernel_diff.json?_shape=array&{query}").json()
     with Store(standin[0]) as store:
         expected = irdiff.diff(store, ROOT, "cl")["kernels"]
-    assert [(r["kernel"], r["status"], r["paired_by"], r["ir_diff"]) for r in rows] == \
-        [(e["kernel"], e["status"], e["paired_by"], e["diff"]) for e in expected]
+    assert [(r["kernel"], r["status"], r["paired_by"], r["ir_diff"]) for r in rows] == [
+        (e["kernel"], e["status"], e["paired_by"], e["diff"]) for e in expected
+    ]
     assert [(r["convert_layout"], r["num_warps"], r["shared"]) for r in rows] == [("2 -> 3", "4", "0"), ("2", "4", "0")]
     page = fetch(ds, f"/diff/kernel_diff?{query}").text
     assert '<pre class="zlstore-diff">' in page
@@ -378,8 +420,21 @@ def test_real_campaign_needs_a_round(real):
     result = CliRunner().invoke(cli, ["diff", REAL_CAMPAIGN, "topk", "--db", str(real)])
     assert result.exit_code == 2
     assert "is a campaign root: give --round N (its rounds of topk:float16: 1, 2, 3)" in result.stderr
-    two = CliRunner().invoke(cli, ["diff", f"{REAL_SCREEN}:topk", f"{REAL_CAMPAIGN}:topk", "--round", "1",
-                                   "--rule", "v4", "--no-diff", "--db", str(real)])
+    two = CliRunner().invoke(
+        cli,
+        [
+            "diff",
+            f"{REAL_SCREEN}:topk",
+            f"{REAL_CAMPAIGN}:topk",
+            "--round",
+            "1",
+            "--rule",
+            "v4",
+            "--no-diff",
+            "--db",
+            str(real),
+        ],
+    )
     assert two.exit_code == 0 and "\n17 same (v4: " in two.stdout
 
 
@@ -404,13 +459,16 @@ def test_an_ir_text_colors_nothing_on_a_terminal(tmp_path):
     tree) reaches the terminal escaped, colored only where diff colors it;
     --json keeps the exact text."""
     evil = TEXT["k+1"].replace("module", "\x1b[2J\x1b]0;owned\x07module", 1)
-    screening_root(tmp_path / "runs", ROOT, {"esc": {"before": [("AAA", "k_kernel", TEXT["k"])],
-                                                     "after": [("BBB", "k_kernel", evil)]}})
+    screening_root(
+        tmp_path / "runs",
+        ROOT,
+        {"esc": {"before": [("AAA", "k_kernel", TEXT["k"])], "after": [("BBB", "k_kernel", evil)]}},
+    )
     db = tmp_path / "s.db"
     with Store(db) as store:
         store.ingest(tmp_path / "runs")
     shown = CliRunner().invoke(cli, ["diff", ROOT, "esc", "--db", str(db)], color=True).stdout
     assert "\x1b[2J" not in shown and "\x07" not in shown and "\\x1b[2J\\x1b]0;owned\\x07" in shown
-    assert "\x1b[32m+" in shown                                   # diff's own colors stay
+    assert "\x1b[32m+" in shown  # diff's own colors stay
     document = json.loads(CliRunner().invoke(cli, ["diff", ROOT, "esc", "--json", "--db", str(db)]).stdout)
     assert "\x1b[2J\x1b]0;owned\x07" in document["kernels"][0]["diff"]

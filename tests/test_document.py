@@ -30,7 +30,7 @@ def report(db, *args):
 
 def marks(svg_text):
     """id -> stroke colour of every interval-N / effect-N mark in a forest SVG."""
-    root = ET.fromstring(svg_text[svg_text.index("<svg"):])
+    root = ET.fromstring(svg_text[svg_text.index("<svg") :])
     found = {}
     for group in root.iter(f"{SVG}g"):
         gid = group.get("id", "")
@@ -59,7 +59,7 @@ def test_markdown_links_its_picture_written_beside_it(example_store_path, ranges
     # the findings table at a readable width: notes in a list below it, no fingerprint
     findings = text.split("## Findings")[1].split("## ")[0]
     table = [line for line in findings.splitlines() if line.startswith("|")]
-    assert len(table) == 2 + len(ranges) and max(map(len, table)) <= 140   # ab -t --fmt github was 337
+    assert len(table) == 2 + len(ranges) and max(map(len, table)) <= 140  # ab -t --fmt github was 337
     assert not re.search(r"[0-9a-f]{64}", text)
     assert "- constant_pad_nd float16 [[1024,1024],[3,3]]: more rounds: at least 8 in all" in text
 
@@ -112,7 +112,7 @@ def test_a_screening_root_reports_verdicts_hints_and_labelled_ranges(example_sto
     assert "11 pairs under rule v3: 0 DUPLICATE_CELL, 1 TRUNCATED, 2 NO_ROWS" in text
     assert "| abs  | float16 | 0.9905 .. 1 .. 1.014" in text and "differs only in source locations" in text
     assert "| argmax     | float16 | NO_IR_DIFF | noise floor" in text
-    assert "![" not in text          # no picture: nothing was written beside it
+    assert "![" not in text  # no picture: nothing was written beside it
     assert "## Problems" in text and "record cut off mid-JSON" in text
 
 
@@ -127,7 +127,8 @@ def test_the_report_says_what_the_cells_ran_on(example_store):
     found = example_store.root(CAMPAIGN)
     assert {r["what"] for r in document.provenance_rows(example_store, found)} >= {"host", "root directory"}
     assert "ran on: unknown (its cells record no environment)" in document.markdown(
-        document.build(example_store, CAMPAIGN))
+        document.build(example_store, CAMPAIGN)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -149,16 +150,20 @@ def test_the_html_report_renders_offline_in_a_browser(browser, example_store_pat
                     .map(p => { const box = p.getBBox(); return [p.parentNode.id, box.width,
                                 getComputedStyle(p).stroke]; });""")
     assert len(intervals) == 12 and all(width > 0 for _, width, _ in intervals)
-    assert ("interval-0", intervals[0][1], "rgb(26, 152, 80)") == tuple(intervals[0])   # #1a9850: faster
+    assert ("interval-0", intervals[0][1], "rgb(26, 152, 80)") == tuple(intervals[0])  # #1a9850: faster
     described = browser.execute_script(
-        "return document.querySelector('#forest svg').getElementsByTagName('dc:description')[0].textContent")
-    assert len(json.loads(described[len(forest.DATA_PREFIX):])) == 18
-    rows = browser.execute_script("return document.querySelectorAll('table.rows')[0].querySelectorAll('tbody tr').length")
+        "return document.querySelector('#forest svg').getElementsByTagName('dc:description')[0].textContent"
+    )
+    assert len(json.loads(described[len(forest.DATA_PREFIX) :])) == 18
+    rows = browser.execute_script(
+        "return document.querySelectorAll('table.rows')[0].querySelectorAll('tbody tr').length"
+    )
     assert rows == 18
     loaded = browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
     assert loaded == []
-    Path(os.environ.get("ZLSTORE_TEST_ARTIFACTS") or Path(__file__).resolve().parent.parent / "test-artifacts") \
-        .mkdir(parents=True, exist_ok=True)
+    Path(os.environ.get("ZLSTORE_TEST_ARTIFACTS") or Path(__file__).resolve().parent.parent / "test-artifacts").mkdir(
+        parents=True, exist_ok=True
+    )
 
 
 def test_markdown_to_stdout_writes_its_picture_in_the_current_directory(example_store_path, tmp_path):

@@ -29,8 +29,11 @@ def copy_with_other_numbers(cell, copy):
 
 def screened_pair_with_range(manifest):
     """(root, op, dtype) of an IR_CHANGED screening pair: one that shows a range."""
-    return next((root, op, dtype) for root, op, dtype, spec in screen_pairs(manifest)
-                if spec["verdict"]["v3"] == "IR_CHANGED" and dtype)
+    return next(
+        (root, op, dtype)
+        for root, op, dtype, spec in screen_pairs(manifest)
+        if spec["verdict"]["v3"] == "IR_CHANGED" and dtype
+    )
 
 
 def reference(tmp_path, runs, name="reference.db"):
@@ -67,14 +70,25 @@ def test_a_copied_screening_cell_makes_its_pair_a_duplicate_until_the_copy_is_fo
     assert f"also: {cell.name}" in claim[0] and f"zlstore forget {copy} --db {db_path}" in claim[0]
 
     rows = [r for r in json_out(invoke(db_path, "screen", root, "--json")) if (r["op"], r["dtype"]) == (op, dtype)]
-    assert [(r["verdict"], r["n_rows"], r["min"], r["range_label"]) for r in rows] == [(names.DUPLICATE, None, None, None)]
+    assert [(r["verdict"], r["n_rows"], r["min"], r["range_label"]) for r in rows] == [
+        (names.DUPLICATE, None, None, None)
+    ]
     assert "2 cells claim the after side" in rows[0]["note"]
     # no side's values: they would be one claimant's, taken at random (rescore --write puts them in screen.tsv)
-    assert {rows[0][f"{what}_{side}"] for what in ("cl", "fp", "elapsed", "rc") for side in ("before", "after")} == {None}
-    assert {v for (v,) in stored(db_path, "SELECT verdict FROM verdicts_by_rule WHERE root = ? AND op = ? AND dtype = ?",
-                                 root, op, dtype)} == {names.DUPLICATE}  # under every rule
-    rejected = [r for r in json_out(invoke(db_path, "ab", "--rejected", "--json"))
-                if (r["root"], r["op"], r["dtype"]) == (root, op, dtype)]
+    assert {rows[0][f"{what}_{side}"] for what in ("cl", "fp", "elapsed", "rc") for side in ("before", "after")} == {
+        None
+    }
+    assert {
+        v
+        for (v,) in stored(
+            db_path, "SELECT verdict FROM verdicts_by_rule WHERE root = ? AND op = ? AND dtype = ?", root, op, dtype
+        )
+    } == {names.DUPLICATE}  # under every rule
+    rejected = [
+        r
+        for r in json_out(invoke(db_path, "ab", "--rejected", "--json"))
+        if (r["root"], r["op"], r["dtype"]) == (root, op, dtype)
+    ]
     assert rejected and {r["reason"] for r in rejected} == {names.DUPLICATE}
     assert all(copy.name in r["differences"] and cell.name in r["differences"] for r in rejected)
     assert not stored(db_path, "SELECT 1 FROM ab_pairs WHERE root = ? AND op = ? AND dtype = ?", root, op, dtype)
@@ -116,10 +130,15 @@ def test_a_round_directory_copied_with_its_cell_env_pairs_nothing_of_that_round(
 
     campaign_root = op_dir.relative_to(runs).parts[0]
     card = int(op_dir.relative_to(runs / campaign_root).parts[0].removeprefix("card"))
-    assert not stored(db_path, "SELECT 1 FROM ab_pairs WHERE root = ? AND op = 'topk' AND card = ? AND round = 1",
-                      campaign_root, card)
-    rejected = stored(db_path, "SELECT DISTINCT reason FROM ab_rejected WHERE root = ? AND op = 'topk' "
-                               "AND card = ? AND round = 1", campaign_root, card)
+    assert not stored(
+        db_path, "SELECT 1 FROM ab_pairs WHERE root = ? AND op = 'topk' AND card = ? AND round = 1", campaign_root, card
+    )
+    rejected = stored(
+        db_path,
+        "SELECT DISTINCT reason FROM ab_rejected WHERE root = ? AND op = 'topk' AND card = ? AND round = 1",
+        campaign_root,
+        card,
+    )
     assert rejected == [(names.DUPLICATE,)]
     ranges = [r for r in json_out(invoke(db_path, "ab", campaign_root, "--json")) if r["op"] == "topk"]
     assert ranges and all(names.DUPLICATE in (r["rejected_reasons"] or "") for r in ranges)
@@ -183,8 +202,9 @@ def test_a_cell_env_dtype_other_than_the_one_its_name_gives_is_named(example_tre
 
 def test_a_copy_whose_name_holds_a_newline_is_named_whole_and_forgotten_as_printed(example_tree, tmp_path):
     # the copy's name holds the original's as its second line
-    runs, expected, root, op, dtype, cell, copy, db_path = copied_after_cell(example_tree, tmp_path,
-                                                                             "{cell} copy\n{cell}")
+    runs, expected, root, op, dtype, cell, copy, db_path = copied_after_cell(
+        example_tree, tmp_path, "{cell} copy\n{cell}"
+    )
     invoke(db_path, "ingest", runs)
 
     claims = [p for p in json.loads(invoke(db_path, "problems", "--json").stdout) if names.DUPLICATE in p["message"]]
@@ -302,8 +322,9 @@ def copy_round_without_round_in_cell_env(op_dir):
     return op_dir / "r9"
 
 
-@pytest.mark.parametrize("make_copy", [copy_repeat_dir, copy_op_into_another_card,
-                                       copy_round_without_round_in_cell_env])
+@pytest.mark.parametrize(
+    "make_copy", [copy_repeat_dir, copy_op_into_another_card, copy_round_without_round_in_cell_env]
+)
 def test_cells_that_hold_another_cell_s_files_count_no_round_twice(example_tree, tmp_path, make_copy):
     # Nothing here claims another cell's side: the copies are rounds of their
     # own, and would count each measurement twice (a 3-round "inconclusive"
@@ -357,7 +378,8 @@ def test_plan_names_a_pair_it_leaves_out_because_a_copy_kept_it_from_being_judge
 
 
 def test_a_record_names_only_the_copies_of_what_it_records_and_a_forget_closes_the_copy_s_problems(
-        example_tree, tmp_path):
+    example_tree, tmp_path
+):
     runs, manifest = example_tree
     root, op, dtype = screened_pair_with_range(manifest)
     copy = runs / root / f"{op}_{dtype}_after.bak"

@@ -51,9 +51,17 @@ def scene(tmp_path):
     newer = tmp_path / "newer.db"
     with Store(newer) as s:
         s.conn.execute(f"PRAGMA user_version = {db.SCHEMA_VERSION + 1}")
-    return {"clean": clean, "cut": cut, "campaign": campaign, "unfinished": unfinished,
-            "empty_dir": tmp_path / "empty_dir", "store": store, "cut_store": tmp_path / "cut.db", "newer": newer,
-            "tmp": tmp_path}
+    return {
+        "clean": clean,
+        "cut": cut,
+        "campaign": campaign,
+        "unfinished": unfinished,
+        "empty_dir": tmp_path / "empty_dir",
+        "store": store,
+        "cut_store": tmp_path / "cut.db",
+        "newer": newer,
+        "tmp": tmp_path,
+    }
 
 
 CASES = {
@@ -62,7 +70,10 @@ CASES = {
     "ingest, a cut-off run.log": (lambda s: ["ingest", s["cut"], "--db", s["tmp"] / "n.db"], 1),
     "ingest, a path that does not exist": (lambda s: ["ingest", s["tmp"] / "nope", "--db", s["tmp"] / "n.db"], 2),
     "merge, a clean store": (lambda s: ["merge", s["store"], "--db", s["tmp"] / "m.db"], 0),
-    "merge, a store whose cut-off run.log is still open": (lambda s: ["merge", s["cut_store"], "--db", s["tmp"] / "m.db"], 1),
+    "merge, a store whose cut-off run.log is still open": (
+        lambda s: ["merge", s["cut_store"], "--db", s["tmp"] / "m.db"],
+        1,
+    ),
     "screen, an unknown root": (lambda s: ["screen", "nosuch", "--db", s["store"]], 2),
     "export, a root of the wrong kind": (lambda s: ["export", "campaign_x", "--db", s["store"]], 2),
     "screen, a newer schema": (lambda s: ["screen", "--db", s["newer"]], 2),
@@ -111,8 +122,12 @@ def test_an_internal_error_exits_70_with_its_traceback(scene, monkeypatch):
 
 
 def test_an_internal_error_of_a_real_process(scene):
-    result = subprocess.run([sys.executable, "-c", BROKEN, "screen", "--db", str(scene["store"])],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", BROKEN, "screen", "--db", str(scene["store"])],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 70, result.stderr
     assert "Traceback" in result.stderr and "ZeroDivisionError" in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("zlstore: internal error: ZeroDivisionError")
@@ -143,11 +158,18 @@ def interrupt_when(process, ready, timeout=60):
 
 def test_ctrl_c_to_a_real_process(scene, tmp_path):
     started = tmp_path / "started"
-    code = ("import time, pathlib, zlstore.judge as j; "
-            f"j.verdicts = lambda *a, **k: (pathlib.Path({str(started)!r}).touch(), time.sleep(60)); "
-            "from zlstore.cli import cli; cli()")
-    process = subprocess.Popen([sys.executable, "-c", code, "screen", "--db", str(scene["store"])],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    code = (
+        "import time, pathlib, zlstore.judge as j; "
+        f"j.verdicts = lambda *a, **k: (pathlib.Path({str(started)!r}).touch(), time.sleep(60)); "
+        "from zlstore.cli import cli; cli()"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, "screen", "--db", str(scene["store"])],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     _, err = interrupt_when(process, started.exists)
     assert process.returncode == 130
     assert err == "interrupted\n"
@@ -158,8 +180,9 @@ def test_ctrl_c_mid_ingest_keeps_what_was_stored_and_exits_130(tmp_path):
     make_tree(root)
     db_path = tmp_path / "big.db"
     Store(db_path).close()
-    process = start_ingest(root, db_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           start_new_session=True)
+    process = start_ingest(
+        root, db_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     _, err = interrupt_when(process, lambda: stored_cells(db_path) >= 10)
     assert process.returncode == 130, err
     assert err.strip().splitlines()[-1] == "interrupted" and "Traceback" not in err
@@ -177,7 +200,9 @@ def test_a_closed_stdout_ends_quietly_with_141(example_store_path):
     os.close(read_end)  # the reader is gone before the answer comes: `| true`
     process = subprocess.Popen(
         ZLSTORE + ["export", "ab_rlc_20261012_101500", "--db", str(example_store_path)],
-        stdout=write_end, stderr=subprocess.PIPE)
+        stdout=write_end,
+        stderr=subprocess.PIPE,
+    )
     os.close(write_end)
     err = process.communicate(timeout=60)[1].decode()
     assert process.returncode == 141, err
@@ -190,10 +215,28 @@ def test_a_closed_stdout_ends_quietly_with_141(example_store_path):
 def test_run_screen_whose_every_side_failed_is_not_a_success(tmp_path):
     root, db_path = tmp_path / "runs" / "ab_rlc_broken", tmp_path / "s.db"
     result = subprocess.run(
-        ZLSTORE + ["run", "screen", "--ops", "topk,fft:complex64", "--switch", "S",
-                   "--command", "no-such-benchmark-command {op}", "--cell-timeout", "30", "--root", str(root),
-                   "--db", str(db_path)],
-        env=base_env(tmp_path), capture_output=True, text=True, timeout=120)
+        ZLSTORE
+        + [
+            "run",
+            "screen",
+            "--ops",
+            "topk,fft:complex64",
+            "--switch",
+            "S",
+            "--command",
+            "no-such-benchmark-command {op}",
+            "--cell-timeout",
+            "30",
+            "--root",
+            str(root),
+            "--db",
+            str(db_path),
+        ],
+        env=base_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2, result.stderr
     assert "failed: topk before: RC 127 (the shell found no such command); see " in result.stdout
     assert "every side failed (RC 127): nothing was measured" in result.stdout
@@ -203,10 +246,28 @@ def test_run_screen_whose_every_side_failed_is_not_a_success(tmp_path):
 def test_run_screen_with_some_failed_sides_exits_1(tmp_path):
     root, db_path = tmp_path / "runs" / "ab_rlc_fake", tmp_path / "s.db"
     result = subprocess.run(
-        ZLSTORE + ["run", "screen", "--ops", "topk:float16,rand", "--switch", "S", "--command",
-                   f"test {{op}} != rand && {FAKE} cell", "--cell-timeout", "30", "--root", str(root),
-                   "--db", str(db_path)],
-        env=base_env(tmp_path, FAKE_SLEEP=0.05), capture_output=True, text=True, timeout=120)
+        ZLSTORE
+        + [
+            "run",
+            "screen",
+            "--ops",
+            "topk:float16,rand",
+            "--switch",
+            "S",
+            "--command",
+            f"test {{op}} != rand && {FAKE} cell",
+            "--cell-timeout",
+            "30",
+            "--root",
+            str(root),
+            "--db",
+            str(db_path),
+        ],
+        env=base_env(tmp_path, FAKE_SLEEP=0.05),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 1, result.stderr
     failed = [line for line in result.stdout.splitlines() if line.startswith("failed: ")]
     assert [line.split(";")[0] for line in failed] == ["failed: rand before: RC 1", "failed: rand after: RC 1"]

@@ -67,7 +67,8 @@ def test_rule_is_a_view(example_store_path, example_source):
     _, manifest = example_source
     rows = json.loads(invoke(example_store_path, "export", ROOT, "--rule", "v1", "--json").stdout)
     assert {(r["op"], r["dtype"]): r["verdict"] for r in rows} == {
-        (op, dtype): spec["verdict"]["v1"] for r, op, dtype, spec in screen_pairs(manifest) if r == ROOT}
+        (op, dtype): spec["verdict"]["v1"] for r, op, dtype, spec in screen_pairs(manifest) if r == ROOT
+    }
     with Store(example_store_path) as store:
         assert store.current_rule == "v3"
 
@@ -77,11 +78,19 @@ def test_a_side_without_ir_is_written_as_the_harness_writes_it(example_store_pat
     """A side that compiled no .ttgir is `-` in the harness's screen.tsv, not
     the hash of the empty set: a script comparing the two must see the same."""
     source, _ = example_source
+
     def no_ir(rows):
-        return {(r["op"], r["dtype"] or "", side) for r in rows for side in ("fp_before", "fp_after")
-                if r[side] == layout.NO_IR_FINGERPRINT}
+        return {
+            (r["op"], r["dtype"] or "", side)
+            for r in rows
+            for side in ("fp_before", "fp_after")
+            if r[side] == layout.NO_IR_FINGERPRINT
+        }
+
     on_disk = list(csv.DictReader(io.StringIO((source / ROOT / "screen.tsv").read_text()), delimiter="\t"))
     result = invoke(example_store_path, "export", ROOT, *options)
-    exported = json.loads(result.stdout) if options else list(csv.DictReader(io.StringIO(result.stdout), delimiter="\t"))
+    exported = (
+        json.loads(result.stdout) if options else list(csv.DictReader(io.StringIO(result.stdout), delimiter="\t"))
+    )
     assert no_ir(on_disk) and no_ir(exported) == no_ir(on_disk)
     assert ("fft", "complex64", "fp_before") in no_ir(exported)

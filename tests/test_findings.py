@@ -41,16 +41,15 @@ def oracle(logs):
 
 # -- the statistics, against scipy ------------------------------------------------
 
+
 def test_effect_interval_p_and_q_are_scipys(tmp_path):
-    shapes = [Shape(1.0, 0.03), Shape(1.05, 0.03), Shape(1.3, 0.1), Shape(0.8, 0.02), Shape(1.0, 0.3),
-              Shape(2.5, 0.05)]
+    shapes = [Shape(1.0, 0.03), Shape(1.05, 0.03), Shape(1.3, 0.1), Shape(0.8, 0.02), Shape(1.0, 0.3), Shape(2.5, 0.05)]
     logs = write_repeat_root(tmp_path / "runs", "ab_effects", shapes, rounds=5, seed=1)
     with Store(tmp_path / "s.db") as store:
         store.ingest(tmp_path / "runs")
         got = ranges_of(store, "ab_effects")
     keys = sorted(logs)
-    expected_q = dict(zip(keys, scipy_stats.false_discovery_control([oracle(logs[k])[3] for k in keys],
-                                                                     method="bh")))
+    expected_q = dict(zip(keys, scipy_stats.false_discovery_control([oracle(logs[k])[3] for k in keys], method="bh")))
     for key in keys:
         effect, low, high, p = oracle(logs[key])
         row = got[key]
@@ -64,8 +63,7 @@ def test_effect_interval_p_and_q_are_scipys(tmp_path):
 def test_the_t_functions_are_scipys_distribution():
     for df in (1, 2, 3, 5, 30):
         assert stats.t_critical(df) == pytest.approx(scipy_stats.t.ppf(0.975, df), rel=1e-12)
-    assert stats.t_test_p(0.1, 0.05, 4) == pytest.approx(
-        2 * scipy_stats.t.sf(0.1 / (0.05 / 2), 3), rel=1e-12)
+    assert stats.t_test_p(0.1, 0.05, 4) == pytest.approx(2 * scipy_stats.t.sf(0.1 / (0.05 / 2), 3), rel=1e-12)
     assert stats.t_test_p(0.1, 0.05, stats.MIN_ROUNDS - 1) is None
     assert stats.t_test_p(0.0, 0.0, 4) == 1.0 and stats.t_test_p(0.2, 0.0, 4) == 0.0
 
@@ -104,8 +102,9 @@ def test_the_background_import_starts_no_blas_threads_and_leaves_the_environment
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     if users_setting:
         env["OPENBLAS_NUM_THREADS"] = users_setting
-    out = subprocess.run([sys.executable, "-c", _LOAD_AND_ASK_OPENBLAS], env=env, capture_output=True,
-                         text=True, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", _LOAD_AND_ASK_OPENBLAS], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
     threads, left = [int(n) for n in out[0].split(",")], out[1]
     assert threads, "the import loaded no OpenBLAS"
     if users_setting:  # the user's pool, the user's setting
@@ -115,6 +114,7 @@ def test_the_background_import_starts_no_blas_threads_and_leaves_the_environment
 
 
 # -- known effects ----------------------------------------------------------------
+
 
 @pytest.mark.parametrize("seed", range(3))
 def test_a_consistent_2_5x_at_4_rounds_is_faster_and_0_4x_slower(tmp_path, seed):
@@ -144,8 +144,10 @@ def test_a_zero_effect_is_rarely_faster_or_slower_and_quiet_shapes_prove_no_chan
     assert len(rows) == 12 * len(shapes)
     called = [r for r in rows if r["finding"] in ("faster", "slower")]
     assert len(called) <= 0.05 * len(rows), called
-    by_sigma = {sigma: [r for r in rows if int(json.loads(r["shape"])[0][0]) - 1 in
-                        range(4 * i, 4 * i + 4)] for i, sigma in enumerate(sigmas)}
+    by_sigma = {
+        sigma: [r for r in rows if int(json.loads(r["shape"])[0][0]) - 1 in range(4 * i, 4 * i + 4)]
+        for i, sigma in enumerate(sigmas)
+    }
     # a very quiet card proves the equivalence; one varying by tens of percent cannot
     assert {r["finding"] for r in by_sigma[0.001]} == {"no change"}
     assert sum(r["finding"] == "no change" for r in by_sigma[0.005]) >= 0.75 * len(by_sigma[0.005])
@@ -189,13 +191,21 @@ def test_plain_sqlite_sees_the_numbers_the_cli_prints(tmp_path):
     with Store(db) as store:
         store.ingest(tmp_path / "runs")
     cli_rows = json_out(invoke(db, "ab", "--json"))
-    out = subprocess.run(["sqlite3", "-json", str(db), "SELECT * FROM ab_ranges ORDER BY " + judge.AB_KEY_ORDER],
-                         capture_output=True, text=True) if shutil.which("sqlite3") else None
+    out = (
+        subprocess.run(
+            ["sqlite3", "-json", str(db), "SELECT * FROM ab_ranges ORDER BY " + judge.AB_KEY_ORDER],
+            capture_output=True,
+            text=True,
+        )
+        if shutil.which("sqlite3")
+        else None
+    )
     conn = sqlite3.connect(db)
     conn.row_factory = sqlite3.Row
     plain = [dict(r) for r in conn.execute("SELECT * FROM ab_ranges ORDER BY " + judge.AB_KEY_ORDER)]
-    assert [(r["shape"], r["finding"], r["to_settle"]) for r in plain] == \
-        [(r["shape"], r["finding"], r["to_settle"]) for r in cli_rows]
+    assert [(r["shape"], r["finding"], r["to_settle"]) for r in plain] == [
+        (r["shape"], r["finding"], r["to_settle"]) for r in cli_rows
+    ]
     for r, c in zip(plain, cli_rows):  # `ab --json` writes 15 significant digits
         assert (r["effect"], r["q_value"]) == pytest.approx((c["effect"], c["q_value"]), rel=1e-14)
     if out is not None:
@@ -230,27 +240,38 @@ def test_findings_come_first_and_the_summary_counts_them(tmp_path):
     lines = [line for line in result.stdout.splitlines() if not line.startswith("    ")]  # notes below rows
     assert lines[1] == "  ran on: unknown (its cells record no environment)"
     at = lines[2].index("finding")
-    findings = [line[at:at + len("too few rounds")].strip() for line in lines[4:11]]
-    assert findings == ["faster", "faster", "no change", "no change", "inconclusive", "inconclusive",
-                        "inconclusive"]
+    findings = [line[at : at + len("too few rounds")].strip() for line in lines[4:11]]
+    assert findings == ["faster", "faster", "no change", "no change", "inconclusive", "inconclusive", "inconclusive"]
     assert "2 faster, 0 slower, 2 no change, 3 inconclusive, 0 too few rounds" in lines[-1]
 
 
 # -- screening: one round is never a result; hints; a dead axis --------------------
+
 
 def test_a_switch_that_changes_no_ir_is_a_dead_axis(tmp_path):
     from . import generator
 
     root = tmp_path / "runs" / "ab_dead"
     root.mkdir(parents=True)
-    (root / "root.env").write_text("KIND=screen\nSWITCH=FLAGTREE_TYPO_ENHANCE\n" + "".join(
-        f"{k}={v}\n" for k, v in generator.SCREEN_CALIBER.items()))
+    (root / "root.env").write_text(
+        "KIND=screen\nSWITCH=FLAGTREE_TYPO_ENHANCE\n"
+        + "".join(f"{k}={v}\n" for k, v in generator.SCREEN_CALIBER.items())
+    )
     for op in ("abs", "exp"):
         for side in ("before", "after"):
-            generator.write_cell(root / f"{op}_float16_{side}", generator.CellSpec(
-                op=op, dtype="float16", side=side, round=0, card=0,
-                rows=[generator.RowSpec([[64, 64]], 0.01)], noise=False,
-                kernels={f"{op}_kernel": generator.ttgir_text(f"{op}_kernel")}))
+            generator.write_cell(
+                root / f"{op}_float16_{side}",
+                generator.CellSpec(
+                    op=op,
+                    dtype="float16",
+                    side=side,
+                    round=0,
+                    card=0,
+                    rows=[generator.RowSpec([[64, 64]], 0.01)],
+                    noise=False,
+                    kernels={f"{op}_kernel": generator.ttgir_text(f"{op}_kernel")},
+                ),
+            )
     db = tmp_path / "s.db"
     with Store(db) as store:
         store.ingest(root)
@@ -260,9 +281,19 @@ def test_a_switch_that_changes_no_ir_is_a_dead_axis(tmp_path):
     assert "axis dead under v4" in result.stdout
     # one pair that changes makes it live, and the warning goes
     (root / "exp_float16_after" / "triton_cache").rename(tmp_path / "old_cache")
-    generator.write_cell(root / "exp_float16_after", generator.CellSpec(
-        op="exp", dtype="float16", side="after", round=0, card=0, rows=[generator.RowSpec([[64, 64]], 0.01)],
-        noise=False, kernels={"exp_kernel": generator.ttgir_text("exp_kernel", variant=1)}))
+    generator.write_cell(
+        root / "exp_float16_after",
+        generator.CellSpec(
+            op="exp",
+            dtype="float16",
+            side="after",
+            round=0,
+            card=0,
+            rows=[generator.RowSpec([[64, 64]], 0.01)],
+            noise=False,
+            kernels={"exp_kernel": generator.ttgir_text("exp_kernel", variant=1)},
+        ),
+    )
     with Store(db) as store:
         store.ingest(root)
         assert judge.screen_roots(store)[0]["axis"] == "live"
@@ -270,6 +301,7 @@ def test_a_switch_that_changes_no_ir_is_a_dead_axis(tmp_path):
 
 
 # -- the real H200 trees -----------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def real_store(tmp_path_factory):
@@ -311,14 +343,14 @@ def test_real_abs_gets_the_v4_hint(real_store):
     assert refused.exit_code == 2 and "--include-hinted" in refused.stderr
     plan = invoke(real_store, "plan", REAL_SCREEN, "--cards", "2", "--rounds", "3", "--json", "--include-hinted")
     assert json.loads(plan.stdout)["hints"] == [
-        {"op": "abs", "dtype": "float16", "hint": "differs only in source locations: NO_IR_DIFF under v4"}]
+        {"op": "abs", "dtype": "float16", "hint": "differs only in source locations: NO_IR_DIFF under v4"}
+    ]
 
 
 def test_real_screen_axis_is_unknown_because_mm_was_truncated(real_store):
     with Store(real_store) as store:
         (axis,) = judge.screen_roots(store)
-    assert (axis["axis"], axis["truncated"], axis["ir_changed"], axis["ir_changed_strictest"]) == \
-        ("unknown", 1, 1, 0)
+    assert (axis["axis"], axis["truncated"], axis["ir_changed"], axis["ir_changed_strictest"]) == ("unknown", 1, 1, 0)
     assert "warning" not in invoke(real_store, "screen").stderr
 
 
@@ -341,7 +373,8 @@ def test_a_release_3_store_upgrades_to_findings(tmp_path):
         assert {(r["op"], r["dtype"]): r["finding"] for r in rows} == floor_tree.FINDING
         lacking = store.conn.execute(
             "SELECT count(*) FROM cells JOIN roots ON roots.id = cells.root_id WHERE roots.kind = 'screen' "
-            "AND (SELECT count(*) FROM fingerprints f WHERE f.cell_id = cells.id) < 4").fetchone()[0]
+            "AND (SELECT count(*) FROM fingerprints f WHERE f.cell_id = cells.id) < 4"
+        ).fetchone()[0]
         assert lacking == 0
         assert store.setting("backfill_screen_fingerprints") is None
         assert judge.screen_roots(store)[0]["axis"] == "live"

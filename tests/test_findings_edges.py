@@ -10,8 +10,15 @@ from click.testing import CliRunner
 from zlstore import Store
 from zlstore.cli import cli
 
-CAL = dict(ZL_BACKEND="cuda", BENCH_LEVEL="core", ZL_ENABLE_CUDAGRAPH="0", ZL_ISOLATE_TUNER_CACHE="1",
-           ZL_DIRECT_REPEAT="1", SHAPE_MODE="default", USE_FLAGTUNE="0")
+CAL = dict(
+    ZL_BACKEND="cuda",
+    BENCH_LEVEL="core",
+    ZL_ENABLE_CUDAGRAPH="0",
+    ZL_ISOLATE_TUNER_CACHE="1",
+    ZL_DIRECT_REPEAT="1",
+    SHAPE_MODE="default",
+    USE_FLAGTUNE="0",
+)
 
 
 def _campaign(root, rounds, per_round):
@@ -27,11 +34,15 @@ def _campaign(root, rounds, per_round):
         for i, side in enumerate(("before", "after")):
             d = os.path.join(root, "card0", "ab_20261201_000000", "abs", f"r{r}", side)
             os.makedirs(d)
-            rows = [{"shape_detail": [[4096]], "latency_base": 1.0, "latency": p[i], "error_msg": None}
-                    for p in pairs]
+            rows = [{"shape_detail": [[4096]], "latency_base": 1.0, "latency": p[i], "error_msg": None} for p in pairs]
             with open(os.path.join(d, "run.log"), "w") as f:
-                f.write("[INFO] " + json.dumps({"op_name": "abs", "dtype": "torch.float16", "mode": "kernel",
-                                                 "level": "core", "result": rows}) + "\n")
+                f.write(
+                    "[INFO] "
+                    + json.dumps(
+                        {"op_name": "abs", "dtype": "torch.float16", "mode": "kernel", "level": "core", "result": rows}
+                    )
+                    + "\n"
+                )
             env = dict(OP="abs", DTYPE="float16", SIDE=side, ROUND=r, CARD=0, RC=0, **CAL)
             with open(os.path.join(d, "cell.env"), "w") as f:
                 f.writelines(f"{k}={v}\n" for k, v in env.items())
@@ -84,16 +95,20 @@ def test_the_current_rule_deleted_or_unknown_is_the_default_everywhere(tmp_path,
     with Store(example_store_path) as source:
         source.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     import shutil
+
     shutil.copy(example_store_path, db)
     with Store(db) as store:
         before = [dict(r) for r in store.db.query("SELECT root, op, dtype, verdict FROM verdicts ORDER BY 1, 2, 3")]
         floors = store.db.execute("SELECT count(*) FROM noise_floors").fetchone()[0]
-        for edit in ("DELETE FROM settings WHERE key = 'current_rule'",
-                     "INSERT INTO settings (key, value) VALUES ('current_rule', 'v9')"):
+        for edit in (
+            "DELETE FROM settings WHERE key = 'current_rule'",
+            "INSERT INTO settings (key, value) VALUES ('current_rule', 'v9')",
+        ):
             store.conn.execute(edit)
             assert store.current_rule == "v3"
-            assert [dict(r) for r in store.db.query("SELECT root, op, dtype, verdict FROM verdicts "
-                                                    "ORDER BY 1, 2, 3")] == before
+            assert [
+                dict(r) for r in store.db.query("SELECT root, op, dtype, verdict FROM verdicts ORDER BY 1, 2, 3")
+            ] == before
             assert store.db.execute("SELECT count(*) FROM noise_floors").fetchone()[0] == floors > 0
     result = CliRunner().invoke(cli, ["screen", "--json", "--db", db])
     assert result.exit_code == 0 and len(json.loads(result.stdout)["rows"]) == len(before)

@@ -29,27 +29,54 @@ PY = shlex.quote(sys.executable)
 ZLSTORE = [sys.executable, "-m", "zlstore"]
 SWITCH, VALUES = "TRITON_F32_DEFAULT", ("ieee", "tf32")
 # The real H200 run's caliber (tmp/real runs root.env).
-H200_CALIBER = {"ZL_BACKEND": "cuda", "BENCH_LEVEL": "core", "ZL_ENABLE_CUDAGRAPH": "0",
-                "ZL_ISOLATE_TUNER_CACHE": "1", "ZL_DIRECT_REPEAT": "1", "SHAPE_MODE": "default",
-                "USE_FLAGTUNE": "0"}
+H200_CALIBER = {
+    "ZL_BACKEND": "cuda",
+    "BENCH_LEVEL": "core",
+    "ZL_ENABLE_CUDAGRAPH": "0",
+    "ZL_ISOLATE_TUNER_CACHE": "1",
+    "ZL_DIRECT_REPEAT": "1",
+    "SHAPE_MODE": "default",
+    "USE_FLAGTUNE": "0",
+}
 PYTEST_ARGS = "-- --warmup 25 --iter 100"
 CELL = f"{PY} -m zlstore flaggems cell --flaggems {shlex.quote(str(STANDIN))} --python {PY} {PYTEST_ARGS}"
 # No --values: a campaign's repeats take the values its screening root ran.
-REPEAT = (f"{PY} -m zlstore flaggems repeat {{op}} {{dtype}} "
-          f"--flaggems {shlex.quote(str(STANDIN))} --python {PY} {PYTEST_ARGS}")
+REPEAT = (
+    f"{PY} -m zlstore flaggems repeat {{op}} {{dtype}} "
+    f"--flaggems {shlex.quote(str(STANDIN))} --python {PY} {PYTEST_ARGS}"
+)
 
 
 # What run screen, run campaign or the caller's shell may have set.
-RUN_VARS = {"OUT_DIR", "OP", "DTYPE", "SIDE", "SWITCH", "SWITCH_VALUE", "SWITCH_VALUES", "CELL_TIMEOUT",
-            "AB_ROOT", "ROUNDS", "CARD"}
+RUN_VARS = {
+    "OUT_DIR",
+    "OP",
+    "DTYPE",
+    "SIDE",
+    "SWITCH",
+    "SWITCH_VALUE",
+    "SWITCH_VALUES",
+    "CELL_TIMEOUT",
+    "AB_ROOT",
+    "ROUNDS",
+    "CARD",
+}
 
 
 def env_for(tmp, **extra):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("ZLSTORE_", "FLAGGEMS_", "STANDIN_", "PYTEST_", "TRITON_"))
-           and k not in RUN_VARS and k not in H200_CALIBER}
-    env.update(H200_CALIBER, PYTHONPATH=str(HERE.parent), STANDIN_PID_DIR=str(tmp / "pids"),
-               STANDIN_TRACE=str(tmp / "trace.jsonl"))
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ZLSTORE_", "FLAGGEMS_", "STANDIN_", "PYTEST_", "TRITON_"))
+        and k not in RUN_VARS
+        and k not in H200_CALIBER
+    }
+    env.update(
+        H200_CALIBER,
+        PYTHONPATH=str(HERE.parent),
+        STANDIN_PID_DIR=str(tmp / "pids"),
+        STANDIN_TRACE=str(tmp / "trace.jsonl"),
+    )
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
@@ -117,8 +144,10 @@ def fake_nvidia_smi(tmp) -> Path:
     directory = tmp / "bin"
     directory.mkdir(exist_ok=True)
     script = directory / "nvidia-smi"
-    script.write_text("#!/bin/sh\ncase \"$1\" in --query-gpu=index,uuid,name,driver_version) ;; *) exit 9;; esac\n"
-                      + "".join(f"echo '{line}'\n" for line in GPUS))
+    script.write_text(
+        '#!/bin/sh\ncase "$1" in --query-gpu=index,uuid,name,driver_version) ;; *) exit 9;; esac\n'
+        + "".join(f"echo '{line}'\n" for line in GPUS)
+    )
     script.chmod(0o755)
     return directory
 
@@ -148,11 +177,37 @@ def screened(tmp_path_factory):
     env["PATH"] = f"{fake_nvidia_smi(tmp)}{os.pathsep}{env['PATH']}"
     had_pytest_cache = (STANDIN / ".pytest_cache").exists()
     started = time.monotonic()
-    result = zl(["run", "screen", "--ops", "abs:float16,softmax:float32,mm:float32,topk:float16",
-                 "--switch", SWITCH, "--values", ",".join(VALUES), "--cell-timeout", str(CELL_TIMEOUT_S),
-                 "--command", CELL, "--root", str(root), "--db", str(db)], env, cwd=tmp)
-    return {"tmp": tmp, "db": db, "root": root, "env": env, "result": result,
-            "elapsed": time.monotonic() - started, "had_pytest_cache": had_pytest_cache}
+    result = zl(
+        [
+            "run",
+            "screen",
+            "--ops",
+            "abs:float16,softmax:float32,mm:float32,topk:float16",
+            "--switch",
+            SWITCH,
+            "--values",
+            ",".join(VALUES),
+            "--cell-timeout",
+            str(CELL_TIMEOUT_S),
+            "--command",
+            CELL,
+            "--root",
+            str(root),
+            "--db",
+            str(db),
+        ],
+        env,
+        cwd=tmp,
+    )
+    return {
+        "tmp": tmp,
+        "db": db,
+        "root": root,
+        "env": env,
+        "result": result,
+        "elapsed": time.monotonic() - started,
+        "had_pytest_cache": had_pytest_cache,
+    }
 
 
 def test_screen_runs_flaggems_cells_and_the_store_judges_them(screened):
@@ -160,21 +215,27 @@ def test_screen_runs_flaggems_cells_and_the_store_judges_them(screened):
     # 1: topk's after side hung and was killed at its timeout (the rest ran cleanly)
     assert result.returncode == 1, result.stderr
     assert "topk:float16 after: RC 124" in result.stderr
-    verdicts = {(r["op"], r["dtype"]): r for r in json.loads(zl(["screen", "--json", "--db", str(db)],
-                                                                 screened["env"]).stdout)["rows"]}
+    verdicts = {
+        (r["op"], r["dtype"]): r
+        for r in json.loads(zl(["screen", "--json", "--db", str(db)], screened["env"]).stdout)["rows"]
+    }
     assert {k: v["verdict"] for k, v in verdicts.items()} == {
-        ("abs", "float16"): "IR_CHANGED",      # only the loc paths differ: each cell has its own FlagGems cache
+        ("abs", "float16"): "IR_CHANGED",  # only the loc paths differ: each cell has its own FlagGems cache
         ("softmax", "float32"): "NO_IR_DIFF",
         ("mm", "float32"): "IR_CHANGED",
         ("topk", "float16"): "TRUNCATED",
     }
     mm = verdicts[("mm", "float32")]
-    assert mm["range_label"] == "indicative (one round)" and 1.8 < mm["min"] <= mm["max"] < 2.2   # tf32 halves the stand-in's mm
+    assert (
+        mm["range_label"] == "indicative (one round)" and 1.8 < mm["min"] <= mm["max"] < 2.2
+    )  # tf32 halves the stand-in's mm
     assert verdicts[("softmax", "float32")]["range_label"] == "noise floor"
     assert verdicts[("topk", "float16")]["rc_after"] == 124 and verdicts[("topk", "float16")]["min"] is None
     # without locations (v4), abs's pair is the same code: the real H200 abs pair did the same
-    v4 = {(r["op"], r["dtype"]): r["verdict"]
-          for r in json.loads(zl(["screen", "--rule", "v4", "--json", "--db", str(db)], screened["env"]).stdout)["rows"]}
+    v4 = {
+        (r["op"], r["dtype"]): r["verdict"]
+        for r in json.loads(zl(["screen", "--rule", "v4", "--json", "--db", str(db)], screened["env"]).stdout)["rows"]
+    }
     assert v4[("abs", "float16")] == "NO_IR_DIFF" and v4[("mm", "float32")] == "IR_CHANGED"
     # the TRUNCATED side was killed at its cap with its sleeper, its first record kept
     assert survivors(screened["tmp"]) == []
@@ -232,28 +293,56 @@ def campaign(screened):
     tmp = screened["tmp"]
     root = tmp / "runs" / "campaign_h200"
     env = dict(screened["env"], CELL_TIMEOUT=str(CELL_TIMEOUT_S))
-    result = zl(["run", "campaign", "--screen-root", str(screened["root"]), "--cards", "2", "--rounds", "2",
-                 "--include-hinted", "--extra-ops", "topk:float16", "--command", REPEAT, "--root", str(root), "--poll", "0.2",
-                 "--db", str(screened["db"])], env, cwd=tmp)
+    result = zl(
+        [
+            "run",
+            "campaign",
+            "--screen-root",
+            str(screened["root"]),
+            "--cards",
+            "2",
+            "--rounds",
+            "2",
+            "--include-hinted",
+            "--extra-ops",
+            "topk:float16",
+            "--command",
+            REPEAT,
+            "--root",
+            str(root),
+            "--poll",
+            "0.2",
+            "--db",
+            str(screened["db"]),
+        ],
+        env,
+        cwd=tmp,
+    )
     return {"root": root, "result": result, "db": screened["db"], "env": env, "tmp": tmp}
 
 
 def test_campaign_runs_flaggems_repeats_and_the_store_pairs_them(campaign):
     result, db, root = campaign["result"], campaign["db"], campaign["root"]
-    assert result.returncode == 1, result.stderr          # topk's killed cells fail its op
+    assert result.returncode == 1, result.stderr  # topk's killed cells fail its op
     assert "topk:float16: exit status 1" in result.stdout
     ranges = json.loads(zl(["ab", str(root), "--json", "--db", str(db)], campaign["env"]).stdout)["rows"]
     by_op = {}
     for r in ranges:
         by_op.setdefault((r["op"], r["dtype"]), []).append(r)
     assert {k: len(v) for k, v in by_op.items() if k != ("topk", "float16")} == {
-        ("abs", "float16"): 3, ("mm", "float32"): 3}       # the core level's three shapes each
+        ("abs", "float16"): 3,
+        ("mm", "float32"): 3,
+    }  # the core level's three shapes each
     for r in by_op[("mm", "float32")]:
         assert r["rounds"] == 2 and r["rejected"] == 0 and 1.8 < r["min"] <= r["max"] < 2.2
     for r in by_op[("abs", "float16")]:
         assert r["rounds"] == 2 and 0.9 < r["min"] <= r["max"] < 1.1
-    cells = query(db, """SELECT cells.* FROM cells JOIN roots ON roots.id = cells.root_id
-                         WHERE roots.path = ? ORDER BY cells.path""", (str(root),))
+    cells = query(
+        db,
+        """SELECT cells.* FROM cells JOIN roots ON roots.id = cells.root_id
+                         WHERE roots.path = ? ORDER BY cells.path""",
+        (str(root),),
+    )
     assert len(cells) == 12
     for cell in cells:
         path = Path(cell["path"])
@@ -272,7 +361,7 @@ def test_campaign_runs_flaggems_repeats_and_the_store_pairs_them(campaign):
 def test_campaign_cards_ran_at_once_each_cell_in_its_own_directory_and_caches(campaign):
     runs = [t for t in traces(campaign["tmp"]) if Path(t["cwd"]).is_relative_to(campaign["root"])]
     starts = {t["cwd"]: t["time"] for t in runs if t["event"] == "start"}
-    assert len(starts) == 12                          # one benchmark per cell, each in its cell
+    assert len(starts) == 12  # one benchmark per cell, each in its cell
     for cwd in starts:
         assert (Path(cwd) / "cell.env").is_file()
     cards = {Path(cwd).relative_to(campaign["root"]).parts[0] for cwd in starts}
@@ -286,8 +375,9 @@ def test_campaign_cards_ran_at_once_each_cell_in_its_own_directory_and_caches(ca
 
 
 def side_env(tmp, out, op="abs", dtype="float16", value="ieee", **extra):
-    return env_for(tmp, OUT_DIR=out, OP=op, DTYPE=dtype, SIDE="before", SWITCH=SWITCH, SWITCH_VALUE=value,
-                   CELL_TIMEOUT=60, **extra)
+    return env_for(
+        tmp, OUT_DIR=out, OP=op, DTYPE=dtype, SIDE="before", SWITCH=SWITCH, SWITCH_VALUE=value, CELL_TIMEOUT=60, **extra
+    )
 
 
 def test_two_cells_at_once_share_no_working_directory_or_cache(tmp_path):
@@ -297,8 +387,15 @@ def test_two_cells_at_once_share_no_working_directory_or_cache(tmp_path):
     procs = []
     for out in outs:
         out.mkdir(parents=True)
-        procs.append(subprocess.Popen(shlex.split(CELL), env=side_env(tmp_path, out, STANDIN_SLEEP=1.5),
-                                      cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        procs.append(
+            subprocess.Popen(
+                shlex.split(CELL),
+                env=side_env(tmp_path, out, STANDIN_SLEEP=1.5),
+                cwd=tmp_path,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+        )
     for proc in procs:
         assert proc.wait(timeout=120) == 0, proc.stdout.read()
     spans = {}
@@ -321,8 +418,14 @@ def test_a_cell_told_to_stop_kills_the_benchmark_and_keeps_its_records(tmp_path)
     run.log and index.tsv are written before."""
     out = tmp_path / "topk_before"
     out.mkdir()
-    proc = subprocess.Popen(shlex.split(CELL), env=side_env(tmp_path, out, op="topk", STANDIN_HANG="topk"),
-                            cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        shlex.split(CELL),
+        env=side_env(tmp_path, out, op="topk", STANDIN_HANG="topk"),
+        cwd=tmp_path,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 60
         while not (tmp_path / "pids").exists() or not any((tmp_path / "pids").iterdir()):
@@ -355,14 +458,18 @@ def test_an_op_without_its_own_test_file_runs_from_the_benchmark_directory(tmp_p
 
 
 def cell_cli(env, *args):
-    return CliRunner().invoke(cli, ["flaggems", "cell", "--flaggems", str(STANDIN), "--python", sys.executable,
-                                    *args], env=env)
+    return CliRunner().invoke(
+        cli, ["flaggems", "cell", "--flaggems", str(STANDIN), "--python", sys.executable, *args], env=env
+    )
 
 
-@pytest.mark.parametrize("missing, message", [
-    ("BENCH_LEVEL", "BENCH_LEVEL is not set"),
-    ("OUT_DIR", "OUT_DIR not set"),
-])
+@pytest.mark.parametrize(
+    "missing, message",
+    [
+        ("BENCH_LEVEL", "BENCH_LEVEL is not set"),
+        ("OUT_DIR", "OUT_DIR not set"),
+    ],
+)
 def test_a_cell_without_what_it_needs_is_a_usage_error(tmp_path, missing, message):
     env = side_env(tmp_path, tmp_path / "out")
     env[missing] = ""
@@ -407,14 +514,30 @@ def test_a_repeat_takes_its_values_as_given_else_from_the_screening_root(tmp_pat
     assert flaggems.repeat_values(None, env) == ("ieee", "tf32x3")
     assert flaggems.repeat_values("tf32,ieee", env) == ("tf32", "ieee")
     assert flaggems.repeat_values(None, {}) == harness.DEFAULT_SWITCH_VALUES
-    (screen / "root.env").write_text("KIND=screen\n")           # a screen from before --values
+    (screen / "root.env").write_text("KIND=screen\n")  # a screen from before --values
     assert flaggems.repeat_values(None, env) == harness.DEFAULT_SWITCH_VALUES
 
 
 def test_run_screen_refuses_bad_values_before_writing_anything(tmp_path):
-    result = CliRunner().invoke(cli, ["run", "screen", "--ops", "abs", "--switch", SWITCH, "--values", "tf32",
-                                      "--command", "true", "--root", str(tmp_path / "root"),
-                                      "--db", str(tmp_path / "z.db")])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            "screen",
+            "--ops",
+            "abs",
+            "--switch",
+            SWITCH,
+            "--values",
+            "tf32",
+            "--command",
+            "true",
+            "--root",
+            str(tmp_path / "root"),
+            "--db",
+            str(tmp_path / "z.db"),
+        ],
+    )
     assert result.exit_code == 2 and "before,after" in result.output  # a usage error
     assert not (tmp_path / "root").exists()
 
@@ -428,15 +551,19 @@ def test_screen_cells_record_what_they_ran_on(screened):
     assert len(cells) == 8
     for cell in cells:
         assert (cell["gpu"], cell["gpu_count"], cell["devices"], cell["driver"]) == (
-            "NVIDIA H200", "1", "0", "570.86.15"), cell        # run screen's card 0 sees one of the two
+            "NVIDIA H200",
+            "1",
+            "0",
+            "570.86.15",
+        ), cell  # run screen's card 0 sees one of the two
         assert cell["hostname"] == socket.gethostname() and cell["python"] == platform.python_version()
-        assert cell["flaggems_commit"] == repo_commit()         # the checkout the benchmark ran from
-    assert len({c["environment_id"] for c in cells}) == 1     # one row for the one environment
+        assert cell["flaggems_commit"] == repo_commit()  # the checkout the benchmark ran from
+    assert len({c["environment_id"] for c in cells}) == 1  # one row for the one environment
     env = layout.read_env(root / "abs_float16_before" / "cell.env", [])
     assert env["ENV_GPU"] == "NVIDIA H200" and list(env)[-1] == "RC"
     screen = zl(["screen", str(root), "--db", str(db)], screened["env"])
     assert "  ran on: NVIDIA H200 x1, driver 570.86.15" in screen.stdout.splitlines()[1]
-    assert "environment" not in screen.stderr                 # both sides ran on the same
+    assert "environment" not in screen.stderr  # both sides ran on the same
 
 
 def test_campaign_cells_record_the_gpu_of_their_card(campaign):
@@ -446,7 +573,7 @@ def test_campaign_cells_record_the_gpu_of_their_card(campaign):
     assert {c["gpu"] for c in cells} == {"NVIDIA H200"} and {c["flaggems_commit"] for c in cells} == {repo_commit()}
     ab = zl(["ab", str(root), "--db", str(db)], campaign["env"])
     assert "  ran on: NVIDIA H200 x1, driver 570.86.15" in ab.stdout
-    assert "differ" not in ab.stderr                          # each op's rounds ran on one card
+    assert "differ" not in ab.stderr  # each op's rounds ran on one card
 
 
 def test_diff_pairs_the_autotuned_configs_of_a_real_switch(screened):
@@ -454,12 +581,14 @@ def test_diff_pairs_the_autotuned_configs_of_a_real_switch(screened):
     more shared memory (as bmm on the H100): the same launch configuration
     pairs nothing, and stored order alone paired block 64 with block 128.
     The block sizes pair them, and the diff is the dot's precision alone."""
-    document = json.loads(zl(["diff", str(screened["root"]), "mm:float32", "--json", "--db", str(screened["db"])],
-                             screened["env"]).stdout)
+    document = json.loads(
+        zl(["diff", str(screened["root"]), "mm:float32", "--json", "--db", str(screened["db"])], screened["env"]).stdout
+    )
     rows = document["kernels"]
     assert [(r["status"], r["paired_by"]) for r in rows] == [("changed", irdiff.BY_SHAPES)] * 2
     assert sorted((r["shared_before"], r["shared_after"]) for r in rows) == [(32768, 49152), (65536, 98304)]
     for row in rows:
-        changed = [line for line in row["diff"].splitlines()
-                   if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+        changed = [
+            line for line in row["diff"].splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))
+        ]
         assert len(changed) == 2 and all("inputPrecision" in line for line in changed), row["diff"]

@@ -26,17 +26,25 @@ STANDIN = HERE / "flaggems_standin"
 PY = shlex.quote(sys.executable)
 ZLSTORE = [sys.executable, "-m", "zlstore"]
 SWITCH = "TRITON_F32_DEFAULT"
-CALIBER = {"ZL_BACKEND": "cuda", "BENCH_LEVEL": "core", "ZL_ENABLE_CUDAGRAPH": "0",
-           "ZL_ISOLATE_TUNER_CACHE": "1", "ZL_DIRECT_REPEAT": "1", "SHAPE_MODE": "default",
-           "USE_FLAGTUNE": "0"}
+CALIBER = {
+    "ZL_BACKEND": "cuda",
+    "BENCH_LEVEL": "core",
+    "ZL_ENABLE_CUDAGRAPH": "0",
+    "ZL_ISOLATE_TUNER_CACHE": "1",
+    "ZL_DIRECT_REPEAT": "1",
+    "SHAPE_MODE": "default",
+    "USE_FLAGTUNE": "0",
+}
 # Named like FlagGems' own dependency, and installed nowhere.
 ABSENT = "sqlalchemy_not_installed"
 
 
 def env_for(tmp, **extra):
-    env = {k: v for k, v in __import__("os").environ.items()
-           if not k.startswith(("ZLSTORE_", "FLAGGEMS_", "STANDIN_", "PYTEST_", "TRITON_"))
-           and k not in CALIBER}
+    env = {
+        k: v
+        for k, v in __import__("os").environ.items()
+        if not k.startswith(("ZLSTORE_", "FLAGGEMS_", "STANDIN_", "PYTEST_", "TRITON_")) and k not in CALIBER
+    }
     env.update(CALIBER, PYTHONPATH=str(HERE.parent), STANDIN_IMPORTS=str(tmp / "imports.jsonl"))
     env.update({k: str(v) for k, v in extra.items()})
     return env
@@ -52,8 +60,11 @@ def copy_standin(tmp, git=False) -> Path:
     checkout = tmp / "FlagGems"
     shutil.copytree(STANDIN, checkout, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
     if git:
-        for args in (["init", "-q"], ["add", "-A"],
-                     ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "stand-in"]):
+        for args in (
+            ["init", "-q"],
+            ["add", "-A"],
+            ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "stand-in"],
+        ):
             subprocess.run(["git", "-C", str(checkout)] + args, check=True, capture_output=True)
     return checkout
 
@@ -87,8 +98,8 @@ def test_the_probe_reports_what_the_benchmark_runs_on(tmp_path):
     assert tuple(found) == flaggems.PROBE_KEYS
     assert all(value is None or isinstance(value, str) for value in found.values())
     head = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
-    assert found["flaggems_commit"] == head.stdout.strip()[:provenance.COMMIT_CHARS]
-    assert found["flag_gems"] == "0.0.standin"       # flag_gems.__version__, imported from src/ (pytest.ini)
+    assert found["flaggems_commit"] == head.stdout.strip()[: provenance.COMMIT_CHARS]
+    assert found["flag_gems"] == "0.0.standin"  # flag_gems.__version__, imported from src/ (pytest.ini)
     assert found["python"] == platform.python_version()
     # the probe process imported flag_gems in a scratch directory, not the caller's
     (probe,) = imports(tmp_path)
@@ -139,12 +150,16 @@ def test_the_probe_names_the_missing_module(tmp_path):
 
 def test_flaggems_probe_prints_the_json_or_names_the_module(tmp_path):
     env = env_for(tmp_path)
-    good = CliRunner().invoke(cli, ["flaggems", "probe", "--flaggems", str(copy_standin(tmp_path)),
-                                    "--python", sys.executable], env=env)
+    good = CliRunner().invoke(
+        cli, ["flaggems", "probe", "--flaggems", str(copy_standin(tmp_path)), "--python", sys.executable], env=env
+    )
     assert good.exit_code == 0, good.output
     assert set(json.loads(good.output)) == set(flaggems.PROBE_KEYS)
-    bad = zl(["flaggems", "probe", "--flaggems", str(broken_standin(tmp_path / "b")), "--python", sys.executable],
-             env, tmp_path)
+    bad = zl(
+        ["flaggems", "probe", "--flaggems", str(broken_standin(tmp_path / "b")), "--python", sys.executable],
+        env,
+        tmp_path,
+    )
     assert bad.returncode == 2 and ABSENT in bad.stderr and "Usage:" not in bad.stderr
 
 
@@ -152,12 +167,21 @@ def test_a_cell_that_cannot_start_names_the_module_and_runs_nothing(tmp_path):
     checkout = broken_standin(tmp_path)
     out = tmp_path / "abs_float16_before"
     out.mkdir()
-    env = env_for(tmp_path, OUT_DIR=out, OP="abs", DTYPE="float16", SIDE="before", SWITCH=SWITCH,
-                  SWITCH_VALUE="ieee", CELL_TIMEOUT=60)
-    result = subprocess.run(shlex.split(cell_command(checkout)), env=env, cwd=tmp_path, capture_output=True,
-                            text=True, timeout=180)
+    env = env_for(
+        tmp_path,
+        OUT_DIR=out,
+        OP="abs",
+        DTYPE="float16",
+        SIDE="before",
+        SWITCH=SWITCH,
+        SWITCH_VALUE="ieee",
+        CELL_TIMEOUT=60,
+    )
+    result = subprocess.run(
+        shlex.split(cell_command(checkout)), env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180
+    )
     assert result.returncode == 2 and f"no module '{ABSENT}'" in result.stderr
-    assert list(out.iterdir()) == []        # no run.log, no caches: pytest never started
+    assert list(out.iterdir()) == []  # no run.log, no caches: pytest never started
 
 
 def test_run_screen_names_the_missing_module_before_the_first_cell(tmp_path):
@@ -165,9 +189,26 @@ def test_run_screen_names_the_missing_module_before_the_first_cell(tmp_path):
     cells that each fail with RC 4."""
     checkout = broken_standin(tmp_path)
     root, db = tmp_path / "runs" / "screen_x", tmp_path / "z.db"
-    result = zl(["run", "screen", "--ops", "abs:float16,softmax:float32", "--switch", SWITCH,
-                 "--values", "ieee,tf32", "--command", cell_command(checkout), "--root", str(root),
-                 "--db", str(db)], env_for(tmp_path), tmp_path)
+    result = zl(
+        [
+            "run",
+            "screen",
+            "--ops",
+            "abs:float16,softmax:float32",
+            "--switch",
+            SWITCH,
+            "--values",
+            "ieee,tf32",
+            "--command",
+            cell_command(checkout),
+            "--root",
+            str(root),
+            "--db",
+            str(db),
+        ],
+        env_for(tmp_path),
+        tmp_path,
+    )
     assert result.returncode == 2, result.stderr
     assert f"no module '{ABSENT}'" in result.stderr and "nothing was run" in result.stderr
     assert not root.exists()
@@ -177,9 +218,27 @@ def test_run_screen_names_the_missing_module_before_the_first_cell(tmp_path):
 def test_run_screen_probes_once_and_its_cells_do_not_again(tmp_path):
     checkout = copy_standin(tmp_path)
     root, db = tmp_path / "runs" / "screen_ok", tmp_path / "z.db"
-    result = zl(["run", "screen", "--ops", "abs:float16,softmax:float32", "--switch", SWITCH,
-                 "--values", "ieee,tf32", "--command", cell_command(checkout) + " -- --warmup 1 --iter 2",
-                 "--root", str(root), "--db", str(db), "--json"], env_for(tmp_path), tmp_path)
+    result = zl(
+        [
+            "run",
+            "screen",
+            "--ops",
+            "abs:float16,softmax:float32",
+            "--switch",
+            SWITCH,
+            "--values",
+            "ieee,tf32",
+            "--command",
+            cell_command(checkout) + " -- --warmup 1 --iter 2",
+            "--root",
+            str(root),
+            "--db",
+            str(db),
+            "--json",
+        ],
+        env_for(tmp_path),
+        tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["flaggems"]["flag_gems"] == "0.0.standin"
     by_where = [("probe" if "zlstore-probe-" in i["cwd"] else Path(i["cwd"]).parent.name) for i in imports(tmp_path)]
@@ -195,14 +254,55 @@ def test_cells_record_what_the_benchmarks_own_python_saw(tmp_path):
     commit = provenance.git_commit(checkout)
     root, db = tmp_path / "runs" / "screen_p", tmp_path / "z.db"
     env = env_for(tmp_path)
-    result = zl(["run", "screen", "--ops", "abs:float16", "--switch", SWITCH, "--values", "ieee,tf32",
-                 "--command", cell_command(checkout) + " -- --warmup 1 --iter 2", "--root", str(root),
-                 "--db", str(db)], env, tmp_path)
+    result = zl(
+        [
+            "run",
+            "screen",
+            "--ops",
+            "abs:float16",
+            "--switch",
+            SWITCH,
+            "--values",
+            "ieee,tf32",
+            "--command",
+            cell_command(checkout) + " -- --warmup 1 --iter 2",
+            "--root",
+            str(root),
+            "--db",
+            str(db),
+        ],
+        env,
+        tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     ab_root = tmp_path / "runs" / "card0"
-    result = zl(["flaggems", "repeat", "abs", "float16", "--ab-root", str(ab_root), "--switch", SWITCH,
-                 "--values", "ieee,tf32", "--rounds", "1", "--flaggems", str(checkout), "--python", sys.executable,
-                 "--", "--warmup", "1", "--iter", "2"], env, tmp_path)
+    result = zl(
+        [
+            "flaggems",
+            "repeat",
+            "abs",
+            "float16",
+            "--ab-root",
+            str(ab_root),
+            "--switch",
+            SWITCH,
+            "--values",
+            "ieee,tf32",
+            "--rounds",
+            "1",
+            "--flaggems",
+            str(checkout),
+            "--python",
+            sys.executable,
+            "--",
+            "--warmup",
+            "1",
+            "--iter",
+            "2",
+        ],
+        env,
+        tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     cells = sorted(root.glob("*/cell.env")) + sorted(ab_root.glob("*/abs/r1/*/cell.env"))
     assert len(cells) == 4
@@ -218,10 +318,30 @@ def test_run_campaign_names_the_missing_module_before_the_first_op(tmp_path):
     plan = tmp_path / "partition.tsv"
     plan.write_text("card\top\tdtype\tweight_min\n0\tabs\tfloat16\t1\n1\tsoftmax\tfloat32\t1\n")
     root, db = tmp_path / "runs" / "campaign_x", tmp_path / "z.db"
-    repeat = (f"{PY} -m zlstore flaggems repeat {{op}} {{dtype}} --values ieee,tf32 "
-              f"--flaggems {shlex.quote(str(checkout))} --python {PY}")
-    result = zl(["run", "campaign", "--plan", str(plan), "--switch", SWITCH, "--rounds", "2", "--command", repeat,
-                 "--root", str(root), "--db", str(db)], env_for(tmp_path), tmp_path)
+    repeat = (
+        f"{PY} -m zlstore flaggems repeat {{op}} {{dtype}} --values ieee,tf32 "
+        f"--flaggems {shlex.quote(str(checkout))} --python {PY}"
+    )
+    result = zl(
+        [
+            "run",
+            "campaign",
+            "--plan",
+            str(plan),
+            "--switch",
+            SWITCH,
+            "--rounds",
+            "2",
+            "--command",
+            repeat,
+            "--root",
+            str(root),
+            "--db",
+            str(db),
+        ],
+        env_for(tmp_path),
+        tmp_path,
+    )
     assert result.returncode == 2, result.stderr
     assert f"no module '{ABSENT}'" in result.stderr
     assert not root.exists()
@@ -230,21 +350,43 @@ def test_run_campaign_names_the_missing_module_before_the_first_op(tmp_path):
 def test_a_repeat_that_cannot_start_writes_nothing(tmp_path):
     checkout = broken_standin(tmp_path)
     ab_root = tmp_path / "card0"
-    result = zl(["flaggems", "repeat", "abs", "float16", "--ab-root", str(ab_root), "--switch", SWITCH,
-                 "--values", "ieee,tf32", "--rounds", "2", "--flaggems", str(checkout), "--python", sys.executable],
-                env_for(tmp_path), tmp_path)
+    result = zl(
+        [
+            "flaggems",
+            "repeat",
+            "abs",
+            "float16",
+            "--ab-root",
+            str(ab_root),
+            "--switch",
+            SWITCH,
+            "--values",
+            "ieee,tf32",
+            "--rounds",
+            "2",
+            "--flaggems",
+            str(checkout),
+            "--python",
+            sys.executable,
+        ],
+        env_for(tmp_path),
+        tmp_path,
+    )
     assert result.returncode == 2 and ABSENT in result.stderr
     assert not ab_root.exists()
 
 
-@pytest.mark.parametrize("command, expected", [
-    ("zlstore flaggems cell --flaggems ~/FlagGems -- --warmup 25", True),
-    ("/opt/venv/bin/zlstore flaggems repeat {op} {dtype} --flaggems ~/FlagGems", True),
-    ("cd x && zlstore flaggems cell", True),
-    ("bash run_cell.sh {op} {dtype}", False),
-    ("zlstore flaggems --help", False),
-    ("echo flaggems cell", False),
-    ("zlstore flaggems cell 'unclosed", False),
-])
+@pytest.mark.parametrize(
+    "command, expected",
+    [
+        ("zlstore flaggems cell --flaggems ~/FlagGems -- --warmup 25", True),
+        ("/opt/venv/bin/zlstore flaggems repeat {op} {dtype} --flaggems ~/FlagGems", True),
+        ("cd x && zlstore flaggems cell", True),
+        ("bash run_cell.sh {op} {dtype}", False),
+        ("zlstore flaggems --help", False),
+        ("echo flaggems cell", False),
+        ("zlstore flaggems cell 'unclosed", False),
+    ],
+)
 def test_which_commands_run_flaggems(command, expected):
     assert flaggems.runs_flaggems(command) is expected

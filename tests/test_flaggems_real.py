@@ -21,17 +21,37 @@ from zlstore import irdiff
 REAL = __import__("pathlib").Path(__file__).resolve().parent / "data" / "real" / "flaggems_20261205"
 TREES = {"a": "a_h200_runs.txz", "b": "b_h100_runs.txz"}
 # What run b's cells ran on (run a's record none: unknown).
-H100 = {"gpu": "NVIDIA H100 80GB HBM3", "gpu_count": "1", "devices": "0", "driver": "580.159.04",
-        "runtime": "cuda 13.0", "torch": "2.11.0+cu130", "triton": "3.6.0", "triton_commit": None,
-        "flag_gems": None,             # FlagGems ran from its source: its own version says "unknown"
-        "flaggems_commit": "ed2508bcb5a0", "python": "3.12.3"}
-CALIBER = {"backend": "cuda", "bench_level": "core", "cudagraph": "0", "isolate_tuner_cache": "1",
-           "direct_repeat": "1", "shape_mode": "default", "flagtune": "0"}
+H100 = {
+    "gpu": "NVIDIA H100 80GB HBM3",
+    "gpu_count": "1",
+    "devices": "0",
+    "driver": "580.159.04",
+    "runtime": "cuda 13.0",
+    "torch": "2.11.0+cu130",
+    "triton": "3.6.0",
+    "triton_commit": None,
+    "flag_gems": None,  # FlagGems ran from its source: its own version says "unknown"
+    "flaggems_commit": "ed2508bcb5a0",
+    "python": "3.12.3",
+}
+CALIBER = {
+    "backend": "cuda",
+    "bench_level": "core",
+    "cudagraph": "0",
+    "isolate_tuner_cache": "1",
+    "direct_repeat": "1",
+    "shape_mode": "default",
+    "flagtune": "0",
+}
 # The large bmm shapes are faster with tf32 (tl.dot on tensor cores);
 # everything else is no change or inconclusive. In run a one round of
 # 16x2048x2048 was disturbed by the other card on the GPU: inconclusive.
-BMM_LARGE = ["[[2,4096,4096],[2,4096,4096]]", "[[16,1024,1024],[16,1024,1024]]",
-             "[[16,2048,2048],[16,2048,2048]]", "[[16,4096,4096],[16,4096,4096]]"]
+BMM_LARGE = [
+    "[[2,4096,4096],[2,4096,4096]]",
+    "[[16,1024,1024],[16,1024,1024]]",
+    "[[16,2048,2048],[16,2048,2048]]",
+    "[[16,4096,4096],[16,4096,4096]]",
+]
 BMM_FASTER = {"a": set(BMM_LARGE) - {"[[16,2048,2048],[16,2048,2048]]"}, "b": set(BMM_LARGE)}
 
 
@@ -41,8 +61,9 @@ def rows(db, *args):
 
 
 def zl(db, *args):
-    done = subprocess.run([sys.executable, "-m", "zlstore", *args, "--db", str(db)], capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "zlstore", *args, "--db", str(db)], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -84,8 +105,10 @@ def test_the_screen_verdicts(real):
     screen = f"screen_{real['run']}"
     v3 = {r["op"]: r for r in rows(real["db"], "screen", screen)}
     assert {op: r["verdict"] for op, r in v3.items()} == {
-        "bmm": "IR_CHANGED", "softmax": "NO_IR_DIFF",
-        "abs": "IR_CHANGED"}          # only loc() paths differ: each cell has its own FlagGems cache
+        "bmm": "IR_CHANGED",
+        "softmax": "NO_IR_DIFF",
+        "abs": "IR_CHANGED",
+    }  # only loc() paths differ: each cell has its own FlagGems cache
     assert v3["abs"]["hint"] == "differs only in source locations: NO_IR_DIFF under v4"
     assert v3["bmm"]["hint"] is None and v3["bmm"]["cl_before"] == v3["bmm"]["cl_after"] == 2
     assert v3["bmm"]["range_label"] == "indicative (one round)" and 1.7 < v3["bmm"]["median"] < 2.0
@@ -96,8 +119,11 @@ def test_the_screen_verdicts(real):
 
 def test_the_campaign_ran_two_cards_three_rounds_and_finds_bmm_faster(real):
     campaign = f"campaign_{real['run']}"
-    cells = query(real["db"], f"""SELECT cells.op, cells.card, cells.round FROM cells JOIN roots
-                                  ON roots.id = cells.root_id WHERE roots.name = '{campaign}'""")
+    cells = query(
+        real["db"],
+        f"""SELECT cells.op, cells.card, cells.round FROM cells JOIN roots
+                                  ON roots.id = cells.root_id WHERE roots.name = '{campaign}'""",
+    )
     assert len(cells) == 12
     # one op a card (the plan weighs them by the screen's elapsed times)
     assert sorted(c["op"] for c in cells if c["card"] == 0) in (["abs"] * 6, ["bmm"] * 6)
@@ -113,8 +139,11 @@ def test_the_campaign_ran_two_cards_three_rounds_and_finds_bmm_faster(real):
         else:
             assert r["finding"] in ("no change", "inconclusive"), r
     assert not [r for r in ranges if r["finding"] == "slower"]
-    assert sum(r["finding"] == "no change" for r in ranges) == 1   # abs's one well-measured large shape
-    counts = {"a": "3 faster, 0 slower, 1 no change, 6 inconclusive", "b": "4 faster, 0 slower, 1 no change, 5 inconclusive"}
+    assert sum(r["finding"] == "no change" for r in ranges) == 1  # abs's one well-measured large shape
+    counts = {
+        "a": "3 faster, 0 slower, 1 no change, 6 inconclusive",
+        "b": "4 faster, 0 slower, 1 no change, 5 inconclusive",
+    }
     assert f"10 ranges: {counts[real['run']]}" in zl(real["db"], "ab", campaign)
 
 
@@ -131,8 +160,10 @@ def test_what_the_cells_ran_on(real):
     assert {k: environment[k] for k in H100} == H100
     assert {c["environment_id"] for c in cells} == {environment["id"]}
     heading = zl(real["db"], "screen", "screen_b").splitlines()[1]
-    assert heading.startswith("  ran on: NVIDIA H100 80GB HBM3 x1, driver 580.159.04, runtime cuda 13.0, "
-                              "torch 2.11.0+cu130, triton 3.6.0, FlagGems commit ed2508bcb5a0, Python 3.12.3")
+    assert heading.startswith(
+        "  ran on: NVIDIA H100 80GB HBM3 x1, driver 580.159.04, runtime cuda 13.0, "
+        "torch 2.11.0+cu130, triton 3.6.0, FlagGems commit ed2508bcb5a0, Python 3.12.3"
+    )
 
 
 def test_the_devices_own_store_holds_both_runs_and_their_history(tmp_path):
@@ -144,7 +175,11 @@ def test_the_devices_own_store_holds_both_runs_and_their_history(tmp_path):
     db.write_bytes(__import__("lzma").decompress((REAL / "store_a_b.db.xz").read_bytes()))
     roots = query(db, "SELECT name, kind FROM roots ORDER BY id")
     assert [(r["name"], r["kind"]) for r in roots] == [
-        ("screen_a", "screen"), ("campaign_a", "campaign"), ("screen_b", "screen"), ("campaign_b", "campaign")]
+        ("screen_a", "screen"),
+        ("campaign_a", "campaign"),
+        ("screen_b", "screen"),
+        ("campaign_b", "campaign"),
+    ]
     history = json.loads(zl(db, "history", "bmm:float32", "--json"))
     assert [e["root"] for e in history["entries"]] == ["screen_a", "campaign_a", "screen_b", "campaign_b"]
     assert [e["environment"] is None for e in history["entries"]] == [True, True, False, False]
@@ -173,9 +208,14 @@ def test_report_of_the_real_campaign(real, tmp_path):
     out = tmp_path / f"{campaign}.md"
     zl(real["db"], "report", campaign, "-o", str(out))
     text = out.read_text()
-    counts = {"a": "3 faster, 0 slower, 1 no change, 6 inconclusive", "b": "4 faster, 0 slower, 1 no change, 5 inconclusive"}
+    counts = {
+        "a": "3 faster, 0 slower, 1 no change, 6 inconclusive",
+        "b": "4 faster, 0 slower, 1 no change, 5 inconclusive",
+    }
     assert f"10 ranges: {counts[real['run']]}" in text
     assert "switch: TRITON_F32_DEFAULT" in text and (tmp_path / f"{campaign}.svg").is_file()
-    ran_on = ("ran on: NVIDIA H100 80GB HBM3 x1, driver 580.159.04, runtime cuda 13.0, torch 2.11.0+cu130, "
-              "triton 3.6.0, FlagGems commit ed2508bcb5a0, Python 3.12.3")
+    ran_on = (
+        "ran on: NVIDIA H100 80GB HBM3 x1, driver 580.159.04, runtime cuda 13.0, torch 2.11.0+cu130, "
+        "triton 3.6.0, FlagGems commit ed2508bcb5a0, Python 3.12.3"
+    )
     assert (ran_on in text) == (real["run"] == "b")

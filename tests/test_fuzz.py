@@ -31,8 +31,11 @@ def fuzzer():
         mutations._remove(work)
 
 
-@settings(max_examples=EXAMPLES, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(rng=st.randoms(use_true_random=False), count=st.integers(min_value=1, max_value=3))
 def test_mutated_trees_are_contained(fuzzer, rng, count):
     touched, outcome = fuzzer.case(rng, count)

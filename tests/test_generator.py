@@ -112,8 +112,9 @@ def test_ttgir_variant_and_layouts_change_real_code(kernel):
     variants = {strip_loc(ttgir_text(kernel, variant=v)) for v in range(40)}
     assert len(variants) == 40
     assert strip_loc(ttgir_text(kernel, convert_layouts=3)) != base
-    assert strip_loc(ttgir_text(kernel, seed=1, target_bytes=10000)) != \
-        strip_loc(ttgir_text(kernel, seed=0, target_bytes=10000))
+    assert strip_loc(ttgir_text(kernel, seed=1, target_bytes=10000)) != strip_loc(
+        ttgir_text(kernel, seed=0, target_bytes=10000)
+    )
 
 
 @pytest.mark.parametrize("target", [5000, 8000, 15000, 27500, 50000])
@@ -128,9 +129,15 @@ def test_ttgir_target_bytes(target):
 
 
 def _spec(**kw):
-    base = dict(op="topk", dtype="float16", side="before", round=0, card=0,
-                rows=[RowSpec([[64, 1024], 32], 0.02), RowSpec([[4096, 4096], 128], 0.3)],
-                kernels={"topk_kernel": ttgir_text("topk_kernel")})
+    base = dict(
+        op="topk",
+        dtype="float16",
+        side="before",
+        round=0,
+        card=0,
+        rows=[RowSpec([[64, 1024], 32], 0.02), RowSpec([[4096, 4096], 128], 0.3)],
+        kernels={"topk_kernel": ttgir_text("topk_kernel")},
+    )
     base.update(kw)
     return CellSpec(**base)
 
@@ -200,7 +207,7 @@ def _records(data: bytes):
         if not line.startswith("[INFO] {"):
             continue
         try:
-            obj = json.loads(line[len("[INFO] "):])
+            obj = json.loads(line[len("[INFO] ") :])
         except ValueError:
             continue
         if isinstance(obj, dict) and "result" in obj:
@@ -211,13 +218,15 @@ def _records(data: bytes):
 
 def _counted(row):
     lat = row.get("latency")
-    return (not row.get("error_msg") and isinstance(lat, (int, float)) and math.isfinite(lat)
-            and lat > 0)
+    return not row.get("error_msg") and isinstance(lat, (int, float)) and math.isfinite(lat) and lat > 0
 
 
 def test_run_log_records_and_traps(tmp_path):
-    rows = [RowSpec([[8]], 0.01), RowSpec({"N": 3}, None, error_msg="boom"),
-            RowSpec([[8]], 0.02, op_name="other", dtype="float32")]
+    rows = [
+        RowSpec([[8]], 0.01),
+        RowSpec({"N": 3}, None, error_msg="boom"),
+        RowSpec([[8]], 0.02, op_name="other", dtype="float32"),
+    ]
     spec = _spec(rows=rows, traps=("crlf", "ansi", "nan", "noise", "non_utf8"), fallback_record=1)
     write_cell(tmp_path / "c", spec)
     data = (tmp_path / "c/run.log").read_bytes()
@@ -227,8 +236,10 @@ def test_run_log_records_and_traps(tmp_path):
         data.decode("utf-8")
     assert b"[INFO] [\r\n" in data  # the multi-line test-driver block
     recs = _records(data)
-    assert [(r["op_name"], r["dtype"], fb) for r, fb in recs] == \
-        [("topk", "torch.float16", False), ("other", "torch.float32", True)]
+    assert [(r["op_name"], r["dtype"], fb) for r, fb in recs] == [
+        ("topk", "torch.float16", False),
+        ("other", "torch.float32", True),
+    ]
     first = recs[0][0]["result"]
     assert len(first) == 3 and math.isnan(first[-1]["latency"])  # the nan trap's row
     assert "latency" not in first[1]  # latency None -> the field is missing
@@ -254,10 +265,10 @@ def test_run_log_truncated_dict_repr_empty(tmp_path):
 
 def test_empty_dtype_rows_take_the_ops_default(tmp_path):
     write_cell(tmp_path / "r", _spec(op="rand", dtype="", rows=[RowSpec([[64, 64]], 0.005)]))
-    (rec, _), = _records((tmp_path / "r/run.log").read_bytes())
+    ((rec, _),) = _records((tmp_path / "r/run.log").read_bytes())
     assert rec["dtype"] == "torch.float32"
     write_cell(tmp_path / "f", _spec(op="fft", dtype="", rows=[RowSpec([[1024]], 0.03)]))
-    (rec, _), = _records((tmp_path / "f/run.log").read_bytes())
+    ((rec, _),) = _records((tmp_path / "f/run.log").read_bytes())
     assert rec["dtype"] == "torch.complex64"
 
 
@@ -344,10 +355,26 @@ def test_example_screen_verdicts(example):
     for root, pairs in m["screen"].items():
         lines = (dest / root / "screen.tsv").read_text().splitlines()
         header = lines[0].split("\t")
-        assert header == ["op", "dtype", "verdict", "cl_before", "cl_after", "fp_before", "fp_after",
-                          "elapsed_before", "elapsed_after", "rc_before", "rc_after", "backend",
-                          "bench_level", "cudagraph", "isolate_tuner_cache", "direct_repeat",
-                          "shape_mode", "flagtune"]
+        assert header == [
+            "op",
+            "dtype",
+            "verdict",
+            "cl_before",
+            "cl_after",
+            "fp_before",
+            "fp_after",
+            "elapsed_before",
+            "elapsed_after",
+            "rc_before",
+            "rc_after",
+            "backend",
+            "bench_level",
+            "cudagraph",
+            "isolate_tuner_cache",
+            "direct_repeat",
+            "shape_mode",
+            "flagtune",
+        ]
         got = {f"{r[0]}|{r[1]}": r[2] for r in (ln.split("\t") for ln in lines[1:])}
         assert got == {k: p["recorded"] for k, p in pairs.items()}
         assert all(p["recorded"] == p["verdict"]["v3"] for p in pairs.values())
@@ -399,10 +426,16 @@ def test_example_trap_files(example):
     assert not (r / "argmax_float16_before/cell.env").exists()
     pad = _records((r / "pad_before/run.log").read_bytes())
     assert {(x["op_name"], x["dtype"]) for x, _ in pad} == {
-        ("pad", "torch.float16"), ("constant_pad_nd", "torch.float16"),
-        ("pad", "torch.float32"), ("constant_pad_nd", "torch.float32")}
-    assert all(e["error_msg"] for x, _ in _records((r / "slice_scatter_float16_after/run.log").read_bytes())
-               for e in x["result"])
+        ("pad", "torch.float16"),
+        ("constant_pad_nd", "torch.float16"),
+        ("pad", "torch.float32"),
+        ("constant_pad_nd", "torch.float32"),
+    }
+    assert all(
+        e["error_msg"]
+        for x, _ in _records((r / "slice_scatter_float16_after/run.log").read_bytes())
+        for e in x["result"]
+    )
     for root in ("ab_rlc_20261014_083000", "ab_rlc_20261015_120000"):
         for d in (dest / root).iterdir():
             if d.is_dir():
@@ -462,15 +495,15 @@ def test_campaign_corpus_tiny(tmp_path):
     assert sum(p.stat().st_size for p in (tmp_path / "c").rglob("*") if p.is_file()) == m["bytes"]
     part = (camp / "partition.tsv").read_text().splitlines()
     assert part[0] == "card\top\tdtype\tweight_min" and len(part) == 7
-    assert {p.parent.parent.name for p in campaign_cells} == {op for op in
-                                                                      (ln.split("\t")[1] for ln in part[1:])}
+    assert {p.parent.parent.name for p in campaign_cells} == {op for op in (ln.split("\t")[1] for ln in part[1:])}
     tsv = (screen / "screen.tsv").read_text().splitlines()
     assert len(tsv) == 7
     # deterministic
     m2 = make_campaign_corpus(tmp_path / "d", cards=2, ops=3, rounds=2, rows=5, kernels=2, kb=(5, 6))
     assert _files(tmp_path / "c") == _files(tmp_path / "d")
-    assert {k: v for k, v in m.items() if k not in ("dest", "seconds")} == \
-        {k: v for k, v in m2.items() if k not in ("dest", "seconds")}
+    assert {k: v for k, v in m.items() if k not in ("dest", "seconds")} == {
+        k: v for k, v in m2.items() if k not in ("dest", "seconds")
+    }
 
 
 def test_cli(tmp_path, capsys):

@@ -33,7 +33,7 @@ def paste(line: str, cwd: Path, env: dict) -> subprocess.CompletedProcess:
 
 def printed(text: str, prefix: str) -> str:
     line = next(line for line in text.splitlines() if line.startswith(prefix))
-    return line[len(prefix):]
+    return line[len(prefix) :]
 
 
 def test_the_next_line_of_a_campaign_names_its_database_and_works_pasted(tmp_path):
@@ -41,9 +41,29 @@ def test_the_next_line_of_a_campaign_names_its_database_and_works_pasted(tmp_pat
     plan = write_plan(tmp_path / "partition.tsv", [(0, "topk", "float16", 0.1)])
     env = shell_env(tmp_path)
     result = subprocess.run(
-        ZLSTORE + ["run", "campaign", "--plan", str(plan), "--rounds", "1", "--root", "runs/campaign_h",
-                   "--command", f"{FAKE} repeat {{op}} {{dtype}}", "--poll", "0.1", "--db", "stores/my.db"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        ZLSTORE
+        + [
+            "run",
+            "campaign",
+            "--plan",
+            str(plan),
+            "--rounds",
+            "1",
+            "--root",
+            "runs/campaign_h",
+            "--command",
+            f"{FAKE} repeat {{op}} {{dtype}}",
+            "--poll",
+            "0.1",
+            "--db",
+            "stores/my.db",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     next_command = printed(result.stdout, "next: ")
     assert next_command == f"zlstore ab {tmp_path / 'runs' / 'campaign_h'} --db stores/my.db"
@@ -56,9 +76,29 @@ def test_the_resume_line_of_an_interrupted_campaign_works_pasted(tmp_path):
     plan = write_plan(tmp_path / "partition.tsv", [(0, "quick", "", 0.1), (0, "slowop", "", 1.0)])
     env = shell_env(tmp_path, FAKE_SLOW="slowop", FAKE_SLOW_SLEEP=60)
     process = subprocess.Popen(
-        ZLSTORE + ["run", "campaign", "--plan", str(plan), "--rounds", "1", "--root", "runs/campaign_r",
-                   "--command", f"{FAKE} repeat {{op}} {{dtype}}", "--poll", "0.1", "--db", "r.db"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        ZLSTORE
+        + [
+            "run",
+            "campaign",
+            "--plan",
+            str(plan),
+            "--rounds",
+            "1",
+            "--root",
+            "runs/campaign_r",
+            "--command",
+            f"{FAKE} repeat {{op}} {{dtype}}",
+            "--poll",
+            "0.1",
+            "--db",
+            "r.db",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while not (tmp_path / "runs" / "campaign_r" / "logs" / "card0_slowop.log").exists():
@@ -86,7 +126,10 @@ def test_the_default_database_is_not_named_and_any_other_is_quoted(tmp_path, mon
     with output.hints_for("my runs/x.db"):
         assert report.campaign(result).endswith("\nnext: zlstore ab '/r/c d' --db 'my runs/x.db'")
         row = {"root": "ab_rlc_x", "n_rows": 0}
-        assert report.range_text(row) == "none: no row paired (zlstore ab ab_rlc_x --rejected --db 'my runs/x.db' says why)"
+        assert (
+            report.range_text(row)
+            == "none: no row paired (zlstore ab ab_rlc_x --rejected --db 'my runs/x.db' says why)"
+        )
     assert output.command("ab", "x") == "zlstore ab x"
 
 
@@ -99,8 +142,11 @@ def test_the_command_line_names_only_a_database_other_than_the_default(tmp_path,
     monkeypatch.delenv("ZLSTORE_DB", raising=False)
     copy_store(example_store_path, tmp_path / "zlstore.db")
     screen_root = "ab_rlc_20261012_101500"
-    for argv, named in ((["ab", screen_root], None), (["ab", screen_root, "--db", "zlstore.db"], None),
-                        (["ab", screen_root, "--db", str(example_store_path)], str(example_store_path))):
+    for argv, named in (
+        (["ab", screen_root], None),
+        (["ab", screen_root, "--db", "zlstore.db"], None),
+        (["ab", screen_root, "--db", str(example_store_path)], str(example_store_path)),
+    ):
         result = CliRunner().invoke(cli, argv)
         assert result.exit_code == 2, result.output
         hint = f"zlstore screen {screen_root}" + (f" --db {named}" if named else "") + " ("

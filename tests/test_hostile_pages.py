@@ -24,16 +24,20 @@ def ds(example_store_path):
 
 
 def query(ds, sql, headers=None):
-    return asyncio.run(ds.client.get("/zlstore.json?" + urlencode({"sql": sql, "_shape": "array"}),
-                                     headers=headers or {}))
+    return asyncio.run(
+        ds.client.get("/zlstore.json?" + urlencode({"sql": sql, "_shape": "array"}), headers=headers or {})
+    )
 
 
-@pytest.mark.parametrize("sql", [
-    "select length(randomblob(300000000)) as n",
-    "select length(zeroblob(1000000000)) as n",
-    "select length(replace(hex(zeroblob(20000000)), '0', '00')) as n",
-    "select length(group_concat(hex(randomblob(1000000)))) as n from (select 1 from cells limit 100)",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "select length(randomblob(300000000)) as n",
+        "select length(zeroblob(1000000000)) as n",
+        "select length(replace(hex(zeroblob(20000000)), '0', '00')) as n",
+        "select length(group_concat(hex(randomblob(1000000)))) as n from (select 1 from cells limit 100)",
+    ],
+)
 def test_one_query_cannot_take_more_than_a_value_s_bound(ds, sql):
     response = query(ds, sql)
     assert response.status_code == 400
@@ -50,8 +54,11 @@ def test_a_value_of_the_usual_size_is_answered(ds):
 
 
 def test_fts3_tokenizer_cannot_be_called(ds):
-    for sql in ("select fts3_tokenizer('simple') as p", "select hex(fts3_tokenizer('porter')) as p",
-                "select FTS3_TOKENIZER('simple', x'00') as p"):
+    for sql in (
+        "select fts3_tokenizer('simple') as p",
+        "select hex(fts3_tokenizer('porter')) as p",
+        "select FTS3_TOKENIZER('simple', x'00') as p",
+    ):
         response = query(ds, sql)
         assert response.status_code == 400 and "not authorized" in response.text, sql
 
@@ -65,13 +72,16 @@ def test_a_plain_connection_is_bound_the_same_way():
         conn.execute("select fts3_tokenizer('simple')").fetchone()
 
 
-@pytest.mark.parametrize("headers", [
-    {"host": "127.0.0.1:8001", "sec-fetch-site": "cross-site"},
-    {"host": "127.0.0.1:8001", "sec-fetch-site": "same-site"},  # another port of localhost: another site's page
-    {"host": "127.0.0.1:8001", "origin": "https://evil.example"},
-    {"host": "127.0.0.1:8001", "origin": "http://127.0.0.1:3000"},
-    {"host": "127.0.0.1:8001", "origin": "null"},
-])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"host": "127.0.0.1:8001", "sec-fetch-site": "cross-site"},
+        {"host": "127.0.0.1:8001", "sec-fetch-site": "same-site"},  # another port of localhost: another site's page
+        {"host": "127.0.0.1:8001", "origin": "https://evil.example"},
+        {"host": "127.0.0.1:8001", "origin": "http://127.0.0.1:3000"},
+        {"host": "127.0.0.1:8001", "origin": "null"},
+    ],
+)
 def test_a_cross_site_request_is_refused(ds, headers):
     for path in ("/zlstore.json?sql=select+path+from+cells", "/zlstore/roots.json", "/"):
         response = asyncio.run(ds.client.get(path, headers=headers))
@@ -79,11 +89,14 @@ def test_a_cross_site_request_is_refused(ds, headers):
         assert "cross-site" in response.text and CAMPAIGN not in response.text
 
 
-@pytest.mark.parametrize("headers", [
-    {"host": "127.0.0.1:8001", "sec-fetch-site": "same-origin", "origin": "http://127.0.0.1:8001"},
-    {"host": "localhost:8001", "sec-fetch-site": "none"},  # typed in the address bar
-    {"host": "127.0.0.1:8001"},  # curl, a script
-])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"host": "127.0.0.1:8001", "sec-fetch-site": "same-origin", "origin": "http://127.0.0.1:8001"},
+        {"host": "localhost:8001", "sec-fetch-site": "none"},  # typed in the address bar
+        {"host": "127.0.0.1:8001"},  # curl, a script
+    ],
+)
 def test_the_store_s_own_pages_and_scripts_are_answered(ds, headers):
     response = asyncio.run(ds.client.get("/zlstore/roots.json?_shape=array", headers=headers))
     assert response.status_code == 200 and CAMPAIGN in response.text
@@ -91,36 +104,52 @@ def test_the_store_s_own_pages_and_scripts_are_answered(ds, headers):
 
 def test_cors_lets_other_sites_read(example_store_path):
     open_ds = serve.datasette_app(example_store_path, cors=True)
-    response = asyncio.run(open_ds.client.get("/zlstore/roots.json?_shape=array",
-                                              headers={"host": "127.0.0.1:8001", "sec-fetch-site": "cross-site",
-                                                       "origin": "https://dashboard.example"}))
+    response = asyncio.run(
+        open_ds.client.get(
+            "/zlstore/roots.json?_shape=array",
+            headers={"host": "127.0.0.1:8001", "sec-fetch-site": "cross-site", "origin": "https://dashboard.example"},
+        )
+    )
     assert response.status_code == 200
 
 
 @pytest.mark.parametrize("special", ["/dev/zero", "/dev/null"])
 def test_serve_reads_metadata_from_a_regular_file_only(example_store_path, special):
-    done = subprocess.run(ZLSTORE + ["serve", "--db", str(example_store_path), "-m", special, "--get", "/"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        ZLSTORE + ["serve", "--db", str(example_store_path), "-m", special, "--get", "/"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "not a regular file" in done.stderr
 
 
 # -- standard output that cannot be written ------------------------------------------
 
 
-@pytest.mark.parametrize("args", [["export", "ab_rlc_20261012_101500"], ["screen"], ["ab", "--json"],
-                                  ["ab", "--csv"]])
+@pytest.mark.parametrize("args", [["export", "ab_rlc_20261012_101500"], ["screen"], ["ab", "--json"], ["ab", "--csv"]])
 def test_a_full_stdout_ends_in_one_line(example_store_path, args):
     with open("/dev/full", "w") as full:
-        done = subprocess.run(ZLSTORE + args + ["--db", str(example_store_path)], stdout=full,
-                              stderr=subprocess.PIPE, text=True, timeout=120)
+        done = subprocess.run(
+            ZLSTORE + args + ["--db", str(example_store_path)],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines() == ["zlstore: cannot write to standard output: No space left on device"]
 
 
 def test_a_closed_pipe_ends_quietly_with_its_status(example_store_path):
-    done = subprocess.run(" ".join(ZLSTORE) + f" ab --nl --db {example_store_path} | head -c 10 > /dev/null; "
-                          "echo ${PIPESTATUS[0]}", shell=True, executable="/bin/bash", capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        " ".join(ZLSTORE) + f" ab --nl --db {example_store_path} | head -c 10 > /dev/null; echo ${{PIPESTATUS[0]}}",
+        shell=True,
+        executable="/bin/bash",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.stdout.strip() in ("0", "141")  # 0: all of it fit the pipe before head left
     assert "Traceback" not in done.stderr and "Error" not in done.stderr
 

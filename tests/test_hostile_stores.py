@@ -43,29 +43,43 @@ def mutate(path: Path, *statements: str):
             conn.execute(statement)
 
 
-ENDLESS = ("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) "
-           "SELECT c2.* FROM c2, (SELECT max(n) FROM r)")
+ENDLESS = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT c2.* FROM c2, (SELECT max(n) FROM r)"
 
 # (what is done to the source, what the refusal must name)
 REFUSED = {
     "a view over an endless query in place of a table": (
-        ["ALTER TABLE calibers RENAME TO c2", f"CREATE VIEW calibers AS {ENDLESS}"], "table calibers: a view"),
+        ["ALTER TABLE calibers RENAME TO c2", f"CREATE VIEW calibers AS {ENDLESS}"],
+        "table calibers: a view",
+    ),
     "a view in place of kernels": (
-        ["ALTER TABLE kernels RENAME TO k2", "CREATE VIEW kernels AS SELECT * FROM k2"], "table kernels: a view"),
+        ["ALTER TABLE kernels RENAME TO k2", "CREATE VIEW kernels AS SELECT * FROM k2"],
+        "table kernels: a view",
+    ),
     "no roots.identity": (["ALTER TABLE roots DROP COLUMN identity"], "table roots, column identity: missing"),
     "no roots.env": (["ALTER TABLE roots DROP COLUMN env"], "table roots, column env: missing"),
     "a column this release lacks": (["ALTER TABLE cells ADD COLUMN evil TEXT"], "table cells, column evil"),
-    "a generated column": (["ALTER TABLE roots ADD COLUMN big AS (zeroblob(100000000)) VIRTUAL"],
-                           "table roots, column big"),
-    "text in an INTEGER column": (["UPDATE cells SET rc = 'zero' WHERE id = (SELECT min(id) FROM cells)"],
-                                  "table cells, column rc: a value not INTEGER"),
-    "NULL where NOT NULL": (["PRAGMA ignore_check_constraints = ON", "PRAGMA writable_schema = ON",
-                             "UPDATE sqlite_master SET sql = replace(sql, 'relpath TEXT NOT NULL', 'relpath TEXT') "
-                             "WHERE name = 'cells'", "PRAGMA writable_schema = OFF"],
-                            "table cells, column relpath"),
+    "a generated column": (
+        ["ALTER TABLE roots ADD COLUMN big AS (zeroblob(100000000)) VIRTUAL"],
+        "table roots, column big",
+    ),
+    "text in an INTEGER column": (
+        ["UPDATE cells SET rc = 'zero' WHERE id = (SELECT min(id) FROM cells)"],
+        "table cells, column rc: a value not INTEGER",
+    ),
+    "NULL where NOT NULL": (
+        [
+            "PRAGMA ignore_check_constraints = ON",
+            "PRAGMA writable_schema = ON",
+            "UPDATE sqlite_master SET sql = replace(sql, 'relpath TEXT NOT NULL', 'relpath TEXT') WHERE name = 'cells'",
+            "PRAGMA writable_schema = OFF",
+        ],
+        "table cells, column relpath",
+    ),
     "a root's env that is not JSON": (["UPDATE roots SET env = '{not json'"], "table roots, column env: not a JSON"),
-    "text that is not UTF-8": (["UPDATE roots SET name = CAST(X'C328' AS TEXT) WHERE id = (SELECT min(id) FROM roots)"],
-                               "table roots, column name: text that is not UTF-8"),
+    "text that is not UTF-8": (
+        ["UPDATE roots SET name = CAST(X'C328' AS TEXT) WHERE id = (SELECT min(id) FROM roots)"],
+        "table roots, column name: text that is not UTF-8",
+    ),
     "user_version -1": (["PRAGMA user_version = -1"], "schema version -1"),
     "user_version 0": (["PRAGMA user_version = 0"], "does not migrate"),
     "user_version 1": (["PRAGMA user_version = 1"], "does not migrate"),
@@ -78,8 +92,9 @@ def test_a_source_that_does_not_match_is_refused_naming_table_and_column(source,
     mutate(source, *statements)
     target = tmp_path / "t.db"
     # a real process, bounded: a source read as code could hang it forever (issue 33, item 1)
-    done = subprocess.run(ZLSTORE + ["merge", str(source), "--db", str(target)], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        ZLSTORE + ["merge", str(source), "--db", str(target)], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 2, done.stderr
     assert named in done.stderr and "Traceback" not in done.stderr
     assert not target.exists()  # refused before the target is even created
@@ -105,17 +120,25 @@ def test_three_empty_tables_are_not_a_store(tmp_path):
 def test_the_source_s_triggers_and_views_never_run_nor_come_along(source, tmp_path):
     """A trigger that would stop any write, and a view over an endless query
     beside the tables: both dropped unread in the private copy."""
-    mutate(source, "CREATE TRIGGER no_writes BEFORE INSERT ON ingest_runs BEGIN SELECT RAISE(ABORT, 'no'); END",
-           "CREATE VIEW endless AS WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT max(n) FROM r",
-           "ANALYZE", "UPDATE sqlite_stat1 SET stat = '1000000000 1 1'")  # the planner's figures: not the source's word
+    mutate(
+        source,
+        "CREATE TRIGGER no_writes BEFORE INSERT ON ingest_runs BEGIN SELECT RAISE(ABORT, 'no'); END",
+        "CREATE VIEW endless AS WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT max(n) FROM r",
+        "ANALYZE",
+        "UPDATE sqlite_stat1 SET stat = '1000000000 1 1'",
+    )  # the planner's figures: not the source's word
     target = tmp_path / "t.db"
     result = invoke(target, "merge", source, "--json")
     assert result.exit_code in (0, 1), result.output
     assert json.loads(result.stdout)["cells_added"] > 0
     with sqlite3.connect(target) as conn:
-        assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name IN ('no_writes', 'endless')").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name IN ('no_writes', 'endless')").fetchone() == (
+            0,
+        )
     with sqlite3.connect(source) as conn:  # the source itself is only read
-        assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name IN ('no_writes', 'endless')").fetchone() == (2,)
+        assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name IN ('no_writes', 'endless')").fetchone() == (
+            2,
+        )
 
 
 def test_a_source_hard_linked_to_the_target_is_the_target_itself(example_store_path, tmp_path):
@@ -133,7 +156,11 @@ def test_a_source_with_a_hot_journal_is_read_as_its_last_commit(source, tmp_path
     mutate(source, "PRAGMA journal_mode = DELETE")
     with sqlite3.connect(source) as conn:
         committed = conn.execute("SELECT count(*) FROM cells").fetchone()[0]
-    killed = subprocess.run([sys.executable, "-c", f"""
+    killed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"""
 import os, sqlite3
 conn = sqlite3.connect({str(source)!r}, isolation_level=None)
 conn.execute("PRAGMA cache_size = 1")
@@ -141,7 +168,9 @@ conn.execute("BEGIN")
 conn.execute("DELETE FROM measurements")
 conn.execute("DELETE FROM blobs")
 os._exit(0)  # no commit, no rollback: the journal is left hot
-"""])
+""",
+        ]
+    )
     assert killed.returncode == 0
     journal = source.with_name(source.name + "-journal")
     assert journal.exists() and journal.stat().st_size > 0
@@ -164,8 +193,9 @@ def test_paths_from_a_source_are_not_trusted(example_tree, tmp_path):
     with Store(target) as store:
         path = store.root(SCREEN)["path"]
         assert path.startswith(roots.MERGED)
-        assert store.conn.execute("SELECT count(*) FROM cells WHERE path NOT LIKE ? || '/%'",
-                                  (path,)).fetchone()[0] == 0
+        assert (
+            store.conn.execute("SELECT count(*) FROM cells WHERE path NOT LIKE ? || '/%'", (path,)).fetchone()[0] == 0
+        )
     before = sorted(p.name for p in (tree / SCREEN).iterdir())
     written = invoke(target, "rescore", SCREEN, "--write")
     assert written.exit_code == 2
@@ -198,6 +228,7 @@ def test_two_stores_of_one_tree_list_each_open_problem_once(example_tree, tmp_pa
 def _limited(limit: int):
     def apply():
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
     return apply
 
 
@@ -208,16 +239,22 @@ def test_a_full_disk_stops_the_merge_at_the_first_failure(source, tmp_path):
     target = tmp_path / "t.db"
     Store(target).close()
     size = source.stat().st_size
-    done = subprocess.run(ZLSTORE + ["merge", str(source), "--db", str(target)], capture_output=True, text=True,
-                          preexec_fn=_limited(size + (64 << 10)), timeout=300)
+    done = subprocess.run(
+        ZLSTORE + ["merge", str(source), "--db", str(target)],
+        capture_output=True,
+        text=True,
+        preexec_fn=_limited(size + (64 << 10)),
+        timeout=300,
+    )
     assert done.returncode == 2, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and ("disk" in lines[0] or "full" in lines[0]), done.stderr
     assert "Traceback" not in done.stderr and "not merged" not in done.stderr
     with Store(target) as store:
         assert db.integrity_problems(store.conn, full=True) == []
-        assert store.conn.execute("SELECT count(*) FROM ingest_problems WHERE message LIKE '%not merged%'"
-                                  ).fetchone() == (0,)
+        assert store.conn.execute(
+            "SELECT count(*) FROM ingest_problems WHERE message LIKE '%not merged%'"
+        ).fetchone() == (0,)
         assert store.conn.execute("SELECT count(*) FROM ingest_runs WHERE finished_at IS NULL").fetchone() == (0,)
 
 
@@ -238,9 +275,21 @@ def test_check_source_refuses_what_is_not_a_regular_sqlite_file(tmp_path):
 
 def test_a_few_cases_of_the_hostile_store_fuzzer(tmp_path):
     """bench/hostile_stores.py, bounded: no hang, no traceback, every target sound."""
-    done = subprocess.run([sys.executable, str(Path(__file__).parent.parent / "bench" / "hostile_stores.py"),
-                           "--cases", "6", "--seed", "test", "--work", str(tmp_path)],
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).parent.parent / "bench" / "hostile_stores.py"),
+            "--cases",
+            "6",
+            "--seed",
+            "test",
+            "--work",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("cases tried: 6")
@@ -264,9 +313,11 @@ def test_a_source_s_unfinished_run_is_closed_as_interrupted_once(source, tmp_pat
 def test_a_generated_column_is_read_only_as_this_release_defines_it(source, tmp_path):
     """cells.pair_card is this release's own generated column: a source whose
     expression for it is another (its SQL would run on a read) is refused."""
-    mutate(source, "PRAGMA writable_schema = ON",
-           "UPDATE sqlite_master SET sql = replace(sql, 'ELSE card END', 'ELSE card * 2 END') "
-           "WHERE name = 'cells'")
+    mutate(
+        source,
+        "PRAGMA writable_schema = ON",
+        "UPDATE sqlite_master SET sql = replace(sql, 'ELSE card END', 'ELSE card * 2 END') WHERE name = 'cells'",
+    )
     result = invoke(tmp_path / "t.db", "merge", source)
     assert result.exit_code == 2, result.output
     assert "table cells, column pair_card" in result.output

@@ -58,7 +58,7 @@ def imported_modules(module: str, node) -> set:
             base = module.split(".")
             if MODULES[module].name != "__init__.py":
                 base = base[:-1]
-            base = base[:len(base) - (node.level - 1)]
+            base = base[: len(base) - (node.level - 1)]
             target = ".".join(base + ([node.module] if node.module else []))
         else:
             target = node.module or ""
@@ -92,7 +92,7 @@ def cycle(edges: dict):
         state[module] = "open"
         for target in sorted(edges.get(module, ())):
             if state.get(target) == "open":
-                return path[path.index(target):] + [target]
+                return path[path.index(target) :] + [target]
             if target not in state:
                 found = visit(target, path + [target])
                 if found:
@@ -115,9 +115,13 @@ def test_the_graph_is_read_and_a_circle_is_found():
     assert {"zlstore", "zlstore.cli", "zlstore.pytest_plugins.zlstore_outcomes"} <= set(MODULES)
     assert {"zlstore.db", "zlstore.store"} <= edges["zlstore.cli"]
     in_subpackage = "zlstore.pytest_plugins.zlstore_compat"
-    for statement, found in (("from . import zlstore_outcomes", "zlstore.pytest_plugins.zlstore_outcomes"),
-                             ("from .. import Store", "zlstore"), ("import zlstore.cli", "zlstore.cli"),
-                             ("from zlstore.cli import x", "zlstore.cli"), ("import json", None)):
+    for statement, found in (
+        ("from . import zlstore_outcomes", "zlstore.pytest_plugins.zlstore_outcomes"),
+        ("from .. import Store", "zlstore"),
+        ("import zlstore.cli", "zlstore.cli"),
+        ("from zlstore.cli import x", "zlstore.cli"),
+        ("import json", None),
+    ):
         assert imported_modules(in_subpackage, ast.parse(statement).body[0]) == ({found} if found else set())
     assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert cycle({"a": {"b"}, "b": set()}) is None
@@ -131,8 +135,11 @@ def test_no_import_circle(in_functions):
 
 
 def test_names_is_a_leaf_and_db_imports_only_leaves():
-    every = {module.rpartition(".")[2]: {t.rpartition(".")[2] for t in targets}
-             for module, targets in graph(in_functions=True).items() if module.count(".") == 1}
+    every = {
+        module.rpartition(".")[2]: {t.rpartition(".")[2] for t in targets}
+        for module, targets in graph(in_functions=True).items()
+        if module.count(".") == 1
+    }
     leaves = {m for m, imported in every.items() if not imported}
     assert every["names"] == set() and every["floors"] == set()
     # db.py: connections and faults; macros.py, the SQL rendering, the one part of the plumbing with
@@ -144,6 +151,7 @@ def test_names_is_a_leaf_and_db_imports_only_leaves():
 
 # -- stages: a module imports from its own stage and the stages before it ----
 
+
 def stage_of_module() -> dict:
     """zlstore module (dotted) -> its stage's index in readme_tour.STAGES;
     the plugins zlstore flaggems loads into the benchmark are standalone
@@ -154,14 +162,19 @@ def stage_of_module() -> dict:
 
 def forward_imports(edges: dict, stage: dict) -> list:
     """'a (stage i) imports b (stage j)' for every import of a later stage."""
-    return sorted(f"{module} (stage {stage[module]}) imports {target} (stage {stage[target]})"
-                  for module, targets in edges.items() if module in stage
-                  for target in targets if target in stage and stage[target] > stage[module])
+    return sorted(
+        f"{module} (stage {stage[module]}) imports {target} (stage {stage[target]})"
+        for module, targets in edges.items()
+        if module in stage
+        for target in targets
+        if target in stage and stage[target] > stage[module]
+    )
 
 
 def test_a_module_imports_only_from_its_stage_and_the_stages_before():
-    assert forward_imports({"a": {"b", "c"}, "b": {"a"}}, {"a": 0, "b": 1, "c": 0}) == \
-        ["a (stage 0) imports b (stage 1)"]
+    assert forward_imports({"a": {"b", "c"}, "b": {"a"}}, {"a": 0, "b": 1, "c": 0}) == [
+        "a (stage 0) imports b (stage 1)"
+    ]
     stage = stage_of_module()
     assert {"zlstore", "zlstore.cli", "zlstore.derive", "zlstore.db"} <= set(stage)
     assert stage["zlstore.db"] < stage["zlstore.parse"] < stage["zlstore.derive"] < stage["zlstore.judge"]
@@ -174,8 +187,9 @@ def comment_lines(source: str) -> set:
     lines = set()
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
         if token.type == tokenize.COMMENT:
-            text = re.sub(r"noqa(:\s*[A-Z]+[0-9]+(,\s*[A-Z]+[0-9]+)*)?|type:\s*ignore(\[[^\]]*\])?", "",
-                          token.string.lstrip("#"))
+            text = re.sub(
+                r"noqa(:\s*[A-Z]+[0-9]+(,\s*[A-Z]+[0-9]+)*)?|type:\s*ignore(\[[^\]]*\])?", "", token.string.lstrip("#")
+            )
             if re.search(r"\w", text):
                 lines.add(token.start[0])
     return lines
@@ -186,15 +200,19 @@ def unexplained(path: Path) -> list:
     (any of them, for one that spans several) or on the line above."""
     source = path.read_text()
     said = comment_lines(source)
-    return [f"{path.name}:{node.lineno}: {ast.unparse(node)}"
-            for node in imports(ast.parse(source), in_functions=True)
-            if not said & set(range(node.lineno - 1, node.end_lineno + 1))]
+    return [
+        f"{path.name}:{node.lineno}: {ast.unparse(node)}"
+        for node in imports(ast.parse(source), in_functions=True)
+        if not said & set(range(node.lineno - 1, node.end_lineno + 1))
+    ]
 
 
 def test_the_comment_guard_finds_an_unexplained_import(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text("import os\n\n\ndef f():\n    import json  # noqa: PLC0415\n\n    # why\n"
-                      "    import re\n    from x import (a,\n                   b)  # why\n")
+    module.write_text(
+        "import os\n\n\ndef f():\n    import json  # noqa: PLC0415\n\n    # why\n"
+        "    import re\n    from x import (a,\n                   b)  # why\n"
+    )
     assert unexplained(module) == ["m.py:5: import json"]
 
 

@@ -15,19 +15,22 @@ from zlstore.cli import cli
 from .conftest import SAMPLES
 
 CALIBER_ENV = {
-    "ZL_BACKEND": "musa", "BENCH_LEVEL": "core", "ZL_ENABLE_CUDAGRAPH": "1",
-    "ZL_ISOLATE_TUNER_CACHE": "0", "ZL_DIRECT_REPEAT": "100", "SHAPE_MODE": "file", "USE_FLAGTUNE": "0",
+    "ZL_BACKEND": "musa",
+    "BENCH_LEVEL": "core",
+    "ZL_ENABLE_CUDAGRAPH": "1",
+    "ZL_ISOLATE_TUNER_CACHE": "0",
+    "ZL_DIRECT_REPEAT": "100",
+    "SHAPE_MODE": "file",
+    "USE_FLAGTUNE": "0",
 }
 IR = 'module {\n  %1 = ttg.convert_layout %0 : tensor<1xf16> -> tensor<1xf16> loc(#loc1)\n}\n#loc1 = loc("/a/k.py":1:0)\n'
 
 
 def record(op="topk", dtype="float16", latencies=((64, 0.02),)):
-    result = [
-        {"shape_detail": [[n]], "latency_base": 0.03, "latency": lat, "error_msg": None}
-        for n, lat in latencies
-    ]
-    return "[INFO] " + json.dumps({"op_name": op, "dtype": "torch." + dtype, "mode": "kernel",
-                                    "level": "core", "result": result})
+    result = [{"shape_detail": [[n]], "latency_base": 0.03, "latency": lat, "error_msg": None} for n, lat in latencies]
+    return "[INFO] " + json.dumps(
+        {"op_name": op, "dtype": "torch." + dtype, "mode": "kernel", "level": "core", "result": result}
+    )
 
 
 def write_cell(path, run_log="", env=None, kernels=None, index=None):
@@ -60,7 +63,7 @@ def independent_counts(path):
     for line in path.read_text().splitlines():
         if line.startswith("[INFO] {"):
             records += 1
-            rows += len(json.loads(line[len("[INFO] "):])["result"])
+            rows += len(json.loads(line[len("[INFO] ") :])["result"])
     return records, rows
 
 
@@ -78,8 +81,9 @@ def test_samples_ingest_with_every_record(store, tmp_path):
     assert expected_rows > 100  # the samples really hold records
     summary = store.ingest(tmp_path / "runs")
     # before cells only: each pair's missing side is named, nothing else
-    assert sorted(p["file"] for p in summary["problems"] if p["message"].startswith("MISSING_SIDE")) == \
-        sorted(str(cell) for cell in root.glob("op*_before"))
+    assert sorted(p["file"] for p in summary["problems"] if p["message"].startswith("MISSING_SIDE")) == sorted(
+        str(cell) for cell in root.glob("op*_before")
+    )
     assert len(summary["problems"]) == len(list(root.glob("op*_before")))
     assert summary["rows_added"] == expected_rows
     assert count(store, "SELECT count(*) FROM measurements") == expected_rows
@@ -93,12 +97,21 @@ def test_reingest_adds_nothing_and_changed_cell_is_replaced(store, tmp_path):
     root = tmp_path / "ab_rlc_1"
     write_root_env(root)
     for side in ("before", "after"):
-        write_cell(root / f"topk_float16_{side}", record(latencies=((64, 0.02), (128, 0.04))),
-                   env={"RC": 0}, kernels={f"h{side}/topk.ttgir": IR})
+        write_cell(
+            root / f"topk_float16_{side}",
+            record(latencies=((64, 0.02), (128, 0.04))),
+            env={"RC": 0},
+            kernels={f"h{side}/topk.ttgir": IR},
+        )
     first = store.ingest(root)
     assert (first["cells_added"], first["rows_added"]) == (2, 4)
     again = store.ingest(root)
-    assert (again["cells_added"], again["cells_replaced"], again["cells_unchanged"], again["rows_added"]) == (0, 0, 2, 0)
+    assert (again["cells_added"], again["cells_replaced"], again["cells_unchanged"], again["rows_added"]) == (
+        0,
+        0,
+        2,
+        0,
+    )
     # Touched but identical: the content hash says unchanged.
     (root / "topk_float16_after" / "run.log").write_text(record(latencies=((64, 0.02), (128, 0.04))))
     touched = store.ingest(root)
@@ -109,8 +122,9 @@ def test_reingest_adds_nothing_and_changed_cell_is_replaced(store, tmp_path):
     assert (changed["cells_replaced"], changed["cells_unchanged"], changed["rows_added"]) == (1, 1, 1)
     assert count(store, "SELECT count(*) FROM cells") == 2
     assert count(store, "SELECT count(*) FROM measurements") == 3
-    assert count(store, "SELECT count(*) FROM measurements m JOIN cells c ON c.id = m.cell_id "
-                        "WHERE c.side = 'after'") == 1
+    assert (
+        count(store, "SELECT count(*) FROM measurements m JOIN cells c ON c.id = m.cell_id WHERE c.side = 'after'") == 1
+    )
     assert count(store, "SELECT count(*) FROM fingerprints") == 2 * len(cell_rules(store.conn, "screen"))
     assert count(store, "SELECT count(*) FROM kernels") == 2
 
@@ -121,8 +135,11 @@ def test_values_come_from_cell_env_then_path_then_root_then_screen_tsv(store, tm
     header = "op\tdtype\tverdict\telapsed_before\telapsed_after\trc_before\trc_after\tshape_mode\n"
     (root / "screen.tsv").write_text(header + "argmax\tfloat16\tNO_IR_DIFF\t12.5\t13.0\t0\t0\tdefault\r\n")
     write_cell(root / "argmax_float16_before", record("argmax"))  # an older cell: no cell.env
-    write_cell(root / "argmax_float16_after", record("argmax"),
-               env={"RC": "0\r", "ELAPSED_S": "9.5", "SHAPE_MODE": "file", "OP": "argmax"})
+    write_cell(
+        root / "argmax_float16_after",
+        record("argmax"),
+        env={"RC": "0\r", "ELAPSED_S": "9.5", "SHAPE_MODE": "file", "OP": "argmax"},
+    )
     store.ingest(root)
     cells = {r["side"]: r for r in store.db.query("SELECT * FROM cell_summary")}
     before, after = cells["before"], cells["after"]
@@ -131,8 +148,7 @@ def test_values_come_from_cell_env_then_path_then_root_then_screen_tsv(store, tm
     assert before["op_source"] == "path" and before["side_source"] == "path"
     assert (before["rc"], before["elapsed_s"]) == (0, 12.5)
     assert before["shape_mode"] == "default" and before["caliber_source"] == "root.env+screen.tsv"
-    provenance = json.loads(store.conn.execute(
-        "SELECT provenance FROM cells WHERE side = 'before'").fetchone()[0])
+    provenance = json.loads(store.conn.execute("SELECT provenance FROM cells WHERE side = 'before'").fetchone()[0])
     assert provenance["elapsed"] == "screen.tsv" and provenance["backend"] == "root.env"
     # cell.env wins over everything, and a CRLF never reaches a value.
     assert (after["rc"], after["elapsed_s"], after["shape_mode"]) == (0, 9.5, "file")
@@ -157,14 +173,27 @@ def test_repeat_and_campaign_paths(store, tmp_path):
     campaign.mkdir()
     (campaign / "campaign.env").write_text("KIND=campaign\nROUNDS=2\nCARDS=2\n")
     (campaign / "partition.tsv").write_text("card\top\tdtype\tweight_min\n1\tslice_scatter\tbfloat16\t3.5\n")
-    cell = write_cell(campaign / "card1" / "ab_20261013_090001" / "slice_scatter" / "r2" / "after",
-                      record("slice_scatter", "bfloat16"), env={"RC": 0, **CALIBER_ENV})
+    cell = write_cell(
+        campaign / "card1" / "ab_20261013_090001" / "slice_scatter" / "r2" / "after",
+        record("slice_scatter", "bfloat16"),
+        env={"RC": 0, **CALIBER_ENV},
+    )
     store.ingest(tmp_path)
     row = store.db.execute(
         "SELECT r.name, r.kind, c.card, c.op, c.dtype, c.side, c.round, c.repeat_dir, c.dtype_source "
-        "FROM cells c JOIN roots r ON r.id = c.root_id").fetchone()
-    assert row == ("campaign_1", "campaign", 1, "slice_scatter", "bfloat16", "after", 2,
-                   "ab_20261013_090001", "partition.tsv")
+        "FROM cells c JOIN roots r ON r.id = c.root_id"
+    ).fetchone()
+    assert row == (
+        "campaign_1",
+        "campaign",
+        1,
+        "slice_scatter",
+        "bfloat16",
+        "after",
+        2,
+        "ab_20261013_090001",
+        "partition.tsv",
+    )
     assert store.record(cell)["cells_unchanged"] == 1
 
 
@@ -175,31 +204,47 @@ def test_screen_dir_names_with_underscores(store, tmp_path):
         write_cell(root / name, record())
     store.ingest(root)
     got = {tuple(r) for r in store.conn.execute("SELECT op, dtype, side FROM cells")}
-    assert got == {("slice_scatter", "", "before"), ("slice_scatter", "float16", "after"),
-                   ("fft", "complex64", "before")}
+    assert got == {
+        ("slice_scatter", "", "before"),
+        ("slice_scatter", "float16", "after"),
+        ("fft", "complex64", "before"),
+    }
 
 
 def test_triton_cache_only_ttgir_counts(store, tmp_path):
     root = tmp_path / "ab_rlc_5"
     write_root_env(root)
-    write_cell(root / "topk_before", record(), env={"RC": 0}, kernels={
-        "aaa/topk_kernel.ttgir": IR,
-        "aaa/topk_kernel.json": '{"num_warps": 8, "num_stages": 3}',
-        "aaa/__grp__topk_kernel.json": '{"child_paths": {}}',
-        "tmp.pid_123_456/topk_kernel.ttgir": "half-written",
-        "launcher/cuda_utils.so": "",
-        "launcher/__grp__launcher.json": "{}",
-    }, index="topk_kernel\taaa\t/x/aaa/topk_kernel.ttgir\n")
+    write_cell(
+        root / "topk_before",
+        record(),
+        env={"RC": 0},
+        kernels={
+            "aaa/topk_kernel.ttgir": IR,
+            "aaa/topk_kernel.json": '{"num_warps": 8, "num_stages": 3}',
+            "aaa/__grp__topk_kernel.json": '{"child_paths": {}}',
+            "tmp.pid_123_456/topk_kernel.ttgir": "half-written",
+            "launcher/cuda_utils.so": "",
+            "launcher/__grp__launcher.json": "{}",
+        },
+        index="topk_kernel\taaa\t/x/aaa/topk_kernel.ttgir\n",
+    )
     # The same IR under another cache directory name: the fingerprint ignores it.
-    write_cell(root / "topk_after", record(), env={"RC": 0}, kernels={"zzz/topk_kernel.ttgir": IR},
-               index="topk_kernel\tzzz\t/x/zzz/topk_kernel.ttgir\n")
+    write_cell(
+        root / "topk_after",
+        record(),
+        env={"RC": 0},
+        kernels={"zzz/topk_kernel.ttgir": IR},
+        index="topk_kernel\tzzz\t/x/zzz/topk_kernel.ttgir\n",
+    )
     store.ingest(root)
     store.compute_fingerprints("v4")  # not computed at ingest: the store holds v1-v3
-    kernels = store.conn.execute("SELECT name, cache_dir, convert_layouts, num_warps, num_stages FROM kernels "
-                                 "ORDER BY cache_dir").fetchall()
+    kernels = store.conn.execute(
+        "SELECT name, cache_dir, convert_layouts, num_warps, num_stages FROM kernels ORDER BY cache_dir"
+    ).fetchall()
     assert kernels == [("topk_kernel", "aaa", 1, 8, 3), ("topk_kernel", "zzz", 1, None, None)]
-    fingerprints = dict(store.conn.execute(
-        "SELECT rule, count(DISTINCT fingerprint) FROM fingerprints GROUP BY rule").fetchall())
+    fingerprints = dict(
+        store.conn.execute("SELECT rule, count(DISTINCT fingerprint) FROM fingerprints GROUP BY rule").fetchall()
+    )
     assert fingerprints == {"v1": 2, "v2": 1, "v3": 1, "v4": 1}  # only v1 hashes index.tsv
     assert count(store, "SELECT count(*) FROM blobs WHERE kind = 'ttgir'") == 1  # stored once
 
@@ -245,16 +290,22 @@ def test_ingest_fingerprints_screening_cells_under_every_rule(example_source, tm
         store.ingest([screen, campaign])
 
         def held(kind):
-            return {r for (r,) in store.conn.execute(
-                "SELECT DISTINCT f.rule FROM fingerprints f JOIN cells ON cells.id = f.cell_id "
-                "JOIN roots ON roots.id = cells.root_id WHERE roots.kind = ?", (kind,))}
+            return {
+                r
+                for (r,) in store.conn.execute(
+                    "SELECT DISTINCT f.rule FROM fingerprints f JOIN cells ON cells.id = f.cell_id "
+                    "JOIN roots ON roots.id = cells.root_id WHERE roots.kind = ?",
+                    (kind,),
+                )
+            }
 
         assert held("screen") == set(ttgir.RULES)
         assert held("campaign") == {"v1", "v2", "v3"}
         lacking = store.conn.execute(
             "SELECT count(*) FROM cells JOIN roots ON roots.id = cells.root_id WHERE roots.kind = 'screen' "
             "AND (SELECT count(*) FROM fingerprints f WHERE f.cell_id = cells.id) <> ?",
-            (len(ttgir.RULES),)).fetchone()[0]
+            (len(ttgir.RULES),),
+        ).fetchone()[0]
         assert lacking == 0
         assert all(v["verdict"] is not None for v in judge.verdicts(store, rule="v4"))
         store.compute_fingerprints("v4")
@@ -295,12 +346,16 @@ def test_paths_inside_another_are_read_and_counted_once(example_tree, tmp_path, 
     counted once, as `ingest runs` counts them, and their problems once."""
     runs, manifest = example_tree
     paths = [str(runs), str(runs / inner)]
-    result = CliRunner().invoke(cli, ["ingest", *(paths[::-1] if inner_first else paths),
-                                      "--db", str(tmp_path / "x.db"), "--json"])
+    result = CliRunner().invoke(
+        cli, ["ingest", *(paths[::-1] if inner_first else paths), "--db", str(tmp_path / "x.db"), "--json"]
+    )
     summary = json.loads(result.stdout)
     assert result.exit_code == 1  # the example's cut-off run.log
-    assert (summary["cells_added"], summary["cells_unchanged"], summary["rows_added"]) == \
-        (manifest["cells"], 0, manifest["rows"])
+    assert (summary["cells_added"], summary["cells_unchanged"], summary["rows_added"]) == (
+        manifest["cells"],
+        0,
+        manifest["rows"],
+    )
     assert len(summary["problems"]) == summary["open_problems"] == 1
     assert result.stderr.count("problem:") == 1
     with Store(tmp_path / "x.db") as store:
@@ -336,10 +391,16 @@ def test_record_refuses_unfinished_cell(store, tmp_path):
     assert count(store, "SELECT count(*) FROM cells") == 0
 
 
-@pytest.mark.parametrize("header, lines", [
-    ("op\tdtype\tverdict", ["topk\tfloat16\tIR_CHANGED", "sort\t\tNO_IR_DIFF", "short\tint8", "long\ta\tb\tc", "  x \t y \t z "]),
-    ("op\tdtype\t\t", ["a\tb\tc\td", "e\tf"]),  # columns without a name (trailing tabs), which none reads
-])
+@pytest.mark.parametrize(
+    "header, lines",
+    [
+        (
+            "op\tdtype\tverdict",
+            ["topk\tfloat16\tIR_CHANGED", "sort\t\tNO_IR_DIFF", "short\tint8", "long\ta\tb\tc", "  x \t y \t z "],
+        ),
+        ("op\tdtype\t\t", ["a\tb\tc\td", "e\tf"]),  # columns without a name (trailing tabs), which none reads
+    ],
+)
 def test_tsv_rows_read_as_dict_zip_gives_them(tmp_path, header, lines):
     """A TSV row is dict(zip(header, values)) in every respect the store uses
     (get, [], items, equality), whatever a line's count of fields."""
@@ -362,10 +423,8 @@ def test_a_cell_env_side_in_other_case_is_read_and_one_that_is_no_side_is_named(
     and the path's side is used: a pair is never split by its spelling."""
     root = tmp_path / "ab_rlc_x"
     write_root_env(root)
-    write_cell(root / "topk_float16_before", record(), env={"SIDE": " Before ", "RC": 0},
-               kernels={"h1/topk.ttgir": IR})
-    write_cell(root / "topk_float16_after", record(), env={"SIDE": "sideways", "RC": 0},
-               kernels={"h2/topk.ttgir": IR})
+    write_cell(root / "topk_float16_before", record(), env={"SIDE": " Before ", "RC": 0}, kernels={"h1/topk.ttgir": IR})
+    write_cell(root / "topk_float16_after", record(), env={"SIDE": "sideways", "RC": 0}, kernels={"h2/topk.ttgir": IR})
     summary = store.ingest(root)
     sides = dict(store.conn.execute("SELECT relpath, side FROM cells"))
     assert sides == {"topk_float16_before": "before", "topk_float16_after": "after"}
@@ -379,6 +438,7 @@ def test_a_batch_keeps_its_scratch_in_memory_and_gives_it_back(tmp_path):
     """A whole-tree ingest's batch keeps SQLite's scratch (each cell's
     savepoint journal) in memory; everything else spills it to a file, so
     that a refresh's memory does not grow with the campaign (db.scratch_in_memory)."""
+
     def temp_store(conn):
         return conn.execute("PRAGMA temp_store").fetchone()[0]  # 1: FILE, 2: MEMORY
 
@@ -405,6 +465,7 @@ def test_a_batch_checks_the_wal_in_when_it_commits(tmp_path):
     file alone, without its WAL, holds what the batch committed. (A
     checkpoint that fails, on a full disk, loses nothing and raises nothing:
     test_containment.py's full disk, where every batch is one cell.)"""
+
     def rows_in_file_alone(name):
         shutil.copy(tmp_path / "store.db", tmp_path / name)  # the main file, not its -wal
         conn = sqlite3.connect(tmp_path / name)
@@ -422,7 +483,6 @@ def test_a_batch_checks_the_wal_in_when_it_commits(tmp_path):
         conn.execute("INSERT INTO ingest_runs (started_at, command, paths) VALUES ('now', 'test', '[]')")
         batch.commit()
         assert rows_in_file_alone("after.db") == before + 1
-
 
 
 @pytest.mark.parametrize("workers", ["0", "2"])

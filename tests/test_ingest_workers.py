@@ -30,8 +30,12 @@ def contents(db_path) -> dict:
     """Every table's rows, but for the columns that record times."""
     conn = sqlite3.connect(db_path)
     try:
-        tables = [name for (name,) in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+        tables = [
+            name
+            for (name,) in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        ]
         found = {}
         for table in tables:
             if table in SKIPPED_TABLES:
@@ -67,6 +71,7 @@ def test_workers_store_what_one_process_stores(example_source, tmp_path, monkeyp
 @pytest.fixture
 def deadline():
     """Fail rather than hang: a lost worker must never leave the ingest waiting."""
+
     def expired(signum, frame):
         raise TimeoutError("the ingest hung")
 
@@ -143,9 +148,13 @@ def make_big_tree(root):
     for n in range(BIG_CELLS // 2):
         for side in ("before", "after"):
             noise = os.urandom(150_000).hex()
-            text = IR + "".join(f"// {noise[i:i + 64]}\n" for i in range(0, len(noise), 64))
-            write_cell(root / f"op{n:04d}_float16_{side}", record(f"op{n:04d}", latencies=rows),
-                       env={"RC": 0}, kernels={f"h{n}{side}/k{n}.ttgir": text})
+            text = IR + "".join(f"// {noise[i : i + 64]}\n" for i in range(0, len(noise), 64))
+            write_cell(
+                root / f"op{n:04d}_float16_{side}",
+                record(f"op{n:04d}", latencies=rows),
+                env={"RC": 0},
+                kernels={f"h{n}{side}/k{n}.ttgir": text},
+            )
     return root
 
 
@@ -155,7 +164,9 @@ def start_ingest(tmp_path):
     Store(db_path).close()
     process = subprocess.Popen(
         [sys.executable, "-m", "zlstore", "ingest", str(root), "--db", str(db_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
     )
     workers, deadline = set(), time.time() + 60
     while not workers and time.time() < deadline and process.poll() is None:
@@ -209,22 +220,40 @@ def test_rows_with_and_without_the_sparse_fields_are_stored_whole_in_file_order(
     rows that set some, in between, keep every field and the file's order."""
     root = tmp_path / "runs" / "screen_20260101_000000"
     write_root_env(root)
-    sparse = {"gbps_base": 1.5, "gbps": 2.5, "tflops": 3.5, "utilization": 0.25, "accuracy": True,
-              "compared_speedup": 1.25, "legacy_shape": [[8, 8]], "error_msg": "it failed", "surplus": 7}
-    result = [{"shape_detail": [[n]], "latency_base": 0.03, "latency": 0.02 + n / 1e4, **(sparse if n % 3 else {})}
-              for n in range(1, 10)]
-    log = "[INFO] " + json.dumps({"op_name": "abs", "dtype": "torch.float16", "mode": "kernel", "level": "core",
-                                  "result": result}) + "\n"
+    sparse = {
+        "gbps_base": 1.5,
+        "gbps": 2.5,
+        "tflops": 3.5,
+        "utilization": 0.25,
+        "accuracy": True,
+        "compared_speedup": 1.25,
+        "legacy_shape": [[8, 8]],
+        "error_msg": "it failed",
+        "surplus": 7,
+    }
+    result = [
+        {"shape_detail": [[n]], "latency_base": 0.03, "latency": 0.02 + n / 1e4, **(sparse if n % 3 else {})}
+        for n in range(1, 10)
+    ]
+    log = (
+        "[INFO] "
+        + json.dumps({"op_name": "abs", "dtype": "torch.float16", "mode": "kernel", "level": "core", "result": result})
+        + "\n"
+    )
     for i in range(parallel.PARALLEL_MIN_CELLS + 2):  # enough cells for workers
         write_cell(root / f"op{i:03d}_before", log, env={"RC": 0})
     ingest_with(workers, root.parent, tmp_path / "store.db", monkeypatch)
     parsed = parse.CellParser(parse.SCREENING_RULES).parse(
-        parse.scan_cell(root / "op000_before"), layout.locate_root(root / "op000_before", {}),
-        layout.load_root(layout.locate_root(root / "op000_before", {})))
+        parse.scan_cell(root / "op000_before"),
+        layout.locate_root(root / "op000_before", {}),
+        layout.load_root(layout.locate_root(root / "op000_before", {})),
+    )
     conn = sqlite3.connect(tmp_path / "store.db")
-    stored = conn.execute(f"SELECT {', '.join(parse.MEASUREMENT_COLUMNS[1:])} FROM measurements "
-                          "WHERE cell_id = (SELECT id FROM cells WHERE path LIKE '%/op000_before') "
-                          "ORDER BY id").fetchall()
+    stored = conn.execute(
+        f"SELECT {', '.join(parse.MEASUREMENT_COLUMNS[1:])} FROM measurements "
+        "WHERE cell_id = (SELECT id FROM cells WHERE path LIKE '%/op000_before') "
+        "ORDER BY id"
+    ).fetchall()
     conn.close()
     assert [tuple(row) for row in stored] == parsed.stored_rows()
     assert [dense for dense, _ in parsed.insert_runs()] == [False, True] * 3  # n = 1-2, 3, 4-5, 6, 7-8, 9
@@ -279,7 +308,8 @@ def test_a_batch_pairs_its_rounds_every_few_cells_and_stores_the_same(example_so
 
 
 def test_a_bulk_ingest_writes_its_cells_with_a_larger_page_cache_and_pairs_them_with_the_default(
-        example_source, tmp_path, monkeypatch):
+    example_source, tmp_path, monkeypatch
+):
     """The cells of a whole-tree ingest are written with BULK_CACHE_KIB of
     page cache (db.bulk_cache), and the last pass over the campaign runs with
     the default again: its memory must not grow with the campaign."""

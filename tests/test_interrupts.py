@@ -54,7 +54,7 @@ def test_ctrl_c_inside_sql_during_a_merge(example_store_path, tmp_path, ctrl_c_i
     assert "Traceback" not in result.output and result.stderr.strip().splitlines()[-1] == "interrupted"
     conn = sound(target)
     assert conn.execute("SELECT count(*) FROM ingest_problems WHERE message LIKE '%not merged%'").fetchone() == (0,)
-    state, = conn.execute("SELECT summary FROM ingest_runs WHERE command = 'merge'").fetchone()
+    (state,) = conn.execute("SELECT summary FROM ingest_runs WHERE command = 'merge'").fetchone()
     assert json.loads(state)["state"] == "interrupted"
     conn.close()
     ctrl_c_in_median.append(2)  # no more Ctrl-C: the merge run again finishes as a clean one does
@@ -72,9 +72,10 @@ def test_ctrl_c_inside_sql_during_an_ingest(example_tree, tmp_path, ctrl_c_in_me
     assert result.exit_code == 130, result.output
     assert "Traceback" not in result.output and "internal error" not in result.output
     conn = sound(target)
-    assert conn.execute("SELECT count(*) FROM ingest_problems WHERE closed_by IS NULL AND message LIKE "
-                        "'%not stored%'").fetchone() == (0,)
-    state, = conn.execute("SELECT summary FROM ingest_runs WHERE command = 'ingest'").fetchone()
+    assert conn.execute(
+        "SELECT count(*) FROM ingest_problems WHERE closed_by IS NULL AND message LIKE '%not stored%'"
+    ).fetchone() == (0,)
+    (state,) = conn.execute("SELECT summary FROM ingest_runs WHERE command = 'ingest'").fetchone()
     assert json.loads(state)["state"] == "interrupted"
 
 
@@ -101,21 +102,27 @@ def test_a_killed_run_s_log_row_is_closed_by_the_next_writer(example_tree, tmp_p
     tree, _ = example_tree
     target = tmp_path / "t.db"
     Store(target).close()
-    killed = subprocess.run([sys.executable, "-c", f"""
+    killed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"""
 import os, signal
 from zlstore import Store, db
 store = Store({str(target)!r})
 with db.write_transaction(store.conn):
     db.start_run(store.conn, "merge", ["elsewhere.db"])
 os.kill(os.getpid(), signal.SIGKILL)
-"""])
+""",
+        ]
+    )
     assert killed.returncode == -signal.SIGKILL
     with sqlite3.connect(target) as conn:
         assert conn.execute("SELECT count(*) FROM ingest_runs WHERE finished_at IS NULL").fetchone() == (1,)
     ingest(target, tree)
     with sqlite3.connect(target) as conn:
         assert conn.execute("SELECT count(*) FROM ingest_runs WHERE finished_at IS NULL").fetchone() == (0,)
-        summary, = conn.execute("SELECT summary FROM ingest_runs WHERE command = 'merge'").fetchone()
+        (summary,) = conn.execute("SELECT summary FROM ingest_runs WHERE command = 'merge'").fetchone()
     assert json.loads(summary)["state"] == "interrupted"
 
 
@@ -134,7 +141,11 @@ def test_ctrl_c_while_a_statement_runs_in_sqlite_alone(tmp_path):
     ends at Ctrl-C: the connection's progress handler lets Python's handler
     run. The query never ends by itself, so when SIGINT comes does not
     matter; without the handler the process would run until the timeout."""
-    done = subprocess.run([sys.executable, "-c", f"""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"""
 import os, signal, sqlite3, threading
 from zlstore import db
 conn = db.connect({str(tmp_path / "t.db")!r})
@@ -144,14 +155,23 @@ with db.interruptible():
         conn.execute("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT max(n) FROM r").fetchone()
     except (KeyboardInterrupt, sqlite3.OperationalError) as error:
         print("stopped", db.interrupted(error))
-"""], capture_output=True, text=True, timeout=120)
+""",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.stdout.split() == ["stopped", "True"], done.stderr
 
 
 def test_ctrl_c_while_the_command_line_is_imported():
     """SIGINT as zlstore.cli starts to be imported (a finder on sys.meta_path
     sends it): "interrupted", exit 130, no traceback."""
-    done = subprocess.run([sys.executable, "-c", """
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            """
 import os, signal, sys
 class Ring:
     def find_spec(self, name, path, target=None):
@@ -162,5 +182,10 @@ sys.meta_path.insert(0, Ring())
 sys.argv = ["zlstore", "--version"]
 from zlstore.__main__ import main
 main()
-"""], capture_output=True, text=True, timeout=120)
+""",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 130 and done.stderr == "interrupted\n" and done.stdout == ""

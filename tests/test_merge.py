@@ -33,8 +33,12 @@ def two_hosts(example_tree, tmp_path):
     shutil.copytree(tree, host_a)
     shutil.copytree(tree, host_b)
     ingest(tmp_path / "a.db", host_a / CAMPAIGN / "card0", host_a / SCREEN)
-    ingest(tmp_path / "b.db", host_b / CAMPAIGN / "card1", host_b / CAMPAIGN / "card2",
-           *(p for p in host_b.iterdir() if p.name.startswith("ab_rlc_") and p.name != SCREEN))
+    ingest(
+        tmp_path / "b.db",
+        host_b / CAMPAIGN / "card1",
+        host_b / CAMPAIGN / "card2",
+        *(p for p in host_b.iterdir() if p.name.startswith("ab_rlc_") and p.name != SCREEN),
+    )
     ingest(tmp_path / "single.db", tree)
     return tmp_path / "a.db", tmp_path / "b.db", tmp_path / "single.db"
 
@@ -57,12 +61,19 @@ def test_two_hosts_stores_merge_into_what_one_host_would_have_stored(two_hosts, 
     with Store(tmp_path / "m.db") as store:
         # the campaign is one root, B's half joined to A's, at no path of this
         # host: where a source says a tree is, is not trusted (roots.MERGED)
-        (campaign_path,), = store.conn.execute("SELECT path FROM roots WHERE name = ?", (CAMPAIGN,))
+        ((campaign_path,),) = store.conn.execute("SELECT path FROM roots WHERE name = ?", (CAMPAIGN,))
         assert campaign_path.startswith(roots.MERGED)
-        assert store.conn.execute("SELECT count(*) FROM cells WHERE path LIKE ? || '/%'",
-                                  (campaign_path,)).fetchone()[0] == 36
-        assert store.conn.execute("SELECT count(*) FROM cells JOIN roots ON roots.id = cells.root_id "
-                                  "WHERE cells.path <> roots.path || '/' || cells.relpath").fetchone()[0] == 0
+        assert (
+            store.conn.execute("SELECT count(*) FROM cells WHERE path LIKE ? || '/%'", (campaign_path,)).fetchone()[0]
+            == 36
+        )
+        assert (
+            store.conn.execute(
+                "SELECT count(*) FROM cells JOIN roots ON roots.id = cells.root_id "
+                "WHERE cells.path <> roots.path || '/' || cells.relpath"
+            ).fetchone()[0]
+            == 0
+        )
         assert store.conn.execute("PRAGMA foreign_key_check").fetchall() == []
         logged = [r[0] for r in store.conn.execute("SELECT command FROM ingest_runs ORDER BY id")]
     assert logged == ["merge", "ingest", "ingest"]  # this merge, then each source's own ingest
@@ -100,11 +111,17 @@ def test_a_root_is_merged_whole_or_not_at_all(two_hosts, tmp_path, monkeypatch):
     assert len(names) == 2 and summary["roots"] == 1
     assert f"root {names[1]} " in summary["problems"][0]["message"]
     with Store(target) as store:
-        stored = dict(store.conn.execute(
-            "SELECT roots.name, count(cells.id) FROM roots LEFT JOIN cells ON cells.root_id = roots.id GROUP BY roots.id"))
+        stored = dict(
+            store.conn.execute(
+                "SELECT roots.name, count(cells.id) FROM roots LEFT JOIN cells ON cells.root_id = roots.id GROUP BY roots.id"
+            )
+        )
     with Store(a) as source:
-        whole = dict(source.conn.execute("SELECT roots.name, count(*) FROM roots JOIN cells ON cells.root_id = roots.id "
-                                         "GROUP BY roots.id"))
+        whole = dict(
+            source.conn.execute(
+                "SELECT roots.name, count(*) FROM roots JOIN cells ON cells.root_id = roots.id GROUP BY roots.id"
+            )
+        )
     assert stored == {names[0]: whole[names[0]]}
     assert summary["cells_added"] == whole[names[0]]
     run_merge(target, a, b, code=1)  # the failed root merges next time, the rest is there already
@@ -128,18 +145,23 @@ def test_the_newer_content_of_a_cell_wins_and_is_named(example_tree, tmp_path):
     forward = run_merge(tmp_path / "ab.db", tmp_path / "a.db", tmp_path / "b.db", code=1)
     backward = run_merge(tmp_path / "ba.db", tmp_path / "b.db", tmp_path / "a.db", code=1)
     assert [(c["cell"], c["kept"], c["source"]) for c in forward["conflicts"]] == [
-        (relpath, "source", str(tmp_path / "b.db"))]
+        (relpath, "source", str(tmp_path / "b.db"))
+    ]
     assert [(c["cell"], c["kept"], c["source"]) for c in backward["conflicts"]] == [
-        (relpath, "target", str(tmp_path / "a.db"))]
+        (relpath, "target", str(tmp_path / "a.db"))
+    ]
     assert forward["cells_replaced"] == 1 and backward["cells_replaced"] == 0
     assert judged(tmp_path / "ab.db") == judged(tmp_path / "ba.db") == judged(tmp_path / "b.db")
     assert judged(tmp_path / "ab.db") != judged(tmp_path / "a.db")
     with Store(tmp_path / "ab.db") as store:
-        (message,), = store.conn.execute(
+        ((message,),) = store.conn.execute(
             "SELECT message FROM ingest_problems JOIN ingest_runs ON ingest_runs.id = run_id "
-            "WHERE command = 'merge' AND file LIKE ?", (f"%{relpath}",))
-    assert message.startswith(f"its content differs between the target and {tmp_path / 'b.db'}: kept the newer, "
-                              f"the source's")
+            "WHERE command = 'merge' AND file LIKE ?",
+            (f"%{relpath}",),
+        )
+    assert message.startswith(
+        f"its content differs between the target and {tmp_path / 'b.db'}: kept the newer, the source's"
+    )
 
 
 def test_a_problem_a_source_found_comes_along_open_and_is_counted_until_it_is_fixed(example_tree, tmp_path):
@@ -157,8 +179,9 @@ def test_a_problem_a_source_found_comes_along_open_and_is_counted_until_it_is_fi
     assert result.stdout.rstrip().endswith("0 conflicts, 1 problem")
     listed = invoke(tmp_path / "m.db", "problems", SCREEN, "--json")
     assert listed.exit_code == 1
-    assert [(p["file"], p["line"], p["root"], p["cell"]) for p in json.loads(listed.stdout)] == \
-        [(str(cut), 26, SCREEN, "sort_bfloat16_after")]
+    assert [(p["file"], p["line"], p["root"], p["cell"]) for p in json.loads(listed.stdout)] == [
+        (str(cut), 26, SCREEN, "sort_bfloat16_after")
+    ]
     with Store(tmp_path / "again.db") as store:
         summary = merge.merge(store, [tmp_path / "a.db"])
     assert (summary["problems"], summary["open_problems"]) == ([], 1)
@@ -263,7 +286,8 @@ def test_merge_keeps_the_rules_the_sources_computed(two_hosts, tmp_path):
     run_merge(target, b, a, code=1)
     with Store(target) as store:
         lacking = store.conn.execute(
-            "SELECT count(*) FROM cells WHERE id NOT IN (SELECT cell_id FROM fingerprints WHERE rule = 'v4')")
+            "SELECT count(*) FROM cells WHERE id NOT IN (SELECT cell_id FROM fingerprints WHERE rule = 'v4')"
+        )
         assert lacking.fetchone()[0] == 0
         assert not derive.stale(store.conn)
 

@@ -16,8 +16,11 @@ def expected_floors(manifest, rule):
             continue
         cal = tuple(manifest["root_info"][root]["caliber"][name] for name in caliber.NAMES)
         n, floor, roots = floors.get((op, cal), (0, 0.0, set()))
-        floors[(op, cal)] = (n + len(spec["ratios"]), max([floor] + [abs(r - 1) for r in spec["ratios"]]),
-                             roots | {root})
+        floors[(op, cal)] = (
+            n + len(spec["ratios"]),
+            max([floor] + [abs(r - 1) for r in spec["ratios"]]),
+            roots | {root},
+        )
     return floors
 
 
@@ -81,20 +84,28 @@ def test_ranges_are_judged_against_the_floor_of_their_caliber(example_store, exa
     screen_caliber = conn.execute("SELECT caliber_id FROM roots WHERE name = ?", (screen_root,)).fetchone()[0]
     campaign_caliber = conn.execute(
         "SELECT caliber_id FROM cells WHERE root_id = (SELECT id FROM roots WHERE name = ?) "
-        "GROUP BY caliber_id ORDER BY count(*) DESC LIMIT 1", (root,)).fetchone()[0]
+        "GROUP BY caliber_id ORDER BY count(*) DESC LIMIT 1",
+        (root,),
+    ).fetchone()[0]
     assert campaign_caliber == screen_caliber
     fields = ", ".join(caliber.NAMES)
     values = ", ".join("'7'" if name == "direct_repeat" else name for name in caliber.NAMES)
     with conn:  # another direct_repeat: another caliber, one no screen was measured under
-        other = conn.execute(f"INSERT INTO calibers ({fields}) SELECT {values} FROM calibers WHERE id = ?",
-                             (screen_caliber,)).lastrowid
-        conn.execute("UPDATE cells SET caliber_id = ? WHERE caliber_id = ? AND root_id = (SELECT id FROM roots WHERE name = ?)",
-                     (other, campaign_caliber, root))
+        other = conn.execute(
+            f"INSERT INTO calibers ({fields}) SELECT {values} FROM calibers WHERE id = ?", (screen_caliber,)
+        ).lastrowid
+        conn.execute(
+            "UPDATE cells SET caliber_id = ? WHERE caliber_id = ? AND root_id = (SELECT id FROM roots WHERE name = ?)",
+            (other, campaign_caliber, root),
+        )
     assert all(r["noise_floor"] is None and r["clears_floor"] is None for r in judge.ab_ranges(example_store, root))
     with conn:
         conn.execute("UPDATE cells SET caliber_id = ? WHERE caliber_id = ?", (screen_caliber, other))
-    floors = {op: floor for (op, cal), (_, floor, _) in expected_floors(manifest, "v3").items()
-              if cal == tuple(manifest["root_info"][screen_root]["caliber"][n] for n in caliber.NAMES)}
+    floors = {
+        op: floor
+        for (op, cal), (_, floor, _) in expected_floors(manifest, "v3").items()
+        if cal == tuple(manifest["root_info"][screen_root]["caliber"][n] for n in caliber.NAMES)
+    }
     judged = 0
     for row in judge.ab_ranges(example_store, root):
         if row["op"] not in floors or not row["rounds"]:

@@ -30,8 +30,11 @@ def sql_code(text: str) -> str:
 def schema_statements():
     """schema.sql's statements (comments removed), but for table and index
     definitions: a table declares its columns, and only a migration changes it."""
-    return [s for s in db.split_statements(sql_code(SCHEMA.read_text()))
-            if not re.match(r"CREATE (TABLE|(UNIQUE )?INDEX)", s)]
+    return [
+        s
+        for s in db.split_statements(sql_code(SCHEMA.read_text()))
+        if not re.match(r"CREATE (TABLE|(UNIQUE )?INDEX)", s)
+    ]
 
 
 def strings(path: Path, skip=()):
@@ -42,8 +45,11 @@ def strings(path: Path, skip=()):
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) in skip for t in node.targets):
             skipped.update(id(n) for n in ast.walk(node.value))
-    return [n.value for n in ast.walk(tree)
-            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in skipped]
+    return [
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in skipped
+    ]
 
 
 def texts(exempt=(), skip=()):
@@ -65,7 +71,7 @@ def copies(pattern, exempt=(), skip=()):
 # A hand-written CASE that decides between names, in SQL: a THEN (or ELSE)
 # giving a name, quoted or through the name macro.
 ALL_NAMES = names.VERDICT_NAMES + names.REASON_NAMES + names.FINDING_NAMES + tuple(names.VERDICT_ALIASES)
-DECIDES = (r"\b(THEN|ELSE)\s+(\[\[(verdict|reason|finding) |'(" + "|".join(map(re.escape, ALL_NAMES)) + ")')")
+DECIDES = r"\b(THEN|ELSE)\s+(\[\[(verdict|reason|finding) |'(" + "|".join(map(re.escape, ALL_NAMES)) + ")')"
 # A name as an SQL literal: only the macros quote names (and check them).
 QUOTED = "'(" + "|".join(map(re.escape, ALL_NAMES)) + ")'"
 
@@ -84,8 +90,10 @@ def test_verdicts_reasons_and_findings_are_decided_only_by_their_case_macro():
     assert re.search(DECIDES, BEFORE_VERDICTS) and re.search(QUOTED, BEFORE_RUNNER)
     assert copies(DECIDES) == []
     assert copies(QUOTED, exempt={"names.py"}) == []
-    used = {kind: [where for where, text in texts(exempt={"names.py"}) if f"[[case {kind}]]" in text]
-            for kind in ("verdicts", "reasons", "findings")}
+    used = {
+        kind: [where for where, text in texts(exempt={"names.py"}) if f"[[case {kind}]]" in text]
+        for kind in ("verdicts", "reasons", "findings")
+    }
     assert used == {"verdicts": ["schema.sql"], "reasons": ["pairing.py"], "findings": ["schema.sql"]}
 
 
@@ -103,8 +111,9 @@ def module_names(path: Path, kind) -> set:
     return {s for s in strings(path) if s in kind}
 
 
-@pytest.mark.parametrize("kind", [names.VERDICT_NAMES, names.REASON_NAMES, names.FINDING_NAMES],
-                         ids=["verdicts", "reasons", "findings"])
+@pytest.mark.parametrize(
+    "kind", [names.VERDICT_NAMES, names.REASON_NAMES, names.FINDING_NAMES], ids=["verdicts", "reasons", "findings"]
+)
 def test_no_module_but_names_py_lists_several_names_of_a_kind(kind):
     """A precedence (an if-chain, a table) names several of its kinds; a
     module may name one, checked where it is used (BY_NAME, a macro)."""
@@ -119,8 +128,10 @@ def test_no_module_but_names_py_lists_several_names_of_a_kind(kind):
 # The key spelled out: its columns listed in a row (the round tables' names,
 # or the cells' op, dtype and round), or two rounds' columns compared. (A
 # view that shows the round lists the columns, one a line: its interface.)
-ROUND_KEY = (r"repeat_dir,[ \t]*(\w+\.)?cell_op|repeat_dir,[ \t]*(\w+\.)?op,[ \t]*(\w+\.)?dtype,[ \t]*(\w+\.)?round"
-             r"|\.(repeat_dir|cell_op|cell_dtype)\s+(IS|=)\s|\b(IS|=)\s+\w+\.(repeat_dir|cell_op|cell_dtype)\b")
+ROUND_KEY = (
+    r"repeat_dir,[ \t]*(\w+\.)?cell_op|repeat_dir,[ \t]*(\w+\.)?op,[ \t]*(\w+\.)?dtype,[ \t]*(\w+\.)?round"
+    r"|\.(repeat_dir|cell_op|cell_dtype)\s+(IS|=)\s|\b(IS|=)\s+\w+\.(repeat_dir|cell_op|cell_dtype)\b"
+)
 BEFORE_ROUND_KEYS = (
     """INSERT INTO ab_stale_rounds (root_id, card, repeat_dir, cell_op, cell_dtype, round)
        VALUES (NEW.root_id, NEW.card, NEW.repeat_dir, NEW.op, NEW.dtype, NEW.round)""",
@@ -151,8 +162,10 @@ def test_the_triggers_mark_rounds_by_the_round_key():
 
 FLOOR = r"abs\(\s*[\w.]*latency_before\s*/\s*[\w.]*latency_after\s*-\s*1\s*\)|\b1\s*[-+]\s*[\w.]*floor\b"
 MARKS_FLOORS = r"INTO ab_stale_floors\b"
-BEFORE_FLOORS = ("max(abs(s.latency_before / s.latency_after - 1))",
-                 "THEN (r.min > 1 + floors.floor OR r.max < 1 - floors.floor) END AS clears_floor")
+BEFORE_FLOORS = (
+    "max(abs(s.latency_before / s.latency_after - 1))",
+    "THEN (r.min > 1 + floors.floor OR r.max < 1 - floors.floor) END AS clears_floor",
+)
 
 
 def test_the_noise_floor_is_computed_judged_and_marked_stale_in_floors_py():
@@ -167,6 +180,7 @@ def test_the_noise_floor_is_computed_judged_and_marked_stale_in_floors_py():
 # -- one fingerprint assembly, one template language, one JSON encoder,
 # -- one fork mechanism, one test of a finished cell: each in one module ---
 
+
 def refers(path: Path) -> set:
     """The names a module's code refers to (f, x.f) and its strings."""
     found = set()
@@ -180,14 +194,17 @@ def refers(path: Path) -> set:
     return found
 
 
-@pytest.mark.parametrize("called, home", [
-    ("combine", "ttgir.py"),             # a fingerprint is assembled by ttgir.fingerprint alone
-    ("c_make_encoder", "canonical.py"),  # canonical JSON
-    ("JSONEncoder", "canonical.py"),
-    ("fork", "forked.py"),               # worker processes: forked.Workers (os.fork, or "fork")
-    ("get_context", "forked.py"),
-    ("pipe", "forked.py"),               # work handed out through a pipe: forked.shared_out
-])
+@pytest.mark.parametrize(
+    "called, home",
+    [
+        ("combine", "ttgir.py"),  # a fingerprint is assembled by ttgir.fingerprint alone
+        ("c_make_encoder", "canonical.py"),  # canonical JSON
+        ("JSONEncoder", "canonical.py"),
+        ("fork", "forked.py"),  # worker processes: forked.Workers (os.fork, or "fork")
+        ("get_context", "forked.py"),
+        ("pipe", "forked.py"),  # work handed out through a pipe: forked.shared_out
+    ],
+)
 def test_one_module_does_it(called, home):
     assert [p.name for p in modules() if called in refers(p)] == [home]
 
@@ -198,9 +215,13 @@ def finished_cell_tests(source: str) -> int:
     found = 0
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
-            found += sum(isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "get"
-                         and [ast.literal_eval(a) for a in v.args[:1] if isinstance(a, ast.Constant)] == ["RC"]
-                         for v in node.values)
+            found += sum(
+                isinstance(v, ast.Call)
+                and isinstance(v.func, ast.Attribute)
+                and v.func.attr == "get"
+                and [ast.literal_eval(a) for a in v.args[:1] if isinstance(a, ast.Constant)] == ["RC"]
+                for v in node.values
+            )
     return found
 
 
@@ -215,8 +236,9 @@ BEFORE_FINISHED = """def finished(env):
 
 def test_one_test_of_a_finished_cell_and_no_second_template_language():
     assert finished_cell_tests(BEFORE_FINISHED) == 1
-    assert {p.name: finished_cell_tests(p.read_text()) for p in modules() if finished_cell_tests(p.read_text())} == \
-        {"layout.py": 1}
+    assert {p.name: finished_cell_tests(p.read_text()) for p in modules() if finished_cell_tests(p.read_text())} == {
+        "layout.py": 1
+    }
     assert copies(r"\{(reason|verdict)_[a-z_]+\}") == []
     assert re.search(r"\{(reason|verdict)_[a-z_]+\}", BEFORE_REASONS)
 
@@ -226,8 +248,7 @@ def test_exit_statuses_are_defined_in_names_py():
     defined = []
     for path in modules():
         for node in ast.parse(path.read_text()).body:
-            if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
-                    and node.value.value in statuses):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and node.value.value in statuses:
                 defined.append(path.name)
     assert set(defined) == {"names.py"}
 
@@ -239,8 +260,10 @@ def test_exit_statuses_are_defined_in_names_py():
 
 # The latest (max id) of a side's cells that no later run superseded, or
 # how many there are, spelled out by hand.
-CURRENT_SIDE = (r"(max\(\s*(\w+\.)?id\s*\)|max\(CASE WHEN side|count\(\*\)(\s+AS \w+)?\s+FROM cells)"
-                r"[^;]*superseded_at IS NULL")
+CURRENT_SIDE = (
+    r"(max\(\s*(\w+\.)?id\s*\)|max\(CASE WHEN side|count\(\*\)(\s+AS \w+)?\s+FROM cells)"
+    r"[^;]*superseded_at IS NULL"
+)
 BEFORE_CURRENT_SIDE = (
     """(SELECT max(c.id) FROM cells c WHERE c.root_id = k.root_id AND c.op IS k.op
             AND c.dtype IS k.dtype AND c.side = 'before' AND c.superseded_at IS NULL) AS before_cell_id""",

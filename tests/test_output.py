@@ -74,11 +74,22 @@ COMMANDS = {
 }
 
 # Commands whose -t prints their human table's columns (the rest: every column).
-SHOWN = {"screen": report.screen_shown, "screen --rule": report.screen_shown, "ab": report.ab_shown,
-         "noise": report.noise_shown}
+SHOWN = {
+    "screen": report.screen_shown,
+    "screen --rule": report.screen_shown,
+    "ab": report.ab_shown,
+    "noise": report.noise_shown,
+}
 
-FORMATS = {"json": ["--json"], "nl": ["--nl"], "csv": ["--csv"], "tsv": ["--tsv"], "table": ["-t"],
-           "github": ["--fmt", "github"], "grid": ["-t", "--fmt", "grid"]}
+FORMATS = {
+    "json": ["--json"],
+    "nl": ["--nl"],
+    "csv": ["--csv"],
+    "tsv": ["--tsv"],
+    "table": ["-t"],
+    "github": ["--fmt", "github"],
+    "grid": ["-t", "--fmt", "grid"],
+}
 
 NUMBER = re.compile(r"-?\d+(\.\d*)?([eE][-+]?\d+)?")
 
@@ -100,7 +111,7 @@ def simple_table(printed: str):
     """tabulate's "simple" layout back as a header and rows, cut where the rule under the header says."""
     lines = printed.rstrip("\n").split("\n")
     spans = [match.span() for match in re.finditer(r"-+", lines[1])]
-    cut = lambda line: [line[a:b if i < len(spans) - 1 else None].strip() for i, (a, b) in enumerate(spans)]
+    cut = lambda line: [line[a : b if i < len(spans) - 1 else None].strip() for i, (a, b) in enumerate(spans)]
     return cut(lines[0]), [cut(line) for line in lines[2:]]
 
 
@@ -156,7 +167,9 @@ def test_every_format_parses_and_says_the_same_rows(printed, name):
     columns = list(expected[0])
 
     as_text = [{k: text(v) for k, v in row.items()} for row in expected]
-    order = (lambda found: found) if ordered else (lambda found: sorted(found, key=lambda r: json.dumps(r, sort_keys=True)))
+    order = (
+        (lambda found: found) if ordered else (lambda found: sorted(found, key=lambda r: json.dumps(r, sort_keys=True)))
+    )
 
     nl = [json.loads(line) for line in printed[name]["nl"][1].splitlines()]
     assert [{k: v for k, v in row.items() if k not in VOLATILE} for row in nl] == expected
@@ -191,7 +204,7 @@ def test_json_is_laid_out_as_sqlite_utils_prints_rows(printed):
             first, printed_json = printed_json.split("\n", 1)
             assert first == '{"summary": ' + json.dumps(document["summary"], ensure_ascii=False) + ","
             assert printed_json.startswith(' "rows": [') and printed_json.endswith("]}")
-            printed_json = printed_json[len(' "rows": '):-1]
+            printed_json = printed_json[len(' "rows": ') : -1]
         assert printed_json == output.json_text(json.loads(printed_json)), name
         lines = printed_json.split("\n")
         assert lines[0].startswith("[{") and all(line.startswith(" {") for line in lines[1:]), name
@@ -214,8 +227,10 @@ def test_tabulate_is_imported_only_where_a_table_is_made():
     """Every command's start, an ingest's included, pays for what it imports:
     tabulate (and the importlib.metadata, email and html it brings) waits
     for the first table."""
-    probe = ("import sys, zlstore.cli; print('tabulate' in sys.modules); "
-             "from zlstore import output; output.table([{'a': 1}]); print('tabulate' in sys.modules)")
+    probe = (
+        "import sys, zlstore.cli; print('tabulate' in sys.modules); "
+        "from zlstore import output; output.table([{'a': 1}]); print('tabulate' in sys.modules)"
+    )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["False", "True"]
 
@@ -230,8 +245,11 @@ def test_the_formats_go_one_at_a_time(example_store_path):
 def test_every_command_with_a_database_says_its_variable(example_store_path):
     """--db comes through click's envvar: every --help shows $ZLSTORE_DB, and
     the variable names the database."""
-    with_db = [path for path, command in all_commands()
-               if any(param.name == "db_path" for param in command.params) and path != ("run", "card")]
+    with_db = [
+        path
+        for path, command in all_commands()
+        if any(param.name == "db_path" for param in command.params) and path != ("run", "card")
+    ]
     assert len(with_db) > 15
     for path in with_db:
         help_text = " ".join(CliRunner().invoke(cli, [*path, "--help"]).output.split())
@@ -250,8 +268,12 @@ def test_init_prints_a_json_summary(tmp_path):
 def test_rescore_rule_is_a_view_everywhere(example_store):
     """--rule in every command that has it judges under the rule for that
     output only; the current rule stays until `zlstore rule` sets it."""
-    for argv in (["screen", "--rule", "v1"], ["rescore", "--rule", "v1"], ["export", SCREEN_ROOT, "--rule", "v1"],
-                 ["compare", SCREEN_ROOT, OTHER_SCREEN_ROOT, "--rule", "v1"]):
+    for argv in (
+        ["screen", "--rule", "v1"],
+        ["rescore", "--rule", "v1"],
+        ["export", SCREEN_ROOT, "--rule", "v1"],
+        ["compare", SCREEN_ROOT, OTHER_SCREEN_ROOT, "--rule", "v1"],
+    ):
         result = CliRunner().invoke(cli, [*argv, "--json", "--db", str(example_store.path)])
         assert result.exit_code == 0, (argv, result.output)
         assert example_store.current_rule == "v3", argv
@@ -261,21 +283,24 @@ def test_rescore_rule_is_a_view_everywhere(example_store):
 # -- numbers for people ------------------------------------------------------
 
 
-@pytest.mark.parametrize("value,shown", [
-    (1710.2, "1710.2"),          # an elapsed time keeps its tenth
-    (12345.6, "12345.6"),        # never 1.235e+04
-    (121.0, "121"),
-    (45.25, "45.25"),
-    (1.10345, "1.103"),          # a ratio: four significant digits
-    (0.9999, "0.9999"),
-    (0.03914, "0.03914"),        # a q-value
-    (0.0000123, "1.23e-05"),     # never 0
-    (-0.00274, "-0.00274"),
-    (0.0, "0"),
-    (3, "3"),
-    (None, ""),
-    (float("nan"), "nan"),
-])
+@pytest.mark.parametrize(
+    "value,shown",
+    [
+        (1710.2, "1710.2"),  # an elapsed time keeps its tenth
+        (12345.6, "12345.6"),  # never 1.235e+04
+        (121.0, "121"),
+        (45.25, "45.25"),
+        (1.10345, "1.103"),  # a ratio: four significant digits
+        (0.9999, "0.9999"),
+        (0.03914, "0.03914"),  # a q-value
+        (0.0000123, "1.23e-05"),  # never 0
+        (-0.00274, "-0.00274"),
+        (0.0, "0"),
+        (3, "3"),
+        (None, ""),
+        (float("nan"), "nan"),
+    ],
+)
 def test_numbers_keep_their_meaning(value, shown):
     assert output.cell_text(value) == shown
 
@@ -291,7 +316,7 @@ def test_a_q_value_too_small_for_four_decimals_is_not_zero(example_store):
     with example_store.conn:
         example_store.conn.execute("UPDATE ab_range_rows SET q_value = 0.0000123 WHERE q_value IS NOT NULL")
     result = CliRunner().invoke(cli, ["ab", CAMPAIGN, "-t", "--db", str(example_store.path)])
-    header, body = simple_table(result.stdout)    # the human table's columns
+    header, body = simple_table(result.stdout)  # the human table's columns
     tested = [dict(zip(header, cells)) for cells in body if dict(zip(header, cells))["95% interval"]]
     assert tested and all(row["q"] == "1.23e-05" for row in tested)
 
@@ -305,8 +330,10 @@ def test_plan_json_says_weights_without_binary_noise():
     printed = output.json_text(plan.make_plan(ops, 2).as_dict())
     assert json.loads(printed)["cards"][0]["ops"] == [{"op": "a", "dtype": "", "weight_s": 3.126}]
     assert "3.1260000000000003" not in printed and "3.0629999999999997" not in printed
-    assert plan.make_plan(ops, 2).rows() == [{"card": 0, "op": "a", "dtype": "", "weight_s": 3.126},
-                                             {"card": 1, "op": "b", "dtype": "", "weight_s": 3.063}]
+    assert plan.make_plan(ops, 2).rows() == [
+        {"card": 0, "op": "a", "dtype": "", "weight_s": 3.126},
+        {"card": 1, "op": "b", "dtype": "", "weight_s": 3.063},
+    ]
 
 
 def _units(described: str):
@@ -321,7 +348,7 @@ def test_plan_uses_one_unit(minutes, unit):
     assert _units(described) == {unit}
     assert f"weight ({unit})" in described and f"ops (weight in {unit})" in described
     if unit == "min":
-        assert "op2 (1.5)" in described and "op3 (0.5)" in described      # not "(90.0 s)", "(30.0 s)"
+        assert "op2 (1.5)" in described and "op3 (0.5)" in described  # not "(90.0 s)", "(30.0 s)"
     else:
         assert "op0 (90)" in described and "op2 (6)" in described
 
@@ -395,8 +422,14 @@ def test_column_no_headers_and_arrays_as_sqlite_utils(example_store_path):
     picked = CliRunner().invoke(cli, ["ab", CAMPAIGN, "-c", "op", "-c", "finding", "--csv", "--no-headers", *db])
     lines = picked.stdout.splitlines()
     assert picked.exit_code == 0 and "pad,faster" in lines and not any(line.startswith("op,") for line in lines)
-    arrays = json.loads(CliRunner().invoke(cli, ["screen", SCREEN_ROOT, "-c", "op", "-c", "verdict", "--json",
-                                                 "--arrays", "--verdict", "TRUNCATED", *db]).stdout)
+    arrays = json.loads(
+        CliRunner()
+        .invoke(
+            cli,
+            ["screen", SCREEN_ROOT, "-c", "op", "-c", "verdict", "--json", "--arrays", "--verdict", "TRUNCATED", *db],
+        )
+        .stdout
+    )
     assert arrays["rows"] == [["sort", "TRUNCATED"]] and arrays["summary"]["verdicts"]["TRUNCATED"] == 1
     bad = CliRunner().invoke(cli, ["noise", "-c", "nosuch", "--csv", *db])
     assert bad.exit_code == 2 and "no such column: nosuch" in bad.stderr
@@ -411,15 +444,20 @@ def test_every_summarized_json_says_what_the_human_text_counts(example_store_pat
         assert list(document) == ["summary", "rows"] and key in document["summary"], argv
     ab = json.loads(CliRunner().invoke(cli, ["ab", "--json", *db]).stdout)
     assert ab["summary"]["ranges"] == len(ab["rows"]) == 18
-    assert ab["summary"]["findings"] == {f: sum(1 for r in ab["rows"] if r["finding"] == f) for f in judge.FINDING_NAMES}
+    assert ab["summary"]["findings"] == {
+        f: sum(1 for r in ab["rows"] if r["finding"] == f) for f in judge.FINDING_NAMES
+    }
     human = CliRunner().invoke(cli, ["ab", *db]).stdout
     assert "18 ranges: 4 faster, 0 slower, 0 no change, 8 inconclusive, 6 too few rounds" in " ".join(human.split())
 
 
 def test_ab_filters_and_sorts(example_store_path):
     db = ["--db", str(example_store_path)]
-    rows = json.loads(CliRunner().invoke(cli, ["ab", "--op", "topk,pad", "--finding", "faster", "--sort", "effect",
-                                               "--json", *db]).stdout)
+    rows = json.loads(
+        CliRunner()
+        .invoke(cli, ["ab", "--op", "topk,pad", "--finding", "faster", "--sort", "effect", "--json", *db])
+        .stdout
+    )
     assert {r["op"] for r in rows["rows"]} == {"topk", "pad"} and {r["finding"] for r in rows["rows"]} == {"faster"}
     effects = [r["effect"] for r in rows["rows"]]
     assert effects == sorted(effects, reverse=True) and rows["summary"]["ranges"] == 4
@@ -435,17 +473,36 @@ def test_ab_filters_and_sorts(example_store_path):
 def test_fail_on_is_a_ci_gate(example_store_path):
     """exit 1 naming each offending range where one has a finding named, 0 otherwise."""
     db = ["--db", str(example_store_path)]
-    clean = subprocess.run([sys.executable, "-m", "zlstore", "ab", CAMPAIGN, "--fail-on", "slower", *db],
-                           capture_output=True, text=True)
+    clean = subprocess.run(
+        [sys.executable, "-m", "zlstore", "ab", CAMPAIGN, "--fail-on", "slower", *db], capture_output=True, text=True
+    )
     assert clean.returncode == 0 and "fail:" not in clean.stderr
-    failing = subprocess.run([sys.executable, "-m", "zlstore", "ab", CAMPAIGN, "--fail-on", "slower,inconclusive",
-                              "--op", "topk", "--fmt", "github", *db], capture_output=True, text=True)
+    failing = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "zlstore",
+            "ab",
+            CAMPAIGN,
+            "--fail-on",
+            "slower,inconclusive",
+            "--op",
+            "topk",
+            "--fmt",
+            "github",
+            *db,
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert failing.returncode == 1
     assert failing.stderr.splitlines() == [
         "fail: campaign_20261013_090000: topk float16 [[1024,4096],64]: inconclusive "
         "(effect 1.076, 95% interval 1.016 .. 1.141, q 0.07702)",
-        "1 range with a finding in --fail-on slower,inconclusive: exit status 1"]
-    assert failing.stdout.startswith("| root ")   # the table is printed before the gate says no
-    bad = subprocess.run([sys.executable, "-m", "zlstore", "ab", "--fail-on", "regressed", *db],
-                         capture_output=True, text=True)
+        "1 range with a finding in --fail-on slower,inconclusive: exit status 1",
+    ]
+    assert failing.stdout.startswith("| root ")  # the table is printed before the gate says no
+    bad = subprocess.run(
+        [sys.executable, "-m", "zlstore", "ab", "--fail-on", "regressed", *db], capture_output=True, text=True
+    )
     assert bad.returncode == 2

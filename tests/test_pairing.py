@@ -35,8 +35,9 @@ def snapshot(conn) -> dict:
     for table in TABLES:
         cursor = conn.execute(f"SELECT * FROM {table}")
         columns = [d[0] for d in cursor.description]
-        out[table] = sorted((tuple(comparable(v, c) for v, c in zip(row, columns)) for row in cursor.fetchall()),
-                            key=repr)
+        out[table] = sorted(
+            (tuple(comparable(v, c) for v, c in zip(row, columns)) for row in cursor.fetchall()), key=repr
+        )
     return out
 
 
@@ -64,7 +65,7 @@ def set_latency(run_log, shape, latency):
     for i, line in enumerate(lines):
         if not line.startswith("[INFO] {"):
             continue
-        record = json.loads(line[len("[INFO] "):])
+        record = json.loads(line[len("[INFO] ") :])
         for row in record.get("result", []):
             if json.dumps(row.get("shape_detail"), separators=(",", ":")) == shape:
                 row["latency"] = latency
@@ -83,9 +84,9 @@ def test_written_piecemeal_equals_recomputed_from_scratch(example_tree, tmp_path
     campaign = next(p for p in roots if p.name.startswith("campaign_"))
     sides = sorted(p for p in campaign.rglob("before") if (p / "run.log").exists())
     with Store(db_path) as store:
-        store.record([sides[0], sides[0].parent / "after"])       # a round, live
+        store.record([sides[0], sides[0].parent / "after"])  # a round, live
         for root in roots:
-            store.ingest(root)                                     # then everything
+            store.ingest(root)  # then everything
         assert snapshot(store.conn) == from_scratch(db_path, tmp_path)
 
         # A campaign cell rewritten: its round is re-paired and its key's range moves.
@@ -93,7 +94,8 @@ def test_written_piecemeal_equals_recomputed_from_scratch(example_tree, tmp_path
         slot = store.conn.execute(
             "SELECT after_cell_id, latency_before FROM ab_slot_rows "
             "WHERE root_id = ? AND op = ? AND dtype = ? AND shape = ? AND reason IS NULL LIMIT 1",
-            (key["root_id"], key["op"], key["dtype"], key["shape"])).fetchone()
+            (key["root_id"], key["op"], key["dtype"], key["shape"]),
+        ).fetchone()
         after_dir = store.conn.execute("SELECT path FROM cells WHERE id = ?", (slot[0],)).fetchone()[0]
         assert set_latency(Path(after_dir) / "run.log", key["shape"], slot[1] / 100) == 1
         summary = store.ingest(campaign)
@@ -152,8 +154,7 @@ def test_release_1_database_is_paired_on_upgrade(tmp_path):
         kept = snapshot(store.conn)
         assert not derive.stale(store.conn)
         assert kept["ab_slot_rows"] and kept["ab_round_ranges"]
-        counted = store.conn.execute(
-            "SELECT count(*) FROM measurements WHERE occurrence IS NULL").fetchone()[0]
+        counted = store.conn.execute("SELECT count(*) FROM measurements WHERE occurrence IS NULL").fetchone()[0]
         assert counted == 0
         assert store.conn.execute("SELECT count(*) FROM verdicts WHERE n_rows > 0").fetchone()[0] > 0
     assert kept == from_scratch(path, tmp_path)
@@ -171,7 +172,7 @@ def test_rows_only_the_after_cell_has_are_paired_as_missing_their_before_row(exa
     log = after / "run.log"
     lines = log.read_text().split("\n")
     at = next(i for i, line in enumerate(lines) if line.startswith("[INFO] {"))
-    record = json.loads(lines[at][len("[INFO] "):])
+    record = json.loads(lines[at][len("[INFO] ") :])
     first = record["result"][0]
     record["result"] += [dict(first, shape_detail=[[97, 89], 3]), dict(first)]
     lines[at] = "[INFO] " + json.dumps(record)
@@ -181,7 +182,9 @@ def test_rows_only_the_after_cell_has_are_paired_as_missing_their_before_row(exa
         cell_id = store.conn.execute("SELECT id FROM cells WHERE path = ?", (str(after),)).fetchone()[0]
         slots = store.conn.execute(
             "SELECT shape, occurrence, before_measurement_id, after_measurement_id, reason FROM ab_slot_rows "
-            "WHERE after_cell_id = ?", (cell_id,)).fetchall()
+            "WHERE after_cell_id = ?",
+            (cell_id,),
+        ).fetchall()
         after_rows = store.conn.execute("SELECT count(*) FROM measurements WHERE cell_id = ?", (cell_id,)).fetchone()[0]
         assert len({s[3] for s in slots if s[3] is not None}) == after_rows  # every after row has its slot
         only_after = [s for s in slots if s[2] is None]

@@ -44,14 +44,16 @@ def test_every_picture_is_recorded():
 
 @pytest.mark.parametrize("picture", pictures.PICTURES, ids=lambda p: p.name)
 def test_the_picture_was_made_from_what_its_page_shows_now(picture, made_now):
-    assert pictures.digest(made_now[picture.name]) == RECORDED[picture.name]["made_from"], \
+    assert pictures.digest(made_now[picture.name]) == RECORDED[picture.name]["made_from"], (
         f"docs/{picture.name}.png {STALE}"
+    )
 
 
 @pytest.mark.parametrize("picture", pictures.PICTURES, ids=lambda p: p.name)
 def test_the_picture_is_the_one_the_script_wrote(picture):
-    assert pictures.file_digest(DOCS / f"{picture.name}.png") == RECORDED[picture.name]["png"], \
+    assert pictures.file_digest(DOCS / f"{picture.name}.png") == RECORDED[picture.name]["png"], (
         f"docs/{picture.name}.png is not the picture docs/pictures.py recorded: {STALE}"
+    )
 
 
 def test_a_changed_page_makes_its_picture_stale(made_now):
@@ -70,7 +72,11 @@ def test_every_picture_the_docs_show_is_made_by_the_script():
     for page in [REPO / "README.md", *DOCS.glob("*.md")]:
         for target in re.findall(r"!\[[^\]]*\]\(([^)\s]+)", page.read_text(encoding="utf-8")):
             path = (page.parent / target).resolve()
-            assert path.parent == DOCS and path.name in made, f"{page.name} shows {target}: not made by docs/pictures.py"
+            assert path.parent == DOCS and path.name in made, (
+                f"{page.name} shows {target}: not made by docs/pictures.py"
+            )
             shown.add(path.name)
     assert shown, "the docs show no picture"
-    assert {path.name for path in DOCS.glob("*.png")} == made, "a picture under docs/ that docs/pictures.py does not make"
+    assert {path.name for path in DOCS.glob("*.png")} == made, (
+        "a picture under docs/ that docs/pictures.py does not make"
+    )

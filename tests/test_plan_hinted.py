@@ -27,8 +27,7 @@ def test_a_location_only_change_is_left_out_and_named(example_store_path):
 def test_include_hinted_puts_them_back(example_store_path):
     result = invoke(example_store_path, "plan", ROOT, "--cards", "2", "--include-hinted")
     assert result.exit_code == 0 and "abs:float16" in result.stdout and "left out" not in result.stderr
-    document = json.loads(invoke(example_store_path, "plan", ROOT, "--cards", "2", "--include-hinted",
-                                 "--json").stdout)
+    document = json.loads(invoke(example_store_path, "plan", ROOT, "--cards", "2", "--include-hinted", "--json").stdout)
     assert document["left_out"] == [] and "abs" in planned_ops(document)
 
 
@@ -46,13 +45,40 @@ def test_run_campaign_planning_from_a_screen_says_what_it_left_out(example_tree,
     runs, _ = example_tree
     db = tmp_path / "t.db"
     assert invoke(db, "ingest", runs / ROOT).exit_code == 1  # its sort record cut off by a timeout kill
-    result = subprocess.run(ZLSTORE + ["run", "campaign", "--screen-root", ROOT, "--cards", "1", "--rounds", "1",
-                                       "--root", str(tmp_path / "c"), "--command", f"{FAKE} repeat {{op}} {{dtype}}",
-                                       "--poll", "0.2", "--status-every", "100", "--db", str(db)],
-                            env=base_env(tmp_path, FAKE_SLEEP=0.01), capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        ZLSTORE
+        + [
+            "run",
+            "campaign",
+            "--screen-root",
+            ROOT,
+            "--cards",
+            "1",
+            "--rounds",
+            "1",
+            "--root",
+            str(tmp_path / "c"),
+            "--command",
+            f"{FAKE} repeat {{op}} {{dtype}}",
+            "--poll",
+            "0.2",
+            "--status-every",
+            "100",
+            "--db",
+            str(db),
+        ],
+        env=base_env(tmp_path, FAKE_SLEEP=0.01),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stderr.count("left out: abs:float16") == 1
     with sqlite3.connect(db) as conn:
-        ran = {op for (op,) in conn.execute(
-            "SELECT DISTINCT op FROM cells WHERE root_id IN (SELECT id FROM roots WHERE kind = 'campaign')")}
+        ran = {
+            op
+            for (op,) in conn.execute(
+                "SELECT DISTINCT op FROM cells WHERE root_id IN (SELECT id FROM roots WHERE kind = 'campaign')"
+            )
+        }
     assert ran and "abs" not in ran

@@ -152,8 +152,7 @@ def test_the_dashboard_reads_the_store(plain, zl_app):
 
 def test_plain_datasette_answers_any_host(plain):
     """The Host check is zlstore serve's; plain datasette keeps datasette's behaviour."""
-    response = asyncio.run(plain.client.get("/examples/roots.json?_shape=array",
-                                            headers={"host": "evil.example:8001"}))
+    response = asyncio.run(plain.client.get("/examples/roots.json?_shape=array", headers={"host": "evil.example:8001"}))
     assert response.status_code == 200
 
 
@@ -170,6 +169,7 @@ def test_two_stores_get_a_dashboard_each(files, tmp_path):
 
 # -- zlstore serve: the same hooks, once ---------------------------------------------
 
+
 def test_zlstore_serve_registers_nothing_twice(zl_app):
     assert [p for p in pm.get_plugins() if p is datasette_plugin] == [datasette_plugin]
     page = fetch(zl_app, "/zlstore/verdicts").text
@@ -180,6 +180,7 @@ def test_zlstore_serve_registers_nothing_twice(zl_app):
 
 
 # -- zlstore metadata: for a datasette without the plugin ------------------------------
+
 
 def test_metadata_command_names_the_database(files):
     result = CliRunner().invoke(cli, ["metadata", "--db", str(files[0])])
@@ -222,10 +223,19 @@ def test_metadata_json_in_a_datasette_without_the_plugin(files, tmp_path):
     where zlstore is not installed: descriptions, canned queries and charts."""
     metadata = tmp_path / "metadata.json"
     metadata.write_text(CliRunner().invoke(cli, ["metadata", "--db", str(files[0])]).stdout)
-    paths = ["/examples.json", "/examples/verdicts", "/examples/campaign_findings.json?_shape=array&root=" + CAMPAIGN,
-             "/-/dashboards/campaign", "/examples.json?sql=select+median(1)"]
-    run = subprocess.run([sys.executable, "-c", WITHOUT_ZLSTORE, str(files[0]), str(metadata), *paths],
-                         capture_output=True, text=True, timeout=120)
+    paths = [
+        "/examples.json",
+        "/examples/verdicts",
+        "/examples/campaign_findings.json?_shape=array&root=" + CAMPAIGN,
+        "/-/dashboards/campaign",
+        "/examples.json?sql=select+median(1)",
+    ]
+    run = subprocess.run(
+        [sys.executable, "-c", WITHOUT_ZLSTORE, str(files[0]), str(metadata), *paths],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     got = json.loads(run.stdout)
     assert set(CANNED) <= {q["name"] for q in json.loads(got[paths[0]][1])["queries"]}
@@ -238,6 +248,7 @@ def test_metadata_json_in_a_datasette_without_the_plugin(files, tmp_path):
 
 
 # -- zlstore serve's datasette options ----------------------------------------------------
+
 
 def serve_get(db, path, *options):
     result = CliRunner().invoke(cli, ["serve", "--db", str(db), *options, "--get", path])
@@ -259,12 +270,16 @@ def test_serve_port_and_host_as_datasette_spells_them(files, monkeypatch):
 
 
 def test_serve_settings_are_datasettes(files):
-    settings = json.loads(serve_get(files[0], "/-/settings.json", "--setting", "max_returned_rows", "7",
-                                    "--setting", "allow_download", "off"))
+    settings = json.loads(
+        serve_get(
+            files[0], "/-/settings.json", "--setting", "max_returned_rows", "7", "--setting", "allow_download", "off"
+        )
+    )
     assert settings["max_returned_rows"] == 7 and settings["allow_download"] is False
     assert settings["sql_time_limit_ms"] == serve.SETTINGS["sql_time_limit_ms"]  # zlstore's, kept
-    bad = CliRunner().invoke(cli, ["serve", "--db", str(files[0]), "--setting", "max_returned_rows", "many",
-                                   "--get", "/"])
+    bad = CliRunner().invoke(
+        cli, ["serve", "--db", str(files[0]), "--setting", "max_returned_rows", "many", "--get", "/"]
+    )
     assert bad.exit_code == 2 and "should be an integer" in bad.stderr
     unknown = CliRunner().invoke(cli, ["serve", "--db", str(files[0]), "--setting", "no_such", "1", "--get", "/"])
     assert unknown.exit_code == 2 and "datasette serve --help-settings" in unknown.stderr
@@ -279,8 +294,11 @@ def test_serve_cors(files):
 
 def test_serve_metadata_is_merged_over_zlstores(files, tmp_path):
     extra = tmp_path / "mine.yaml"
-    extra.write_text(yaml.safe_dump({"title": "Lab 3 campaigns", "databases": {"zlstore": {"tables": {
-        "verdicts": {"title": "Our verdicts"}}}}}))
+    extra.write_text(
+        yaml.safe_dump(
+            {"title": "Lab 3 campaigns", "databases": {"zlstore": {"tables": {"verdicts": {"title": "Our verdicts"}}}}}
+        )
+    )
     metadata = json.loads(serve_get(files[0], "/-/metadata.json", "--metadata", str(extra)))
     assert metadata["title"] == "Lab 3 campaigns"
     verdicts = metadata["databases"]["zlstore"]["tables"]["verdicts"]

@@ -15,26 +15,40 @@ from . import generator
 from .effects import Shape, shape_key, write_repeat_root
 from .test_flaggems import query as rows
 
-H200 = {"ENV_GPU": "NVIDIA H200", "ENV_GPU_COUNT": "1", "ENV_DRIVER": "570.86.15", "ENV_TORCH": "2.11.0",
-        "ENV_TRITON": "3.5.0", "ENV_FLAGGEMS_COMMIT": "a1b2c3d4e5f6", "ENV_HOSTNAME": "h200-1"}
+H200 = {
+    "ENV_GPU": "NVIDIA H200",
+    "ENV_GPU_COUNT": "1",
+    "ENV_DRIVER": "570.86.15",
+    "ENV_TORCH": "2.11.0",
+    "ENV_TRITON": "3.5.0",
+    "ENV_FLAGGEMS_COMMIT": "a1b2c3d4e5f6",
+    "ENV_HOSTNAME": "h200-1",
+}
 
 
 def invoke(db, *args):
     return CliRunner().invoke(cli, [*args, "--db", str(db)], catch_exceptions=False)
 
 
-
-
 # -- capture -------------------------------------------------------------------
 
-GPUS = [{"index": "0", "uuid": "GPU-5a1c0f2e-0000", "name": "NVIDIA H200", "driver_version": "570.86.15"},
-        {"index": "1", "uuid": "GPU-9b7d41aa-1111", "name": "NVIDIA H100", "driver_version": "570.86.15"}]
+GPUS = [
+    {"index": "0", "uuid": "GPU-5a1c0f2e-0000", "name": "NVIDIA H200", "driver_version": "570.86.15"},
+    {"index": "1", "uuid": "GPU-9b7d41aa-1111", "name": "NVIDIA H100", "driver_version": "570.86.15"},
+]
 
 
-@pytest.mark.parametrize("devices, expected", [
-    (None, ["0", "1"]), ("1", ["1"]), ("1,0", ["1", "0"]), ("GPU-9b7d", ["1"]),
-    ("", []), ("7,0", []),            # CUDA stops at the first device it cannot resolve
-])
+@pytest.mark.parametrize(
+    "devices, expected",
+    [
+        (None, ["0", "1"]),
+        ("1", ["1"]),
+        ("1,0", ["1", "0"]),
+        ("GPU-9b7d", ["1"]),
+        ("", []),
+        ("7,0", []),  # CUDA stops at the first device it cannot resolve
+    ],
+)
 def test_a_process_sees_the_gpus_its_visible_devices_name(devices, expected):
     assert [g["index"] for g in provenance.visible(GPUS, devices)] == expected
 
@@ -51,8 +65,8 @@ def test_a_checkout_commit_is_read_without_git(tmp_path):
     subprocess.run(git + ["add", "."], check=True)
     subprocess.run(git + ["commit", "-qm", "one"], check=True)
     head = subprocess.run(git[:3] + ["rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    assert provenance.git_commit(repo / "src") == head[:12]       # from inside the checkout, as git does
-    subprocess.run(git + ["pack-refs", "--all"], check=True)      # the branch now only in packed-refs
+    assert provenance.git_commit(repo / "src") == head[:12]  # from inside the checkout, as git does
+    subprocess.run(git + ["pack-refs", "--all"], check=True)  # the branch now only in packed-refs
     assert provenance.git_commit(repo) == head[:12]
     subprocess.run(git[:3] + ["checkout", "-q", "--detach"], check=True)
     assert provenance.git_commit(repo) == head[:12]
@@ -65,7 +79,8 @@ def test_the_cell_env_keys_come_from_the_one_list():
     assert provenance.from_env(dict(provenance.env_items(values))) == {"gpu": "NVIDIA H200", "triton": "3.6.0"}
     assert provenance.from_env({"OP": "abs"}) is None
     assert provenance.changes({"triton": "3.5.0", "gpu": "A"}, {"triton": "3.6.0", "gpu": "A"}) == [
-        "triton 3.5.0 -> 3.6.0"]
+        "triton 3.5.0 -> 3.6.0"
+    ]
 
 
 def test_a_command_file_is_read_only_for_its_env_keys(tmp_path):
@@ -74,7 +89,7 @@ def test_a_command_file_is_read_only_for_its_env_keys(tmp_path):
     (tmp_path / "elsewhere").write_text("ENV_GPU=Y\n")
     (tmp_path / provenance.COMMAND_FILE).unlink()
     (tmp_path / provenance.COMMAND_FILE).symlink_to(tmp_path / "elsewhere")
-    assert provenance.command_file(tmp_path) == {}                # a link planted there says nothing
+    assert provenance.command_file(tmp_path) == {}  # a link planted there says nothing
 
 
 # -- stored, shown, warned -----------------------------------------------------------
@@ -85,14 +100,27 @@ def screening_root(dest, name, before_env, after_env):
     whose sides recorded the given ENV_* keys."""
     root = dest / name
     root.mkdir(parents=True)
-    (root / "root.env").write_text("KIND=screen\n" + f"SWITCH={generator.SWITCH}\n" + "".join(
-        f"{k}={v}\n" for k, v in generator.SCREEN_CALIBER.items()))
+    (root / "root.env").write_text(
+        "KIND=screen\n"
+        + f"SWITCH={generator.SWITCH}\n"
+        + "".join(f"{k}={v}\n" for k, v in generator.SCREEN_CALIBER.items())
+    )
     text = generator.ttgir_text("softmax_kernel")
     for side, env in (("before", before_env), ("after", after_env)):
-        generator.write_cell(root / generator.cell_dir_name("softmax", "float16", side), generator.CellSpec(
-            op="softmax", dtype="float16", side=side, round=0, card=0, kernels={"softmax_kernel": text},
-            rows=[generator.RowSpec([[64, 64]], 0.5), generator.RowSpec([[1024, 1024]], 1.0)],
-            extra_env=env, noise=False))
+        generator.write_cell(
+            root / generator.cell_dir_name("softmax", "float16", side),
+            generator.CellSpec(
+                op="softmax",
+                dtype="float16",
+                side=side,
+                round=0,
+                card=0,
+                kernels={"softmax_kernel": text},
+                rows=[generator.RowSpec([[64, 64]], 0.5), generator.RowSpec([[1024, 1024]], 1.0)],
+                extra_env=env,
+                noise=False,
+            ),
+        )
     return root
 
 
@@ -106,13 +134,17 @@ def test_each_distinct_environment_is_stored_once_and_unknown_stays_unknown(tmp_
     assert rows(db, "SELECT count(*) AS n FROM environments")[0]["n"] == 1
     cells = rows(db, "SELECT root, gpu, triton, hostname, environment_id FROM cell_summary ORDER BY root")
     assert [(c["root"], c["gpu"], c["triton"]) for c in cells] == [
-        ("ab_older", None, None), ("ab_older", None, None),
-        ("ab_same", "NVIDIA H200", "3.5.0"), ("ab_same", "NVIDIA H200", "3.5.0")]
+        ("ab_older", None, None),
+        ("ab_older", None, None),
+        ("ab_same", "NVIDIA H200", "3.5.0"),
+        ("ab_same", "NVIDIA H200", "3.5.0"),
+    ]
     result = invoke(db, "screen")
     lines = result.stdout.splitlines()
     assert lines[lines.index(next(l for l in lines if l.startswith("ab_same"))) + 1] == (
         "  ran on: NVIDIA H200 x1, driver 570.86.15, torch 2.11.0, triton 3.5.0, FlagGems commit a1b2c3d4e5f6, "
-        "host h200-1")
+        "host h200-1"
+    )
     assert "  ran on: unknown (its cells record no environment)" in lines
     assert rows(db, "SELECT * FROM environment_differences") == []
     assert "differ" not in result.stderr
@@ -125,21 +157,31 @@ def test_a_pair_whose_sides_ran_on_two_triton_builds_is_warned_about_by_field(tm
     with Store(db) as store:
         store.ingest(runs)
     result = invoke(db, "screen")
-    assert ("warning: ab_mixed softmax:float16: cells differ in triton 3.5.0 before, 3.6.0 after; "
-            "host h200-1 before, h200-2 after") in result.stderr
-    assert "    environment: cells differ in triton 3.5.0 before, 3.6.0 after; host h200-1 before, h200-2 after" \
+    assert (
+        "warning: ab_mixed softmax:float16: cells differ in triton 3.5.0 before, 3.6.0 after; "
+        "host h200-1 before, h200-2 after"
+    ) in result.stderr
+    assert (
+        "    environment: cells differ in triton 3.5.0 before, 3.6.0 after; host h200-1 before, h200-2 after"
         in result.stdout
+    )
     assert "ran on 2 environments" in result.stdout
     pair = json.loads(invoke(db, "screen", "--json").stdout)["rows"][0]
     assert pair["environment_differs"] == {"triton": ["3.5.0", "3.6.0"], "hostname": ["h200-1", "h200-2"]}
-    assert pair["verdict"] == "NO_IR_DIFF"                     # the caliber guard is what it was
+    assert pair["verdict"] == "NO_IR_DIFF"  # the caliber guard is what it was
 
 
 def test_a_campaign_whose_rounds_ran_on_two_gpu_models_is_warned_about_in_ab_and_its_json(tmp_path):
     runs = tmp_path / "runs"
     shapes = [Shape(1.0, 0.01)] * 2
-    write_repeat_root(runs, "ab_gpus", shapes, rounds=4, seed=1,
-                      environment=lambda side, rnd: dict(H200, ENV_GPU="NVIDIA H100" if rnd > 2 else "NVIDIA H200"))
+    write_repeat_root(
+        runs,
+        "ab_gpus",
+        shapes,
+        rounds=4,
+        seed=1,
+        environment=lambda side, rnd: dict(H200, ENV_GPU="NVIDIA H100" if rnd > 2 else "NVIDIA H200"),
+    )
     write_repeat_root(runs, "ab_one_gpu", shapes, rounds=4, seed=2, op="abs", environment=lambda side, rnd: H200)
     db = tmp_path / "s.db"
     with Store(db) as store:
@@ -151,11 +193,14 @@ def test_a_campaign_whose_rounds_ran_on_two_gpu_models_is_warned_about_in_ab_and
     ranges = json.loads(invoke(db, "ab", "--json").stdout)["rows"]
     differs = {(r["root"], r["shape"]): r["environment_differs"] for r in ranges}
     assert differs == {("ab_gpus", shape_key(i)): {"gpu": ["NVIDIA H100", "NVIDIA H200"]} for i in range(2)} | {
-        ("ab_one_gpu", shape_key(i)): None for i in range(2)}
+        ("ab_one_gpu", shape_key(i)): None for i in range(2)
+    }
     # datasette's ab_ranges says the same as the CLI
     view = rows(db, "SELECT root, shape, environment_differs FROM ab_ranges")
-    assert {(r["root"], r["shape"]): json.loads(r["environment_differs"]) if r["environment_differs"] else None
-            for r in view} == differs
+    assert {
+        (r["root"], r["shape"]): json.loads(r["environment_differs"]) if r["environment_differs"] else None
+        for r in view
+    } == differs
 
 
 def test_merge_carries_environments_by_their_fields(tmp_path):
@@ -190,8 +235,15 @@ def three_campaigns(tmp_path_factory):
     order comes from STARTED_AT, not from the walk."""
     tmp = tmp_path_factory.mktemp("history")
     for name, when, triton, effect in reversed(CAMPAIGNS):
-        write_repeat_root(tmp / "runs", name, [Shape(effect, 0.002), Shape(1.0, 0.002)], rounds=4, seed=3,
-                          started_at=when, environment=lambda side, rnd, t=triton: dict(H200, ENV_TRITON=t))
+        write_repeat_root(
+            tmp / "runs",
+            name,
+            [Shape(effect, 0.002), Shape(1.0, 0.002)],
+            rounds=4,
+            seed=3,
+            started_at=when,
+            environment=lambda side, rnd, t=triton: dict(H200, ENV_TRITON=t),
+        )
     db = tmp / "s.db"
     with Store(db) as store:
         store.ingest(tmp / "runs")
@@ -207,13 +259,16 @@ def test_history_lists_every_root_oldest_first_with_what_changed(three_campaigns
     assert entries[0]["environment"]["triton"] == "3.4.0"
     findings = [{r["shape"]: r["finding"] for r in e["results"]} for e in entries]
     assert findings == [{shape_key(0): "faster", shape_key(1): "no change"}] * 2 + [
-        {shape_key(0): "no change", shape_key(1): "no change"}]
+        {shape_key(0): "no change", shape_key(1): "no change"}
+    ]
 
 
 def test_a_finding_that_flips_between_consecutive_campaigns_is_flagged_with_both_intervals(three_campaigns):
     result = json.loads(invoke(three_campaigns, "history", "softmax", "--json").stdout)
-    assert [(f["shape"], f["from"]["root"], f["to"]["root"], f["from"]["finding"], f["to"]["finding"])
-            for f in result["flips"]] == [(shape_key(0), "ab_nov", "ab_dec", "faster", "no change")]
+    assert [
+        (f["shape"], f["from"]["root"], f["to"]["root"], f["from"]["finding"], f["to"]["finding"])
+        for f in result["flips"]
+    ] == [(shape_key(0), "ab_nov", "ab_dec", "faster", "no change")]
     flip = result["flips"][0]
     assert flip["from"]["ci_low"] > 1.4 and flip["to"]["ci_high"] < 1.02
     text = invoke(three_campaigns, "history", "softmax").stdout
@@ -224,7 +279,7 @@ def test_a_finding_that_flips_between_consecutive_campaigns_is_flagged_with_both
 
 def test_history_of_one_shape_and_of_an_unknown_op(three_campaigns):
     shape = json.loads(shape_key(1))
-    spaced = json.dumps(shape)                                   # as a person types it
+    spaced = json.dumps(shape)  # as a person types it
     result = json.loads(invoke(three_campaigns, "history", "softmax", "--shape", spaced, "--json").stdout)
     assert {r["shape"] for e in result["entries"] for r in e["results"]} == {shape_key(1)}
     assert result["flips"] == []

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from zlstore.cli import cli
 
 from .readme_tour import ACTIVATE, REPO, Sandbox, page, pages, section, steps
+
 # A server would not return: the test asks it for its front page instead (--get).
 SERVER = re.compile(r"^(zlstore serve|datasette)\b(?!.*--get)")
 

@@ -28,7 +28,7 @@ def test_record_an_unfinished_cell_stores_nothing_and_says_so(tmp_path):
     cell = root / "card0" / "ab_1" / "topk" / "r1" / "before"
     write_cell(cell, spec("topk", "float16", "before", 1, 0, 1.0))
     env_text = (cell / "cell.env").read_text()
-    (cell / "cell.env").unlink()                       # still running: no cell.env yet
+    (cell / "cell.env").unlink()  # still running: no cell.env yet
     db = tmp_path / "r.db"
     runner = CliRunner()
 
@@ -39,10 +39,10 @@ def test_record_an_unfinished_cell_stores_nothing_and_says_so(tmp_path):
         assert store.conn.execute("SELECT count(*) FROM cells").fetchone()[0] == 0
         assert store.conn.execute("SELECT count(*) FROM roots").fetchone()[0] == 0
 
-    (cell / "cell.env").write_text(env_text.replace("RC=0\n", ""))   # cell.env without RC: still unfinished
+    (cell / "cell.env").write_text(env_text.replace("RC=0\n", ""))  # cell.env without RC: still unfinished
     assert runner.invoke(cli, ["record", str(cell), "--db", str(db)]).exit_code == 3
 
-    (cell / "cell.env").write_text(env_text)           # the harness writes cell.env last, with RC
+    (cell / "cell.env").write_text(env_text)  # the harness writes cell.env last, with RC
     result = runner.invoke(cli, ["record", str(cell), "--db", str(db), "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["cells_added"] == 1
@@ -89,19 +89,32 @@ def test_eight_writers_an_ingest_and_a_reader(tmp_path):
     per_card = make_campaign_tree(root, WRITERS, OPS_PER_CARD, ROUNDS, generator.CAMPAIGN_CALIBER)
     assert all(len(cells) == CELLS_PER_WRITER for cells in per_card)
     db = tmp_path / "live.db"
-    Store(db).close()          # the reader opens read-only, as datasette does: the file must exist
+    Store(db).close()  # the reader opens read-only, as datasette does: the file must exist
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
     stop = tmp_path / "stop"
-    reader = subprocess.Popen([sys.executable, "-c", READER, str(db), str(stop)],
-                              stdout=subprocess.PIPE, text=True, env=env)
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READER, str(db), str(stop)], stdout=subprocess.PIPE, text=True, env=env
+    )
     writers = []
     for card, cells in enumerate(per_card):
         listing = tmp_path / f"cells{card}.json"
         listing.write_text(json.dumps([str(c) for c in cells]))
-        writers.append(subprocess.Popen([sys.executable, "-c", WRITER, str(db), str(listing)],
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
-    ingest = subprocess.Popen([sys.executable, "-m", "zlstore", "ingest", str(root), "--db", str(db), "--json"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        writers.append(
+            subprocess.Popen(
+                [sys.executable, "-c", WRITER, str(db), str(listing)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+        )
+    ingest = subprocess.Popen(
+        [sys.executable, "-m", "zlstore", "ingest", str(root), "--db", str(db), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         outputs = [w.communicate(timeout=300) for w in writers]
         ingest_out, ingest_err = ingest.communicate(timeout=300)
@@ -133,7 +146,8 @@ def test_eight_writers_an_ingest_and_a_reader(tmp_path):
                   OR n_rows != 3 OR n_kernels != 1
                   OR (SELECT count(*) FROM kernels k WHERE k.cell_id = cells.id) != 1
                   OR (SELECT count(*) FROM fingerprints f WHERE f.cell_id = cells.id) != ?""",
-            (len(cell_rules(conn, "campaign")),)).fetchone()[0]
+            (len(cell_rules(conn, "campaign")),),
+        ).fetchone()[0]
         assert partial == 0
         assert conn.execute("SELECT count(*) FROM roots").fetchone()[0] == 1
     finally:

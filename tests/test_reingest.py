@@ -42,29 +42,39 @@ def make_tree(root, n=3):
     with no triton_cache nor index.tsv."""
     write_root_env(root)
     for i in range(n):
-        write_cell(root / f"op{i}_float16_before", record(op=f"op{i}"), env={"RC": 0}, kernels={
-            "aaa/k.ttgir": IR,
-            "aaa/k.json": '{"num_warps": 4, "num_stages": 2}',
-            "bbb/j.ttgir": IR,
-            "ccc/ddd/n.ttgir": IR,
-            "launcher/cuda_utils.so": "elf",
-            "tmp.pid_1_2/k.ttgir": "half-written",
-        }, index="k\taaa\t/x/aaa/k.ttgir\n")
+        write_cell(
+            root / f"op{i}_float16_before",
+            record(op=f"op{i}"),
+            env={"RC": 0},
+            kernels={
+                "aaa/k.ttgir": IR,
+                "aaa/k.json": '{"num_warps": 4, "num_stages": 2}',
+                "bbb/j.ttgir": IR,
+                "ccc/ddd/n.ttgir": IR,
+                "launcher/cuda_utils.so": "elf",
+                "tmp.pid_1_2/k.ttgir": "half-written",
+            },
+            index="k\taaa\t/x/aaa/k.ttgir\n",
+        )
         write_cell(root / f"op{i}_float16_after", record(op=f"op{i}"), env={"RC": 0})
     return root
 
 
 def no_scans(monkeypatch):
     """From here on a cell that is listed and read fails the test."""
+
     def scan_cell(cell):
         raise AssertionError(f"{cell} was scanned")
+
     monkeypatch.setattr(parse, "scan_cell", scan_cell)
 
 
 def kernels(store, cell):
     return store.conn.execute(
         "SELECT k.cache_dir, k.name, k.num_warps FROM kernels k JOIN cells c ON c.id = k.cell_id "
-        "WHERE c.path = ? ORDER BY k.cache_dir, k.name", (str(cell),)).fetchall()
+        "WHERE c.path = ? ORDER BY k.cache_dir, k.name",
+        (str(cell),),
+    ).fetchall()
 
 
 def no_listings(monkeypatch, top) -> list:
@@ -84,8 +94,11 @@ def no_listings(monkeypatch, top) -> list:
 def walk_listings(monkeypatch) -> list:
     """From here on every directory the walk lists goes into the list returned."""
     listed = []
-    monkeypatch.setattr(unchanged.Listings, "add", lambda self, directory, *a, real=unchanged.Listings.add:
-                        listed.append(directory) or real(self, directory, *a))
+    monkeypatch.setattr(
+        unchanged.Listings,
+        "add",
+        lambda self, directory, *a, real=unchanged.Listings.add: listed.append(directory) or real(self, directory, *a),
+    )
     return listed
 
 
@@ -101,7 +114,12 @@ def test_unchanged_cells_are_not_listed_nor_read(store, tmp_path, monkeypatch):
     listed = no_listings(monkeypatch, root)
     again = store.ingest(root)
     assert listed == []  # not even the root, whose listing was kept
-    assert (again["cells_unchanged"], again["cells_added"], again["cells_replaced"], again["cells_failed"]) == (6, 0, 0, 0)
+    assert (again["cells_unchanged"], again["cells_added"], again["cells_replaced"], again["cells_failed"]) == (
+        6,
+        0,
+        0,
+        0,
+    )
     assert again["roots"] == first["roots"] == 1
     # The signature names every directory below triton_cache it covers, the
     # launcher directory too, which no kernel names.
@@ -109,18 +127,29 @@ def test_unchanged_cells_are_not_listed_nor_read(store, tmp_path, monkeypatch):
     assert sig.startswith(unchanged.PREFIX) and '["aaa", "bbb", "ccc", "ccc/ddd", "launcher"]' in sig
 
 
-@pytest.mark.parametrize("change, kernels_after", [
-    ("kernel directory added", [("aaa", "k", 4), ("bbb", "j", None), ("ccc/ddd", "n", None), ("eee", "e", None)]),
-    (".json appearing", [("aaa", "k", 4), ("bbb", "j", 8), ("ccc/ddd", "n", None)]),
-    (".json removed", [("aaa", "k", None), ("bbb", "j", None), ("ccc/ddd", "n", None)]),
-    (".ttgir removed", [("aaa", "k", 4), ("ccc/ddd", "n", None)]),
-    (".ttgir added beside another", [("aaa", "k", 4), ("aaa", "k2", None), ("bbb", "j", None), ("ccc/ddd", "n", None)]),
-    (".ttgir added deeper", [("aaa", "k", 4), ("bbb", "j", None), ("ccc/ddd", "n", None), ("ccc/ddd/x", "x", None)]),
-    (".ttgir in the launcher directory", [("aaa", "k", 4), ("bbb", "j", None), ("ccc/ddd", "n", None),
-                                          ("launcher", "l", None)]),
-    ("index.tsv removed", None),
-    ("run.log rewritten", None),
-])
+@pytest.mark.parametrize(
+    "change, kernels_after",
+    [
+        ("kernel directory added", [("aaa", "k", 4), ("bbb", "j", None), ("ccc/ddd", "n", None), ("eee", "e", None)]),
+        (".json appearing", [("aaa", "k", 4), ("bbb", "j", 8), ("ccc/ddd", "n", None)]),
+        (".json removed", [("aaa", "k", None), ("bbb", "j", None), ("ccc/ddd", "n", None)]),
+        (".ttgir removed", [("aaa", "k", 4), ("ccc/ddd", "n", None)]),
+        (
+            ".ttgir added beside another",
+            [("aaa", "k", 4), ("aaa", "k2", None), ("bbb", "j", None), ("ccc/ddd", "n", None)],
+        ),
+        (
+            ".ttgir added deeper",
+            [("aaa", "k", 4), ("bbb", "j", None), ("ccc/ddd", "n", None), ("ccc/ddd/x", "x", None)],
+        ),
+        (
+            ".ttgir in the launcher directory",
+            [("aaa", "k", 4), ("bbb", "j", None), ("ccc/ddd", "n", None), ("launcher", "l", None)],
+        ),
+        ("index.tsv removed", None),
+        ("run.log rewritten", None),
+    ],
+)
 def test_a_changed_cell_is_seen(store, tmp_path, change, kernels_after):
     root = make_tree(tmp_path / "ab_rlc_2")
     store.ingest(root)
@@ -181,8 +210,9 @@ def test_a_cache_file_edited_in_place_is_seen_by_rehash(store, tmp_path, change)
     assert (summary["cells_replaced"], summary["cells_unchanged"]) == (1, 5)
     if change == "ttgir rewritten":
         stored = store.conn.execute(
-            "SELECT k.ir_hash FROM kernels k JOIN cells c ON c.id = k.cell_id "
-            "WHERE c.path = ? AND k.cache_dir = 'aaa'", (str(cell),)).fetchone()[0]
+            "SELECT k.ir_hash FROM kernels k JOIN cells c ON c.id = k.cell_id WHERE c.path = ? AND k.cache_dir = 'aaa'",
+            (str(cell),),
+        ).fetchone()[0]
         assert stored == hashlib.sha256(IR2.encode()).hexdigest()
     else:
         assert ("aaa", "k", 8) in kernels(store, cell)
@@ -201,10 +231,13 @@ def test_touched_cell_is_read_once_then_told_by_stat_again(store, tmp_path, monk
     assert store.ingest(root)["cells_unchanged"] == 6
 
 
-@pytest.mark.parametrize("earlier", [
-    "'a' || substr(stat_sig, length(stat_sig) - 63 - 39)",  # release 1: a sha1 of names, sizes and mtimes
-    "'q2:' || substr(stat_sig, 4)",  # release 2: its kernel directories were read from the kernels table
-])
+@pytest.mark.parametrize(
+    "earlier",
+    [
+        "'a' || substr(stat_sig, length(stat_sig) - 63 - 39)",  # release 1: a sha1 of names, sizes and mtimes
+        "'q2:' || substr(stat_sig, 4)",  # release 2: its kernel directories were read from the kernels table
+    ],
+)
 def test_a_signature_from_before_is_checked_by_content_once(store, tmp_path, monkeypatch, earlier):
     root = make_tree(tmp_path / "ab_rlc_4")
     store.ingest(root)
@@ -251,10 +284,18 @@ def test_shares_in_forked_processes_find_what_one_walk_finds(store, tmp_path, mo
     (runs / "ab_rlc_7" / "op9_float16_after").mkdir()  # new, late in the walk
     shutil.copy(runs / "ab_rlc_7" / "op0_float16_after" / "run.log", runs / "ab_rlc_7" / "op9_float16_after")
     order = []
-    monkeypatch.setattr(ingest.Ingester, "cell", lambda self, cell, *a, real=ingest.Ingester.cell:
-                        order.append(cell) or real(self, cell, *a))
+    monkeypatch.setattr(
+        ingest.Ingester,
+        "cell",
+        lambda self, cell, *a, real=ingest.Ingester.cell: order.append(cell) or real(self, cell, *a),
+    )
     summary = store.ingest(runs)
-    assert (summary["cells_replaced"], summary["cells_added"], summary["cells_unchanged"], summary["roots"]) == (2, 1, 14, 2)
+    assert (summary["cells_replaced"], summary["cells_added"], summary["cells_unchanged"], summary["roots"]) == (
+        2,
+        1,
+        14,
+        2,
+    )
     assert order == [changed[0], changed[1], runs / "ab_rlc_7" / "op9_float16_after"]  # the walk's order
     assert store.conn.execute("SELECT rc FROM cells WHERE path = ?", (str(changed[1]),)).fetchone()[0] == 1
     if how == "another thread runs":
@@ -305,13 +346,19 @@ def campaign_tree(top):
 def test_a_directory_with_a_new_entry_is_listed_again(store, tmp_path, monkeypatch, change):
     top = campaign_tree(tmp_path / "repeat_1")
     store.ingest(top)
-    assert walked(store) == {str(top), str(top / "op0"), str(top / "op1"), *(str(top / op / r) for op in ("op0", "op1")
-                                                                           for r in ("r1", "r2"))}
+    assert walked(store) == {
+        str(top),
+        str(top / "op0"),
+        str(top / "op1"),
+        *(str(top / op / r) for op in ("op0", "op1") for r in ("r1", "r2")),
+    }
     later()
-    new = {"cell added beside others": top / "op1" / "r2" / "extra",
-           "round added": top / "op0" / "r3" / "before",
-           "op added": top / "op2" / "r1" / "after",
-           "times put back": top / "op1" / "r1" / "extra"}[change]
+    new = {
+        "cell added beside others": top / "op1" / "r2" / "extra",
+        "round added": top / "op0" / "r3" / "before",
+        "op added": top / "op2" / "r1" / "after",
+        "times put back": top / "op1" / "r1" / "extra",
+    }[change]
     before = os.stat(new.parent) if new.parent.exists() else None
     write_cell(new, record(op=new.parts[-3]), env={"RC": 0})
     if change == "times put back":  # mtime as it was: the ctime still tells the change
@@ -320,8 +367,12 @@ def test_a_directory_with_a_new_entry_is_listed_again(store, tmp_path, monkeypat
     listed = walk_listings(monkeypatch)
     summary = store.ingest(top)
     assert (summary["cells_added"], summary["cells_unchanged"]) == (1, 8)
-    changed = {"cell added beside others": [new.parent], "round added": [top / "op0", new.parent],
-               "op added": [top, top / "op2", new.parent], "times put back": [new.parent]}[change]
+    changed = {
+        "cell added beside others": [new.parent],
+        "round added": [top / "op0", new.parent],
+        "op added": [top, top / "op2", new.parent],
+        "times put back": [new.parent],
+    }[change]
     assert listed == [str(directory) for directory in changed]  # the directories that changed, and new ones
     assert store.ingest(top)["cells_unchanged"] == 9
 
@@ -382,4 +433,9 @@ def test_cli_reingest_counts_stay_the_same(tmp_path):
     again = json.loads(runner.invoke(cli, ["ingest", str(root), "--db", db, "--json"]).stdout)
     assert first["cells_added"] == 6 and first["roots"] == 1
     assert {k: again[k] for k in ("roots", "cells_unchanged", "cells_added", "rows_added", "problems")} == {
-        "roots": 1, "cells_unchanged": 6, "cells_added": 0, "rows_added": 0, "problems": []}
+        "roots": 1,
+        "cells_unchanged": 6,
+        "cells_added": 0,
+        "rows_added": 0,
+        "problems": [],
+    }

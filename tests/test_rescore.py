@@ -44,7 +44,9 @@ def test_the_example_has_moves_to_count(example_source):
 
 def test_no_kernel_is_never_a_move(example_store, example_source):
     _, manifest = example_source
-    no_kernel = {(root, op, dtype) for root, op, dtype, spec in screen_pairs(manifest) if spec.get("orig") == "NO_KERNEL"}
+    no_kernel = {
+        (root, op, dtype) for root, op, dtype, spec in screen_pairs(manifest) if spec.get("orig") == "NO_KERNEL"
+    }
     assert no_kernel
     for rule in RULES:
         moved = {(m["root"], m["op"], m["dtype"]) for m in judge.rescore(example_store, rule=rule)["moved"]}
@@ -184,8 +186,11 @@ def test_screen_shows_the_harness_verdict_beside_a_rewrite(private_store):
     store, tree, manifest = private_store
     root = next(r for r in manifest["screen"] if not has_orig(manifest, r))
     assert invoke(store.path, "rescore", root, "--rule", "v2", "--write").exit_code == 0
-    moved = {(op, dtype): (spec["recorded"], spec["verdict"]["v2"]) for r, op, dtype, spec in screen_pairs(manifest)
-             if r == root and spec["recorded"] != spec["verdict"]["v2"]}
+    moved = {
+        (op, dtype): (spec["recorded"], spec["verdict"]["v2"])
+        for r, op, dtype, spec in screen_pairs(manifest)
+        if r == root and spec["recorded"] != spec["verdict"]["v2"]
+    }
     assert moved
     result = invoke(store.path, "screen", root)
     assert result.exit_code == 0, result.output
@@ -193,11 +198,11 @@ def test_screen_shows_the_harness_verdict_beside_a_rewrite(private_store):
     assert header.split()[:5] == ["op", "dtype", "verdict", "recorded", "orig"]
     for line in result.stdout.splitlines():
         words = line.split()
-        key = next(((op, dtype) for op, dtype in moved if words[:1] == [op] and (not dtype or words[1] == dtype)),
-                   None)
+        key = next(((op, dtype) for op, dtype in moved if words[:1] == [op] and (not dtype or words[1] == dtype)), None)
         if key is not None:
             original, rewrite = moved[key]
             assert [rewrite, original] == [w for w in words if w in (original, rewrite)][-2:], line
-    untouched = invoke(store.path, "screen", next(r for r in manifest["screen"] if r != root and
-                                                    not has_orig(manifest, r))).stdout
+    untouched = invoke(
+        store.path, "screen", next(r for r in manifest["screen"] if r != root and not has_orig(manifest, r))
+    ).stdout
     assert " orig " not in untouched.splitlines()[1]

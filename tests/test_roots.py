@@ -38,8 +38,12 @@ def ingest(db_path, *paths):
 def every_row(db_path) -> dict:
     """Every table's rows, as a store holds them: equal only for the same bytes of data."""
     with Store(db_path) as store:
-        tables = [r[0] for r in store.conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+        tables = [
+            r[0]
+            for r in store.conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
+            )
+        ]
         return {t: sorted(store.conn.execute(f"SELECT * FROM [{t}]").fetchall(), key=repr) for t in tables}
 
 
@@ -68,11 +72,15 @@ def test_a_moved_tree_is_one_root(ingested, tmp_path):
     assert len(before["screen"]) == 18
     assert root_paths(db_path) == sorted(str(p) for p in moved.iterdir())
     with Store(db_path) as store:
-        assert store.conn.execute("SELECT count(*) FROM cells WHERE path NOT LIKE ?", (f"{moved}/%",)).fetchone()[0] == 0
-        logged = json.loads(store.conn.execute(
-            "SELECT summary FROM ingest_runs ORDER BY id DESC LIMIT 1").fetchone()[0])
+        assert (
+            store.conn.execute("SELECT count(*) FROM cells WHERE path NOT LIKE ?", (f"{moved}/%",)).fetchone()[0] == 0
+        )
+        logged = json.loads(
+            store.conn.execute("SELECT summary FROM ingest_runs ORDER BY id DESC LIMIT 1").fetchone()[0]
+        )
     assert sorted((m["root"], m["from"], m["to"]) for m in logged["moved"]) == sorted(
-        (p.name, str(runs / p.name), str(p)) for p in moved.iterdir())
+        (p.name, str(runs / p.name), str(p)) for p in moved.iterdir()
+    )
 
 
 def test_a_moved_tree_is_read_once_then_told_unchanged_by_stat(ingested, tmp_path, monkeypatch):
@@ -117,8 +125,11 @@ def two_roots_named_alike(tmp_path):
         write_root_env(root, HOST=host)
         for side in ("before", "after"):
             # two processes never write the same run.log (identical cells are copies: names.DUPLICATE)
-            write_cell(root / f"topk_float16_{side}", record(latencies=((64, latency if side == "before" else latency / 2),)),
-                       env={"RC": 0})
+            write_cell(
+                root / f"topk_float16_{side}",
+                record(latencies=((64, latency if side == "before" else latency / 2),)),
+                env={"RC": 0},
+            )
         made.append(root)
     return made
 
@@ -162,9 +173,13 @@ def test_a_root_whose_path_another_root_of_its_name_took_is_kept_aside(tmp_path)
         hosts = dict(store.conn.execute("SELECT path, host FROM roots"))
         assert hosts[str(first)] == "node2" and hosts[paths[1]] == "node1"
         assert store.conn.execute("SELECT count(*) FROM cells").fetchone()[0] == 4
-        assert store.conn.execute(
-            "SELECT count(*) FROM cells JOIN roots ON roots.id = cells.root_id "
-            "WHERE substr(cells.path, 1, length(roots.path) + 1) <> roots.path || '/'").fetchone()[0] == 0
+        assert (
+            store.conn.execute(
+                "SELECT count(*) FROM cells JOIN roots ON roots.id = cells.root_id "
+                "WHERE substr(cells.path, 1, length(roots.path) + 1) <> roots.path || '/'"
+            ).fetchone()[0]
+            == 0
+        )
 
 
 def test_an_env_file_edited_in_place_is_the_same_root(ingested):
@@ -178,8 +193,7 @@ def test_an_env_file_edited_in_place_is_the_same_root(ingested):
     with Store(db_path) as store:
         found = store.root(SCREEN)
         assert (found["id"], found["host"]) == (before, "s5000-node4")
-        assert found["identity"] == layout.load_root(
-            layout.RootRef(runs / SCREEN, "screen", ())).identity
+        assert found["identity"] == layout.load_root(layout.RootRef(runs / SCREEN, "screen", ())).identity
 
 
 def test_identity_is_the_name_and_env_file_not_the_other_root_files(example_tree):
@@ -196,9 +210,20 @@ def test_identity_is_the_name_and_env_file_not_the_other_root_files(example_tree
 # -- forget -------------------------------------------------------------------
 
 
-COUNTED = ("cells", "measurements", "kernels", "fingerprints", "recorded_verdicts", "partitions",
-           "ab_slot_rows", "ab_range_rows", "ab_round_ranges", "noise_floor_rows", "ab_stale_rounds",
-           "ab_stale_floors")
+COUNTED = (
+    "cells",
+    "measurements",
+    "kernels",
+    "fingerprints",
+    "recorded_verdicts",
+    "partitions",
+    "ab_slot_rows",
+    "ab_range_rows",
+    "ab_round_ranges",
+    "noise_floor_rows",
+    "ab_stale_rounds",
+    "ab_stale_floors",
+)
 
 
 def contents(db_path) -> dict:
@@ -217,8 +242,13 @@ def contents(db_path) -> dict:
 def test_forget_leaves_the_store_as_if_the_root_was_never_ingested(ingested, tmp_path, name):
     runs, db_path, _ = ingested
     with Store(db_path) as store:
-        assert store.conn.execute(f"SELECT count(*) FROM walked_dirs WHERE {unchanged.AT_OR_UNDER}",
-                                  unchanged.at_or_under(str(runs / CAMPAIGN))).fetchone()[0] > 0
+        assert (
+            store.conn.execute(
+                f"SELECT count(*) FROM walked_dirs WHERE {unchanged.AT_OR_UNDER}",
+                unchanged.at_or_under(str(runs / CAMPAIGN)),
+            ).fetchone()[0]
+            > 0
+        )
     result = invoke(db_path, "forget", name, "--json")
     removed = json_out(result)
     assert removed["root"] == name and removed["cells"] > 0 and removed["measurements"] > 0
@@ -229,8 +259,13 @@ def test_forget_leaves_the_store_as_if_the_root_was_never_ingested(ingested, tmp
     ingest(scratch, without / "runs")
     assert contents(db_path) == contents(scratch)
     with Store(db_path) as store:
-        assert store.conn.execute(f"SELECT count(*) FROM walked_dirs WHERE {unchanged.AT_OR_UNDER}",
-                                  unchanged.at_or_under(str(runs / name))).fetchone()[0] == 0
+        assert (
+            store.conn.execute(
+                f"SELECT count(*) FROM walked_dirs WHERE {unchanged.AT_OR_UNDER}",
+                unchanged.at_or_under(str(runs / name)),
+            ).fetchone()[0]
+            == 0
+        )
         assert store.conn.execute("SELECT count(*) FROM walked_dirs").fetchone()[0] > 0
         logged = store.conn.execute("SELECT command, paths FROM ingest_runs ORDER BY id DESC LIMIT 1").fetchone()
     assert logged == ("forget", json.dumps([str(runs / name)]))
@@ -278,8 +313,9 @@ Store(sys.argv[1]).forget(sys.argv[2])
 def test_forget_killed_midway_leaves_the_store_as_before(ingested):
     _, db_path, _ = ingested
     before = every_row(db_path)
-    process = subprocess.Popen([sys.executable, "-c", STALLED_FORGET, str(db_path), CAMPAIGN],
-                               stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", STALLED_FORGET, str(db_path), CAMPAIGN], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert process.stdout.readline().strip() == "deleted, not committed"
     finally:
@@ -302,7 +338,7 @@ def test_a_release_1_root_ingested_from_another_path_is_moved_not_stored_twice(e
     path = tmp_path / "old.db"
     shutil.copy(Path(__file__).parent / "data" / "store-v1.db", path)
     with Store(path) as store:
-        (name, env_file, env, identity), = store.conn.execute("SELECT name, env_file, env, identity FROM roots")
+        ((name, env_file, env, identity),) = store.conn.execute("SELECT name, env_file, env, identity FROM roots")
         assert identity == layout.root_identity(name, env_file, json.loads(env))
         root = tmp_path / "runs" / name
         shutil.copytree(source / name, root)
@@ -328,12 +364,16 @@ def test_a_release_3_store_upgrades_and_an_older_duplicate_is_named(tmp_path):
         assert store.schema_version == db.SCHEMA_VERSION
         assert store.conn.execute("SELECT count(*) FROM roots WHERE identity IS NULL").fetchone()[0] == 0
         with pytest.raises(sqlite3.IntegrityError):  # a cell is its path inside its root
-            store.conn.execute("INSERT INTO cells (root_id, path, relpath) "
-                               "SELECT root_id, path || '-2', relpath FROM cells LIMIT 1")
+            store.conn.execute(
+                "INSERT INTO cells (root_id, path, relpath) SELECT root_id, path || '-2', relpath FROM cells LIMIT 1"
+            )
         # What release 3 did to a moved tree: the same root stored a second time.
-        store.conn.execute("""INSERT INTO roots (path, name, kind, identity, files_sig)
+        store.conn.execute(
+            """INSERT INTO roots (path, name, kind, identity, files_sig)
                               SELECT '/gone/' || name, name, kind, identity, files_sig FROM roots
-                              WHERE name = ?""", (floor_tree.SCREEN,))
+                              WHERE name = ?""",
+            (floor_tree.SCREEN,),
+        )
     result = invoke(db_path, "ingest", tree)
     assert result.exit_code == 1
     assert result.stderr.count("moved: ") == 2  # both roots, from where release 3 stored them

@@ -58,18 +58,31 @@ SAMPLE_FILES = sorted(SAMPLES.glob("*.log")) if SAMPLES else []
 
 def _row(**over):
     r = {
-        "legacy_shape": None, "shape_detail": [[64, 64]], "latency_base": 0.02,
-        "latency": 0.01, "speedup": 2.0, "gbps_base": None, "gbps": None,
-        "accuracy": None, "tflops": None, "utilization": None,
-        "compared_speedup": None, "error_msg": None,
+        "legacy_shape": None,
+        "shape_detail": [[64, 64]],
+        "latency_base": 0.02,
+        "latency": 0.01,
+        "speedup": 2.0,
+        "gbps_base": None,
+        "gbps": None,
+        "accuracy": None,
+        "tflops": None,
+        "utilization": None,
+        "compared_speedup": None,
+        "error_msg": None,
     }
     r.update(over)
     return r
 
 
 def _rec(op="topk", dtype="torch.float16", rows=None, **extra):
-    rec = {"op_name": op, "dtype": dtype, "mode": "kernel", "level": "core",
-           "result": rows if rows is not None else [_row()]}
+    rec = {
+        "op_name": op,
+        "dtype": dtype,
+        "mode": "kernel",
+        "level": "core",
+        "result": rows if rows is not None else [_row()],
+    }
     rec.update(extra)
     return "[INFO] " + json.dumps(rec)
 
@@ -87,7 +100,7 @@ def _independent_count(data: bytes):
     records = rows = 0
     for line in data.split(b"\n"):
         if line.startswith(b"[INFO] {"):
-            obj = json.loads(line[len(b"[INFO] "):])
+            obj = json.loads(line[len(b"[INFO] ") :])
             if isinstance(obj, dict) and isinstance(obj.get("result"), list):
                 records += 1
                 rows += len(obj["result"])
@@ -166,8 +179,10 @@ def test_bundled_samples_match_shared_originals():
 def test_parse_is_within_a_small_factor_of_bare_json_loads():
     """Ingest is benchmarked against a floor that only json.loads each record
     line; the parser may cost more (it builds rows) but not wildly more."""
-    data = _log(*[_rec(rows=[_row(shape_detail=[[i, j]]) for j in range(5)])
-                  for i in range(400)], *(["[INFO] [23:07:06][GPU  0] benchmark abs ..."] * 2000))
+    data = _log(
+        *[_rec(rows=[_row(shape_detail=[[i, j]]) for j in range(5)]) for i in range(400)],
+        *(["[INFO] [23:07:06][GPU  0] benchmark abs ..."] * 2000),
+    )
 
     def floor():
         for line in data.split(b"\n"):
@@ -189,8 +204,12 @@ def test_parse_is_within_a_small_factor_of_bare_json_loads():
 
 
 def test_crlf_never_reaches_a_value():
-    data = _log("[INFO] Benchmark record logger enabled", _rec(dtype="torch.bfloat16"),
-                _rec(op="softmax", rows=[_row(error_msg="boom")]), nl="\r\n")
+    data = _log(
+        "[INFO] Benchmark record logger enabled",
+        _rec(dtype="torch.bfloat16"),
+        _rec(op="softmax", rows=[_row(error_msg="boom")]),
+        nl="\r\n",
+    )
     log = parse_runlog(data)
     assert log.problems == [] and log.records == 2 and log.lines == 3
     last = log.rows[-1]
@@ -202,15 +221,17 @@ def test_crlf_never_reaches_a_value():
 
 
 def test_crlf_pretty_printed_record_has_no_cr():
-    body = json.dumps({"op_name": "x", "dtype": "torch.int8", "mode": "kernel",
-                       "level": "core", "result": [_row(error_msg="")]}, indent=2)
+    body = json.dumps(
+        {"op_name": "x", "dtype": "torch.int8", "mode": "kernel", "level": "core", "result": [_row(error_msg="")]},
+        indent=2,
+    )
     log = parse_runlog(("[INFO] " + body + "\n").replace("\n", "\r\n").encode())
     assert log.problems == [] and log.rows[0].dtype == "int8"
     assert log.rows[0].values["error_msg"] == ""
 
 
 def test_ansi_colours_and_leading_space_around_prefix():
-    rec = _rec()[len("[INFO] "):]
+    rec = _rec()[len("[INFO] ") :]
     data = _log(
         "\x1b[32m[INFO]\x1b[0m " + rec,
         "  [\x1b[1;32mINFO\x1b[0m] " + rec + "\x1b[0m",
@@ -239,12 +260,23 @@ def test_other_text_before_prefix_is_noise():
 
 
 def test_dict_repr_record_with_none_nan_inf():
-    rec = {"op_name": "topk", "dtype": "torch.float16", "mode": "kernel", "level": "core",
-           "result": [
-               {"shape_detail": (64, 1024), "latency": 0.02, "error_msg": None, "accuracy": True},
-               {"shape_detail": [8], "latency": float("nan"), "speedup": float("inf"),
-                "gbps": -float("inf"), "error_msg": None, "note": "nan inf 'quoted'"},
-           ]}
+    rec = {
+        "op_name": "topk",
+        "dtype": "torch.float16",
+        "mode": "kernel",
+        "level": "core",
+        "result": [
+            {"shape_detail": (64, 1024), "latency": 0.02, "error_msg": None, "accuracy": True},
+            {
+                "shape_detail": [8],
+                "latency": float("nan"),
+                "speedup": float("inf"),
+                "gbps": -float("inf"),
+                "error_msg": None,
+                "note": "nan inf 'quoted'",
+            },
+        ],
+    }
     text = "[INFO] " + repr(rec)
     assert "None" in text and "nan" in text and "'" in text
     log = parse_runlog(_log(text))
@@ -268,27 +300,39 @@ def test_truncated_last_line_is_a_problem_and_earlier_records_stay():
     # Cut off too: followed by the note `zlstore flaggems` writes after a
     # kill, cut inside a string, or pretty-printed and cut in its middle.
     pretty = "[INFO] " + json.dumps(json.loads(_rec(op="p")[7:]), indent=2)
-    for data in (_log(*whole, cut, "zlstore flaggems: killed at 10 s (CELL_TIMEOUT): RC 124"),
-                 _log(*whole, cut[:22]), _log(*whole, pretty[:len(pretty) // 2])):
+    for data in (
+        _log(*whole, cut, "zlstore flaggems: killed at 10 s (CELL_TIMEOUT): RC 124"),
+        _log(*whole, cut[:22]),
+        _log(*whole, pretty[: len(pretty) // 2]),
+    ):
         log = parse_runlog(data)
         assert [r.op_name for r in log.rows] == ["a", "b"]
         assert log.problems == [Problem(3, "record cut off mid-JSON (timeout kill?)")]
 
 
 def test_unparseable_record_mid_file_does_not_stop_the_rest():
-    data = _log(_rec(op="a"), "[INFO] {\"op_name\": \"b\", \"result\": [oops]}", _rec(op="c"))
+    data = _log(_rec(op="a"), '[INFO] {"op_name": "b", "result": [oops]}', _rec(op="c"))
     log = parse_runlog(data)
     assert [r.op_name for r in log.rows] == ["a", "c"]
     assert log.problems == [Problem(2, "record is not valid JSON: Expecting value at column 36")]
 
 
-@pytest.mark.parametrize("bad,why", [
-    (_rec(op="NUL").replace("kernel", "ker\0nel"), "record holds a NUL byte at column 65"),
-    ("[INFO] " + '{"a":' * 5000 + "1" + "}" * 5000, "record nested too deeply to read (5000 levels)"),
-    (_rec(op="bad").replace('"mode"', '"mode" "kernel",'), "record is not valid JSON: Expecting ':' delimiter at column 60"),
-    ("[INFO] " + repr({"op_name": "x", "result": []}).replace(": 'x'", ": 'x' 'y' z"),
-     "record is neither JSON nor a Python dict repr: invalid syntax"),
-], ids=["NUL byte", "nested 5000 deep", "not JSON", "not a dict repr"])
+@pytest.mark.parametrize(
+    "bad,why",
+    [
+        (_rec(op="NUL").replace("kernel", "ker\0nel"), "record holds a NUL byte at column 65"),
+        ("[INFO] " + '{"a":' * 5000 + "1" + "}" * 5000, "record nested too deeply to read (5000 levels)"),
+        (
+            _rec(op="bad").replace('"mode"', '"mode" "kernel",'),
+            "record is not valid JSON: Expecting ':' delimiter at column 60",
+        ),
+        (
+            "[INFO] " + repr({"op_name": "x", "result": []}).replace(": 'x'", ": 'x' 'y' z"),
+            "record is neither JSON nor a Python dict repr: invalid syntax",
+        ),
+    ],
+    ids=["NUL byte", "nested 5000 deep", "not JSON", "not a dict repr"],
+)
 @pytest.mark.parametrize("then", [[], ["some noise"], [_rec(op="next")]], ids=["last", "then noise", "then a record"])
 def test_a_whole_record_that_cannot_be_read_says_why_never_cut_off(bad, why, then):
     """A record whose line ends, read to the end of the file or not, is not
@@ -332,8 +376,7 @@ def test_read_runlog_reads_bytes(tmp_path):
     assert [r.dtype for r in read_runlog(str(p)).rows] == ["float16", "float32"]
 
 
-@pytest.mark.parametrize("token,value", [
-    ("NaN", math.nan), ("Infinity", math.inf), ("-Infinity", -math.inf)])
+@pytest.mark.parametrize("token,value", [("NaN", math.nan), ("Infinity", math.inf), ("-Infinity", -math.inf)])
 def test_non_finite_latency_stored_not_counted(token, value):
     line = _rec(rows=[_row(latency=0.5)]).replace('"latency": 0.5', '"latency": ' + token)
     log = parse_runlog(_log(line))
@@ -345,18 +388,38 @@ def test_non_finite_latency_stored_not_counted(token, value):
 
 
 def test_error_msg_row_not_counted_even_with_a_good_latency():
-    log = parse_runlog(_log(_rec(rows=[
-        _row(error_msg="CUDA error: out of memory"), _row(error_msg=""), _row(error_msg="  "),
-        _row(error_msg="bad", latency=None)])))
+    log = parse_runlog(
+        _log(
+            _rec(
+                rows=[
+                    _row(error_msg="CUDA error: out of memory"),
+                    _row(error_msg=""),
+                    _row(error_msg="  "),
+                    _row(error_msg="bad", latency=None),
+                ]
+            )
+        )
+    )
     got = [(r.counted, r.not_counted_reason) for r in log.rows]
     assert got == [(False, "ERROR_MSG"), (True, None), (True, None), (False, "ERROR_MSG")]
 
 
-@pytest.mark.parametrize("latency,reason", [
-    (0, "LATENCY_NOT_POSITIVE"), (0.0, "LATENCY_NOT_POSITIVE"), (-0.01, "LATENCY_NOT_POSITIVE"),
-    (None, "LATENCY_MISSING"), (True, "LATENCY_MISSING"), ("0.02", "LATENCY_MISSING"),
-    ([0.02], "LATENCY_MISSING"), (float("-inf"), "LATENCY_NOT_FINITE"),
-    (0.02, None), (3, None), (10 ** 400, None)])
+@pytest.mark.parametrize(
+    "latency,reason",
+    [
+        (0, "LATENCY_NOT_POSITIVE"),
+        (0.0, "LATENCY_NOT_POSITIVE"),
+        (-0.01, "LATENCY_NOT_POSITIVE"),
+        (None, "LATENCY_MISSING"),
+        (True, "LATENCY_MISSING"),
+        ("0.02", "LATENCY_MISSING"),
+        ([0.02], "LATENCY_MISSING"),
+        (float("-inf"), "LATENCY_NOT_FINITE"),
+        (0.02, None),
+        (3, None),
+        (10**400, None),
+    ],
+)
 def test_counted_latency_rules(latency, reason):
     """Booleans and numeric strings are not latencies: a counted row's latency
     must be usable in a ratio as it is."""
@@ -368,8 +431,7 @@ def test_missing_latency_key_and_reason_names():
     del values["latency"]
     assert counted(values) == (False, "LATENCY_MISSING")
     assert counted({}) == (False, "LATENCY_MISSING")
-    assert set(NOT_COUNTED_REASONS) == {
-        "ERROR_MSG", "LATENCY_MISSING", "LATENCY_NOT_POSITIVE", "LATENCY_NOT_FINITE"}
+    assert set(NOT_COUNTED_REASONS) == {"ERROR_MSG", "LATENCY_MISSING", "LATENCY_NOT_POSITIVE", "LATENCY_NOT_FINITE"}
 
 
 def test_zero_negative_missing_latency_in_a_log():
@@ -377,7 +439,10 @@ def test_zero_negative_missing_latency_in_a_log():
     del row_missing["latency"]
     log = parse_runlog(_log(_rec(rows=[_row(latency=0), _row(latency=-1.5), row_missing])))
     assert [r.not_counted_reason for r in log.rows] == [
-        "LATENCY_NOT_POSITIVE", "LATENCY_NOT_POSITIVE", "LATENCY_MISSING"]
+        "LATENCY_NOT_POSITIVE",
+        "LATENCY_NOT_POSITIVE",
+        "LATENCY_MISSING",
+    ]
     assert log.rows[2].values["latency"] is None
 
 
@@ -386,14 +451,13 @@ def test_fallback_marker_applies_to_the_next_record_only_across_noise():
         _rec(op="a"),
         "[WARN] BENCHMARK_DIRECT_NO_CUDAGRAPH: graph capture failed, timing directly",
         "[INFO] [23:07:06][GPU  0] benchmark b ...",
-        "[INFO] {\"not\": \"a record\"}",
+        '[INFO] {"not": "a record"}',
         "some pytest output",
         _rec(op="b", rows=[_row(), _row(shape_detail=[1])]),
         _rec(op="c"),
     )
     log = parse_runlog(data)
-    assert [(r.op_name, r.fallback) for r in log.rows] == [
-        ("a", False), ("b", True), ("b", True), ("c", False)]
+    assert [(r.op_name, r.fallback) for r in log.rows] == [("a", False), ("b", True), ("b", True), ("c", False)]
 
 
 def test_fallback_marker_at_end_marks_nothing():
@@ -417,14 +481,24 @@ def test_multiline_info_bracket_block_with_braces_is_ignored():
 
 
 def test_pretty_printed_multiline_record():
-    body = json.dumps({"op_name": "pretty", "dtype": "torch.float16", "mode": "kernel",
-                       "level": "core", "result": [_row(), _row(shape_detail={"b": 1, "a": [2]})]},
-                      indent=4)
+    body = json.dumps(
+        {
+            "op_name": "pretty",
+            "dtype": "torch.float16",
+            "mode": "kernel",
+            "level": "core",
+            "result": [_row(), _row(shape_detail={"b": 1, "a": [2]})],
+        },
+        indent=4,
+    )
     data = _log("noise", "[INFO] " + body, _rec(op="next"))
     log = parse_runlog(data)
     assert log.problems == []
     assert [(r.op_name, r.line, r.record, r.index) for r in log.rows] == [
-        ("pretty", 2, 0, 0), ("pretty", 2, 0, 1), ("next", 3 + body.count("\n"), 1, 0)]
+        ("pretty", 2, 0, 0),
+        ("pretty", 2, 0, 1),
+        ("next", 3 + body.count("\n"), 1, 0),
+    ]
     assert log.rows[1].shape_key == '{"a":[2],"b":1}'
 
 
@@ -451,11 +525,9 @@ def test_text_after_the_record_is_reported_not_fatal():
 
 
 def test_unknown_fields_kept_in_extra():
-    log = parse_runlog(_log(_rec(rows=[_row(p99_latency=0.03, tuner={"BLOCK": 64})],
-                                 host="gpu-07", vendor="mthreads")))
+    log = parse_runlog(_log(_rec(rows=[_row(p99_latency=0.03, tuner={"BLOCK": 64})], host="gpu-07", vendor="mthreads")))
     r = log.rows[0]
-    assert r.extra == {"p99_latency": 0.03, "tuner": {"BLOCK": 64},
-                       "_record": {"host": "gpu-07", "vendor": "mthreads"}}
+    assert r.extra == {"p99_latency": 0.03, "tuner": {"BLOCK": 64}, "_record": {"host": "gpu-07", "vendor": "mthreads"}}
     assert list(r.values) == list(KNOWN_FIELDS)
 
 
@@ -482,8 +554,9 @@ def test_bad_result_shapes_are_problems_not_crashes():
 
 def test_canonical_shape_forms():
     assert canonical_shape([[64, 1024], 32]) == "[[64,1024],32]"
-    assert canonical_shape({"z": {"b": 1, "a": 2}, "a": [{"y": 1, "x": 2}]}) == \
-        '{"a":[{"x":2,"y":1}],"z":{"a":2,"b":1}}'
+    assert (
+        canonical_shape({"z": {"b": 1, "a": 2}, "a": [{"y": 1, "x": 2}]}) == '{"a":[{"x":2,"y":1}],"z":{"a":2,"b":1}}'
+    )
     assert canonical_shape(7) == "7" and canonical_shape(None) == "null"
     assert canonical_shape("é") == '"é"'
     assert canonical_shape((1, 2)) == canonical_shape([1, 2])
@@ -497,10 +570,14 @@ def test_strip_torch_prefix():
 
 
 _JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers()  # unbounded: beyond 64 bits too
-    | st.floats(allow_nan=True, allow_infinity=True) | st.text(),  # lone surrogates too
+    st.none()
+    | st.booleans()
+    | st.integers()  # unbounded: beyond 64 bits too
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(),  # lone surrogates too
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
-    max_leaves=12)
+    max_leaves=12,
+)
 
 
 @given(_JSON_VALUES, st.booleans(), st.sampled_from([b"", b" ", b"\r", b"}", b" x", b"\x00", b"\xff"]))

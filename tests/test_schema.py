@@ -34,12 +34,21 @@ def test_caliber_columns_derive_from_the_one_definition(store):
 
 
 def test_schema_refuses_names_that_judge_does_not_define():
-    assert macros.render_schema("SELECT [[verdict NO_IR_DIFF]], [[reason CALIBER_UNKNOWN]]") == \
-        "SELECT 'NO_IR_DIFF', 'CALIBER_UNKNOWN'"
+    assert (
+        macros.render_schema("SELECT [[verdict NO_IR_DIFF]], [[reason CALIBER_UNKNOWN]]")
+        == "SELECT 'NO_IR_DIFF', 'CALIBER_UNKNOWN'"
+    )
     with pytest.raises(db.SchemaError, match="NO_KERNEL"):
         macros.render_schema("SELECT [[verdict NO_KERNEL]]")
-    assert set(judge.VERDICT_NAMES) == {"DUPLICATE_CELL", "TRUNCATED", "NO_ROWS", "IR_UNREAD", "NO_TRITON",
-                                        "IR_CHANGED", "NO_IR_DIFF"}
+    assert set(judge.VERDICT_NAMES) == {
+        "DUPLICATE_CELL",
+        "TRUNCATED",
+        "NO_ROWS",
+        "IR_UNREAD",
+        "NO_TRITON",
+        "IR_CHANGED",
+        "NO_IR_DIFF",
+    }
 
 
 def test_caliber_macro_with_separator():
@@ -115,8 +124,12 @@ def test_triggers_are_recreated_when_the_schema_changes(tmp_path, monkeypatch):
 def test_concurrent_creation_of_a_new_database(tmp_path):
     path = tmp_path / "race.db"
     processes = [
-        subprocess.Popen([sys.executable, "-m", "zlstore", "init", "--db", str(path)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-m", "zlstore", "init", "--db", str(path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(6)
     ]
     results = [(p.wait(timeout=60), p.stderr.read()) for p in processes]
@@ -132,8 +145,20 @@ def test_wheel_ships_schema_sql(tmp_path):
 
     project = Path(__file__).resolve().parent.parent
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(project)],
-        check=True, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(project),
+        ],
+        check=True,
+        capture_output=True,
     )
     wheel = next(tmp_path.glob("zlstore-*.whl"))
     with zipfile.ZipFile(wheel) as archive:
@@ -175,4 +200,5 @@ def test_the_rendered_schema_in_docs_is_the_sql_that_runs(tmp_path):
     store.close()
     assert len(held) > 20 and all(sql in expected for (sql,) in held)
     assert rendered_sql.TARGET.read_text(encoding="utf-8") == expected, (
-        "docs/schema.rendered.sql is stale: run .venv/bin/python docs/rendered_sql.py and commit it")
+        "docs/schema.rendered.sql is stale: run .venv/bin/python docs/rendered_sql.py and commit it"
+    )

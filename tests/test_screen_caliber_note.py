@@ -41,11 +41,35 @@ def test_run_campaign_says_it_before_running(example_tree, tmp_path):
     screen_root = screened_without_isolation(example_tree, tmp_path)
     assert invoke(db, "ingest", screen_root).exit_code == 0
     env = base_env(tmp_path, FAKE_SLEEP=0.01)
-    result = subprocess.run(ZLSTORE + ["run", "campaign", "--screen-root", ROOT, "--ops", "topk:float16",
-                                       "--cards", "1", "--rounds", "1", "--root", str(tmp_path / "runs" / "c"),
-                                       "--command", f"{FAKE} repeat {{op}} {{dtype}}", "--poll", "0.2",
-                                       "--status-every", "100", "--db", str(db)],
-                            env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        ZLSTORE
+        + [
+            "run",
+            "campaign",
+            "--screen-root",
+            ROOT,
+            "--ops",
+            "topk:float16",
+            "--cards",
+            "1",
+            "--rounds",
+            "1",
+            "--root",
+            str(tmp_path / "runs" / "c"),
+            "--command",
+            f"{FAKE} repeat {{op}} {{dtype}}",
+            "--poll",
+            "0.2",
+            "--status-every",
+            "100",
+            "--db",
+            str(db),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stderr.count(NOTE) == 1
     assert result.stderr.index(NOTE) < result.stderr.index("topk")

@@ -97,6 +97,10 @@ def test_a_store_of_release_10_keeps_one_range_per_screening_pair(example_store_
         conn.execute("PRAGMA user_version = 10")
     with Store(path) as store:
         assert len(judge.verdicts(store)) == expected
-        assert store.conn.execute("SELECT count(*) FROM ab_round_ranges WHERE card IS NOT NULL AND round = 0"
-                                  ).fetchone()[0] == 0
+        assert (
+            store.conn.execute("SELECT count(*) FROM ab_round_ranges WHERE card IS NOT NULL AND round = 0").fetchone()[
+                0
+            ]
+            == 0
+        )
         assert store.conn.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION

@@ -23,32 +23,60 @@ from zlstore.cli import cli
 
 from . import floor_tree
 
-PUBLIC_VIEWS = ("verdicts", "verdicts_by_rule", "ab_pairs", "ab_rejected", "ab_ranges",
-                "noise_floors", "cell_summary")
+PUBLIC_VIEWS = ("verdicts", "verdicts_by_rule", "ab_pairs", "ab_rejected", "ab_ranges", "noise_floors", "cell_summary")
 # Public views the bundled examples leave empty (their cells record no
 # environment): described all the same.
 PROVENANCE_VIEWS = ("root_environments", "environment_differences", "op_history")
 # The columns issue 3 promises for each view (a view may have more).
 VIEW_COLUMNS = {
-    "verdicts": ("root", "op", "dtype", "rule", "verdict", "recorded_verdict", "orig_verdict",
-                 "cl_before", "cl_after", "fp_before", "fp_after", "elapsed_before", "elapsed_after",
-                 "rc_before", "rc_after", *caliber.NAMES, "n_rows", "min", "median", "max",
-                 "range_label"),
-    "ab_pairs": ("root", "card", "op", "dtype", "shape", "round", "latency_before",
-                 "latency_after", "ratio", "fallback"),
+    "verdicts": (
+        "root",
+        "op",
+        "dtype",
+        "rule",
+        "verdict",
+        "recorded_verdict",
+        "orig_verdict",
+        "cl_before",
+        "cl_after",
+        "fp_before",
+        "fp_after",
+        "elapsed_before",
+        "elapsed_after",
+        "rc_before",
+        "rc_after",
+        *caliber.NAMES,
+        "n_rows",
+        "min",
+        "median",
+        "max",
+        "range_label",
+    ),
+    "ab_pairs": (
+        "root",
+        "card",
+        "op",
+        "dtype",
+        "shape",
+        "round",
+        "latency_before",
+        "latency_after",
+        "ratio",
+        "fallback",
+    ),
     "ab_rejected": ("root", "card", "op", "dtype", "shape", "round", "reason"),
     "ab_ranges": ("root", "op", "dtype", "shape", "rounds", "min", "median", "max", "fallback"),
     "noise_floors": ("op", "dtype", *caliber.NAMES, "n", "floor"),
     "cell_summary": ("cell_id", "root", "card", "op", "dtype", "side", "round", "elapsed_s"),
 }
 VIEW_COLUMNS["verdicts_by_rule"] = VIEW_COLUMNS["verdicts"]
-CANNED = ("noise_floor", "campaign_findings", "rule_moves", "rejected_by_reason",
-          "campaign_progress", "screening_cost")
+CANNED = ("noise_floor", "campaign_findings", "rule_moves", "rejected_by_reason", "campaign_progress", "screening_cost")
 CAMPAIGN = "campaign_20261013_090000"
 RULES = ("v1", "v2", "v3", "v4")
 
 
 # -- helpers -------------------------------------------------------------------
+
 
 def fetch(ds, path, **params):
     """GET path (with params) through datasette's in-process client."""
@@ -126,6 +154,7 @@ def floor_ds(floor_store_path):
 
 # -- the app -------------------------------------------------------------------
 
+
 def test_store_is_served_as_zlstore_mutable(ds, example_store_path):
     databases = fetch(ds, "/-/databases.json").json()
     assert [d["name"] for d in databases] == ["zlstore"]
@@ -152,8 +181,7 @@ def test_every_public_view_answers(ds, example_store_path, view):
 def test_verdicts_rows(ds, example_store_path, manifest):
     require_views(example_store_path, "verdicts", "verdicts_by_rule")
     got = {(r["root"], r["op"], r["dtype"]): r for r in rows(ds, "/zlstore/verdicts")}
-    expected = {(root, *key(name)): pair for root, pairs in manifest["screen"].items()
-                for name, pair in pairs.items()}
+    expected = {(root, *key(name)): pair for root, pairs in manifest["screen"].items() for name, pair in pairs.items()}
     assert set(got) == set(expected)
     for k, pair in expected.items():
         assert got[k]["verdict"] == pair["verdict"]["v3"], k
@@ -169,8 +197,9 @@ def test_verdicts_rows(ds, example_store_path, manifest):
 def test_ab_views_rows(ds, example_store_path, manifest):
     require_views(example_store_path, "ab_pairs", "ab_rejected", "ab_ranges")
     campaign = manifest["campaign"]
-    ranges = {f"{r['op']}|{r['dtype']}|{r['shape']}": r
-              for r in rows(ds, "/zlstore/ab_ranges", root=CAMPAIGN) if r["rounds"]}
+    ranges = {
+        f"{r['op']}|{r['dtype']}|{r['shape']}": r for r in rows(ds, "/zlstore/ab_ranges", root=CAMPAIGN) if r["rounds"]
+    }
     assert set(ranges) == set(campaign["ranges"])
     for name, expected in campaign["ranges"].items():
         assert ranges[name]["rounds"] == expected["n"]
@@ -178,10 +207,11 @@ def test_ab_views_rows(ds, example_store_path, manifest):
         assert bool(ranges[name]["fallback"]) == expected["fallback"]
     pairs = rows(ds, "/zlstore/ab_pairs", root=CAMPAIGN)
     assert len(pairs) == sum(e["n"] for e in campaign["ranges"].values())
-    rejected = Counter((r["op"], r["dtype"], r["shape"], r["round"], r["reason"])
-                       for r in rows(ds, "/zlstore/ab_rejected", root=CAMPAIGN))
-    assert rejected == Counter((r["op"], r["dtype"], r["shape"], r["round"], r["reason"])
-                               for r in campaign["rejected"])
+    rejected = Counter(
+        (r["op"], r["dtype"], r["shape"], r["round"], r["reason"])
+        for r in rows(ds, "/zlstore/ab_rejected", root=CAMPAIGN)
+    )
+    assert rejected == Counter((r["op"], r["dtype"], r["shape"], r["round"], r["reason"]) for r in campaign["rejected"])
 
 
 def test_noise_floors_and_cells_rows(ds, example_store_path, manifest):
@@ -197,6 +227,7 @@ def test_noise_floors_and_cells_rows(ds, example_store_path, manifest):
 
 
 # -- the metadata ----------------------------------------------------------------
+
 
 def test_internal_tables_hidden_but_queryable(ds):
     tables = {t["name"]: t for t in fetch(ds, "/zlstore.json").json()["tables"]}
@@ -245,8 +276,10 @@ def test_caliber_and_verdicts_come_from_their_one_definition():
     tables = datasette_site.metadata()["databases"]["zlstore"]["tables"]
     assert [f for f in tables["noise_floors"]["facets"] if f in caliber.NAMES] == list(caliber.NAMES)
     for name in caliber.NAMES:
-        assert caliber.CaliberField(name, caliber.ENV_VARS[caliber.NAMES.index(name)]).env \
+        assert (
+            caliber.CaliberField(name, caliber.ENV_VARS[caliber.NAMES.index(name)]).env
             in tables["noise_floors"]["columns"][name]
+        )
     verdict_text = tables["verdicts"]["columns"]["verdict"]
     for verdict in judge.VERDICTS:
         assert verdict.name in verdict_text and verdict.licenses in verdict_text
@@ -266,6 +299,7 @@ def test_label_columns(ds, example_store_path):
 
 
 # -- canned queries ------------------------------------------------------------
+
 
 def test_canned_queries_are_titled_and_described(ds):
     queries = {q["name"]: q for q in fetch(ds, "/zlstore.json").json()["queries"]}
@@ -294,29 +328,39 @@ def test_noise_floor_of_one_op(ds, example_store_path, manifest):
 @pytest.mark.parametrize("rule_a, rule_b", [("v1", "v2"), ("v2", "v3"), ("v3", "v4")])
 def test_rule_moves(ds, example_store_path, manifest, rule_a, rule_b):
     require_views(example_store_path, "verdicts_by_rule")
-    got = {(r["root"], r["op"], r["dtype"]): (r["verdict_a"], r["verdict_b"])
-           for r in rows(ds, "/zlstore/rule_moves", rule_a=rule_a, rule_b=rule_b)}
-    expected = {(root, *key(name)): (p["verdict"][rule_a], p["verdict"][rule_b])
-                for root, pairs in manifest["screen"].items() for name, p in pairs.items()
-                if p["verdict"][rule_a] != p["verdict"][rule_b]}
+    got = {
+        (r["root"], r["op"], r["dtype"]): (r["verdict_a"], r["verdict_b"])
+        for r in rows(ds, "/zlstore/rule_moves", rule_a=rule_a, rule_b=rule_b)
+    }
+    expected = {
+        (root, *key(name)): (p["verdict"][rule_a], p["verdict"][rule_b])
+        for root, pairs in manifest["screen"].items()
+        for name, p in pairs.items()
+        if p["verdict"][rule_a] != p["verdict"][rule_b]
+    }
     assert got == expected and got
 
 
 def test_rule_moves_default_to_the_current_rule(ds, example_store_path, manifest):
     """Both rules empty: every other rule against the current one (v3)."""
     require_views(example_store_path, "verdicts_by_rule")
-    got = {(r["root"], r["op"], r["dtype"], r["rule_a"]): (r["verdict_a"], r["verdict_b"])
-           for r in rows(ds, "/zlstore/rule_moves")}
-    expected = {(root, *key(name), rule): (p["verdict"][rule], p["verdict"]["v3"])
-                for root, pairs in manifest["screen"].items() for name, p in pairs.items()
-                for rule in RULES if p["verdict"][rule] != p["verdict"]["v3"]}
+    got = {
+        (r["root"], r["op"], r["dtype"], r["rule_a"]): (r["verdict_a"], r["verdict_b"])
+        for r in rows(ds, "/zlstore/rule_moves")
+    }
+    expected = {
+        (root, *key(name), rule): (p["verdict"][rule], p["verdict"]["v3"])
+        for root, pairs in manifest["screen"].items()
+        for name, p in pairs.items()
+        for rule in RULES
+        if p["verdict"][rule] != p["verdict"]["v3"]
+    }
     assert got == expected and got
 
 
 def test_rejected_by_reason(ds, example_store_path, manifest):
     require_views(example_store_path, "ab_rejected")
-    got = {(r["reason"], r["op"], r["dtype"]): r
-           for r in rows(ds, "/zlstore/rejected_by_reason", root=CAMPAIGN)}
+    got = {(r["reason"], r["op"], r["dtype"]): r for r in rows(ds, "/zlstore/rejected_by_reason", root=CAMPAIGN)}
     expected = Counter((r["reason"], r["op"], r["dtype"]) for r in manifest["campaign"]["rejected"])
     assert {k: r["rows"] for k, r in got.items()} == dict(expected)
     # The example tree holds no copied cell (test_duplicate_cells.py copies one).
@@ -410,6 +454,7 @@ def test_screening_cost_ratio(floor_ds):
 
 # -- charts --------------------------------------------------------------------
 
+
 def dashboard():
     return datasette_site.metadata()["plugins"]["datasette-dashboards"]["campaign"]
 
@@ -432,14 +477,19 @@ def test_chart_queries(floor_ds, floor_store_path):
     ranges = rows(floor_ds, "/zlstore", sql=charts["ranges"]["query"], root=floor_tree.CAMPAIGN)
     shape = json.dumps(floor_tree.SHAPE, separators=(",", ":"))
     assert {r["label"]: r["finding"] for r in ranges} == {
-        f"{op} {dtype} {shape}": finding for (op, dtype), finding in floor_tree.FINDING.items()}
+        f"{op} {dtype} {shape}": finding for (op, dtype), finding in floor_tree.FINDING.items()
+    }
     # the chart's numbers are the view's, the ones zlstore ab prints
     with Store(floor_store_path) as store:
         view = {(r["op"], r["shape"]): r for r in judge.ab_ranges(store, floor_tree.CAMPAIGN)}
     for r in ranges:
         same = view[(r["op"], r["shape"])]
-        assert (r["effect"], r["ci_low"], r["ci_high"], r["q_value"]) == \
-            (same["effect"], same["ci_low"], same["ci_high"], same["q_value"])
+        assert (r["effect"], r["ci_low"], r["ci_high"], r["q_value"]) == (
+            same["effect"],
+            same["ci_low"],
+            same["ci_high"],
+            same["q_value"],
+        )
     gelu = next(r for r in ranges if r["op"] == "gelu")
     assert gelu["effect"] == pytest.approx((1.08 * 1.10 * 1.12) ** (1 / 3), abs=1e-9)
     assert gelu["band_high"] == pytest.approx(1.02, abs=1e-6)
@@ -448,11 +498,15 @@ def test_chart_queries(floor_ds, floor_store_path):
     assert {r["verdict"]: r["pairs"] for r in verdicts} == {"NO_IR_DIFF": 3, "IR_CHANGED": 2}
     progress = rows(floor_ds, "/zlstore", sql=charts["progress"]["query"])
     assert {(r["card"], r["what"]): r["cells"] for r in progress} == {
-        ("card 0", "planned"): 12, ("card 0", "recorded"): 12,
-        ("card 1", "planned"): 18, ("card 1", "recorded"): 10}
+        ("card 0", "planned"): 12,
+        ("card 0", "recorded"): 12,
+        ("card 1", "planned"): 18,
+        ("card 1", "recorded"): 10,
+    }
 
 
 # -- live ------------------------------------------------------------------------
+
 
 def test_rows_written_by_another_process_show_on_the_next_request(tmp_path, floor_store_path):
     runs = tmp_path / "runs"
@@ -469,11 +523,18 @@ def test_rows_written_by_another_process_show_on_the_next_request(tmp_path, floo
 
     cells = floor_tree.write_campaign_round(runs, "exp", "float32", 3, floor_tree.EXP_ROUND3)
     writer = subprocess.run(
-        [sys.executable, "-c",
-         "import sys; from zlstore import Store; s = Store(sys.argv[1]); "
-         "print(s.record(sys.argv[2:])['cells_added']); s.close()",
-         str(db), *map(str, cells)],
-        capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-c",
+            "import sys; from zlstore import Store; s = Store(sys.argv[1]); "
+            "print(s.record(sys.argv[2:])['cells_added']); s.close()",
+            str(db),
+            *map(str, cells),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert writer.returncode == 0, writer.stderr
     assert writer.stdout.strip() == "2"
 
@@ -484,9 +545,11 @@ def test_rows_written_by_another_process_show_on_the_next_request(tmp_path, floo
 
 # -- the command -------------------------------------------------------------------
 
+
 def test_serve_get_answers_one_request(example_store_path):
     result = CliRunner().invoke(
-        cli, ["serve", "--db", str(example_store_path), "--get", "/zlstore/roots.json?_shape=array"])
+        cli, ["serve", "--db", str(example_store_path), "--get", "/zlstore/roots.json?_shape=array"]
+    )
     assert result.exit_code == 0, result.output
     assert {r["name"] for r in json.loads(result.stdout)} >= {CAMPAIGN}
     missing = CliRunner().invoke(cli, ["serve", "--db", str(example_store_path), "--get", "/nope"])
@@ -502,8 +565,7 @@ def test_serve_binds_localhost_and_warns_on_the_network(example_store_path, monk
     assert result.exit_code == 130, result.output  # uvicorn.run returns once Ctrl-C stopped it
     assert calls[-1]["host"] == "127.0.0.1" and calls[-1]["port"] == 8001
     assert "warning" not in result.stderr
-    result = CliRunner().invoke(cli, ["serve", "--db", str(example_store_path), "--host", "0.0.0.0",
-                                      "--port", "9001"])
+    result = CliRunner().invoke(cli, ["serve", "--db", str(example_store_path), "--host", "0.0.0.0", "--port", "9001"])
     assert result.exit_code == 130, result.output
     assert calls[-1]["host"] == "0.0.0.0" and calls[-1]["port"] == 9001
     assert "warning" in result.stderr and "arbitrary" in result.stderr and "SQL" in result.stderr
@@ -511,7 +573,9 @@ def test_serve_binds_localhost_and_warns_on_the_network(example_store_path, monk
 
 def test_median_is_there_for_ad_hoc_sql(ds):
     """The aggregate behind every range's median, for a person's own SQL."""
-    response = fetch(ds, "/zlstore.json?sql=select+median(column1)+as+m+from+(values+(1.0),(10.0),(2.0),(4.0))&_shape=array")
+    response = fetch(
+        ds, "/zlstore.json?sql=select+median(column1)+as+m+from+(values+(1.0),(10.0),(2.0),(4.0))&_shape=array"
+    )
     assert response.status_code == 200
     assert response.json() == [{"m": 3.0}]
 
@@ -523,16 +587,28 @@ def fetch_as(ds, path, host):
     return asyncio.run(ds.client.get(path, headers={"host": host}))
 
 
-@pytest.mark.parametrize("host", ["localhost", "localhost:8001", "LOCALHOST:8001", "127.0.0.1:8001", "[::1]:8001",
-                                  "10.1.2.3:8001", "localhost:9000"])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "localhost",
+        "localhost:8001",
+        "LOCALHOST:8001",
+        "127.0.0.1:8001",
+        "[::1]:8001",
+        "10.1.2.3:8001",
+        "localhost:9000",
+    ],
+)
 def test_requests_for_this_machine_are_answered(ds, host):
     response = fetch_as(ds, "/zlstore/roots.json?_shape=array", host)
     assert response.status_code == 200
     assert {r["name"] for r in response.json()} >= {CAMPAIGN}
 
 
-@pytest.mark.parametrize("host", ["evil.example:8001", "evil.example", "localhost.evil.example:8001",
-                                  "127.0.0.1.nip.io:8001", "[::1].evil.example"])
+@pytest.mark.parametrize(
+    "host",
+    ["evil.example:8001", "evil.example", "localhost.evil.example:8001", "127.0.0.1.nip.io:8001", "[::1].evil.example"],
+)
 def test_a_dns_rebinding_host_is_refused(ds, host):
     for path in ("/zlstore/roots.json?_shape=array", "/zlstore.json?sql=select+path+from+cells", "/"):
         response = fetch_as(ds, path, host)
@@ -567,8 +643,12 @@ def test_a_real_server_refuses_a_foreign_host_and_ctrl_c_ends_it(example_store_p
     from .test_run import interrupt
 
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "zlstore", "serve", "--db", str(example_store_path),
-                                "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "zlstore", "serve", "--db", str(example_store_path), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -608,7 +688,11 @@ def test_an_address_already_in_use_is_an_environment_error(example_store_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = subprocess.run([sys.executable, "-m", "zlstore", "serve", "--db", str(example_store_path),
-                                 "--port", str(port)], capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-m", "zlstore", "serve", "--db", str(example_store_path), "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert result.returncode == 2, result.stderr
     assert f"could not serve on 127.0.0.1:{port}" in result.stderr

@@ -18,8 +18,10 @@ def tree_fingerprints(store, rule) -> dict:
     r = ttgir.get_rule(rule)
     out = {}
     for cell_id, path in store.conn.execute("SELECT id, path FROM cells"):
-        kernels = [(f.name[:-len(".ttgir")], f.read_bytes().decode("utf-8", "surrogateescape"))
-                   for f in Path(path, "triton_cache").rglob("*.ttgir")]
+        kernels = [
+            (f.name[: -len(".ttgir")], f.read_bytes().decode("utf-8", "surrogateescape"))
+            for f in Path(path, "triton_cache").rglob("*.ttgir")
+        ]
         index = Path(path, "index.tsv")
         out[cell_id] = fingerprint(r, kernels, index.read_bytes() if index.exists() else None)
     return out
@@ -76,14 +78,17 @@ def test_blobs_are_zlib_streams_both_ways(example_store, workers):
     (through ISA-L), and a rescore reads what zlib wrote (a store from a
     release before ISA-L) to the same fingerprints as the files on disk."""
     import zlib
+
     rows = example_store.conn.execute("SELECT hash, size, data FROM blobs").fetchall()
     assert len(rows) > 20
     for ir_hash, size, data in rows:
         raw = zlib.decompress(data)
         assert len(raw) == size and ttgir.digest(raw) == ir_hash
     with example_store.conn:
-        example_store.conn.executemany("UPDATE blobs SET data = ? WHERE hash = ?",
-                                       [(zlib.compress(zlib.decompress(data), 6), h) for h, _, data in rows])
+        example_store.conn.executemany(
+            "UPDATE blobs SET data = ? WHERE hash = ?",
+            [(zlib.compress(zlib.decompress(data), 6), h) for h, _, data in rows],
+        )
     for rule in ("v3", "v4"):
         expected = tree_fingerprints(example_store, rule)
         forget(example_store, rule)
@@ -139,10 +144,12 @@ def test_kernels_keys_read_back_whatever_the_names(store):
     store.conn.execute("INSERT INTO roots (name, path, kind) VALUES ('r', '/r', 'screen')")
     cell = store.conn.execute("INSERT INTO cells (root_id, path, relpath) VALUES (1, '/r/c', 'c')").lastrowid
     for n, name in enumerate(names):
-        store.conn.execute("INSERT OR IGNORE INTO blobs (hash, kind, size, data) VALUES (?, 'ttgir', 0, x'')",
-                           (f"h{n}",))
-        store.conn.execute("INSERT INTO kernels (cell_id, name, ir_hash, convert_layouts) VALUES (?, ?, ?, 0)",
-                           (cell, name, f"h{n}"))
+        store.conn.execute(
+            "INSERT OR IGNORE INTO blobs (hash, kind, size, data) VALUES (?, 'ttgir', 0, x'')", (f"h{n}",)
+        )
+        store.conn.execute(
+            "INSERT INTO kernels (cell_id, name, ir_hash, convert_layouts) VALUES (?, ?, ?, 0)", (cell, name, f"h{n}")
+        )
     (row,) = fingerprinting.cells_lacking(store.conn, ttgir.get_rule("v3"))
     assert row[0] == cell and row[1] is None
     assert fingerprinting._kernels(row[2]) == [(name, f"h{n}") for n, name in enumerate(names)]
@@ -155,16 +162,22 @@ def test_cells_with_the_same_kernels_share_a_combine_but_not_an_index():
     keys on the index.tsv hash too; it combines a key once all of its texts'
     digests are in, whatever order they arrive in."""
     digests = [("h2", "d2"), ("h1", "d1")]
-    cells = [(1, "i1", [("a", "h1"), ("b", "h2")]), (2, "i2", [("b", "h2"), ("a", "h1")]),
-             (3, None, [("a", "h1")]), (4, "i1", [])]
+    cells = [
+        (1, "i1", [("a", "h1"), ("b", "h2")]),
+        (2, "i2", [("b", "h2"), ("a", "h1")]),
+        (3, None, [("a", "h1")]),
+        (4, "i1", []),
+    ]
     for rule in ttgir.RULES.values():
         combiner = fingerprinting.Combiner(rule, [(cell_id, index, key(kernels)) for cell_id, index, kernels in cells])
         assert combiner.waited() == {"h1", "h2"}
         for pair in digests:
             combiner.add([pair])
         assert not combiner.waited()
-        want = [(cell_id, rule.name, ttgir.combine(rule, [(n, dict(digests)[h]) for n, h in kernels], index))
-                for cell_id, index, kernels in cells]
+        want = [
+            (cell_id, rule.name, ttgir.combine(rule, [(n, dict(digests)[h]) for n, h in kernels], index))
+            for cell_id, index, kernels in cells
+        ]
         assert combiner.rows() == want
         fingerprints = {cell_id: fp for cell_id, _, fp in combiner.rows()}
         assert (fingerprints[1] == fingerprints[2]) == (not rule.hashes_index)
@@ -185,8 +198,12 @@ def test_rescore_of_odd_bytes_equals_the_files_on_disk(tmp_path, workers):
     root = tmp_path / "runs" / "ab_rlc_odd"
     write_root_env(root)
     for n in range(16):
-        cell = write_cell(root / f"op{n}_float16_{'before' if n % 2 else 'after'}", record(op=f"op{n}"),
-                          env={"RC": 0}, index=f"k\t{n}\n")
+        cell = write_cell(
+            root / f"op{n}_float16_{'before' if n % 2 else 'after'}",
+            record(op=f"op{n}"),
+            env={"RC": 0},
+            index=f"k\t{n}\n",
+        )
         for k in range(rng.randrange(4)):
             path = cell / "triton_cache" / f"H{n}x{k}" / f"kern{k}.ttgir"
             path.parent.mkdir(parents=True)
@@ -213,8 +230,15 @@ def test_nothing_to_compute_takes_no_write_lock(example_store):
     assert not [s for s in statements if s.lstrip().upper().startswith(("BEGIN", "INSERT", "COMMIT"))]
 
 
-@pytest.mark.parametrize("command", [["screen"], ["export", "ab_rlc_20261012_101500"], ["rescore"],
-                                     ["compare", "ab_rlc_20261012_101500", "ab_rlc_20261014_083000"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["screen"],
+        ["export", "ab_rlc_20261012_101500"],
+        ["rescore"],
+        ["compare", "ab_rlc_20261012_101500", "ab_rlc_20261014_083000"],
+    ],
+)
 def test_a_command_that_reads_judges_under_any_rule_without_writing(example_source, tmp_path, command):
     """Only screening cells are judged, and an ingest gives them every rule:
     `--rule v4` computed v4 for every campaign cell too, writing the store
@@ -227,8 +251,10 @@ def test_a_command_that_reads_judges_under_any_rule_without_writing(example_sour
     with Store(db) as store:
         store.ingest(example_source[0])
         store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        lacking = store.conn.execute("SELECT count(*) FROM cells WHERE NOT EXISTS (SELECT 1 FROM fingerprints f "
-                                     "WHERE f.cell_id = cells.id AND f.rule = 'v4')").fetchone()[0]
+        lacking = store.conn.execute(
+            "SELECT count(*) FROM cells WHERE NOT EXISTS (SELECT 1 FROM fingerprints f "
+            "WHERE f.cell_id = cells.id AND f.rule = 'v4')"
+        ).fetchone()[0]
     assert lacking > 0  # the campaigns' cells, under v4
     before = db.read_bytes()
     result = CliRunner().invoke(cli, [*command, "--rule", "v4", "--db", str(db)])
@@ -244,11 +270,20 @@ def test_a_text_its_rule_leaves_alone_is_not_read(example_store, monkeypatch):
     release 3)."""
     monkeypatch.setattr(fingerprinting, "worker_count", lambda n: 0)  # read here, where it can be seen
     read = []
-    monkeypatch.setattr(fingerprinting, "_read_blobs", lambda conn, hashes, real=fingerprinting._read_blobs:
-                        read.extend(hashes) or real(conn, hashes))
+    monkeypatch.setattr(
+        fingerprinting,
+        "_read_blobs",
+        lambda conn, hashes, real=fingerprinting._read_blobs: read.extend(hashes) or real(conn, hashes),
+    )
     import zlib
-    holds = {h: raw for h, raw in ((h, zlib.decompress(d)) for h, d in
-                                   example_store.conn.execute("SELECT hash, data FROM blobs WHERE kind = 'ttgir'"))}
+
+    holds = {
+        h: raw
+        for h, raw in (
+            (h, zlib.decompress(d))
+            for h, d in example_store.conn.execute("SELECT hash, data FROM blobs WHERE kind = 'ttgir'")
+        )
+    }
     for rule in ("v3", "v4"):
         triggers = [t.encode() for t in ttgir.get_rule(rule).triggers]
         expected = tree_fingerprints(example_store, rule)

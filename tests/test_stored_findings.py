@@ -38,8 +38,10 @@ def plain(path) -> sqlite3.Connection:
 
 
 def judgements(conn) -> list:
-    return [dict(r) for r in conn.execute(
-        "SELECT * FROM ab_range_judgements ORDER BY root_id, op, dtype, shape, caliber_id")]
+    return [
+        dict(r)
+        for r in conn.execute("SELECT * FROM ab_range_judgements ORDER BY root_id, op, dtype, shape, caliber_id")
+    ]
 
 
 def without_rowids(rows) -> list:
@@ -92,9 +94,13 @@ def test_a_setting_edited_by_hand_is_seen_at_once_and_stored_by_the_next_write(d
         write_repeat_root(tmp_path / "more", "ab_more", SHAPES[:1], rounds=4, seed=9)
         store.ingest(tmp_path / "more")
     assert unjudged(conn) == 0
-    stored = [r[0] for r in conn.execute(
-        "SELECT finding FROM ab_range_rows JOIN roots ON roots.id = root_id WHERE roots.name = 'ab_stored' "
-        "ORDER BY shape")]
+    stored = [
+        r[0]
+        for r in conn.execute(
+            "SELECT finding FROM ab_range_rows JOIN roots ON roots.id = root_id WHERE roots.name = 'ab_stored' "
+            "ORDER BY shape"
+        )
+    ]
     assert stored == expected
 
 
@@ -106,8 +112,10 @@ def test_a_rescore_that_puts_back_the_floors_judges_nothing(db_path):
     stored = judgements(conn)
     basis = conn.execute("SELECT basis FROM ab_judgement_basis").fetchone()[0]
     conn.execute("DELETE FROM noise_floor_rows")
-    conn.execute("INSERT INTO noise_floor_rows (rule, op, dtype, caliber_id, n, floor, roots, fallback_rows) "
-                 "SELECT 'v3', op, dtype, caliber_id, 9, 0.5, 'x', 0 FROM ab_range_rows LIMIT 1")
+    conn.execute(
+        "INSERT INTO noise_floor_rows (rule, op, dtype, caliber_id, n, floor, roots, fallback_rows) "
+        "SELECT 'v3', op, dtype, caliber_id, 9, 0.5, 'x', 0 FROM ab_range_rows LIMIT 1"
+    )
     assert unjudged(conn) == len(stored)
     assert {r["noise_floor"] for r in judgements(conn)} == {0.5}  # one op, dtype and caliber
     conn.execute("DELETE FROM noise_floor_rows")
@@ -127,8 +135,10 @@ def test_a_q_value_edited_by_hand_is_judged_again(db_path):
     conn = plain(db_path)
     shape = conn.execute("SELECT shape FROM ab_ranges WHERE finding = 'faster' LIMIT 1").fetchone()[0]
     conn.execute("UPDATE ab_range_rows SET q_value = 0.9 WHERE shape = ?", (shape,))
-    assert tuple(conn.execute("SELECT finding, q_value FROM ab_ranges WHERE shape = ?", (shape,)).fetchone()) == \
-        ("inconclusive", 0.9)
+    assert tuple(conn.execute("SELECT finding, q_value FROM ab_ranges WHERE shape = ?", (shape,)).fetchone()) == (
+        "inconclusive",
+        0.9,
+    )
     row = conn.execute("SELECT json FROM ab_range_judgements WHERE shape = ?", (shape,)).fetchone()[0]
     assert '"q_value": 0.9' in row and '"finding": "inconclusive"' in row
 
@@ -200,7 +210,8 @@ def test_ab_json_read_from_the_stored_judgements_is_the_views_text(db_path, tmp_
         assert not derive.unjudged(store.conn)
         by_view = store.conn.execute(
             "SELECT '[' || group_concat(json, ',' || char(10) || ' ') || ']' FROM "
-            f"(SELECT json FROM ab_range_judgements ORDER BY {judge.AB_KEY_ORDER})").fetchone()[0]
+            f"(SELECT json FROM ab_range_judgements ORDER BY {judge.AB_KEY_ORDER})"
+        ).fetchone()[0]
         assert stored == by_view
         rows = json.loads(stored)
         assert all(r["environment_differs"] is None for r in rows)

@@ -39,9 +39,13 @@ def fingerprint(rule, kernels, index_bytes=None):
     r = get_rule(rule)
     kernels = list(kernels)
     texts = {digest(text): text for _, text in kernels}
-    return ttgir.fingerprint(r, [(name, digest(text)) for name, text in kernels],
-                             lambda ir_hash: text_digest(r, texts[ir_hash]),
-                             None if index_bytes is None else digest(index_bytes))
+    return ttgir.fingerprint(
+        r,
+        [(name, digest(text)) for name, text in kernels],
+        lambda ir_hash: text_digest(r, texts[ir_hash]),
+        None if index_bytes is None else digest(index_bytes),
+    )
+
 
 # A realistic FlagGems kernel as Triton dumps it (MLIR with debug locations).
 # Placeholders: {path} the generated source file, {mod_attrs} extra module
@@ -110,6 +114,7 @@ def fp(rule, text, index=None):
 
 # --- v1 / v2: index.tsv ----------------------------------------------------
 
+
 def test_v1_differs_when_only_index_tsv_differs_v2_equal():
     """index.tsv lists the Triton cache hash, which differs by side even for
     byte-identical IR: v1 made every op look changed; v2 dropped it."""
@@ -125,24 +130,22 @@ RLC_CASES = {
     # name: (annotated text, the text v3 must give back)
     "bare_only_entry_splat": (
         ir(splat="%3 = tt.splat %1 {ttg.rlc-phase = 2 : i32} : i32 -> tensor<1024xi32, #blocked> loc(#loc5)"),
-        BASE),
-    "quoted_first": (
-        ir(range_attrs='{"ttg.rlc-origin" = "phase3", end = 1024 : i32, start = 0 : i32}'), BASE),
-    "bare_middle": (
-        ir(range_attrs="{end = 1024 : i32, ttg.rlc-phase = 2 : i32, start = 0 : i32}"), BASE),
-    "bare_last": (
-        ir(range_attrs="{end = 1024 : i32, start = 0 : i32, ttg.rlc-phase = 2 : i32}"), BASE),
-    "unit_attribute": (
-        ir(range_attrs="{end = 1024 : i32, ttg.rlc-applied, start = 0 : i32}"), BASE),
-    "unit_attribute_last": (
-        ir(range_attrs="{end = 1024 : i32, start = 0 : i32, ttg.rlc-applied}"), BASE),
+        BASE,
+    ),
+    "quoted_first": (ir(range_attrs='{"ttg.rlc-origin" = "phase3", end = 1024 : i32, start = 0 : i32}'), BASE),
+    "bare_middle": (ir(range_attrs="{end = 1024 : i32, ttg.rlc-phase = 2 : i32, start = 0 : i32}"), BASE),
+    "bare_last": (ir(range_attrs="{end = 1024 : i32, start = 0 : i32, ttg.rlc-phase = 2 : i32}"), BASE),
+    "unit_attribute": (ir(range_attrs="{end = 1024 : i32, ttg.rlc-applied, start = 0 : i32}"), BASE),
+    "unit_attribute_last": (ir(range_attrs="{end = 1024 : i32, start = 0 : i32, ttg.rlc-applied}"), BASE),
     "several_and_values": (
-        ir(range_attrs='{ttg.rlc-applied, end = 1024 : i32, "ttg.rlc-note" = "say \\"hi\\", {x}",'
-                       " ttg.rlc-shape = [1, 2], start = 0 : i32,"
-                       " ttg.rlc-info = {from = #blocked, to = #ttg.blocked<{sizePerThread = [8]}>}}"),
-        BASE),
-    "module_attributes": (
-        ir(mod_attrs=', "ttg.rlc-enhance" = 1 : i32, ttg.rlc-applied'), BASE),
+        ir(
+            range_attrs='{ttg.rlc-applied, end = 1024 : i32, "ttg.rlc-note" = "say \\"hi\\", {x}",'
+            " ttg.rlc-shape = [1, 2], start = 0 : i32,"
+            " ttg.rlc-info = {from = #blocked, to = #ttg.blocked<{sizePerThread = [8]}>}}"
+        ),
+        BASE,
+    ),
+    "module_attributes": (ir(mod_attrs=', "ttg.rlc-enhance" = 1 : i32, ttg.rlc-applied'), BASE),
 }
 
 
@@ -161,34 +164,45 @@ def test_v2_sees_rlc_annotation_v3_removes_it_cleanly(case):
 
 def test_v3_splat_example_exact():
     """The example from the rule's definition, on one line."""
-    assert (ttgir.normalize_v3("%4 = tt.splat %1 {ttg.rlc-phase = 2 : i32} : i32")
-            == "%4 = tt.splat %1 : i32")
+    assert ttgir.normalize_v3("%4 = tt.splat %1 {ttg.rlc-phase = 2 : i32} : i32") == "%4 = tt.splat %1 : i32"
 
 
-@pytest.mark.parametrize("annotated, plain", [
-    # module dict left empty: the `attributes` keyword goes too
-    ("module attributes {ttg.rlc-applied} {\n}\n", "module {\n}\n"),
-    # property dict left empty: its <{ }> goes with it
-    ('%5 = "tt.load"(%4) <{ttg.rlc-phase = 1 : i32}> : (tensor<4x!tt.ptr<f16>>) -> tensor<4xf16>',
-     '%5 = "tt.load"(%4) : (tensor<4x!tt.ptr<f16>>) -> tensor<4xf16>'),
-    # property dict with other entries
-    ('%5 = "tt.load"(%4) <{cache = 1 : i32, "ttg.rlc-phase" = 1 : i32, isVolatile = false}> : (i32) -> i32',
-     '%5 = "tt.load"(%4) <{cache = 1 : i32, isVolatile = false}> : (i32) -> i32'),
-    # func attributes and an argument dict
-    ("tt.func public @k(%arg0: !tt.ptr<f16> {tt.divisibility = 16 : i32, ttg.rlc-arg = 0 : i32} loc(#loc),"
-     " %arg1: i32 {ttg.rlc-arg = 1 : i32} loc(#loc)) attributes {ttg.rlc-applied} {",
-     "tt.func public @k(%arg0: !tt.ptr<f16> {tt.divisibility = 16 : i32} loc(#loc),"
-     " %arg1: i32 loc(#loc)) {"),
-    # nested: an rlc entry inside another attribute's dictionary value; that dict stays (it is a value)
-    ("%6 = tt.foo %5 {a = {ttg.rlc-q = 1}, b = [{c = 2, ttg.rlc-s = 3}]} : f16",
-     "%6 = tt.foo %5 {a = {}, b = [{c = 2}]} : f16"),
-    # an scf.for's attributes follow its region's closing brace
-    ("    } {tt.num_stages = 3 : i32, ttg.rlc-pipelined = 2 : i32} loc(#loc7)",
-     "    } {tt.num_stages = 3 : i32} loc(#loc7)"),
-    ("    } {ttg.rlc-pipelined = 2 : i32} loc(#loc7)", "    } loc(#loc7)"),
-    # odd spacing elsewhere is kept byte for byte
-    ("%7 = tt.foo %5 {a  =  1 ,  ttg.rlc-x = 2 ,b=3} : f16", "%7 = tt.foo %5 {a  =  1 ,  b=3} : f16"),
-])
+@pytest.mark.parametrize(
+    "annotated, plain",
+    [
+        # module dict left empty: the `attributes` keyword goes too
+        ("module attributes {ttg.rlc-applied} {\n}\n", "module {\n}\n"),
+        # property dict left empty: its <{ }> goes with it
+        (
+            '%5 = "tt.load"(%4) <{ttg.rlc-phase = 1 : i32}> : (tensor<4x!tt.ptr<f16>>) -> tensor<4xf16>',
+            '%5 = "tt.load"(%4) : (tensor<4x!tt.ptr<f16>>) -> tensor<4xf16>',
+        ),
+        # property dict with other entries
+        (
+            '%5 = "tt.load"(%4) <{cache = 1 : i32, "ttg.rlc-phase" = 1 : i32, isVolatile = false}> : (i32) -> i32',
+            '%5 = "tt.load"(%4) <{cache = 1 : i32, isVolatile = false}> : (i32) -> i32',
+        ),
+        # func attributes and an argument dict
+        (
+            "tt.func public @k(%arg0: !tt.ptr<f16> {tt.divisibility = 16 : i32, ttg.rlc-arg = 0 : i32} loc(#loc),"
+            " %arg1: i32 {ttg.rlc-arg = 1 : i32} loc(#loc)) attributes {ttg.rlc-applied} {",
+            "tt.func public @k(%arg0: !tt.ptr<f16> {tt.divisibility = 16 : i32} loc(#loc), %arg1: i32 loc(#loc)) {",
+        ),
+        # nested: an rlc entry inside another attribute's dictionary value; that dict stays (it is a value)
+        (
+            "%6 = tt.foo %5 {a = {ttg.rlc-q = 1}, b = [{c = 2, ttg.rlc-s = 3}]} : f16",
+            "%6 = tt.foo %5 {a = {}, b = [{c = 2}]} : f16",
+        ),
+        # an scf.for's attributes follow its region's closing brace
+        (
+            "    } {tt.num_stages = 3 : i32, ttg.rlc-pipelined = 2 : i32} loc(#loc7)",
+            "    } {tt.num_stages = 3 : i32} loc(#loc7)",
+        ),
+        ("    } {ttg.rlc-pipelined = 2 : i32} loc(#loc7)", "    } loc(#loc7)"),
+        # odd spacing elsewhere is kept byte for byte
+        ("%7 = tt.foo %5 {a  =  1 ,  ttg.rlc-x = 2 ,b=3} : f16", "%7 = tt.foo %5 {a  =  1 ,  b=3} : f16"),
+    ],
+)
 def test_v3_dict_positions(annotated, plain):
     """Annotations sit in module, property, function and argument dicts; each
     goes, an emptied dict goes with its wrapper, nothing else moves."""
@@ -198,8 +212,10 @@ def test_v3_dict_positions(annotated, plain):
 def test_v3_leaves_rlc_text_inside_strings_alone():
     """`ttg.rlc-` inside some other attribute's string value (or a loc path)
     is data, not an annotation: v3 must not touch it."""
-    text = ir(path="/tmp/ttg.rlc-phase = 2/abs.py",
-              range_attrs='{end = 1024 : i32, start = 0 : i32, tt.note = "{ttg.rlc-phase = 2 : i32}"}')
+    text = ir(
+        path="/tmp/ttg.rlc-phase = 2/abs.py",
+        range_attrs='{end = 1024 : i32, start = 0 : i32, tt.note = "{ttg.rlc-phase = 2 : i32}"}',
+    )
     assert "ttg.rlc-" in text
     assert ttgir.normalize_v3(text) == text
     assert ttgir.normalize_v3(text) != ttgir.normalize_v3(ir(path="/tmp/abs.py"))
@@ -213,6 +229,7 @@ def test_v3_is_idempotent_and_keeps_unannotated_text():
 
 
 # --- v3 / v4: locations ----------------------------------------------------
+
 
 def test_v3_sees_loc_paths_v4_does_not():
     """FlagGems writes generated kernels under its own cache dir: two runs
@@ -242,7 +259,7 @@ def test_v4_nested_and_block_argument_locs():
         '#loc3 = loc("in0_ptr"(#loc))\n'
         "#loc20 = loc(fused[#loc3, callsite(#loc12 at #loc)])\n"
         '    %r = "tt.reduce"(%x) <{axis = 0 : i32}> ({\n'
-        "    ^bb0(%arg5: f32 loc(callsite(#loc1 at #loc2)), %arg6: f32 loc(\"x\"(callsite(#loc1 at #loc2)))):\n"
+        '    ^bb0(%arg5: f32 loc(callsite(#loc1 at #loc2)), %arg6: f32 loc("x"(callsite(#loc1 at #loc2)))):\n'
         "      %s = arith.addf %arg5, %arg6 : f32 loc(#loc20)\n"
         "      tt.reduce.return %s : f32 loc(#loc20)\n"
         "    }) : (tensor<4xf32>) -> f32 loc(#loc12)\n"
@@ -259,22 +276,26 @@ def test_v4_nested_and_block_argument_locs():
 def test_v4_respects_parentheses_and_loc_inside_strings():
     """A path with parentheses (or the text `loc(`) inside a loc string does
     not end the loc early; a `loc(` inside an ordinary string stays."""
-    weird = '/tmp/run (copy) loc(x/abs).py'
+    weird = "/tmp/run (copy) loc(x/abs).py"
     a = ir(path=weird)
     out = ttgir.normalize_v4(a)
     assert out == ttgir.normalize_v4(ir(path=PATH_A))
     assert "copy" not in out
     line = 'tt.assert %6, "bad index loc(3) (see \\"loc(x)\\")" : tensor<1024xi1, #blocked> loc(#loc6)\n'
-    assert ttgir.normalize_v4(line) == 'tt.assert %6, "bad index loc(3) (see \\"loc(x)\\")" : tensor<1024xi1, #blocked>\n'
+    assert (
+        ttgir.normalize_v4(line) == 'tt.assert %6, "bad index loc(3) (see \\"loc(x)\\")" : tensor<1024xi1, #blocked>\n'
+    )
 
 
 def test_v4_deeper_nesting_and_lookalikes():
     """Nesting beyond the common two levels is balanced by the scanner; a
     name merely ending in `loc(` is not a location."""
-    text = ('%0 = tt.foo %a : i32 loc(fused[callsite(callsite(#loc1 at callsite(#loc2 at #loc3)) at #loc4),'
-            ' "n(a)me"(callsite("(("(#loc5) at #loc6))])\n'
-            "#loc7 = loc(callsite(callsite(callsite(#loc1 at #loc2) at #loc3) at #loc4))\n"
-            "%1 = tt.call @my.loc(%0) : (i32) -> i32 loc(#loc7)\n")
+    text = (
+        "%0 = tt.foo %a : i32 loc(fused[callsite(callsite(#loc1 at callsite(#loc2 at #loc3)) at #loc4),"
+        ' "n(a)me"(callsite("(("(#loc5) at #loc6))])\n'
+        "#loc7 = loc(callsite(callsite(callsite(#loc1 at #loc2) at #loc3) at #loc4))\n"
+        "%1 = tt.call @my.loc(%0) : (i32) -> i32 loc(#loc7)\n"
+    )
     assert ttgir.normalize_v4(text) == "%0 = tt.foo %a : i32\n%1 = tt.call @my.loc(%0) : (i32) -> i32\n"
 
 
@@ -291,11 +312,27 @@ def test_v4_also_strips_rlc():
 # Pieces of IR lines where locations hide: the fast passes of strip_locations
 # must remove exactly what the scanner does, for every mix of them.
 _LOC_PIECES = [
-    '#loc = loc("/a/b.py":1:0)', '#loc7 = loc("/a/b (copy).py":12:3)', '#loc.x = loc(unknown)',
-    '#loc2 = loc("x\\"y":3:4)', '#loc12 = loc(callsite(#loc9 at #loc24))', '#loc3 = loc("in0_ptr"(#loc))',
-    '#loc4 =loc("a.py":1:2)', '#loc5 = loc("a.py":1:2) ', '#loc6 = loc("a.py":1:2)\r', '#loc8 = loc("a.py":x:2)',
-    "#loc9 = loc(", "  %0 = tt.get_program_id x : i32", " loc(#loc1)", "\tloc(#loc2)", "  loc(#loc)",
-    ' loc("n(a)me"(callsite(#loc1 at #loc2)))', ' "s loc(3)"', "@my.loc(%0)", " {a = 1}", ")", "",
+    '#loc = loc("/a/b.py":1:0)',
+    '#loc7 = loc("/a/b (copy).py":12:3)',
+    "#loc.x = loc(unknown)",
+    '#loc2 = loc("x\\"y":3:4)',
+    "#loc12 = loc(callsite(#loc9 at #loc24))",
+    '#loc3 = loc("in0_ptr"(#loc))',
+    '#loc4 =loc("a.py":1:2)',
+    '#loc5 = loc("a.py":1:2) ',
+    '#loc6 = loc("a.py":1:2)\r',
+    '#loc8 = loc("a.py":x:2)',
+    "#loc9 = loc(",
+    "  %0 = tt.get_program_id x : i32",
+    " loc(#loc1)",
+    "\tloc(#loc2)",
+    "  loc(#loc)",
+    ' loc("n(a)me"(callsite(#loc1 at #loc2)))',
+    ' "s loc(3)"',
+    "@my.loc(%0)",
+    " {a = 1}",
+    ")",
+    "",
 ]
 
 
@@ -308,16 +345,19 @@ def test_v4_fast_passes_remove_what_the_scanner_removes(lines):
 
 # --- real code differences survive every rule ------------------------------
 
+
 def _other_layout(text):
-    return text.replace("#blocked1 = #ttg.blocked<{sizePerThread = [8]",
-                        "#blocked1 = #ttg.blocked<{sizePerThread = [2]")
+    return text.replace(
+        "#blocked1 = #ttg.blocked<{sizePerThread = [8]", "#blocked1 = #ttg.blocked<{sizePerThread = [2]"
+    )
 
 
 def _extra_convert(text):
     return text.replace(
         "    tt.return",
         "    %16 = ttg.convert_layout %11 : tensor<1024xf16, #blocked1> -> tensor<1024xf16, #blocked> loc(#loc12)\n"
-        "    tt.return")
+        "    tt.return",
+    )
 
 
 @pytest.mark.parametrize("change", [_other_layout, _extra_convert])
@@ -341,6 +381,7 @@ def test_layout_change_keeps_convert_count():
 
 
 # --- the multiset of kernels -----------------------------------------------
+
 
 def _cell(paths_and_texts):
     """What the store does: the kernel name is the .ttgir file stem."""
@@ -382,8 +423,7 @@ def test_empty_cell_has_a_fixed_fingerprint(rule):
 def test_fingerprint_equals_combine_of_text_digests(rule, index):
     """The store caches text_digest per distinct text and combines per cell:
     both paths must give the same value exactly."""
-    kernels = [(KERNEL, RLC_CASES["bare_middle"][0]), ("copy_func_kernel", ir(path=PATH_B)),
-               (KERNEL, BASE)]
+    kernels = [(KERNEL, RLC_CASES["bare_middle"][0]), ("copy_func_kernel", ir(path=PATH_B)), (KERNEL, BASE)]
     r = get_rule(rule)
     idx = digest(index) if r.hashes_index and index is not None else None
     expected = combine(rule, [(n, text_digest(rule, t)) for n, t in kernels], idx)
@@ -403,6 +443,7 @@ def test_digest_surrogateescape_matches_raw_bytes():
 
 
 # --- convert_layout count --------------------------------------------------
+
 
 def test_count_convert_layouts_both_spellings():
     """ttg.convert_layout, older triton_gpu.convert_layout, custom and generic form."""
@@ -426,8 +467,8 @@ def test_count_convert_layouts_ignores_mentions():
         '#loc4 = loc("ttg.convert_layout"(#loc3))\n'
         '%5 = tt.splat %1 {ttg.rlc-removed = "%2 = ttg.convert_layout %1 : x", '
         'ttg.rlc-origin = "ttg.convert_layout"} : i32 -> tensor<4xi32> loc("ttg.convert_layout"(#loc))\n'
-        '%6 = ttg.convert_layout_like %5 : tensor<4xi32>\n'
-        '%7 = ttg.convert_layout %5 : tensor<4xi32, #blocked> -> tensor<4xi32, #blocked1> '
+        "%6 = ttg.convert_layout_like %5 : tensor<4xi32>\n"
+        "%7 = ttg.convert_layout %5 : tensor<4xi32, #blocked> -> tensor<4xi32, #blocked1> "
         'loc("= ttg.convert_layout "(#loc4))\n'
     )
     assert count_convert_layouts(text) == 1
@@ -435,6 +476,7 @@ def test_count_convert_layouts_ignores_mentions():
 
 
 # --- the rule table --------------------------------------------------------
+
 
 def test_rules_table_order_and_default():
     """Every rule ever used stays computable; v3 is the current one."""
@@ -458,6 +500,7 @@ def test_unknown_rule_is_refused_naming_the_known_ones():
 
 # --- speed -----------------------------------------------------------------
 
+
 def test_normalization_is_linear_enough():
     """Thousands of 5-50 KB texts are normalized per rescore: a ~1 MB text
     full of annotations and locs must not take quadratic time."""
@@ -477,8 +520,13 @@ def test_a_rule_built_on_another_normalizes_as_it_does_from_scratch():
     """v4 digested after v3 at ingest starts from v3's text (Rule.builds_on):
     the same text as normalizing the original from scratch, on every case
     here, the texts left alone, and texts holding only one rule's triggers."""
-    texts = [BASE, *(annotated for annotated, _ in RLC_CASES.values()), "no triggers at all\n",
-             '%0 = x loc("/a.py":1:0)\n', RLC_CASES["bare_middle"][0].replace(PATH_A, PATH_B)]
+    texts = [
+        BASE,
+        *(annotated for annotated, _ in RLC_CASES.values()),
+        "no triggers at all\n",
+        '%0 = x loc("/a.py":1:0)\n',
+        RLC_CASES["bare_middle"][0].replace(PATH_A, PATH_B),
+    ]
     for rule in ttgir.RULES.values():
         if rule.builds_on:
             base = ttgir.RULES[rule.builds_on]

@@ -16,27 +16,74 @@ SE = "surrogateescape"
 
 INDENTS = ["", "  ", "    ", "\t", " \t "]
 HEADS = [
-    "%3 = tt.splat %1", "%9 = tt.load %8", "module", "module attributes", "tt.func public @k(%arg0: i32",
-    '%5 = "tt.load"(%4)', "%5 = tt.load <", "xattributes", "}", "    } ", "#loc", "%7 = tt.foo %5 attributes",
-    "%x = ttg.rlc-op %y", 'tt.assert %6, "msg {ttg.rlc-z = 1}"', "#loc\xc3", "caf\xc3\xa9 %1", "%\xff = op",
+    "%3 = tt.splat %1",
+    "%9 = tt.load %8",
+    "module",
+    "module attributes",
+    "tt.func public @k(%arg0: i32",
+    '%5 = "tt.load"(%4)',
+    "%5 = tt.load <",
+    "xattributes",
+    "}",
+    "    } ",
+    "#loc",
+    "%7 = tt.foo %5 attributes",
+    "%x = ttg.rlc-op %y",
+    'tt.assert %6, "msg {ttg.rlc-z = 1}"',
+    "#loc\xc3",
+    "caf\xc3\xa9 %1",
+    "%\xff = op",
 ]
 DICTS = [
-    "{ttg.rlc-phase = 2 : i32}", "{ ttg.rlc-applied }", "{ttg.rlc-applied}", "{\tttg.rlc-x\r= 1 }",
-    "<{ttg.rlc-phase = 1 : i32}>", '{"ttg.rlc-origin" = "phase3"}', '{end = 1024 : i32, "ttg.rlc-q" = "v, {x}"}',
-    "{a = 1, ttg.rlc-b = 2 : i32, c = 3}", "{ttg.rlc-a, b}", "{ttg.rlc-\xc3\xa9 = 1}", "{ttg.rlc-a = \xff}",
-    "{ttg.rlc-a = [1, 2]}", "{ttg.rlc-a = {b = 1, ttg.rlc-c = 2}}",
+    "{ttg.rlc-phase = 2 : i32}",
+    "{ ttg.rlc-applied }",
+    "{ttg.rlc-applied}",
+    "{\tttg.rlc-x\r= 1 }",
+    "<{ttg.rlc-phase = 1 : i32}>",
+    '{"ttg.rlc-origin" = "phase3"}',
+    '{end = 1024 : i32, "ttg.rlc-q" = "v, {x}"}',
+    "{a = 1, ttg.rlc-b = 2 : i32, c = 3}",
+    "{ttg.rlc-a, b}",
+    "{ttg.rlc-\xc3\xa9 = 1}",
+    "{ttg.rlc-a = \xff}",
+    "{ttg.rlc-a = [1, 2]}",
+    "{ttg.rlc-a = {b = 1, ttg.rlc-c = 2}}",
     "{a = {ttg.rlc-q = 1}, b = [{c = 2, ttg.rlc-s = 3}]}",
-    "{ttg.rlc-a = 1", "{}", "{ttg.rlc-a = #blocked<{x = 1}>}", "{ttg.rlc-x = 1 -> 2}", "{ttg.rlc-a = (1, 2)}",
-    "{ttg.rlc-$.- = 1}", "{\"ttg.rlc-\\\"q\" = 1}", "{ttg.rlc-a = 1 : i32, \xe2\x82}", "{ttg.rlc-x = \"\xc3\"}",
+    "{ttg.rlc-a = 1",
+    "{}",
+    "{ttg.rlc-a = #blocked<{x = 1}>}",
+    "{ttg.rlc-x = 1 -> 2}",
+    "{ttg.rlc-a = (1, 2)}",
+    "{ttg.rlc-$.- = 1}",
+    '{"ttg.rlc-\\"q" = 1}',
+    "{ttg.rlc-a = 1 : i32, \xe2\x82}",
+    '{ttg.rlc-x = "\xc3"}',
 ]
 TAILS = [
-    " : i32 -> tensor<4xi32>", " loc(#loc)", "\r", "", ' "{ttg.rlc-z}"', " {", " attributes {ttg.rlc-y}",
-    " : \xa9", " {ttg.rlc-w = 1}", "\xa9 = loc(\"a\")", " loc(\"/p/ttg.rlc-x.py\":1:0)", " }",
+    " : i32 -> tensor<4xi32>",
+    " loc(#loc)",
+    "\r",
+    "",
+    ' "{ttg.rlc-z}"',
+    " {",
+    " attributes {ttg.rlc-y}",
+    " : \xa9",
+    " {ttg.rlc-w = 1}",
+    '\xa9 = loc("a")',
+    ' loc("/p/ttg.rlc-x.py":1:0)',
+    " }",
 ]
 PLAIN = [
-    "", "module {", "}", '#loc = loc("/a/b.py":1:0)', "  %0 = tt.get_program_id x : i32 loc(#loc1)",
-    "#loc1 = loc(callsite(#loc at #loc2))", "  tt.return loc(#loc)", "// caf\xc3\xa9 \xff\xfe",
-    '#loc2 = loc("n(a)me"(#loc))', "%1 = arith.addi %0, %0 : i32 loc(\"x\"(callsite(#loc1 at #loc)))",
+    "",
+    "module {",
+    "}",
+    '#loc = loc("/a/b.py":1:0)',
+    "  %0 = tt.get_program_id x : i32 loc(#loc1)",
+    "#loc1 = loc(callsite(#loc at #loc2))",
+    "  tt.return loc(#loc)",
+    "// caf\xc3\xa9 \xff\xfe",
+    '#loc2 = loc("n(a)me"(#loc))',
+    '%1 = arith.addi %0, %0 : i32 loc("x"(callsite(#loc1 at #loc)))',
 ]
 
 
@@ -46,20 +93,47 @@ def _latin(s: str) -> bytes:
 
 # The lines the bytes pattern takes: one dictionary holding one rlc entry
 # with a plain value, nothing quoted or braced around it (ASCII or not).
-SIMPLE_HEADS = ["", "%3 = tt.splat %1", "    } ", "module attributes", "  attributes", "%5 = op <", "#loc\xc3",
-                "%x = ttg.rlc-op %y", "%2 = tt.make_range"]
-SIMPLE_DICTS = ["{ttg.rlc-phase = 2 : i32}", "{ ttg.rlc-applied }", "{\tttg.rlc-x\r= 1 }", "{ttg.rlc-a = #blocked}",
-                "{ttg.rlc-$.- = 1 : i64}", "{ttg.rlc-\xc3\xa9 = 1}", "{ttg.rlc-a = \xff}", "{ttg.rlc-a=}",
-                # look simple and are not: a second entry, brackets, a key no pattern takes
-                "{ttg.rlc-a = 1, b = 2}", "{ttg.rlc-a = [1]}", "{ttg.rlc-a = (1)}", "{ttg.rlc-a = <1>}",
-                "{ttg.rlc-\xff = 1}", "{ttg.rlc-a b = 1}", "{ttg.rlc-a = 1 -> 2}"]
+SIMPLE_HEADS = [
+    "",
+    "%3 = tt.splat %1",
+    "    } ",
+    "module attributes",
+    "  attributes",
+    "%5 = op <",
+    "#loc\xc3",
+    "%x = ttg.rlc-op %y",
+    "%2 = tt.make_range",
+]
+SIMPLE_DICTS = [
+    "{ttg.rlc-phase = 2 : i32}",
+    "{ ttg.rlc-applied }",
+    "{\tttg.rlc-x\r= 1 }",
+    "{ttg.rlc-a = #blocked}",
+    "{ttg.rlc-$.- = 1 : i64}",
+    "{ttg.rlc-\xc3\xa9 = 1}",
+    "{ttg.rlc-a = \xff}",
+    "{ttg.rlc-a=}",
+    # look simple and are not: a second entry, brackets, a key no pattern takes
+    "{ttg.rlc-a = 1, b = 2}",
+    "{ttg.rlc-a = [1]}",
+    "{ttg.rlc-a = (1)}",
+    "{ttg.rlc-a = <1>}",
+    "{ttg.rlc-\xff = 1}",
+    "{ttg.rlc-a b = 1}",
+    "{ttg.rlc-a = 1 -> 2}",
+]
 SIMPLE_TAILS = ["", " : i32 -> tensor<4xi32>", " loc(#loc5)", "\r", " : \xa9", "\xa9 = 1", " ttg.rlc-more"]
 
 
 def rlc_line(rng: random.Random) -> bytes:
     if rng.random() < 0.5:
-        parts = [rng.choice(INDENTS), rng.choice(SIMPLE_HEADS), rng.choice(["", " ", "\t "]),
-                 rng.choice(SIMPLE_DICTS), rng.choice(SIMPLE_TAILS)]
+        parts = [
+            rng.choice(INDENTS),
+            rng.choice(SIMPLE_HEADS),
+            rng.choice(["", " ", "\t "]),
+            rng.choice(SIMPLE_DICTS),
+            rng.choice(SIMPLE_TAILS),
+        ]
     else:
         parts = [rng.choice(INDENTS), rng.choice(HEADS), rng.choice(["", " ", "  ", "\t"]), rng.choice(DICTS)]
         parts.extend(rng.choice(TAILS) for _ in range(rng.randrange(3)))
@@ -114,18 +188,21 @@ def test_strip_rlc_raw_line_cache_stays_bounded(monkeypatch):
         assert len(ttgir._rlc_lines) <= 8
 
 
-@pytest.mark.parametrize("raw, want", [
-    (b"%4 = tt.splat %1 {ttg.rlc-phase = 2 : i32} : i32\n", b"%4 = tt.splat %1 : i32\n"),
-    (b"    {ttg.rlc-x = 1} : i32\r\n", b"    {ttg.rlc-x = 1} : i32\r\n".replace(b"{ttg.rlc-x = 1}", b"")),
-    (b"module attributes {ttg.rlc-applied} {\n}\n", b"module {\n}\n"),
-    (b"%5 = op <{ttg.rlc-p = 1}> : i32", b"%5 = op : i32"),
-    (b"%5 = op attributes {ttg.rlc-p = 1}", b"%5 = op"),
-    (b"%5 = opattributes {ttg.rlc-p = 1}", b"%5 = opattributes"),  # the keyword is a word of its own
-    # a removal that joins two escaped bytes into a valid UTF-8 sequence
-    (b"#loc\xc3 {ttg.rlc-x}\xa9 = 1\n", b"#loc\xc3\xa9 = 1\n"),
-    (b"no annotation here\n", None),
-    (b'%1 = op {note = "ttg.rlc-x = 1"}\n', None),
-])
+@pytest.mark.parametrize(
+    "raw, want",
+    [
+        (b"%4 = tt.splat %1 {ttg.rlc-phase = 2 : i32} : i32\n", b"%4 = tt.splat %1 : i32\n"),
+        (b"    {ttg.rlc-x = 1} : i32\r\n", b"    {ttg.rlc-x = 1} : i32\r\n".replace(b"{ttg.rlc-x = 1}", b"")),
+        (b"module attributes {ttg.rlc-applied} {\n}\n", b"module {\n}\n"),
+        (b"%5 = op <{ttg.rlc-p = 1}> : i32", b"%5 = op : i32"),
+        (b"%5 = op attributes {ttg.rlc-p = 1}", b"%5 = op"),
+        (b"%5 = opattributes {ttg.rlc-p = 1}", b"%5 = opattributes"),  # the keyword is a word of its own
+        # a removal that joins two escaped bytes into a valid UTF-8 sequence
+        (b"#loc\xc3 {ttg.rlc-x}\xa9 = 1\n", b"#loc\xc3\xa9 = 1\n"),
+        (b"no annotation here\n", None),
+        (b'%1 = op {note = "ttg.rlc-x = 1"}\n', None),
+    ],
+)
 def test_strip_rlc_raw_cases(raw, want):
     got = ttgir.strip_rlc_annotations_raw(raw)
     if want is None:
@@ -156,7 +233,7 @@ def test_v4_raw_leaves_non_ascii_to_the_str_path():
 def test_a_text_a_rule_leaves_alone_hashes_to_its_blob_hash():
     """No rlc annotation under v3, any text under v1/v2: the blob hash is the
     digest, and raw_digest does not hash again (it trusts the hash given)."""
-    raw = b'%1 = op : i32 loc(#loc)\n'
+    raw = b"%1 = op : i32 loc(#loc)\n"
     for rule in ("v1", "v2", "v3"):
         assert ttgir.raw_digest(rule, raw, "blob-hash") == "blob-hash"
     assert ttgir.raw_digest("v4", raw, "blob-hash") != "blob-hash"
@@ -168,7 +245,8 @@ def test_a_rule_without_a_raw_normalizer_takes_the_str_path():
     for raw in (b"abc\xff\n", b"xyz"):
         text = raw.decode("utf-8", SE)
         assert ttgir.raw_digest(rule, raw, "blob") == (
-            "blob" if rule.normalize(text) == text else ttgir.digest(rule.normalize(text)))
+            "blob" if rule.normalize(text) == text else ttgir.digest(rule.normalize(text))
+        )
     assert all(r.normalize_raw is not None for r in ttgir.RULES.values())  # the shipped ones shortcut
 
 
@@ -200,8 +278,8 @@ def test_a_rule_changes_only_texts_that_hold_its_triggers(rule):
 
 def test_markers_say_which_triggers_a_text_holds():
     assert ttgir.TRIGGERS == ("loc(", "ttg.rlc-")
-    assert json.loads(ttgir.markers(b'%1 = op {ttg.rlc-a = 1} loc(#loc)')) == {"loc(": 1, "ttg.rlc-": 1}
-    assert json.loads(ttgir.markers(b'%1 = op {ttg.rlc = 1} lo(c(')) == {"loc(": 0, "ttg.rlc-": 0}
+    assert json.loads(ttgir.markers(b"%1 = op {ttg.rlc-a = 1} loc(#loc)")) == {"loc(": 1, "ttg.rlc-": 1}
+    assert json.loads(ttgir.markers(b"%1 = op {ttg.rlc = 1} lo(c(")) == {"loc(": 0, "ttg.rlc-": 0}
     for rule in ttgir.RULES.values():  # a rule that changes nothing, and one without triggers
         assert rule.triggers is not None and set(rule.triggers) <= set(ttgir.TRIGGERS)
     assert not ttgir.Rule("x", str.upper, False, "no triggers").leaves("abc")

@@ -45,18 +45,24 @@ def test_the_verdicts_view_follows_the_current_rule(example_store, example_sourc
 def moved_pairs(store, manifest, old, new, why):
     """The generator's pairs whose verdict differs between two rules, each
     with (its verdict under old, under new) as the store judges them."""
-    moved = [(root, op, dtype, spec) for root, op, dtype, spec in screen_pairs(manifest)
-             if spec["verdict"][old] != spec["verdict"][new]]
+    moved = [
+        (root, op, dtype, spec)
+        for root, op, dtype, spec in screen_pairs(manifest)
+        if spec["verdict"][old] != spec["verdict"][new]
+    ]
     assert moved, why
     before, after = (by_key(judge.verdicts(store, rule=rule), "root", "op", "dtype") for rule in (old, new))
-    return [(spec, (before[(root, op, dtype)]["verdict"], after[(root, op, dtype)]["verdict"]))
-            for root, op, dtype, spec in moved]
+    return [
+        (spec, (before[(root, op, dtype)]["verdict"], after[(root, op, dtype)]["verdict"]))
+        for root, op, dtype, spec in moved
+    ]
 
 
 def test_annotation_only_pair_moves_from_v2_to_v3(example_store, example_source):
     source, manifest = example_source
-    for spec, verdicts in moved_pairs(example_store, manifest, "v2", "v3",
-                                      "the example tree must hold an annotation-only pair"):
+    for spec, verdicts in moved_pairs(
+        example_store, manifest, "v2", "v3", "the example tree must hold an annotation-only pair"
+    ):
         assert verdicts == ("IR_CHANGED", "NO_IR_DIFF")
         # independently of the rules: the raw IR differs, and only where ttg.rlc-* sits
         before, after = (ir_texts(source / spec["cells"][side]) for side in ("before", "after"))
@@ -71,8 +77,9 @@ def test_annotation_only_pair_moves_from_v2_to_v3(example_store, example_source)
 
 def test_index_only_pair_moves_from_v1_to_v2(example_store, example_source):
     source, manifest = example_source
-    for spec, verdicts in moved_pairs(example_store, manifest, "v1", "v2",
-                                      "the example tree must hold a pair whose sides differ only in index.tsv"):
+    for spec, verdicts in moved_pairs(
+        example_store, manifest, "v1", "v2", "the example tree must hold a pair whose sides differ only in index.tsv"
+    ):
         assert verdicts == ("IR_CHANGED", "NO_IR_DIFF")
         before, after = (source / spec["cells"][side] for side in ("before", "after"))
         assert ir_texts(before) == ir_texts(after)
@@ -146,7 +153,8 @@ def test_columns_and_recorded_verdicts(example_store, example_source):
 def test_a_pair_with_a_missing_side_is_listed_as_no_rows(example_tree, tmp_path):
     tree, manifest = example_tree
     root, op, dtype, spec = next(
-        p for p in screen_pairs(manifest) if p[3]["verdict"]["v3"] == "IR_CHANGED" and p[0] != "ab_rlc_20261012_101500")
+        p for p in screen_pairs(manifest) if p[3]["verdict"]["v3"] == "IR_CHANGED" and p[0] != "ab_rlc_20261012_101500"
+    )
     shutil.rmtree(tree / spec["cells"]["after"])
     with Store(tmp_path / "missing.db") as store:
         store.ingest(tree)

@@ -13,15 +13,18 @@ SCREEN_ROOT = "ab_rlc_20261012_101500"
 CAMPAIGN = "campaign_20261013_090000"
 
 
-@pytest.mark.parametrize("args,kind,reader", [
-    (("screen", CAMPAIGN), "a campaign root", f"zlstore ab {CAMPAIGN}"),
-    (("rescore", CAMPAIGN), "a campaign root", f"zlstore ab {CAMPAIGN}"),
-    (("rescore", CAMPAIGN, "--write"), "a campaign root", f"zlstore ab {CAMPAIGN}"),
-    (("export", CAMPAIGN), "a campaign root", f"zlstore ab {CAMPAIGN}"),
-    (("compare", SCREEN_ROOT, CAMPAIGN), "a campaign root", f"zlstore ab {CAMPAIGN}"),
-    (("ab", SCREEN_ROOT), "a screening root", f"zlstore screen {SCREEN_ROOT}"),
-    (("ab", SCREEN_ROOT, "--json"), "a screening root", f"zlstore screen {SCREEN_ROOT}"),
-])
+@pytest.mark.parametrize(
+    "args,kind,reader",
+    [
+        (("screen", CAMPAIGN), "a campaign root", f"zlstore ab {CAMPAIGN}"),
+        (("rescore", CAMPAIGN), "a campaign root", f"zlstore ab {CAMPAIGN}"),
+        (("rescore", CAMPAIGN, "--write"), "a campaign root", f"zlstore ab {CAMPAIGN}"),
+        (("export", CAMPAIGN), "a campaign root", f"zlstore ab {CAMPAIGN}"),
+        (("compare", SCREEN_ROOT, CAMPAIGN), "a campaign root", f"zlstore ab {CAMPAIGN}"),
+        (("ab", SCREEN_ROOT), "a screening root", f"zlstore screen {SCREEN_ROOT}"),
+        (("ab", SCREEN_ROOT, "--json"), "a screening root", f"zlstore screen {SCREEN_ROOT}"),
+    ],
+)
 def test_a_root_of_another_kind_is_refused_naming_its_kind_and_reader(example_store, args, kind, reader):
     result = invoke(example_store.path, *args)
     assert result.exit_code == 2, result.output

@@ -28,9 +28,7 @@ def from_env(env: Mapping[str, str]) -> dict:
     """The caliber values an environment (cell.env, root.env, os.environ) gives,
     keyed by field name; fields it does not give are absent, never guessed."""
     return {
-        f.name: env[f.env].strip()
-        for f in CALIBER_FIELDS
-        if env.get(f.env) is not None and env[f.env].strip() != ""
+        f.name: env[f.env].strip() for f in CALIBER_FIELDS if env.get(f.env) is not None and env[f.env].strip() != ""
     }
 
 

@@ -42,7 +42,7 @@ from .harness import DEFAULT_CELL_TIMEOUT, caliber_items, env_text, fill, log_pr
 
 STATUS_DIR = "status"
 LOG_DIR = "logs"
-INHERIT = "inherit"         # --device inherit: the scheduler chose the device (Slurm's --gres)
+INHERIT = "inherit"  # --device inherit: the scheduler chose the device (Slurm's --gres)
 
 
 class CardError(Exception):
@@ -73,9 +73,8 @@ def read_command(root: Path) -> Optional[str]:
     """campaign.env's COMMAND as it was given: read_env would have split a
     quoted template into words."""
     try:
-        line = next(l for l in (Path(root) / layout.CAMPAIGN_ENV).read_text().splitlines()
-                    if l.startswith("COMMAND="))
-        words = shlex.split(line[len("COMMAND="):])
+        line = next(l for l in (Path(root) / layout.CAMPAIGN_ENV).read_text().splitlines() if l.startswith("COMMAND="))
+        words = shlex.split(line[len("COMMAND=") :])
     except (StopIteration, ValueError, OSError):
         return None
     return words[0] if len(words) == 1 else " ".join(words)
@@ -91,13 +90,13 @@ def op_spec(op: Op) -> str:
 class Task:
     """A card's process, or its Slurm task, as its scheduler last said."""
 
-    state: str                      # as shown: pending, running, done, failed, cancelled, timeout, node_fail, ...
-    job: str = ""                   # <array job>_<task>, or the local pid
+    state: str  # as shown: pending, running, done, failed, cancelled, timeout, node_fail, ...
+    job: str = ""  # <array job>_<task>, or the local pid
     node: str = ""
     reason: str = ""
     ended: bool = False
     exit_code: Optional[int] = None
-    raw_state: str = ""             # scontrol's JobState (TIMEOUT), or the local exit status
+    raw_state: str = ""  # scontrol's JobState (TIMEOUT), or the local exit status
 
 
 # -- what a card runs ----------------------------------------------------------
@@ -114,8 +113,8 @@ class CardPlan:
     command: str
     cell_timeout: float
     switch: Optional[str]
-    visible: Optional[str]            # the backend's visible-devices variable
-    caliber: List[Tuple[str, str]]    # campaign.env's caliber variables
+    visible: Optional[str]  # the backend's visible-devices variable
+    caliber: List[Tuple[str, str]]  # campaign.env's caliber variables
 
     @property
     def op_timeout_s(self) -> float:
@@ -151,8 +150,17 @@ def read_card_plan(root, card: int, only: Optional[str] = None) -> CardPlan:
         cell_timeout = float(env.get("CELL_TIMEOUT") or DEFAULT_CELL_TIMEOUT)
     except ValueError as error:
         raise CardError(f"{root / layout.CAMPAIGN_ENV}: {error}") from None
-    return CardPlan(root, card, ops, rounds, command, cell_timeout, env.get("SWITCH") or None,
-                    env.get("BACKEND_VISIBLE_DEVICES") or None, caliber_items(env))
+    return CardPlan(
+        root,
+        card,
+        ops,
+        rounds,
+        command,
+        cell_timeout,
+        env.get("SWITCH") or None,
+        env.get("BACKEND_VISIBLE_DEVICES") or None,
+        caliber_items(env),
+    )
 
 
 # -- reporting: the status file and stdout --------------------------------------
@@ -167,8 +175,13 @@ class Status:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.out = out
         self.doc: Dict[str, Any] = {
-            "run_id": run_id, "card": card, "host": socket.gethostname(), "pid": os.getpid(),
-            "slurm_job": slurm_task_id(os.environ), "started_at": utc_now(), "state": "running",
+            "run_id": run_id,
+            "card": card,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "slurm_job": slurm_task_id(os.environ),
+            "started_at": utc_now(),
+            "state": "running",
             "events": [],
         }
         self._write()
@@ -217,7 +230,7 @@ class StatusReader:
             return []
         self._sig, self.doc = sig, doc
         events = doc.get("events") or []
-        fresh, self.seen = events[self.seen:], len(events)
+        fresh, self.seen = events[self.seen :], len(events)
         return fresh
 
     @property
@@ -250,7 +263,7 @@ class CellWatch:
 
     def __init__(self, directory: Path):
         self.directory = Path(directory)
-        self.known = set(self._scan())     # earlier ops' and earlier runs' cells
+        self.known = set(self._scan())  # earlier ops' and earlier runs' cells
         self.reported: set = set()
         self.first_seen: Dict[str, float] = {}
 
@@ -277,8 +290,9 @@ class CellWatch:
         return [c for c in self.new_cells() if c not in self.reported and not layout.finished(c)]
 
 
-def write_truncated_env(cell: Path, plan: CardPlan, op: Op, elapsed_s: float,
-                        environment: Optional[Dict[str, str]] = None):
+def write_truncated_env(
+    cell: Path, plan: CardPlan, op: Op, elapsed_s: float, environment: Optional[Dict[str, str]] = None
+):
     """cell.env for a cell its op's timeout killed: RC 124, the values its
     path and the campaign give, RC last as the harness writes it."""
     parts = Path(cell).relative_to(plan.root).parts
@@ -357,8 +371,13 @@ class Recorder:
         return n
 
     def problem(self, event: dict, message: str):
-        log_problem(self.store, f"run campaign card {self.card}", [str(card_dir(self.root, self.card))],
-                    str(self.root / LOG_DIR / op_log_name(self.card, event["op"], event["dtype"])), message)
+        log_problem(
+            self.store,
+            f"run campaign card {self.card}",
+            [str(card_dir(self.root, self.card))],
+            str(self.root / LOG_DIR / op_log_name(self.card, event["op"], event["dtype"])),
+            message,
+        )
 
 
 # -- running the ops -----------------------------------------------------------------
@@ -377,8 +396,15 @@ class Card:
     """A card's ops in turn; each op's finished cells published as they
     appear (and recorded, with a recorder)."""
 
-    def __init__(self, plan: CardPlan, status: Status, recorder: Optional[Recorder] = None,
-                 device: Optional[str] = None, poll_s: float = 0.5, grace: float = KILL_GRACE_S):
+    def __init__(
+        self,
+        plan: CardPlan,
+        status: Status,
+        recorder: Optional[Recorder] = None,
+        device: Optional[str] = None,
+        poll_s: float = 0.5,
+        grace: float = KILL_GRACE_S,
+    ):
         self.plan, self.status, self.recorder = plan, status, recorder
         self.device, self.poll_s, self.grace = device, poll_s, grace
         self.directory = card_dir(plan.root, plan.card)
@@ -404,11 +430,18 @@ class Card:
         env = dict(os.environ)
         env.update(provenance.exported(self.environment))
         env.update(plan.caliber)
-        env.update({
-            "AB_ROOT": str(self.directory), "ZL_ISOLATE_TUNER_CACHE": "1", "ROUNDS": str(plan.rounds),
-            "CARD": str(plan.card), "CAMPAIGN_ROOT": str(plan.root), "CELL_TIMEOUT": format(plan.cell_timeout, "g"),
-            "OP": op.op, "DTYPE": op.dtype,
-        })
+        env.update(
+            {
+                "AB_ROOT": str(self.directory),
+                "ZL_ISOLATE_TUNER_CACHE": "1",
+                "ROUNDS": str(plan.rounds),
+                "CARD": str(plan.card),
+                "CAMPAIGN_ROOT": str(plan.root),
+                "CELL_TIMEOUT": format(plan.cell_timeout, "g"),
+                "OP": op.op,
+                "DTYPE": op.dtype,
+            }
+        )
         if plan.switch:
             env["SWITCH"] = plan.switch
         if plan.visible and self.device != INHERIT:
@@ -418,14 +451,14 @@ class Card:
         if self.recorder is not None:
             env["ZLSTORE_DB"] = str(Path(self.recorder.store.path).resolve())
         else:
-            env.pop("ZLSTORE_DB", None)   # no database on this host: the submitter records
+            env.pop("ZLSTORE_DB", None)  # no database on this host: the submitter records
         return env
 
     def publish(self, op: Op, cells: List[str]):
         if not cells:
             return
         relpaths = [str(Path(c).relative_to(self.plan.root)) for c in cells]
-        if self.recorder is not None:   # recorded before they are announced
+        if self.recorder is not None:  # recorded before they are announced
             self.recorder.add(relpaths)
             self.recorder.flush()
         self.status.event("cells", op=op.op, dtype=op.dtype, paths=relpaths)
@@ -444,12 +477,20 @@ class Card:
                 result = self.run_op(op, watch)
             except Exception as error:  # the card goes on with its next op
                 self.stop_op()
-                result = OpResult(1, 0.0, problems=[f"op {op.label} on card {self.plan.card}: "
-                                                    f"{type(error).__name__}: {error}"])
+                result = OpResult(
+                    1, 0.0, problems=[f"op {op.label} on card {self.plan.card}: {type(error).__name__}: {error}"]
+                )
             self.current = None
             failed += result.rc != 0
-            event = dict(op=op.op, dtype=op.dtype, rc=result.rc, elapsed_s=round(result.elapsed_s, 3),
-                         timed_out=result.timed_out, leftovers=result.leftovers, problems=result.problems)
+            event = dict(
+                op=op.op,
+                dtype=op.dtype,
+                rc=result.rc,
+                elapsed_s=round(result.elapsed_s, 3),
+                timed_out=result.timed_out,
+                leftovers=result.leftovers,
+                problems=result.problems,
+            )
             if self.recorder is not None:
                 self.recorder.apply({"event": "done", **event})
             self.status.event("done", **event)
@@ -469,8 +510,11 @@ class Card:
         self.stop_op()
         if self.current is not None and self.watch is not None:
             self.publish(self.current, self.watch.newly_finished())
-        self.status.event("interrupted", op=self.current.op if self.current else None,
-                          dtype=self.current.dtype if self.current else None)
+        self.status.event(
+            "interrupted",
+            op=self.current.op if self.current else None,
+            dtype=self.current.dtype if self.current else None,
+        )
 
     def run_op(self, op: Op, watch: CellWatch) -> OpResult:
         plan, card = self.plan, self.plan.card
@@ -480,8 +524,14 @@ class Card:
         t0 = time.monotonic()
         with open(plan.root / LOG_DIR / op_log_name(card, op.op, op.dtype), "ab") as log:
             self.proc = proc = start_group(command, self.op_env(op), log)  # in this directory: relative paths work
-            self.status.event("start", op=op.op, dtype=op.dtype, pgid=proc.pid, timeout_s=timeout,
-                              weight_s=op.weight_s if op.weight_s == op.weight_s else None)
+            self.status.event(
+                "start",
+                op=op.op,
+                dtype=op.dtype,
+                pgid=proc.pid,
+                timeout_s=timeout,
+                weight_s=op.weight_s if op.weight_s == op.weight_s else None,
+            )
             timed_out = False
             while proc.poll() is None:
                 time.sleep(self.poll_s)
@@ -505,7 +555,8 @@ class Card:
             result.problems.append(
                 f"{where}: killed at its timeout of {format(timeout, 'g')} s ((2 x {plan.rounds} rounds + 1) x "
                 f"CELL_TIMEOUT {format(plan.cell_timeout, 'g')} s); {len(unfinished)} unfinished cells "
-                f"recorded with RC {TIMEOUT_RC} (TRUNCATED)")
+                f"recorded with RC {TIMEOUT_RC} (TRUNCATED)"
+            )
         else:
             if result.rc != 0:
                 result.problems.append(f"{where}: command exited with status {result.rc}")
@@ -514,12 +565,22 @@ class Card:
                 watch.reported.update(unfinished)
                 result.problems.append(
                     f"{where}: {len(unfinished)} cells had no cell.env with RC when the command returned; "
-                    f"stored as they are: {', '.join(result.leftovers[:3])}")
+                    f"stored as they are: {', '.join(result.leftovers[:3])}"
+                )
         return result
 
 
-def run_card(root, card: int, *, ops: Optional[str] = None, db=None, run_id: Optional[str] = None,
-             device: Optional[str] = None, poll_s: float = 0.5, out: Optional[IO] = None) -> int:
+def run_card(
+    root,
+    card: int,
+    *,
+    ops: Optional[str] = None,
+    db=None,
+    run_id: Optional[str] = None,
+    device: Optional[str] = None,
+    poll_s: float = 0.5,
+    out: Optional[IO] = None,
+) -> int:
     """`zlstore run card`: the card's ops, reported in its status file (and
     as JSON lines on out), recorded into db when one is given. Returns the
     exit status: 0 every op ran cleanly, 1 some op failed, 130 interrupted
@@ -527,8 +588,10 @@ def run_card(root, card: int, *, ops: Optional[str] = None, db=None, run_id: Opt
     plan = read_card_plan(root, card, ops)
     missing = [f.env for f in caliber.missing(dict(plan.caliber)) if f.env != "ZL_ISOLATE_TUNER_CACHE"]
     if missing:
-        raise CardError(f"{plan.root / layout.CAMPAIGN_ENV} lacks the caliber variables {', '.join(missing)}: "
-                        "every cell would have an unknown caliber")
+        raise CardError(
+            f"{plan.root / layout.CAMPAIGN_ENV} lacks the caliber variables {', '.join(missing)}: "
+            "every cell would have an unknown caliber"
+        )
     store = None
     if db is not None:
         store = Store(db)

@@ -15,8 +15,9 @@ from . import caliber, layout, parse, provenance, ttgir
 from .db import insert_sql, now
 from .parse import ParsedCell, bounded
 
-_INSERT_CELL = insert_sql("cells", ("root_id", "caliber_id", "environment_id", "stat_sig", "ingested_at")
-                          + parse.CELL_COLUMNS)
+_INSERT_CELL = insert_sql(
+    "cells", ("root_id", "caliber_id", "environment_id", "stat_sig", "ingested_at") + parse.CELL_COLUMNS
+)
 _INSERT_KERNEL = insert_sql("kernels", ("cell_id",) + parse.Kernel._fields)
 _INSERT_MEASUREMENT = insert_sql("measurements", parse.MEASUREMENT_COLUMNS)
 _INSERT_DENSE_MEASUREMENT = insert_sql("measurements", parse.DENSE_COLUMNS)
@@ -85,7 +86,7 @@ class CellWriter:
         self.blobs = _KnownBlobs(conn)
         self.pending_blobs: Dict[str, str] = {}  # written in the open transaction: known once it commits
         self.packed: Dict[str, Tuple[int, bytes, Optional[str]]] = {}  # from workers, until stored
-        self.digested: set = set()               # texts whose digests this run stored
+        self.digested: set = set()  # texts whose digests this run stored
         self.pending_digested: set = set()
         self.caliber_ids: Dict[tuple, int] = {}
         self.environment_ids: Dict[str, int] = {}
@@ -97,12 +98,14 @@ class CellWriter:
         if parsed.index and parsed.index[0] not in self.pending_blobs and parsed.index[0] not in self.blobs:
             self._insert_blob(parsed.index[0], "index.tsv", parsed.index[1])
         environment_id = self.environment_id(parsed.values.get("environment"))
-        cell_id = self.conn.execute(_INSERT_CELL, (root_id, caliber_id, environment_id, stat_sig, now(),
-                                                   *parsed.cell_columns())).lastrowid
+        cell_id = self.conn.execute(
+            _INSERT_CELL, (root_id, caliber_id, environment_id, stat_sig, now(), *parsed.cell_columns())
+        ).lastrowid
         assert cell_id is not None  # an INSERT's cursor has its rowid
         for dense, rows in parsed.insert_runs():
-            self.conn.executemany(_INSERT_DENSE_MEASUREMENT if dense else _INSERT_MEASUREMENT,
-                                  [(cell_id, *row) for row in rows])
+            self.conn.executemany(
+                _INSERT_DENSE_MEASUREMENT if dense else _INSERT_MEASUREMENT, [(cell_id, *row) for row in rows]
+            )
         for ir_hash, (raw, _) in parsed.texts.items():
             if ir_hash not in self.pending_blobs and ir_hash not in self.blobs:
                 packed = self.packed.get(ir_hash)
@@ -116,12 +119,15 @@ class CellWriter:
         self.pending_digested.update(d[0] for d in digests)
         if digests:
             self.conn.executemany("INSERT OR IGNORE INTO ir_digests (ir_hash, rule, digest) VALUES (?, ?, ?)", digests)
-        self.conn.executemany("INSERT INTO fingerprints (cell_id, rule, fingerprint) VALUES (?, ?, ?)",
-                              [(cell_id, rule, fingerprint) for rule, fingerprint in fingerprints])
+        self.conn.executemany(
+            "INSERT INTO fingerprints (cell_id, rule, fingerprint) VALUES (?, ?, ?)",
+            [(cell_id, rule, fingerprint) for rule, fingerprint in fingerprints],
+        )
         return cell_id
 
-    def _insert_blob(self, digest: str, kind: str, raw: Optional[bytes],
-                     packed: Optional[Tuple[int, bytes, Optional[str]]] = None):
+    def _insert_blob(
+        self, digest: str, kind: str, raw: Optional[bytes], packed: Optional[Tuple[int, bytes, Optional[str]]] = None
+    ):
         """raw bytes, or what a worker made of them (parse.packed)."""
         if raw is None:
             assert packed is not None  # write reads a text again where it has neither

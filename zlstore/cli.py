@@ -28,15 +28,27 @@ from .store import Store, default_db_path
 # among them; tests/test_cli_help.py runs --help of each).
 
 # Exit statuses: one meaning each, in every command (docs/cli.md: "Exit statuses").
-from .names import (EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEMS,
-                    EXIT_UNFINISHED, EXIT_USAGE, SETTINGS)
+from .names import (
+    EXIT_BROKEN_PIPE,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PROBLEMS,
+    EXIT_UNFINISHED,
+    EXIT_USAGE,
+    SETTINGS,
+)
 from .stats import MIN_ROUNDS
 
 # What judging uses unless told otherwise, as a command's help names it:
 # from the one definition of each (names.SETTINGS, stats.MIN_ROUNDS,
 # ttgir.STRICTEST_RULE), never typed into the help.
-JUDGING_DEFAULTS = {"q_max": SETTINGS["q_max"], "min_effect": SETTINGS["min_effect"],
-                    "min_rounds": str(MIN_ROUNDS), "strictest_rule": ttgir.STRICTEST_RULE}
+JUDGING_DEFAULTS = {
+    "q_max": SETTINGS["q_max"],
+    "min_effect": SETTINGS["min_effect"],
+    "min_rounds": str(MIN_ROUNDS),
+    "strictest_rule": ttgir.STRICTEST_RULE,
+}
 
 
 def judging_defaults(fn):
@@ -100,8 +112,11 @@ def _interrupted():
 
 def _internal(error: BaseException):
     traceback.print_exc()
-    click.echo(f"zlstore: internal error: {type(error).__name__}: {error} (a bug in zlstore: "
-               f"the traceback above says where; exit status {EXIT_INTERNAL})", err=True)
+    click.echo(
+        f"zlstore: internal error: {type(error).__name__}: {error} (a bug in zlstore: "
+        f"the traceback above says where; exit status {EXIT_INTERNAL})",
+        err=True,
+    )
     sys.exit(EXIT_INTERNAL)
 
 
@@ -171,8 +186,11 @@ def _naming_the_environment(db_path):
     """An error about the database whose path came from $ZLSTORE_DB says
     so: the person who typed the command never named it."""
     ctx = click.get_current_context(silent=True)
-    from_env = (db_path is not None and ctx is not None
-                and ctx.get_parameter_source("db_path") == click.core.ParameterSource.ENVIRONMENT)
+    from_env = (
+        db_path is not None
+        and ctx is not None
+        and ctx.get_parameter_source("db_path") == click.core.ParameterSource.ENVIRONMENT
+    )
     if not from_env:
         yield
         return
@@ -197,9 +215,14 @@ def db_option(fn=None, *, create: bool = False, writes: bool = False, check=None
         return functools.partial(db_option, create=create, writes=writes, check=check)
 
     @click.option(
-        "--db", "db_path", type=click.Path(dir_okay=False), default=None, envvar="ZLSTORE_DB", show_envvar=True,
+        "--db",
+        "db_path",
+        type=click.Path(dir_okay=False),
+        default=None,
+        envvar="ZLSTORE_DB",
+        show_envvar=True,
         help="Database file (default: ./zlstore.db)"
-             + ("." if create else "; it must exist: this command never creates one."),
+        + ("." if create else "; it must exist: this command never creates one."),
     )
     @functools.wraps(fn)
     def wrapper(*args, db_path=None, **kwargs):
@@ -214,11 +237,17 @@ def db_option(fn=None, *, create: bool = False, writes: bool = False, check=None
             if new:  # a mistyped --db would otherwise be a silent new store
                 click.echo(f"created {path}", err=True)
             if store.views_outdated:
-                click.echo(f"warning: {store.path} has views from another zlstore build and cannot be "
-                           f"written: answers come from the views it has", err=True)
+                click.echo(
+                    f"warning: {store.path} has views from another zlstore build and cannot be "
+                    f"written: answers come from the views it has",
+                    err=True,
+                )
             if store.read_from_copy is not None and not writes:
-                click.echo(f"note: {store.path} is from an older zlstore and read-only for this user: "
-                           f"read through an upgraded copy of it (the file is left as it is)", err=True)
+                click.echo(
+                    f"note: {store.path} is from an older zlstore and read-only for this user: "
+                    f"read through an upgraded copy of it (the file is left as it is)",
+                    err=True,
+                )
             if writes:
                 store.require_writable()
             return fn(*args, store=store, **kwargs)
@@ -270,18 +299,31 @@ def output_options(fn=None, *, tsv_help="TSV: a header, then the rows, tab-separ
         out = output.Format(kind, fmt or "simple", tuple(columns), not no_headers, arrays)
         return fn(*args, out=out, **kwargs)
 
-    wrapper = click.option("--arrays", is_flag=True,
-                           help="--json / --nl: each row an array of its values, not an object.")(wrapper)
-    wrapper = click.option("--no-headers", is_flag=True,
-                           help="--csv, --tsv and tables: leave out the header line.")(wrapper)
-    wrapper = click.option("-c", "--column", "columns", multiple=True, metavar="NAME",
-                           help="Only this column of the rows (repeatable; alone: a table of them).")(wrapper)
+    wrapper = click.option(
+        "--arrays", is_flag=True, help="--json / --nl: each row an array of its values, not an object."
+    )(wrapper)
+    wrapper = click.option("--no-headers", is_flag=True, help="--csv, --tsv and tables: leave out the header line.")(
+        wrapper
+    )
+    wrapper = click.option(
+        "-c",
+        "--column",
+        "columns",
+        multiple=True,
+        metavar="NAME",
+        help="Only this column of the rows (repeatable; alone: a table of them).",
+    )(wrapper)
     for name, (flag, help_text) in reversed(flags.items()):
         decls = ("-t", flag, name) if name == "as_table" else (flag, name)
         if name == "as_table":
-            wrapper = click.option("--fmt", type=_TableFormat(), default=None, metavar="FORMAT",
-                                   help="The table's layout, one of tabulate's: simple (the default), github, "
-                                        "grid, psql, latex, html, ... (implies -t).")(wrapper)
+            wrapper = click.option(
+                "--fmt",
+                type=_TableFormat(),
+                default=None,
+                metavar="FORMAT",
+                help="The table's layout, one of tabulate's: simple (the default), github, "
+                "grid, psql, latex, html, ... (implies -t).",
+            )(wrapper)
         wrapper = click.option(*decls, is_flag=True, help=help_text)(wrapper)
     return wrapper
 
@@ -399,21 +441,50 @@ def _metadata_file(ctx, param, value):
 
 # -h is --host, as in datasette serve; --help alone is help.
 @cli.command(context_settings={"help_option_names": ["--help"]})
-@click.option("-h", "--host", default="127.0.0.1", show_default=True,
-              help="Address to bind; anything but loopback exposes the SQL page to the network.")
+@click.option(
+    "-h",
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to bind; anything but loopback exposes the SQL page to the network.",
+)
 @click.option("-p", "--port", type=click.IntRange(0, 65535), default=8001, show_default=True)
-@click.option("--setting", "settings", type=DatasetteSetting(), multiple=True, metavar="NAME VALUE",
-              help="A datasette setting (datasette serve --help-settings lists them), over zlstore's "
-                   "own (sql_time_limit_ms 5000, facet_time_limit_ms 500, max_returned_rows 5000); repeatable.")
+@click.option(
+    "--setting",
+    "settings",
+    type=DatasetteSetting(),
+    multiple=True,
+    metavar="NAME VALUE",
+    help="A datasette setting (datasette serve --help-settings lists them), over zlstore's "
+    "own (sql_time_limit_ms 5000, facet_time_limit_ms 500, max_returned_rows 5000); repeatable.",
+)
 @click.option("--cors", is_flag=True, help="Send CORS headers (Access-Control-Allow-Origin: *), as datasette's --cors.")
-@click.option("-m", "--metadata", "extra_metadata", type=click.Path(dir_okay=False, exists=True), default=None,
-              callback=_metadata_file, metavar="FILE",
-              help="Datasette metadata (JSON or YAML) merged over zlstore's, as datasette's --metadata is.")
+@click.option(
+    "-m",
+    "--metadata",
+    "extra_metadata",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    callback=_metadata_file,
+    metavar="FILE",
+    help="Datasette metadata (JSON or YAML) merged over zlstore's, as datasette's --metadata is.",
+)
 @click.option("--open", "open_browser", is_flag=True, help="Open a browser on the index page.")
-@click.option("--get", "get_path", default=None, metavar="PATH", callback=lambda ctx, param, value: _server_path(value),
-              help="Answer one request (e.g. /zlstore/verdicts.json) without a server, print it and exit.")
-@click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
-              help="Also answer requests for this host name (a DNS alias of this machine); repeatable.")
+@click.option(
+    "--get",
+    "get_path",
+    default=None,
+    metavar="PATH",
+    callback=lambda ctx, param, value: _server_path(value),
+    help="Answer one request (e.g. /zlstore/verdicts.json) without a server, print it and exit.",
+)
+@click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Also answer requests for this host name (a DNS alias of this machine); repeatable.",
+)
 @db_option(check=True)
 def serve(store, host, port, settings, cors, extra_metadata, open_browser, get_path, allow_hosts):
     """Browse the store in datasette: views, canned questions, charts.
@@ -450,17 +521,19 @@ def serve(store, host, port, settings, cors, extra_metadata, open_browser, get_p
         sys.exit(EXIT_OK if status == 200 else EXIT_USAGE)
     store.close()  # datasette opens its own connections
     try:
-        serving.serve(store.path, host=host, port=port, open_browser=open_browser, allow_hosts=allow_hosts,
-                      **options)
+        serving.serve(store.path, host=host, port=port, open_browser=open_browser, allow_hosts=allow_hosts, **options)
     except serving.ServeError as error:
         raise Fault(str(error))
     raise KeyboardInterrupt  # uvicorn returns only once Ctrl-C stopped it
 
 
 @cli.command("metadata")
-@click.option("--name", default=None,
-              help="The database name datasette serves the store under (default: the --db file's "
-                   "stem, as plain datasette names it).")
+@click.option(
+    "--name",
+    default=None,
+    help="The database name datasette serves the store under (default: the --db file's "
+    "stem, as plain datasette names it).",
+)
 @db_option
 def metadata_command(store, name):
     """Print zlstore's datasette metadata as JSON, for datasette -m.
@@ -484,8 +557,10 @@ def metadata_command(store, name):
 def _server_path(value):
     """--get's PATH: a path on the server, from its root."""
     if value is not None and not value.startswith("/"):
-        raise click.BadParameter(f"{value!r} is not a path on the server: a path starts with / "
-                                 f"(/{value}, /zlstore/verdicts.json)", param_hint="--get")
+        raise click.BadParameter(
+            f"{value!r} is not a path on the server: a path starts with / (/{value}, /zlstore/verdicts.json)",
+            param_hint="--get",
+        )
     return value
 
 
@@ -513,12 +588,18 @@ def report_summary(summary, out, command: str = "ingest"):
         click.echo(output.for_terminal(f"moved: {move['root']} from {move['from']} to {move['to']}"), err=True)
     earlier = summary.problem_count() - len(summary.problems)
     if earlier > 0:
-        found = ("found where the merged stores were ingested, open here" if command == "merge"
-                 else "found by an earlier ingest still open (the files are unchanged)")
+        found = (
+            "found where the merged stores were ingested, open here"
+            if command == "merge"
+            else "found by an earlier ingest still open (the files are unchanged)"
+        )
         click.echo(f"problem: {earlier} {found}: {output.command('problems')}", err=True)
     if summary.stopped:
-        click.echo(f"error: {command} {summary.state}; the counts are what was stored. "
-                   "Run it again with space to store the rest.", err=True)
+        click.echo(
+            f"error: {command} {summary.state}; the counts are what was stored. "
+            "Run it again with space to store the rest.",
+            err=True,
+        )
     emit(out, [summary.counts], document=summary.as_dict, human=summary.line)
 
 
@@ -531,8 +612,11 @@ def summary_exit(summary):
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
-@click.option("--rehash", is_flag=True,
-              help="Read and hash every cell, trusting no stat signature (after editing files in place).")
+@click.option(
+    "--rehash",
+    is_flag=True,
+    help="Read and hash every cell, trusting no stat signature (after editing files in place).",
+)
 @db_option(create=True, writes=True)
 @output_options
 def ingest(store, paths, rehash, out):
@@ -600,8 +684,11 @@ def problems(store, root, out):
 
 
 @cli.command()
-@click.option("--full", is_flag=True,
-              help="SQLite's integrity_check and foreign_key_check too: every index against its table (slower).")
+@click.option(
+    "--full",
+    is_flag=True,
+    help="SQLite's integrity_check and foreign_key_check too: every index against its table (slower).",
+)
 @db_option(check=False)
 @output_options
 def check(store, full, out):
@@ -623,15 +710,27 @@ def check(store, full, out):
     problems = dbmod.integrity_problems(store.conn, full=full)
     for problem in problems:
         click.echo(output.for_terminal(f"problem: {problem}"), err=True)
-    checked = {"path": str(store.path), "checks": "integrity_check, foreign_key_check" if full else "quick_check",
-               "bytes": store.path.stat().st_size, "seconds": round(time.perf_counter() - started, 3),
-               "problems": problems}
+    checked = {
+        "path": str(store.path),
+        "checks": "integrity_check, foreign_key_check" if full else "quick_check",
+        "bytes": store.path.stat().st_size,
+        "seconds": round(time.perf_counter() - started, 3),
+        "problems": problems,
+    }
     if not problems or out.kind != "human":  # a script reads the problems on stdout too
-        emit(out, [checked], document=checked, human=lambda: (
-            f"{store.path}: ok ({checked['checks']}, {checked['bytes'] / 1e6:.1f} MB, {checked['seconds']:.2f} s)"))
+        emit(
+            out,
+            [checked],
+            document=checked,
+            human=lambda: (
+                f"{store.path}: ok ({checked['checks']}, {checked['bytes'] / 1e6:.1f} MB, {checked['seconds']:.2f} s)"
+            ),
+        )
     if problems:
-        raise Fault(f"{store.path} is damaged ({len(problems)} problems above); restore it from a copy, "
-                    f"or ingest the runs/ tree into a new database")
+        raise Fault(
+            f"{store.path} is damaged ({len(problems)} problems above); restore it from a copy, "
+            f"or ingest the runs/ tree into a new database"
+        )
 
 
 @cli.command()
@@ -724,8 +823,9 @@ def merge(store, sources, out):
     update, finish = progress_reporter("merging")
     try:
         with database_faults(store.path):  # a full disk: one line, exit 2
-            summary = merging.Merger(store).run(sources, progress=update,
-                                                copies=click.get_current_context().meta.get("merge_copies"))
+            summary = merging.Merger(store).run(
+                sources, progress=update, copies=click.get_current_context().meta.get("merge_copies")
+            )
     except merging.SourceError as error:
         raise Refusal(str(error))
     finally:
@@ -774,18 +874,33 @@ def record(store, cell_dirs, out):
 
 def plan_options(fn):
     """The options that choose and weigh a campaign's ops (plan, run campaign)."""
-    for option in reversed((
-        click.option("--ops", default=None, help="Ops to plan, op[:dtype] comma-separated "
-                     "(default: the root's IR_CHANGED pairs under the current rule)."),
-        click.option("--cards", type=click.IntRange(min=1, max=MAX_CARDS), default=8, show_default=True),
-        click.option("--rounds", type=click.IntRange(min=1), default=6, show_default=True,
-                     help="Repeat rounds: an op weighs (elapsed_before + elapsed_after) x rounds."),
-        click.option("--extra-ops", default=None,
-                     help="Ops added after the plan, each to the lightest card by weight."),
-        click.option("--include-hinted", is_flag=True,
-                     help="Plan also the IR_CHANGED pairs that differ only in what the strictest rule leaves out "
-                          "(source locations: zlstore screen's hint), left out by default."),
-    )):
+    for option in reversed(
+        (
+            click.option(
+                "--ops",
+                default=None,
+                help="Ops to plan, op[:dtype] comma-separated "
+                "(default: the root's IR_CHANGED pairs under the current rule).",
+            ),
+            click.option("--cards", type=click.IntRange(min=1, max=MAX_CARDS), default=8, show_default=True),
+            click.option(
+                "--rounds",
+                type=click.IntRange(min=1),
+                default=6,
+                show_default=True,
+                help="Repeat rounds: an op weighs (elapsed_before + elapsed_after) x rounds.",
+            ),
+            click.option(
+                "--extra-ops", default=None, help="Ops added after the plan, each to the lightest card by weight."
+            ),
+            click.option(
+                "--include-hinted",
+                is_flag=True,
+                help="Plan also the IR_CHANGED pairs that differ only in what the strictest rule leaves out "
+                "(source locations: zlstore screen's hint), left out by default.",
+            ),
+        )
+    ):
         fn = option(fn)
     return fn
 
@@ -793,8 +908,13 @@ def plan_options(fn):
 @cli.command()
 @click.argument("screen_root")
 @plan_options
-@click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None,
-              help="Write the plan as partition.tsv (card op dtype weight_min).")
+@click.option(
+    "--out",
+    "out_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the plan as partition.tsv (card op dtype weight_min).",
+)
 @db_option
 @output_options
 def plan(store, screen_root, ops, cards, rounds, extra_ops, include_hinted, out_path, out):
@@ -836,21 +956,34 @@ def plan(store, screen_root, ops, cards, rounds, extra_ops, include_hinted, out_
     unjudged = [] if ops else unjudged_ops(store, root)
     if out_path:
         planmod.write_partition_tsv(the_plan, out_path)
-    emit(out, the_plan.rows, human=lambda: planmod.describe(the_plan), document=lambda: {
-        **the_plan.as_dict(), "hints": [{"op": op, "dtype": dtype, "hint": hint} for op, dtype, hint in hinted],
-        "left_out": [{"op": op, "dtype": dtype, "hint": hint} for op, dtype, hint in left_out],
-        "not_planned": [{"op": op, "dtype": dtype, "verdict": verdict} for op, dtype, verdict in unjudged]})
+    emit(
+        out,
+        the_plan.rows,
+        human=lambda: planmod.describe(the_plan),
+        document=lambda: {
+            **the_plan.as_dict(),
+            "hints": [{"op": op, "dtype": dtype, "hint": hint} for op, dtype, hint in hinted],
+            "left_out": [{"op": op, "dtype": dtype, "hint": hint} for op, dtype, hint in left_out],
+            "not_planned": [{"op": op, "dtype": dtype, "verdict": verdict} for op, dtype, verdict in unjudged],
+        },
+    )
     if left_out and out.kind != "json":
         click.echo(report.left_out_hinted(left_out), err=True)
     note = screen_caliber_note(store, root, {ISOLATE_TUNER_CACHE: "1"})  # all a plan knows of a campaign's
     if note:
         click.echo(note, err=True)
     for op, dtype, hint in hinted if out.kind != "json" and include_hinted else ():
-        click.echo(f"hint: {op}{':' + dtype if dtype else ''} {hint}; a campaign on it measures nothing "
-                   "the switch changed (planned: --include-hinted)", err=True)
+        click.echo(
+            f"hint: {op}{':' + dtype if dtype else ''} {hint}; a campaign on it measures nothing "
+            "the switch changed (planned: --include-hinted)",
+            err=True,
+        )
     for op, dtype, verdict in unjudged if out.kind != "json" else ():
-        click.echo(f"warning: {op}{':' + dtype if dtype else ''} is {verdict}, so its IR was not judged and it is "
-                   f"not planned ({judge.BY_NAME[verdict].licenses}); or name it with --ops", err=True)
+        click.echo(
+            f"warning: {op}{':' + dtype if dtype else ''} is {verdict}, so its IR was not judged and it is "
+            f"not planned ({judge.BY_NAME[verdict].licenses}); or name it with --ops",
+            err=True,
+        )
 
 
 @cli.group()
@@ -866,16 +999,35 @@ def run():
 
 @run.command("screen")
 @click.option("--ops", required=True, help="op[:dtype] comma-separated; no dtype: the op's own set.")
-@click.option("--command", "command", required=True,
-              help="Cell command template; {op} {dtype} {side} {out_dir} {card} {switch} {switch_value}.")
+@click.option(
+    "--command",
+    "command",
+    required=True,
+    help="Cell command template; {op} {dtype} {side} {out_dir} {card} {switch} {switch_value}.",
+)
 @click.option("--switch", required=True, help="The switch under test, e.g. FLAGTREE_MUSA_RLC_ENHANCE.")
-@click.option("--values", default="0,1", show_default=True,
-              help="The switch's value before,after, e.g. ieee,tf32 for TRITON_F32_DEFAULT.")
-@click.option("--cell-timeout", envvar="CELL_TIMEOUT", show_envvar=True, type=click.FloatRange(min=0, min_open=True),
-              default=2400, show_default=True,
-              help="Seconds per side; a side that hits it is killed with its children, RC 124.")
-@click.option("--root", "root_dir", type=click.Path(file_okay=False), default=None,
-              help="The screening root to create (default: runs/screen_<timestamp>).")
+@click.option(
+    "--values",
+    default="0,1",
+    show_default=True,
+    help="The switch's value before,after, e.g. ieee,tf32 for TRITON_F32_DEFAULT.",
+)
+@click.option(
+    "--cell-timeout",
+    envvar="CELL_TIMEOUT",
+    show_envvar=True,
+    type=click.FloatRange(min=0, min_open=True),
+    default=2400,
+    show_default=True,
+    help="Seconds per side; a side that hits it is killed with its children, RC 124.",
+)
+@click.option(
+    "--root",
+    "root_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="The screening root to create (default: runs/screen_<timestamp>).",
+)
 @click.option("--card", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--backend", default=None, help="Names the visible-devices variable (default: $ZL_BACKEND, else cuda).")
 @db_option(create=True, writes=True)
@@ -911,8 +1063,16 @@ def run_screen(store, ops, command, switch, values, cell_timeout, root_dir, card
     from . import runner  # lazy: the note at the top
 
     try:
-        config = runner.screen_config(ops=ops, command=command, switch=switch, cell_timeout=cell_timeout,
-                                      root_dir=root_dir, card=card, backend=backend, values=values)
+        config = runner.screen_config(
+            ops=ops,
+            command=command,
+            switch=switch,
+            cell_timeout=cell_timeout,
+            root_dir=root_dir,
+            card=card,
+            backend=backend,
+            values=values,
+        )
         result = runner.run_screen(store, config, report=lambda line: click.echo(output.for_terminal(line), err=True))
     except runner.CaliberMissing as error:
         raise Refusal(str(error))
@@ -922,60 +1082,134 @@ def run_screen(store, ops, command, switch, values, cell_timeout, root_dir, card
         click.echo("interrupted: the running side was killed; finished cells are recorded", err=True)
         sys.exit(EXIT_INTERRUPTED)
     rows = judge.export_rows(store, result["root"])
-    emit(out, rows, columns=layout.SCREEN_COLUMNS, human=lambda: report.run_screen(result, rows),
-         document={**result, "verdicts": rows})
+    emit(
+        out,
+        rows,
+        columns=layout.SCREEN_COLUMNS,
+        human=lambda: report.run_screen(result, rows),
+        document={**result, "verdicts": rows},
+    )
     failed = len(result["failed"])
     sys.exit(EXIT_OK if not failed else EXIT_USAGE if failed == result["sides"] else EXIT_PROBLEMS)
 
 
 def slurm_options(fn):
     """What each Slurm task asks for, passed through to sbatch (run campaign --slurm)."""
-    for option in reversed((
-        click.option("--slurm", is_flag=True,
-                     help="Run the cards as one Slurm job array, one task a card; this process records the cells."),
-        click.option("--partition", default=None, help="Slurm partition for the tasks."),
-        click.option("--gres", default=None,
-                     help="Per task, e.g. gpu:1; 'none' for none (default: gpu:1 where the partition has GPUs "
-                          "as a GRES, else none)."),
-        click.option("--time", "time_limit", default=None, help="Slurm time limit per task, e.g. 12:00:00."),
-        click.option("--account", default=None, help="Slurm account to charge."),
-        click.option("--sbatch-arg", "sbatch_args", multiple=True, metavar="ARG",
-                     help="Any other sbatch option, passed as written (repeatable), e.g. --sbatch-arg=--qos=high."),
-    )):
+    for option in reversed(
+        (
+            click.option(
+                "--slurm",
+                is_flag=True,
+                help="Run the cards as one Slurm job array, one task a card; this process records the cells.",
+            ),
+            click.option("--partition", default=None, help="Slurm partition for the tasks."),
+            click.option(
+                "--gres",
+                default=None,
+                help="Per task, e.g. gpu:1; 'none' for none (default: gpu:1 where the partition has GPUs "
+                "as a GRES, else none).",
+            ),
+            click.option("--time", "time_limit", default=None, help="Slurm time limit per task, e.g. 12:00:00."),
+            click.option("--account", default=None, help="Slurm account to charge."),
+            click.option(
+                "--sbatch-arg",
+                "sbatch_args",
+                multiple=True,
+                metavar="ARG",
+                help="Any other sbatch option, passed as written (repeatable), e.g. --sbatch-arg=--qos=high.",
+            ),
+        )
+    ):
         fn = option(fn)
     return fn
 
 
 @run.command("campaign")
-@click.option("--plan", "plan_path", type=click.Path(dir_okay=False, exists=True), default=None,
-              help="A partition.tsv to run (else the plan is computed as `zlstore plan` does).")
+@click.option(
+    "--plan",
+    "plan_path",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="A partition.tsv to run (else the plan is computed as `zlstore plan` does).",
+)
 @click.option("--screen-root", default=None, help="The screening root to plan from (with --ops etc.).")
 @plan_options
-@click.option("--command", "command", default=None,
-              help="Op command template; {op} {dtype} {card} {rounds}. Required unless --resume.")
-@click.option("--root", "root_dir", type=click.Path(file_okay=False), default=None,
-              help="The campaign root (default: runs/campaign_<timestamp>); with --resume, the one to continue.")
-@click.option("--resume", is_flag=True,
-              help="Continue --root: skip ops whose 2 x rounds cells are all recorded; run the others again "
-                   "from the start, their earlier cells kept but superseded.")
-@click.option("--cell-timeout", envvar="CELL_TIMEOUT", show_envvar=True, type=click.FloatRange(min=0, min_open=True),
-              default=None,
-              help="CELL_TIMEOUT for the op command (default 2400, or campaign.env's on --resume); an op is "
-                   "killed after (2 x rounds + 1) x this.")
+@click.option(
+    "--command",
+    "command",
+    default=None,
+    help="Op command template; {op} {dtype} {card} {rounds}. Required unless --resume.",
+)
+@click.option(
+    "--root",
+    "root_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="The campaign root (default: runs/campaign_<timestamp>); with --resume, the one to continue.",
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue --root: skip ops whose 2 x rounds cells are all recorded; run the others again "
+    "from the start, their earlier cells kept but superseded.",
+)
+@click.option(
+    "--cell-timeout",
+    envvar="CELL_TIMEOUT",
+    show_envvar=True,
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="CELL_TIMEOUT for the op command (default 2400, or campaign.env's on --resume); an op is "
+    "killed after (2 x rounds + 1) x this.",
+)
 @click.option("--switch", default=None, help="For campaign.env (default: the screening root's).")
 @click.option("--backend", default=None, help="Names the visible-devices variable (default: $ZL_BACKEND, else cuda).")
-@click.option("--devices", default=None, help="Device ids for cards 0..N-1, comma-separated (default: the card number).")
+@click.option(
+    "--devices", default=None, help="Device ids for cards 0..N-1, comma-separated (default: the card number)."
+)
 @slurm_options
-@click.option("--poll", type=click.FloatRange(min=0.05), default=0.5, show_default=True,
-              help="Seconds between looks for finished cells.")
-@click.option("--status-every", type=click.FloatRange(min=0.1), default=30, show_default=True,
-              help="Seconds between status tables when stderr is not a terminal.")
+@click.option(
+    "--poll",
+    type=click.FloatRange(min=0.05),
+    default=0.5,
+    show_default=True,
+    help="Seconds between looks for finished cells.",
+)
+@click.option(
+    "--status-every",
+    type=click.FloatRange(min=0.1),
+    default=30,
+    show_default=True,
+    help="Seconds between status tables when stderr is not a terminal.",
+)
 @db_option(create=True, writes=True)
 @output_options
-def run_campaign(store, plan_path, screen_root, ops, cards, rounds, extra_ops, include_hinted, command, root_dir,
-                 resume,
-                 cell_timeout, switch, backend, devices, slurm, partition, gres, time_limit, account, sbatch_args,
-                 poll, status_every, out):
+def run_campaign(
+    store,
+    plan_path,
+    screen_root,
+    ops,
+    cards,
+    rounds,
+    extra_ops,
+    include_hinted,
+    command,
+    root_dir,
+    resume,
+    cell_timeout,
+    switch,
+    backend,
+    devices,
+    slurm,
+    partition,
+    gres,
+    time_limit,
+    account,
+    sbatch_args,
+    poll,
+    status_every,
+    out,
+):
     """Run a plan: one `zlstore run card` per card, ops in turn within a card.
 
     Each op runs --command with AB_ROOT = <root>/card<N>, ROUNDS,
@@ -1020,19 +1254,36 @@ def run_campaign(store, plan_path, screen_root, ops, cards, rounds, extra_ops, i
 
     options = None
     if slurm and devices:
-        raise click.UsageError("--devices goes without --slurm: on Slurm each task gets its device from the "
-                               "scheduler (--gres)")
+        raise click.UsageError(
+            "--devices goes without --slurm: on Slurm each task gets its device from the scheduler (--gres)"
+        )
     if slurm:
-        options = SlurmOptions(partition=partition, gres=gres or "auto", time=time_limit, account=account,
-                               sbatch_args=list(sbatch_args))
+        options = SlurmOptions(
+            partition=partition, gres=gres or "auto", time=time_limit, account=account, sbatch_args=list(sbatch_args)
+        )
     elif partition or gres or time_limit or account or sbatch_args:
         raise click.UsageError("--partition, --gres, --time, --account and --sbatch-arg go with --slurm")
     try:
         config = runner.campaign_config(
-            store, plan_path=plan_path, screen_root=screen_root, ops=ops, cards=cards, rounds=rounds,
-            extra_ops=extra_ops, command=command, root_dir=root_dir, resume=resume, switch=switch,
-            backend=backend, devices=devices, poll_s=poll, status_every_s=status_every,
-            cell_timeout=cell_timeout, slurm=options, include_hinted=include_hinted)
+            store,
+            plan_path=plan_path,
+            screen_root=screen_root,
+            ops=ops,
+            cards=cards,
+            rounds=rounds,
+            extra_ops=extra_ops,
+            command=command,
+            root_dir=root_dir,
+            resume=resume,
+            switch=switch,
+            backend=backend,
+            devices=devices,
+            poll_s=poll,
+            status_every_s=status_every,
+            cell_timeout=cell_timeout,
+            slurm=options,
+            include_hinted=include_hinted,
+        )
         if screen_root and not (plan_path or resume or ops or include_hinted):  # planned here: as plan says it
             left_out = runner.hinted_ops(store, store.root(screen_root))
             if left_out:
@@ -1051,17 +1302,36 @@ def run_campaign(store, plan_path, screen_root, ops, cards, rounds, extra_ops, i
 
 @run.command("card")
 @click.argument("root", type=click.Path(file_okay=False, exists=True))
-@click.option("--card", type=click.IntRange(min=0), default=None, envvar="SLURM_ARRAY_TASK_ID",
-              help="The card to run (default: $SLURM_ARRAY_TASK_ID).")
+@click.option(
+    "--card",
+    type=click.IntRange(min=0),
+    default=None,
+    envvar="SLURM_ARRAY_TASK_ID",
+    help="The card to run (default: $SLURM_ARRAY_TASK_ID).",
+)
 @click.option("--ops", default=None, help="Only these of the card's ops, op[:dtype] comma-separated (default: all).")
-@click.option("--db", "db_path", type=click.Path(dir_okay=False), default=None,
-              help="Record each finished cell into this database (default: record nothing; the submitter does).")
-@click.option("--device", default=None,
-              help="The id for the visible-devices variable (default: the card number); 'inherit' keeps "
-                   "what the scheduler set.")
-@click.option("--run-id", default=None, help="Written into the status file, so a watcher tells this run from an earlier one.")
-@click.option("--poll", type=click.FloatRange(min=0.05), default=0.5, show_default=True,
-              help="Seconds between looks for finished cells.")
+@click.option(
+    "--db",
+    "db_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Record each finished cell into this database (default: record nothing; the submitter does).",
+)
+@click.option(
+    "--device",
+    default=None,
+    help="The id for the visible-devices variable (default: the card number); 'inherit' keeps what the scheduler set.",
+)
+@click.option(
+    "--run-id", default=None, help="Written into the status file, so a watcher tells this run from an earlier one."
+)
+@click.option(
+    "--poll",
+    type=click.FloatRange(min=0.05),
+    default=0.5,
+    show_default=True,
+    help="Seconds between looks for finished cells.",
+)
 def run_card(root, card, ops, db_path, device, run_id, poll):
     """Run one card of a campaign root: its ops from partition.tsv, in turn.
 
@@ -1088,8 +1358,9 @@ def run_card(root, card, ops, db_path, device, run_id, poll):
     if card is None:
         raise click.UsageError("--card is required outside a Slurm array task")
     try:
-        status = cardmod.run_card(root, card, ops=ops, db=db_path, run_id=run_id, device=device, poll_s=poll,
-                                  out=sys.stdout)
+        status = cardmod.run_card(
+            root, card, ops=ops, db=db_path, run_id=run_id, device=device, poll_s=poll, out=sys.stdout
+        )
     except (cardmod.CardError, ValueError) as error:
         raise click.UsageError(str(error))
     sys.exit(status)
@@ -1120,16 +1391,35 @@ def flaggems():
 
 def flaggems_options(fn):
     """Where FlagGems is, how to run it, and the pytest options passed through."""
-    for option in reversed((
-        click.option("--flaggems", "checkout", envvar="FLAGGEMS_DIR", show_envvar=True, required=True,
-                     type=click.Path(file_okay=False, exists=True), help="The FlagGems checkout."),
-        click.option("--python", envvar="FLAGGEMS_PYTHON", show_envvar=True, default="python3", show_default=True,
-                     help="The Python that has flag_gems, torch and pytest."),
-        click.option("--tests", default=None, metavar="PATH",
-                     help="Test file or directory in the checkout, {op} replaced "
-                          "(default: benchmark/test_{op}.py where it exists, else benchmark)."),
-        click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED),
-    )):
+    for option in reversed(
+        (
+            click.option(
+                "--flaggems",
+                "checkout",
+                envvar="FLAGGEMS_DIR",
+                show_envvar=True,
+                required=True,
+                type=click.Path(file_okay=False, exists=True),
+                help="The FlagGems checkout.",
+            ),
+            click.option(
+                "--python",
+                envvar="FLAGGEMS_PYTHON",
+                show_envvar=True,
+                default="python3",
+                show_default=True,
+                help="The Python that has flag_gems, torch and pytest.",
+            ),
+            click.option(
+                "--tests",
+                default=None,
+                metavar="PATH",
+                help="Test file or directory in the checkout, {op} replaced "
+                "(default: benchmark/test_{op}.py where it exists, else benchmark).",
+            ),
+            click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED),
+        )
+    ):
         fn = option(fn)
     return fn
 
@@ -1229,22 +1519,39 @@ def flaggems_cell(checkout, python, tests, pytest_args):
 @flaggems.command("repeat", context_settings={"ignore_unknown_options": True})
 @click.argument("op")
 @click.argument("dtype")
-@click.option("--ab-root", envvar="AB_ROOT", show_envvar=True, required=True, type=click.Path(file_okay=False),
-              help="Where the repeat directory (ab_<timestamp>) goes; run campaign sets it per card.")
-@click.option("--rounds", envvar="ROUNDS", show_envvar=True, type=click.IntRange(min=1), default=6,
-              show_default=True)
+@click.option(
+    "--ab-root",
+    envvar="AB_ROOT",
+    show_envvar=True,
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Where the repeat directory (ab_<timestamp>) goes; run campaign sets it per card.",
+)
+@click.option("--rounds", envvar="ROUNDS", show_envvar=True, type=click.IntRange(min=1), default=6, show_default=True)
 @click.option("--switch", envvar="SWITCH", show_envvar=True, required=True, help="The switch under test.")
-@click.option("--values", envvar="SWITCH_VALUES", show_envvar=True, default=None,
-              help="The switch's value before,after, e.g. ieee,tf32 "
-                   "(default: the values the campaign's screening root ran, else 0,1).")
-@click.option("--cell-timeout", envvar="CELL_TIMEOUT", show_envvar=True,
-              type=click.FloatRange(min=0, min_open=True), default=2400, show_default=True,
-              help="Seconds per cell; a cell that hits it is killed with its process group, RC 124.")
+@click.option(
+    "--values",
+    envvar="SWITCH_VALUES",
+    show_envvar=True,
+    default=None,
+    help="The switch's value before,after, e.g. ieee,tf32 "
+    "(default: the values the campaign's screening root ran, else 0,1).",
+)
+@click.option(
+    "--cell-timeout",
+    envvar="CELL_TIMEOUT",
+    show_envvar=True,
+    type=click.FloatRange(min=0, min_open=True),
+    default=2400,
+    show_default=True,
+    help="Seconds per cell; a cell that hits it is killed with its process group, RC 124.",
+)
 @click.option("--card", envvar="CARD", show_envvar=True, type=click.IntRange(min=0), default=0, show_default=True)
 @flaggems_options
 @output_options
-def flaggems_repeat(op, dtype, ab_root, rounds, switch, values, cell_timeout, card, checkout, python, tests,
-                    pytest_args, out):
+def flaggems_repeat(
+    op, dtype, ab_root, rounds, switch, values, cell_timeout, card, checkout, python, tests, pytest_args, out
+):
     """Every round of one op: what `zlstore run campaign` runs per op.
 
     Writes <AB_ROOT>/ab_<timestamp>/OP/r<N>/<side>/ for N in 1..ROUNDS,
@@ -1279,13 +1586,26 @@ def flaggems_repeat(op, dtype, ab_root, rounds, switch, values, cell_timeout, ca
 
     def report(run):
         how = f"killed at {cell_timeout:g} s, RC {run.rc}" if run.timed_out else f"RC {run.rc}"
-        click.echo(f"{op}{':' + dtype if dtype else ''} r{run.round} {run.side} ({switch}={run.switch_value}): "
-                   f"{how}, {run.elapsed_s:.1f} s, {run.records} records, {run.kernels} kernels", err=True)
+        click.echo(
+            f"{op}{':' + dtype if dtype else ''} r{run.round} {run.side} ({switch}={run.switch_value}): "
+            f"{how}, {run.elapsed_s:.1f} s, {run.records} records, {run.kernels} kernels",
+            err=True,
+        )
 
     try:
-        runs = fg.repeat(bench, ab_root, op, dtype, rounds=rounds, switch=switch, values=before_after,
-                         cell_timeout=cell_timeout, card=card, warn=lambda text: click.echo(output.for_terminal(text), err=True),
-                         report=report)
+        runs = fg.repeat(
+            bench,
+            ab_root,
+            op,
+            dtype,
+            rounds=rounds,
+            switch=switch,
+            values=before_after,
+            cell_timeout=cell_timeout,
+            card=card,
+            warn=lambda text: click.echo(output.for_terminal(text), err=True),
+            report=report,
+        )
     except fg.CannotStart as error:
         raise Fault(str(error))
     except fg.FlagGemsError as error:
@@ -1304,9 +1624,13 @@ RULE_CHOICE = click.Choice(sorted(ttgir.RULES))
 
 def rule_option(fn):
     """--rule: one meaning in every command, a view; `zlstore rule` switches."""
-    return click.option("--rule", type=RULE_CHOICE, default=None,
-                        help="Judge under this fingerprint rule (default: the current one) without making it "
-                             "the current one: `zlstore rule RULE` does that.")(fn)
+    return click.option(
+        "--rule",
+        type=RULE_CHOICE,
+        default=None,
+        help="Judge under this fingerprint rule (default: the current one) without making it "
+        "the current one: `zlstore rule RULE` does that.",
+    )(fn)
 
 
 class Refusal(Fault):
@@ -1328,8 +1652,13 @@ def judge_errors():
 
 def names_option(flag, metavar, help_text):
     """An option that takes names comma-separated or repeated (--op a,b --op c)."""
-    return click.option(flag, metavar=metavar, multiple=True, help=help_text,
-                        callback=lambda ctx, param, value: [n.strip() for v in value for n in v.split(",") if n.strip()])
+    return click.option(
+        flag,
+        metavar=metavar,
+        multiple=True,
+        help=help_text,
+        callback=lambda ctx, param, value: [n.strip() for v in value for n in v.split(",") if n.strip()],
+    )
 
 
 def terminal_width():
@@ -1403,25 +1732,33 @@ def screen(store, root, rule, verdict, out):
         if axis["axis"] == "dead":
             click.echo(output.for_terminal(report.dead_axis_warning(axis)), err=True)
     paired = {(r["root_id"], r["op"], r["dtype"]) for r in rows}
-    for line in report.environment_warnings({k: v for k, v in differences.items() if k in paired},
-                                            {r["root_id"]: r["root"] for r in rows}):
+    for line in report.environment_warnings(
+        {k: v for k, v in differences.items() if k in paired}, {r["root_id"]: r["root"] for r in rows}
+    ):
         click.echo(output.for_terminal(line), err=True)
     if not rows and out.kind == "human":
         click.echo("(no screening pairs: ingest a screening root first)", err=True)
         return
     if out.kind != "human":
         rows = judge.with_environment_differs(rows)
-    emit(out, rows, human=lambda: report.screen(rows, rule_name, axes, environments, differences, terminal_width()),
-         document=lambda: output.Summarized(judge.screen_summary(rows, rule_name), rows),
-         shown=lambda: report.screen_shown(rows))
+    emit(
+        out,
+        rows,
+        human=lambda: report.screen(rows, rule_name, axes, environments, differences, terminal_width()),
+        document=lambda: output.Summarized(judge.screen_summary(rows, rule_name), rows),
+        shown=lambda: report.screen_shown(rows),
+    )
 
 
 @cli.command()
 @click.argument("root", required=False)
 @rule_option
-@click.option("--write", is_flag=True,
-              help="Rewrite screen.tsv in each root from the verdicts under the rule, keeping the replaced file "
-                   "as screen.tsv.orig (an existing .orig is never overwritten); the root is then ingested again.")
+@click.option(
+    "--write",
+    is_flag=True,
+    help="Rewrite screen.tsv in each root from the verdicts under the rule, keeping the replaced file "
+    "as screen.tsv.orig (an existing .orig is never overwritten); the root is then ingested again.",
+)
 @db_option
 @output_options
 def rescore(store, root, rule, write, out):
@@ -1452,8 +1789,13 @@ def rescore(store, root, rule, write, out):
         written = judge.rescore_write(store, found, rule) if write else []
     for path in written:
         click.echo(output.for_terminal(f"wrote {path} (the original is {path.name}.orig)"), err=True)
-    emit(out, result["moved"], columns=["root", "op", "dtype", "from", "to"], human=lambda: report.rescore(result),
-         document=output.Summarized(judge.rescore_summary(result), result["moved"]))
+    emit(
+        out,
+        result["moved"],
+        columns=["root", "op", "dtype", "from", "to"],
+        human=lambda: report.rescore(result),
+        document=output.Summarized(judge.rescore_summary(result), result["moved"]),
+    )
 
 
 def finite(ctx, param, value):
@@ -1465,11 +1807,20 @@ def finite(ctx, param, value):
 
 @cli.command("rule")
 @click.argument("rule_name", metavar="[RULE]", required=False, type=RULE_CHOICE)
-@click.option("--q-max", type=click.FloatRange(0, 1, min_open=True), default=None, callback=finite,
-              help=f"The false-discovery rate a faster / slower finding is held to (default {SETTINGS['q_max']}).")
-@click.option("--min-effect", type=click.FloatRange(0, min_open=True), default=None, callback=finite,
-              help="The smallest change worth a finding, as a fraction: 0.02 is 2% "
-                   f"(default {SETTINGS['min_effect']}).")
+@click.option(
+    "--q-max",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=None,
+    callback=finite,
+    help=f"The false-discovery rate a faster / slower finding is held to (default {SETTINGS['q_max']}).",
+)
+@click.option(
+    "--min-effect",
+    type=click.FloatRange(0, min_open=True),
+    default=None,
+    callback=finite,
+    help=f"The smallest change worth a finding, as a fraction: 0.02 is 2% (default {SETTINGS['min_effect']}).",
+)
 @db_option
 @output_options
 def rule(store, rule_name, q_max, min_effect, out):
@@ -1505,11 +1856,19 @@ def rule(store, rule_name, q_max, min_effect, out):
 @click.option("--rejected", is_flag=True, help="List the rows that did not pair, and why.")
 @names_option("--op", "OP[,OP]", "Only ranges of these row ops.")
 @names_option("--finding", "F[,F]", "Only ranges with these findings: " + ", ".join(judge.FINDING_NAMES) + ".")
-@click.option("--sort", type=click.Choice(list(judge.AB_SORTS)), default=None,
-              help="Order within a root: finding (the default: findings first), effect (largest speedup first), "
-                   "q (smallest first), op (by op, dtype, shape).")
-@names_option("--fail-on", "F[,F]", "Exit 1, naming each on stderr, when a range (of those shown) has one of "
-                                    "these findings: the gate a CI step runs (e.g. --fail-on slower).")
+@click.option(
+    "--sort",
+    type=click.Choice(list(judge.AB_SORTS)),
+    default=None,
+    help="Order within a root: finding (the default: findings first), effect (largest speedup first), "
+    "q (smallest first), op (by op, dtype, shape).",
+)
+@names_option(
+    "--fail-on",
+    "F[,F]",
+    "Exit 1, naming each on stderr, when a range (of those shown) has one of "
+    "these findings: the gate a CI step runs (e.g. --fail-on slower).",
+)
 @db_option
 @output_options
 @judging_defaults
@@ -1591,15 +1950,26 @@ def ab(store, root, rejected, op, finding, sort, fail_on, out):
             summary = judge.ab_summary(store, found, op, finding)
             rows = judge.ab_ranges(store, found, op, finding, sort or "finding")
             if not rows and out.kind == "human":
-                click.echo(output.for_terminal(report.no_ab_ranges(found) if not (op or finding)
-                                               else "(no range matches)"), err=True)
+                click.echo(
+                    output.for_terminal(report.no_ab_ranges(found) if not (op or finding) else "(no range matches)"),
+                    err=True,
+                )
             else:
                 if out.kind != "human":
                     rows = judge.with_environment_differs(rows)
-                emit(out, rows, human=lambda: report.ab(rows, judge.judging_settings(store),
-                                                        judge.root_environments(store, found), differences,
-                                                        summary=summary, width=terminal_width()),
-                     shown=lambda: report.ab_shown(rows, differences))
+                emit(
+                    out,
+                    rows,
+                    human=lambda: report.ab(
+                        rows,
+                        judge.judging_settings(store),
+                        judge.root_environments(store, found),
+                        differences,
+                        summary=summary,
+                        width=terminal_width(),
+                    ),
+                    shown=lambda: report.ab_shown(rows, differences),
+                )
         failing = judge.failing_ranges(store, found, fail_on, op)
     if failing:
         for line in report.failing(failing, fail_on):
@@ -1628,8 +1998,13 @@ def noise(store, op, out):
         zlstore noise --op softmax
     """
     rows = judge.noise_floors(store, op)
-    emit(out, rows, human=lambda: report.noise(rows),
-         document=lambda: output.Summarized(judge.noise_summary(rows), rows), shown=lambda: report.noise_shown(rows))
+    emit(
+        out,
+        rows,
+        human=lambda: report.noise(rows),
+        document=lambda: output.Summarized(judge.noise_summary(rows), rows),
+        shown=lambda: report.noise_shown(rows),
+    )
     if not rows and out.kind == "human":
         click.echo("(no noise floor: no NO_IR_DIFF pair with paired rows)", err=True)
 
@@ -1663,18 +2038,36 @@ def compare(store, root_a, root_b, rule, out):
         mismatch = refusal.__cause__
         if isinstance(mismatch, judge.CaliberMismatch) and out.kind != "human":
             differences = [{"field": field, "a": a, "b": b} for field, a, b in mismatch.differences]
-            emit(out, differences, document={"error": "refusing to compare: " + refusal.message, "a": mismatch.a,
-                                             "b": mismatch.b, "differences": differences})
+            emit(
+                out,
+                differences,
+                document={
+                    "error": "refusing to compare: " + refusal.message,
+                    "a": mismatch.a,
+                    "b": mismatch.b,
+                    "differences": differences,
+                },
+            )
         raise Refusal("refusing to compare: " + refusal.message)
     emit(out, result["rows"], human=lambda: report.compare(result))
 
 
 @cli.command("report")
 @click.argument("root")
-@click.option("--md", "fmt", flag_value="md", default=True, help="Markdown, the picture in an SVG file beside it (the default).")
-@click.option("--html", "fmt", flag_value="html", help="One self-contained HTML file: the picture inline, opens offline.")
-@click.option("-o", "--output", "out_path", type=click.Path(dir_okay=False), default=None,
-              help="Write to FILE (default: stdout; --md then writes the picture as ./ROOT.svg).")
+@click.option(
+    "--md", "fmt", flag_value="md", default=True, help="Markdown, the picture in an SVG file beside it (the default)."
+)
+@click.option(
+    "--html", "fmt", flag_value="html", help="One self-contained HTML file: the picture inline, opens offline."
+)
+@click.option(
+    "-o",
+    "--output",
+    "out_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write to FILE (default: stdout; --md then writes the picture as ./ROOT.svg).",
+)
 @db_option
 def report_command(store, root, fmt, out_path):
     """A root's report, to paste into a pull request or keep as a CI
@@ -1740,8 +2133,11 @@ def history(store, op_spec, shape, out):
         result = historymod.history(store, op, dtype if _ else None, shape)
     except historymod.HistoryError as error:
         raise click.UsageError(str(error))
-    flat = [{"root": e["root"], "kind": e["kind"], "started_at": e["started_at"],
-             "changes": "; ".join(e["changes"]), **r} for e in result["entries"] for r in e["results"]]
+    flat = [
+        {"root": e["root"], "kind": e["kind"], "started_at": e["started_at"], "changes": "; ".join(e["changes"]), **r}
+        for e in result["entries"]
+        for r in e["results"]
+    ]
     for entry in result["entries"]:
         entry.pop("root_id", None)
     emit(out, flat, human=lambda: report.history(result), document=result)
@@ -1750,14 +2146,26 @@ def history(store, op_spec, shape, out):
 @cli.command()
 @click.argument("first", metavar="ROOT[:OP]")
 @click.argument("second", metavar="[ROOT_B:]OP[:DTYPE]")
-@click.option("--round", "round_", type=click.IntRange(min=0), default=None,
-              help="The round of a repeat run or campaign (a screening root has one pair: round 0).")
-@click.option("--card", type=click.IntRange(min=0), default=None,
-              help="The card, where the op's round ran on several.")
-@click.option("--side", type=click.Choice(irdiff.SIDES), default=None,
-              help="Two roots: which side of each to compare (default: before).")
-@click.option("--rule", type=RULE_CHOICE, default=None,
-              help="Pair and compare under this fingerprint rule (default: the current one).")
+@click.option(
+    "--round",
+    "round_",
+    type=click.IntRange(min=0),
+    default=None,
+    help="The round of a repeat run or campaign (a screening root has one pair: round 0).",
+)
+@click.option("--card", type=click.IntRange(min=0), default=None, help="The card, where the op's round ran on several.")
+@click.option(
+    "--side",
+    type=click.Choice(irdiff.SIDES),
+    default=None,
+    help="Two roots: which side of each to compare (default: before).",
+)
+@click.option(
+    "--rule",
+    type=RULE_CHOICE,
+    default=None,
+    help="Pair and compare under this fingerprint rule (default: the current one).",
+)
 @click.option("--raw", is_flag=True, help="Diff the stored text as compiled, not the text the rule hashes.")
 @click.option("--kernel", default=None, help="Only the kernels of this name.")
 @click.option("--no-diff", "no_diff", is_flag=True, help="Only the kernel table, no text diff.")
@@ -1800,8 +2208,18 @@ def diff(store, first, second, round_, card, side, rule, raw, kernel, no_diff, o
     """
     with judge_errors():
         try:
-            document = irdiff.diff(store, first, second, rule=rule, round_=round_, card=card, side=side, raw=raw,
-                                   kernel=kernel, with_diff=not no_diff)
+            document = irdiff.diff(
+                store,
+                first,
+                second,
+                rule=rule,
+                round_=round_,
+                card=card,
+                side=side,
+                raw=raw,
+                kernel=kernel,
+                with_diff=not no_diff,
+            )
         except irdiff.DiffError as error:
             raise click.UsageError(str(error)) from None
     if out.kind == "human":  # its own escaping and colors: click drops the colors on a pipe
@@ -1842,5 +2260,10 @@ def export(store, root, rule, out):
     if out.kind == "tsv":
         out = output.HUMAN
     # the default is the harness's file, byte for byte, where it goes to a file (escaped on a terminal)
-    emit(out, rows, columns=layout.SCREEN_COLUMNS, human=lambda: judge.screen_tsv_text(rows).rstrip("\n"),
-         escape=sys.stdout.isatty())
+    emit(
+        out,
+        rows,
+        columns=layout.SCREEN_COLUMNS,
+        human=lambda: judge.screen_tsv_text(rows).rstrip("\n"),
+        escape=sys.stdout.isatty(),
+    )

@@ -56,8 +56,7 @@ FOLD_COLUMN_DESCRIPTIONS = """
 def is_store(conn: sqlite3.Connection) -> bool:
     """Whether the database on conn is a zlstore store (an unreadable one is not)."""
     try:
-        names = {name for (name,) in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+        names = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
     except sqlite3.DatabaseError:
         return False
     return set(STORE_TABLES + STORE_VIEWS) <= names
@@ -119,8 +118,9 @@ def asgi_wrapper(datasette):
     (datasette_site.HostCheck): a DNS-rebinding page cannot read the store; and no
     request another site's page sent (datasette_site.cross_site), unless --cors. Plain
     datasette (no host names set) passes every request through."""
-    return lambda app: datasette_site.HostCheck(app, lambda: getattr(datasette, "_zlstore_host_names", None),
-                                 lambda: bool(getattr(datasette, "cors", False)))
+    return lambda app: datasette_site.HostCheck(
+        app, lambda: getattr(datasette, "_zlstore_host_names", None), lambda: bool(getattr(datasette, "cors", False))
+    )
 
 
 # The largest string or blob one value of a query on a store may be
@@ -170,9 +170,11 @@ def prepare_connection(conn):
 # diff in, and the views whose verdict cell links to it.
 KERNEL_DIFF, DIFF_COLUMN, VERDICT_TABLES = "kernel_diff", "ir_diff", ("verdicts", "verdicts_by_rule")
 _DIFF_LINE_CLASS = (("+++", "head"), ("---", "head"), ("@@", "hunk"), ("+", "add"), ("-", "del"))
-DIFF_STYLE = ("<style>pre.zlstore-diff{white-space:pre;overflow-x:auto;font-size:0.8em;max-width:60em}"
-              "pre.zlstore-diff .add{background:#e6ffec}pre.zlstore-diff .del{background:#ffebe9}"
-              "pre.zlstore-diff .hunk{color:#0550ae}pre.zlstore-diff .head{font-weight:bold}</style>")
+DIFF_STYLE = (
+    "<style>pre.zlstore-diff{white-space:pre;overflow-x:auto;font-size:0.8em;max-width:60em}"
+    "pre.zlstore-diff .add{background:#e6ffec}pre.zlstore-diff .del{background:#ffebe9}"
+    "pre.zlstore-diff .hunk{color:#0550ae}pre.zlstore-diff .head{font-weight:bold}</style>"
+)
 
 
 def diff_html(text: str) -> str:
@@ -203,6 +205,8 @@ def render_cell(row, value, column, table, database, datasette):
         if any(v is None for v in keys.values()):
             return None
         href = datasette.urls.database(database) + f"/{KERNEL_DIFF}?" + urlencode(keys)
-        return Markup(f'{html.escape(str(value))} <a href="{html.escape(href)}" title="which kernels changed, '
-                      f'and how">kernels</a>')
+        return Markup(
+            f'{html.escape(str(value))} <a href="{html.escape(href)}" title="which kernels changed, '
+            f'and how">kernels</a>'
+        )
     return None

@@ -41,9 +41,24 @@ DB_NAME = "zlstore"
 # Tables a person browsing a campaign does not need: IR texts, digests,
 # ingest bookkeeping, and the pairing the views read (ab_slots, ab_ranges,
 # noise_floors show it). Hidden from the index, still queryable by name.
-HIDDEN_TABLES = ("blobs", "ir_digests", "ingest_runs", "walked_dirs", "settings", "ab_stale_rounds",
-                 "ab_stale_floors", "ab_stale_ranges", "ab_slot_rows", "ab_range_rows", "ab_round_ranges",
-                 "ab_duplicate_rounds", "noise_floor_rows", "ab_judgement_basis", "ab_range_json")
+HIDDEN_TABLES = (
+    "blobs",
+    "ir_digests",
+    "ingest_runs",
+    "walked_dirs",
+    "settings",
+    "ab_stale_rounds",
+    "ab_stale_floors",
+    "ab_stale_ranges",
+    "ab_slot_rows",
+    "ab_range_rows",
+    "ab_round_ranges",
+    "ab_duplicate_rounds",
+    "noise_floor_rows",
+    "ab_judgement_basis",
+    "ab_range_json",
+)
+
 
 def caliber_description(field: caliber.CaliberField) -> str:
     return (
@@ -53,30 +68,35 @@ def caliber_description(field: caliber.CaliberField) -> str:
 
 
 def verdict_description() -> str:
-    return "The screening verdict, the first that applies: " + "; ".join(
-        f"{v.name} when {v.when} (licenses: {v.licenses})" for v in judge.VERDICTS
-    ) + "."
+    return (
+        "The screening verdict, the first that applies: "
+        + "; ".join(f"{v.name} when {v.when} (licenses: {v.licenses})" for v in judge.VERDICTS)
+        + "."
+    )
 
 
 def reason_description() -> str:
-    return "Why the row did not pair: " + "; ".join(
-        f"{r.name}: {r.meaning}" for r in judge.REASONS
-    ) + "."
+    return "Why the row did not pair: " + "; ".join(f"{r.name}: {r.meaning}" for r in judge.REASONS) + "."
 
 
 def range_label_description() -> str:
     labelled = [f"'{v.range_label}' for {v.name}" for v in judge.VERDICTS if v.range_label]
     unlabelled = [v.name for v in judge.VERDICTS if not v.range_label]
     return (
-        "What the speedup range is: " + ", ".join(labelled)
-        + "; empty (and no range) for " + ", ".join(unlabelled) + "."
+        "What the speedup range is: "
+        + ", ".join(labelled)
+        + "; empty (and no range) for "
+        + ", ".join(unlabelled)
+        + "."
     )
 
 
 def finding_description() -> str:
-    return "What the rounds say about the switch, in the order shown: " + "; ".join(
-        f"{f.name} when {f.when} (licenses: {f.licenses})" for f in judge.FINDINGS
-    ) + "."
+    return (
+        "What the rounds say about the switch, in the order shown: "
+        + "; ".join(f"{f.name} when {f.when} (licenses: {f.licenses})" for f in judge.FINDINGS)
+        + "."
+    )
 
 
 GENERATED_COLUMNS = {
@@ -99,8 +119,12 @@ def _expand_table(table: dict) -> dict:
             if name == "@caliber":
                 columns.update({f.name: caliber_description(f) for f in caliber.CALIBER_FIELDS})
             elif name == "@environment":
-                columns.update({f.name: f"what the cells ran on: {f.label} (cell.env {f.env}; empty: unknown)"
-                                for f in provenance.FIELDS})
+                columns.update(
+                    {
+                        f.name: f"what the cells ran on: {f.label} (cell.env {f.env}; empty: unknown)"
+                        for f in provenance.FIELDS
+                    }
+                )
             elif text in GENERATED_COLUMNS:
                 columns[name] = GENERATED_COLUMNS[text]()
             else:
@@ -113,8 +137,7 @@ def _expand_sql(node):
     """Expand the schema's macros in every "sql" / "query" string below node."""
     if isinstance(node, dict):
         return {
-            key: render_schema(value) if key in ("sql", "query") and isinstance(value, str)
-            else _expand_sql(value)
+            key: render_schema(value) if key in ("sql", "query") and isinstance(value, str) else _expand_sql(value)
             for key, value in node.items()
         }
     if isinstance(node, list):
@@ -258,19 +281,30 @@ class HostCheck:
                 return
             why = None if self.cors() else cross_site(headers.get(b"sec-fetch-site"), headers.get(b"origin"), header)
             if why is not None:
-                await _send_refusal(scope, send, 403, f"zlstore serve: refused a cross-site request ({why}): "
-                                    f"another site's page may not query the store. Open the store's own pages, "
-                                    f"or serve with --cors to let other sites read it.\n")
+                await _send_refusal(
+                    scope,
+                    send,
+                    403,
+                    f"zlstore serve: refused a cross-site request ({why}): "
+                    f"another site's page may not query the store. Open the store's own pages, "
+                    f"or serve with --cors to let other sites read it.\n",
+                )
                 return
         await self.app(scope, receive, send)
 
     @staticmethod
     async def _refuse(scope, send, header, names):
-        await _send_refusal(scope, send, 400, (
-            f"zlstore serve: refused a request for host {header!r}. This server answers "
-            f"localhost, IP addresses and {', '.join(sorted(names - set(LOCAL_NAMES))) or 'no other name'}; "
-            f"a page under another name may be a DNS-rebinding attack on the store. If {_bare_host(header)!r} "
-            f"is this machine, serve with --allow-host {_bare_host(header)}.\n"))
+        await _send_refusal(
+            scope,
+            send,
+            400,
+            (
+                f"zlstore serve: refused a request for host {header!r}. This server answers "
+                f"localhost, IP addresses and {', '.join(sorted(names - set(LOCAL_NAMES))) or 'no other name'}; "
+                f"a page under another name may be a DNS-rebinding attack on the store. If {_bare_host(header)!r} "
+                f"is this machine, serve with --allow-host {_bare_host(header)}.\n"
+            ),
+        )
 
 
 # -- cross-site requests: another site's page may not query the store ------------
@@ -305,9 +339,13 @@ async def _send_refusal(scope, send, status: int, text: str):
         await send({"type": "websocket.close", "code": 1008})
         return
     body = text.encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"text/plain; charset=utf-8"),
-                            (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 

@@ -21,6 +21,7 @@ from typing import Callable, Iterator, List, Optional
 
 
 from . import stats
+
 # StoreError and SchemaError are caught as db.StoreError everywhere (the
 # public name); they live in errors.py, which macros.py raises too.
 from .errors import SchemaError, StoreError  # noqa: F401
@@ -55,16 +56,13 @@ def split_statements(sql: str) -> List[str]:
             if buffer.strip():
                 statements.append(buffer.strip())
             buffer = ""
-    if buffer.strip() and not all(
-        l.strip().startswith("--") or not l.strip() for l in buffer.splitlines()
-    ):
+    if buffer.strip() and not all(l.strip().startswith("--") or not l.strip() for l in buffer.splitlines()):
         raise SchemaError("schema.sql ends in an incomplete statement: " + buffer.strip()[:80])
     return statements
 
 
 def user_version(conn) -> int:
     return conn.execute("PRAGMA user_version").fetchone()[0]
-
 
 
 def connect(path, wal: bool = True, immutable: bool = False) -> sqlite3.Connection:
@@ -193,10 +191,14 @@ def close_abandoned_runs(conn: sqlite3.Connection, by: Optional[int] = None) -> 
         except ValueError:
             continue
         if isinstance(owner, dict) and owner.get("state") == "running" and _gone(owner):
-            owner.update(state="interrupted", closed_by=by,
-                         why="its process ended before the run finished (killed?); what it committed is kept")
-            conn.execute("UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?",
-                         (now(), json.dumps(owner), run_id))
+            owner.update(
+                state="interrupted",
+                closed_by=by,
+                why="its process ended before the run finished (killed?); what it committed is kept",
+            )
+            conn.execute(
+                "UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?", (now(), json.dumps(owner), run_id)
+            )
             closed += 1
     return closed
 
@@ -207,8 +209,12 @@ def start_run(conn: sqlite3.Connection, command: str, paths: list) -> int:
     (finish_run), and the runs an earlier killed process left unfinished
     are closed first."""
     close_abandoned_runs(conn)
-    return inserted_id(conn.execute("INSERT INTO ingest_runs (started_at, command, paths, summary) VALUES (?, ?, ?, ?)",
-                                    (now(), command, json.dumps(paths), json.dumps(_running_owner()))))
+    return inserted_id(
+        conn.execute(
+            "INSERT INTO ingest_runs (started_at, command, paths, summary) VALUES (?, ?, ?, ?)",
+            (now(), command, json.dumps(paths), json.dumps(_running_owner())),
+        )
+    )
 
 
 def inserted_id(cursor: sqlite3.Cursor) -> int:
@@ -224,8 +230,9 @@ def finish_run(conn: sqlite3.Connection, run_id: int, summary: dict, state: Opti
     stopped it; what it committed is kept), in the caller's transaction."""
     if state is not None:
         summary = {**summary, "state": state}
-    conn.execute("UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?",
-                 (now(), json.dumps(summary), run_id))
+    conn.execute(
+        "UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?", (now(), json.dumps(summary), run_id)
+    )
 
 
 def insert_sql(table: str, columns, verb: str = "INSERT") -> str:
@@ -288,8 +295,10 @@ def write_refusal(path) -> Optional[str]:
         return None
     if all(os.access(_sidecar(path, s), os.W_OK) for s in ("-wal", "-shm")):
         return None
-    return (f"its directory {directory} is not writable by this user "
-            f"(SQLite writes {path.name}-wal and {path.name}-shm there)")
+    return (
+        f"its directory {directory} is not writable by this user "
+        f"(SQLite writes {path.name}-wal and {path.name}-shm there)"
+    )
 
 
 def writable(path) -> bool:
@@ -305,14 +314,16 @@ def _header_fault(path: Path, header: bytes, size: int) -> Optional[str]:
         return f"not a whole SQLite database: {size} bytes, less than its 100-byte header"
     page_size = int.from_bytes(header[16:18], "big")
     page_size = 65536 if page_size == 1 else page_size
-    pages, changes, valid_for = (int.from_bytes(header[i:i + 4], "big") for i in (28, 24, 92))
+    pages, changes, valid_for = (int.from_bytes(header[i : i + 4], "big") for i in (28, 24, 92))
     # The size the header records is only valid where SQLite wrote it last
     # (valid_for == changes); a -wal or -journal with content may hold pages
     # a checkpoint or a rollback is still moving: SQLite's business then.
     busy = _has_content(_sidecar(path, "-wal")) or _has_content(_sidecar(path, "-journal"))
     if pages and changes == valid_for and not busy and size < pages * page_size:
-        return (f"truncated: its header records {pages} pages of {page_size} bytes "
-                f"({pages * page_size} bytes), the file has {size}")
+        return (
+            f"truncated: its header records {pages} pages of {page_size} bytes "
+            f"({pages * page_size} bytes), the file has {size}"
+        )
     return None
 
 
@@ -327,8 +338,10 @@ def check_path(path, create: bool) -> bool:
         if path.is_symlink():
             raise StoreError(f"{path}: a symbolic link to nothing ({os.readlink(path)})")
         if not create:
-            raise StoreError(f"no such database: {path} (zlstore init --db {shlex.quote(str(path))} creates one; "
-                             f"zlstore ingest RUNS --db {shlex.quote(str(path))} fills one)")
+            raise StoreError(
+                f"no such database: {path} (zlstore init --db {shlex.quote(str(path))} creates one; "
+                f"zlstore ingest RUNS --db {shlex.quote(str(path))} fills one)"
+            )
         directory = path.parent
         if not directory.is_dir():
             raise StoreError(f"cannot create {path}: no such directory {directory}")
@@ -362,8 +375,12 @@ def check_contents(conn: sqlite3.Connection, path, create: bool, quick: Optional
     Reads only: run before anything is written."""
     path = Path(path)
     try:
-        tables = [r[0] for r in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'")]
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
+            )
+        ]
         version = user_version(conn)
     except sqlite3.DatabaseError as error:
         raise StoreError(fault_message(path, error)) from None
@@ -371,15 +388,21 @@ def check_contents(conn: sqlite3.Connection, path, create: bool, quick: Optional
         quick = path.stat().st_size <= QUICK_CHECK_MAX_BYTES
     problems = integrity_problems(conn, limit=3) if quick else []
     if problems:
-        raise StoreError(f"{path} is damaged (SQLite's quick_check: {'; '.join(problems)}); "
-                         f"restore it from a copy, or ingest the runs/ tree into a new database")
+        raise StoreError(
+            f"{path} is damaged (SQLite's quick_check: {'; '.join(problems)}); "
+            f"restore it from a copy, or ingest the runs/ tree into a new database"
+        )
     if version > SCHEMA_VERSION:
-        raise SchemaError(f"{path}: database schema version {version} is newer than this zlstore "
-                          f"(version {SCHEMA_VERSION}): upgrade zlstore")
+        raise SchemaError(
+            f"{path}: database schema version {version} is newer than this zlstore "
+            f"(version {SCHEMA_VERSION}): upgrade zlstore"
+        )
     if tables and not set(STORE_TABLES) <= set(tables):
         shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
-        raise StoreError(f"{path} is an SQLite database but not a zlstore store (its tables: {shown}); "
-                         f"zlstore leaves it as it is: give another --db")
+        raise StoreError(
+            f"{path} is an SQLite database but not a zlstore store (its tables: {shown}); "
+            f"zlstore leaves it as it is: give another --db"
+        )
     if not tables and not create:
         raise StoreError(f"{path} holds no zlstore store (an SQLite database without tables)")
 
@@ -411,8 +434,14 @@ def integrity_problems(conn: sqlite3.Connection, full: bool = False, limit: int 
     try:
         rows = [r[0] for r in conn.execute(f"PRAGMA {pragma}({int(limit)})")]
         problems = [] if rows == ["ok"] else rows
-        problems += [f"foreign key: {r[0]} row {r[1]} names a missing {r[2]} row"
-                     for r in conn.execute("PRAGMA foreign_key_check")] if full else []
+        problems += (
+            [
+                f"foreign key: {r[0]} row {r[1]} names a missing {r[2]} row"
+                for r in conn.execute("PRAGMA foreign_key_check")
+            ]
+            if full
+            else []
+        )
     except sqlite3.DatabaseError as error:  # a page too damaged for the check to go on
         problems = [f"{pragma} stopped: {error}"]
     return problems
@@ -440,9 +469,20 @@ def is_storage_failure(error: BaseException) -> bool:
 
 # SQLite's primary error names that say the file or the machine is at fault
 # (not zlstore's SQL): each is told in one line, with exit status 2.
-ENVIRONMENT_ERRORS = ("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_CORRUPT", "SQLITE_NOTADB",
-                      "SQLITE_FULL", "SQLITE_IOERR", "SQLITE_PERM", "SQLITE_BUSY", "SQLITE_LOCKED",
-                      "SQLITE_AUTH", "SQLITE_NOLFS", "SQLITE_PROTOCOL")
+ENVIRONMENT_ERRORS = (
+    "SQLITE_READONLY",
+    "SQLITE_CANTOPEN",
+    "SQLITE_CORRUPT",
+    "SQLITE_NOTADB",
+    "SQLITE_FULL",
+    "SQLITE_IOERR",
+    "SQLITE_PERM",
+    "SQLITE_BUSY",
+    "SQLITE_LOCKED",
+    "SQLITE_AUTH",
+    "SQLITE_NOLFS",
+    "SQLITE_PROTOCOL",
+)
 
 
 def is_environment_error(error: BaseException) -> bool:
@@ -454,9 +494,20 @@ def is_environment_error(error: BaseException) -> bool:
     if name:
         return any(name == e or name.startswith(e + "_") for e in ENVIRONMENT_ERRORS)
     message = str(error).lower()  # Python before 3.11 names no error code
-    return any(words in message for words in (
-        "readonly", "read-only", "malformed", "not a database", "unable to open", "disk is full",
-        "disk i/o", "locked", "busy"))
+    return any(
+        words in message
+        for words in (
+            "readonly",
+            "read-only",
+            "malformed",
+            "not a database",
+            "unable to open",
+            "disk is full",
+            "disk i/o",
+            "locked",
+            "busy",
+        )
+    )
 
 
 def cannot_write(path, why: str) -> str:
@@ -470,12 +521,19 @@ def fault_message(path, error: BaseException) -> str:
     name = error_name(error)
     if is_readonly_error(error):
         return cannot_write(path, write_refusal(path) or str(error))
-    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "malformed" in str(error) or "not a database" in str(error):
-        return (f"{path} is damaged or not a database (SQLite: {error}); "
-                f"restore it from a copy, or ingest the runs/ tree into a new database")
+    if (
+        name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB"))
+        or "malformed" in str(error)
+        or "not a database" in str(error)
+    ):
+        return (
+            f"{path} is damaged or not a database (SQLite: {error}); "
+            f"restore it from a copy, or ingest the runs/ tree into a new database"
+        )
     if name == "SQLITE_FULL" or "disk is full" in str(error):
         return f"cannot write {path}: the disk is full (SQLite: {error})"
     return f"{path}: {error}" + (f" ({name})" if name else "")
+
 
 def _is_busy(error: sqlite3.OperationalError) -> bool:
     message = str(error).lower()

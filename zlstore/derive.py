@@ -106,8 +106,11 @@ STAGES = (
     ("ranges", "the stale ranges computed again (ranges.STEPS)", ranges.STEPS),
     ("pending", "a batch's pending ranges, final=False only (ranges.PENDING)", ranges.PENDING),
     ("floors", "the stale noise floors, final only (floors.STEPS)", floors.STEPS),
-    ("judging", "q-values and judgements, final only (ranges.FAMILIES, ranges.JUDGING)",
-     ranges.FAMILIES + ranges.JUDGING),
+    (
+        "judging",
+        "q-values and judgements, final only (ranges.FAMILIES, ranges.JUDGING)",
+        ranges.FAMILIES + ranges.JUDGING,
+    ),
 )
 
 
@@ -176,8 +179,9 @@ def unjudged(conn: sqlite3.Connection) -> bool:
     settings, this release, the current rule's noise floors)."""
     if _unjudged_rows(conn):
         return True
-    return not conn.execute("SELECT current OR NOT EXISTS (SELECT 1 FROM ab_range_rows) "
-                            "FROM judging_basis").fetchone()[0]
+    return not conn.execute("SELECT current OR NOT EXISTS (SELECT 1 FROM ab_range_rows) FROM judging_basis").fetchone()[
+        0
+    ]
 
 
 def stale(conn: sqlite3.Connection) -> bool:

@@ -32,11 +32,11 @@ class CardState:
     finished: Optional[float] = None
     interrupted: bool = False
     remaining: List[Op] = field(default_factory=list)
-    state: str = ""                       # pending, running, done, failed, cancelled, timeout, ...
-    job: str = ""                         # the Slurm task (<array job>_<task>) or the local pid
+    state: str = ""  # pending, running, done, failed, cancelled, timeout, ...
+    job: str = ""  # the Slurm task (<array job>_<task>) or the local pid
     node: str = ""
-    timeout_s: Optional[float] = None     # when the current op is killed (card.op_timeout_s)
-    stopped_during: Optional[Op] = None   # the op it was running when it was stopped
+    timeout_s: Optional[float] = None  # when the current op is killed (card.op_timeout_s)
+    stopped_during: Optional[Op] = None  # the op it was running when it was stopped
 
     def overdue(self, now: float) -> bool:
         """The current op has run past its weight: its end is not known."""
@@ -93,17 +93,32 @@ class Display:
         estimates = [c.estimate_s(now) for c in self.cards]
         known = [e for e in estimates if e is not None]
         eta = max(known, default=0.0) if len(known) == len(estimates) else None
-        lines = [f"{self.title}: {len(self.cards)} cards, elapsed {_clock(now - self.start)}, "
-                 f"est. {_clock(eta)} left"]
+        lines = [f"{self.title}: {len(self.cards)} cards, elapsed {_clock(now - self.start)}, est. {_clock(eta)} left"]
         rows = []
         for c, estimate in zip(self.cards, estimates):
             left = len(c.remaining) + (1 if c.current is not None else 0)
             end = c.finished if c.finished is not None else now
             elapsed = (end - c.started) if c.started is not None else 0.0
             job = f"{c.job} on {c.node}" if c.job and c.node else c.job
-            rows.append(dict(zip(COLUMNS, (c.card, c.state or "-", job or "-", c.current_text(now),
-                                           c.done + c.skipped, left, len(c.failed), c.cells, _clock(elapsed),
-                                           _clock(estimate)))))
+            rows.append(
+                dict(
+                    zip(
+                        COLUMNS,
+                        (
+                            c.card,
+                            c.state or "-",
+                            job or "-",
+                            c.current_text(now),
+                            c.done + c.skipped,
+                            left,
+                            len(c.failed),
+                            c.cells,
+                            _clock(elapsed),
+                            _clock(estimate),
+                        ),
+                    )
+                )
+            )
         lines.extend(output.table(rows, COLUMNS, align=ALIGN).split("\n"))
         for c in self.cards:
             for failure in c.failed:
@@ -137,7 +152,7 @@ class Display:
             width = os.get_terminal_size(self.stream.fileno()).columns
         except (AttributeError, OSError, ValueError):
             return lines
-        return [line if len(line) < width else line[:max(width - 4, 1)] + "..." for line in lines]
+        return [line if len(line) < width else line[: max(width - 4, 1)] + "..." for line in lines]
 
     def final(self) -> List[str]:
         lines = self.screen()

@@ -31,18 +31,18 @@ class Table:
 @dataclass
 class Section:
     title: str
-    lines: List[str] = field(default_factory=list)   # paragraphs, one a line
+    lines: List[str] = field(default_factory=list)  # paragraphs, one a line
     table: Optional[Table] = None
-    picture: bool = False                            # the document's picture goes here
-    empty: str = ""                                  # what it says when it has nothing
-    notes: List[str] = field(default_factory=list)   # a list under the table: what a row's cells cannot hold
+    picture: bool = False  # the document's picture goes here
+    empty: str = ""  # what it says when it has nothing
+    notes: List[str] = field(default_factory=list)  # a list under the table: what a row's cells cannot hold
 
 
 @dataclass
 class Document:
     title: str
     sections: List[Section]
-    picture_svg: Optional[str] = None                # the forest plot, where there is one
+    picture_svg: Optional[str] = None  # the forest plot, where there is one
 
 
 # -- provenance ----------------------------------------------------------------
@@ -53,9 +53,13 @@ class Document:
 
 def provenance_rows(store, found: Mapping) -> List[dict]:
     """Facts about where a root's numbers came from, as its roots row records them."""
-    facts = (("root directory", found.get("path")), ("host", found.get("host")),
-             ("started at", found.get("started_at")), ("env file", found.get("env_file")),
-             ("ingested at", found.get("ingested_at")))
+    facts = (
+        ("root directory", found.get("path")),
+        ("host", found.get("host")),
+        ("started at", found.get("started_at")),
+        ("env file", found.get("env_file")),
+        ("ingested at", found.get("ingested_at")),
+    )
     return [{"what": what, "value": value} for what, value in facts if value]
 
 
@@ -73,12 +77,17 @@ def _settings_lines(store, found: Mapping) -> List[str]:
     calibers = judge.root_calibers(store, found)
     lines = [f"switch: {found.get('switch') or '(unnamed)'}"]
     if found["kind"] != "screen":
-        lines.append(f"rounds: {found.get('rounds') or '?'}, cards: {found.get('cards') or '?'}, "
-                     f"screening root: {found.get('screen_root') or '(none)'}")
-    lines.append("caliber: " + (" | ".join(report.caliber_text(c | {"caliber_id": c["id"]}) for c in calibers)
-                                or "unknown"))
-    lines.append(f"fingerprint rule: {settings['current_rule']} (strictest: {settings['strictest_rule']}); "
-                 + report.thresholds_text(settings))
+        lines.append(
+            f"rounds: {found.get('rounds') or '?'}, cards: {found.get('cards') or '?'}, "
+            f"screening root: {found.get('screen_root') or '(none)'}"
+        )
+    lines.append(
+        "caliber: " + (" | ".join(report.caliber_text(c | {"caliber_id": c["id"]}) for c in calibers) or "unknown")
+    )
+    lines.append(
+        f"fingerprint rule: {settings['current_rule']} (strictest: {settings['strictest_rule']}); "
+        + report.thresholds_text(settings)
+    )
     if settings.get("settings_note"):
         lines.append(f"note: {settings['settings_note']}")
     return lines
@@ -86,8 +95,11 @@ def _settings_lines(store, found: Mapping) -> List[str]:
 
 def _problem_section(store, found: Mapping) -> Section:
     problems = store.problems(found["name"])
-    return Section("Problems", table=Table(problems, ["file", "line", "message"]) if problems else None,
-                   empty="No open problems: every file of this root was read.")
+    return Section(
+        "Problems",
+        table=Table(problems, ["file", "line", "message"]) if problems else None,
+        empty="No open problems: every file of this root was read.",
+    )
 
 
 def campaign_document(store, found: Mapping) -> Document:
@@ -97,23 +109,47 @@ def campaign_document(store, found: Mapping) -> Document:
     rows = judge.ab_ranges(store, found)
     summary = judge.ab_summary(store, found)
     shown = report.ab_shown(rows).rows
-    short = [{**row, "floor": "+-" + output.cell_text(row["noise_floor"]) if row["noise_floor"] is not None
-              else "none"} for row in shown]
-    notes = [f"{row['op']} {row['dtype'] or '(default dtype)'} {row['shape']}: "
-             + "; ".join(filter(None, (row["note"], f"noise floor: {row['floor_note']}"
-                                       if row["noise_floor"] is None and row["floor_note"] else None)))
-             for row in shown if row["note"] or (row["noise_floor"] is None and row["floor_note"])]
+    short = [
+        {**row, "floor": "+-" + output.cell_text(row["noise_floor"]) if row["noise_floor"] is not None else "none"}
+        for row in shown
+    ]
+    notes = [
+        f"{row['op']} {row['dtype'] or '(default dtype)'} {row['shape']}: "
+        + "; ".join(
+            filter(
+                None,
+                (
+                    row["note"],
+                    f"noise floor: {row['floor_note']}" if row["noise_floor"] is None and row["floor_note"] else None,
+                ),
+            )
+        )
+        for row in shown
+        if row["note"] or (row["noise_floor"] is None and row["floor_note"])
+    ]
     plotted = forest.forest_rows(store, found["name"])
     sections = [
         Section("Summary", lines=report.ab_summary_lines(summary)),
-        Section("Findings", lines=["effect: geometric mean of before / after over the rounds (above 1: faster "
-                                   "with the switch); q: t-test on the rounds' log ratios, Benjamini-Hochberg "
-                                   "over the root's tested ranges."],
-                table=Table(short, report.AB_COLUMNS[:-1], report.AB_HEADERS[:-1]) if rows else None,
-                empty="No A/B ranges: nothing paired yet.", notes=notes),
-        Section("Each shape's effect", lines=["The effect with its 95% interval, coloured by finding; grey band: "
-                                              "no change (within min_effect); dashed: 1."],
-                picture=bool(plotted), empty="Nothing to plot: no range has a paired round."),
+        Section(
+            "Findings",
+            lines=[
+                "effect: geometric mean of before / after over the rounds (above 1: faster "
+                "with the switch); q: t-test on the rounds' log ratios, Benjamini-Hochberg "
+                "over the root's tested ranges."
+            ],
+            table=Table(short, report.AB_COLUMNS[:-1], report.AB_HEADERS[:-1]) if rows else None,
+            empty="No A/B ranges: nothing paired yet.",
+            notes=notes,
+        ),
+        Section(
+            "Each shape's effect",
+            lines=[
+                "The effect with its 95% interval, coloured by finding; grey band: "
+                "no change (within min_effect); dashed: 1."
+            ],
+            picture=bool(plotted),
+            empty="Nothing to plot: no range has a paired round.",
+        ),
         Section("Settings", lines=_settings_lines(store, found)),
         Section("Provenance", lines=[_ran_on(store, found)], table=Table(*_provenance_table(store, found))),
         _problem_section(store, found),
@@ -138,23 +174,47 @@ def screen_document(store, found: Mapping) -> Document:
     rule = judge.resolve_rule(store)
     pairs = judge.verdicts(store, found)
     summary = judge.screen_summary(pairs, rule)
-    counts = [{"verdict": name, "pairs": n, "licenses": judge.BY_NAME[name].licenses}
-              for name, n in summary["verdicts"].items() if name in judge.BY_NAME]
-    changed = [{**pair, "range": report.range_text(pair) if pair["range_label"] else "",
-                "hint": pair.get("hint") or ""} for pair in pairs if pair["verdict"] == "IR_CHANGED"]
+    counts = [
+        {"verdict": name, "pairs": n, "licenses": judge.BY_NAME[name].licenses}
+        for name, n in summary["verdicts"].items()
+        if name in judge.BY_NAME
+    ]
+    changed = [
+        {**pair, "range": report.range_text(pair) if pair["range_label"] else "", "hint": pair.get("hint") or ""}
+        for pair in pairs
+        if pair["verdict"] == "IR_CHANGED"
+    ]
     ranged = [{**pair, "range": report.range_text(pair)} for pair in pairs if pair["range_label"]]
     sections = [
-        Section("Verdicts", lines=report.screen_summary_lines(summary),
-                table=Table(counts, ["verdict", "pairs", "licenses"])),
-        Section("IR_CHANGED pairs", lines=["Candidates for a campaign; a hint says the strictest rule sees no "
-                                           "change (a campaign would measure nothing the switch changed)."],
-                table=Table(changed, ["op", "dtype", "range", "hint"]) if changed else None,
-                empty="No pair's IR changed."),
-        Section("Speedup ranges, labelled", lines=["One round per shape: never a result. IR_CHANGED: indicative; "
-                                                   "NO_IR_DIFF: the machine's noise floor for that op."],
-                table=Table(ranged, ["op", "dtype", "verdict", "range_label", "range"],
-                            ["op", "dtype", "verdict", "what it is", "min .. median .. max"]) if ranged else None,
-                empty="No pair has a speedup range."),
+        Section(
+            "Verdicts",
+            lines=report.screen_summary_lines(summary),
+            table=Table(counts, ["verdict", "pairs", "licenses"]),
+        ),
+        Section(
+            "IR_CHANGED pairs",
+            lines=[
+                "Candidates for a campaign; a hint says the strictest rule sees no "
+                "change (a campaign would measure nothing the switch changed)."
+            ],
+            table=Table(changed, ["op", "dtype", "range", "hint"]) if changed else None,
+            empty="No pair's IR changed.",
+        ),
+        Section(
+            "Speedup ranges, labelled",
+            lines=[
+                "One round per shape: never a result. IR_CHANGED: indicative; "
+                "NO_IR_DIFF: the machine's noise floor for that op."
+            ],
+            table=Table(
+                ranged,
+                ["op", "dtype", "verdict", "range_label", "range"],
+                ["op", "dtype", "verdict", "what it is", "min .. median .. max"],
+            )
+            if ranged
+            else None,
+            empty="No pair has a speedup range.",
+        ),
         Section("Settings", lines=_settings_lines(store, found)),
         Section("Provenance", lines=[_ran_on(store, found)], table=Table(*_provenance_table(store, found))),
         _problem_section(store, found),
@@ -203,16 +263,19 @@ def html_document(document: Document) -> str:
         if section.table is not None:
             body.append(_table(section.table, "html"))
         if section.notes:
-            body.append("<ul class=\"notes\">" + "".join(f"<li>{html.escape(n)}</li>" for n in section.notes) + "</ul>")
+            body.append('<ul class="notes">' + "".join(f"<li>{html.escape(n)}</li>" for n in section.notes) + "</ul>")
         if section.picture and document.picture_svg:
-            svg = document.picture_svg[document.picture_svg.index("<svg"):]  # no XML prolog inside HTML
+            svg = document.picture_svg[document.picture_svg.index("<svg") :]  # no XML prolog inside HTML
             body.append(f'<figure id="forest">{svg}</figure>')
         if section.table is None and not (section.picture and document.picture_svg) and section.empty:
             body.append(f"<p>{html.escape(section.empty)}</p>")
         body.append("</section>")
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{html.escape(document.title)}</title><style>{STYLE}</style></head>\n<body>\n"
-            + "\n".join(body) + "\n</body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{html.escape(document.title)}</title><style>{STYLE}</style></head>\n<body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )
 
 
 def _table(table: Table, tablefmt: str) -> str:
@@ -237,8 +300,11 @@ def write(store, root, fmt: str = "md", path=None, picture_dir=None) -> dict:
     else:
         picture = None
         if document.picture_svg:
-            picture = (Path(path).with_suffix(".svg") if path is not None
-                       else Path(picture_dir or ".") / f"{judge._root(store, root)['name']}.svg")
+            picture = (
+                Path(path).with_suffix(".svg")
+                if path is not None
+                else Path(picture_dir or ".") / f"{judge._root(store, root)['name']}.svg"
+            )
             written.append(files.replace_atomic(picture, document.picture_svg.encode("utf-8")))
         text = markdown(document, picture.name if picture is not None else None)
     if path is None:

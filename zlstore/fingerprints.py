@@ -40,8 +40,9 @@ def cell_rules(conn: sqlite3.Connection, root_kind: str) -> tuple:
     return parse.SCREENING_RULES if root_kind == "screen" else ingest_rules(conn)
 
 
-def lacking(conn: sqlite3.Connection, path: str, rule: ttgir.Rule, batch: int,
-            root_kind: Optional[str] = None) -> Tuple[dict, list]:
+def lacking(
+    conn: sqlite3.Connection, path: str, rule: ttgir.Rule, batch: int, root_kind: Optional[str] = None
+) -> Tuple[dict, list]:
     """What the store at path (open on conn) lacks under rule, computed:
     the digests of its texts not yet stored ({hash: digest}) and the
     (cell id, rule, fingerprint) of every cell (of roots of root_kind only,
@@ -49,9 +50,14 @@ def lacking(conn: sqlite3.Connection, path: str, rule: ttgir.Rule, batch: int,
     its stored bytes (ttgir.raw_digest), or not read at all where its stored
     markers say the rule leaves it as it is; cells with the same kernels
     share one combine. Writes nothing."""
-    kernels = "kernels" if root_kind is None else (
-        "kernels WHERE cell_id IN (SELECT cells.id FROM cells JOIN roots ON roots.id = cells.root_id"
-        " WHERE roots.kind = :kind)")
+    kernels = (
+        "kernels"
+        if root_kind is None
+        else (
+            "kernels WHERE cell_id IN (SELECT cells.id FROM cells JOIN roots ON roots.id = cells.root_id"
+            " WHERE roots.kind = :kind)"
+        )
+    )
     # Each distinct text looked up once, not once per kernel; a text the
     # rule leaves as it is (its stored markers say it holds none of the
     # rule's triggers) is its own digest, told without reading it.
@@ -79,19 +85,18 @@ def lacking(conn: sqlite3.Connection, path: str, rule: ttgir.Rule, batch: int,
 
 
 @contextlib.contextmanager
-def digesting(conn: sqlite3.Connection, path: str, rule: ttgir.Rule, hashes: list,
-              batch: int) -> Iterator[Iterator[List[Tuple[str, str]]]]:
+def digesting(
+    conn: sqlite3.Connection, path: str, rule: ttgir.Rule, hashes: list, batch: int
+) -> Iterator[Iterator[List[Tuple[str, str]]]]:
     """Yields an iterator of [(hash, digest)] lists for the stored texts
     hashes. Digesting is the work: with many texts, worker processes read
     and digest them (each opening the store at path itself), started before
     this yields so that this process can do its own part meanwhile."""
     workers = worker_count(len(hashes) // 8)
     if not workers:
-        yield (_digest_rows(rule.name, _read_blobs(conn, hashes[i:i + batch]))
-               for i in range(0, len(hashes), batch))
+        yield (_digest_rows(rule.name, _read_blobs(conn, hashes[i : i + batch])) for i in range(0, len(hashes), batch))
         return
-    jobs = [(path, rule.name, hashes[i:i + RESCORE_JOB_TEXTS])
-            for i in range(0, len(hashes), RESCORE_JOB_TEXTS)]
+    jobs = [(path, rule.name, hashes[i : i + RESCORE_JOB_TEXTS]) for i in range(0, len(hashes), RESCORE_JOB_TEXTS)]
     with forked.Workers(workers, lambda me: map(_text_digests, jobs[me::workers])) as digests:
         yield digests.as_ready()
 
@@ -102,10 +107,9 @@ def cells_lacking(conn: sqlite3.Connection, rule: ttgir.Rule, root_kind: Optiona
     query, one string per cell spelling its (kernel name, IR hash) pairs
     (_kernels reads it back), so that this process reads only the
     distinct ones into objects."""
-    of_kind = "" if root_kind is None else \
-        " AND cells.root_id IN (SELECT id FROM roots WHERE kind = :kind)"
+    of_kind = "" if root_kind is None else " AND cells.root_id IN (SELECT id FROM roots WHERE kind = :kind)"
     cells = conn.execute(
-        f"""SELECT id, {'index_hash' if rule.hashes_index else 'NULL'},
+        f"""SELECT id, {"index_hash" if rule.hashes_index else "NULL"},
                    (SELECT group_concat({_KERNEL_KEY}, ',') FROM kernels k WHERE k.cell_id = cells.id)
             FROM cells
             WHERE NOT EXISTS (SELECT 1 FROM fingerprints f WHERE f.cell_id = cells.id AND f.rule = :rule)
@@ -121,10 +125,13 @@ def stored_digests(conn: sqlite3.Connection, rule: ttgir.Rule, hashes, batch: in
     hashes = list(hashes)
     found: List[Tuple[str, str]] = []
     for i in range(0, len(hashes), batch):
-        chunk = hashes[i:i + batch]
-        found.extend(conn.execute(
-            f"SELECT ir_hash, digest FROM ir_digests WHERE rule = ? AND ir_hash IN ({', '.join('?' * len(chunk))})",
-            (rule.name, *chunk)))
+        chunk = hashes[i : i + batch]
+        found.extend(
+            conn.execute(
+                f"SELECT ir_hash, digest FROM ir_digests WHERE rule = ? AND ir_hash IN ({', '.join('?' * len(chunk))})",
+                (rule.name, *chunk),
+            )
+        )
     return found
 
 
@@ -134,8 +141,11 @@ def late_digests(conn: sqlite3.Connection, rule: ttgir.Rule, hashes: set, batch:
     deleted meanwhile): digested here. Raises LookupError for a text the
     store does not hold: a fingerprint without it would be wrong."""
     ordered = sorted(hashes)
-    found = [pair for i in range(0, len(ordered), batch)
-             for pair in _digest_rows(rule.name, _read_blobs(conn, ordered[i:i + batch]))]
+    found = [
+        pair
+        for i in range(0, len(ordered), batch)
+        for pair in _digest_rows(rule.name, _read_blobs(conn, ordered[i : i + batch]))
+    ]
     if len(found) < len(ordered):
         absent = sorted(set(hashes).difference(h for h, _ in found))
         raise LookupError(f"{len(absent)} IR texts that kernels name are not stored, e.g. {absent[0]}")
@@ -195,11 +205,12 @@ class Combiner:
         self.rule = rule
         # (cell id, key): a key is the index.tsv hash where the rule hashes
         # it, and the cell's kernels key
-        self.keys = [(cell_id, (index_hash if rule.hashes_index else None, kernels))
-                     for cell_id, index_hash, kernels in cells]
+        self.keys = [
+            (cell_id, (index_hash if rule.hashes_index else None, kernels)) for cell_id, index_hash, kernels in cells
+        ]
         self.kernels: dict = {}  # key -> (kernel name, IR hash) pairs
         self.digests: dict = {}
-        self.done: dict = {}     # key -> fingerprint
+        self.done: dict = {}  # key -> fingerprint
         self.unknown: dict = {}  # key -> how many of its texts lack a digest
         self.waiting: dict = {}  # text -> the keys that lack its digest
         for key in {key for _, key in self.keys}:

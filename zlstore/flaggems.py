@@ -31,7 +31,13 @@ from .pytest_plugins.zlstore_outcomes import OUTCOMES_VAR
 from .names import TIMEOUT_RC
 from .procs import KILL_GRACE_S, group_alive, interrupts, kill_group, shell_rc, start_group
 from .harness import (
-    DEFAULT_CELL_TIMEOUT, DEFAULT_SWITCH_VALUES, env_text, local_now, switch_values, timestamp, write_atomic,
+    DEFAULT_CELL_TIMEOUT,
+    DEFAULT_SWITCH_VALUES,
+    env_text,
+    local_now,
+    switch_values,
+    timestamp,
+    write_atomic,
     write_cell_env,
 )
 
@@ -45,8 +51,12 @@ RECORD_FILES = "result*.log"
 MAX_NAME_BYTES = 255
 # What this command sets itself; passed through, they would contradict what
 # the cell records (its op, its dtype, the caliber's bench_level).
-OWN_OPTIONS = {"-m": "the cell's op", "--level": "BENCH_LEVEL", "--record": "always log",
-               "--dtypes": "the cell's dtype"}
+OWN_OPTIONS = {
+    "-m": "the cell's op",
+    "--level": "BENCH_LEVEL",
+    "--record": "always log",
+    "--dtypes": "the cell's dtype",
+}
 # When told to stop, the benchmark gets this long before SIGKILL: the runner
 # itself waits KILL_GRACE_S before it kills this command.
 STOP_GRACE_S = 1.0
@@ -96,8 +106,7 @@ class Benchmark:
         for arg in self.pytest_args:
             name = arg.split("=", 1)[0]
             if name in OWN_OPTIONS:
-                raise FlagGemsError(f"{name} is set by zlstore flaggems ({OWN_OPTIONS[name]}); "
-                                    "do not pass it through")
+                raise FlagGemsError(f"{name} is set by zlstore flaggems ({OWN_OPTIONS[name]}); do not pass it through")
         object.__setattr__(self, "pytest_args", tuple(self.pytest_args))
 
     def test_path(self, op: str) -> str:
@@ -108,8 +117,11 @@ class Benchmark:
 
     def pytest_argv(self, op: str, dtype: str, level: str) -> List[str]:
         """pytest's arguments: what FlagGems names its record file after."""
-        return ([str(self.checkout / self.test_path(op)), "-m", op, "--level", level, "--record", "log"]
-                + (["--dtypes", dtype] if dtype else []) + list(self.pytest_args))
+        return (
+            [str(self.checkout / self.test_path(op)), "-m", op, "--level", level, "--record", "log"]
+            + (["--dtypes", dtype] if dtype else [])
+            + list(self.pytest_args)
+        )
 
     def argv(self, op: str, dtype: str, level: str) -> List[str]:
         return [self.python, "-m", "pytest"] + self.pytest_argv(op, dtype, level)
@@ -124,16 +136,28 @@ class Benchmark:
         args = [a.replace(".py", "").replace("=", "_").replace("/", "_") for a in self.pytest_argv(op, dtype, level)]
         name = "result_{}.log".format("_".join(args)).replace("_-", "-")
         if len(name.encode()) > MAX_NAME_BYTES:
-            raise FlagGemsError(f"FlagGems would name its record file {name[:60]}... ({len(name.encode())} bytes, "
-                                f"over the {MAX_NAME_BYTES} a file name may have): use a checkout with a shorter path")
+            raise FlagGemsError(
+                f"FlagGems would name its record file {name[:60]}... ({len(name.encode())} bytes, "
+                f"over the {MAX_NAME_BYTES} a file name may have): use a checkout with a shorter path"
+            )
 
 
 # == can the benchmark start? one probe before the first cell =================
 
 # What the probe reports of the Python and machine the benchmark runs on:
 # strings, None where unknown.
-PROBE_KEYS = ("gpu", "gpu_count", "runtime", "torch", "triton", "flag_gems", "flaggems_commit", "triton_commit",
-              "python", "driver")
+PROBE_KEYS = (
+    "gpu",
+    "gpu_count",
+    "runtime",
+    "torch",
+    "triton",
+    "flag_gems",
+    "flaggems_commit",
+    "triton_commit",
+    "python",
+    "driver",
+)
 # Set by run screen / run campaign for their one probe of the command: the
 # cell command then probes, prints the result and runs nothing.
 PROBE_ONLY_VAR = "ZLSTORE_FLAGGEMS_PROBE_ONLY"
@@ -241,29 +265,47 @@ def probe(bench: "Benchmark", env: Optional[Mapping[str, str]] = None) -> Dict[s
     with tempfile.TemporaryDirectory(prefix="zlstore-probe-") as scratch:
         result = Path(scratch) / "probe.json"
         # Its caches in scratch: importing flag_gems writes nothing of the user's.
-        env.update({TRITON_CACHE_VAR: str(Path(scratch) / layout.TRITON_CACHE),
-                    FLAGGEMS_CACHE_VAR: str(Path(scratch) / FLAGGEMS_CACHE), "PYTHONDONTWRITEBYTECODE": "1"})
+        env.update(
+            {
+                TRITON_CACHE_VAR: str(Path(scratch) / layout.TRITON_CACHE),
+                FLAGGEMS_CACHE_VAR: str(Path(scratch) / FLAGGEMS_CACHE),
+                "PYTHONDONTWRITEBYTECODE": "1",
+            }
+        )
         try:
-            done = subprocess.run([bench.python, "-c", PROBE_SCRIPT, str(bench.checkout), str(result)],
-                                  cwd=scratch, env=env, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+            done = subprocess.run(
+                [bench.python, "-c", PROBE_SCRIPT, str(bench.checkout), str(result)],
+                cwd=scratch,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=PROBE_TIMEOUT_S,
+            )
         except FileNotFoundError:
-            raise CannotStart(f"FlagGems cannot start: there is no {bench.python} (--python, FLAGGEMS_PYTHON)") from None
+            raise CannotStart(
+                f"FlagGems cannot start: there is no {bench.python} (--python, FLAGGEMS_PYTHON)"
+            ) from None
         except subprocess.TimeoutExpired:
-            raise CannotStart(f"FlagGems cannot start: importing flag_gems with {bench.python} took over "
-                              f"{PROBE_TIMEOUT_S:g} s") from None
+            raise CannotStart(
+                f"FlagGems cannot start: importing flag_gems with {bench.python} took over {PROBE_TIMEOUT_S:g} s"
+            ) from None
         try:
             seen = json.loads(result.read_text())
         except (OSError, ValueError):
             tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-            raise CannotStart(f"FlagGems cannot start: {bench.python} could not run the probe "
-                              f"(exit status {done.returncode}): {' / '.join(tail) or 'no output'}") from None
+            raise CannotStart(
+                f"FlagGems cannot start: {bench.python} could not run the probe "
+                f"(exit status {done.returncode}): {' / '.join(tail) or 'no output'}"
+            ) from None
     if "env" not in seen:
         raise _cannot_start(bench, seen)
     found = {name: seen["env"].get(name) for name in PROBE_KEYS}
     if found["triton_commit"]:
-        found["triton_commit"] = found["triton_commit"][:provenance.COMMIT_CHARS]
-    found.update(flaggems_commit=provenance.git_commit(bench.checkout),
-                 driver=provenance.host(env.get("CUDA_VISIBLE_DEVICES")).get("driver"))
+        found["triton_commit"] = found["triton_commit"][: provenance.COMMIT_CHARS]
+    found.update(
+        flaggems_commit=provenance.git_commit(bench.checkout),
+        driver=provenance.host(env.get("CUDA_VISIBLE_DEVICES")).get("driver"),
+    )
     _probed[key] = found
     return dict(found)
 
@@ -272,11 +314,15 @@ def _cannot_start(bench: "Benchmark", seen: dict) -> CannotStart:
     where = f" (imported by {seen['where']})" if seen.get("where") else ""
     if seen.get("missing"):
         module = seen["missing"]
-        return CannotStart(f"FlagGems cannot start: {bench.python} has no module {module!r}{where}; install it "
-                           f"for that Python (pip install {module.split('.')[0]}) or name another --python",
-                           missing=module)
-    return CannotStart(f"FlagGems cannot start: importing the benchmark's conftest with {bench.python} "
-                       f"failed{where}: {seen.get('error')}")
+        return CannotStart(
+            f"FlagGems cannot start: {bench.python} has no module {module!r}{where}; install it "
+            f"for that Python (pip install {module.split('.')[0]}) or name another --python",
+            missing=module,
+        )
+    return CannotStart(
+        f"FlagGems cannot start: importing the benchmark's conftest with {bench.python} "
+        f"failed{where}: {seen.get('error')}"
+    )
 
 
 def _given_probe(env: Mapping[str, str], key: Tuple[str, str]) -> Optional[Dict[str, Optional[str]]]:
@@ -300,9 +346,13 @@ def runs_flaggems(command: str) -> bool:
         words = shlex.split(command)
     except ValueError:
         return False
-    return any(word == "flaggems" and following in ("cell", "repeat") and index
-               and (words[index - 1] == "zlstore" or words[index - 1].endswith("/zlstore"))
-               for index, (word, following) in enumerate(zip(words, words[1:])))
+    return any(
+        word == "flaggems"
+        and following in ("cell", "repeat")
+        and index
+        and (words[index - 1] == "zlstore" or words[index - 1].endswith("/zlstore"))
+        for index, (word, following) in enumerate(zip(words, words[1:]))
+    )
 
 
 def preflight(command: str, env: Mapping[str, str], timeout: float = PROBE_TIMEOUT_S) -> Optional[str]:
@@ -333,8 +383,10 @@ def preflight(command: str, env: Mapping[str, str], timeout: float = PROBE_TIMEO
         except (ValueError, KeyError, TypeError):
             pass
     said = " / ".join(line.removeprefix("Error: ").strip() for line in lines[-3:]) or "no output"
-    raise CannotStart(f"the cell command cannot start FlagGems (exit status {shell_rc(proc.returncode)}): {said}; "
-                      f"nothing was run. The command: {command}")
+    raise CannotStart(
+        f"the cell command cannot start FlagGems (exit status {shell_rc(proc.returncode)}): {said}; "
+        f"nothing was run. The command: {command}"
+    )
 
 
 def bench_level(env: Mapping[str, str]) -> str:
@@ -342,8 +394,9 @@ def bench_level(env: Mapping[str, str]) -> str:
     and nowhere else, so the cell records the level it ran at."""
     level = (env.get("BENCH_LEVEL") or "").strip()
     if not level:
-        raise FlagGemsError("BENCH_LEVEL is not set: it is FlagGems' --level (core or comprehensive) "
-                            "and a caliber field; export it")
+        raise FlagGemsError(
+            "BENCH_LEVEL is not set: it is FlagGems' --level (core or comprehensive) and a caliber field; export it"
+        )
     return level
 
 
@@ -353,8 +406,10 @@ def caliber_notes(env: Mapping[str, str]) -> List[str]:
     cell has its own FlagGems cache, tuned configs included."""
     isolate = dict(zip(caliber.NAMES, caliber.ENV_VARS))["isolate_tuner_cache"]
     if (env.get(isolate) or "").strip() not in ("", "1"):
-        raise FlagGemsError(f"{isolate}={env[isolate]} in the environment, but zlstore flaggems gives every cell "
-                            f"its own FlagGems cache (tuned configs included): set {isolate}=1")
+        raise FlagGemsError(
+            f"{isolate}={env[isolate]} in the environment, but zlstore flaggems gives every cell "
+            f"its own FlagGems cache (tuned configs included): set {isolate}=1"
+        )
     missing = [f.env for f in caliber.CALIBER_FIELDS if not (env.get(f.env) or "").strip()]
     if not missing:
         return []
@@ -366,19 +421,28 @@ def benchmark_env(env: Mapping[str, str], out: Path, switch: str, value: str, le
     value, the level, unbuffered output (a killed process loses none), and
     no pytest cache in the checkout that every cell shares."""
     result = dict(env)
-    result.update({
-        TRITON_CACHE_VAR: str(out / layout.TRITON_CACHE), FLAGGEMS_CACHE_VAR: str(out / FLAGGEMS_CACHE),
-        "SWITCH": switch, "SWITCH_VALUE": value, switch: value, "BENCH_LEVEL": level,
-        "PYTHONUNBUFFERED": "1",
-        # Not arguments: FlagGems names its record file after the arguments.
-        "PYTEST_ADDOPTS": (result.get("PYTEST_ADDOPTS", "") + " -p no:cacheprovider"
-                           + "".join(f" -p {plugin}" for plugin in PLUGINS)).strip(),
-        # zlstore's plugins are single files that import nothing of zlstore
-        # (the benchmark's Python need not have it): their directory goes first
-        "PYTHONPATH": os.pathsep.join(filter(None, (str(PLUGIN_DIR), result.get("PYTHONPATH")))),
-        # what pytest did with each test goes into run.log (zlstore_outcomes)
-        OUTCOMES_VAR: str(out / layout.RUN_LOG),
-    })
+    result.update(
+        {
+            TRITON_CACHE_VAR: str(out / layout.TRITON_CACHE),
+            FLAGGEMS_CACHE_VAR: str(out / FLAGGEMS_CACHE),
+            "SWITCH": switch,
+            "SWITCH_VALUE": value,
+            switch: value,
+            "BENCH_LEVEL": level,
+            "PYTHONUNBUFFERED": "1",
+            # Not arguments: FlagGems names its record file after the arguments.
+            "PYTEST_ADDOPTS": (
+                result.get("PYTEST_ADDOPTS", "")
+                + " -p no:cacheprovider"
+                + "".join(f" -p {plugin}" for plugin in PLUGINS)
+            ).strip(),
+            # zlstore's plugins are single files that import nothing of zlstore
+            # (the benchmark's Python need not have it): their directory goes first
+            "PYTHONPATH": os.pathsep.join(filter(None, (str(PLUGIN_DIR), result.get("PYTHONPATH")))),
+            # what pytest did with each test goes into run.log (zlstore_outcomes)
+            OUTCOMES_VAR: str(out / layout.RUN_LOG),
+        }
+    )
     return result
 
 
@@ -406,13 +470,33 @@ class CellRun:
     round: int = 0
 
     def as_dict(self) -> dict:
-        return {"path": str(self.out), "op": self.op, "dtype": self.dtype, "round": self.round, "side": self.side,
-                "switch_value": self.switch_value, "rc": self.rc, "elapsed_s": round(self.elapsed_s, 3),
-                "timed_out": self.timed_out, "records": self.records, "kernels": self.kernels}
+        return {
+            "path": str(self.out),
+            "op": self.op,
+            "dtype": self.dtype,
+            "round": self.round,
+            "side": self.side,
+            "switch_value": self.switch_value,
+            "rc": self.rc,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "timed_out": self.timed_out,
+            "records": self.records,
+            "kernels": self.kernels,
+        }
 
 
-def run_cell(bench: Benchmark, out, op: str, dtype: str, switch: str, value: str, level: str, limit: float,
-             env: Optional[Mapping[str, str]] = None, grace: float = KILL_GRACE_S) -> CellRun:
+def run_cell(
+    bench: Benchmark,
+    out,
+    op: str,
+    dtype: str,
+    switch: str,
+    value: str,
+    level: str,
+    limit: float,
+    env: Optional[Mapping[str, str]] = None,
+    grace: float = KILL_GRACE_S,
+) -> CellRun:
     """One benchmark process in the cell directory out, killed with its whole
     process group at limit seconds (RC 124). Its output goes to out/run.log,
     then the records of the result*.log it wrote there, and its .ttgir files
@@ -427,8 +511,11 @@ def run_cell(bench: Benchmark, out, op: str, dtype: str, switch: str, value: str
     started_at, t0 = local_now(), time.monotonic()
     timed_out = False
     with open(out / layout.RUN_LOG, "a+b") as log:  # read too: _note looks at its last byte
-        _note(log, f"cd {shlex.quote(str(out))} && {switch}={shlex.quote(value)} "
-                   f"{TRITON_CACHE_VAR}={layout.TRITON_CACHE} {FLAGGEMS_CACHE_VAR}={FLAGGEMS_CACHE} {shlex.join(argv)}")
+        _note(
+            log,
+            f"cd {shlex.quote(str(out))} && {switch}={shlex.quote(value)} "
+            f"{TRITON_CACHE_VAR}={layout.TRITON_CACHE} {FLAGGEMS_CACHE_VAR}={FLAGGEMS_CACHE} {shlex.join(argv)}",
+        )
         try:
             with interrupts():
                 proc = start_group(shlex.join(argv), run_env, log, cwd=out)
@@ -455,8 +542,19 @@ def run_cell(bench: Benchmark, out, op: str, dtype: str, switch: str, value: str
         elif rc == PYTEST_NO_TESTS:
             _note(log, f"pytest ran no test marked {op} in {bench.test_path(op)}: is the op name right?")
         records = collect_records(out, log)
-    return CellRun(out, op, dtype, value, rc, elapsed, timed_out, started_at, bench.nodeid(op),
-                   records=records, kernels=write_index(out))
+    return CellRun(
+        out,
+        op,
+        dtype,
+        value,
+        rc,
+        elapsed,
+        timed_out,
+        started_at,
+        bench.nodeid(op),
+        records=records,
+        kernels=write_index(out),
+    )
 
 
 def _note(log, text: str):
@@ -527,15 +625,24 @@ def screen_side(env: Mapping[str, str]) -> ScreenSide:
     every one missing."""
     missing = [name for name in SCREEN_VARS if not (env.get(name) or "").strip()]
     if missing:
-        raise FlagGemsError(f"{', '.join(missing)} not set: zlstore flaggems cell runs one side of "
-                            "`zlstore run screen`, which sets them")
+        raise FlagGemsError(
+            f"{', '.join(missing)} not set: zlstore flaggems cell runs one side of "
+            "`zlstore run screen`, which sets them"
+        )
     try:
         cell_timeout = float(env.get("CELL_TIMEOUT") or DEFAULT_CELL_TIMEOUT)
     except ValueError:
         raise FlagGemsError(f"CELL_TIMEOUT={env['CELL_TIMEOUT']!r} is not a number of seconds") from None
-    return ScreenSide(Path(env["OUT_DIR"]), env["OP"].strip(), (env.get("DTYPE") or "").strip(),
-                      env["SWITCH"].strip(), env["SWITCH_VALUE"].strip(), cell_timeout, bench_level(env),
-                      caliber_notes(env))
+    return ScreenSide(
+        Path(env["OUT_DIR"]),
+        env["OP"].strip(),
+        (env.get("DTYPE") or "").strip(),
+        env["SWITCH"].strip(),
+        env["SWITCH_VALUE"].strip(),
+        cell_timeout,
+        bench_level(env),
+        caliber_notes(env),
+    )
 
 
 def environment(bench: Benchmark, env: Mapping[str, str]) -> Dict[str, str]:
@@ -559,8 +666,18 @@ def run_screen_side(bench: Benchmark, side: ScreenSide, env: Optional[Mapping[st
     with open(Path(side.out) / layout.RUN_LOG, "a+b") as log:  # read too: _note looks at its last byte
         for note in side.notes:
             _note(log, note)
-    return run_cell(bench, side.out, side.op, side.dtype, side.switch, side.value, side.level,
-                    inner_limit(side.cell_timeout), env, grace=STOP_GRACE_S)
+    return run_cell(
+        bench,
+        side.out,
+        side.op,
+        side.dtype,
+        side.switch,
+        side.value,
+        side.level,
+        inner_limit(side.cell_timeout),
+        env,
+        grace=STOP_GRACE_S,
+    )
 
 
 # == what run campaign calls: every round of one op ================================
@@ -599,10 +716,21 @@ def repeat_values(given: Optional[str], env: Mapping[str, str]) -> Tuple[str, st
     return switch_values(given) if given else screened_values(env) or DEFAULT_SWITCH_VALUES
 
 
-def repeat(bench: Benchmark, ab_root, op: str, dtype: str, *, rounds: int, switch: str,
-           values: Sequence[str], cell_timeout: float = DEFAULT_CELL_TIMEOUT, card: int = 0,
-           env: Optional[Mapping[str, str]] = None, warn: Callable[[str], None] = lambda text: None,
-           report: Callable[[CellRun], None] = lambda run: None) -> List[CellRun]:
+def repeat(
+    bench: Benchmark,
+    ab_root,
+    op: str,
+    dtype: str,
+    *,
+    rounds: int,
+    switch: str,
+    values: Sequence[str],
+    cell_timeout: float = DEFAULT_CELL_TIMEOUT,
+    card: int = 0,
+    env: Optional[Mapping[str, str]] = None,
+    warn: Callable[[str], None] = lambda text: None,
+    report: Callable[[CellRun], None] = lambda run: None,
+) -> List[CellRun]:
     """rounds x (before, after) cells of one op in a new repeat directory, each
     capped at cell_timeout, each cell.env written last with RC; a failed or
     killed cell does not stop the rounds. KeyboardInterrupt (SIGINT, SIGTERM)
@@ -613,7 +741,7 @@ def repeat(bench: Benchmark, ab_root, op: str, dtype: str, *, rounds: int, switc
     for note in caliber_notes(env):
         warn(note)
     bench.check_record_name(op, dtype, level)
-    ran_on = environment(bench, env)   # probes first: nothing is written where the benchmark cannot start
+    ran_on = environment(bench, env)  # probes first: nothing is written where the benchmark cannot start
     run_dir = new_run_dir(Path(ab_root).resolve())
     runs = []
     for round_ in range(1, rounds + 1):
@@ -621,11 +749,23 @@ def repeat(bench: Benchmark, ab_root, op: str, dtype: str, *, rounds: int, switc
             out = run_dir / op / f"r{round_}" / side
             run = run_cell(bench, out, op, dtype, switch, value, level, cell_timeout, env)
             run.side, run.round = side, round_
-            write_cell_env(out, op=op, dtype=dtype, side=side, round_=round_, card=card,
-                           started_at=run.started_at, switch=switch, switch_value=value,
-                           cell_timeout=cell_timeout, env=env,
-                           elapsed_s=run.elapsed_s, rc=run.rc, nodeid=run.nodeid, environment=ran_on)
+            write_cell_env(
+                out,
+                op=op,
+                dtype=dtype,
+                side=side,
+                round_=round_,
+                card=card,
+                started_at=run.started_at,
+                switch=switch,
+                switch_value=value,
+                cell_timeout=cell_timeout,
+                env=env,
+                elapsed_s=run.elapsed_s,
+                rc=run.rc,
+                nodeid=run.nodeid,
+                environment=ran_on,
+            )
             runs.append(run)
             report(run)
     return runs
-

@@ -85,8 +85,15 @@ def _draw(axes, rows: Sequence[Mapping], colors: Mapping[str, str]):
     for i, (row, y) in enumerate(zip(rows, positions)):
         color = colors.get(row["finding"], "#000000")
         if row["ci_low"] is not None:
-            axes.plot([row["ci_low"], row["ci_high"]], [y, y], color=color, lw=3, solid_capstyle="butt",
-                      zorder=2, gid=f"interval-{i}")
+            axes.plot(
+                [row["ci_low"], row["ci_high"]],
+                [y, y],
+                color=color,
+                lw=3,
+                solid_capstyle="butt",
+                zorder=2,
+                gid=f"interval-{i}",
+            )
         if row["effect"] is not None:
             axes.plot([row["effect"]], [y], "o", color=color, markersize=5, zorder=3, gid=f"effect-{i}")
     axes.set_xscale("log")
@@ -113,4 +120,4 @@ def read_back(svg: str) -> List[dict]:
     found = re.search(r"<dc:description>(.*?)</dc:description>", svg, re.S)
     if not found or not html.unescape(found.group(1)).startswith(DATA_PREFIX):
         raise ValueError("not a zlstore forest plot: no data in its metadata")
-    return json.loads(html.unescape(found.group(1))[len(DATA_PREFIX):])
+    return json.loads(html.unescape(found.group(1))[len(DATA_PREFIX) :])

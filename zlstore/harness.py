@@ -14,7 +14,7 @@ from . import caliber, files, layout, provenance
 from .db import now, write_transaction
 
 DEFAULT_CELL_TIMEOUT = 2400.0
-DEFAULT_SWITCH_VALUES = ("0", "1")   # the switch off (before) and on (after)
+DEFAULT_SWITCH_VALUES = ("0", "1")  # the switch off (before) and on (after)
 
 
 def timestamp() -> str:
@@ -52,8 +52,7 @@ def write_atomic(path: Path, text: str):
 
 def caliber_items(env: Dict[str, str]) -> List[Tuple[str, str]]:
     """The caliber variables an environment sets, by zlstore.caliber's one list."""
-    return [(f.env, env[f.env].strip()) for f in caliber.CALIBER_FIELDS
-            if (env.get(f.env) or "").strip()]
+    return [(f.env, env[f.env].strip()) for f in caliber.CALIBER_FIELDS if (env.get(f.env) or "").strip()]
 
 
 def switch_values(text: str) -> Tuple[str, str]:
@@ -66,15 +65,35 @@ def switch_values(text: str) -> Tuple[str, str]:
     return values
 
 
-def write_cell_env(out: Path, *, op: str, dtype: str, side: str, round_: int, card: int, started_at: str,
-                   switch: str, switch_value: str, cell_timeout: float, env: Dict[str, str],
-                   elapsed_s: float, rc: int, nodeid: Optional[str] = None,
-                   environment: Optional[Mapping[str, str]] = None):
+def write_cell_env(
+    out: Path,
+    *,
+    op: str,
+    dtype: str,
+    side: str,
+    round_: int,
+    card: int,
+    started_at: str,
+    switch: str,
+    switch_value: str,
+    cell_timeout: float,
+    env: Dict[str, str],
+    elapsed_s: float,
+    rc: int,
+    nodeid: Optional[str] = None,
+    environment: Optional[Mapping[str, str]] = None,
+):
     """A finished cell's cell.env, whole, RC last: a cell.env with RC says
     the cell is finished. The caliber variables are those env sets; the
     ENV_* keys what the cell ran on (provenance.py)."""
-    items = [("OP", op), ("DTYPE", dtype), ("SIDE", side), ("ROUND", round_), ("CARD", card),
-             ("STARTED_AT", started_at)] + ([("NODEID", nodeid)] if nodeid else [])
+    items = [
+        ("OP", op),
+        ("DTYPE", dtype),
+        ("SIDE", side),
+        ("ROUND", round_),
+        ("CARD", card),
+        ("STARTED_AT", started_at),
+    ] + ([("NODEID", nodeid)] if nodeid else [])
     items += [("SWITCH", switch), ("SWITCH_VALUE", switch_value), ("CELL_TIMEOUT", num(cell_timeout))]
     items += caliber_items(env)
     items += provenance.env_items(environment or {})
@@ -94,5 +113,6 @@ def log_problem(store, command: str, paths: List[str], file: str, message: str):
             "INSERT INTO ingest_runs (started_at, finished_at, command, paths, summary) VALUES (?, ?, ?, ?, ?)",
             (now(), now(), command, json.dumps(paths), json.dumps({"problems": [message]})),
         ).lastrowid
-        conn.execute("INSERT INTO ingest_problems (run_id, file, line, message) VALUES (?, ?, NULL, ?)",
-                     (run_id, file, message))
+        conn.execute(
+            "INSERT INTO ingest_problems (run_id, file, line, message) VALUES (?, ?, NULL, ?)", (run_id, file, message)
+        )

@@ -67,8 +67,14 @@ def history(store, op: str, dtype: Optional[str] = None, shape: Optional[str] = 
         where.append("(shape = ? OR kind = 'screen')")
         params.append(canonical_shape(shape))
     store.refresh_pairs()
-    rows = [dict(r) for r in store.db.query(f"SELECT * FROM op_history WHERE {' AND '.join(where)} "
-                                            "ORDER BY started_at, root_id, dtype, shape, caliber_id", params)]
+    rows = [
+        dict(r)
+        for r in store.db.query(
+            f"SELECT * FROM op_history WHERE {' AND '.join(where)} "
+            "ORDER BY started_at, root_id, dtype, shape, caliber_id",
+            params,
+        )
+    ]
     if not rows:
         what = op + (f":{dtype}" if dtype is not None else "") + (f" shape {shape}" if shape is not None else "")
         measured = [r[0] for r in store.conn.execute("SELECT DISTINCT op FROM op_history ORDER BY op")]
@@ -78,22 +84,55 @@ def history(store, op: str, dtype: Optional[str] = None, shape: Optional[str] = 
     entries: List[dict] = []
     for row in rows:
         if not entries or entries[-1]["root_id"] != row["root_id"]:
-            entries.append({"root": row["root"], "kind": row["kind"], "started_at": row["started_at"],
-                            "environment": _main_environment(environments.get(row["root_id"], [])),
-                            "caliber": calibers.get(row["caliber_id"]), "changes": [],
-                            "results": [], "root_id": row["root_id"]})
-        entries[-1]["results"].append({k: row[k] for k in (
-            "op", "dtype", "shape", "rounds", "effect", "ci_low", "ci_high", "q_value", "finding",
-            "verdict", "range_label", "min", "median", "max")})
+            entries.append(
+                {
+                    "root": row["root"],
+                    "kind": row["kind"],
+                    "started_at": row["started_at"],
+                    "environment": _main_environment(environments.get(row["root_id"], [])),
+                    "caliber": calibers.get(row["caliber_id"]),
+                    "changes": [],
+                    "results": [],
+                    "root_id": row["root_id"],
+                }
+            )
+        entries[-1]["results"].append(
+            {
+                k: row[k]
+                for k in (
+                    "op",
+                    "dtype",
+                    "shape",
+                    "rounds",
+                    "effect",
+                    "ci_low",
+                    "ci_high",
+                    "q_value",
+                    "finding",
+                    "verdict",
+                    "range_label",
+                    "min",
+                    "median",
+                    "max",
+                )
+            }
+        )
     for before, after in zip(entries, entries[1:]):
         if before["environment"] is not None and after["environment"] is not None:
             after["changes"] = provenance.changes(before["environment"], after["environment"])
         elif (before["environment"] is None) != (after["environment"] is None):
-            after["changes"] = ["environment " + ("unknown -> recorded" if before["environment"] is None
-                                                  else "recorded -> unknown")]
+            after["changes"] = [
+                "environment " + ("unknown -> recorded" if before["environment"] is None else "recorded -> unknown")
+            ]
         after["changes"] += _caliber_changes(before["caliber"], after["caliber"])
-    return {"op": op, "dtype": dtype, "shape": canonical_shape(shape) if shape is not None else None,
-            "rule": store.current_rule, "entries": entries, "flips": flips(entries)}
+    return {
+        "op": op,
+        "dtype": dtype,
+        "shape": canonical_shape(shape) if shape is not None else None,
+        "rule": store.current_rule,
+        "entries": entries,
+        "flips": flips(entries),
+    }
 
 
 def flips(entries: List[dict]) -> List[dict]:
@@ -109,9 +148,15 @@ def flips(entries: List[dict]) -> List[dict]:
             key = (result["op"], result["dtype"], result["shape"])
             if key in last and last[key][1]["finding"] != result["finding"]:
                 earlier, was = last[key]
-                found.append({"op": key[0], "dtype": key[1], "shape": key[2],
-                              "from": {"root": earlier["root"], **_judged(was)},
-                              "to": {"root": entry["root"], **_judged(result)}})
+                found.append(
+                    {
+                        "op": key[0],
+                        "dtype": key[1],
+                        "shape": key[2],
+                        "from": {"root": earlier["root"], **_judged(was)},
+                        "to": {"root": entry["root"], **_judged(result)},
+                    }
+                )
             last[key] = (entry, result)
     return found
 

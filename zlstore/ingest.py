@@ -24,16 +24,30 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from . import db, derive, fingerprints, layout, parallel, parse, roots, stats, unchanged
 from .cellwriter import CellWriter, NotStored
-from .db import (bulk_cache, bulk_checkpoints, checkpoint_between_commits, is_storage_failure, retry_busy,
-                 scratch_in_memory, write_transaction)
+from .db import (
+    bulk_cache,
+    bulk_checkpoints,
+    checkpoint_between_commits,
+    is_storage_failure,
+    retry_busy,
+    scratch_in_memory,
+    write_transaction,
+)
 from .layout import Problem
 from .parse import ParsedCell, bounded
 from .rootwriter import RootWriter
 
 # What a summary reports, in the order it is printed.
 COUNTS = (
-    "roots", "cells_added", "cells_replaced", "cells_unchanged", "cells_unfinished",
-    "cells_failed", "rows_added", "kernels_added", "ir_texts_added",
+    "roots",
+    "cells_added",
+    "cells_replaced",
+    "cells_unchanged",
+    "cells_unfinished",
+    "cells_failed",
+    "rows_added",
+    "kernels_added",
+    "ir_texts_added",
 )
 
 
@@ -61,9 +75,14 @@ class Summary:
         return len(self.problems) if self.open_problems is None else max(self.open_problems, len(self.problems))
 
     def as_dict(self) -> dict:
-        return {**self.counts, "problems": [p.as_dict() for p in self.problems],
-                "open_problems": self.problem_count(), "state": self.state,
-                "unfinished": self.unfinished, "moved": self.moved}
+        return {
+            **self.counts,
+            "problems": [p.as_dict() for p in self.problems],
+            "open_problems": self.problem_count(),
+            "state": self.state,
+            "unfinished": self.unfinished,
+            "moved": self.moved,
+        }
 
     def line(self) -> str:
         c = self.counts
@@ -104,7 +123,7 @@ class CellPaths:
     def add(self, top: Path, found: Iterable[str]) -> int:
         base, joined, n = str(top), io.StringIO(), 0
         for cell in found:
-            joined.write(str(cell)[len(base):])
+            joined.write(str(cell)[len(base) :])
             joined.write("\0")
             n += 1
         if n:
@@ -174,8 +193,11 @@ def _outermost(paths: List[Path]) -> List[Path]:
     (`ingest runs runs/X`): each cell is then found, read and counted once.
     A path that does not exist is kept, to be named."""
     given = set(paths)
-    return [path for path in dict.fromkeys(paths)
-            if not os.path.lexists(path) or not any(parent in given for parent in path.parents)]
+    return [
+        path
+        for path in dict.fromkeys(paths)
+        if not os.path.lexists(path) or not any(parent in given for parent in path.parents)
+    ]
 
 
 _BOUNDS = ("at", "low", "high")  # unchanged.at_or_under's, by name
@@ -285,20 +307,27 @@ class Ingester:
         self.cells = _KnownCells(self.conn)
         self.run_id: Optional[int] = None
         self.cell_writer = CellWriter(self.conn)
-        self.root_writer = RootWriter(self.conn, write=self._write, problem=self.problem,
-                                      store_problems=self._store_problems, close_problems=self._close_problems,
-                                      caliber_id=self.cell_writer.caliber_id, summary=self.summary)
+        self.root_writer = RootWriter(
+            self.conn,
+            write=self._write,
+            problem=self.problem,
+            store_problems=self._store_problems,
+            close_problems=self._close_problems,
+            caliber_id=self.cell_writer.caliber_id,
+            summary=self.summary,
+        )
         self.roots = self.root_writer.roots  # the roots met, by path: the run counts them
-        self.roots_met: set = set()                      # by _find: roots of cells found, as strings
-        self.batch: Optional[_Batch] = None              # a whole-tree ingest's open batch
-        self.data_version: Optional[int] = None          # the store's, when this run last took the lock
+        self.roots_met: set = set()  # by _find: roots of cells found, as strings
+        self.batch: Optional[_Batch] = None  # a whole-tree ingest's open batch
+        self.data_version: Optional[int] = None  # the store's, when this run last took the lock
         self.parser = parse.CellParser(fingerprints.ingest_rules(self.conn))
         self.rehash = rehash  # read every cell: its content hash decides, not its stat signature
 
     # -- the run -----------------------------------------------------------
 
-    def run(self, paths: Iterable, progress: Optional[Callable[[int, int], None]] = None,
-            require_finished: bool = False) -> Summary:
+    def run(
+        self, paths: Iterable, progress: Optional[Callable[[int, int], None]] = None, require_finished: bool = False
+    ) -> Summary:
         """Store the cells under paths: the run's row; the cells found; the
         cells written, in batches each derived before it commits; the
         problems closed and counted; the run's summary row; then the final
@@ -358,14 +387,26 @@ class Ingester:
         workers = 0 if require_finished else parallel.worker_count(len(cells))
         if workers or len(cells) > parallel.PARALLEL_MIN_CELLS:  # a forked worker must not query the store
             self.cells.preload(paths)
-        prepared = (parallel.prepared(cells, workers, parallel.Preparer(self.parser, self.cells, self.rehash))
-                    if workers else ((cell, None) for cell in cells))
+        prepared = (
+            parallel.prepared(cells, workers, parallel.Preparer(self.parser, self.cells, self.rehash))
+            if workers
+            else ((cell, None) for cell in cells)
+        )
         bulk = len(cells) > parallel.PARALLEL_MIN_CELLS
         # closing: the workers end with it
-        with (contextlib.closing(prepared), bulk_checkpoints(self.conn, bulk), bulk_cache(self.conn, bulk),
-              fewer_collections(bulk)):
-            self._write_all(prepared, len(cells), _Batch(self.conn) if bulk and not require_finished else None,
-                            require_finished, progress)
+        with (
+            contextlib.closing(prepared),
+            bulk_checkpoints(self.conn, bulk),
+            bulk_cache(self.conn, bulk),
+            fewer_collections(bulk),
+        ):
+            self._write_all(
+                prepared,
+                len(cells),
+                _Batch(self.conn) if bulk and not require_finished else None,
+                require_finished,
+                progress,
+            )
 
     def _count_open_problems(self, paths: List[Path]):
         """Close the problems the run's paths no longer have, and count those
@@ -415,8 +456,7 @@ class Ingester:
     def _stored_roots(self) -> int:
         """The roots this run met that are stored (after a rollback, some may not be)."""
         ids = [root_id for _, root_id in self.roots.values()]
-        return sum(1 for root_id in ids
-                   if self.conn.execute("SELECT 1 FROM roots WHERE id = ?", (root_id,)).fetchone())
+        return sum(1 for root_id in ids if self.conn.execute("SELECT 1 FROM roots WHERE id = ?", (root_id,)).fetchone())
 
     def _close_covered(self, paths: List[Path]):
         """Close the earlier problems under paths that no stored cell or root
@@ -424,8 +464,11 @@ class Ingester:
         listed): this run looked at their files again, and named what it found."""
         where = f"closed_by IS NULL AND run_id < :run AND cell_id IS NULL AND root_id IS NULL AND {_file_at_or_under()}"
         covered = [{"run": self.run_id, **_file_bounds(str(path))} for path in paths]
-        covered = [bounds for bounds in covered  # most runs close nothing: no write lock for them
-                   if self.conn.execute(f"SELECT 1 FROM ingest_problems WHERE {where} LIMIT 1", bounds).fetchone()]
+        covered = [
+            bounds
+            for bounds in covered  # most runs close nothing: no write lock for them
+            if self.conn.execute(f"SELECT 1 FROM ingest_problems WHERE {where} LIMIT 1", bounds).fetchone()
+        ]
         if covered:
             with self._write(deriving=False):
                 for bounds in covered:
@@ -437,7 +480,8 @@ class Ingester:
         bounds = {k: v for i, path in enumerate(paths) for k, v in _file_bounds(str(path), f"p{i}_").items()}
         return self.conn.execute(
             f"SELECT count(*) FROM ingest_problems WHERE closed_by IS NULL AND (run_id = :run OR {clauses or '0'})",
-            {"run": self.run_id, **bounds}).fetchone()[0]
+            {"run": self.run_id, **bounds},
+        ).fetchone()[0]
 
     def _write_all(self, prepared, total: int, batch: Optional[_Batch], require_finished: bool, progress):
         """Store each (cell, what a worker prepared) in batches, or each in
@@ -472,7 +516,7 @@ class Ingester:
             if batch:
                 batch.rollback()
                 self.summary.counts = committed[0]
-                del self.summary.problems[committed[1]:]
+                del self.summary.problems[committed[1] :]
             raise
         finally:
             self.batch = None
@@ -546,8 +590,10 @@ class Ingester:
         """Close the open problems of a cell, or a root's own (not its
         cells'): they were its old files'."""
         where = "cell_id = ?" if root_id is None else "root_id = ? AND cell_id IS NULL"
-        self.conn.execute(f"UPDATE ingest_problems SET closed_by = ? WHERE {where} AND closed_by IS NULL",
-                          (self.run_id, cell_id if root_id is None else root_id))
+        self.conn.execute(
+            f"UPDATE ingest_problems SET closed_by = ? WHERE {where} AND closed_by IS NULL",
+            (self.run_id, cell_id if root_id is None else root_id),
+        )
 
     # -- one cell ----------------------------------------------------------
 
@@ -568,8 +614,9 @@ class Ingester:
             if isinstance(error, (layout.Unreadable, NotStored)):
                 problem = Problem(error.filename or str(cell), None, f"not stored: {error}")
             elif isinstance(error, OSError):
-                problem = Problem(error.filename or str(cell), None, f"not stored: cannot read: "
-                                                                    f"{error.strerror or error}")
+                problem = Problem(
+                    error.filename or str(cell), None, f"not stored: cannot read: {error.strerror or error}"
+                )
             else:
                 problem = Problem(str(cell), None, f"not stored: {type(error).__name__}: {error}")
             self.problem(problem)
@@ -583,8 +630,10 @@ class Ingester:
             # op need it even when this one goes no further
             self.cell_writer.packed.update(prepared[2].packed)
         if not layout.storable(key):
-            raise NotStored("its path holds bytes that are not UTF-8, which the store cannot keep as a path "
-                            "(rename the directory)", key)
+            raise NotStored(
+                "its path holds bytes that are not UTF-8, which the store cannot keep as a path (rename the directory)",
+                key,
+            )
         if require_finished and not self._finished(cell):  # before the root: store nothing at all
             self.summary.counts["cells_unfinished"] += 1
             self.summary.unfinished.append(key)
@@ -623,8 +672,10 @@ class Ingester:
             return "unchanged"
         with self._write():
             # Another writer may have stored this cell since we looked.
-            row = self.conn.execute("SELECT id, content_sig FROM cells WHERE root_id = ? AND relpath = ?",
-                                    (root_id, parsed.cell_columns()[1])).fetchone()
+            row = self.conn.execute(
+                "SELECT id, content_sig FROM cells WHERE root_id = ? AND relpath = ?",
+                (root_id, parsed.cell_columns()[1]),
+            ).fetchone()
             if row and row[1] == parsed.content_sig:
                 outcome = "unchanged"
                 self.conn.execute("UPDATE cells SET stat_sig = ? WHERE id = ?", (stat_sig, row[0]))

@@ -74,17 +74,17 @@ class DiffError(ValueError):
 class Side:
     """One cell of a diff, and where it came from."""
 
-    label: str            # "before" / "after"; in the two-root form: A's or B's side
-    root: str             # the root's name
+    label: str  # "before" / "after"; in the two-root form: A's or B's side
+    root: str  # the root's name
     root_path: str
-    kind: str             # screen, repeat, campaign
+    kind: str  # screen, repeat, campaign
     op: str
     dtype: Optional[str]
-    side: str             # the cell's own side
+    side: str  # the cell's own side
     round: Optional[int]
     card: Optional[int]
     cell_id: Optional[int]
-    path: Optional[str]   # the cell directory
+    path: Optional[str]  # the cell directory
     rc: Optional[int] = None
     n_kernels: int = 0
     ir_incomplete: bool = False
@@ -108,7 +108,7 @@ class Kernel:
     num_stages: Optional[int]
     shared: Optional[int]
     raw: bytes = field(repr=False, default=b"")
-    digest: str = ""            # under the rule
+    digest: str = ""  # under the rule
     strictest_digest: str = ""  # under the strictest rule
 
     def text(self) -> str:
@@ -121,8 +121,12 @@ class Kernel:
         return frozenset(TENSOR_SHAPE.findall(self.raw))
 
     def as_dict(self) -> dict:
-        return {"cache_dir": self.cache_dir, "path": self.path, "ir_hash": self.ir_hash,
-                **{c: getattr(self, c) for c in COUNTS}}
+        return {
+            "cache_dir": self.cache_dir,
+            "path": self.path,
+            "ir_hash": self.ir_hash,
+            **{c: getattr(self, c) for c in COUNTS},
+        }
 
 
 @dataclass
@@ -131,7 +135,7 @@ class Pair:
     status: str
     before: Optional[Kernel]
     after: Optional[Kernel]
-    paired_by: Optional[str]   # PAIRING; None for a kernel of one side only
+    paired_by: Optional[str]  # PAIRING; None for a kernel of one side only
     note: Optional[str] = None
     diff: str = ""
 
@@ -179,27 +183,38 @@ def _spelled(op: str, dtype: Optional[str]) -> str:
 def _dtype(conn, root: dict, op: str, dtype: Optional[str]) -> Optional[str]:
     """The dtype of op's cells in root: the one given, or the only one there
     is. DiffError naming the root's ops, or the op's dtypes, otherwise."""
-    found = [r[0] for r in conn.execute(
-        "SELECT DISTINCT dtype FROM cells WHERE root_id = ? AND op = ? AND superseded_at IS NULL ORDER BY dtype",
-        (root["id"], op))]
+    found = [
+        r[0]
+        for r in conn.execute(
+            "SELECT DISTINCT dtype FROM cells WHERE root_id = ? AND op = ? AND superseded_at IS NULL ORDER BY dtype",
+            (root["id"], op),
+        )
+    ]
     if not found:
-        ops = [_spelled(o, d) for o, d in conn.execute(
-            "SELECT DISTINCT op, dtype FROM cells WHERE root_id = ? AND op IS NOT NULL ORDER BY op, dtype",
-            (root["id"],))]
+        ops = [
+            _spelled(o, d)
+            for o, d in conn.execute(
+                "SELECT DISTINCT op, dtype FROM cells WHERE root_id = ? AND op IS NOT NULL ORDER BY op, dtype",
+                (root["id"],),
+            )
+        ]
         raise DiffError(f"no op {op!r} in {root['name']}; its ops: {', '.join(ops) or 'none'}")
     if dtype is None:
         if len(found) > 1:
-            raise DiffError(f"{op} has several dtypes in {root['name']}: "
-                            f"{', '.join(_spelled(op, d) for d in found)}; name one")
+            raise DiffError(
+                f"{op} has several dtypes in {root['name']}: {', '.join(_spelled(op, d) for d in found)}; name one"
+            )
         return found[0]
     if dtype not in found:
-        raise DiffError(f"no {op}:{dtype} in {root['name']}; {op} was run as "
-                        f"{', '.join(_spelled(op, d) for d in found)}")
+        raise DiffError(
+            f"no {op}:{dtype} in {root['name']}; {op} was run as {', '.join(_spelled(op, d) for d in found)}"
+        )
     return dtype
 
 
-def _cell(conn, root: dict, op: str, dtype: Optional[str], side: str, round_: Optional[int],
-          card: Optional[int], label: str) -> Side:
+def _cell(
+    conn, root: dict, op: str, dtype: Optional[str], side: str, round_: Optional[int], card: Optional[int], label: str
+) -> Side:
     """The one current cell of root holding that side of op (in that round,
     on that card where given). DiffError where the root is of the wrong
     kind for the round asked, or where several cells claim the side."""
@@ -211,14 +226,23 @@ def _cell(conn, root: dict, op: str, dtype: Optional[str], side: str, round_: Op
             raise DiffError(f"{root['name']} is a screening root: its pair is one whatever the card; drop --card")
         round_ = 0
     elif round_ is None:
-        rounds = [r[0] for r in conn.execute(
-            "SELECT DISTINCT round FROM cells WHERE root_id = ? AND op = ? AND dtype IS ? AND round IS NOT NULL "
-            "AND superseded_at IS NULL ORDER BY round", (root["id"], op, dtype))]
-        raise DiffError(f"{root['name']} is a {kind} root: give --round N (its rounds of {_spelled(op, dtype)}: "
-                        f"{', '.join(map(str, rounds)) or 'none'})")
-    sql = ("SELECT c.*, (SELECT count(*) FROM kernels k WHERE k.cell_id = c.id) AS stored_kernels FROM cells c "
-           "WHERE c.root_id = ? AND c.op = ? AND c.dtype IS ? AND c.side = ? AND c.round IS ? "
-           "AND c.superseded_at IS NULL")
+        rounds = [
+            r[0]
+            for r in conn.execute(
+                "SELECT DISTINCT round FROM cells WHERE root_id = ? AND op = ? AND dtype IS ? AND round IS NOT NULL "
+                "AND superseded_at IS NULL ORDER BY round",
+                (root["id"], op, dtype),
+            )
+        ]
+        raise DiffError(
+            f"{root['name']} is a {kind} root: give --round N (its rounds of {_spelled(op, dtype)}: "
+            f"{', '.join(map(str, rounds)) or 'none'})"
+        )
+    sql = (
+        "SELECT c.*, (SELECT count(*) FROM kernels k WHERE k.cell_id = c.id) AS stored_kernels FROM cells c "
+        "WHERE c.root_id = ? AND c.op = ? AND c.dtype IS ? AND c.side = ? AND c.round IS ? "
+        "AND c.superseded_at IS NULL"
+    )
     params = [root["id"], op, dtype, side, round_]
     if card is not None:
         sql += " AND c.card IS ?"
@@ -226,29 +250,54 @@ def _cell(conn, root: dict, op: str, dtype: Optional[str], side: str, round_: Op
     cursor = conn.execute(sql + " ORDER BY c.id", params)
     columns = [d[0] for d in cursor.description]
     rows = [dict(zip(columns, r)) for r in cursor.fetchall()]
-    where = f"{_spelled(op, dtype)} in {root['name']}" + (f", round {round_}" if kind != "screen" else "") + \
-        (f", card {card}" if card is not None else "")
+    where = (
+        f"{_spelled(op, dtype)} in {root['name']}"
+        + (f", round {round_}" if kind != "screen" else "")
+        + (f", card {card}" if card is not None else "")
+    )
     if not rows:
         if kind != "screen":
-            rounds = [r[0] for r in conn.execute(
-                "SELECT DISTINCT round FROM cells WHERE root_id = ? AND op = ? AND dtype IS ? AND side = ? "
-                "AND superseded_at IS NULL" + (" AND card IS ?" if card is not None else "") + " ORDER BY round",
-                [root["id"], op, dtype, side] + ([card] if card is not None else []))]
+            rounds = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT DISTINCT round FROM cells WHERE root_id = ? AND op = ? AND dtype IS ? AND side = ? "
+                    "AND superseded_at IS NULL" + (" AND card IS ?" if card is not None else "") + " ORDER BY round",
+                    [root["id"], op, dtype, side] + ([card] if card is not None else []),
+                )
+            ]
             raise DiffError(f"no {side} cell of {where}; its rounds: {', '.join(map(str, rounds)) or 'none'}")
         return Side(label, root["name"], root["path"], kind, op, dtype, side, round_, card, None, None)
     if len(rows) > 1:
         cards = sorted({r["card"] for r in rows}, key=lambda c: (c is None, c))
         if card is None and len(cards) > 1:
             raise DiffError(f"{where}: the {side} side ran on cards {', '.join(map(str, cards))}; give --card")
-        raise DiffError(f"{where}: {len(rows)} cells claim the {side} side ({names.DUPLICATE}): "
-                        f"{', '.join(r['relpath'] for r in rows)}; forget the copy (zlstore forget)")
+        raise DiffError(
+            f"{where}: {len(rows)} cells claim the {side} side ({names.DUPLICATE}): "
+            f"{', '.join(r['relpath'] for r in rows)}; forget the copy (zlstore forget)"
+        )
     c = rows[0]
-    return Side(label, root["name"], root["path"], kind, op, dtype, side, c["round"], c["card"], c["id"], c["path"],
-                c["rc"], c["stored_kernels"], bool(c["ir_incomplete"]), c["index_hash"])
+    return Side(
+        label,
+        root["name"],
+        root["path"],
+        kind,
+        op,
+        dtype,
+        side,
+        c["round"],
+        c["card"],
+        c["id"],
+        c["path"],
+        c["rc"],
+        c["stored_kernels"],
+        bool(c["ir_incomplete"]),
+        c["index_hash"],
+    )
 
 
-def pair_cells(store, root, op: str, dtype: Optional[str] = None, round_: Optional[int] = None,
-               card: Optional[int] = None) -> Tuple[Side, Side]:
+def pair_cells(
+    store, root, op: str, dtype: Optional[str] = None, round_: Optional[int] = None, card: Optional[int] = None
+) -> Tuple[Side, Side]:
     """The before and after cells of op in root: its screening pair, or
     round round_ (on card, where several ran it) of a repeat run or campaign."""
     found = store.root(root)
@@ -257,9 +306,14 @@ def pair_cells(store, root, op: str, dtype: Optional[str] = None, round_: Option
     return before, after
 
 
-def same_side_cells(store, a: Tuple[str, str, Optional[str]], b: Tuple[str, str, Optional[str]],
-                    side: str = "before", round_: Optional[int] = None,
-                    card: Optional[int] = None) -> Tuple[Side, Side]:
+def same_side_cells(
+    store,
+    a: Tuple[str, str, Optional[str]],
+    b: Tuple[str, str, Optional[str]],
+    side: str = "before",
+    round_: Optional[int] = None,
+    card: Optional[int] = None,
+) -> Tuple[Side, Side]:
     """The `side` cell of (root, op, dtype) a and of b: one side under two
     compiler builds. a is reported as before, b as after. round_ and card
     choose the cell of a repeat run or campaign; a screening root has one."""
@@ -269,8 +323,18 @@ def same_side_cells(store, a: Tuple[str, str, Optional[str]], b: Tuple[str, str,
     for (root, op, dtype), label in zip((a, b), ("A", "B")):
         found = store.root(root)
         screen = found["kind"] == "screen"  # its pair is round 0: --round and --card are the other root's
-        cells.append(_cell(store.conn, found, op, _dtype(store.conn, found, op, dtype), side,
-                           None if screen else round_, None if screen else card, f"{label}: {found['name']} {side}"))
+        cells.append(
+            _cell(
+                store.conn,
+                found,
+                op,
+                _dtype(store.conn, found, op, dtype),
+                side,
+                None if screen else round_,
+                None if screen else card,
+                f"{label}: {found['name']} {side}",
+            )
+        )
     return cells[0], cells[1]
 
 
@@ -282,14 +346,29 @@ def _kernels(conn, side: Side, rule: ttgir.Rule, strictest: ttgir.Rule) -> List[
         return []
     kernels = []
     for row in conn.execute(
-            "SELECT k.id, k.name, k.cache_dir, k.ir_hash, k.convert_layouts, k.num_warps, k.num_stages, k.shared, "
-            "b.size, b.data FROM kernels k JOIN blobs b ON b.hash = k.ir_hash WHERE k.cell_id = ? ORDER BY k.id",
-            (side.cell_id,)):
+        "SELECT k.id, k.name, k.cache_dir, k.ir_hash, k.convert_layouts, k.num_warps, k.num_stages, k.shared, "
+        "b.size, b.data FROM kernels k JOIN blobs b ON b.hash = k.ir_hash WHERE k.cell_id = ? ORDER BY k.id",
+        (side.cell_id,),
+    ):
         kid, name, cache_dir, ir_hash, cl, warps, stages, shared, size, data = row
         path = "/".join(p for p in (side.path, layout.TRITON_CACHE, cache_dir, name + ".ttgir") if p)
         raw = unpacked(data, size)
-        kernels.append(Kernel(kid, name, cache_dir, path, ir_hash, cl, warps, stages, shared, raw,
-                              ttgir.raw_digest(rule, raw, ir_hash), ttgir.raw_digest(strictest, raw, ir_hash)))
+        kernels.append(
+            Kernel(
+                kid,
+                name,
+                cache_dir,
+                path,
+                ir_hash,
+                cl,
+                warps,
+                stages,
+                shared,
+                raw,
+                ttgir.raw_digest(rule, raw, ir_hash),
+                ttgir.raw_digest(strictest, raw, ir_hash),
+            )
+        )
     return kernels
 
 
@@ -335,15 +414,26 @@ def _normalized(rule: ttgir.Rule, kernel: Optional[Kernel], raw: bool) -> List[s
     return (text if raw else rule.normalized(text)).splitlines(keepends=True)
 
 
-def unified_diff(rule: ttgir.Rule, before: Optional[Kernel], after: Optional[Kernel], raw: bool = False,
-                 labels: Tuple[str, str] = SIDES, context: int = 3) -> str:
+def unified_diff(
+    rule: ttgir.Rule,
+    before: Optional[Kernel],
+    after: Optional[Kernel],
+    raw: bool = False,
+    labels: Tuple[str, str] = SIDES,
+    context: int = 3,
+) -> str:
     """The unified diff of the two kernels' texts as the rule hashes them
     (raw: as compiled), headed by their file paths ('' where equal)."""
     what = "as compiled" if raw else f"normalized by {rule.name}"
-    heads = [f"{k.path} ({label}, {what})" if k is not None else f"/dev/null ({label}: no such kernel)"
-             for k, label in zip((before, after), labels)]
-    lines = list(difflib.unified_diff(_normalized(rule, before, raw), _normalized(rule, after, raw),
-                                      heads[0], heads[1], n=context))
+    heads = [
+        f"{k.path} ({label}, {what})" if k is not None else f"/dev/null ({label}: no such kernel)"
+        for k, label in zip((before, after), labels)
+    ]
+    lines = list(
+        difflib.unified_diff(
+            _normalized(rule, before, raw), _normalized(rule, after, raw), heads[0], heads[1], n=context
+        )
+    )
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
 
 
@@ -355,8 +445,16 @@ def _status(before: Optional[Kernel], after: Optional[Kernel]) -> str:
     return SAME if before.digest == after.digest else CHANGED
 
 
-def diff_sides(conn, before: Side, after: Side, rule: str, raw: bool = False,
-               kernel: Optional[str] = None, with_diff: bool = True, context: int = 3) -> dict:
+def diff_sides(
+    conn,
+    before: Side,
+    after: Side,
+    rule: str,
+    raw: bool = False,
+    kernel: Optional[str] = None,
+    with_diff: bool = True,
+    context: int = 3,
+) -> dict:
     """The kernel pairs of two cells under rule: a document with the rule,
     both sides, a count per status, notes where the IR cannot say much (no
     kernels, IR not read in full), and per pair its status, how it was
@@ -388,8 +486,9 @@ def diff_sides(conn, before: Side, after: Side, rule: str, raw: bool = False,
     return _document(rule_obj, before, after, pairs, made, raw, kernel)
 
 
-def _document(rule: ttgir.Rule, before: Side, after: Side, pairs: List[Pair], made: List[tuple],
-              raw: bool, kernel: Optional[str]) -> dict:
+def _document(
+    rule: ttgir.Rule, before: Side, after: Side, pairs: List[Pair], made: List[tuple], raw: bool, kernel: Optional[str]
+) -> dict:
     counts = {s: 0 for s in STATUSES}
     for p in pairs:
         counts[p.status] += 1
@@ -404,12 +503,16 @@ def _document(rule: ttgir.Rule, before: Side, after: Side, pairs: List[Pair], ma
             notes.append(f"{s.label}: no cell stored for this side")
             problems.append(MISSING_CELL)
         elif s.ir_incomplete:
-            notes.append(f"{s.label}: its IR was not read in full ({IR_UNREAD}): kernels may be missing from "
-                         f"this side, and a difference may be only that; zlstore problems {s.root} names the files")
+            notes.append(
+                f"{s.label}: its IR was not read in full ({IR_UNREAD}): kernels may be missing from "
+                f"this side, and a difference may be only that; zlstore problems {s.root} names the files"
+            )
             problems.append(IR_UNREAD)
     if all(s.cell_id is not None and s.n_kernels == 0 for s in (before, after)):
-        notes.append(f"neither side compiled a .ttgir ({NO_TRITON}): no IR to compare; "
-                     "the op may have run through aten or a vendor library")
+        notes.append(
+            f"neither side compiled a .ttgir ({NO_TRITON}): no IR to compare; "
+            "the op may have run through aten or a vendor library"
+        )
         problems.append(NO_TRITON)
     if rule.hashes_index and before.index_hash != after.index_hash:
         notes.append(f"index.tsv differs ({rule.name} hashes it: its cache hashes differ by side)")
@@ -450,8 +553,11 @@ def _pair_dict(p: Pair) -> dict:
 
 
 # Columns of a pair row without its text, for --csv, --tsv and -t.
-ROW_COLUMNS = ("kernel", "status", "paired_by", "note") + tuple(
-    f"{c}_{s}" for s in SIDES for c in COUNTS) + tuple(f"{w}_{s}" for s in SIDES for w in ("cache_dir", "path"))
+ROW_COLUMNS = (
+    ("kernel", "status", "paired_by", "note")
+    + tuple(f"{c}_{s}" for s in SIDES for c in COUNTS)
+    + tuple(f"{w}_{s}" for s in SIDES for w in ("cache_dir", "path"))
+)
 
 
 def _stored_side(conn, label: str, cell_id) -> Side:
@@ -461,12 +567,15 @@ def _stored_side(conn, label: str, cell_id) -> Side:
         row = conn.execute(
             "SELECT c.id, c.path, c.op, c.dtype, c.side, c.round, c.card, c.rc, c.ir_incomplete, c.index_hash, "
             "(SELECT count(*) FROM kernels k WHERE k.cell_id = c.id), r.name, r.path, r.kind "
-            "FROM cells c JOIN roots r ON r.id = c.root_id WHERE c.id = ?", (int(cell_id),)).fetchone()
+            "FROM cells c JOIN roots r ON r.id = c.root_id WHERE c.id = ?",
+            (int(cell_id),),
+        ).fetchone()
     if row is None:
         return Side(label, "", "", "", "", None, label, None, None, None, None)
     cid, path, op, dtype, side, round_, card, rc, incomplete, index_hash, n, rname, rpath, kind = row
-    return Side(label, rname, rpath, kind, op, dtype, side, round_, card, cid, path, rc, n, bool(incomplete),
-                index_hash)
+    return Side(
+        label, rname, rpath, kind, op, dtype, side, round_, card, cid, path, rc, n, bool(incomplete), index_hash
+    )
 
 
 def current_rule(conn) -> str:
@@ -479,11 +588,23 @@ def kernel_diff_json(conn, before_cell_id, after_cell_id, rule: Optional[str] = 
     '': the current one), as the text shows them (each count one value, or
     'before -> after'): the SQL function zlstore_kernel_diff, which the
     canned query kernel_diff reads."""
-    before, after = (_stored_side(conn, label, cell_id)
-                     for label, cell_id in zip(SIDES, (before_cell_id, after_cell_id)))
+    before, after = (
+        _stored_side(conn, label, cell_id) for label, cell_id in zip(SIDES, (before_cell_id, after_cell_id))
+    )
     rows = diff_sides(conn, before, after, rule or current_rule(conn))["kernels"]
-    return json.dumps([{"kernel": r["kernel"], "status": r["status"], **{c: _value(r, c) for c in COUNTS},
-                        "paired_by": r["paired_by"], "note": r["note"], "diff": r["diff"]} for r in rows])
+    return json.dumps(
+        [
+            {
+                "kernel": r["kernel"],
+                "status": r["status"],
+                **{c: _value(r, c) for c in COUNTS},
+                "paired_by": r["paired_by"],
+                "note": r["note"],
+                "diff": r["diff"],
+            }
+            for r in rows
+        ]
+    )
 
 
 def register(conn) -> None:
@@ -494,9 +615,18 @@ def register(conn) -> None:
 # -- the command's one call -------------------------------------------------------
 
 
-def diff(store, first: str, second: str, rule: Optional[str] = None, round_: Optional[int] = None,
-         card: Optional[int] = None, side: Optional[str] = None, raw: bool = False,
-         kernel: Optional[str] = None, with_diff: bool = True) -> dict:
+def diff(
+    store,
+    first: str,
+    second: str,
+    rule: Optional[str] = None,
+    round_: Optional[int] = None,
+    card: Optional[int] = None,
+    side: Optional[str] = None,
+    raw: bool = False,
+    kernel: Optional[str] = None,
+    with_diff: bool = True,
+) -> dict:
     """What `zlstore diff FIRST SECOND` says: FIRST a root and SECOND
     OP[:DTYPE] (its screening pair, or round round_ of a repeat run or
     campaign), or both ROOT:OP[:DTYPE] (the same side of two roots: side,
@@ -516,13 +646,17 @@ def diff(store, first: str, second: str, rule: Optional[str] = None, round_: Opt
         a, b = parse_root_op(first), parse_root_op(second)
         before, after = same_side_cells(store, a, b, side or "before", round_, card)
         form = "roots"
-    document = {"form": form, "current_rule": store.current_rule,
-                **diff_sides(store.conn, before, after, rule_name, raw, kernel, with_diff)}
+    document = {
+        "form": form,
+        "current_rule": store.current_rule,
+        **diff_sides(store.conn, before, after, rule_name, raw, kernel, with_diff),
+    }
     if form == "pair":
         verdict = store.conn.execute(
             "SELECT verdict, hint, note FROM verdicts_by_rule v JOIN cells c ON c.id = ? "
             "WHERE v.root_id = c.root_id AND v.op IS c.op AND v.dtype IS c.dtype AND v.rule = ?",
-            (before.cell_id if before.cell_id is not None else after.cell_id, rule_name)).fetchone()
+            (before.cell_id if before.cell_id is not None else after.cell_id, rule_name),
+        ).fetchone()
         document["verdict"], document["hint"], document["verdict_note"] = verdict or (None, None, None)
     return document
 
@@ -580,12 +714,20 @@ def text(document: dict, style=_plain, escape=lambda line: line) -> str:
     lines: List[Tuple[str, dict]] = [(line, {}) for line in _heading(document)]
     rows = document["kernels"]
     if rows:
-        table = [{"kernel": r["kernel"], "status": r["status"],
-                  **{c: _value(r, c) for c in COUNTS}, "paired by": r["paired_by"] or "", "note": r["note"] or ""}
-                 for r in rows]
+        table = [
+            {
+                "kernel": r["kernel"],
+                "status": r["status"],
+                **{c: _value(r, c) for c in COUNTS},
+                "paired by": r["paired_by"] or "",
+                "note": r["note"] or "",
+            }
+            for r in rows
+        ]
         headers = ["kernel", "status", "convert_layout", "num_warps", "num_stages", "shared", "paired by", "note"]
-        rendered = output.table(table, ["kernel", "status", *COUNTS, "paired by", "note"], headers=headers,
-                                align=["left"] * len(headers))
+        rendered = output.table(
+            table, ["kernel", "status", *COUNTS, "paired by", "note"], headers=headers, align=["left"] * len(headers)
+        )
         body = rendered.split("\n")
         lines.append(("", {}))
         lines.extend((line, {}) for line in body[:2])

@@ -15,8 +15,21 @@ from . import provenance as _provenance
 from . import roots as _roots
 from . import ttgir as _ttgir
 from .names import (  # noqa: F401 (re-exported for judge's callers; on this line, where a formatter keeps it)
-    BY_NAME, FINDING_NAMES, FINDINGS, REASON_NAMES, REASONS, SETTINGS, TIMEOUT_RCS, VERDICT_ALIASES, VERDICT_NAMES,
-    VERDICTS, Finding, Reason, Verdict, canonical_verdict)
+    BY_NAME,
+    FINDING_NAMES,
+    FINDINGS,
+    REASON_NAMES,
+    REASONS,
+    SETTINGS,
+    TIMEOUT_RCS,
+    VERDICT_ALIASES,
+    VERDICT_NAMES,
+    VERDICTS,
+    Finding,
+    Reason,
+    Verdict,
+    canonical_verdict,
+)
 
 
 # ---------------------------------------------------------------------------
@@ -25,6 +38,7 @@ from .names import (  # noqa: F401 (re-exported for judge's callers; on this lin
 # noise_floors); these functions pick rows out of them, and write the one
 # file the harness still reads (screen.tsv). No click here: the CLI, the
 # runners and datasette share them.
+
 
 class JudgeError(ValueError):
     """A judging request that cannot be answered from what is stored."""
@@ -82,11 +96,12 @@ def root_for(store, root, command: str) -> dict:
         return found
     what = KIND_WORDS.get(kind, f"a {kind} root")
     if kind == "screen":
-        raise WrongKind(f"{name} is {what}, not a repeat run or campaign: its verdicts and ranges are in "
-                        f"{_output.command('screen', name)} ({_output.command('ab', name, '--rejected')} lists "
-                        f"its unpaired rows)")
-    raise WrongKind(f"{name} is {what}, not a screening root: {_output.command(READER.get(kind, 'ab'), name)} "
-                    f"reads it")
+        raise WrongKind(
+            f"{name} is {what}, not a repeat run or campaign: its verdicts and ranges are in "
+            f"{_output.command('screen', name)} ({_output.command('ab', name, '--rejected')} lists "
+            f"its unpaired rows)"
+        )
+    raise WrongKind(f"{name} is {what}, not a screening root: {_output.command(READER.get(kind, 'ab'), name)} reads it")
 
 
 def resolve_rule(store, rule: Optional[str] = None) -> str:
@@ -112,8 +127,11 @@ def verdicts(store, root=None, rule: Optional[str] = None, only: Optional[Sequen
     if only:
         where += f" AND verdict IN ({', '.join('?' * len(only))})"
         params += tuple(only)
-    return _rows(store, f"SELECT * FROM verdicts_by_rule WHERE rule = ?{where} ORDER BY root, root_id, op, dtype",
-                 (rule, *params))
+    return _rows(
+        store,
+        f"SELECT * FROM verdicts_by_rule WHERE rule = ?{where} ORDER BY root, root_id, op, dtype",
+        (rule, *params),
+    )
 
 
 def verdict_counts(rows: Sequence[dict]) -> Dict[str, int]:
@@ -134,7 +152,9 @@ def rescore(store, root=None, rule: Optional[str] = None) -> dict:
     (root, op, dtype, from, to), counts by (from, to), and totals."""
     where, params = _root_clause(store, root, "v.root_id", reader="rescore")
     rule = resolve_rule(store, rule)
-    rows = _rows(store, f"""
+    rows = _rows(
+        store,
+        f"""
         SELECT v.root, v.op, v.dtype,
                CASE WHEN EXISTS (SELECT 1 FROM recorded_verdicts rv
                                  WHERE rv.root_id = v.root_id AND rv.file = '{_layout.SCREEN_TSV_ORIG}')
@@ -142,7 +162,9 @@ def rescore(store, root=None, rule: Optional[str] = None) -> dict:
                v.verdict AS "to"
         FROM verdicts_by_rule v
         WHERE v.rule = ?{where}
-        ORDER BY v.root, v.op, v.dtype""", (rule, *params))
+        ORDER BY v.root, v.op, v.dtype""",
+        (rule, *params),
+    )
     moved = [r for r in rows if r["from"] is not None and r["to"] is not None and r["from"] != r["to"]]
     counts: Dict[Tuple[str, str], int] = {}
     for r in moved:
@@ -172,8 +194,13 @@ def export_rows(store, root, rule: Optional[str] = None) -> List[dict]:
     no_ir = {"fp_before": "b", "fp_after": "a"}
     columns = ", ".join(
         f"CASE WHEN {no_ir[c]}.n_kernels = 0 THEN '{_layout.NO_IR_FINGERPRINT}' ELSE v.[{c}] END AS [{c}]"
-        if c in no_ir else f"v.[{c}]" for c in _layout.SCREEN_COLUMNS)
-    return _rows(store, f"""
+        if c in no_ir
+        else f"v.[{c}]"
+        for c in _layout.SCREEN_COLUMNS
+    )
+    return _rows(
+        store,
+        f"""
         SELECT {columns}
         FROM verdicts_by_rule v
         LEFT JOIN cells b ON b.id = v.before_cell_id
@@ -185,7 +212,9 @@ def export_rows(store, root, rule: Optional[str] = None) -> List[dict]:
                  (SELECT min(rv.line) FROM recorded_verdicts rv
                   WHERE rv.root_id = v.root_id AND rv.file = '{_layout.SCREEN_TSV}'
                     AND rv.op IS v.op AND rv.dtype IS v.dtype),
-                 v.op, v.dtype""", (rule, found["id"]))
+                 v.op, v.dtype""",
+        (rule, found["id"]),
+    )
 
 
 def _tsv_value(value) -> str:
@@ -215,8 +244,10 @@ def write_screen_tsv(store, root, rule: Optional[str] = None) -> Path:
     found = _root(store, root)
     rows = export_rows(store, found, rule)
     if not _roots.known_here(found["path"]):
-        raise JudgeError(f"cannot write screen.tsv of {found['name']}: known here only from a merged store "
-                         "(ingest its tree on this host first)")
+        raise JudgeError(
+            f"cannot write screen.tsv of {found['name']}: known here only from a merged store "
+            "(ingest its tree on this host first)"
+        )
     directory = Path(found["path"])
     if not directory.is_dir():
         raise JudgeError(f"root directory {directory} does not exist (moved since it was ingested?)")
@@ -224,7 +255,8 @@ def write_screen_tsv(store, root, rule: Optional[str] = None) -> Path:
     extra_columns: List[str] = []
     for rec in store.db.query(
         "SELECT op, dtype, extra FROM recorded_verdicts WHERE root_id = ? AND file = ? AND extra IS NOT NULL "
-        "ORDER BY line", (found["id"], _layout.SCREEN_TSV),
+        "ORDER BY line",
+        (found["id"], _layout.SCREEN_TSV),
     ):
         try:
             extra = json.loads(rec["extra"])
@@ -249,8 +281,10 @@ def rescore_write(store, root=None, rule: Optional[str] = None) -> List[Path]:
     targets = [root_for(store, root, "rescore")] if root is not None else store.roots(kind="screen")
     merged = [t["name"] for t in targets if not _roots.known_here(t["path"])]
     if merged:  # a path only a merged store named is not one to write into (docs/security.md)
-        raise JudgeError("cannot write screen.tsv: known here only from a merged store (ingest its tree on this "
-                         "host first): " + ", ".join(merged))
+        raise JudgeError(
+            "cannot write screen.tsv: known here only from a merged store (ingest its tree on this "
+            "host first): " + ", ".join(merged)
+        )
     missing = [t["path"] for t in targets if not Path(t["path"]).is_dir()]
     if missing:
         raise JudgeError("cannot write screen.tsv: no such root directory: " + ", ".join(missing))
@@ -272,8 +306,14 @@ AB_KEY_ORDER = "root, root_id, op, dtype, shape, caliber_id"
 # rounds) go last under effect and q. Each is a list of (column, how).
 AB_SORTS = {
     "finding": (("finding_position", ""), ("op", ""), ("dtype", ""), ("shape", ""), ("caliber_id", "")),
-    "effect": (("p_value", " IS NULL"), ("effect", " DESC"), ("op", ""), ("dtype", ""), ("shape", ""),
-               ("caliber_id", "")),
+    "effect": (
+        ("p_value", " IS NULL"),
+        ("effect", " DESC"),
+        ("op", ""),
+        ("dtype", ""),
+        ("shape", ""),
+        ("caliber_id", ""),
+    ),
     "q": (("q_value", " IS NULL"), ("q_value", ""), ("op", ""), ("dtype", ""), ("shape", ""), ("caliber_id", "")),
     "op": (("op", ""), ("dtype", ""), ("shape", ""), ("caliber_id", "")),
 }
@@ -358,8 +398,11 @@ def ab_ranges_json(store, root=None, ops=None, findings=None, sort: Optional[str
         rows = f"SELECT json FROM ab_range_judgements WHERE 1{where} ORDER BY {order}"
     else:
         where, params = _ab_where(store, root, ops, findings, "r.")
-        order = ("roots.name, r.root_id, r.op, r.dtype, r.shape, r.caliber_id" if sort is None
-                 else _ab_order(sort, "r.", "roots.name"))
+        order = (
+            "roots.name, r.root_id, r.op, r.dtype, r.shape, r.caliber_id"
+            if sort is None
+            else _ab_order(sort, "r.", "roots.name")
+        )
         rows = _STORED_JSON.format(where=where, order=order)
     # Joined here, not by group_concat: SQLite grows its string by copying
     # (the campaign's 9 MB took 0.030 s that way, 0.018 s this one).
@@ -378,9 +421,16 @@ def ab_summary(store, root=None, ops=None, findings=None) -> dict:
     else:
         where, params = _ab_where(store, root, ops, findings)
         source = f"ab_range_judgements r WHERE 1{where}"
-    counted = {row["finding"]: row for row in _rows(store, f"""
+    counted = {
+        row["finding"]: row
+        for row in _rows(
+            store,
+            f"""
         SELECT r.finding, count(*) AS n, sum(r.rejected > 0) AS unpaired, sum(r.fallback > 0) AS fallback
-        FROM {source} GROUP BY r.finding""", params)}
+        FROM {source} GROUP BY r.finding""",
+            params,
+        )
+    }
     return _ab_summary(counted, judging_settings(store))
 
 
@@ -402,7 +452,9 @@ def _ab_summary(counted: Dict[str, dict], settings: Mapping) -> dict:
         "with_unpaired_rows": sum(row["unpaired"] or 0 for row in counted.values()),
         "with_fallback_rows": sum(row["fallback"] or 0 for row in counted.values()),
         "rule": settings["current_rule"],
-        "q_max": settings["q_max"], "min_effect": settings["min_effect"], "min_rounds": settings["min_rounds"],
+        "q_max": settings["q_max"],
+        "min_effect": settings["min_effect"],
+        "min_rounds": settings["min_rounds"],
         "settings_note": settings.get("settings_note"),
     }
 
@@ -411,22 +463,34 @@ def screen_summary(rows: Sequence[dict], rule: str) -> dict:
     """What `zlstore screen` says under its tables, as data: the rule, how
     many pairs, the count of each verdict, how many IR_CHANGED pairs differ
     only in what the strictest rule leaves out (hinted)."""
-    return {"rule": rule, "pairs": len(rows), "verdicts": verdict_counts(rows),
-            "hinted": sum(1 for row in rows if row.get("hint"))}
+    return {
+        "rule": rule,
+        "pairs": len(rows),
+        "verdicts": verdict_counts(rows),
+        "hinted": sum(1 for row in rows if row.get("hint")),
+    }
 
 
 def noise_summary(rows: Sequence[dict]) -> dict:
     """What `zlstore noise` says with its table, as data: how many floors,
     and that a floor is not a result."""
-    return {"floors": len(rows), "rows": sum(row["n"] or 0 for row in rows),
-            "note": "noise floors, not results: a range means something only where it clears its op's floor"}
+    return {
+        "floors": len(rows),
+        "rows": sum(row["n"] or 0 for row in rows),
+        "note": "noise floors, not results: a range means something only where it clears its op's floor",
+    }
 
 
 def rescore_summary(result: dict) -> dict:
     """rescore()'s totals without its moved pairs (they are the rows)."""
-    return {"rule": result["rule"], "pairs": result["pairs"], "moved": len(result["moved"]),
-            "unchanged": result["unchanged"], "without_original": result["without_original"],
-            "counts": result["counts"]}
+    return {
+        "rule": result["rule"],
+        "pairs": result["pairs"],
+        "moved": len(result["moved"]),
+        "unchanged": result["unchanged"],
+        "without_original": result["without_original"],
+        "counts": result["counts"],
+    }
 
 
 def failing_ranges(store, root=None, fail_on: Sequence[str] = (), ops=None) -> List[dict]:
@@ -460,8 +524,12 @@ def screen_roots(store, root=None) -> List[dict]:
 def ab_rejected(store, root=None) -> List[dict]:
     """Every row that did not pair, with its reason (ab_rejected)."""
     where, params = _root_clause(store, root)
-    return _rows(store, f"SELECT * FROM ab_rejected WHERE 1{where} "
-                        "ORDER BY root, card, repeat_dir, round, op, dtype, shape, occurrence", params)
+    return _rows(
+        store,
+        f"SELECT * FROM ab_rejected WHERE 1{where} "
+        "ORDER BY root, card, repeat_dir, round, op, dtype, shape, occurrence",
+        params,
+    )
 
 
 def noise_floors(store, op: Optional[str] = None) -> List[dict]:
@@ -475,17 +543,22 @@ def root_calibers(store, root) -> List[dict]:
     its cells'. Empty when none is known."""
     found = _root(store, root)
     fields = ", ".join(_caliber.NAMES)
-    return _rows(store, f"""
+    return _rows(
+        store,
+        f"""
         SELECT id, {fields} FROM calibers
         WHERE id = (SELECT caliber_id FROM roots WHERE id = :root)
            OR id IN (SELECT caliber_id FROM cells WHERE root_id = :root)
-        ORDER BY id""", {"root": found["id"]})
+        ORDER BY id""",
+        {"root": found["id"]},
+    )
 
 
 def caliber_differences(a: Sequence[dict], b: Sequence[dict]) -> List[Tuple[str, str, str]]:
     """[(field, value in a, value in b)] for every field that keeps the two
     sets of calibers from being one and the same known caliber: a field
     that differs, varies within a root ('x|y'), or is unknown."""
+
     def values(calibers, field):
         found = sorted({str(c[field]) for c in calibers})
         return "|".join(found) if found else "unknown"
@@ -512,7 +585,9 @@ def compare(store, root_a, root_b, rule: Optional[str] = None) -> dict:
     rule = resolve_rule(store, rule)
     side = ("verdict", "recorded_verdict", "n_rows", "min", "median", "max", "range_label", "fallback")
     select = ",\n".join(f"{s}.[{c}] AS [{c}_{s}]" for s in ("a", "b") for c in side)
-    rows = _rows(store, f"""
+    rows = _rows(
+        store,
+        f"""
         WITH a AS (SELECT * FROM verdicts_by_rule WHERE rule = :rule AND root_id = :a),
              b AS (SELECT * FROM verdicts_by_rule WHERE rule = :rule AND root_id = :b),
              keys AS (SELECT op, dtype FROM a UNION SELECT op, dtype FROM b)
@@ -520,9 +595,13 @@ def compare(store, root_a, root_b, rule: Optional[str] = None) -> dict:
         FROM keys
         LEFT JOIN a ON a.op IS keys.op AND a.dtype IS keys.dtype
         LEFT JOIN b ON b.op IS keys.op AND b.dtype IS keys.dtype
-        ORDER BY keys.op, keys.dtype""", {"rule": rule, "a": a["id"], "b": b["id"]})
+        ORDER BY keys.op, keys.dtype""",
+        {"rule": rule, "a": a["id"], "b": b["id"]},
+    )
     return {
-        "a": a["name"], "b": b["name"], "rule": rule,
+        "a": a["name"],
+        "b": b["name"],
+        "rule": rule,
         "caliber": {k: v for k, v in calibers_a[0].items() if k != "id"},
         "rows": rows,
     }
@@ -536,8 +615,9 @@ def root_environments(store, root=None) -> Dict[int, List[dict]]:
     most cells first; an environment_id of None: cells that recorded none."""
     where, params = _root_clause(store, root)
     by_root: Dict[int, List[dict]] = {}
-    for row in _rows(store, f"SELECT * FROM root_environments WHERE 1{where} "
-                            "ORDER BY root_id, cells DESC, environment_id", params):
+    for row in _rows(
+        store, f"SELECT * FROM root_environments WHERE 1{where} ORDER BY root_id, cells DESC, environment_id", params
+    ):
         by_root.setdefault(row["root_id"], []).append(row)
     return by_root
 
@@ -550,11 +630,12 @@ def root_names(store) -> Dict[int, str]:
 def _differences(store, view: str, root=None) -> Dict[tuple, Dict[str, dict]]:
     where, params = _root_clause(store, root)
     out: Dict[tuple, Dict[str, dict]] = {}
-    for row in _rows(store, f"SELECT root_id, op, dtype, field, \"values\", by_side FROM {view} WHERE 1{where}",
-                     params):
+    for row in _rows(store, f'SELECT root_id, op, dtype, field, "values", by_side FROM {view} WHERE 1{where}', params):
         fields = out.setdefault((row["root_id"], row["op"], row["dtype"]), {})
-        fields[row["field"]] = {"values": json.loads(row["values"]),
-                                "by_side": json.loads(row["by_side"]) if row["by_side"] else None}
+        fields[row["field"]] = {
+            "values": json.loads(row["values"]),
+            "by_side": json.loads(row["by_side"]) if row["by_side"] else None,
+        }
     order = {name: i for i, name in enumerate(_provenance.NAMES)}
     return {k: dict(sorted(v.items(), key=lambda item: order.get(item[0], len(order)))) for k, v in out.items()}
 
@@ -575,5 +656,10 @@ def range_environment_differences(store, root=None) -> Dict[tuple, Dict[str, dic
 def with_environment_differs(rows: Sequence[dict]) -> List[dict]:
     """Rows of verdicts or ab_ranges with their environment_differs column
     (JSON text, as datasette shows it) as an object, for --json and CSV."""
-    return [{**row, "environment_differs": json.loads(row["environment_differs"])
-             if row.get("environment_differs") else None} for row in rows]
+    return [
+        {
+            **row,
+            "environment_differs": json.loads(row["environment_differs"]) if row.get("environment_differs") else None,
+        }
+        for row in rows
+    ]

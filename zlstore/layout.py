@@ -31,8 +31,17 @@ CELL_ENV, RUN_LOG, INDEX_TSV, TRITON_CACHE = "cell.env", "run.log", "index.tsv",
 
 # The screen.tsv columns in the harness's order (ARTIFACTS.md).
 SCREEN_COLUMNS = (
-    "op", "dtype", "verdict", "cl_before", "cl_after", "fp_before", "fp_after",
-    "elapsed_before", "elapsed_after", "rc_before", "rc_after",
+    "op",
+    "dtype",
+    "verdict",
+    "cl_before",
+    "cl_after",
+    "fp_before",
+    "fp_after",
+    "elapsed_before",
+    "elapsed_after",
+    "rc_before",
+    "rc_after",
 ) + caliber.NAMES
 PARTITION_COLUMNS = ("card", "op", "dtype", "weight_min")
 # What the harness writes in screen.tsv's fp_before / fp_after for a side
@@ -100,8 +109,14 @@ _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # FIFO or a device is refused before a byte is read.
 MAX_FILE_BYTES = 256 << 20
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISREG, "a regular file"))
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISREG, "a regular file"),
+)
 
 
 class Unreadable(OSError):
@@ -194,8 +209,9 @@ def finished(cell, problems: Optional[List[Problem]] = None, within: Optional[st
     return env is not None and (env.get("RC") or "").strip() != ""
 
 
-def read_env_bytes(path, problems: List[Problem], within: Optional[str] = None) \
-        -> Tuple[Optional[Dict[str, str]], Optional[bytes]]:
+def read_env_bytes(
+    path, problems: List[Problem], within: Optional[str] = None
+) -> Tuple[Optional[Dict[str, str]], Optional[bytes]]:
     """read_env, and the bytes it read (an ingest hashes them): (None,
     None) where it read none."""
     data = read_file(path, problems, within)
@@ -212,8 +228,13 @@ def read_file(path, problems: List[Problem], within: Optional[str] = None) -> Op
     except FileNotFoundError:
         return None
     except OSError as error:
-        problems.append(Problem(str(path), None, str(error) if isinstance(error, Unreadable)
-                                else f"cannot read: {error.strerror or error}"))
+        problems.append(
+            Problem(
+                str(path),
+                None,
+                str(error) if isinstance(error, Unreadable) else f"cannot read: {error.strerror or error}",
+            )
+        )
         return None
 
 
@@ -241,7 +262,7 @@ def parse_env(data: bytes, path, problems: List[Problem]) -> Dict[str, str]:
         if not line or line.startswith("#"):
             continue
         if line.startswith("export "):
-            line = line[len("export "):].lstrip()
+            line = line[len("export ") :].lstrip()
         key, sep, value = line.partition("=")
         key = key.strip()
         if not sep or not _ENV_KEY.match(key):
@@ -254,8 +275,9 @@ def parse_env(data: bytes, path, problems: List[Problem]) -> Dict[str, str]:
     return env
 
 
-def read_tsv(path: Path, problems: List[Problem], within: Optional[str] = None) \
-        -> Optional[List[Tuple[int, Mapping[str, str]]]]:
+def read_tsv(
+    path: Path, problems: List[Problem], within: Optional[str] = None
+) -> Optional[List[Tuple[int, Mapping[str, str]]]]:
     """A harness TSV with a header row, columns matched by name: (line, row)
     pairs, each row what dict(zip(header, values)) gives (a TsvRow). None
     where the file is missing or refused (a problem then names it)."""
@@ -268,8 +290,14 @@ def read_tsv(path: Path, problems: List[Problem], within: Optional[str] = None) 
     header = [h.strip() for h in lines[0].split("\t")]
     repeated = repeated_columns(header)
     if repeated:
-        problems.append(Problem(str(path), 1, f"the header names a column twice: {repeated}; "
-                                              "no row is used (which of them a value belongs to is unknown)"))
+        problems.append(
+            Problem(
+                str(path),
+                1,
+                f"the header names a column twice: {repeated}; "
+                "no row is used (which of them a value belongs to is unknown)",
+            )
+        )
         return None
     columns = {name: at for at, name in enumerate(header)}
     seen: Dict[str, str] = {}
@@ -279,13 +307,11 @@ def read_tsv(path: Path, problems: List[Problem], within: Optional[str] = None) 
             continue
         values = [v.strip() for v in raw.split("\t")]
         if len(values) != len(header):
-            problems.append(
-                Problem(str(path), number, f"{len(values)} fields where the header has {len(header)}")
-            )
+            problems.append(Problem(str(path), number, f"{len(values)} fields where the header has {len(header)}"))
         if len(columns) < len(header):  # columns without a name (trailing tabs): as dict(zip()) has it
             rows.append((number, dict(zip(header, values))))
         else:
-            rows.append((number, TsvRow(columns, tuple(seen.setdefault(v, v) for v in values[:len(header)]))))
+            rows.append((number, TsvRow(columns, tuple(seen.setdefault(v, v) for v in values[: len(header)]))))
     return rows
 
 
@@ -298,8 +324,11 @@ def repeated_columns(header: List[str]) -> str:
     for number, name in enumerate(header, 1):
         if name:  # a column without a name is read by none
             at.setdefault(name, []).append(number)
-    return ", ".join(f"{name!r} (columns {', '.join(map(str, numbers[:-1]))} and {numbers[-1]})"
-                     for name, numbers in at.items() if len(numbers) > 1)
+    return ", ".join(
+        f"{name!r} (columns {', '.join(map(str, numbers[:-1]))} and {numbers[-1]})"
+        for name, numbers in at.items()
+        if len(numbers) > 1
+    )
 
 
 class TsvRow(collections.abc.Mapping):
@@ -312,7 +341,7 @@ class TsvRow(collections.abc.Mapping):
 
     def __init__(self, columns: Dict[str, int], values: tuple):
         self._columns = columns  # name -> position, in the header's order
-        self._values = values    # a row with fewer values than the header lacks the rest
+        self._values = values  # a row with fewer values than the header lacks the rest
 
     def __getitem__(self, name: str) -> str:
         at = self._columns[name]
@@ -365,10 +394,14 @@ def cell_paths(top: str, problems: Optional[List[Problem]] = None) -> Iterator[s
         yield path
 
 
-def walk_cells(top: str, markers: Optional[dict] = None, enter: Optional[Callable[[str], bool]] = None,
-               likely: Optional[Callable[[str], bool]] = None, listings=None,
-               problems: Optional[List[Problem]] = None) \
-        -> Iterator[Tuple[str, Optional[os.stat_result]]]:
+def walk_cells(
+    top: str,
+    markers: Optional[dict] = None,
+    enter: Optional[Callable[[str], bool]] = None,
+    likely: Optional[Callable[[str], bool]] = None,
+    listings=None,
+    problems: Optional[List[Problem]] = None,
+) -> Iterator[Tuple[str, Optional[os.stat_result]]]:
     """find_cell_dirs on path strings, without recursion (a campaign has
     thousands of directories), each cell with the stat of its run.log where
     that is what told it a cell (else None). markers, a locate_root cache,
@@ -401,8 +434,13 @@ def walk_cells(top: str, markers: Optional[dict] = None, enter: Optional[Callabl
                 if _is_file(os.path.join(directory, RUN_LOG)) or _is_file(os.path.join(directory, CELL_ENV)):
                     yield directory, None
                 elif problems is not None and not isinstance(error, (NotADirectoryError, FileNotFoundError)):
-                    problems.append(Problem(directory, None, f"cannot list this directory: "
-                                            f"{error.strerror or error}; nothing under it is stored"))
+                    problems.append(
+                        Problem(
+                            directory,
+                            None,
+                            f"cannot list this directory: {error.strerror or error}; nothing under it is stored",
+                        )
+                    )
                 continue
             names = [e.name for e in entries]
             if RUN_LOG in names or CELL_ENV in names:
@@ -412,16 +450,24 @@ def walk_cells(top: str, markers: Optional[dict] = None, enter: Optional[Callabl
             root_files = [n for n in names if n in ROOT_FILES]
             linked = [e for e in entries if e.is_symlink() and entry_is_dir(e)]
             if problems is not None:
-                problems.extend(Problem(e.path, None, f"a symbolic link to a directory (to {_target(e.path)}): "
-                                        "not entered, so no cell under it is stored; ingest the directory "
-                                        "itself, or put it here in place of the link") for e in linked)
+                problems.extend(
+                    Problem(
+                        e.path,
+                        None,
+                        f"a symbolic link to a directory (to {_target(e.path)}): "
+                        "not entered, so no cell under it is stored; ingest the directory "
+                        "itself, or put it here in place of the link",
+                    )
+                    for e in linked
+                )
             if listings is not None and not linked:  # else listed again each walk: its problems stay named
                 listings.add(directory, subdirs, root_files)
         if markers is not None:
             _markers(directory, markers, root_files)
         prefix = directory if directory.endswith("/") else directory + "/"
         pending.extend(  # reversed: popped in name order, depth first
-            path for path in (prefix + name for name in reversed(subdirs)) if enter is None or enter(path))
+            path for path in (prefix + name for name in reversed(subdirs)) if enter is None or enter(path)
+        )
 
 
 _NAME = operator.attrgetter("name")
@@ -476,8 +522,7 @@ def _markers(directory: str, cache: dict, names: Optional[Iterable[str]] = None)
                     names = [e.name for e in it if e.name in ROOT_FILES]
             except OSError:
                 names = ROOT_FILES
-        cache[directory] = frozenset(
-            n for n in names if n in ROOT_FILES and _is_file(os.path.join(directory, n)))
+        cache[directory] = frozenset(n for n in names if n in ROOT_FILES and _is_file(os.path.join(directory, n)))
     return cache[directory]
 
 
@@ -539,12 +584,12 @@ def root_of(cell: str, cache: Optional[dict] = None) -> Tuple[str, str]:
 def _split(path: str) -> Tuple[str, str]:
     """os.path.split of an absolute, normalized path, faster."""
     at = path.rfind("/")
-    return path[:at] or "/", path[at + 1:]
+    return path[:at] or "/", path[at + 1 :]
 
 
 def relative_parts(cell: str, root: str) -> Tuple[str, ...]:
     """Path(cell).relative_to(root).parts, on strings."""
-    return tuple(cell[len(root.rstrip("/")) + 1:].split("/"))
+    return tuple(cell[len(root.rstrip("/")) + 1 :].split("/"))
 
 
 def _kind_from_shape(parts: Tuple[str, ...]) -> str:
@@ -681,9 +726,11 @@ def check_root_numbers(root: Root):
     the root is stored, not every time it is read."""
     if root.env_file:
         check_numbers(root.env, ROOT_NUMBERS, str(root.path / root.env_file), None, root.problems)
-    for name, rows, numbers in ((SCREEN_TSV, root.screen, SCREEN_NUMBERS),
-                                (SCREEN_TSV_ORIG, root.screen_orig, SCREEN_NUMBERS),
-                                (PARTITION_TSV, root.partition, PARTITION_NUMBERS)):
+    for name, rows, numbers in (
+        (SCREEN_TSV, root.screen, SCREEN_NUMBERS),
+        (SCREEN_TSV_ORIG, root.screen_orig, SCREEN_NUMBERS),
+        (PARTITION_TSV, root.partition, PARTITION_NUMBERS),
+    ):
         for line, row in rows:
             check_numbers(row, numbers, str(root.path / name), line, root.problems)
 
@@ -727,13 +774,20 @@ def to_float(value) -> Optional[float]:
 # The numeric values of each file, by key or column: the function that reads one.
 CELL_NUMBERS = {"RC": to_int, "ROUND": to_int, "CARD": to_int, "ELAPSED_S": to_float, "CELL_TIMEOUT": to_float}
 ROOT_NUMBERS = {"ROUNDS": to_int, "CARDS": to_int}
-SCREEN_NUMBERS = {"cl_before": to_int, "cl_after": to_int, "rc_before": to_int, "rc_after": to_int,
-                  "elapsed_before": to_float, "elapsed_after": to_float}
+SCREEN_NUMBERS = {
+    "cl_before": to_int,
+    "cl_after": to_int,
+    "rc_before": to_int,
+    "rc_after": to_int,
+    "elapsed_before": to_float,
+    "elapsed_after": to_float,
+}
 PARTITION_NUMBERS = {"card": to_int, "weight_min": to_float}
 
 
-def check_numbers(values: Mapping[str, str], numbers: Mapping[str, Callable], file: str,
-                  line: Optional[int], problems: List[Problem]):
+def check_numbers(
+    values: Mapping[str, str], numbers: Mapping[str, Callable], file: str, line: Optional[int], problems: List[Problem]
+):
     """Name in problems each value of numbers' keys that is set but is not a
     number that fits (an integer beyond 64 bits): it is not used, so the next
     source of the value gives it (resolve_cell's order), else it is unknown."""
@@ -741,8 +795,14 @@ def check_numbers(values: Mapping[str, str], numbers: Mapping[str, Callable], fi
         value = values.get(key)
         if value is not None and value.strip() and read(value) is None:
             what = "a 64-bit integer" if read is to_int else "a number"
-            problems.append(Problem(file, line, f"{key}: {value[:40]!r} is not {what}; not used (the next source "
-                                                f"that has the value gives it, else it is unknown)"))
+            problems.append(
+                Problem(
+                    file,
+                    line,
+                    f"{key}: {value[:40]!r} is not {what}; not used (the next source "
+                    f"that has the value gives it, else it is unknown)",
+                )
+            )
 
 
 def _side(value: Optional[str]) -> Optional[str]:
@@ -760,16 +820,31 @@ def check_cell_env(env: Mapping[str, str], ref: "RootRef", file: str, problems: 
     pass for that cell's (names.DUPLICATE)."""
     value = env.get("SIDE")
     if value is not None and value.strip() and _side(value) is None:
-        problems.append(Problem(file, None, f"SIDE: {value[:40]!r} is neither {' nor '.join(SIDES)}; "
-                                            "the side the path gives is used, if any"))
+        problems.append(
+            Problem(
+                file,
+                None,
+                f"SIDE: {value[:40]!r} is neither {' nor '.join(SIDES)}; the side the path gives is used, if any",
+            )
+        )
     from_path, _ = path_claims(ref)
-    from_env = {"op": (env.get("OP") or "").strip() or None, "side": _side(env.get("SIDE")),
-                "round": to_int(env.get("ROUND")), "card": to_int(env.get("CARD")),
-                "dtype": env["DTYPE"].strip().removeprefix("torch.") if "DTYPE" in env else None}
+    from_env = {
+        "op": (env.get("OP") or "").strip() or None,
+        "side": _side(env.get("SIDE")),
+        "round": to_int(env.get("ROUND")),
+        "card": to_int(env.get("CARD")),
+        "dtype": env["DTYPE"].strip().removeprefix("torch.") if "DTYPE" in env else None,
+    }
     for name, said in from_env.items():
         if said is not None and from_path.get(name) is not None and said != from_path[name]:
-            problems.append(Problem(file, None, f"{name.upper()}={said} here, but the path says {name} "
-                                                f"{from_path[name]} (a copied directory?): cell.env's value is used"))
+            problems.append(
+                Problem(
+                    file,
+                    None,
+                    f"{name.upper()}={said} here, but the path says {name} "
+                    f"{from_path[name]} (a copied directory?): cell.env's value is used",
+                )
+            )
 
 
 def resolve_cell(ref: RootRef, root: Root, cell_env: Optional[Dict[str, str]]) -> Dict[str, object]:
@@ -818,10 +893,16 @@ def resolve_cell(ref: RootRef, root: Root, cell_env: Optional[Dict[str, str]]) -
 
     side = values["side"]
     screen_row = table_row if table_name == SCREEN_TSV else None
-    take("rc", [(CELL_ENV, to_int(env.get("RC")))]
-         + ([(SCREEN_TSV, to_int(screen_row.get(f"rc_{side}")))] if screen_row and side else []))
-    take("elapsed_s", [(CELL_ENV, to_float(env.get("ELAPSED_S")))]
-         + ([(SCREEN_TSV, to_float(screen_row.get(f"elapsed_{side}")))] if screen_row and side else []))
+    take(
+        "rc",
+        [(CELL_ENV, to_int(env.get("RC")))]
+        + ([(SCREEN_TSV, to_int(screen_row.get(f"rc_{side}")))] if screen_row and side else []),
+    )
+    take(
+        "elapsed_s",
+        [(CELL_ENV, to_float(env.get("ELAPSED_S")))]
+        + ([(SCREEN_TSV, to_float(screen_row.get(f"elapsed_{side}")))] if screen_row and side else []),
+    )
     if "elapsed_s" in sources:
         sources["elapsed"] = sources.pop("elapsed_s")
     take("started_at", [(CELL_ENV, env.get("STARTED_AT"))])
@@ -833,7 +914,9 @@ def resolve_cell(ref: RootRef, root: Root, cell_env: Optional[Dict[str, str]]) -
     fields: Dict[str, str] = {}
     layers = [(CELL_ENV, caliber.from_env(env)), (root.env_file, root.caliber())]
     if screen_row:
-        layers.append((SCREEN_TSV, {n: screen_row[n].strip() for n in caliber.NAMES if (screen_row.get(n) or "").strip()}))
+        layers.append(
+            (SCREEN_TSV, {n: screen_row[n].strip() for n in caliber.NAMES if (screen_row.get(n) or "").strip()})
+        )
     for name in caliber.NAMES:
         for source, layer in layers:
             if source and name in layer:

@@ -31,7 +31,8 @@ def schema_source() -> str:
 
 _MACRO = re.compile(
     r"\[\[(current_side|side_cells|caliber|environment|round|range|verdicts|verdict|reasons|reason|findings|finding|case|rules|timeout_rcs|strictest_rule"
-    r"|min_rounds|setting|clears_floor|fact)(?: ([^:\]]*?))?(?:: (.*?))?\]\]")
+    r"|min_rounds|setting|clears_floor|fact)(?: ([^:\]]*?))?(?:: (.*?))?\]\]"
+)
 
 
 def _sql_literal(value) -> str:
@@ -64,8 +65,11 @@ def _rule_rows() -> List[RuleRow]:
     for rule in ttgir.RULES.values():
         beyond = ttgir.ignored_beyond(rule, ttgir.STRICTEST_RULE)
         words = ", ".join(beyond[:-1]) + " and " + beyond[-1] if len(beyond) > 1 else "".join(beyond)
-        hint = (f"differs only in {words}: {names.BY_NAME['NO_IR_DIFF'].name} under {ttgir.STRICTEST_RULE}"
-                if beyond else None)
+        hint = (
+            f"differs only in {words}: {names.BY_NAME['NO_IR_DIFF'].name} under {ttgir.STRICTEST_RULE}"
+            if beyond
+            else None
+        )
         rows.append(RuleRow(rule.name, rule.description, ", ".join(rule.ignores) or None, hint))
     return rows
 
@@ -93,20 +97,31 @@ def _case(kinds, first: Optional[str], inputs: names.Inputs, indent: str) -> str
 
 # What each "[[kind: TEMPLATE]]" macro repeats TEMPLATE over, the names a
 # "[[kind NAME]]" macro may quote, and the kinds "[[case KINDS]]" decides.
-_ITEMS = {"verdicts": lambda: names.VERDICTS, "reasons": lambda: names.REASONS,
-          "findings": lambda: names.FINDINGS, "rules": _rule_rows}
-_NAMES = {"verdict": lambda: names.VERDICT_NAMES, "reason": lambda: names.REASON_NAMES,
-          "finding": lambda: names.FINDING_NAMES, "setting": lambda: tuple(names.SETTINGS)}
-_CASES = {"verdicts": (names.VERDICTS, None, names.VERDICT_INPUTS),
-          "reasons": (names.REASONS, names.PAIRED, names.REASON_INPUTS),
-          "findings": (names.FINDINGS, None, names.FINDING_INPUTS)}
+_ITEMS = {
+    "verdicts": lambda: names.VERDICTS,
+    "reasons": lambda: names.REASONS,
+    "findings": lambda: names.FINDINGS,
+    "rules": _rule_rows,
+}
+_NAMES = {
+    "verdict": lambda: names.VERDICT_NAMES,
+    "reason": lambda: names.REASON_NAMES,
+    "finding": lambda: names.FINDING_NAMES,
+    "setting": lambda: tuple(names.SETTINGS),
+}
+_CASES = {
+    "verdicts": (names.VERDICTS, None, names.VERDICT_INPUTS),
+    "reasons": (names.REASONS, names.PAIRED, names.REASON_INPUTS),
+    "findings": (names.FINDINGS, None, names.FINDING_INPUTS),
+}
 # The columns a "[[kind SEP: TEMPLATE]]" macro repeats TEMPLATE over: each as
 # {placeholder: text}.
-_COLUMNS = {"caliber": lambda: [{"{f}": name} for name in caliber.NAMES],
-            "environment": lambda: [{"{f}": name} for name in provenance.NAMES],
-            "round": lambda: [{"{k}": c.name, "{c}": c.cells, "{is}": c.same, "{type}": c.type}
-                              for c in names.ROUND_KEY],
-            "range": lambda: [{"{c}": name} for name in names.RANGE_COLUMNS]}
+_COLUMNS = {
+    "caliber": lambda: [{"{f}": name} for name in caliber.NAMES],
+    "environment": lambda: [{"{f}": name} for name in provenance.NAMES],
+    "round": lambda: [{"{k}": c.name, "{c}": c.cells, "{is}": c.same, "{type}": c.type} for c in names.ROUND_KEY],
+    "range": lambda: [{"{c}": name} for name in names.RANGE_COLUMNS],
+}
 
 
 # "The current cell of a side", defined once: of the stored cells of a side
@@ -122,9 +137,12 @@ _COLUMNS = {"caliber": lambda: [{"{f}": name} for name in caliber.NAMES],
 # (cell_id, claims) they give.
 _SIDE_CELLS = "cells c\nWHERE {key} AND c.side = {side} AND c.superseded_at IS NULL"
 _CURRENT_SIDE = "SELECT max(c.id) AS cell_id, count(*) AS claims FROM " + _SIDE_CELLS
-_SIDE_KEYS = {"round": lambda alias: " AND ".join(f"c.{c.cells} {c.same} {_of(alias, c.name)}" for c in names.ROUND_KEY),
-              "op": lambda alias: (f"c.root_id = {_of(alias, 'root_id')} AND c.op IS {_of(alias, 'op')}"
-                                   f" AND c.dtype IS {_of(alias, 'dtype')}")}
+_SIDE_KEYS = {
+    "round": lambda alias: " AND ".join(f"c.{c.cells} {c.same} {_of(alias, c.name)}" for c in names.ROUND_KEY),
+    "op": lambda alias: (
+        f"c.root_id = {_of(alias, 'root_id')} AND c.op IS {_of(alias, 'op')} AND c.dtype IS {_of(alias, 'dtype')}"
+    ),
+}
 
 
 def _of(alias: str, column: str) -> str:
@@ -136,14 +154,15 @@ def _of(alias: str, column: str) -> str:
 def _side(kind: str, arg: Optional[str], alias: Optional[str]) -> str:
     side, _, key = (arg or "").strip().rpartition(" ")
     if key not in _SIDE_KEYS or not side or not alias:
-        raise SchemaError(f"[[{kind} {arg}: {alias}]]: write [[{kind} SIDE KEY: ALIAS]], "
-                          f"KEY one of {', '.join(_SIDE_KEYS)}")
+        raise SchemaError(
+            f"[[{kind} {arg}: {alias}]]: write [[{kind} SIDE KEY: ALIAS]], KEY one of {', '.join(_SIDE_KEYS)}"
+        )
     text = _CURRENT_SIDE if kind == "current_side" else _SIDE_CELLS
     return text.format(key=_SIDE_KEYS[key](alias.strip()), side=side.strip())
 
 
 def _fact(arg: Optional[str]) -> str:
-    """"[[fact NAME SIDE]]" or "[[fact NAME]]": names.FACTS[NAME], of SIDE."""
+    """ "[[fact NAME SIDE]]" or "[[fact NAME]]": names.FACTS[NAME], of SIDE."""
     name, _, side = (arg or "").strip().partition(" ")
     if name not in names.FACTS:
         raise SchemaError(f"SQL names unknown fact {name!r}; known: {', '.join(names.FACTS)}")
@@ -154,10 +173,12 @@ def _fact(arg: Optional[str]) -> str:
 
 
 # The macros that stand for one value: "[[timeout_rcs]]" and the like.
-_VALUES = {"timeout_rcs": lambda: ", ".join(str(rc) for rc in names.TIMEOUT_RCS),
-           "strictest_rule": lambda: _sql_literal(ttgir.STRICTEST_RULE),
-           "min_rounds": lambda: str(stats.MIN_ROUNDS),
-           "clears_floor": lambda: floors.CLEARS}
+_VALUES = {
+    "timeout_rcs": lambda: ", ".join(str(rc) for rc in names.TIMEOUT_RCS),
+    "strictest_rule": lambda: _sql_literal(ttgir.STRICTEST_RULE),
+    "min_rounds": lambda: str(stats.MIN_ROUNDS),
+    "clears_floor": lambda: floors.CLEARS,
+}
 
 
 def _filled(template: str, columns: dict) -> str:
@@ -186,8 +207,8 @@ def render_schema(text: str) -> str:
         if kind == "case":
             if arg not in _CASES:
                 raise SchemaError(f"[[case {arg}]]: a case decides one of {', '.join(_CASES)}")
-            line = text[text.rfind("\n", 0, match.start()) + 1:match.start()]
-            return _case(*_CASES[arg], indent=line[:len(line) - len(line.lstrip())])
+            line = text[text.rfind("\n", 0, match.start()) + 1 : match.start()]
+            return _case(*_CASES[arg], indent=line[: len(line) - len(line.lstrip())])
         if kind in _ITEMS:
             sep = " " + arg.strip() + " " if arg else ", "
             return sep.join(_fill(template, item, n) for n, item in enumerate(_ITEMS[kind](), 1))
@@ -206,5 +227,4 @@ def schema_parts() -> Dict[str, str]:
     _, _, rest = text.partition("\n-- @tables\n")
     tables, _, rest = rest.partition("\n-- @triggers\n")
     triggers, _, views = rest.partition("\n-- @views\n")
-    return {"tables": tables, "triggers": triggers, "views": views,
-            "hash": hashlib.sha256(text.encode()).hexdigest()}
+    return {"tables": tables, "triggers": triggers, "views": views, "hash": hashlib.sha256(text.encode()).hexdigest()}

@@ -42,8 +42,17 @@ from .layout import Problem
 from .store import Store
 
 # What a summary counts, in the order it is printed.
-COUNTS = ("roots", "roots_added", "cells_added", "cells_replaced", "cells_unchanged", "rows_added",
-          "kernels_added", "ir_texts_added", "log_runs_added")
+COUNTS = (
+    "roots",
+    "roots_added",
+    "cells_added",
+    "cells_replaced",
+    "cells_unchanged",
+    "rows_added",
+    "kernels_added",
+    "ir_texts_added",
+    "log_runs_added",
+)
 CHUNK_CELLS = 1024  # cells copied per statement group: the progress bar moves this often
 
 
@@ -86,16 +95,23 @@ class MergeSummary:
         return len(self.problems) if self.open_problems is None else max(self.open_problems, len(self.problems))
 
     def as_dict(self) -> dict:
-        return {"sources": self.sources, **self.counts, "conflicts": self.conflicts,
-                "problems": [p.as_dict() for p in self.problems], "open_problems": self.problem_count()}
+        return {
+            "sources": self.sources,
+            **self.counts,
+            "conflicts": self.conflicts,
+            "problems": [p.as_dict() for p in self.problems],
+            "open_problems": self.problem_count(),
+        }
 
     def line(self) -> str:
         c = self.counts
-        return (f"{plural(len(self.sources), 'store')}, {plural(c['roots'], 'root')} ({c['roots_added']} new), cells: "
-                f"{c['cells_added']} added, {c['cells_replaced']} replaced, {c['cells_unchanged']} unchanged; "
-                f"{c['rows_added']} rows, {c['kernels_added']} kernels, {c['ir_texts_added']} new IR texts, "
-                f"{c['log_runs_added']} ingest runs logged; {plural(len(self.conflicts), 'conflict')}, "
-                f"{plural(self.problem_count(), 'problem')}")
+        return (
+            f"{plural(len(self.sources), 'store')}, {plural(c['roots'], 'root')} ({c['roots_added']} new), cells: "
+            f"{c['cells_added']} added, {c['cells_replaced']} replaced, {c['cells_unchanged']} unchanged; "
+            f"{c['rows_added']} rows, {c['kernels_added']} kernels, {c['ir_texts_added']} new IR texts, "
+            f"{c['log_runs_added']} ingest runs logged; {plural(len(self.conflicts), 'conflict')}, "
+            f"{plural(self.problem_count(), 'problem')}"
+        )
 
 
 def merge(target, sources: Sequence, progress: Optional[Callable[[int, int], None]] = None) -> dict:
@@ -113,8 +129,21 @@ def newer_than(a: tuple, b: tuple) -> bool:
 
 # The tables merge reads from a source. Each is checked against this
 # release's definition of it before any of its rows is read (source_tables).
-READ_TABLES = ("calibers", "environments", "roots", "cells", "measurements", "blobs", "kernels", "ir_digests",
-               "fingerprints", "recorded_verdicts", "partitions", "ingest_runs", "ingest_problems")
+READ_TABLES = (
+    "calibers",
+    "environments",
+    "roots",
+    "cells",
+    "measurements",
+    "blobs",
+    "kernels",
+    "ir_digests",
+    "fingerprints",
+    "recorded_verdicts",
+    "partitions",
+    "ingest_runs",
+    "ingest_problems",
+)
 
 # The values each declared type may hold in a source (typeof), as this
 # release writes them: a column declared INTEGER holds integers (or NULL).
@@ -135,16 +164,17 @@ def check_source(path, target_path: Optional[Path] = None):
     SQLite, the target itself (by name, or the same file through a link)."""
     path = Path(path)
     if not path.is_file():
-        raise SourceError(f"{path}: no such database file" if not path.exists()
-                          else f"{path}: not a regular file")
+        raise SourceError(f"{path}: no such database file" if not path.exists() else f"{path}: not a regular file")
     if target_path is not None and Path(target_path).exists():
         try:
             same = os.path.samefile(path, target_path)
         except OSError:
             same = False
         if same:
-            raise SourceError(f"{path} is the target database itself"
-                              + ("" if path.resolve() == Path(target_path).resolve() else " (the same file: a link)"))
+            raise SourceError(
+                f"{path} is the target database itself"
+                + ("" if path.resolve() == Path(target_path).resolve() else " (the same file: a link)")
+            )
     try:
         with open(path, "rb") as f:
             header = f.read(len(dbmod.SQLITE_MAGIC))
@@ -162,9 +192,12 @@ def _copy(path: Path, copy: Path):
     transaction; a WAL store in a directory this user cannot write), its
     files are copied and SQLite recovers the copy, as it would the source."""
     try:
-        with contextlib.closing(sqlite3.connect(_read_only_uri(path), uri=True,
-                                                timeout=dbmod.BUSY_TIMEOUT_MS / 1000)) as source, \
-                contextlib.closing(sqlite3.connect(copy)) as dest:
+        with (
+            contextlib.closing(
+                sqlite3.connect(_read_only_uri(path), uri=True, timeout=dbmod.BUSY_TIMEOUT_MS / 1000)
+            ) as source,
+            contextlib.closing(sqlite3.connect(copy)) as dest,
+        ):
             dbmod.let_signals_in(source)
             source.backup(dest)
         return
@@ -188,9 +221,13 @@ def _schema_of_this_release() -> Dict[str, List[tuple]]:
         for statement in dbmod.split_statements(macros.schema_parts()["tables"]):
             conn.execute(statement)
         sql = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'").fetchall())
-        return {t: [(r[1], r[2].upper(), r[3], r[5], _generated(sql[t], r[1]) if r[6] else None)
-                    for r in conn.execute(f"PRAGMA table_xinfo({t})")]
-                for t in READ_TABLES}
+        return {
+            t: [
+                (r[1], r[2].upper(), r[3], r[5], _generated(sql[t], r[1]) if r[6] else None)
+                for r in conn.execute(f"PRAGMA table_xinfo({t})")
+            ]
+            for t in READ_TABLES
+        }
 
 
 def _generated(create_sql: str, column: str) -> Optional[str]:
@@ -198,8 +235,7 @@ def _generated(create_sql: str, column: str) -> Optional[str]:
     ADD COLUMN, SQLite keeps the added text there too), whitespace made
     single: compared whole, so that a source's expression, never
     evaluated, is this release's own."""
-    match = re.search(r"(?:^|[,(\s])" + re.escape(column) + r"\s+(.*?\b(?:VIRTUAL|STORED))\b", create_sql,
-                      re.S | re.I)
+    match = re.search(r"(?:^|[,(\s])" + re.escape(column) + r"\s+(.*?\b(?:VIRTUAL|STORED))\b", create_sql, re.S | re.I)
     return " ".join(match.group(1).split()) if match else None
 
 
@@ -212,8 +248,9 @@ def _plain(conn: sqlite3.Connection, path: Path) -> Dict[str, str]:
         objects = conn.execute("SELECT type, name FROM sqlite_master WHERE type IN ('trigger', 'view')").fetchall()
         for kind, name in sorted(objects):
             conn.execute(f"DROP {kind.upper()} IF EXISTS {_quoted(name)}")
-        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
-                                    "AND name IN ('sqlite_stat1', 'sqlite_stat4')").fetchall():
+        for (name,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('sqlite_stat1', 'sqlite_stat4')"
+        ).fetchall():
             conn.execute(f"DROP TABLE {name}")
     except _UNREADABLE as error:
         dbmod.raise_if_interrupted(error)
@@ -229,13 +266,17 @@ def source_tables(conn: sqlite3.Connection, path: Path, dropped: Optional[Dict[s
     not a JSON object). Reads the schema, then one pass over each table."""
     expected = _schema_of_this_release()
     kinds = {name: (kind, "") for name, kind in (dropped or {}).items()}
-    kinds.update({name: (kind, sql or "") for kind, name, sql in conn.execute("SELECT type, name, sql FROM sqlite_master")})
+    kinds.update(
+        {name: (kind, sql or "") for kind, name, sql in conn.execute("SELECT type, name, sql FROM sqlite_master")}
+    )
     for table, columns in expected.items():
         kind, sql = kinds.get(table, (None, ""))
         if kind != "table" or sql.lstrip().upper().startswith("CREATE VIRTUAL"):
-            raise SourceError(f"{path}: table {table}: " + ("missing" if kind is None else
-                                                            f"a {kind}, not a table (never read)")
-                              + " (not a zlstore store of this release's schema)")
+            raise SourceError(
+                f"{path}: table {table}: "
+                + ("missing" if kind is None else f"a {kind}, not a table (never read)")
+                + " (not a zlstore store of this release's schema)"
+            )
         found = {r[1]: (r[1], r[2].upper(), r[3], r[5], r[6]) for r in conn.execute(f"PRAGMA table_xinfo({table})")}
         for name, declared, notnull, pk, generated in columns:
             if name not in found:
@@ -245,32 +286,47 @@ def source_tables(conn: sqlite3.Connection, path: Path, dropped: Optional[Dict[s
             if generated is not None and got_generated == generated:
                 continue  # this release's own generated column, as it defines it
             if (got_type, bool(got_notnull), bool(got_pk), hidden) != (declared, bool(notnull), bool(pk), 0):
+
                 def said(kind, nn, key, generated=0):
-                    return (f"{kind or 'without a type'}{' NOT NULL' if nn else ''}{' PRIMARY KEY' if key else ''}"
-                            f"{' GENERATED' if generated else ''}")
-                raise SourceError(f"{path}: table {table}, column {name}: declared "
-                                  f"{said(got_type, got_notnull, got_pk, hidden)}, not {said(declared, notnull, pk)}")
+                    return (
+                        f"{kind or 'without a type'}{' NOT NULL' if nn else ''}{' PRIMARY KEY' if key else ''}"
+                        f"{' GENERATED' if generated else ''}"
+                    )
+
+                raise SourceError(
+                    f"{path}: table {table}, column {name}: declared "
+                    f"{said(got_type, got_notnull, got_pk, hidden)}, not {said(declared, notnull, pk)}"
+                )
         if found:
-            raise SourceError(f"{path}: table {table}, column {next(iter(found))}: not a column of this release's "
-                              f"{table}")
+            raise SourceError(
+                f"{path}: table {table}, column {next(iter(found))}: not a column of this release's {table}"
+            )
         tests = []
         for name, declared, notnull, _, generated in columns:
             if generated is not None:
                 continue
             if declared in _TYPES:
                 allowed = ", ".join(f"'{t}'" for t in _TYPES[declared] + (() if notnull else ("null",)))
-                tests.append((f"typeof({_quoted(name)}) NOT IN ({allowed})", name, f"a value not {declared}"
-                              + (" (or NULL where NOT NULL)" if notnull else "")))
+                tests.append(
+                    (
+                        f"typeof({_quoted(name)}) NOT IN ({allowed})",
+                        name,
+                        f"a value not {declared}" + (" (or NULL where NOT NULL)" if notnull else ""),
+                    )
+                )
             elif notnull:
                 tests.append((f"{_quoted(name)} IS NULL", name, "NULL where NOT NULL"))
         if table == "roots":
-            tests.append(("env IS NOT NULL AND (NOT json_valid(env) OR json_type(env) <> 'object')", "env",
-                          "not a JSON object"))
+            tests.append(
+                ("env IS NOT NULL AND (NOT json_valid(env) OR json_type(env) <> 'object')", "env", "not a JSON object")
+            )
         if not tests:
             continue
         case = " ".join(f"WHEN {test} THEN {i}" for i, (test, _, _) in enumerate(tests))
-        bad = conn.execute(f"SELECT CASE {case} END FROM {_quoted(table)} "
-                           f"WHERE {' OR '.join('(' + t + ')' for t, _, _ in tests)} LIMIT 1").fetchone()
+        bad = conn.execute(
+            f"SELECT CASE {case} END FROM {_quoted(table)} "
+            f"WHERE {' OR '.join('(' + t + ')' for t, _, _ in tests)} LIMIT 1"
+        ).fetchone()
         if bad is not None:
             _, name, what = tests[bad[0]]
             raise SourceError(f"{path}: table {table}, column {name}: {what}")
@@ -297,7 +353,9 @@ def _text_is_utf8(conn: sqlite3.Connection, path: Path, expected: Dict[str, List
     conn.text_factory = bytes
     try:
         for table in TEXT_READ_TABLES:
-            names = [name for name, declared, _, _, generated in expected[table] if declared == "TEXT" and not generated]
+            names = [
+                name for name, declared, _, _, generated in expected[table] if declared == "TEXT" and not generated
+            ]
             for row in conn.execute(f"SELECT {', '.join(_quoted(n) for n in names)} FROM {table}"):
                 for name, value in zip(names, row):
                     if isinstance(value, bytes):
@@ -335,11 +393,15 @@ def prepare_source(path: Path, copy: Path) -> int:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         damaged = dbmod.integrity_problems(conn)
         if damaged:
-            raise SourceError(f"{path} is damaged (SQLite's quick_check: {damaged[0]}): nothing merged; "
-                              "merge a sound copy, or ingest its runs/ tree again")
+            raise SourceError(
+                f"{path} is damaged (SQLite's quick_check: {damaged[0]}): nothing merged; "
+                "merge a sound copy, or ingest its runs/ tree again"
+            )
         if version > dbmod.SCHEMA_VERSION:
-            raise SourceError(f"{path}: schema version {version} is newer than this zlstore's "
-                              f"({dbmod.SCHEMA_VERSION}): upgrade zlstore to merge it")
+            raise SourceError(
+                f"{path}: schema version {version} is newer than this zlstore's "
+                f"({dbmod.SCHEMA_VERSION}): upgrade zlstore to merge it"
+            )
         if version < 0:
             raise SourceError(f"{path}: schema version {version} is not one zlstore writes")
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -355,8 +417,9 @@ def prepare_source(path: Path, copy: Path) -> int:
             Store(copy).close()  # migrations run on the copy
         except (sqlite3.DatabaseError, dbmod.StoreError, ValueError, TypeError) as error:  # UnicodeError: a ValueError
             dbmod.raise_if_interrupted(error)
-            raise SourceError(f"{path}: a store of schema version {version} that does not migrate to "
-                              f"{dbmod.SCHEMA_VERSION} ({error})")
+            raise SourceError(
+                f"{path}: a store of schema version {version} that does not migrate to {dbmod.SCHEMA_VERSION} ({error})"
+            )
         conn = _open_copy(copy, path)
         try:
             _plain(conn, path)  # the views and triggers the migration made are this release's: not read either
@@ -416,8 +479,9 @@ class Merger:
         for path in paths:
             check_source(path, self.target.path)
         # every source copied and checked before anything is merged: one refused leaves the target as it was
-        with (contextlib.nullcontext(copies) if copies is not None
-              else prepared_sources(paths, self.target.path)) as copies:
+        with (
+            contextlib.nullcontext(copies) if copies is not None else prepared_sources(paths, self.target.path)
+        ) as copies:
             for copy in copies:
                 with contextlib.closing(sqlite3.connect(copy)) as conn:
                     self.total += conn.execute("SELECT count(*) FROM cells").fetchone()[0]
@@ -441,8 +505,9 @@ class Merger:
         assert self.run_id is not None  # merge() started the run
         try:
             with dbmod.write_transaction(self.conn):
-                dbmod.finish_run(self.conn, self.run_id, {**self.summary.as_dict(), **({"why": why} if why else {})},
-                                 state)
+                dbmod.finish_run(
+                    self.conn, self.run_id, {**self.summary.as_dict(), **({"why": why} if why else {})}, state
+                )
         except sqlite3.DatabaseError:
             pass  # the next writer closes it (db.close_abandoned_runs)
 
@@ -453,8 +518,9 @@ class Merger:
         with dbmod.bulk_checkpoints(self.conn):
             for path, copy in zip(paths, copies):
                 with self._attached(copy):
-                    self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS merge_roots (src_id INTEGER PRIMARY KEY, "
-                                      "dst_id INTEGER)")
+                    self.conn.execute(
+                        "CREATE TEMP TABLE IF NOT EXISTS merge_roots (src_id INTEGER PRIMARY KEY, dst_id INTEGER)"
+                    )
                     self.conn.execute("DELETE FROM temp.merge_roots")
                     for source_root in self._source_roots():
                         root_id = self._merge_root(path, source_root)
@@ -469,7 +535,9 @@ class Merger:
         self.summary.counts["roots"] = len(merged_roots)
         self.summary.open_problems = self.conn.execute(
             "SELECT count(*) FROM ingest_problems WHERE closed_by IS NULL "
-            "AND (run_id = ? OR run_id IN (SELECT run_id FROM temp.merge_carried))", (self.run_id,)).fetchone()[0]
+            "AND (run_id = ? OR run_id IN (SELECT run_id FROM temp.merge_carried))",
+            (self.run_id,),
+        ).fetchone()[0]
         # A side of a round two cells claim, as an ingest names it: the merge
         # may have brought the second claimant, or the source held both.
         twice = roots.claimed_twice(self.conn, sorted(merged_roots))
@@ -508,8 +576,10 @@ class Merger:
     def _problem(self, problem: Problem):
         """A problem of this merge: in the summary and the ingest log."""
         self.summary.problems.append(problem)
-        self.conn.execute("INSERT INTO ingest_problems (run_id, file, line, message) VALUES (?, ?, ?, ?)",
-                          (self.run_id, problem.file, problem.line, problem.message))
+        self.conn.execute(
+            "INSERT INTO ingest_problems (run_id, file, line, message) VALUES (?, ?, ?, ?)",
+            (self.run_id, problem.file, problem.line, problem.message),
+        )
 
     # -- one root, in one transaction -------------------------------------------
 
@@ -535,13 +605,15 @@ class Merger:
             if dbmod.is_environment_error(error):
                 raise
             self.summary.counts = counts_before
-            del self.summary.conflicts[kept[0]:], self.summary.problems[kept[1]:]
+            del self.summary.conflicts[kept[0] :], self.summary.problems[kept[1] :]
             self.done = cells_before
             with dbmod.write_transaction(self.conn):
-                self._problem(Problem(str(source_path), None,
-                                      f"root {source['name']} ({source['path']}) not merged: {error}"))
-            self._advance(self.conn.execute("SELECT count(*) FROM src.cells WHERE root_id = ?",
-                                            (source["id"],)).fetchone()[0])  # passed over: the bar still ends full
+                self._problem(
+                    Problem(str(source_path), None, f"root {source['name']} ({source['path']}) not merged: {error}")
+                )
+            self._advance(
+                self.conn.execute("SELECT count(*) FROM src.cells WHERE root_id = ?", (source["id"],)).fetchone()[0]
+            )  # passed over: the bar still ends full
             return None
 
     def _calibers(self):
@@ -551,23 +623,27 @@ class Merger:
         self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS merge_calibers (src_id INTEGER PRIMARY KEY, dst_id INTEGER)")
         self.conn.execute("DELETE FROM temp.merge_calibers")
         match = " AND ".join(f"t.{n} = s.{n}" for n in caliber.NAMES)
-        self.conn.execute(f"INSERT INTO temp.merge_calibers SELECT s.id, t.id FROM src.calibers s "
-                          f"JOIN main.calibers t ON {match}")
+        self.conn.execute(
+            f"INSERT INTO temp.merge_calibers SELECT s.id, t.id FROM src.calibers s JOIN main.calibers t ON {match}"
+        )
         self._environments()
 
     def _environments(self):
         """Every source environment in the target, and temp.merge_environments:
         source id -> target id. Its key is made again from its fields, which
         are read as data: the source's own key is not trusted to match them."""
-        self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS merge_environments "
-                          "(src_id INTEGER PRIMARY KEY, dst_id INTEGER)")
+        self.conn.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS merge_environments (src_id INTEGER PRIMARY KEY, dst_id INTEGER)"
+        )
         self.conn.execute("DELETE FROM temp.merge_environments")
         cursor = self.conn.execute(f"SELECT id, {', '.join(provenance.NAMES)} FROM src.environments")
         for row in cursor.fetchall():
             fields = provenance.clean(dict(zip(provenance.NAMES, row[1:])))
             if fields:
-                self.conn.execute("INSERT OR REPLACE INTO temp.merge_environments VALUES (?, ?)",
-                                  (row[0], stored_environment(self.conn, fields)))
+                self.conn.execute(
+                    "INSERT OR REPLACE INTO temp.merge_environments VALUES (?, ?)",
+                    (row[0], stored_environment(self.conn, fields)),
+                )
 
     def _root_row(self, source_path: Path, source: dict) -> int:
         """The target's root for the source's: the one with its identity,
@@ -576,12 +652,21 @@ class Merger:
         if same:
             root_id = same[0][0]
             files_sig, ingested_at = self.conn.execute(
-                "SELECT files_sig, ingested_at FROM roots WHERE id = ?", (root_id,)).fetchone()
+                "SELECT files_sig, ingested_at FROM roots WHERE id = ?", (root_id,)
+            ).fetchone()
             if files_sig != source["files_sig"]:
                 newer = newer_than((source["ingested_at"], source["files_sig"]), (ingested_at, files_sig))
                 target_path = self.conn.execute("SELECT path FROM roots WHERE id = ?", (root_id,)).fetchone()[0]
-                self._conflict(source_path, source["name"], target_path, None, newer,
-                               source["ingested_at"], ingested_at, "its root files (env, screen.tsv, partition.tsv)")
+                self._conflict(
+                    source_path,
+                    source["name"],
+                    target_path,
+                    None,
+                    newer,
+                    source["ingested_at"],
+                    ingested_at,
+                    "its root files (env, screen.tsv, partition.tsv)",
+                )
                 if newer:
                     self._copy_root_row(source, root_id)
             return root_id
@@ -600,8 +685,9 @@ class Merger:
         with it but for its path; its recorded verdicts and plan come along."""
         columns = [c for c in self._shared("roots") if c in source and c not in ("id", "path", "caliber_id")]
         values = [source[c] for c in columns]
-        caliber_id = self.conn.execute("SELECT dst_id FROM temp.merge_calibers WHERE src_id = ?",
-                                       (source["caliber_id"],)).fetchone()
+        caliber_id = self.conn.execute(
+            "SELECT dst_id FROM temp.merge_calibers WHERE src_id = ?", (source["caliber_id"],)
+        ).fetchone()
         columns.append("caliber_id")
         values.append(caliber_id[0] if caliber_id else None)
         if root_id is None:
@@ -609,31 +695,59 @@ class Merger:
             values.append(path)
             root_id = dbmod.inserted_id(self.conn.execute(dbmod.insert_sql("roots", columns), values))
         else:
-            self.conn.execute(f"UPDATE roots SET {', '.join(c + ' = ?' for c in columns)} WHERE id = ?",
-                              (*values, root_id))
+            self.conn.execute(
+                f"UPDATE roots SET {', '.join(c + ' = ?' for c in columns)} WHERE id = ?", (*values, root_id)
+            )
             # its problems were the old files': closed, as an ingest closes them
-            self.conn.execute("UPDATE ingest_problems SET closed_by = ? "
-                              "WHERE root_id = ? AND cell_id IS NULL AND closed_by IS NULL", (self.run_id, root_id))
+            self.conn.execute(
+                "UPDATE ingest_problems SET closed_by = ? WHERE root_id = ? AND cell_id IS NULL AND closed_by IS NULL",
+                (self.run_id, root_id),
+            )
         for table in ("recorded_verdicts", "partitions"):
             self.conn.execute(f"DELETE FROM main.{table} WHERE root_id = ?", (root_id,))
             copied = [c for c in self._shared(table) if c not in ("id", "root_id")]
-            self.conn.execute(f"INSERT INTO main.{table} (root_id, {', '.join(copied)}) "
-                              f"SELECT ?, {', '.join(copied)} FROM src.{table} WHERE root_id = ? ORDER BY id",
-                              (root_id, source["id"]))
+            self.conn.execute(
+                f"INSERT INTO main.{table} (root_id, {', '.join(copied)}) "
+                f"SELECT ?, {', '.join(copied)} FROM src.{table} WHERE root_id = ? ORDER BY id",
+                (root_id, source["id"]),
+            )
         return root_id
 
-    def _conflict(self, source_path: Path, root_name: str, where: str, cell: Optional[str], newer: bool,
-                  source_at: Optional[str], target_at: Optional[str], what: str = "its content"):
+    def _conflict(
+        self,
+        source_path: Path,
+        root_name: str,
+        where: str,
+        cell: Optional[str],
+        newer: bool,
+        source_at: Optional[str],
+        target_at: Optional[str],
+        what: str = "its content",
+    ):
         kept = "source" if newer else "target"
-        self.summary.conflicts.append({"root": root_name, "cell": cell, "kept": kept, "source": str(source_path),
-                                       "source_ingested_at": source_at, "target_ingested_at": target_at})
-        newer_text = (f"the source's from {source_path} (ingested {source_at}), replacing the target's (ingested {target_at})"
-                      if newer else f"the target's (ingested {target_at}; {source_path}'s: {source_at})")
+        self.summary.conflicts.append(
+            {
+                "root": root_name,
+                "cell": cell,
+                "kept": kept,
+                "source": str(source_path),
+                "source_ingested_at": source_at,
+                "target_ingested_at": target_at,
+            }
+        )
+        newer_text = (
+            f"the source's from {source_path} (ingested {source_at}), replacing the target's (ingested {target_at})"
+            if newer
+            else f"the target's (ingested {target_at}; {source_path}'s: {source_at})"
+        )
         if source_at == target_at:
-            newer_text += ("; both were ingested at the same time, so the one whose content hash sorts last "
-                           "was kept (the same whichever store is merged first)")
-        self._problem(Problem(where, None, f"{what} differs between the target and {source_path}: "
-                                           f"kept the newer, {newer_text}"))
+            newer_text += (
+                "; both were ingested at the same time, so the one whose content hash sorts last "
+                "was kept (the same whichever store is merged first)"
+            )
+        self._problem(
+            Problem(where, None, f"{what} differs between the target and {source_path}: kept the newer, {newer_text}")
+        )
 
     def _cells(self, source_path: Path, source: dict, root_id: int):
         """Copy the source root's cells the target lacks, or holds with older
@@ -643,42 +757,62 @@ class Merger:
                             src_id INTEGER PRIMARY KEY, relpath TEXT, content_sig TEXT, ingested_at TEXT,
                             dst_id INTEGER, dst_content_sig TEXT, dst_ingested_at TEXT, copy INTEGER)""")
         conn.execute("DELETE FROM temp.merge_cells")
-        conn.execute("""INSERT INTO temp.merge_cells
+        conn.execute(
+            """INSERT INTO temp.merge_cells
                         SELECT s.id, s.relpath, s.content_sig, s.ingested_at, t.id, t.content_sig, t.ingested_at, 0
                         FROM src.cells s LEFT JOIN main.cells t ON t.root_id = ? AND t.relpath = s.relpath
-                        WHERE s.root_id = ?""", (root_id, source["id"]))
+                        WHERE s.root_id = ?""",
+            (root_id, source["id"]),
+        )
         conn.execute("""UPDATE temp.merge_cells SET copy = 1 WHERE dst_id IS NULL
                         OR (dst_content_sig IS NOT content_sig
                             AND (coalesce(ingested_at, ''), coalesce(content_sig, ''))
                               > (coalesce(dst_ingested_at, ''), coalesce(dst_content_sig, '')))""")
         target_path = conn.execute("SELECT path FROM roots WHERE id = ?", (root_id,)).fetchone()[0]
         for relpath, newer, source_at, target_at in conn.execute(
-                """SELECT relpath, copy, ingested_at, dst_ingested_at FROM temp.merge_cells
-                   WHERE dst_id IS NOT NULL AND dst_content_sig IS NOT content_sig ORDER BY src_id""").fetchall():
-            self._conflict(source_path, source["name"], target_path.rstrip("/") + "/" + relpath, relpath,
-                           bool(newer), source_at, target_at)
+            """SELECT relpath, copy, ingested_at, dst_ingested_at FROM temp.merge_cells
+                   WHERE dst_id IS NOT NULL AND dst_content_sig IS NOT content_sig ORDER BY src_id"""
+        ).fetchall():
+            self._conflict(
+                source_path,
+                source["name"],
+                target_path.rstrip("/") + "/" + relpath,
+                relpath,
+                bool(newer),
+                source_at,
+                target_at,
+            )
         unchanged, replaced = conn.execute(
             "SELECT count(*) FILTER (WHERE copy = 0), count(*) FILTER (WHERE copy = 1 AND dst_id IS NOT NULL) "
-            "FROM temp.merge_cells").fetchone()
+            "FROM temp.merge_cells"
+        ).fetchone()
         self.summary.counts["cells_unchanged"] += unchanged
         self.summary.counts["cells_replaced"] += replaced
         self.summary.counts["cells_added"] += conn.execute(
-            "SELECT count(*) FROM temp.merge_cells WHERE copy = 1 AND dst_id IS NULL").fetchone()[0]
+            "SELECT count(*) FROM temp.merge_cells WHERE copy = 1 AND dst_id IS NULL"
+        ).fetchone()[0]
         self._advance(unchanged)
-        conn.execute("""UPDATE ingest_problems SET closed_by = ? WHERE closed_by IS NULL
+        conn.execute(
+            """UPDATE ingest_problems SET closed_by = ? WHERE closed_by IS NULL
                         AND cell_id IN (SELECT dst_id FROM temp.merge_cells WHERE copy = 1)""",
-                     (self.run_id,))  # the replaced content's: closed, as an ingest closes them
+            (self.run_id,),
+        )  # the replaced content's: closed, as an ingest closes them
         conn.execute("DELETE FROM main.cells WHERE id IN (SELECT dst_id FROM temp.merge_cells WHERE copy = 1)")
         # The cells of equal content may lack fingerprints under rules the source computed.
-        added = 0 if not unchanged else conn.execute("""INSERT OR IGNORE INTO main.fingerprints (cell_id, rule, fingerprint)
+        added = (
+            0
+            if not unchanged
+            else conn.execute("""INSERT OR IGNORE INTO main.fingerprints (cell_id, rule, fingerprint)
                                 SELECT c.dst_id, f.rule, f.fingerprint
                                 FROM temp.merge_cells c CROSS JOIN src.fingerprints f ON f.cell_id = c.src_id
                                 WHERE c.copy = 0""").rowcount
+        )
         if added:
             self._digests("WHERE copy = 0")
             floors.mark_every(conn)
-        cell_columns = [c for c in self._shared("cells")
-                        if c not in ("id", "root_id", "caliber_id", "environment_id", "path")]
+        cell_columns = [
+            c for c in self._shared("cells") if c not in ("id", "root_id", "caliber_id", "environment_id", "path")
+        ]
         chunks = [row[0] for row in conn.execute("SELECT src_id FROM temp.merge_cells WHERE copy = 1 ORDER BY src_id")]
         for at in range(0, len(chunks), CHUNK_CELLS):
             low, high = chunks[at], chunks[min(at + CHUNK_CELLS, len(chunks)) - 1]
@@ -704,30 +838,38 @@ class Merger:
                      WHERE {chunk} AND s.index_hash IS NOT NULL"""
         for kind, count in (("ttgir", "ir_texts_added"), ("index.tsv", None)):
             added = conn.execute(
-                f"""INSERT OR IGNORE INTO main.blobs ({', '.join(blob_columns)})
-                    SELECT {', '.join('b.' + c for c in blob_columns)} FROM src.blobs b
+                f"""INSERT OR IGNORE INTO main.blobs ({", ".join(blob_columns)})
+                    SELECT {", ".join("b." + c for c in blob_columns)} FROM src.blobs b
                     WHERE b.kind = ? AND b.hash IN ({needed})
-                      AND NOT EXISTS (SELECT 1 FROM main.blobs t WHERE t.hash = b.hash)""", (kind,)).rowcount
+                      AND NOT EXISTS (SELECT 1 FROM main.blobs t WHERE t.hash = b.hash)""",
+                (kind,),
+            ).rowcount
             if count:
                 counts[count] += added
         self._digests(f"WHERE {chunk}")
         conn.execute(
-            f"""INSERT INTO main.cells (root_id, caliber_id, environment_id, path, {', '.join(cell_columns)})
-                SELECT ?, m.dst_id, e.dst_id, ? || s.relpath, {', '.join('s.' + c for c in cell_columns)}
+            f"""INSERT INTO main.cells (root_id, caliber_id, environment_id, path, {", ".join(cell_columns)})
+                SELECT ?, m.dst_id, e.dst_id, ? || s.relpath, {", ".join("s." + c for c in cell_columns)}
                 FROM temp.merge_cells c JOIN src.cells s ON s.id = c.src_id
                 LEFT JOIN temp.merge_calibers m ON m.src_id = s.caliber_id
                 LEFT JOIN temp.merge_environments e ON e.src_id = s.environment_id
-                WHERE {chunk} ORDER BY c.src_id""", (root_id, root_path.rstrip("/") + "/"))
-        conn.execute(f"""UPDATE temp.merge_cells AS c SET dst_id = t.id FROM main.cells t
-                         WHERE t.root_id = ? AND t.relpath = c.relpath AND {chunk}""", (root_id,))
+                WHERE {chunk} ORDER BY c.src_id""",
+            (root_id, root_path.rstrip("/") + "/"),
+        )
+        conn.execute(
+            f"""UPDATE temp.merge_cells AS c SET dst_id = t.id FROM main.cells t
+                         WHERE t.root_id = ? AND t.relpath = c.relpath AND {chunk}""",
+            (root_id,),
+        )
         for table, count in (("measurements", "rows_added"), ("kernels", "kernels_added"), ("fingerprints", None)):
             columns = [col for col in self._shared(table) if col not in ("id", "cell_id")]
             order = "x.cell_id, x.rule" if table == "fingerprints" else "x.id"
             added = conn.execute(
-                f"""INSERT INTO main.{table} (cell_id, {', '.join(columns)})
-                    SELECT c.dst_id, {', '.join('x.' + col for col in columns)}
+                f"""INSERT INTO main.{table} (cell_id, {", ".join(columns)})
+                    SELECT c.dst_id, {", ".join("x." + col for col in columns)}
                     FROM temp.merge_cells c JOIN src.{table} x ON x.cell_id = c.src_id
-                    WHERE {chunk} ORDER BY {order}""").rowcount
+                    WHERE {chunk} ORDER BY {order}"""
+            ).rowcount
             if count:
                 counts[count] += added
 
@@ -749,8 +891,9 @@ class Merger:
         closed. One that names neither stays as the target has it."""
         conn = self.conn
         with dbmod.write_transaction(conn):
-            conn.execute("CREATE TEMP TABLE IF NOT EXISTS merge_runs (src_id INTEGER PRIMARY KEY, dst_id INTEGER, "
-                         "new INTEGER)")
+            conn.execute(
+                "CREATE TEMP TABLE IF NOT EXISTS merge_runs (src_id INTEGER PRIMARY KEY, dst_id INTEGER, new INTEGER)"
+            )
             conn.execute("DELETE FROM temp.merge_runs")
             conn.execute(f"""INSERT INTO temp.merge_runs
                             SELECT s.id, (SELECT min(t.id) FROM main.ingest_runs t WHERE t.started_at = s.started_at
@@ -760,14 +903,18 @@ class Merger:
             missing = conn.execute(
                 f"""SELECT s.id, s.started_at, coalesce(s.finished_at, :now), s.command, s.paths, {_CARRIED_SUMMARY}
                     FROM src.ingest_runs s JOIN temp.merge_runs m ON m.src_id = s.id
-                    WHERE m.dst_id IS NULL ORDER BY s.id""", {"now": now()}).fetchall()
+                    WHERE m.dst_id IS NULL ORDER BY s.id""",
+                {"now": now()},
+            ).fetchall()
             for source_id, *values in missing:
                 run_id = conn.execute(
                     "INSERT INTO ingest_runs (started_at, finished_at, command, paths, summary) VALUES (?, ?, ?, ?, ?)",
-                    values).lastrowid
+                    values,
+                ).lastrowid
                 conn.execute("UPDATE temp.merge_runs SET dst_id = ?, new = 1 WHERE src_id = ?", (run_id, source_id))
             conn.execute("DROP TABLE IF EXISTS temp.merge_problems")
-            conn.execute("""CREATE TEMP TABLE merge_problems AS
+            conn.execute(
+                """CREATE TEMP TABLE merge_problems AS
                             SELECT p.id AS src_id, r.dst_id AS run_id, r.new, p.file, p.line, p.message,
                                    tc.id AS cell_id, CASE WHEN p.root_id IS NOT NULL THEN mr.dst_id END AS root_id,
                                    p.cell_id IS NOT NULL OR p.root_id IS NOT NULL AS tied,
@@ -784,15 +931,19 @@ class Merger:
                             LEFT JOIN temp.merge_roots mr ON mr.src_id = sr.id
                             LEFT JOIN main.roots tr ON tr.id = mr.dst_id
                             LEFT JOIN main.cells tc ON tc.root_id = mr.dst_id AND tc.relpath = sc.relpath""",
-                         {"run": self.run_id})
+                {"run": self.run_id},
+            )
             # One problem is listed once: two stores that ingested the same
             # tree both found it, and a copy of one open in the target (the
             # same file, line, message, cell or root) comes closed by this merge.
-            conn.execute(f"""INSERT INTO ingest_problems (run_id, file, line, message, cell_id, root_id, closed_by)
+            conn.execute(
+                f"""INSERT INTO ingest_problems (run_id, file, line, message, cell_id, root_id, closed_by)
                             SELECT run_id, file, line, message, cell_id, root_id,
                                    coalesce(closed_by, CASE WHEN EXISTS ({_OPEN_TWIN.format(row="p", other="")})
                                                             THEN :run END)
-                            FROM temp.merge_problems p WHERE new ORDER BY src_id""", {"run": self.run_id})
+                            FROM temp.merge_problems p WHERE new ORDER BY src_id""",
+                {"run": self.run_id},
+            )
             conn.execute(f"""UPDATE main.ingest_problems AS t
                             SET cell_id = coalesce(p.cell_id, t.cell_id), root_id = coalesce(p.root_id, t.root_id),
                                 closed_by = CASE WHEN p.closed_by IS NOT NULL THEN coalesce(t.closed_by, p.closed_by)
@@ -811,9 +962,13 @@ class Merger:
         repeat run or campaign holds in the target now (a source may have
         computed one, `zlstore rescore --rule v4`, that the target had not,
         and the other way round): from the stored IR, as a rescore would."""
-        held = [r for (r,) in self.conn.execute(
-            """SELECT DISTINCT rule FROM fingerprints WHERE cell_id IN (
-                   SELECT cells.id FROM cells JOIN roots ON roots.id = cells.root_id WHERE roots.kind <> 'screen')""")]
+        held = [
+            r
+            for (r,) in self.conn.execute(
+                """SELECT DISTINCT rule FROM fingerprints WHERE cell_id IN (
+                   SELECT cells.id FROM cells JOIN roots ON roots.id = cells.root_id WHERE roots.kind <> 'screen')"""
+            )
+        ]
         for rule in dict.fromkeys([r.name for r in cell_rules(self.conn, "campaign")] + held):
             self.target.compute_fingerprints(rule)
         for rule in cell_rules(self.conn, "screen"):

@@ -83,7 +83,8 @@ def _pairs_kept_in_tables(conn):
         """UPDATE measurements SET occurrence = o.n FROM (
                SELECT id, row_number() OVER (PARTITION BY cell_id, op_name, dtype, shape ORDER BY id) AS n
                FROM measurements) o
-           WHERE o.id = measurements.id""")
+           WHERE o.id = measurements.id"""
+    )
     for statement in split_statements(_RELEASE_2_TABLES):
         conn.execute(statement)
 
@@ -103,8 +104,15 @@ def _findings(conn):
     round (ensure_schema's derive). Screening cells get a fingerprint under every rule (the verdicts'
     hint and screen_roots read the strictest): Store computes those the
     store lacks when it next opens it for writing (BACKFILL_SETTING)."""
-    for column in ("log_mean REAL", "log_sd REAL", "effect REAL", "ci_low REAL", "ci_high REAL",
-                   "p_value REAL", "q_value REAL"):
+    for column in (
+        "log_mean REAL",
+        "log_sd REAL",
+        "effect REAL",
+        "ci_low REAL",
+        "ci_high REAL",
+        "p_value REAL",
+        "q_value REAL",
+    ):
         conn.execute(f"ALTER TABLE ab_range_rows ADD COLUMN {column}")
     conn.execute("INSERT OR REPLACE INTO settings (key, value) VALUES (?, '1')", (BACKFILL_SETTING,))
 
@@ -144,9 +152,13 @@ def _roots_by_identity(conn):
     another host is the same root, and a cell is its path inside its root.
     Each stored root's identity comes from what its row holds."""
     conn.execute("ALTER TABLE roots ADD COLUMN identity TEXT")
-    conn.executemany("UPDATE roots SET identity = ? WHERE id = ?", [
-        (_release_6_identity(name, env_file, _json_object(env)), root_id)
-        for root_id, name, env_file, env in conn.execute("SELECT id, name, env_file, env FROM roots").fetchall()])
+    conn.executemany(
+        "UPDATE roots SET identity = ? WHERE id = ?",
+        [
+            (_release_6_identity(name, env_file, _json_object(env)), root_id)
+            for root_id, name, env_file, env in conn.execute("SELECT id, name, env_file, env FROM roots").fetchall()
+        ],
+    )
     conn.execute("CREATE UNIQUE INDEX IF NOT EXISTS cells_relpath ON cells(root_id, relpath)")
 
 
@@ -164,8 +176,10 @@ def _problems_stay_open(conn):
     conn.execute("ALTER TABLE ingest_problems ADD COLUMN closed_by INTEGER")
     # The cell or root holding a file is the one with the greatest path not
     # after it, if that path is a prefix of it (an index lookup per problem).
-    for table, column, where in (("cells", "cell_id", ""),
-                                 ("roots", "root_id", "AND instr(substr(p.file, length(o.path) + 2), '/') = 0")):
+    for table, column, where in (
+        ("cells", "cell_id", ""),
+        ("roots", "root_id", "AND instr(substr(p.file, length(o.path) + 2), '/') = 0"),
+    ):
         conn.execute(f"""
             UPDATE ingest_problems SET {column} = (
                 SELECT o.id FROM (SELECT id, path, ingested_at FROM {table} WHERE path <= ingest_problems.file
@@ -191,8 +205,15 @@ def _judgements_stored(conn):
     made under ab_judgement_basis): reading a campaign's findings no longer
     judges thousands of ranges. The new columns start empty; the ranges are
     judged once the schema is current (ensure_schema's derive)."""
-    for column in ("finding TEXT", "finding_position INTEGER", "to_settle TEXT", "noise_floor REAL",
-                   "clears_floor INTEGER", "floor_note TEXT", "judged INTEGER"):
+    for column in (
+        "finding TEXT",
+        "finding_position INTEGER",
+        "to_settle TEXT",
+        "noise_floor REAL",
+        "clears_floor INTEGER",
+        "floor_note TEXT",
+        "judged INTEGER",
+    ):
         conn.execute(f"ALTER TABLE ab_range_rows ADD COLUMN {column}")
 
 
@@ -236,8 +257,10 @@ def _screening_pairs_on_any_card(conn):
     (a side without cell.env has no card): the round key takes the card
     from cells.pair_card, NULL in round 0. Every round is paired again."""
     if "pair_card" not in {row[1] for row in conn.execute("PRAGMA table_xinfo(cells)")}:
-        conn.execute("ALTER TABLE cells ADD COLUMN pair_card INTEGER "
-                     "GENERATED ALWAYS AS (CASE WHEN round = 0 THEN NULL ELSE card END) VIRTUAL")
+        conn.execute(
+            "ALTER TABLE cells ADD COLUMN pair_card INTEGER "
+            "GENERATED ALWAYS AS (CASE WHEN round = 0 THEN NULL ELSE card END) VIRTUAL"
+        )
     # what was derived under the old key: the rederive keeps it under the new one
     for table in ("ab_slot_rows", "ab_round_ranges", "ab_duplicate_rounds", "ab_stale_rounds"):
         conn.execute(f"DELETE FROM {table} WHERE round = 0")
@@ -263,8 +286,9 @@ def _stored_schema_hash(conn):
     return row[0] if row else None
 
 
-def ensure_schema(conn: sqlite3.Connection, defaults: Optional[Dict[str, str]] = None,
-                  derive: Optional[Callable[..., object]] = None) -> int:
+def ensure_schema(
+    conn: sqlite3.Connection, defaults: Optional[Dict[str, str]] = None, derive: Optional[Callable[..., object]] = None
+) -> int:
     """Create or upgrade the schema; recreate the views and triggers when
     schema.sql changed. derive(conn, every=...) then brings what the writers
     derive up to date in the same transaction (Store passes derive.derive);

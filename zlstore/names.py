@@ -25,12 +25,12 @@ TIMEOUT_RCS = (124, 137)
 TIMEOUT_RC = TIMEOUT_RCS[0]
 
 # The exit statuses of zlstore's commands (docs/cli.md: "Exit statuses").
-EXIT_OK = 0             # everything done
-EXIT_PROBLEMS = 1       # some input had problems (everything readable was stored); ab --fail-on: a range has a named finding
-EXIT_USAGE = 2          # usage or environment error: bad path, bad --db, unknown or wrong-kind root, newer schema,
-                        # a full disk, stdout that cannot be written (ENOSPC: one line on stderr)
-EXIT_UNFINISHED = 3     # record: a cell without cell.env / RC yet (nothing of it stored)
-EXIT_INTERNAL = 70      # a bug in zlstore (BSD's EX_SOFTWARE): the traceback is printed
+EXIT_OK = 0  # everything done
+EXIT_PROBLEMS = 1  # some input had problems (everything readable was stored); ab --fail-on: a range has a named finding
+EXIT_USAGE = 2  # usage or environment error: bad path, bad --db, unknown or wrong-kind root, newer schema,
+# a full disk, stdout that cannot be written (ENOSPC: one line on stderr)
+EXIT_UNFINISHED = 3  # record: a cell without cell.env / RC yet (nothing of it stored)
+EXIT_INTERNAL = 70  # a bug in zlstore (BSD's EX_SOFTWARE): the traceback is printed
 EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT
 EXIT_BROKEN_PIPE = 141  # the reader of stdout went away (zlstore ab | head): 128 + SIGPIPE
 
@@ -44,9 +44,9 @@ class Inputs(NamedTuple):
     that reads it, and says the same there in a comment."""
 
     cte: str
-    row: str                  # what one row is
-    sided: Dict[str, str]     # column -> what it holds, once per side: before_X and after_X
-    common: Dict[str, str]    # column -> what it holds, once
+    row: str  # what one row is
+    sided: Dict[str, str]  # column -> what it holds, once per side: before_X and after_X
+    common: Dict[str, str]  # column -> what it holds, once
 
     def columns(self) -> Tuple[str, ...]:
         return tuple(f"{side}_{c}" for c in self.sided for side in SIDES) + tuple(self.common)
@@ -65,17 +65,21 @@ class Verdict(NamedTuple):
 # What a verdict's condition reads: NULL where the side has no current cell
 # (macros.py's [[current_side]]).
 VERDICT_INPUTS = Inputs(
-    "verdict_inputs", "one screening pair (its before and after cell) under one fingerprint rule",
-    {"cell_id": "the side's current cell (cells.id)",
-     "rc": "its exit status",
-     "n_counted": "how many counted measurements it holds",
-     "ir_incomplete": "1 where its IR could not be read in full",
-     "n_kernels": "how many .ttgir it compiled",
-     "fingerprint": "its fingerprint under the rule (NULL: not computed)",
-     "claims": "how many current cells claim the side (more than 1: a copy)",
-     "copies": "how many other current cells hold its cell's files (0: none)",
-     "caliber_id": "its cell's caliber (NULL: unknown): the pair's note reads it, no verdict does"},
-    {})
+    "verdict_inputs",
+    "one screening pair (its before and after cell) under one fingerprint rule",
+    {
+        "cell_id": "the side's current cell (cells.id)",
+        "rc": "its exit status",
+        "n_counted": "how many counted measurements it holds",
+        "ir_incomplete": "1 where its IR could not be read in full",
+        "n_kernels": "how many .ttgir it compiled",
+        "fingerprint": "its fingerprint under the rule (NULL: not computed)",
+        "claims": "how many current cells claim the side (more than 1: a copy)",
+        "copies": "how many other current cells hold its cell's files (0: none)",
+        "caliber_id": "its cell's caliber (NULL: unknown): the pair's note reads it, no verdict does",
+    },
+    {},
+)
 
 
 _KILLED = ", ".join(str(rc) for rc in TIMEOUT_RCS)
@@ -97,6 +101,8 @@ FACTS = {
     "unfingerprinted": "({side}_cell_id IS NOT NULL AND {side}_fingerprint IS NULL)",
     "calibers_differ": "before_caliber_id <> after_caliber_id",
 }
+
+
 def fact(name: str, side: Optional[str] = None) -> str:
     """FACTS[name] (of one side, where it is a side's), as SQL."""
     if ("{side}" in FACTS[name]) != (side in SIDES):
@@ -129,29 +135,55 @@ DUPLICATE = "DUPLICATE_CELL"
 # In the order they are decided: the first that applies wins ("[[case
 # verdicts]]"); a pair none applies to (a fingerprint not computed) has none.
 VERDICTS = (
-    Verdict(DUPLICATE, "a side is claimed by more than one stored cell, or another holds the same files "
-                       "(a copied cell directory?)",
-            "nothing: which cell measured that side cannot be told; forget the copy (zlstore problems names both)",
-            None, either("claimed_twice", "copied")),
-    Verdict("TRUNCATED", f"either side's RC is {' or '.join(map(str, TIMEOUT_RCS))} (killed at CELL_TIMEOUT)",
-            "nothing: re-run with a larger timeout", None,
-            either("killed")),
-    Verdict("NO_ROWS", "either side has no counted measurement",
-            "nothing (usually the dtype)", None,
-            either("missing", "uncounted")),
-    Verdict("IR_UNREAD", "a side's IR could not be read in full (cells.ir_incomplete)",
-            "nothing: a side's IR could not be read in full; fix the files and ingest again", None,
-            either("ir_unread")),
-    Verdict("NO_TRITON", "both sides compiled no .ttgir at all",
-            "nothing: the Triton pass under test had nothing to act on", None,
-            both("no_kernels")),
-    Verdict("IR_CHANGED", "the two fingerprints differ",
-            "measure it with repeated rounds", "indicative (one round)",
-            "before_fingerprint <> after_fingerprint"),
-    Verdict("NO_IR_DIFF", "the fingerprints are equal",
-            "skip it; its speedup range is the machine's noise floor for that op",
-            "noise floor",
-            "before_fingerprint = after_fingerprint"),
+    Verdict(
+        DUPLICATE,
+        "a side is claimed by more than one stored cell, or another holds the same files (a copied cell directory?)",
+        "nothing: which cell measured that side cannot be told; forget the copy (zlstore problems names both)",
+        None,
+        either("claimed_twice", "copied"),
+    ),
+    Verdict(
+        "TRUNCATED",
+        f"either side's RC is {' or '.join(map(str, TIMEOUT_RCS))} (killed at CELL_TIMEOUT)",
+        "nothing: re-run with a larger timeout",
+        None,
+        either("killed"),
+    ),
+    Verdict(
+        "NO_ROWS",
+        "either side has no counted measurement",
+        "nothing (usually the dtype)",
+        None,
+        either("missing", "uncounted"),
+    ),
+    Verdict(
+        "IR_UNREAD",
+        "a side's IR could not be read in full (cells.ir_incomplete)",
+        "nothing: a side's IR could not be read in full; fix the files and ingest again",
+        None,
+        either("ir_unread"),
+    ),
+    Verdict(
+        "NO_TRITON",
+        "both sides compiled no .ttgir at all",
+        "nothing: the Triton pass under test had nothing to act on",
+        None,
+        both("no_kernels"),
+    ),
+    Verdict(
+        "IR_CHANGED",
+        "the two fingerprints differ",
+        "measure it with repeated rounds",
+        "indicative (one round)",
+        "before_fingerprint <> after_fingerprint",
+    ),
+    Verdict(
+        "NO_IR_DIFF",
+        "the fingerprints are equal",
+        "skip it; its speedup range is the machine's noise floor for that op",
+        "noise floor",
+        "before_fingerprint = after_fingerprint",
+    ),
 )
 VERDICT_NAMES = tuple(v.name for v in VERDICTS)
 BY_NAME = {v.name: v for v in VERDICTS}
@@ -181,14 +213,18 @@ class Reason(NamedTuple):
 # What a reason's condition (and PAIRED) reads: the columns of ab_slot_rows
 # by the same names, and the round's claims and copies.
 REASON_INPUTS = Inputs(
-    "reason_inputs", "one row identity of a round (pairing._slot_rows), both sides side by side",
-    {"measurement_id": "the side's row (measurements.id; NULL: the side lacks it)",
-     "counted": "1 where that row is a counted measurement",
-     "cell_id": "the side's current cell in the round (NULL: none)",
-     "caliber_id": "that cell's caliber (NULL: unknown)",
-     "claims": "how many current cells claim the side (more than 1: a copy)",
-     "copies": "how many other current cells hold its cell's files (0: none)"},
-    {})
+    "reason_inputs",
+    "one row identity of a round (pairing._slot_rows), both sides side by side",
+    {
+        "measurement_id": "the side's row (measurements.id; NULL: the side lacks it)",
+        "counted": "1 where that row is a counted measurement",
+        "cell_id": "the side's current cell in the round (NULL: none)",
+        "caliber_id": "that cell's caliber (NULL: unknown)",
+        "claims": "how many current cells claim the side (more than 1: a copy)",
+        "copies": "how many other current cells hold its cell's files (0: none)",
+    },
+    {},
+)
 
 
 # A side of a round (or of a screening pair) with no stored cell, or a row
@@ -199,25 +235,31 @@ MISSING_SIDE = "MISSING_SIDE"
 # sides, each side is one cell's, and both cells have the same known caliber
 # (over a REASON_INPUTS row): the one definition of a pair ("[[case
 # reasons]]" is NULL for it).
-PAIRED = ("before_measurement_id IS NOT NULL AND after_measurement_id IS NOT NULL"
-          " AND before_counted = 1 AND after_counted = 1"
-          " AND before_claims = 1 AND after_claims = 1 AND before_copies = 0 AND after_copies = 0"
-          " AND before_caliber_id = after_caliber_id")
+PAIRED = (
+    "before_measurement_id IS NOT NULL AND after_measurement_id IS NOT NULL"
+    " AND before_counted = 1 AND after_counted = 1"
+    " AND before_claims = 1 AND after_claims = 1 AND before_copies = 0 AND after_copies = 0"
+    " AND before_caliber_id = after_caliber_id"
+)
 
 # Why a measured row did not become an A/B pair, in order of precedence: a
 # row gets the first that applies. A side two cells claim first: its row
 # is nobody's in particular. Then caliber: a row under an unknown or
 # different caliber could never pair, whatever else holds.
 REASONS = (
-    Reason(DUPLICATE, "more than one stored cell claims a side of the round, or another holds the same files "
-                      "(a copied cell directory?)",
-           either("claimed_twice", "copied")),
-    Reason("CALIBER_UNKNOWN", "at least one cell's caliber could not be established",
-           either("caliber_unknown")),
-    Reason("CALIBER_MISMATCH", "the two cells were measured under different calibers",
-           fact("calibers_differ")),
-    Reason(MISSING_SIDE, "the row (or its whole cell) exists on one side of the round only",
-           "before_measurement_id IS NULL OR after_measurement_id IS NULL"),
+    Reason(
+        DUPLICATE,
+        "more than one stored cell claims a side of the round, or another holds the same files "
+        "(a copied cell directory?)",
+        either("claimed_twice", "copied"),
+    ),
+    Reason("CALIBER_UNKNOWN", "at least one cell's caliber could not be established", either("caliber_unknown")),
+    Reason("CALIBER_MISMATCH", "the two cells were measured under different calibers", fact("calibers_differ")),
+    Reason(
+        MISSING_SIDE,
+        "the row (or its whole cell) exists on one side of the round only",
+        "before_measurement_id IS NULL OR after_measurement_id IS NULL",
+    ),
     Reason("NOT_COUNTED", "the row is not a counted measurement on at least one side", None),
 )
 REASON_NAMES = tuple(r.name for r in REASONS)
@@ -235,15 +277,19 @@ class Finding(NamedTuple):
 # What a finding's condition reads: a range's statistics (ab_range_rows)
 # with the thresholds beside it (judging_settings).
 FINDING_INPUTS = Inputs(
-    "finding_inputs", "one range of ab_range_rows with the thresholds it is judged under",
+    "finding_inputs",
+    "one range of ab_range_rows with the thresholds it is judged under",
     {},
-    {"rounds": "its paired rounds",
-     "ci_low": "the low end of its effect's 95% interval (NULL under min_rounds)",
-     "ci_high": "the high end",
-     "q_value": "its p-value adjusted over the root's tested ranges (Benjamini-Hochberg)",
-     "q_max": "the false-discovery rate a finding is held to",
-     "min_effect": "the smallest change worth a finding, as a fraction",
-     "min_rounds": "fewer paired rounds get no test (stats.MIN_ROUNDS)"})
+    {
+        "rounds": "its paired rounds",
+        "ci_low": "the low end of its effect's 95% interval (NULL under min_rounds)",
+        "ci_high": "the high end",
+        "q_value": "its p-value adjusted over the root's tested ranges (Benjamini-Hochberg)",
+        "q_max": "the false-discovery rate a finding is held to",
+        "min_effect": "the smallest change worth a finding, as a fraction",
+        "min_rounds": "fewer paired rounds get no test (stats.MIN_ROUNDS)",
+    },
+)
 
 
 # What a repeat run's or campaign's range says about the switch, in the
@@ -252,20 +298,36 @@ FINDING_INPUTS = Inputs(
 # zlstore/stats.py and the thresholds in SETTINGS; the conditions never
 # overlap (under min_rounds a range has no interval).
 FINDINGS = (
-    Finding("faster", "q_value <= q_max and the whole interval lies above 1 + min_effect",
-            "saying the switch made this shape faster, by about the effect",
-            "q_value <= q_max AND ci_low > 1 + min_effect"),
-    Finding("slower", "q_value <= q_max and the whole interval lies below 1 / (1 + min_effect)",
-            "saying the switch made this shape slower, by about the effect",
-            "q_value <= q_max AND ci_high < 1 / (1 + min_effect)"),
-    Finding("no change", "the whole interval lies within 1 / (1 + min_effect) .. 1 + min_effect",
-            "saying that any change is smaller than min_effect (an equivalence result)",
-            "ci_low > 1 / (1 + min_effect) AND ci_high < 1 + min_effect"),
-    Finding("inconclusive", "none of the above: the interval straddles a bound, or q_value > q_max",
-            "nothing yet: to_settle says what would settle it (more rounds, a quieter card)", None),
-    Finding("too few rounds", "fewer paired rounds than the test needs (min_rounds)",
-            "nothing: run more rounds",
-            "rounds < min_rounds"),
+    Finding(
+        "faster",
+        "q_value <= q_max and the whole interval lies above 1 + min_effect",
+        "saying the switch made this shape faster, by about the effect",
+        "q_value <= q_max AND ci_low > 1 + min_effect",
+    ),
+    Finding(
+        "slower",
+        "q_value <= q_max and the whole interval lies below 1 / (1 + min_effect)",
+        "saying the switch made this shape slower, by about the effect",
+        "q_value <= q_max AND ci_high < 1 / (1 + min_effect)",
+    ),
+    Finding(
+        "no change",
+        "the whole interval lies within 1 / (1 + min_effect) .. 1 + min_effect",
+        "saying that any change is smaller than min_effect (an equivalence result)",
+        "ci_low > 1 / (1 + min_effect) AND ci_high < 1 + min_effect",
+    ),
+    Finding(
+        "inconclusive",
+        "none of the above: the interval straddles a bound, or q_value > q_max",
+        "nothing yet: to_settle says what would settle it (more rounds, a quieter card)",
+        None,
+    ),
+    Finding(
+        "too few rounds",
+        "fewer paired rounds than the test needs (min_rounds)",
+        "nothing: run more rounds",
+        "rounds < min_rounds",
+    ),
 )
 FINDING_NAMES = tuple(f.name for f in FINDINGS)
 
@@ -277,10 +339,10 @@ SETTINGS = {"current_rule": "v3", "q_max": "0.05", "min_effect": "0.02"}
 
 
 class RoundColumn(NamedTuple):
-    name: str   # in ab_stale_rounds, ab_slot_rows, ab_round_ranges and ab_duplicate_rounds
+    name: str  # in ab_stale_rounds, ab_slot_rows, ab_round_ranges and ab_duplicate_rounds
     cells: str  # the cells column it is taken from
-    same: str   # how two rows' values are compared: '=' (never NULL) or 'IS'
-    type: str   # its declaration in those tables
+    same: str  # how two rows' values are compared: '=' (never NULL) or 'IS'
+    type: str  # its declaration in those tables
 
 
 # A round: the before and after cell of one cell op and dtype in one round
@@ -305,7 +367,27 @@ ROUND_KEY = (
 # statistics, and its JSON fragments. "[[range: TEMPLATE]]" repeats
 # TEMPLATE per column ({c}).
 RANGE_COLUMNS = (
-    "root_id", "op", "dtype", "shape", "caliber_id", "rounds", "min", "median", "max",
-    "fallback", "fallback_rows", "cards", "rejected", "rejected_reasons", "log_mean", "log_sd",
-    "effect", "ci_low", "ci_high", "p_value", "q_value", "json_head", "json_tail",
+    "root_id",
+    "op",
+    "dtype",
+    "shape",
+    "caliber_id",
+    "rounds",
+    "min",
+    "median",
+    "max",
+    "fallback",
+    "fallback_rows",
+    "cards",
+    "rejected",
+    "rejected_reasons",
+    "log_mean",
+    "log_sd",
+    "effect",
+    "ci_low",
+    "ci_high",
+    "p_value",
+    "q_value",
+    "json_head",
+    "json_tail",
 )

@@ -24,7 +24,7 @@ def read(data: bytes) -> List[dict]:
         if at < 0:
             continue
         try:
-            record = json.loads(line[at + len(_MARKER):].decode("utf-8", "replace").rstrip("\r"))
+            record = json.loads(line[at + len(_MARKER) :].decode("utf-8", "replace").rstrip("\r"))
         except ValueError:
             continue
         if isinstance(record, dict):
@@ -55,6 +55,7 @@ def summary(records: List[dict]) -> Tuple[Optional[str], Optional[str]]:
             return name, reasons(by[name])
     if session.get("deselected"):
         expr = session.get("markexpr")
-        return "deselected", (f"no test matched -m {expr}" if expr else "every test deselected") + \
-            f" ({session['deselected']} deselected)"
+        return "deselected", (
+            f"no test matched -m {expr}" if expr else "every test deselected"
+        ) + f" ({session['deselected']} deselected)"
     return "deselected", "no test collected"

@@ -154,18 +154,29 @@ class Shown:
     headers: Optional[Sequence[str]] = None
 
 
-def render(fmt: Format, rows: Lazy, columns: Optional[Sequence[str]] = None,
-           human: Optional[Callable[[], str]] = None, document: Lazy = None,
-           shown: Optional[Callable[[], Shown]] = None, escape: bool = True) -> str:
+def render(
+    fmt: Format,
+    rows: Lazy,
+    columns: Optional[Sequence[str]] = None,
+    human: Optional[Callable[[], str]] = None,
+    document: Lazy = None,
+    shown: Optional[Callable[[], Shown]] = None,
+    escape: bool = True,
+) -> str:
     """render_exact's text, where it is for people (the default text and -t
     tables) escaped for a terminal (for_terminal) unless not escape."""
     text = render_exact(fmt, rows, columns, human, document, shown)
     return for_terminal(text) if escape and fmt.kind in ("human", "table") else text
 
 
-def render_exact(fmt: Format, rows: Lazy, columns: Optional[Sequence[str]] = None,
-                 human: Optional[Callable[[], str]] = None, document: Lazy = None,
-                 shown: Optional[Callable[[], Shown]] = None) -> str:
+def render_exact(
+    fmt: Format,
+    rows: Lazy,
+    columns: Optional[Sequence[str]] = None,
+    human: Optional[Callable[[], str]] = None,
+    document: Lazy = None,
+    shown: Optional[Callable[[], Shown]] = None,
+) -> str:
     """The text a command prints in fmt. rows: what --nl, --csv, --tsv and
     -t print (each may be a function, called only when needed); columns:
     theirs (default: the first row's keys); human: the default text
@@ -202,8 +213,13 @@ def render_exact(fmt: Format, rows: Lazy, columns: Optional[Sequence[str]] = Non
     if fmt.kind in ("csv", "tsv"):
         text = to_delimited(rows, columns, "\t" if fmt.kind == "tsv" else ",", header=fmt.headers)
         return text.rstrip("\n")
-    return table(rows, columns, headers=headers, tablefmt=fmt.tablefmt if fmt.kind == "table" else "simple",
-                 show_headers=fmt.headers)
+    return table(
+        rows,
+        columns,
+        headers=headers,
+        tablefmt=fmt.tablefmt if fmt.kind == "table" else "simple",
+        show_headers=fmt.headers,
+    )
 
 
 def _check_columns(rows: Rows, columns: Sequence[str], fmt: Format):
@@ -228,8 +244,7 @@ def _picked(rows: Rows, columns: Optional[Sequence[str]], fmt: Format) -> list:
 def summarized_json(summary: Mapping[str, Any], rows: Any) -> str:
     """Summarized as --json prints it: the summary on its first line, then
     the rows one a line as json_text lays them out."""
-    body = str(rows) if isinstance(rows, JSONText) else (
-        "[" + ",\n ".join(_dumps(row) for row in rows) + "]")
+    body = str(rows) if isinstance(rows, JSONText) else ("[" + ",\n ".join(_dumps(row) for row in rows) + "]")
     return '{"summary": ' + _dumps(summary) + ',\n "rows": ' + body + "}"
 
 
@@ -289,23 +304,39 @@ def _delimited_value(value: Any) -> Any:
     return value
 
 
-def table(rows: Rows, columns: Optional[Sequence[str]] = None, headers: Optional[Sequence[str]] = None,
-          tablefmt: str = "simple", align: Optional[Sequence[str]] = None, show_headers: bool = True) -> str:
+def table(
+    rows: Rows,
+    columns: Optional[Sequence[str]] = None,
+    headers: Optional[Sequence[str]] = None,
+    tablefmt: str = "simple",
+    align: Optional[Sequence[str]] = None,
+    show_headers: bool = True,
+) -> str:
     """The rows as tabulate's table: numbers written by cell_text and
     right-aligned (or as align says, per column); tabulate's "simple"
     layout (two spaces between columns, a rule under the header) without
     trailing blanks; no header where show_headers is False."""
     columns = list(columns or (rows[0].keys() if rows else []))
     headers = list(headers or columns)
-    align = list(align or ["right" if rows and all(is_number(row.get(c)) or row.get(c) is None for row in rows)
-                           else "left" for c in columns])
+    align = list(
+        align
+        or [
+            "right" if rows and all(is_number(row.get(c)) or row.get(c) is None for row in rows) else "left"
+            for c in columns
+        ]
+    )
     body = [[cell_text(row.get(c)) for c in columns] for row in rows]
     import tabulate  # noqa: PLC0415 (table_formats says why here)
 
     padding, tabulate.MIN_PADDING = tabulate.MIN_PADDING, 0  # no wider than its widest cell (a module
-    try:                                                      # setting: tabulate takes no argument for it)
-        text = tabulate.tabulate(body, headers=headers if show_headers else (), tablefmt=tablefmt, disable_numparse=True,
-                                 colalign=align or None)
+    try:  # setting: tabulate takes no argument for it)
+        text = tabulate.tabulate(
+            body,
+            headers=headers if show_headers else (),
+            tablefmt=tablefmt,
+            disable_numparse=True,
+            colalign=align or None,
+        )
     finally:
         tabulate.MIN_PADDING = padding
     if tablefmt in ("simple", "plain"):

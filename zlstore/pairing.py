@@ -39,6 +39,7 @@ _KEYS_OF_ROUNDS = """INSERT INTO temp.ab_keys_now
         SELECT s.root_id, s.op, s.dtype, s.shape
         FROM temp.ab_rounds_now r CROSS JOIN ab_slot_rows s ON [[round AND: s.{k} {is} r.{k}]]"""
 
+
 def _slot_rows(slots: str) -> str:
     """The INSERT of the stale rounds' slot rows that `slots` gives: a
     SELECT of the round's rowid, the row identity (op, dtype, shape,

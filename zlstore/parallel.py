@@ -60,13 +60,14 @@ def assign(cells: Iterable[str], workers: int):
             owner[key] = load.index(min(load))
         load[owner[key]] += len(group)
         for i in range(0, len(group), PREPARE_CHUNK):
-            yield owner[key], group[i:i + PREPARE_CHUNK]
+            yield owner[key], group[i : i + PREPARE_CHUNK]
 
 
 def prepared(cells: Iterable[str], workers: int, preparer: "Preparer") -> Generator[tuple, None, None]:
     """(cell, what a worker prepared for it) in order. Each worker goes
     through the same assignment (assign) and prepares its own chunks;
     this process reads each chunk from its worker when it gets to it."""
+
     def share(me):
         for owner, chunk in assign(cells, workers):
             if owner == me:
@@ -122,20 +123,49 @@ def _reduce(parsed: ParsedCell):
     """A ParsedCell as a worker sends it (Preparer._portable): plain values,
     which the writing process unpickles at a fraction of the cost of
     objects. Registered with copyreg: pickle uses it for every ParsedCell."""
-    return (_portable_cell, (str(parsed.files.path), parsed.ref, parsed.values["caliber"], parsed.cell_columns(),
-                             [tuple(k) for k in parsed.kernels], tuple(parsed.texts), parsed.index,
-                             parsed.content_sig, parsed.problems, parsed.insert_runs(), parsed.fingerprints,
-                             parsed.packed, parsed.reread))
+    return (
+        _portable_cell,
+        (
+            str(parsed.files.path),
+            parsed.ref,
+            parsed.values["caliber"],
+            parsed.cell_columns(),
+            [tuple(k) for k in parsed.kernels],
+            tuple(parsed.texts),
+            parsed.index,
+            parsed.content_sig,
+            parsed.problems,
+            parsed.insert_runs(),
+            parsed.fingerprints,
+            parsed.packed,
+            parsed.reread,
+        ),
+    )
 
 
-def _portable_cell(path, ref, caliber_values, columns, kernels, texts, index, content_sig, problems,
-                   runs, fingerprints, packed, reread) -> ParsedCell:
+def _portable_cell(
+    path, ref, caliber_values, columns, kernels, texts, index, content_sig, problems, runs, fingerprints, packed, reread
+) -> ParsedCell:
     """A ParsedCell as a worker sent it: what the writer needs, nothing more
     (its rows as they are INSERTed: insert_runs)."""
     return ParsedCell(
-        CellFiles(path, {}, [], {}), None, ref, None, {"caliber": caliber_values}, None, kernels,
-        dict.fromkeys(texts, (None, None)), index, content_sig, problems, fingerprints, packed,
-        columns, reread, runs)
+        CellFiles(path, {}, [], {}),
+        None,
+        ref,
+        None,
+        {"caliber": caliber_values},
+        None,
+        kernels,
+        dict.fromkeys(texts, (None, None)),
+        index,
+        content_sig,
+        problems,
+        fingerprints,
+        packed,
+        columns,
+        reread,
+        runs,
+    )
 
 
 copyreg.pickle(ParsedCell, _reduce)

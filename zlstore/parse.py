@@ -31,8 +31,18 @@ _COUNTED = MEASUREMENT_COLUMNS.index("counted") - 1  # in a stored row without i
 # (DENSE_COLUMNS, insert_runs): binding the NULLs of a hundred thousand rows
 # was half the time of a campaign's measurements INSERT, in the process all
 # the others wait for.
-SPARSE_COLUMNS = ("legacy_shape", "gbps_base", "gbps", "accuracy", "tflops", "utilization", "compared_speedup",
-                  "error_msg", "extra", "not_counted_reason")
+SPARSE_COLUMNS = (
+    "legacy_shape",
+    "gbps_base",
+    "gbps",
+    "accuracy",
+    "tflops",
+    "utilization",
+    "compared_speedup",
+    "error_msg",
+    "extra",
+    "not_counted_reason",
+)
 DENSE_COLUMNS = tuple(c for c in MEASUREMENT_COLUMNS if c not in SPARSE_COLUMNS)
 _SPARSE_VALUES = operator.itemgetter(*(MEASUREMENT_COLUMNS.index(c) - 1 for c in SPARSE_COLUMNS))
 _DENSE_VALUES = operator.itemgetter(*(MEASUREMENT_COLUMNS.index(c) - 1 for c in DENSE_COLUMNS[1:]))
@@ -40,17 +50,48 @@ _NONE_SPARSE = (None,) * len(SPARSE_COLUMNS)
 # The cells columns a cell's files give (ParsedCell.cell_columns); the
 # writer adds root_id, caliber_id, stat_sig and ingested_at.
 CELL_COLUMNS = (
-    "path", "relpath", "repeat_dir", "card", "op", "dtype", "side", "round", "rc", "elapsed_s",
-    "started_at", "nodeid", "switch", "switch_value", "cell_timeout", "caliber_missing",
-    "card_source", "op_source", "dtype_source", "side_source", "round_source", "rc_source",
-    "elapsed_source", "caliber_source", "provenance", "n_records", "n_rows", "n_counted",
-    "n_kernels", "convert_layouts", "index_hash", "n_problems", "content_sig", "ir_incomplete",
-    "test_outcome", "test_reason",
+    "path",
+    "relpath",
+    "repeat_dir",
+    "card",
+    "op",
+    "dtype",
+    "side",
+    "round",
+    "rc",
+    "elapsed_s",
+    "started_at",
+    "nodeid",
+    "switch",
+    "switch_value",
+    "cell_timeout",
+    "caliber_missing",
+    "card_source",
+    "op_source",
+    "dtype_source",
+    "side_source",
+    "round_source",
+    "rc_source",
+    "elapsed_source",
+    "caliber_source",
+    "provenance",
+    "n_records",
+    "n_rows",
+    "n_counted",
+    "n_kernels",
+    "convert_layouts",
+    "index_hash",
+    "n_problems",
+    "content_sig",
+    "ir_incomplete",
+    "test_outcome",
+    "test_reason",
 )
 _N_ROWS = CELL_COLUMNS.index("n_rows")
 # A kernels row but for its cell_id.
 # shared: bytes of shared memory, as the kernel's .json gives it (Triton's "shared")
 Kernel = collections.namedtuple("Kernel", "name cache_dir ir_hash convert_layouts num_warps num_stages shared")
+
 
 @dataclass
 class CellFiles:
@@ -58,8 +99,8 @@ class CellFiles:
 
     path: Path
     stats: Dict[str, Optional[os.stat_result]]  # relpath (a directory's ends in /) -> stat, None: missing
-    ttgir: List[Tuple[str, str]]          # (relpath, kernel name)
-    meta_json: Dict[str, str]              # ttgir relpath -> sibling .json relpath
+    ttgir: List[Tuple[str, str]]  # (relpath, kernel name)
+    meta_json: Dict[str, str]  # ttgir relpath -> sibling .json relpath
     # What of triton_cache could not be listed or entered: the cell's IR is
     # then incomplete, and a verdict must not rest on it.
     problems: List[Problem] = field(default_factory=list)
@@ -103,11 +144,13 @@ def scan_cell(cell: Path) -> CellFiles:
                 if n in files or n.startswith("tmp.pid_"):
                     continue
                 if n.endswith(".ttgir"):
-                    problems.append(Problem(e.path, None, "a directory where a kernel's .ttgir belongs: "
-                                                          "its IR is not read"))
+                    problems.append(
+                        Problem(e.path, None, "a directory where a kernel's .ttgir belongs: its IR is not read")
+                    )
                 if e.is_symlink():
-                    problems.append(Problem(e.path, None, "a symbolic link to a directory: not followed, "
-                                                          "its kernels not read"))
+                    problems.append(
+                        Problem(e.path, None, "a symbolic link to a directory: not followed, its kernels not read")
+                    )
                     continue
                 below.append((e.path, rel_dir + "/" + n, e))
             below.sort(reverse=True)  # paths differ: entries are never compared
@@ -115,13 +158,17 @@ def scan_cell(cell: Path) -> CellFiles:
                 stats[rel + "/"] = _stat(entry)
                 pending.append((path, rel))
             # name[:-6].strip("."): what os.path.splitext calls a stem (".ttgir" has none)
-            found = [(rel_dir + "/" + name, name[:-6])
-                     for name in sorted(files) if name.endswith(".ttgir") and name[:-6].strip(".")]
+            found = [
+                (rel_dir + "/" + name, name[:-6])
+                for name in sorted(files)
+                if name.endswith(".ttgir") and name[:-6].strip(".")
+            ]
             kernels.extend(found)
             for rel, stem in found:
                 sibling = stem + ".json"
-                if ((sibling in files and not sibling.startswith("__grp__"))
-                        or os.path.exists(os.path.join(directory, sibling))):
+                if (sibling in files and not sibling.startswith("__grp__")) or os.path.exists(
+                    os.path.join(directory, sibling)
+                ):
                     meta[rel] = rel_dir + "/" + sibling
     return CellFiles(cell, stats, kernels, meta, problems)
 
@@ -133,8 +180,7 @@ def _not_a_directory(cache: str) -> Optional[str]:
     except OSError as error:
         return f"cannot read: {error.strerror or error}; the cell's kernels are not read"
     if stat.S_ISLNK(st.st_mode):
-        return (f"a symbolic link (to {os.readlink(cache)}), not a directory: not followed, "
-                "the cell's kernels not read")
+        return f"a symbolic link (to {os.readlink(cache)}), not a directory: not followed, the cell's kernels not read"
     if not stat.S_ISDIR(st.st_mode):
         return f"{layout.file_kind(st.st_mode)}, not a directory: the cell's kernels not read"
     return None
@@ -160,8 +206,13 @@ def _listing(directory: str, problems: List[Problem]) -> dict:
         with os.scandir(directory) as it:
             return {e.name: e for e in it}
     except OSError as error:
-        problems.append(Problem(directory, None, f"cannot list this directory: {error.strerror or error}; "
-                                                 "the kernels in it are not read"))
+        problems.append(
+            Problem(
+                directory,
+                None,
+                f"cannot list this directory: {error.strerror or error}; the kernels in it are not read",
+            )
+        )
         return {}
 
 
@@ -177,7 +228,7 @@ def _cache_dir(rel: str) -> str:
     directory = os.path.dirname(rel)
     prefix = layout.TRITON_CACHE + "/"
     if directory.startswith(prefix) and "/." not in directory and "//" not in directory:
-        return directory[len(prefix):]
+        return directory[len(prefix) :]
     return os.path.relpath(directory, layout.TRITON_CACHE)
 
 
@@ -203,12 +254,12 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 @dataclass
 class ParsedCell:
     files: CellFiles
-    root: Optional[layout.Root]             # None in a cell a worker sent, until the writer sets it
+    root: Optional[layout.Root]  # None in a cell a worker sent, until the writer sets it
     ref: layout.RootRef
     env: Optional[Dict[str, str]]
-    values: Dict[str, Any]                  # str, int, float or None by name (layout.resolve_cell)
-    log: Optional[runlog.RunLog]            # None in a cell a worker sent: its rows came as runs
-    kernels: List[Any]                      # Kernel, or a plain tuple of its fields where a worker sent it
+    values: Dict[str, Any]  # str, int, float or None by name (layout.resolve_cell)
+    log: Optional[runlog.RunLog]  # None in a cell a worker sent: its rows came as runs
+    kernels: List[Any]  # Kernel, or a plain tuple of its fields where a worker sent it
     # ir_hash -> (raw bytes, text or None: all computed already); (None, None) in a cell a worker sent
     texts: Dict[str, Tuple[Optional[bytes], Optional[str]]]
     index: Optional[Tuple[str, bytes]]
@@ -231,15 +282,36 @@ class ParsedCell:
             assert self.log is not None  # a worker's cell came with its columns
             v, rows, sources = self.values, self.stored_rows(), self.values["sources"]
             self.columns = (
-                str(self.files.path), "/".join(self.ref.parts), v["repeat_dir"], v["card"], v["op"], v["dtype"],
-                v["side"], v["round"], v["rc"], v["elapsed_s"], v["started_at"], v["nodeid"], v["switch"],
-                v["switch_value"], v["cell_timeout"], v["caliber_missing"],
+                str(self.files.path),
+                "/".join(self.ref.parts),
+                v["repeat_dir"],
+                v["card"],
+                v["op"],
+                v["dtype"],
+                v["side"],
+                v["round"],
+                v["rc"],
+                v["elapsed_s"],
+                v["started_at"],
+                v["nodeid"],
+                v["switch"],
+                v["switch_value"],
+                v["cell_timeout"],
+                v["caliber_missing"],
                 *(sources.get(k) for k in ("card", "op", "dtype", "side", "round", "rc", "elapsed")),
-                v["caliber_source"], layout.provenance_json(sources), self.log.records, len(rows),
-                sum(1 for r in rows if r[_COUNTED]), len(self.kernels),
+                v["caliber_source"],
+                layout.provenance_json(sources),
+                self.log.records,
+                len(rows),
+                sum(1 for r in rows if r[_COUNTED]),
+                len(self.kernels),
                 sum(k.convert_layouts for k in self.kernels),
-                self.index[0] if self.index else None, len(self.problems), self.content_sig,
-                v["ir_incomplete"], v.get("test_outcome"), v.get("test_reason"),
+                self.index[0] if self.index else None,
+                len(self.problems),
+                self.content_sig,
+                v["ir_incomplete"],
+                v.get("test_outcome"),
+                v.get("test_reason"),
             )
         return self.columns
 
@@ -375,8 +447,14 @@ class CellParser:
         texts: Dict[str, Tuple[Optional[bytes], Optional[str]]] = {}
         for rel, name in files.ttgir:
             if not layout.storable(rel) or _CONTROL.search(rel):
-                problems.append(Problem(os.path.join(top, rel), None, "a kernel name that is not printable "
-                                        "UTF-8 (a control character, or bytes that are not UTF-8): not read"))
+                problems.append(
+                    Problem(
+                        os.path.join(top, rel),
+                        None,
+                        "a kernel name that is not printable "
+                        "UTF-8 (a control character, or bytes that are not UTF-8): not read",
+                    )
+                )
                 reread = True
                 continue
             raw, ir_hash = read(rel)
@@ -385,7 +463,8 @@ class CellParser:
                 continue
             if ir_hash not in texts:  # decoded only where something is still to be computed from it
                 known = ir_hash in self.layout_counts and all(
-                    (ir_hash, r.name) in self.digests for r in self.rules_for(root))
+                    (ir_hash, r.name) in self.digests for r in self.rules_for(root)
+                )
                 texts[ir_hash] = (raw, None if known else raw.decode("utf-8", "surrogateescape"))
             if ir_hash not in self.layout_counts:
                 text = texts[ir_hash][1]
@@ -399,23 +478,33 @@ class CellParser:
                     self.kernel_meta[meta_hash] = _kernel_meta(meta_bytes)
                 warps, stages, shared, fault = self.kernel_meta[meta_hash]
                 if fault:
-                    problems.append(Problem(os.path.join(top, files.meta_json[rel]), None,
-                                            f"{fault}: the kernel's num_warps and num_stages are unknown"))
+                    problems.append(
+                        Problem(
+                            os.path.join(top, files.meta_json[rel]),
+                            None,
+                            f"{fault}: the kernel's num_warps and num_stages are unknown",
+                        )
+                    )
             elif rel in files.meta_json:
                 reread = True
-            kernels.append(Kernel(name, _cache_dir(rel), ir_hash, self.layout_counts[ir_hash], warps, stages,
-                                  shared))
+            kernels.append(Kernel(name, _cache_dir(rel), ir_hash, self.layout_counts[ir_hash], warps, stages, shared))
         values["ir_incomplete"] = 1 if len(kernels) < len(files.ttgir) or files.problems else 0
         if _CONTROL.search(top):
-            problems.append(Problem(top, None, "the cell's path holds a control character (a newline?): "
-                                               "stored, but tools that read paths by lines will misread it"))
-        parsed = ParsedCell(files, root, ref, env, values, log, kernels, texts, index,
-                            content.hexdigest(), problems, reread=reread)
+            problems.append(
+                Problem(
+                    top,
+                    None,
+                    "the cell's path holds a control character (a newline?): "
+                    "stored, but tools that read paths by lines will misread it",
+                )
+            )
+        parsed = ParsedCell(
+            files, root, ref, env, values, log, kernels, texts, index, content.hexdigest(), problems, reread=reread
+        )
         parsed.fingerprints = self._fingerprints(parsed)  # here, not under the write lock in CellWriter.write
         return parsed
 
-    def digest(self, rule: ttgir.Rule, ir_hash: str, text: Optional[str],
-               normalized_now: Optional[dict] = None) -> str:
+    def digest(self, rule: ttgir.Rule, ir_hash: str, text: Optional[str], normalized_now: Optional[dict] = None) -> str:
         """The digest of a text under rule. text: None where every digest of
         it is known (CellParser.parse). normalized_now: the texts this
         cell's combine normalized so far, by (ir_hash, rule name), for a
@@ -438,8 +527,11 @@ class CellParser:
         the (ir_hash, rule, digest) of each of its texts. Every round of an
         op compiles the same kernels: they are combined once."""
         assert parsed.root is not None  # parsed here, not sent by a worker
-        key = (tuple((k.name, k.ir_hash) for k in parsed.kernels), parsed.index and parsed.index[0],
-               parsed.root.kind == "screen")
+        key = (
+            tuple((k.name, k.ir_hash) for k in parsed.kernels),
+            parsed.index and parsed.index[0],
+            parsed.root.kind == "screen",
+        )
         if key not in self.combined:
             bounded(self.combined, COMBINED_ENTRIES)
             self.combined[key] = self._combine(parsed)
@@ -452,14 +544,15 @@ class CellParser:
         normalized_now: Dict[Tuple[str, Optional[str]], str] = {}
         kernels = [(k.name, k.ir_hash) for k in parsed.kernels]
         for rule in self.rules_for(parsed.root):
-            digested = {ir_hash: self.digest(rule, ir_hash, text, normalized_now)
-                        for ir_hash, (_, text) in parsed.texts.items()}
+            digested = {
+                ir_hash: self.digest(rule, ir_hash, text, normalized_now) for ir_hash, (_, text) in parsed.texts.items()
+            }
             digests.extend((ir_hash, rule.name, digest) for ir_hash, digest in digested.items())
-            fingerprints.append((rule.name, ttgir.fingerprint(rule, kernels, digested.__getitem__,
-                                                              parsed.index and parsed.index[0])))
+            fingerprints.append(
+                (rule.name, ttgir.fingerprint(rule, kernels, digested.__getitem__, parsed.index and parsed.index[0]))
+            )
         return fingerprints, digests
 
     def rules_for(self, root: layout.Root) -> tuple:
         """The rules a cell of root is fingerprinted under (fingerprints.cell_rules)."""
         return SCREENING_RULES if root.kind == "screen" else self.rules
-

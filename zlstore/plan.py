@@ -80,8 +80,11 @@ class Plan:
     def as_dict(self) -> dict:
         return {
             "cards": [
-                {"card": c.card, "ops": [{"op": o.op, "dtype": o.dtype, "weight_s": seconds(o.weight_s)} for o in c.ops],
-                 "weight_s": seconds(c.weight_s)}
+                {
+                    "card": c.card,
+                    "ops": [{"op": o.op, "dtype": o.dtype, "weight_s": seconds(o.weight_s)} for o in c.ops],
+                    "weight_s": seconds(c.weight_s),
+                }
                 for c in self.cards
             ],
             "makespan_s": seconds(self.makespan_s),
@@ -93,8 +96,11 @@ class Plan:
 
     def rows(self) -> List[dict]:
         """One row per planned op: its card and weight."""
-        return [{"card": c.card, "op": o.op, "dtype": o.dtype, "weight_s": seconds(o.weight_s)}
-                for c in self.cards for o in c.ops]
+        return [
+            {"card": c.card, "op": o.op, "dtype": o.dtype, "weight_s": seconds(o.weight_s)}
+            for c in self.cards
+            for o in c.ops
+        ]
 
 
 def seconds(value: float) -> float:
@@ -115,8 +121,9 @@ def _check(ops: Sequence[Op], cards: int):
     seen = set()
     for op in ops:
         if op.weight_s is None or not op.weight_s > 0:
-            raise PlanError(f"op {op.label} has no screening time (weight {op.weight_s!r}); "
-                            "a weight of zero would hide it")
+            raise PlanError(
+                f"op {op.label} has no screening time (weight {op.weight_s!r}); a weight of zero would hide it"
+            )
         if (op.op, op.dtype) in seen:
             raise PlanError(f"op {op.label} is listed twice")
         seen.add((op.op, op.dtype))
@@ -234,8 +241,10 @@ def parse_op_spec(text: str) -> List[Tuple[str, Optional[str]]]:
             raise PlanError(f"no op name in {item!r}")
         for name in (op, dtype):
             if "/" in name or "\0" in name or name in (".", ".."):
-                raise PlanError(f"{name!r} in {item!r} is no op or dtype name: a cell directory is named "
-                                "after them, and a '/' or a '.' or '..' alone would put it elsewhere")
+                raise PlanError(
+                    f"{name!r} in {item!r} is no op or dtype name: a cell directory is named "
+                    "after them, and a '/' or a '.' or '..' alone would put it elsewhere"
+                )
         specs.append((op, dtype if sep else None))
     return specs
 
@@ -250,17 +259,27 @@ def describe(plan: Plan) -> str:
     def amount(value):
         return output.cell_text(float(value) / per)
 
-    rows = [{"card": card.card, "weight": card.weight_s / per,
-             "ops": ", ".join(f"{o.label} ({amount(o.weight_s)})" for o in card.ops) or "(idle)"}
-            for card in plan.cards]
+    rows = [
+        {
+            "card": card.card,
+            "weight": card.weight_s / per,
+            "ops": ", ".join(f"{o.label} ({amount(o.weight_s)})" for o in card.ops) or "(idle)",
+        }
+        for card in plan.cards
+    ]
     critical = plan.critical_card
     heaviest = plan.heaviest
     lines = [output.table(rows, ["card", "weight", "ops"], ["card", f"weight ({unit})", f"ops (weight in {unit})"]), ""]
-    lines.append(f"critical path    {amount(plan.makespan_s)} {unit}"
-                 + (f" (card {critical.card})" if critical else ""))
-    lines.append(f"heaviest op      {amount(plan.heaviest_s)} {unit}"
-                 + (f" ({heaviest.label}): the floor no plan can beat" if heaviest else ""))
-    lines.append(f"ideal share      {amount(plan.ideal_s)} {unit} "
-                 f"(total {amount(plan.total_s)} {unit} / {len(plan.cards)} cards)")
+    lines.append(
+        f"critical path    {amount(plan.makespan_s)} {unit}" + (f" (card {critical.card})" if critical else "")
+    )
+    lines.append(
+        f"heaviest op      {amount(plan.heaviest_s)} {unit}"
+        + (f" ({heaviest.label}): the floor no plan can beat" if heaviest else "")
+    )
+    lines.append(
+        f"ideal share      {amount(plan.ideal_s)} {unit} "
+        f"(total {amount(plan.total_s)} {unit} / {len(plan.cards)} cards)"
+    )
     lines.append(f"hash partition   {amount(plan.hash_makespan_s)} {unit} critical path (crc32 of op:dtype mod cards)")
     return "\n".join(lines)

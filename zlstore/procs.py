@@ -9,14 +9,19 @@ import subprocess
 import time
 from typing import Dict, IO
 
-KILL_GRACE_S = 3.0          # SIGTERM, then this long, then SIGKILL
+KILL_GRACE_S = 3.0  # SIGTERM, then this long, then SIGKILL
 
 
 def start_group(command: str, env: Dict[str, str], stdout: IO, cwd=None) -> subprocess.Popen:
     """Start a shell command as the leader of its own process group (and session)."""
     return subprocess.Popen(
-        ["/bin/sh", "-c", command], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-        stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True,
+        ["/bin/sh", "-c", command],
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
 
 

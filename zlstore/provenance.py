@@ -24,9 +24,9 @@ from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 
 class Field(NamedTuple):
-    name: str       # the environments column and the JSON key
-    env: str        # the cell.env key, and the variable a runner exports to its command
-    label: str      # how a header names it
+    name: str  # the environments column and the JSON key
+    env: str  # the cell.env key, and the variable a runner exports to its command
+    label: str  # how a header names it
 
 
 FIELDS: Tuple[Field, ...] = (
@@ -128,8 +128,9 @@ _SMI_FIELDS = "index,uuid,name,driver_version"
 
 def _run(argv: Sequence[str], timeout: float = 10.0, cwd: Optional[str] = None) -> Optional[str]:
     try:
-        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, cwd=cwd,
-                              stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout, cwd=cwd, stdin=subprocess.DEVNULL
+        )
     except (OSError, subprocess.SubprocessError, ValueError):
         return None
     return done.stdout if done.returncode == 0 else None
@@ -176,7 +177,7 @@ def git_commit(directory) -> Optional[str]:
             text = git.read_text(errors="replace").strip()
             if not text.startswith("gitdir:"):
                 return None
-            git = (top / text[len("gitdir:"):].strip()).resolve()
+            git = (top / text[len("gitdir:") :].strip()).resolve()
         if git.is_dir():
             return _head(git)
     return None
@@ -219,7 +220,7 @@ def dist_commit(distribution: str) -> Optional[str]:
         return str(commit)[:COMMIT_CHARS]
     url = info.get("url") or ""
     if url.startswith("file://"):
-        return git_commit(url[len("file://"):])
+        return git_commit(url[len("file://") :])
     return None
 
 
@@ -237,14 +238,16 @@ def python_packages() -> Dict[str, str]:
     import of torch takes seconds): what a runner in the benchmark's own
     environment sees. A FlagGems run asks the benchmark's Python instead
     (flaggems.py)."""
-    return clean({
-        "torch": dist_version("torch"),
-        "triton": dist_version("triton", "flagtree", "pytorch-triton"),
-        "triton_commit": dist_commit("triton") or dist_commit("flagtree"),
-        "flag_gems": dist_version("flag_gems", "flag-gems"),
-        "flaggems_commit": dist_commit("flag_gems") or dist_commit("flag-gems"),
-        "python": platform.python_version(),
-    })
+    return clean(
+        {
+            "torch": dist_version("torch"),
+            "triton": dist_version("triton", "flagtree", "pytorch-triton"),
+            "triton_commit": dist_commit("triton") or dist_commit("flagtree"),
+            "flag_gems": dist_version("flag_gems", "flag-gems"),
+            "flaggems_commit": dist_commit("flag_gems") or dist_commit("flag-gems"),
+            "python": platform.python_version(),
+        }
+    )
 
 
 _HOST: Optional[dict] = None
@@ -259,13 +262,15 @@ def host(devices: Optional[str] = None) -> Dict[str, str]:
         _HOST = {"hostname": socket.gethostname(), "gpus": nvidia_gpus()}
     gpus = visible(_HOST["gpus"], devices)
     models = sorted({g["name"] for g in gpus})
-    return clean({
-        "hostname": _HOST["hostname"],
-        "gpu": " + ".join(models) if models else None,
-        "gpu_count": len(gpus) if gpus else None,
-        "devices": ",".join(g["index"] for g in gpus) if gpus else None,
-        "driver": " + ".join(sorted({g["driver_version"] for g in gpus})) if gpus else None,
-    })
+    return clean(
+        {
+            "hostname": _HOST["hostname"],
+            "gpu": " + ".join(models) if models else None,
+            "gpu_count": len(gpus) if gpus else None,
+            "devices": ",".join(g["index"] for g in gpus) if gpus else None,
+            "driver": " + ".join(sorted({g["driver_version"] for g in gpus})) if gpus else None,
+        }
+    )
 
 
 _PACKAGES: Optional[Dict[str, str]] = None

@@ -17,6 +17,7 @@ macros.render_schema's macros, rendered there.
 
 from . import caliber
 
+
 def _json_fields(*columns: str) -> str:
     """SQL for the JSON text of these columns as members of an object, without
     its braces: a fragment of ab_ranges' JSON (`zlstore ab --json`) kept with
@@ -124,11 +125,37 @@ STEPS = [
         SELECT b.root_id, b.op, b.dtype, b.shape, b.caliber_id, b.rounds, b.min, b.median, b.max,
             b.fallback, b.fallback_rows, b.cards, b.rejected, b.rejected_reasons, b.log_mean, b.log_sd,
             b.effect, b.ci_low, b.ci_high, b.p_value,
-            {_json_fields("roots.name AS root", "b.op", "b.dtype", "b.shape", "b.rounds", "b.effect",
-                          "b.ci_low", "b.ci_high", "b.p_value")},
-            {_json_fields("b.min", "b.median", "b.max", "b.fallback", "b.fallback_rows", "b.rejected",
-                          "b.rejected_reasons", "b.log_mean", "b.log_sd", "b.cards", "roots.kind AS root_kind",
-                          "b.caliber_id", *[f"calibers.{name}" for name in caliber.NAMES], "b.root_id")}
+            {
+        _json_fields(
+            "roots.name AS root",
+            "b.op",
+            "b.dtype",
+            "b.shape",
+            "b.rounds",
+            "b.effect",
+            "b.ci_low",
+            "b.ci_high",
+            "b.p_value",
+        )
+    },
+            {
+        _json_fields(
+            "b.min",
+            "b.median",
+            "b.max",
+            "b.fallback",
+            "b.fallback_rows",
+            "b.rejected",
+            "b.rejected_reasons",
+            "b.log_mean",
+            "b.log_sd",
+            "b.cards",
+            "roots.kind AS root_kind",
+            "b.caliber_id",
+            *[f"calibers.{name}" for name in caliber.NAMES],
+            "b.root_id",
+        )
+    }
         FROM bounded b
         JOIN roots ON roots.id = b.root_id
         LEFT JOIN calibers ON calibers.id = b.caliber_id""",

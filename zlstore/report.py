@@ -44,8 +44,7 @@ def range_line(row: Mapping) -> Optional[str]:
     One round per shape is never a result, whatever the verdict."""
     if row["range_label"] is None:
         return None
-    fallback = ("; includes rows timed by the direct fallback (BENCHMARK_DIRECT_NO_CUDAGRAPH)"
-                if row["fallback"] else "")
+    fallback = "; includes rows timed by the direct fallback (BENCHMARK_DIRECT_NO_CUDAGRAPH)" if row["fallback"] else ""
     return f"    speedup range ({row['range_label']}; not a result): {range_text(row)}{fallback}"
 
 
@@ -75,14 +74,21 @@ def note_lines(label: str, text: Optional[str], width: Optional[int] = None) -> 
     """A long note on lines of its own below its row, wrapped to width."""
     if not text:
         return []
-    return textwrap.wrap(f"{label}: {text}", width=max(40, (width or WIDTH) - 1), initial_indent="    ",
-                         subsequent_indent="      ", break_on_hyphens=False)
+    return textwrap.wrap(
+        f"{label}: {text}",
+        width=max(40, (width or WIDTH) - 1),
+        initial_indent="    ",
+        subsequent_indent="      ",
+        break_on_hyphens=False,
+    )
 
 
 def screen_shown(rows: Sequence[dict]) -> "output.Shown":
     """The screen table's columns as -t prints them (the note a column there)."""
-    shown = [{**row, "cl": both_sides(row, "cl"), "rc": both_sides(row, "rc"),
-              "elapsed": both_sides(row, "elapsed")} for row in rows]
+    shown = [
+        {**row, "cl": both_sides(row, "cl"), "rc": both_sides(row, "rc"), "elapsed": both_sides(row, "elapsed")}
+        for row in rows
+    ]
     return output.Shown(shown, ["root"] + SCREEN_COLUMNS + ["note"], ["root"] + SCREEN_HEADERS + ["note"])
 
 
@@ -103,8 +109,11 @@ def environment_heading(environments: Sequence[Mapping]) -> str:
     none = f"; {unknown} cell{'s' if unknown != 1 else ''} recorded none" if unknown else ""
     if len(described) == 1:
         return f"  ran on: {next(iter(described))}{none}"
-    return (f"  ran on {len(described)} environments: "
-            + " | ".join(f"{text} ({n} cells)" for text, n in described.items()) + none)
+    return (
+        f"  ran on {len(described)} environments: "
+        + " | ".join(f"{text} ({n} cells)" for text, n in described.items())
+        + none
+    )
 
 
 def environment_note(differences: Optional[Mapping[str, Mapping]]) -> Optional[str]:
@@ -129,8 +138,10 @@ def environment_warnings(differences: Mapping[tuple, Mapping], names: Mapping[in
     lines = []
     for (root_id, op, dtype), fields in differences.items():
         label = f"{op}{':' + dtype if dtype else ''}"
-        lines.append(f"warning: {names.get(root_id, root_id)} {label}: {environment_note(fields)}; "
-                     "a difference may be theirs, not the switch's")
+        lines.append(
+            f"warning: {names.get(root_id, root_id)} {label}: {environment_note(fields)}; "
+            "a difference may be theirs, not the switch's"
+        )
     return lines
 
 
@@ -141,9 +152,14 @@ def orig_differs(row: Mapping) -> Optional[str]:
     return orig if orig is not None and orig != row.get("recorded_verdict") else None
 
 
-def screen(rows: Sequence[dict], rule_name: str, axes: Optional[Mapping[str, Mapping]] = None,
-           environments: Optional[Mapping[int, Sequence[Mapping]]] = None,
-           differences: Optional[Mapping[tuple, Mapping]] = None, width: Optional[int] = None) -> str:
+def screen(
+    rows: Sequence[dict],
+    rule_name: str,
+    axes: Optional[Mapping[str, Mapping]] = None,
+    environments: Optional[Mapping[int, Sequence[Mapping]]] = None,
+    differences: Optional[Mapping[tuple, Mapping]] = None,
+    width: Optional[int] = None,
+) -> str:
     """The screening verdicts per root (with whether its axis is live, from
     axes: root name -> screen_roots row, and what its cells ran on), each
     pair followed by its note, its labelled range line, its hint and what
@@ -156,8 +172,7 @@ def screen(rows: Sequence[dict], rule_name: str, axes: Optional[Mapping[str, Map
         calibers = {caliber_text(r) for r in group}
         axis = (axes or {}).get(name)
         axis_text = f"; axis {axis['axis']} under {axis['strictest_rule']}" if axis else ""
-        lines.extend(wrapped(f"{name}  (rule {rule_name}{axis_text}; caliber: {' | '.join(sorted(calibers))})",
-                             width))
+        lines.extend(wrapped(f"{name}  (rule {rule_name}{axis_text}; caliber: {' | '.join(sorted(calibers))})", width))
         if environments is not None:
             lines.extend(wrapped(environment_heading(environments.get(group[0].get("root_id"), [])), width, "    "))
         columns, headers = SCREEN_COLUMNS, SCREEN_HEADERS
@@ -186,10 +201,14 @@ def screen_summary_lines(summary: Mapping) -> List[str]:
     lines = []
     hinted = summary["hinted"]
     if hinted:
-        lines.append(f"{hinted} IR_CHANGED pair{'s differ' if hinted != 1 else ' differs'} only in what the "
-                     "strictest rule leaves out (see each hint): a campaign measures nothing the switch changed there")
-    lines.append(f"{summary['pairs']} pairs under rule {summary['rule']}: "
-                 + ", ".join(f"{n} {name}" for name, n in summary["verdicts"].items()))
+        lines.append(
+            f"{hinted} IR_CHANGED pair{'s differ' if hinted != 1 else ' differs'} only in what the "
+            "strictest rule leaves out (see each hint): a campaign measures nothing the switch changed there"
+        )
+    lines.append(
+        f"{summary['pairs']} pairs under rule {summary['rule']}: "
+        + ", ".join(f"{n} {name}" for name, n in summary["verdicts"].items())
+    )
     return lines
 
 
@@ -198,16 +217,20 @@ def left_out_hinted(hinted: Sequence[tuple]) -> str:
     hint) that differ only in what the strictest rule leaves out."""
     ops = ", ".join(f"{op}{':' + dtype if dtype else ''}" for op, dtype, _ in hinted)
     hints = sorted({hint for _, _, hint in hinted})
-    return (f"left out: {ops}: IR_CHANGED, but {'; '.join(hints)}; a campaign on "
-            f"{'them' if len(hinted) > 1 else 'it'} measures nothing the switch changed (--include-hinted plans "
-            f"{'them' if len(hinted) > 1 else 'it'})")
+    return (
+        f"left out: {ops}: IR_CHANGED, but {'; '.join(hints)}; a campaign on "
+        f"{'them' if len(hinted) > 1 else 'it'} measures nothing the switch changed (--include-hinted plans "
+        f"{'them' if len(hinted) > 1 else 'it'})"
+    )
 
 
 def dead_axis_warning(axis: Mapping) -> str:
     """What `zlstore screen` says of a root whose switch changed no IR."""
-    return (f"warning: {axis['root']}: the switch {axis['switch'] or '(unnamed)'} changed no IR in any of its "
-            f"{axis['pairs']} pairs, even under {axis['strictest_rule']}: confirm the switch is live "
-            "(spelled right, reaching the compiler) before reading or reusing this screen")
+    return (
+        f"warning: {axis['root']}: the switch {axis['switch'] or '(unnamed)'} changed no IR in any of its "
+        f"{axis['pairs']} pairs, even under {axis['strictest_rule']}: confirm the switch is live "
+        "(spelled right, reaching the compiler) before reading or reusing this screen"
+    )
 
 
 def forgotten(removed: Mapping) -> str:
@@ -215,11 +238,15 @@ def forgotten(removed: Mapping) -> str:
     rows = f"{removed['measurements']} rows, {removed['kernels']} kernels, {removed['fingerprints']} fingerprints"
     texts = f"{removed['ir_texts']} IR texts no other cell used"
     if "cell" in removed:
-        what = f"cell {removed['cell']}" if removed["cells"] == 1 else f"{removed['cells']} cells under {removed['cell']}"
+        what = (
+            f"cell {removed['cell']}" if removed["cells"] == 1 else f"{removed['cells']} cells under {removed['cell']}"
+        )
         return f"forgot {what} of {removed['root']} ({removed['path']}): {rows}, {texts}"
-    return (f"forgot {removed['root']} ({removed['path']}): {removed['cells']} cells, {rows}, "
-            f"{removed['recorded_verdicts']} recorded verdicts, {removed['partitions']} plan rows, {texts}, "
-            f"{removed['walked_dirs']} directory listings")
+    return (
+        f"forgot {removed['root']} ({removed['path']}): {removed['cells']} cells, {rows}, "
+        f"{removed['recorded_verdicts']} recorded verdicts, {removed['partitions']} plan rows, {texts}, "
+        f"{removed['walked_dirs']} directory listings"
+    )
 
 
 def rescore(result: Mapping) -> str:
@@ -229,8 +256,10 @@ def rescore(result: Mapping) -> str:
         lines.append(output.table(result["moved"], ["root", "op", "dtype", "from", "to"]))
         lines.append("")
         lines.extend(f"{count['from']} -> {count['to']}: {count['n']}" for count in result["counts"])
-    lines.append(f"rule {result['rule']}: {result['pairs']} pairs, {len(result['moved'])} moved, "
-                 f"{result['unchanged']} unchanged, {result['without_original']} without a harness verdict")
+    lines.append(
+        f"rule {result['rule']}: {result['pairs']} pairs, {len(result['moved'])} moved, "
+        f"{result['unchanged']} unchanged, {result['without_original']} without a harness verdict"
+    )
     return "\n".join(lines)
 
 
@@ -241,8 +270,10 @@ def ab_note(row: Mapping) -> str:
     if row["to_settle"]:
         notes.append(row["to_settle"])
     if row["rejected"]:
-        notes.append(f"{row['rejected']} row{'s' if row['rejected'] != 1 else ''} did not pair "
-                     f"({row['rejected_reasons']}; see --rejected)")
+        notes.append(
+            f"{row['rejected']} row{'s' if row['rejected'] != 1 else ''} did not pair "
+            f"({row['rejected_reasons']}; see --rejected)"
+        )
     if row["fallback"]:
         notes.append(f"{row['fallback_rows']} paired row(s) timed by the direct fallback, a different regime")
     if row["finding"] in ("faster", "slower") and row["clears_floor"] == 0:
@@ -266,9 +297,11 @@ def floor_text(row: Mapping) -> str:
 
 def thresholds_text(settings: Mapping) -> str:
     """The thresholds a finding is held to, as every findings table says them."""
-    return (f"faster / slower: q <= {settings['q_max']:g} and the 95% interval beyond "
-            f"+-{100 * settings['min_effect']:g}%; no change: the interval within it; "
-            f"at least {settings['min_rounds']} rounds")
+    return (
+        f"faster / slower: q <= {settings['q_max']:g} and the 95% interval beyond "
+        f"+-{100 * settings['min_effect']:g}%; no change: the interval within it; "
+        f"at least {settings['min_rounds']} rounds"
+    )
 
 
 AB_COLUMNS = ["op", "dtype", "shape", "rounds", "effect", "interval", "q_value", "finding", "floor", "note"]
@@ -298,18 +331,31 @@ def ab_shown(rows: Sequence[dict], differences: Optional[Mapping[tuple, Mapping]
     note, with what its cells differ in besides the switch; an effect only
     where there is a test), as -t prints them: the root a column, the note a column."""
     by_caliber = caliber_notes(rows)
-    differs = {i: environment_note((differences or {}).get((row.get("root_id"), row["op"], row["dtype"])))
-               for i, row in enumerate(rows)}
-    noted = [{**row, "note": "; ".join(filter(None, (by_caliber.get(i), ab_note(row), differs[i]))),
-              "interval": interval_text(row), "floor": floor_text(row),
-              "effect": row["effect"] if row["p_value"] is not None else None}
-             for i, row in enumerate(rows)]
+    differs = {
+        i: environment_note((differences or {}).get((row.get("root_id"), row["op"], row["dtype"])))
+        for i, row in enumerate(rows)
+    }
+    noted = [
+        {
+            **row,
+            "note": "; ".join(filter(None, (by_caliber.get(i), ab_note(row), differs[i]))),
+            "interval": interval_text(row),
+            "floor": floor_text(row),
+            "effect": row["effect"] if row["p_value"] is not None else None,
+        }
+        for i, row in enumerate(rows)
+    ]
     return output.Shown(noted, ["root"] + AB_COLUMNS, ["root"] + AB_HEADERS)
 
 
-def ab(rows: Sequence[dict], settings: Mapping, environments: Optional[Mapping[int, Sequence[Mapping]]] = None,
-       differences: Optional[Mapping[tuple, Mapping]] = None, summary: Optional[Mapping] = None,
-       width: Optional[int] = None) -> str:
+def ab(
+    rows: Sequence[dict],
+    settings: Mapping,
+    environments: Optional[Mapping[int, Sequence[Mapping]]] = None,
+    differences: Optional[Mapping[tuple, Mapping]] = None,
+    summary: Optional[Mapping] = None,
+    width: Optional[int] = None,
+) -> str:
     """The A/B ranges per root, findings first, each with its effect,
     interval, q-value, finding and the op's noise floor beside it, and a
     note below it where it has one (what would settle it, what its cells
@@ -322,13 +368,20 @@ def ab(rows: Sequence[dict], settings: Mapping, environments: Optional[Mapping[i
     for name, group in _grouped(noted):
         group = list(group)
         tested = sum(1 for r in group if r["p_value"] is not None)
-        lines.extend(wrapped(f"{name}  (effect: geometric mean of before / after over the rounds, above 1 faster; "
-                             f"q: t-test on the rounds' log ratios, Benjamini-Hochberg over the root's {tested} "
-                             "tested ranges)", width))
+        lines.extend(
+            wrapped(
+                f"{name}  (effect: geometric mean of before / after over the rounds, above 1 faster; "
+                f"q: t-test on the rounds' log ratios, Benjamini-Hochberg over the root's {tested} "
+                "tested ranges)",
+                width,
+            )
+        )
         if environments is not None:
             lines.extend(wrapped(environment_heading(environments.get(group[0].get("root_id"), [])), width, "    "))
-        floors = [{**row, "floor": "+-" + output.cell_text(row["noise_floor"])
-                   if row["noise_floor"] is not None else "none"} for row in group]
+        floors = [
+            {**row, "floor": "+-" + output.cell_text(row["noise_floor"]) if row["noise_floor"] is not None else "none"}
+            for row in group
+        ]
         table = output.table(floors, AB_COLUMNS[:-1], AB_HEADERS[:-1]).split("\n")
         floor_in_table = width is None or max(map(len, table)) < width
         if not floor_in_table:  # too wide for the terminal: the floor joins the note
@@ -350,15 +403,19 @@ def wrapped(line: str, width: Optional[int], indent: str = "  ") -> List[str]:
     terminal's), continued indented; as it is otherwise."""
     if width is None or len(line) < width:
         return [line]
-    first = line[:len(line) - len(line.lstrip())]
-    return textwrap.wrap(line.lstrip(), width=max(40, width - 1), initial_indent=first, subsequent_indent=indent,
-                         break_on_hyphens=False)
+    first = line[: len(line) - len(line.lstrip())]
+    return textwrap.wrap(
+        line.lstrip(), width=max(40, width - 1), initial_indent=first, subsequent_indent=indent, break_on_hyphens=False
+    )
 
 
 def ab_summary_lines(summary: Mapping) -> List[str]:
     """The closing lines of zlstore ab, from judge.ab_summary."""
-    lines = [f"{summary['ranges']} ranges: " + ", ".join(f"{n} {name}" for name, n in summary["findings"].items())
-             + f" (rule {summary['rule']}; {thresholds_text(summary)})"]
+    lines = [
+        f"{summary['ranges']} ranges: "
+        + ", ".join(f"{n} {name}" for name, n in summary["findings"].items())
+        + f" (rule {summary['rule']}; {thresholds_text(summary)})"
+    ]
     if summary.get("settings_note"):
         lines.append(f"note: {summary['settings_note']}")
     unpaired, fallback = summary["with_unpaired_rows"], summary["with_fallback_rows"]
@@ -370,11 +427,16 @@ def ab_summary_lines(summary: Mapping) -> List[str]:
 def failing(rows: Sequence[Mapping], fail_on: Sequence[str]) -> List[str]:
     """What `ab --fail-on` says on stderr when it exits 1: each offending
     range by name, then the count."""
-    lines = [f"fail: {row['root']}: {row['op']} {row['dtype'] or '(default dtype)'} {row['shape']}: "
-             f"{row['finding']} (effect {output.cell_text(row['effect'])}, 95% interval {interval_text(row)}, "
-             f"q {output.cell_text(row['q_value'])})" for row in rows]
-    lines.append(f"{len(rows)} range{'s' if len(rows) != 1 else ''} with a finding in --fail-on "
-                 f"{','.join(fail_on)}: exit status 1")
+    lines = [
+        f"fail: {row['root']}: {row['op']} {row['dtype'] or '(default dtype)'} {row['shape']}: "
+        f"{row['finding']} (effect {output.cell_text(row['effect'])}, 95% interval {interval_text(row)}, "
+        f"q {output.cell_text(row['q_value'])})"
+        for row in rows
+    ]
+    lines.append(
+        f"{len(rows)} range{'s' if len(rows) != 1 else ''} with a finding in --fail-on "
+        f"{','.join(fail_on)}: exit status 1"
+    )
     return lines
 
 
@@ -392,9 +454,10 @@ def rejected(rows: Sequence[dict]) -> str:
     """Every row that did not pair, with its reason; detail is the differing
     caliber fields, why a row was not counted, or why a side has no such
     row as pytest saw it (cell_test_notes)."""
-    return output.table([{**row, "detail": row["differences"] or row["not_counted"] or row.get("why_missing") or ""}
-                         for row in rows],
-                        REJECTED_COLUMNS)
+    return output.table(
+        [{**row, "detail": row["differences"] or row["not_counted"] or row.get("why_missing") or ""} for row in rows],
+        REJECTED_COLUMNS,
+    )
 
 
 NOISE_HEADING = f"noise floors, not results (caliber = {'/'.join(caliber.NAMES)})"
@@ -429,13 +492,21 @@ def compare_range(row: Mapping, side: str) -> str:
 
 def compare(result: Mapping) -> str:
     """Two screening roots side by side under their one shared caliber."""
-    rows = [{**row, "range_a": compare_range(row, "a"), "range_b": compare_range(row, "b")}
-            for row in result["rows"]]
-    heading = (f"A = {result['a']}, B = {result['b']}  (rule {result['rule']}; caliber: "
-               + " ".join(f"{k}={v}" for k, v in result["caliber"].items()) + ")")
-    return heading + "\n" + output.table(
-        rows, ["op", "dtype", "verdict_a", "verdict_b", "range_a", "range_b"],
-        ["op", "dtype", "verdict A", "verdict B", "range A (min..median..max)", "range B"])
+    rows = [{**row, "range_a": compare_range(row, "a"), "range_b": compare_range(row, "b")} for row in result["rows"]]
+    heading = (
+        f"A = {result['a']}, B = {result['b']}  (rule {result['rule']}; caliber: "
+        + " ".join(f"{k}={v}" for k, v in result["caliber"].items())
+        + ")"
+    )
+    return (
+        heading
+        + "\n"
+        + output.table(
+            rows,
+            ["op", "dtype", "verdict_a", "verdict_b", "range_a", "range_b"],
+            ["op", "dtype", "verdict A", "verdict B", "range A (min..median..max)", "range B"],
+        )
+    )
 
 
 RUN_SCREEN_COLUMNS = ["op", "dtype", "verdict", "elapsed_before", "elapsed_after", "rc_before", "rc_after"]
@@ -455,12 +526,18 @@ def run_screen(result: Mapping, rows: Sequence[dict]) -> str:
     for side in failed:
         how = "killed at the cell timeout" if side["timed_out"] else f"RC {side['rc']}"
         meaning = SHELL_RCS.get(side["rc"])
-        lines.append(f"failed: {side['label']} {side['side']}: {how}"
-                     + (f" ({meaning})" if meaning and not side["timed_out"] else "") + f"; see {side['log']}")
+        lines.append(
+            f"failed: {side['label']} {side['side']}: {how}"
+            + (f" ({meaning})" if meaning and not side["timed_out"] else "")
+            + f"; see {side['log']}"
+        )
     if failed and len(failed) == result["sides"]:
         rcs = sorted({side["rc"] for side in failed})
-        advice = ("raise --cell-timeout" if all(side["timed_out"] for side in failed)
-                  else "check --command by running it by hand")
+        advice = (
+            "raise --cell-timeout"
+            if all(side["timed_out"] for side in failed)
+            else "check --command by running it by hand"
+        )
         lines.append(f"every side failed (RC {', '.join(map(str, rcs))}): nothing was measured; {advice}")
     return "\n".join(lines)
 
@@ -478,8 +555,10 @@ def campaign_next(result) -> dict:
 def campaign(result) -> str:
     """A campaign's closing lines: totals, each failure, and what to run next
     (campaign_next), so that either works pasted as printed."""
-    lines = [f"{result.root}: {result.done} ops run, {result.skipped} skipped as complete, "
-             f"{len(result.failed)} failed; {result.cells} cells recorded"]
+    lines = [
+        f"{result.root}: {result.done} ops run, {result.skipped} skipped as complete, "
+        f"{len(result.failed)} failed; {result.cells} cells recorded"
+    ]
     lines.extend(f"failed: {failure}" for failure in result.failed)
     then = campaign_next(result)
     if result.interrupted:
@@ -503,36 +582,59 @@ def history(result: Mapping) -> str:
     flip of a shape's finding between consecutive campaigns."""
     label = result["op"] + (f":{result['dtype']}" if result["dtype"] else "")
     entries = result["entries"]
-    lines = [f"history of {label}" + (f" shape {result['shape']}" if result["shape"] else "")
-             + f": {len(entries)} root{'s' if len(entries) != 1 else ''}, oldest first (rule {result['rule']})", ""]
+    lines = [
+        f"history of {label}"
+        + (f" shape {result['shape']}" if result["shape"] else "")
+        + f": {len(entries)} root{'s' if len(entries) != 1 else ''}, oldest first (rule {result['rule']})",
+        "",
+    ]
     for i, entry in enumerate(entries):
         lines.append(f"{entry['started_at'] or '(time unknown)'}  {entry['root']}  ({entry['kind']})")
         if i == 0 or not entry["changes"] or (entries[i - 1]["environment"] is None and entry["environment"]):
             env = entry["environment"]
-            lines.append("  ran on: " + (provenance.describe(env) if env else "unknown (its cells record none)")
-                         + ("; nothing changed since the entry before" if i and not entry["changes"] else ""))
+            lines.append(
+                "  ran on: "
+                + (provenance.describe(env) if env else "unknown (its cells record none)")
+                + ("; nothing changed since the entry before" if i and not entry["changes"] else "")
+            )
         if entry["changes"]:
             lines.append("  changed: " + "; ".join(entry["changes"]))
         flipped = {(f["dtype"], f["shape"]) for f in result["flips"] if f["to"]["root"] == entry["root"]}
         if entry["kind"] == "screen":
-            rows = [{**r, "range": f"{r['range_label']}: {output.cell_text(r['min'])} .. "
-                                   f"{output.cell_text(r['median'])} .. {output.cell_text(r['max'])}"
-                     if r["range_label"] and r["median"] is not None else ""} for r in entry["results"]]
+            rows = [
+                {
+                    **r,
+                    "range": f"{r['range_label']}: {output.cell_text(r['min'])} .. "
+                    f"{output.cell_text(r['median'])} .. {output.cell_text(r['max'])}"
+                    if r["range_label"] and r["median"] is not None
+                    else "",
+                }
+                for r in entry["results"]
+            ]
             table = output.table(rows, HISTORY_SCREEN_COLUMNS)
         else:
-            rows = [{**r, "interval": interval_text(r),
-                     "finding": r["finding"] + ("  << flipped" if (r["dtype"], r["shape"]) in flipped else "")}
-                    for r in entry["results"]]
+            rows = [
+                {
+                    **r,
+                    "interval": interval_text(r),
+                    "finding": r["finding"] + ("  << flipped" if (r["dtype"], r["shape"]) in flipped else ""),
+                }
+                for r in entry["results"]
+            ]
             table = output.table(rows, HISTORY_COLUMNS, HISTORY_HEADERS)
         lines.extend("  " + line for line in table.split("\n"))
         lines.append("")
     if result["flips"]:
-        lines.append(f"{len(result['flips'])} finding{'s' if len(result['flips']) != 1 else ''} changed "
-                     "between consecutive campaigns:")
+        lines.append(
+            f"{len(result['flips'])} finding{'s' if len(result['flips']) != 1 else ''} changed "
+            "between consecutive campaigns:"
+        )
         for f in result["flips"]:
-            lines.append(f"  {f['op']}{':' + f['dtype'] if f['dtype'] else ''} {f['shape']}: "
-                         f"{f['from']['finding']} -> {f['to']['finding']}  "
-                         f"({_flip_side(f['from'])} in {f['from']['root']}; {_flip_side(f['to'])} in {f['to']['root']})")
+            lines.append(
+                f"  {f['op']}{':' + f['dtype'] if f['dtype'] else ''} {f['shape']}: "
+                f"{f['from']['finding']} -> {f['to']['finding']}  "
+                f"({_flip_side(f['from'])} in {f['from']['root']}; {_flip_side(f['to'])} in {f['to']['root']})"
+            )
     else:
         lines.append("no shape's finding changed between consecutive campaigns")
     return "\n".join(lines)

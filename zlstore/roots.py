@@ -62,13 +62,15 @@ def with_identity(conn: sqlite3.Connection, identity: str, path: str = "") -> Li
     first, then the most recently ingested."""
     return conn.execute(
         "SELECT id, path FROM roots WHERE identity = ? ORDER BY path = ? DESC, ingested_at DESC, id DESC",
-        (identity, path)).fetchall()
+        (identity, path),
+    ).fetchall()
 
 
 def namesakes(conn: sqlite3.Connection, name: str, identity: str) -> List[Tuple[str, Optional[str], Optional[str]]]:
     """(path, env_file, env) of the stored roots named name that are other roots."""
-    return conn.execute("SELECT path, env_file, env FROM roots WHERE name = ? AND identity IS NOT ? ORDER BY id",
-                        (name, identity)).fetchall()
+    return conn.execute(
+        "SELECT path, env_file, env FROM roots WHERE name = ? AND identity IS NOT ? ORDER BY id", (name, identity)
+    ).fetchall()
 
 
 def differing_keys(env: dict, stored_env: Optional[str]) -> List[str]:
@@ -93,8 +95,10 @@ def namesake_message(name: str, env_file: Optional[str], env: dict, others) -> s
             keys = differing_keys(env, other_env)
             why = f"their {env_file} differ in {', '.join(keys[:6]) or 'content'}"
         where.append(f"{path} ({why})")
-    return (f"another root named {name} is stored, from {'; '.join(where)}: this one is kept apart as a "
-            f"root of its own; name each by its path")
+    return (
+        f"another root named {name} is stored, from {'; '.join(where)}: this one is kept apart as a "
+        f"root of its own; name each by its path"
+    )
 
 
 def relocate(conn: sqlite3.Connection, root_id: int, path: str) -> str:
@@ -129,8 +133,16 @@ def set_aside(conn: sqlite3.Connection, path: str) -> Optional[str]:
 
 
 # What forget() counts, in the order a summary prints them.
-FORGOTTEN = ("cells", "measurements", "kernels", "fingerprints", "recorded_verdicts", "partitions",
-             "ir_texts", "walked_dirs")
+FORGOTTEN = (
+    "cells",
+    "measurements",
+    "kernels",
+    "fingerprints",
+    "recorded_verdicts",
+    "partitions",
+    "ir_texts",
+    "walked_dirs",
+)
 
 
 def forget(conn: sqlite3.Connection, root_id: int) -> dict:
@@ -144,7 +156,8 @@ def forget(conn: sqlite3.Connection, root_id: int) -> dict:
     cells = "SELECT id FROM cells WHERE root_id = ?"
     counts = _cell_counts(conn, cells, root_id)
     counts["recorded_verdicts"] = conn.execute(
-        "SELECT count(*) FROM recorded_verdicts WHERE root_id = ?", (root_id,)).fetchone()[0]
+        "SELECT count(*) FROM recorded_verdicts WHERE root_id = ?", (root_id,)
+    ).fetchone()[0]
     counts["partitions"] = conn.execute("SELECT count(*) FROM partitions WHERE root_id = ?", (root_id,)).fetchone()[0]
     _note_texts(conn, cells, root_id)
     for table in ("ab_slot_rows", "ab_range_rows", "ab_round_ranges", "ab_duplicate_rounds"):
@@ -154,7 +167,8 @@ def forget(conn: sqlite3.Connection, root_id: int) -> dict:
         conn.execute(f"DELETE FROM {table} WHERE root_id = ?", (root_id,))
     conn.execute("DELETE FROM roots WHERE id = ?", (root_id,))  # recorded verdicts and partitions cascade
     counts["walked_dirs"] = conn.execute(
-        f"DELETE FROM walked_dirs WHERE {unchanged.AT_OR_UNDER}", unchanged.at_or_under(path)).rowcount
+        f"DELETE FROM walked_dirs WHERE {unchanged.AT_OR_UNDER}", unchanged.at_or_under(path)
+    ).rowcount
     return _forgotten(conn, counts, fed_floors=kind == "screen")
 
 
@@ -166,8 +180,11 @@ def forget_cells(conn: sqlite3.Connection, cell_ids: List[int]) -> dict:
     fed are recomputed. Call it inside a write transaction. Their root, and
     their files on disk, stay: ingesting the tree again stores them again."""
     cells, ids = "SELECT value FROM json_each(?)", json.dumps(cell_ids)
-    screen = conn.execute(f"SELECT 1 FROM cells JOIN roots ON roots.id = cells.root_id "
-                          f"WHERE cells.id IN ({cells}) AND roots.kind = 'screen' LIMIT 1", (ids,)).fetchone()
+    screen = conn.execute(
+        f"SELECT 1 FROM cells JOIN roots ON roots.id = cells.root_id "
+        f"WHERE cells.id IN ({cells}) AND roots.kind = 'screen' LIMIT 1",
+        (ids,),
+    ).fetchone()
     counts = _cell_counts(conn, cells, ids)
     _note_texts(conn, cells, ids)
     conn.execute(f"DELETE FROM cells WHERE id IN ({cells})", (ids,))  # rows, kernels, fingerprints cascade
@@ -199,10 +216,12 @@ def _note_texts(conn: sqlite3.Connection, cells: str, param):
     """Note the stored texts the cells (a query, one parameter) name, before they go."""
     conn.execute("CREATE TEMP TABLE IF NOT EXISTS forget_blobs (hash TEXT PRIMARY KEY) WITHOUT ROWID")
     conn.execute("DELETE FROM temp.forget_blobs")
-    conn.execute(f"""INSERT OR IGNORE INTO temp.forget_blobs
+    conn.execute(
+        f"""INSERT OR IGNORE INTO temp.forget_blobs
                      SELECT ir_hash FROM kernels WHERE cell_id IN ({cells})
                      UNION SELECT index_hash FROM cells WHERE id IN ({cells}) AND index_hash IS NOT NULL""",
-                 (param, param))
+        (param, param),
+    )
 
 
 def _drop_unused_texts(conn: sqlite3.Connection) -> int:
@@ -228,8 +247,9 @@ def _drop_unused_texts(conn: sqlite3.Connection) -> int:
 _CELL_COLUMNS = ("id", "relpath", "path", "op", "dtype", "side", "round", "card", "repeat_dir")
 
 
-def claimed_twice(conn: sqlite3.Connection, root_ids: Optional[List[int]] = None,
-                  under: Optional[List[str]] = None) -> List[Tuple[str, layout.Problem]]:
+def claimed_twice(
+    conn: sqlite3.Connection, root_ids: Optional[List[int]] = None, under: Optional[List[str]] = None
+) -> List[Tuple[str, layout.Problem]]:
     """The sides of a round that more than one current cell claims, or
     whose cell's files another cell holds (view duplicate_cells), of these
     roots (None: every root), as (root name, problem): each names the cell
@@ -245,33 +265,49 @@ def claimed_twice(conn: sqlite3.Connection, root_ids: Optional[List[int]] = None
     claimants = macros.render_schema(f"SELECT {columns} FROM [[side_cells ? round: ?]] ORDER BY c.id")
     problems, named = [], set()
     for root, side, claims, latest, *round_key in conn.execute(
-            f"SELECT root, side, claims, latest_cell_id, {key} FROM duplicate_cells {where} "
-            "ORDER BY root, op, dtype, round, card, side", root_ids or ()).fetchall():
+        f"SELECT root, side, claims, latest_cell_id, {key} FROM duplicate_cells {where} "
+        "ORDER BY root, op, dtype, round, card, side",
+        root_ids or (),
+    ).fetchall():
         said = dict(zip(view_names, round_key))
         card, op, dtype, round_ = said["card"], said["op"], said["dtype"], said["round"]
         # The cells one by one, not the view's lines: a path may hold a newline.
         if claims > 1:
             cells = conn.execute(claimants, (*round_key, side)).fetchall()
-            what = (f"{claims} stored cells claim the {side} side of {op} {dtype or '(no dtype)'}, round {round_}"
-                    + (f" on card {card}" if card is not None else ""))
+            what = f"{claims} stored cells claim the {side} side of {op} {dtype or '(no dtype)'}, round {round_}" + (
+                f" on card {card}" if card is not None else ""
+            )
         else:
             cells = conn.execute(
                 f"SELECT {columns} FROM cells c WHERE id = ? UNION ALL "
                 f"SELECT {columns} FROM cell_copies k JOIN cells c ON c.id = k.copy_id WHERE k.cell_id = ?",
-                (latest, latest)).fetchall()
+                (latest, latest),
+            ).fetchall()
             cells.sort()
             what = f"{len(cells)} stored cells hold the same files (run.log and all), each counted in its own round"
-        if frozenset(cells) in named or (under is not None and not any(
-                unchanged.is_at_or_under(cell[2], top) for cell in cells for top in under)):
+        if frozenset(cells) in named or (
+            under is not None and not any(unchanged.is_at_or_under(cell[2], top) for cell in cells for top in under)
+        ):
             continue
         named.add(frozenset(cells))
         copy = _likely_copy(cells)
         gone = {cell[2] for cell in cells if not os.path.lexists(cell[2])}
-        also = ", ".join(cell[1] + (" (gone from disk)" if cell[2] in gone else "")
-                         for cell in cells if cell is not copy)
-        problems.append((root, layout.Problem(copy[2], None, (
-            f"{what} (also: {also}){' (gone from disk)' if copy[2] in gone else ''}; no row of those rounds "
-            f"pairs, none is judged ({names.DUPLICATE}). Forget the copy: {output.command('forget', copy[2])}"))))
+        also = ", ".join(
+            cell[1] + (" (gone from disk)" if cell[2] in gone else "") for cell in cells if cell is not copy
+        )
+        problems.append(
+            (
+                root,
+                layout.Problem(
+                    copy[2],
+                    None,
+                    (
+                        f"{what} (also: {also}){' (gone from disk)' if copy[2] in gone else ''}; no row of those rounds "
+                        f"pairs, none is judged ({names.DUPLICATE}). Forget the copy: {output.command('forget', copy[2])}"
+                    ),
+                ),
+            )
+        )
     return problems
 
 
@@ -283,13 +319,24 @@ def missing_sides(conn: sqlite3.Connection, root_ids: Optional[List[int]] = None
     where = "" if root_ids is None else f" WHERE root_id IN ({', '.join('?' * len(root_ids))})"
     problems = []
     for root, op, dtype, missing, present in conn.execute(
-            f"SELECT root, op, dtype, missing, present_cell FROM missing_sides{where} ORDER BY root, op, dtype",
-            root_ids or ()).fetchall():
+        f"SELECT root, op, dtype, missing, present_cell FROM missing_sides{where} ORDER BY root, op, dtype",
+        root_ids or (),
+    ).fetchall():
         there = "after" if missing == "before" else "before"
-        problems.append((root, layout.Problem(present, None, (
-            f"{names.MISSING_SIDE}: {op} {dtype or '(no dtype)'} has a {there} cell and no {missing} cell stored "
-            f"(the run stopped before it, or its directory is gone or was not ingested): the pair is NO_ROWS "
-            f"for that, not for its dtype"))))
+        problems.append(
+            (
+                root,
+                layout.Problem(
+                    present,
+                    None,
+                    (
+                        f"{names.MISSING_SIDE}: {op} {dtype or '(no dtype)'} has a {there} cell and no {missing} cell stored "
+                        f"(the run stopped before it, or its directory is gone or was not ingested): the pair is NO_ROWS "
+                        f"for that, not for its dtype"
+                    ),
+                ),
+            )
+        )
     return problems
 
 
@@ -303,6 +350,7 @@ def _likely_copy(cells: List[tuple]) -> tuple:
     the one stored last. Which was stored last alone does not tell: a copy
     that sorts first is stored first, and the original is stored again
     whenever its files change."""
+
     def in_its_place(cell) -> int:
         """0: out of its place; 1: in it, by a name without its dtype; 2: in it."""
         said, no_dtype = layout.path_claims(layout.RootRef(Path(), "", tuple(cell[1].split("/"))))
@@ -310,4 +358,5 @@ def _likely_copy(cells: List[tuple]) -> tuple:
         claimed = dict(zip(("op", "dtype", "side", "round", "card", "repeat_dir"), cell[3:]))
         placed = {"op", "side", "round"} <= said.keys() and all(said[k] == claimed[k] for k in said)
         return rank if placed else 0
+
     return max(cells, key=lambda cell: (not os.path.lexists(cell[2]), -in_its_place(cell), cell[0]))

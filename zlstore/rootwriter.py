@@ -16,9 +16,26 @@ from .db import insert_sql, now
 from .layout import Problem
 
 RECORDED_VERDICT_COLUMNS = (
-    "root_id", "file", "line", "op", "dtype", "verdict", "raw_verdict", "cl_before", "cl_after",
-    "fp_before", "fp_after", "elapsed_before", "elapsed_after", "rc_before", "rc_after",
-) + caliber.NAMES + ("extra",)
+    (
+        "root_id",
+        "file",
+        "line",
+        "op",
+        "dtype",
+        "verdict",
+        "raw_verdict",
+        "cl_before",
+        "cl_after",
+        "fp_before",
+        "fp_after",
+        "elapsed_before",
+        "elapsed_after",
+        "rc_before",
+        "rc_after",
+    )
+    + caliber.NAMES
+    + ("extra",)
+)
 
 
 class RootWriter:
@@ -30,10 +47,17 @@ class RootWriter:
     run's Summary (ingest.py), which lists the roots moved and the problems
     found."""
 
-    def __init__(self, conn: sqlite3.Connection, *, write: Callable[[], ContextManager],
-                 problem: Callable[[Problem], None], store_problems: Callable[..., None],
-                 close_problems: Callable[..., None], caliber_id: Callable[[Optional[tuple]], Optional[int]],
-                 summary):
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        *,
+        write: Callable[[], ContextManager],
+        problem: Callable[[Problem], None],
+        store_problems: Callable[..., None],
+        close_problems: Callable[..., None],
+        caliber_id: Callable[[Optional[tuple]], Optional[int]],
+        summary,
+    ):
         self.conn = conn
         self.write, self.problem, self.caliber_id, self.summary = write, problem, caliber_id, summary
         self.store_problems, self.close_problems = store_problems, close_problems
@@ -80,8 +104,13 @@ class RootWriter:
             root_id = same[0][0]
             if here:
                 away = roots.set_aside(self.conn, path)
-                self.problem(Problem(path, None, f"the root stored at this path was another root named {root.name}: "
-                                                 f"it is kept as {away}"))
+                self.problem(
+                    Problem(
+                        path,
+                        None,
+                        f"the root stored at this path was another root named {root.name}: it is kept as {away}",
+                    )
+                )
             moved_from = roots.relocate(self.conn, root_id, path)
             self.summary.moved.append({"root": root.name, "from": moved_from, "to": path})
             files_sig = self.conn.execute("SELECT files_sig FROM roots WHERE id = ?", (root_id,)).fetchone()[0]
@@ -105,19 +134,34 @@ class RootWriter:
         were known by identity holds a moved tree twice."""
         for _, path in roots.with_identity(self.conn, root.identity):
             if path != str(root.path):
-                self.problem(Problem(str(root.path), None, f"the same root ({root.name}, the same "
-                                     f"{root.env_file or 'name'}) is also stored from {path}, by an older zlstore: "
-                                     f"`zlstore forget '{path}'` removes that copy"))
+                self.problem(
+                    Problem(
+                        str(root.path),
+                        None,
+                        f"the same root ({root.name}, the same "
+                        f"{root.env_file or 'name'}) is also stored from {path}, by an older zlstore: "
+                        f"`zlstore forget '{path}'` removes that copy",
+                    )
+                )
 
     def _upsert_root(self, root: layout.Root, root_id: Optional[int]) -> int:
         env = root.env
         values = dict(
-            path=str(root.path), name=root.name, kind=root.kind, switch=env.get("SWITCH"),
-            host=env.get("HOST"), started_at=env.get("STARTED_AT"),
-            rounds=layout.to_int(env.get("ROUNDS")), cards=layout.to_int(env.get("CARDS")),
-            screen_root=env.get("SCREEN_ROOT"), caliber_id=self.caliber_id(caliber.complete(root.caliber())),
-            env_file=root.env_file, env=json.dumps(env, sort_keys=True) if root.env_file else None,
-            files_sig=root.files_sig, ingested_at=now(), identity=root.identity,
+            path=str(root.path),
+            name=root.name,
+            kind=root.kind,
+            switch=env.get("SWITCH"),
+            host=env.get("HOST"),
+            started_at=env.get("STARTED_AT"),
+            rounds=layout.to_int(env.get("ROUNDS")),
+            cards=layout.to_int(env.get("CARDS")),
+            screen_root=env.get("SCREEN_ROOT"),
+            caliber_id=self.caliber_id(caliber.complete(root.caliber())),
+            env_file=root.env_file,
+            env=json.dumps(env, sort_keys=True) if root.env_file else None,
+            files_sig=root.files_sig,
+            ingested_at=now(),
+            identity=root.identity,
         )
         if root_id is None:
             root_id = self.conn.execute(insert_sql("roots", tuple(values)), tuple(values.values())).lastrowid
@@ -135,9 +179,16 @@ class RootWriter:
         self.conn.executemany(
             "INSERT INTO partitions (root_id, line, card, op, dtype, weight_min) VALUES (?, ?, ?, ?, ?, ?)",
             [
-                (root_id, line, layout.to_int(row.get("card")), row["op"], row.get("dtype") or "",
-                 layout.to_float(row.get("weight_min")))
-                for line, row in root.partition if row.get("op")
+                (
+                    root_id,
+                    line,
+                    layout.to_int(row.get("card")),
+                    row["op"],
+                    row.get("dtype") or "",
+                    layout.to_float(row.get("weight_min")),
+                )
+                for line, row in root.partition
+                if row.get("op")
             ],
         )
         return root_id
@@ -149,12 +200,21 @@ def _verdict_row(root_id: int, file_name: str, line: int, row: Mapping[str, str]
     extra = {k: v for k, v in row.items() if k not in known}
     raw = row.get("verdict")
     return (
-        root_id, file_name, line, row["op"], row.get("dtype") or "",
-        names.canonical_verdict(raw), raw or None,
-        layout.to_int(row.get("cl_before")), layout.to_int(row.get("cl_after")),
-        row.get("fp_before") or None, row.get("fp_after") or None,
-        layout.to_float(row.get("elapsed_before")), layout.to_float(row.get("elapsed_after")),
-        layout.to_int(row.get("rc_before")), layout.to_int(row.get("rc_after")),
+        root_id,
+        file_name,
+        line,
+        row["op"],
+        row.get("dtype") or "",
+        names.canonical_verdict(raw),
+        raw or None,
+        layout.to_int(row.get("cl_before")),
+        layout.to_int(row.get("cl_after")),
+        row.get("fp_before") or None,
+        row.get("fp_after") or None,
+        layout.to_float(row.get("elapsed_before")),
+        layout.to_float(row.get("elapsed_after")),
+        layout.to_int(row.get("rc_before")),
+        layout.to_int(row.get("rc_after")),
         *[(row.get(n) or None) for n in caliber.NAMES],
         json.dumps(extra) if extra else None,
     )

@@ -80,19 +80,19 @@ class Row:
     """One element of a record's `result` list: one measured shape. Stored
     whether or not it counts, so an incomplete pairing can say why."""
 
-    line: int                   # 1-based line where its [INFO] record starts
-    record: int                 # 0-based index of the record in the file
-    index: int                  # 0-based position in the record's result list
+    line: int  # 1-based line where its [INFO] record starts
+    record: int  # 0-based index of the record in the file
+    index: int  # 0-based position in the record's result list
     op_name: Optional[str]
-    dtype: Optional[str]        # without "torch.": "float16"
-    mode: Optional[str]         # as written: "kernel", "operator", "cuda", ...
+    dtype: Optional[str]  # without "torch.": "float16"
+    mode: Optional[str]  # as written: "kernel", "operator", "cuda", ...
     level: Optional[str]
-    shape_key: str              # canonical_shape(shape_detail); "null" if absent
-    values: dict                # KNOWN_FIELDS -> value, in that order; missing -> None
-    extra: dict                 # other row keys; other record keys under "_record"
+    shape_key: str  # canonical_shape(shape_detail); "null" if absent
+    values: dict  # KNOWN_FIELDS -> value, in that order; missing -> None
+    extra: dict  # other row keys; other record keys under "_record"
     counted: bool
     not_counted_reason: Optional[str]  # one of NOT_COUNTED_REASONS, or None
-    fallback: bool              # a BENCHMARK_DIRECT_NO_CUDAGRAPH line preceded the record
+    fallback: bool  # a BENCHMARK_DIRECT_NO_CUDAGRAPH line preceded the record
 
 
 @dataclass
@@ -100,7 +100,7 @@ class Problem:
     """Something in a run.log that could not be read as written; the parse
     goes on, and the caller decides whether to warn or to refuse."""
 
-    line: int                   # 1-based
+    line: int  # 1-based
     message: str
 
 
@@ -112,8 +112,16 @@ class Problem:
 # fallback, and which occurrence of its identity in the log it is (the
 # n-th row of an identity in a cell pairs with the n-th on the other side).
 VALUE_FIELDS = tuple(f for f in KNOWN_FIELDS if f != "shape_detail")
-STORED_FIELDS = ("line", "record", "idx", "op_name", "dtype", "mode", "level", "shape") + VALUE_FIELDS + (
-    "extra", "counted", "not_counted_reason", "fallback", "occurrence",
+STORED_FIELDS = (
+    ("line", "record", "idx", "op_name", "dtype", "mode", "level", "shape")
+    + VALUE_FIELDS
+    + (
+        "extra",
+        "counted",
+        "not_counted_reason",
+        "fallback",
+        "occurrence",
+    )
 )
 _LEGACY_SHAPE_AT = VALUE_FIELDS.index("legacy_shape")  # stored as JSON text whatever it holds
 _STORED_AT = {name: i for i, name in enumerate(STORED_FIELDS)}
@@ -127,7 +135,7 @@ _CONTAINERS = frozenset((list, dict))
 class RunLog:
     stored: List[tuple] = field(default_factory=list)  # each row as stored: STORED_FIELDS
     problems: List[Problem] = field(default_factory=list)
-    records: int = 0            # measurement records read (objects with "result")
+    records: int = 0  # measurement records read (objects with "result")
     lines: int = 0
     # Per stored row, its result element and its record's other keys: what
     # rows builds its Row objects from, when asked (an ingest never asks).
@@ -391,7 +399,7 @@ def parse_runlog(data: bytes) -> RunLog:
     elif not isinstance(data, bytes):
         data = bytes(data)
     if data.startswith(codecs.BOM_UTF8):
-        data = data[len(codecs.BOM_UTF8):]
+        data = data[len(codecs.BOM_UTF8) :]
     lines = data.split(b"\n")
     if lines[-1] == b"":
         lines.pop()
@@ -409,7 +417,7 @@ def parse_runlog(data: bytes) -> RunLog:
             i += 1
             continue
         start = _body_start(line)
-        if start is None or line[start:start + 1] != b"{":
+        if start is None or line[start : start + 1] != b"{":
             if has_marker and FALLBACK_MARKER in line:
                 pending_fallback = True
             i += 1
@@ -432,9 +440,7 @@ def parse_runlog(data: bytes) -> RunLog:
             continue
 
         if trailing:
-            out.problems.append(
-                Problem(i + 1, "text after the record's closing brace ignored")
-            )
+            out.problems.append(Problem(i + 1, "text after the record's closing brace ignored"))
         suspect = any(map(_suspect, lines[i:end]))
         _add_record(out, obj, i + 1, pending_fallback, suspect, seen)
         pending_fallback = False
@@ -503,9 +509,11 @@ DEPTH_COUNTED = 1 << 20
 
 # What is left where the JSON decoder stopped when the text ran out: nothing,
 # or a token the end cut (1. 1e- tr nu -Inf, a \u escape).
-_RAN_OUT = re.compile(r"\s*(?:-?(?:\d+\.?\d*(?:[eE][-+]?\d*)?|I(?:n(?:f(?:i(?:n(?:i(?:ty?)?)?)?)?)?)?)?"
-                      r"|\.\d*(?:[eE][-+]?\d*)?|[eE][-+]?\d*|N(?:aN?)?|t(?:r(?:ue?)?)?|f(?:a(?:l(?:se?)?)?)?"
-                      r"|n(?:u(?:ll?)?)?|u[0-9a-fA-F]{0,3})")
+_RAN_OUT = re.compile(
+    r"\s*(?:-?(?:\d+\.?\d*(?:[eE][-+]?\d*)?|I(?:n(?:f(?:i(?:n(?:i(?:ty?)?)?)?)?)?)?)?"
+    r"|\.\d*(?:[eE][-+]?\d*)?|[eE][-+]?\d*|N(?:aN?)?|t(?:r(?:ue?)?)?|f(?:a(?:l(?:se?)?)?)?"
+    r"|n(?:u(?:ll?)?)?|u[0-9a-fA-F]{0,3})"
+)
 # ... and what Python's parser says then, of a dict repr.
 _REPR_RAN_OUT = ("was never closed", "unterminated string literal", "unexpected EOF", "incomplete input")
 _REPR_START = re.compile(r"\{\s*'")
@@ -526,8 +534,9 @@ def _depths(data: bytes, repr_like: bool) -> Iterator[int]:
     the text (it ran out in it). C-level iterators, as in the decoder."""
     data = (_STRING_REPR if repr_like else _STRING_JSON).sub(b"", data)
     quotes = [at for at in (data.find(b'"'), data.find(b"'") if repr_like else -1) if at >= 0]
-    steps = data[:min(quotes, default=len(data))].translate(
-        _BRACKET_STEP, _NOT_BRACKET_REPR if repr_like else _NOT_BRACKET_JSON)
+    steps = data[: min(quotes, default=len(data))].translate(
+        _BRACKET_STEP, _NOT_BRACKET_REPR if repr_like else _NOT_BRACKET_JSON
+    )
     return map(operator.sub, itertools.accumulate(steps), itertools.count(1))
 
 
@@ -548,7 +557,7 @@ def _fault(text: str) -> Tuple[Optional[str], Optional[int]]:
         return _deep(text, repr_like), None
     except ValueError as error:
         at = text.find("\0") if repr_like else getattr(error, "pos", 0)
-        if text[at:at + 1] == "\0":  # JSON: the first fault the decoder met
+        if text[at : at + 1] == "\0":  # JSON: the first fault the decoder met
             return "record holds a NUL byte", at
         if not repr_like:
             if getattr(error, "msg", "").startswith("Unterminated string") or _RAN_OUT.fullmatch(text, at):
@@ -641,22 +650,24 @@ def _add_record(out: RunLog, obj: dict, line: int, fallback: bool, suspect: bool
     record_keys = {k: v for k, v in obj.items() if k not in _RECORD_SET}
     result = obj["result"]
     if not isinstance(result, list):
-        out.problems.append(Problem(
-            line,
-            f"record {record} ({op_name}): 'result' is "
-            f"{type(result).__name__}, not a list; no rows read",
-        ))
+        out.problems.append(
+            Problem(
+                line,
+                f"record {record} ({op_name}): 'result' is {type(result).__name__}, not a list; no rows read",
+            )
+        )
         return
     record_extra = _extra_json(_extra({}, record_keys))  # a row with no keys of its own has this
     fallback_flag = 1 if fallback else 0
     stored, sources = out.stored, out.sources
     for index, r in enumerate(result):
         if not isinstance(r, dict):
-            out.problems.append(Problem(
-                line,
-                f"record {record} ({op_name}): result[{index}] is "
-                f"{type(r).__name__}, not an object; skipped",
-            ))
+            out.problems.append(
+                Problem(
+                    line,
+                    f"record {record} ({op_name}): result[{index}] is {type(r).__name__}, not an object; skipped",
+                )
+            )
             continue
         # The hot loop of an ingest (a hundred thousand rows): C-level
         # building where it is free, no object per row but the stored tuple.
@@ -666,19 +677,38 @@ def _add_record(out: RunLog, obj: dict, line: int, fallback: bool, suspect: bool
         if suspect:
             why = _unstorable((op_name, dtype, mode, level, shape_key, *values))
             if why is not None:
-                out.problems.append(Problem(line, f"record {record} ({op_name}): result[{index}] "
-                                                  f"holds {why}; that row is not stored"))
+                out.problems.append(
+                    Problem(line, f"record {record} ({op_name}): result[{index}] holds {why}; that row is not stored")
+                )
                 continue
         kept = _VALUES(values)
         if not _CONTAINERS.isdisjoint(map(type, kept)) or kept[_LEGACY_SHAPE_AT] is not None:
-            kept = tuple(json.dumps(value, sort_keys=True)
-                         if value is not None and (i == _LEGACY_SHAPE_AT or isinstance(value, (list, dict))) else value
-                         for i, value in enumerate(kept))
+            kept = tuple(
+                json.dumps(value, sort_keys=True)
+                if value is not None and (i == _LEGACY_SHAPE_AT or isinstance(value, (list, dict)))
+                else value
+                for i, value in enumerate(kept)
+            )
         identity = (op_name, dtype, shape_key)
         seen[identity] = occurrence = seen.get(identity, 0) + 1
-        stored.append((line, record, index, op_name, dtype, mode, level, shape_key, *kept,
-                       record_extra if r.keys() <= _KNOWN_SET else _extra_json(_extra(r, record_keys)),
-                       1 if ok else 0, reason, fallback_flag, occurrence))
+        stored.append(
+            (
+                line,
+                record,
+                index,
+                op_name,
+                dtype,
+                mode,
+                level,
+                shape_key,
+                *kept,
+                record_extra if r.keys() <= _KNOWN_SET else _extra_json(_extra(r, record_keys)),
+                1 if ok else 0,
+                reason,
+                fallback_flag,
+                occurrence,
+            )
+        )
         sources.append((r, record_keys))
 
 
@@ -698,10 +728,19 @@ def _row(stored: tuple, element: dict, record_keys: dict) -> Row:
     """A stored row as a Row, its values as its result element held them."""
     at = _STORED_AT
     return Row(
-        stored[at["line"]], stored[at["record"]], stored[at["idx"]], stored[at["op_name"]], stored[at["dtype"]],
-        stored[at["mode"]], stored[at["level"]], stored[at["shape"]],
-        dict(zip(KNOWN_FIELDS, map(element.get, KNOWN_FIELDS))), _extra(element, record_keys),
-        stored[at["counted"]] == 1, stored[at["not_counted_reason"]], stored[at["fallback"]] == 1,
+        stored[at["line"]],
+        stored[at["record"]],
+        stored[at["idx"]],
+        stored[at["op_name"]],
+        stored[at["dtype"]],
+        stored[at["mode"]],
+        stored[at["level"]],
+        stored[at["shape"]],
+        dict(zip(KNOWN_FIELDS, map(element.get, KNOWN_FIELDS))),
+        _extra(element, record_keys),
+        stored[at["counted"]] == 1,
+        stored[at["not_counted_reason"]],
+        stored[at["fallback"]] == 1,
     )
 
 

@@ -25,8 +25,19 @@ from typing import Callable, Dict, IO, List, Mapping, Optional, Sequence, Tuple,
 
 from . import caliber, derive, flaggems, judge, layout, provenance
 from . import plan as planmod
-from .harness import (DEFAULT_CELL_TIMEOUT, DEFAULT_SWITCH_VALUES, caliber_items, env_text, fill, local_now, num,
-                      switch_values, timestamp, write_atomic, write_cell_env)
+from .harness import (
+    DEFAULT_CELL_TIMEOUT,
+    DEFAULT_SWITCH_VALUES,
+    caliber_items,
+    env_text,
+    fill,
+    local_now,
+    num,
+    switch_values,
+    timestamp,
+    write_atomic,
+    write_cell_env,
+)
 from .names import EXIT_INTERRUPTED, TIMEOUT_RC
 from .db import now as utc_now
 from .db import write_transaction
@@ -87,11 +98,15 @@ def screen_pairs(store, screen_root: str) -> Tuple[dict, Dict[Tuple[str, str], d
     pairs: Dict[Tuple[str, str], dict] = {}
     for op, dtype, before, after in store.conn.execute(
         """SELECT op, dtype, elapsed_before, elapsed_after FROM recorded_verdicts
-           WHERE root_id = ? AND file = 'screen.tsv' ORDER BY line""", (root["id"],)):
+           WHERE root_id = ? AND file = 'screen.tsv' ORDER BY line""",
+        (root["id"],),
+    ):
         pairs[(op, dtype or "")] = {"before": before, "after": after}
     for op, dtype, side, elapsed in store.conn.execute(
         """SELECT op, COALESCE(dtype, ''), side, elapsed_s FROM cells
-           WHERE root_id = ? AND op IS NOT NULL AND side IS NOT NULL ORDER BY id""", (root["id"],)):
+           WHERE root_id = ? AND op IS NOT NULL AND side IS NOT NULL ORDER BY id""",
+        (root["id"],),
+    ):
         pair = pairs.setdefault((op, dtype), {"before": None, "after": None})
         if elapsed is not None:
             pair[side] = elapsed
@@ -101,9 +116,13 @@ def screen_pairs(store, screen_root: str) -> Tuple[dict, Dict[Tuple[str, str], d
 def _pairs(store, root: dict, where: str, column: Optional[str] = None) -> List[tuple]:
     """(op, dtype[, column]) of a screening root's pairs under the current
     rule (view verdicts) where the condition holds, in op order."""
-    rows = store.conn.execute(render_schema(
-        f"SELECT op, COALESCE(dtype, ''){', ' + column if column else ''} FROM verdicts "
-        f"WHERE root_id = ? AND {where} ORDER BY op, dtype"), (root["id"],)).fetchall()
+    rows = store.conn.execute(
+        render_schema(
+            f"SELECT op, COALESCE(dtype, ''){', ' + column if column else ''} FROM verdicts "
+            f"WHERE root_id = ? AND {where} ORDER BY op, dtype"
+        ),
+        (root["id"],),
+    ).fetchall()
     return [tuple(row) for row in rows]
 
 
@@ -137,13 +156,16 @@ def resolve_ops(pairs: Dict[Tuple[str, str], dict], specs, root_name: str) -> Li
     for op, dtype in specs:
         if dtype is not None:
             if (op, dtype) not in pairs:
-                raise PlanError(f"op {op}:{dtype} has no screening pair in {root_name}"
-                                + _known(pairs, op))
+                raise PlanError(f"op {op}:{dtype} has no screening pair in {root_name}" + _known(pairs, op))
             chosen.append((op, dtype))
             continue
         matches = sorted(d for (o, d) in pairs if o == op)
         if len(matches) != 1:
-            what = "no screening pair" if not matches else f"{len(matches)} pairs ({', '.join(op + ':' + d for d in matches)}); name the dtype"
+            what = (
+                "no screening pair"
+                if not matches
+                else f"{len(matches)} pairs ({', '.join(op + ':' + d for d in matches)}); name the dtype"
+            )
             raise PlanError(f"op {op} has {what} in {root_name}" + (_known(pairs, op) if not matches else ""))
         chosen.append((op, matches[0]))
     return chosen
@@ -163,15 +185,23 @@ def weighted_ops(pairs, chosen, rounds: int, root_name: str) -> List[Op]:
         missing = [s for s in ("before", "after") if not (pair.get(s) or 0) > 0]
         if missing:
             label = f"{op}:{dtype}" if dtype else op
-            raise PlanError(f"op {label} has no screening time ({' and '.join('elapsed_' + s for s in missing)} "
-                            f"unknown in {root_name}); it cannot be weighed")
+            raise PlanError(
+                f"op {label} has no screening time ({' and '.join('elapsed_' + s for s in missing)} "
+                f"unknown in {root_name}); it cannot be weighed"
+            )
         ops.append(Op(op, dtype, (pair["before"] + pair["after"]) * rounds))
     return ops
 
 
-def plan_from_store(store, screen_root: str, cards: int, rounds: int,
-                    ops: Optional[str] = None, extra_ops: Optional[str] = None,
-                    include_hinted: bool = False) -> Tuple[Plan, dict]:
+def plan_from_store(
+    store,
+    screen_root: str,
+    cards: int,
+    rounds: int,
+    ops: Optional[str] = None,
+    extra_ops: Optional[str] = None,
+    include_hinted: bool = False,
+) -> Tuple[Plan, dict]:
     """The longest-first plan for a screening root's ops (default: its
     IR_CHANGED pairs under the current rule, without those that differ only
     in what the strictest rule leaves out unless include_hinted). Returns
@@ -184,14 +214,17 @@ def plan_from_store(store, screen_root: str, cards: int, rounds: int,
     else:
         chosen = ir_changed_ops(store, root, include_hinted)
         if not chosen and ir_changed_ops(store, root, include_hinted=True):
-            raise PlanError(f"every IR_CHANGED pair of {root['name']} differs only in what the strictest rule "
-                            f"leaves out (zlstore screen's hints): a campaign measures nothing the switch changed "
-                            f"there; --include-hinted plans them, or name ops with --ops")
+            raise PlanError(
+                f"every IR_CHANGED pair of {root['name']} differs only in what the strictest rule "
+                f"leaves out (zlstore screen's hints): a campaign measures nothing the switch changed "
+                f"there; --include-hinted plans them, or name ops with --ops"
+            )
         if not chosen:
             raise PlanError(f"{root['name']} has no IR_CHANGED pair under the current rule; name ops with --ops")
     extra = resolve_ops(pairs, planmod.parse_op_spec(extra_ops), root["name"]) if extra_ops else []
-    plan = planmod.make_plan(weighted_ops(pairs, chosen, rounds, root["name"]), cards,
-                             weighted_ops(pairs, extra, rounds, root["name"]))
+    plan = planmod.make_plan(
+        weighted_ops(pairs, chosen, rounds, root["name"]), cards, weighted_ops(pairs, extra, rounds, root["name"])
+    )
     return plan, root
 
 
@@ -209,7 +242,7 @@ class ScreenConfig:
     backend: str = field(default_factory=default_backend)
     device: Optional[str] = None
     grace: float = KILL_GRACE_S
-    values: Tuple[str, str] = DEFAULT_SWITCH_VALUES   # the switch's value before, after
+    values: Tuple[str, str] = DEFAULT_SWITCH_VALUES  # the switch's value before, after
 
 
 @dataclass
@@ -237,10 +270,20 @@ def run_screen(store, config: ScreenConfig, report: Callable[[str], None] = lamb
     probed = _screen_preflight(store, config, root, visible, environment)
     _make_root(root)
     started = local_now()
-    write_atomic(root / layout.ROOT_ENV, env_text(
-        [("KIND", "screen"), ("SWITCH", config.switch), ("SWITCH_VALUES", ",".join(config.values)),
-         ("HOST", socket.gethostname()), ("STARTED_AT", started), ("CELL_TIMEOUT", num(config.cell_timeout))]
-        + caliber_items(dict(os.environ))))
+    write_atomic(
+        root / layout.ROOT_ENV,
+        env_text(
+            [
+                ("KIND", "screen"),
+                ("SWITCH", config.switch),
+                ("SWITCH_VALUES", ",".join(config.values)),
+                ("HOST", socket.gethostname()),
+                ("STARTED_AT", started),
+                ("CELL_TIMEOUT", num(config.cell_timeout)),
+            ]
+            + caliber_items(dict(os.environ))
+        ),
+    )
     results: List[SideResult] = []
     for op, dtype in config.ops:
         for side, value in zip(layout.SIDES, config.values):
@@ -248,21 +291,47 @@ def run_screen(store, config: ScreenConfig, report: Callable[[str], None] = lamb
                 result = _screen_side(store, config, root, op, dtype, side, value, visible, environment, probed)
             results.append(result)
             label = op_label(op, dtype)
-            how = f"killed at the {num(config.cell_timeout)} s timeout, RC {result.rc}" if result.timed_out else f"RC {result.rc}"
+            how = (
+                f"killed at the {num(config.cell_timeout)} s timeout, RC {result.rc}"
+                if result.timed_out
+                else f"RC {result.rc}"
+            )
             report(f"{label} {side}: {how}, {result.elapsed_s:.1f} s, recorded")
     screen_tsv = judge.write_screen_tsv(store, str(root))
     store.ingest_summary([root], command="run screen")  # recorded_verdicts: the file just written
-    return {"root": str(root), "sides": len(results), "switch": config.switch, "switch_values": list(config.values),
-            "flaggems": json.loads(probed)["env"] if probed else None,
-            "screen_tsv": str(screen_tsv or root / layout.SCREEN_TSV),
-            "timed_out": [f"{r.op}:{r.dtype}:{r.side}" for r in results if r.timed_out],
-            "failed": [{"label": op_label(r.op, r.dtype), "side": r.side, "rc": r.rc, "timed_out": r.timed_out,
-                        "log": str(r.path / layout.RUN_LOG)} for r in results if r.rc != 0 or r.timed_out]}
+    return {
+        "root": str(root),
+        "sides": len(results),
+        "switch": config.switch,
+        "switch_values": list(config.values),
+        "flaggems": json.loads(probed)["env"] if probed else None,
+        "screen_tsv": str(screen_tsv or root / layout.SCREEN_TSV),
+        "timed_out": [f"{r.op}:{r.dtype}:{r.side}" for r in results if r.timed_out],
+        "failed": [
+            {
+                "label": op_label(r.op, r.dtype),
+                "side": r.side,
+                "rc": r.rc,
+                "timed_out": r.timed_out,
+                "log": str(r.path / layout.RUN_LOG),
+            }
+            for r in results
+            if r.rc != 0 or r.timed_out
+        ],
+    }
 
 
-def screen_config(*, ops: str, command: str, switch: str, cell_timeout: float = DEFAULT_CELL_TIMEOUT,
-                  root_dir: Optional[str] = None, card: int = 0, backend: Optional[str] = None,
-                  values: str = ",".join(DEFAULT_SWITCH_VALUES)) -> ScreenConfig:
+def screen_config(
+    *,
+    ops: str,
+    command: str,
+    switch: str,
+    cell_timeout: float = DEFAULT_CELL_TIMEOUT,
+    root_dir: Optional[str] = None,
+    card: int = 0,
+    backend: Optional[str] = None,
+    values: str = ",".join(DEFAULT_SWITCH_VALUES),
+) -> ScreenConfig:
     """A screening pass's config from the command's options: ops and switch
     values parsed (ValueError names a bad spec), root and backend defaulted,
     and an unknown backend or a caliber variable missing from the
@@ -270,9 +339,15 @@ def screen_config(*, ops: str, command: str, switch: str, cell_timeout: float = 
     written."""
     pairs = [(op, dtype or "") for op, dtype in planmod.parse_op_spec(ops)]
     config = ScreenConfig(
-        root=root_dir or f"runs/screen_{timestamp()}", ops=pairs, command=command,
-        switch=switch, cell_timeout=cell_timeout, card=card,
-        backend=backend or default_backend(), values=switch_values(values))
+        root=root_dir or f"runs/screen_{timestamp()}",
+        ops=pairs,
+        command=command,
+        switch=switch,
+        cell_timeout=cell_timeout,
+        card=card,
+        backend=backend or default_backend(),
+        values=switch_values(values),
+    )
     visible_devices_var(config.backend)
     require_screen_caliber(dict(os.environ))
     return config
@@ -288,40 +363,80 @@ def screen_tsv_rows(result: dict) -> List[Mapping[str, str]]:
     return [row for _, row in layout.read_tsv(Path(result["screen_tsv"]), []) or []]
 
 
-def _side_env(store, config: ScreenConfig, out: Path, op: str, dtype: str, side: str, value: str,
-              visible: str, environment: Dict[str, str]) -> Tuple[Dict[str, str], str]:
+def _side_env(
+    store,
+    config: ScreenConfig,
+    out: Path,
+    op: str,
+    dtype: str,
+    side: str,
+    value: str,
+    visible: str,
+    environment: Dict[str, str],
+) -> Tuple[Dict[str, str], str]:
     """A side's environment (what the runner saw exported as ENV_*) and its command, filled in."""
     env = dict(os.environ)
     env.update(provenance.exported(environment))
-    env.update({
-        "OUT_DIR": str(out), "OP": op, "DTYPE": dtype, "SIDE": side, "ROUND": "0",
-        "CARD": str(config.card), "SWITCH": config.switch, "SWITCH_VALUE": value,
-        config.switch: value, "CELL_TIMEOUT": num(config.cell_timeout),
-        visible: str(config.device if config.device is not None else config.card),
-        "ZLSTORE_DB": str(Path(store.path).resolve()),
-    })
-    command = fill(config.command, {"op": op, "dtype": dtype, "side": side, "out_dir": out,
-                                    "card": config.card, "switch": config.switch, "switch_value": value})
+    env.update(
+        {
+            "OUT_DIR": str(out),
+            "OP": op,
+            "DTYPE": dtype,
+            "SIDE": side,
+            "ROUND": "0",
+            "CARD": str(config.card),
+            "SWITCH": config.switch,
+            "SWITCH_VALUE": value,
+            config.switch: value,
+            "CELL_TIMEOUT": num(config.cell_timeout),
+            visible: str(config.device if config.device is not None else config.card),
+            "ZLSTORE_DB": str(Path(store.path).resolve()),
+        }
+    )
+    command = fill(
+        config.command,
+        {
+            "op": op,
+            "dtype": dtype,
+            "side": side,
+            "out_dir": out,
+            "card": config.card,
+            "switch": config.switch,
+            "switch_value": value,
+        },
+    )
     return env, command
 
 
-def _screen_preflight(store, config: ScreenConfig, root: Path, visible: str,
-                      environment: Dict[str, str]) -> Optional[str]:
+def _screen_preflight(
+    store, config: ScreenConfig, root: Path, visible: str, environment: Dict[str, str]
+) -> Optional[str]:
     """Before the first side, where --command runs `zlstore flaggems`: can
     FlagGems start (flaggems.preflight)? RunError names what is missing,
     before anything is written; else the probe, handed to every side."""
     op, dtype = config.ops[0]
     side, value = layout.SIDES[0], config.values[0]
-    env, command = _side_env(store, config, root / _cell_name(op, dtype, side), op, dtype, side, value, visible,
-                             environment)
+    env, command = _side_env(
+        store, config, root / _cell_name(op, dtype, side), op, dtype, side, value, visible, environment
+    )
     try:
         return flaggems.preflight(command, env, timeout=min(config.cell_timeout, flaggems.PROBE_TIMEOUT_S))
     except flaggems.CannotStart as error:
         raise RunError(str(error)) from None
 
 
-def _screen_side(store, config: ScreenConfig, root: Path, op: str, dtype: str, side: str,
-                 value: str, visible: str, environment: Dict[str, str], probed: Optional[str] = None) -> SideResult:
+def _screen_side(
+    store,
+    config: ScreenConfig,
+    root: Path,
+    op: str,
+    dtype: str,
+    side: str,
+    value: str,
+    visible: str,
+    environment: Dict[str, str],
+    probed: Optional[str] = None,
+) -> SideResult:
     out = root / _cell_name(op, dtype, side)
     out.mkdir(parents=True)
     env, command = _side_env(store, config, out, op, dtype, side, value, visible, environment)
@@ -344,9 +459,22 @@ def _screen_side(store, config: ScreenConfig, root: Path, op: str, dtype: str, s
                 kill_group(proc, config.grace)
     elapsed = time.monotonic() - t0
     rc = TIMEOUT_RC if timed_out else shell_rc(proc.returncode)
-    write_cell_env(out, op=op, dtype=dtype, side=side, round_=0, card=config.card, started_at=started_at,
-                   switch=config.switch, switch_value=value, cell_timeout=config.cell_timeout, env=env,
-                   elapsed_s=elapsed, rc=rc, environment={**environment, **provenance.command_file(out)})
+    write_cell_env(
+        out,
+        op=op,
+        dtype=dtype,
+        side=side,
+        round_=0,
+        card=config.card,
+        started_at=started_at,
+        switch=config.switch,
+        switch_value=value,
+        cell_timeout=config.cell_timeout,
+        env=env,
+        elapsed_s=elapsed,
+        rc=rc,
+        environment={**environment, **provenance.command_file(out)},
+    )
     store.record([out])
     return SideResult(op, dtype, side, rc, elapsed, timed_out, out)
 
@@ -365,7 +493,7 @@ def _cell_name(op: str, dtype: str, side: str) -> str:
 # task stands, and shows both. (card.py and slurm.py import this module's
 # helpers, so this module imports them in the functions that use them.)
 
-ISOLATE_TUNER_CACHE = "ZL_ISOLATE_TUNER_CACHE"   # campaigns force it to 1
+ISOLATE_TUNER_CACHE = "ZL_ISOLATE_TUNER_CACHE"  # campaigns force it to 1
 
 
 @dataclass
@@ -377,13 +505,13 @@ class CampaignConfig:
     switch: Optional[str] = None
     screen_root: Optional[str] = None
     backend: str = field(default_factory=default_backend)
-    devices: Optional[List[str]] = None   # card N -> devices[N]; default the card number
+    devices: Optional[List[str]] = None  # card N -> devices[N]; default the card number
     poll_s: float = 0.5
     grace: float = KILL_GRACE_S
     resume: bool = False
     status_every_s: float = 30.0
     cell_timeout: float = DEFAULT_CELL_TIMEOUT
-    slurm: Optional[SlurmOptions] = None   # run the cards as one Slurm job array
+    slurm: Optional[SlurmOptions] = None  # run the cards as one Slurm job array
 
 
 class CaliberMissing(RunError):
@@ -395,7 +523,8 @@ def missing_caliber_error(missing, what: str) -> CaliberMissing:
     names = ", ".join(f"{f.env} ({f.name})" for f in missing)
     return CaliberMissing(
         f"{what}: the caliber variables {names} are not set: every cell would be stored with an unknown "
-        f"caliber and never paired. Set them first, e.g. export {' '.join(f.env + '=...' for f in missing)}")
+        f"caliber and never paired. Set them first, e.g. export {' '.join(f.env + '=...' for f in missing)}"
+    )
 
 
 def require_screen_caliber(env: Dict[str, str]):
@@ -414,12 +543,16 @@ def campaign_caliber(config: CampaignConfig, env: Dict[str, str]) -> Dict[str, s
     values = {k: v for k, v in caliber_items(env)}
     if config.resume:
         recorded = dict(caliber_items(layout.read_env(Path(config.root) / layout.CAMPAIGN_ENV, []) or {}))
-        differ = [f"{k}={values[k]} here, {v} in campaign.env" for k, v in recorded.items()
-                  if k != ISOLATE_TUNER_CACHE and k in values and values[k] != v]
+        differ = [
+            f"{k}={values[k]} here, {v} in campaign.env"
+            for k, v in recorded.items()
+            if k != ISOLATE_TUNER_CACHE and k in values and values[k] != v
+        ]
         if differ:
             raise CaliberMissing(
                 f"refusing to resume {config.root}: a resumed campaign measures under the caliber it started "
-                f"with, and this environment differs: {'; '.join(differ)}")
+                f"with, and this environment differs: {'; '.join(differ)}"
+            )
         values.update(recorded)
     values[ISOLATE_TUNER_CACHE] = "1"
     missing = caliber.missing(values)
@@ -445,17 +578,34 @@ def screen_caliber_note(store, screen_root, campaign: Dict[str, str]) -> Optiona
             differ.append(f"{f.env}={'|'.join(values)} there, {campaign[f.env]} here")
     if not differ:
         return None
-    return (f"note: {root['name']} was screened under another caliber than this campaign's ({'; '.join(differ)}"
-            f"{', forced for campaigns' if any(d.startswith(ISOLATE_TUNER_CACHE) for d in differ) else ''}): "
-            f"its noise floors will not apply to the campaign's ranges; screen with the campaign's caliber")
+    return (
+        f"note: {root['name']} was screened under another caliber than this campaign's ({'; '.join(differ)}"
+        f"{', forced for campaigns' if any(d.startswith(ISOLATE_TUNER_CACHE) for d in differ) else ''}): "
+        f"its noise floors will not apply to the campaign's ranges; screen with the campaign's caliber"
+    )
 
 
-def campaign_config(store, *, plan_path=None, screen_root: Optional[str] = None, ops: Optional[str] = None,
-                    cards: int = 8, rounds: int = DEFAULT_ROUNDS, extra_ops: Optional[str] = None,
-                    command: Optional[str] = None, root_dir=None, resume: bool = False,
-                    switch: Optional[str] = None, backend: Optional[str] = None, devices: Optional[str] = None,
-                    poll_s: float = 0.5, status_every_s: float = 30.0, cell_timeout: Optional[float] = None,
-                    slurm=None, include_hinted: bool = False) -> CampaignConfig:
+def campaign_config(
+    store,
+    *,
+    plan_path=None,
+    screen_root: Optional[str] = None,
+    ops: Optional[str] = None,
+    cards: int = 8,
+    rounds: int = DEFAULT_ROUNDS,
+    extra_ops: Optional[str] = None,
+    command: Optional[str] = None,
+    root_dir=None,
+    resume: bool = False,
+    switch: Optional[str] = None,
+    backend: Optional[str] = None,
+    devices: Optional[str] = None,
+    poll_s: float = 0.5,
+    status_every_s: float = 30.0,
+    cell_timeout: Optional[float] = None,
+    slurm=None,
+    include_hinted: bool = False,
+) -> CampaignConfig:
     """A campaign's config from the command's options. With resume, the
     root's campaign.env fills what was not given (rounds, command, switch,
     screening root, cell timeout; on Slurm the sbatch options it was first
@@ -490,13 +640,20 @@ def campaign_config(store, *, plan_path=None, screen_root: Optional[str] = None,
         except LookupError:
             pass
     return CampaignConfig(
-        root=root_dir or f"runs/campaign_{timestamp()}", plan=plan, command=command,
-        rounds=rounds, switch=switch or (screen_row or {}).get("switch"),
+        root=root_dir or f"runs/campaign_{timestamp()}",
+        plan=plan,
+        command=command,
+        rounds=rounds,
+        switch=switch or (screen_row or {}).get("switch"),
         screen_root=(screen_row or {}).get("path") or screen_root,
         backend=backend or default_backend(),
         devices=[d.strip() for d in devices.split(",")] if devices else None,
-        poll_s=poll_s, resume=resume, status_every_s=status_every_s,
-        cell_timeout=cell_timeout or DEFAULT_CELL_TIMEOUT, slurm=slurm)
+        poll_s=poll_s,
+        resume=resume,
+        status_every_s=status_every_s,
+        cell_timeout=cell_timeout or DEFAULT_CELL_TIMEOUT,
+        slurm=slurm,
+    )
 
 
 def op_label(op: str, dtype: str) -> str:
@@ -516,9 +673,13 @@ def prepare_campaign(config: CampaignConfig, caliber_values: Dict[str, str]) -> 
     _make_root(root)
     items = [("KIND", "campaign"), ("ROUNDS", config.rounds), ("CARDS", len(config.plan.cards))]
     items += [(k, v) for k, v in (("SWITCH", config.switch), ("SCREEN_ROOT", config.screen_root)) if v]
-    items += [("HOST", socket.gethostname()), ("STARTED_AT", local_now()),
-             ("BACKEND_VISIBLE_DEVICES", visible_devices_var(config.backend)),
-             ("CELL_TIMEOUT", num(config.cell_timeout)), ("COMMAND", config.command)]
+    items += [
+        ("HOST", socket.gethostname()),
+        ("STARTED_AT", local_now()),
+        ("BACKEND_VISIBLE_DEVICES", visible_devices_var(config.backend)),
+        ("CELL_TIMEOUT", num(config.cell_timeout)),
+        ("COMMAND", config.command),
+    ]
     items += caliber_items(caliber_values)
     planmod.write_partition_tsv(config.plan, root / layout.PARTITION_TSV)
     write_atomic(root / layout.CAMPAIGN_ENV, env_text(items))
@@ -530,10 +691,13 @@ def refuse_known_root(store, root):
     directory deleted and made again) would add its rounds to theirs."""
     known = store.conn.execute(
         "SELECT count(*) FROM cells JOIN roots ON roots.id = cells.root_id WHERE roots.path = ?",
-        (str(Path(root).resolve()),)).fetchone()[0]
+        (str(Path(root).resolve()),),
+    ).fetchone()[0]
     if known:
-        raise RunError(f"{Path(root).resolve()}: the store already holds {known} cells of a campaign there; "
-                       "continue it with --resume, or choose another --root")
+        raise RunError(
+            f"{Path(root).resolve()}: the store already holds {known} cells of a campaign there; "
+            "continue it with --resume, or choose another --root"
+        )
 
 
 def read_campaign(root: Path) -> Tuple[Dict[str, str], Plan]:
@@ -575,7 +739,8 @@ def supersede(store, root: Path, card: int, op: str, dtype: str) -> int:
             """UPDATE cells SET superseded_at = ?
                WHERE root_id = (SELECT id FROM roots WHERE path = ?) AND card IS ? AND op = ?
                  AND (dtype IS ? OR dtype IS NULL) AND superseded_at IS NULL""",
-            (utc_now(), str(Path(root).resolve()), card, op, dtype)).rowcount
+            (utc_now(), str(Path(root).resolve()), card, op, dtype),
+        ).rowcount
         derive.derive(conn)
     return marked
 
@@ -605,9 +770,9 @@ class CampaignResult:
     interrupted: bool
     cards: List[CardState]
     last_screen: List[str]
-    resume_command: Optional[str] = None     # what continues it, as printed
-    where: str = "this host"                 # this host, or the Slurm job
-    db_arg: str = ""                         # " --db FILE" for the printed commands, when not the default
+    resume_command: Optional[str] = None  # what continues it, as printed
+    where: str = "this host"  # this host, or the Slurm job
+    db_arg: str = ""  # " --db FILE" for the printed commands, when not the default
 
     @property
     def failed(self) -> List[str]:
@@ -635,16 +800,32 @@ class CampaignResult:
 
     def as_dict(self) -> dict:
         return {
-            "root": str(self.root), "interrupted": self.interrupted, "where": self.where,
-            "cards": [{"card": c.card, "state": c.state, "job": c.job, "node": c.node, "done": c.done,
-                       "skipped": c.skipped, "failed": c.failed, "cells": c.cells,
-                       "left": len(c.remaining) + (1 if c.current else 0)} for c in self.cards],
-            "failed": self.failed, "done": self.done, "skipped": self.skipped, "cells": self.cells,
+            "root": str(self.root),
+            "interrupted": self.interrupted,
+            "where": self.where,
+            "cards": [
+                {
+                    "card": c.card,
+                    "state": c.state,
+                    "job": c.job,
+                    "node": c.node,
+                    "done": c.done,
+                    "skipped": c.skipped,
+                    "failed": c.failed,
+                    "cells": c.cells,
+                    "left": len(c.remaining) + (1 if c.current else 0),
+                }
+                for c in self.cards
+            ],
+            "failed": self.failed,
+            "done": self.done,
+            "skipped": self.skipped,
+            "cells": self.cells,
         }
 
 
 def db_arg(store_path) -> str:
-    """ --db FILE when the store is not the default one, so that a printed
+    """--db FILE when the store is not the default one, so that a printed
     command works as printed; else nothing."""
     if Path(store_path).resolve() == Path(default_db_path()).resolve():
         return ""
@@ -660,8 +841,9 @@ def resume_command(root: Path, store_path, slurm: bool) -> str:
 class LocalLauncher:
     """One `zlstore run card` process per card on this host, each recording
     its own cells into the store (one writer per card)."""
+
     records_here = False
-    settle_s = 0.0   # a process that ended has written all it will
+    settle_s = 0.0  # a process that ended has written all it will
     note = ""
 
     def __init__(self, store_path, devices: Optional[List[str]], poll_s: float):
@@ -674,14 +856,30 @@ class LocalLauncher:
 
     def start(self, root: Path, run_id: str, todo: Dict[int, List[Op]]):
         for card, ops in sorted(todo.items()):
-            argv = [sys.executable, "-m", "zlstore", "run", "card", str(root), "--card", str(card),
-                    "--ops", ",".join(op_spec(o) for o in ops), "--db", self.store_path,
-                    "--run-id", run_id, "--poll", num(self.poll_s)]
+            argv = [
+                sys.executable,
+                "-m",
+                "zlstore",
+                "run",
+                "card",
+                str(root),
+                "--card",
+                str(card),
+                "--ops",
+                ",".join(op_spec(o) for o in ops),
+                "--db",
+                self.store_path,
+                "--run-id",
+                run_id,
+                "--poll",
+                num(self.poll_s),
+            ]
             if self.devices:
                 argv += ["--device", self.devices[card]]
             with open(Path(root) / "logs" / f"card{card}.out", "ab") as out:
-                self.procs[card] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
-                                                    stderr=subprocess.STDOUT)
+                self.procs[card] = subprocess.Popen(
+                    argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+                )
 
     def poll(self):
         tasks = {}
@@ -723,8 +921,15 @@ class _Cards:
     (the launcher), applied to the display's card states. With recorders
     (Slurm), the cells the cards name are recorded here."""
 
-    def __init__(self, root: Path, run_id: str, states: List[CardState], display: Display,
-                 cards: Sequence[int], recorders: Optional[dict] = None):
+    def __init__(
+        self,
+        root: Path,
+        run_id: str,
+        states: List[CardState],
+        display: Display,
+        cards: Sequence[int],
+        recorders: Optional[dict] = None,
+    ):
         self.states, self.display, self.recorders = states, display, recorders
         self.readers = {card: StatusReader(root, card, run_id) for card in cards}
         self.tasks: dict = {}
@@ -841,8 +1046,10 @@ def _task_failures(cards: _Cards, launcher, cancelled: bool):
         else:
             reason = f" ({task.reason})" if task.reason else ""
             on = f" on {task.node}" if task.node else ""
-            what = (f"Slurm task {task.job}{on} ended {task.raw_state or task.state}{reason}{during}; "
-                    f"{state.done} of {total} ops done")
+            what = (
+                f"Slurm task {task.job}{on} ended {task.raw_state or task.state}{reason}{during}; "
+                f"{state.done} of {total} ops done"
+            )
         state.failed.append(f"card {card}: {what}; its recorded cells are kept")
 
 
@@ -864,7 +1071,7 @@ def run_campaign(store, config: CampaignConfig, stream: IO = sys.stderr) -> Camp
     launcher.check(len(plan.cards))
     if not config.resume:
         refuse_known_root(store, config.root)
-    if config.slurm is None:   # on Slurm the cards' hosts, not this one, run FlagGems
+    if config.slurm is None:  # on Slurm the cards' hosts, not this one, run FlagGems
         _campaign_preflight(store, config, values)
     root = prepare_campaign(config, values)
     (root / "logs").mkdir(exist_ok=True)
@@ -874,8 +1081,10 @@ def run_campaign(store, config: CampaignConfig, stream: IO = sys.stderr) -> Camp
     if config.resume:
         live = launcher.live(root)
         if live:
-            raise RunError(f"refusing to resume {root}: {'; '.join(live)} still runs; wait for it or stop it "
-                           "(scancel on Slurm), then --resume")
+            raise RunError(
+                f"refusing to resume {root}: {'; '.join(live)} still runs; wait for it or stop it "
+                "(scancel on Slurm), then --resume"
+            )
         todo = _resume(store, root, plan, config.rounds, states, display)
     run_id = f"{timestamp()}-{os.getpid()}"
     recorders = {card: Recorder(store, root, card) for card in todo} if launcher.records_here else None
@@ -894,8 +1103,13 @@ def run_campaign(store, config: CampaignConfig, stream: IO = sys.stderr) -> Camp
         with interrupts(ignore=True):
             display.event(f"interrupted: stopping every card ({launcher.where()})")
             launcher.cancel()
-            _watch(cards, launcher, min(config.poll_s, 0.2), display,
-                   until=time.monotonic() + config.grace + 15 + launcher.settle_s)
+            _watch(
+                cards,
+                launcher,
+                min(config.poll_s, 0.2),
+                display,
+                until=time.monotonic() + config.grace + 15 + launcher.settle_s,
+            )
             launcher.kill(cards.pgids())
             cards.update(launcher.poll())
     _task_failures(cards, launcher, cancelled=interrupted)
@@ -917,10 +1131,19 @@ def _campaign_preflight(store, config: CampaignConfig, caliber_values: Dict[str,
     with tempfile.TemporaryDirectory(prefix="zlstore-preflight-") as scratch:
         env = dict(os.environ)
         env.update(caliber_values)
-        env.update({"AB_ROOT": scratch, ISOLATE_TUNER_CACHE: "1", "ROUNDS": str(config.rounds), "CARD": str(card),
-                    "CELL_TIMEOUT": num(config.cell_timeout), "OP": op.op, "DTYPE": op.dtype,
-                    visible_devices_var(config.backend): config.devices[card] if config.devices else str(card),
-                    "ZLSTORE_DB": str(Path(store.path).resolve())})
+        env.update(
+            {
+                "AB_ROOT": scratch,
+                ISOLATE_TUNER_CACHE: "1",
+                "ROUNDS": str(config.rounds),
+                "CARD": str(card),
+                "CELL_TIMEOUT": num(config.cell_timeout),
+                "OP": op.op,
+                "DTYPE": op.dtype,
+                visible_devices_var(config.backend): config.devices[card] if config.devices else str(card),
+                "ZLSTORE_DB": str(Path(store.path).resolve()),
+            }
+        )
         if config.switch:
             env["SWITCH"] = config.switch
         command = fill(config.command, {"op": op.op, "dtype": op.dtype, "card": card, "rounds": config.rounds})
@@ -947,8 +1170,10 @@ def _resume(store, root: Path, plan: Plan, rounds: int, states: List[CardState],
                 todo.setdefault(card.card, []).append(op)
                 n = superseded.get((card.card, op.op, op.dtype))
                 if n:
-                    display.event(f"card {card.card}: {op.label} runs again from the start; the {n} cells of its "
-                                  "earlier run are kept in the store, marked superseded")
+                    display.event(
+                        f"card {card.card}: {op.label} runs again from the start; the {n} cells of its "
+                        "earlier run are kept in the store, marked superseded"
+                    )
         if card.card not in todo:
             state.finished = state.started = time.monotonic()
             state.state = "done"

@@ -38,8 +38,14 @@ NETWORK_WARNING = (
 )
 
 
-def datasette_app(db_path, settings: Optional[dict] = None, host: Optional[str] = None,
-                  allow_hosts=(), extra_metadata: Optional[dict] = None, cors: bool = False) -> Datasette:
+def datasette_app(
+    db_path,
+    settings: Optional[dict] = None,
+    host: Optional[str] = None,
+    allow_hosts=(),
+    extra_metadata: Optional[dict] = None,
+    cors: bool = False,
+) -> Datasette:
     """A Datasette serving the store at db_path as /zlstore, mutable: rows
     written while it runs show on the next request. The file must be a
     zlstore store already (its schema is upgraded where it can be written):
@@ -90,8 +96,9 @@ class ServeError(Exception):
     """The server could not start (the address is taken, say)."""
 
 
-def serve(db_path, host: str = "127.0.0.1", port: int = 8001, open_browser: bool = False, allow_hosts=(),
-          **app_options):
+def serve(
+    db_path, host: str = "127.0.0.1", port: int = 8001, open_browser: bool = False, allow_hosts=(), **app_options
+):
     """Serve the store until interrupted (Ctrl-C: returns; SIGTERM ends the
     process as the signal does). ServeError when it cannot listen.
     app_options: datasette_app's settings, extra_metadata and cors."""
@@ -101,8 +108,11 @@ def serve(db_path, host: str = "127.0.0.1", port: int = 8001, open_browser: bool
     if not is_loopback(host):
         print(NETWORK_WARNING.format(host=host, port=port, db=db_path), file=sys.stderr)
         names = ", ".join(sorted(ds._zlstore_host_names - set(LOCAL_NAMES)))
-        print(f"answering requests for localhost, IP addresses and {names or 'no other name'} "
-              f"(others get 400: add a name with --allow-host)", file=sys.stderr)
+        print(
+            f"answering requests for localhost, IP addresses and {names or 'no other name'} "
+            f"(others get 400: add a name with --allow-host)",
+            file=sys.stderr,
+        )
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else (f"[{host}]" if ":" in host else host)
     url = f"http://{shown}:{port}/"
     print(f"serving {db_path} at {url}", file=sys.stderr)
@@ -111,5 +121,6 @@ def serve(db_path, host: str = "127.0.0.1", port: int = 8001, open_browser: bool
     try:
         uvicorn.run(ds.app(), host=host, port=port, log_level="warning", lifespan="on", workers=1)
     except SystemExit as stopped:  # uvicorn's way to say it could not start, after logging why
-        raise ServeError(f"could not serve on {host}:{port} (uvicorn's message above says why; "
-                         f"exit status {stopped.code})") from None
+        raise ServeError(
+            f"could not serve on {host}:{port} (uvicorn's message above says why; exit status {stopped.code})"
+        ) from None

@@ -24,15 +24,28 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from .card import INHERIT, LOG_DIR, Task, op_spec
 from .plan import Op
 
-SLURM_DIR = "slurm"            # in the campaign root: the array scripts, jobs.tsv, options.json
+SLURM_DIR = "slurm"  # in the campaign root: the array scripts, jobs.tsv, options.json
 JOBS_TSV = "jobs.tsv"
 OPTIONS_JSON = "options.json"
 COMMANDS = ("sbatch", "scontrol", "scancel")
 COMMAND_TIMEOUT_S = 30.0
 
 # scontrol's job states: the ones a task has ended in, and how the display names them.
-ENDED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
-                   "DEADLINE", "OUT_OF_MEMORY", "REVOKED", "SPECIAL_EXIT"})
+ENDED = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+        "REVOKED",
+        "SPECIAL_EXIT",
+    }
+)
 SHOWN = {"COMPLETED": "done", "COMPLETING": "running", "CONFIGURING": "running"}
 
 
@@ -77,12 +90,14 @@ def resolve_gres(options: SlurmOptions) -> Tuple[Optional[str], str]:
     found = _run(argv).stdout if shutil.which("sinfo") else ""
     if any(part.strip().startswith("gpu") for line in found.splitlines() for part in line.split(",")):
         return "gpu:1", "--gres gpu:1 per task (the partition has GPUs as a GRES; --gres none to ask for none)"
-    return None, ("no --gres: the partition has no GPU GRES configured, so tasks ask for no GPU "
-                  "(give --gres to ask for one)")
+    return None, (
+        "no --gres: the partition has no GPU GRES configured, so tasks ask for no GPU (give --gres to ask for one)"
+    )
 
 
-def array_script(root: Path, run_id: str, todo: Dict[int, List[Op]], python: str = sys.executable,
-                 poll_s: float = 0.5) -> str:
+def array_script(
+    root: Path, run_id: str, todo: Dict[int, List[Op]], python: str = sys.executable, poll_s: float = 0.5
+) -> str:
     """The batch script: task N runs `zlstore run card` for card N with the
     ops it has left, on the device Slurm gave it, recording nothing."""
     q = shlex.quote
@@ -96,40 +111,61 @@ def array_script(root: Path, run_id: str, todo: Dict[int, List[Op]], python: str
         f"{cases}"
         '  *) echo "zlstore: card $SLURM_ARRAY_TASK_ID is not in this submission" >&2; exit 2 ;;\n'
         "esac\n"
-        f"exec {q(python)} -m zlstore run card {q(str(root))} --card \"$SLURM_ARRAY_TASK_ID\" --ops \"$OPS\" "
+        f'exec {q(python)} -m zlstore run card {q(str(root))} --card "$SLURM_ARRAY_TASK_ID" --ops "$OPS" '
         f"--run-id {q(run_id)} --device {INHERIT} --poll {poll_s:g}\n"
     )
 
 
 def request_flags(options: SlurmOptions, gres: Optional[str]) -> List[str]:
     """What each task asks for: the options passed through, as sbatch flags."""
-    flags = [f"{flag}={value}" for flag, value in (
-        ("--partition", options.partition), ("--gres", gres), ("--time", options.time),
-        ("--account", options.account)) if value]
+    flags = [
+        f"{flag}={value}"
+        for flag, value in (
+            ("--partition", options.partition),
+            ("--gres", gres),
+            ("--time", options.time),
+            ("--account", options.account),
+        )
+        if value
+    ]
     return ["--ntasks=1"] + flags + list(options.sbatch_args)
 
 
-def sbatch_argv(root: Path, cards: Sequence[int], options: SlurmOptions, gres: Optional[str],
-                script: Path, cwd: str) -> List[str]:
-    return (["sbatch", "--parsable", f"--array={','.join(str(c) for c in sorted(cards))}",
-             f"--job-name=zlstore:{root.name}", f"--output={root / LOG_DIR / 'card%a.out'}", "--open-mode=append",
-             "--no-requeue", f"--chdir={cwd}", "--export=ALL"]
-            + request_flags(options, gres) + [str(script)])
+def sbatch_argv(
+    root: Path, cards: Sequence[int], options: SlurmOptions, gres: Optional[str], script: Path, cwd: str
+) -> List[str]:
+    return (
+        [
+            "sbatch",
+            "--parsable",
+            f"--array={','.join(str(c) for c in sorted(cards))}",
+            f"--job-name=zlstore:{root.name}",
+            f"--output={root / LOG_DIR / 'card%a.out'}",
+            "--open-mode=append",
+            "--no-requeue",
+            f"--chdir={cwd}",
+            "--export=ALL",
+        ]
+        + request_flags(options, gres)
+        + [str(script)]
+    )
 
 
 def check_submission(options: SlurmOptions, gres: Optional[str], cards: int):
     """sbatch --test-only with the tasks' options, before anything is
     written: a partition, account, gres or time Slurm would refuse is
     refused here with Slurm's own words."""
-    result = _run(["sbatch", "--test-only", f"--array=0-{max(cards, 1) - 1}"] + request_flags(options, gres)
-                  + ["--wrap", "true"])
+    result = _run(
+        ["sbatch", "--test-only", f"--array=0-{max(cards, 1) - 1}"] + request_flags(options, gres) + ["--wrap", "true"]
+    )
     if result.returncode != 0:
         said = " ".join(line.strip() for line in result.stderr.splitlines() if line.strip())
         raise SlurmError(f"Slurm refuses these task options ({' '.join(request_flags(options, gres))}): {said}")
 
 
-def submit(root: Path, run_id: str, todo: Dict[int, List[Op]], options: SlurmOptions, gres: Optional[str],
-           poll_s: float = 0.5) -> str:
+def submit(
+    root: Path, run_id: str, todo: Dict[int, List[Op]], options: SlurmOptions, gres: Optional[str], poll_s: float = 0.5
+) -> str:
     """Write the array script and submit it; returns the array job id. The
     job is written down in <root>/slurm/jobs.tsv (a resume checks that none
     of its tasks still runs)."""
@@ -196,9 +232,13 @@ def parse_jobs(text: str) -> Dict[int, Task]:
         for task_id in _task_ids(fields["ArrayTaskId"]):
             tasks[task_id] = Task(
                 state=f"{shown} ({reason})" if shown == "pending" and reason else shown,
-                job=f"{fields.get('ArrayJobId', '')}_{task_id}", node=node, reason=reason,
-                ended=raw in ENDED, exit_code=int(code) if code.isdigit() and raw in ENDED else None,
-                raw_state=raw)
+                job=f"{fields.get('ArrayJobId', '')}_{task_id}",
+                node=node,
+                reason=reason,
+                ended=raw in ENDED,
+                exit_code=int(code) if code.isdigit() and raw in ENDED else None,
+                raw_state=raw,
+            )
     return tasks
 
 
@@ -276,11 +316,11 @@ class SlurmLauncher:
             return self.tasks
         found = job_tasks(self.job)
         if found is None:
-            return self.tasks                  # keep the last word; scontrol may answer next time
+            return self.tasks  # keep the last word; scontrol may answer next time
         for card in self.todo:
             if card in found:
                 self.tasks[card] = found[card]
-            elif not self.tasks[card].ended:   # purged: it ended a while ago
+            elif not self.tasks[card].ended:  # purged: it ended a while ago
                 self.tasks[card] = replace(self.tasks[card], ended=True)
         return self.tasks
 

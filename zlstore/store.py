@@ -144,8 +144,12 @@ class Store:
 
     # -- taking things in -----------------------------------------------------
 
-    def ingest(self, paths: Union[PathLike, Iterable[PathLike]],
-               progress: Optional[Callable[[int, int], None]] = None, rehash: bool = False) -> dict:
+    def ingest(
+        self,
+        paths: Union[PathLike, Iterable[PathLike]],
+        progress: Optional[Callable[[int, int], None]] = None,
+        rehash: bool = False,
+    ) -> dict:
         """Store every cell under paths; returns the summary as a dict.
         rehash: read and hash every cell, trusting no stat signature."""
         return self.ingest_summary(paths, progress, rehash=rehash).as_dict()
@@ -154,7 +158,8 @@ class Store:
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
         return Ingester(self, command=command, rehash=rehash).run(
-            paths, progress=progress, require_finished=require_finished)
+            paths, progress=progress, require_finished=require_finished
+        )
 
     def record(self, cell_dirs: Union[PathLike, Iterable[PathLike]]) -> dict:
         """Store finished cells now (a harness calls this after each cell);
@@ -171,13 +176,28 @@ class Store:
             # its own (a merged root's files are named where its source read them), or any under its path
             where = f" WHERE root_id = ? OR {unchanged.at_or_under_test('file')}"
             params = (found["id"], *unchanged.at_or_under(found["path"]))
-        rows = [dict(r) for r in self.db.query(
-            f"SELECT file, line, message, root, cell, command, found_at FROM open_problems{where} "
-            "ORDER BY file, line, id", params)]
+        rows = [
+            dict(r)
+            for r in self.db.query(
+                f"SELECT file, line, message, root, cell, command, found_at FROM open_problems{where} "
+                "ORDER BY file, line, id",
+                params,
+            )
+        ]
         of = None if found is None else [found["id"]]
         derived = roots.claimed_twice(self.conn, of) + roots.missing_sides(self.conn, of)
-        rows += [{"file": p.file, "line": None, "message": p.message, "root": name, "cell": None,
-                  "command": None, "found_at": None} for name, p in derived]
+        rows += [
+            {
+                "file": p.file,
+                "line": None,
+                "message": p.message,
+                "root": name,
+                "cell": None,
+                "command": None,
+                "found_at": None,
+            }
+            for name, p in derived
+        ]
         return rows
 
     # -- rules ------------------------------------------------------------------
@@ -227,8 +247,10 @@ class Store:
         with dbmod.bulk_checkpoints(conn), dbmod.write_transaction(conn):
             # in key order: the workers answer in any order, and a B-tree
             # takes sorted keys with fewer page splits
-            conn.executemany("INSERT OR IGNORE INTO ir_digests (ir_hash, rule, digest) VALUES (?, ?, ?)",
-                             [(h, rule_obj.name, d) for h, d in sorted(new.items())])
+            conn.executemany(
+                "INSERT OR IGNORE INTO ir_digests (ir_hash, rule, digest) VALUES (?, ?, ?)",
+                [(h, rule_obj.name, d) for h, d in sorted(new.items())],
+            )
             conn.executemany("INSERT OR IGNORE INTO fingerprints (cell_id, rule, fingerprint) VALUES (?, ?, ?)", rows)
             floors.mark(conn, rule_obj.name)
             derive.derive(conn)
@@ -266,20 +288,27 @@ class Store:
         directory's path in the root), and counts."""
         given = Path(str(name_or_path))
         at = str(given.resolve())
-        cells = [] if self.conn.execute("SELECT 1 FROM roots WHERE path = ?", (at,)).fetchone() else \
-            self.conn.execute(
+        cells = (
+            []
+            if self.conn.execute("SELECT 1 FROM roots WHERE path = ?", (at,)).fetchone()
+            else self.conn.execute(
                 f"SELECT c.id, roots.name, roots.path, c.root_id FROM (SELECT id, root_id FROM cells "
                 f"WHERE {unchanged.AT_OR_UNDER}) c JOIN roots ON roots.id = c.root_id ORDER BY c.id",
-                unchanged.at_or_under(at)).fetchall()
+                unchanged.at_or_under(at),
+            ).fetchall()
+        )
         if cells and given.is_symlink():
             # A link is never stored as a cell (an ingest names it and does
             # not enter it): forgetting what it points to would remove the
             # cell it copies, not the link.
-            raise LookupError(f"{given} is a symbolic link to {at}, which the store holds: nothing of the link "
-                              "is stored; give the stored directory's own path to forget what is there")
+            raise LookupError(
+                f"{given} is a symbolic link to {at}, which the store holds: nothing of the link "
+                "is stored; give the stored directory's own path to forget what is there"
+            )
         if len({cell[3] for cell in cells}) > 1:
-            raise LookupError(f"{at} holds cells of {len({cell[3] for cell in cells})} roots: give a root, "
-                              "or a directory inside one")
+            raise LookupError(
+                f"{at} holds cells of {len({cell[3] for cell in cells})} roots: give a root, or a directory inside one"
+            )
         try:
             found = None if cells else self.root(name_or_path)  # None exactly where cells are forgotten
         except LookupError as error:
@@ -292,13 +321,23 @@ class Store:
             self.conn.execute(
                 "UPDATE ingest_problems SET closed_by = ? WHERE closed_by IS NULL AND (cell_id IN "
                 "(SELECT value FROM json_each(?)) OR root_id = ? OR cell_id IN (SELECT id FROM cells WHERE root_id = ?))",
-                (run_id, json.dumps(cell_ids), None if found is None else found["id"],
-                 None if found is None else found["id"]))
+                (
+                    run_id,
+                    json.dumps(cell_ids),
+                    None if found is None else found["id"],
+                    None if found is None else found["id"],
+                ),
+            )
             if found is None:
-                summary = {"root": cells[0][1], "cell": os.path.relpath(at, cells[0][2]), "path": at,
-                           **roots.forget_cells(self.conn, cell_ids)}
+                summary = {
+                    "root": cells[0][1],
+                    "cell": os.path.relpath(at, cells[0][2]),
+                    "path": at,
+                    **roots.forget_cells(self.conn, cell_ids),
+                }
             else:
                 summary = {"root": found["name"], "path": found["path"], **roots.forget(self.conn, found["id"])}
-            self.conn.execute("UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?",
-                              (now(), json.dumps(summary), run_id))
+            self.conn.execute(
+                "UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?", (now(), json.dumps(summary), run_id)
+            )
         return summary

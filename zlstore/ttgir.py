@@ -290,7 +290,7 @@ def _strip_rlc_line_simple(line: str) -> Optional[str]:
         k -= 1
     if line.endswith("attributes", 0, k):
         return None
-    return line[:k if k else o] + line[c + 1:]
+    return line[: k if k else o] + line[c + 1 :]
 
 
 def _strip_rlc_line(line: str) -> str:
@@ -381,7 +381,8 @@ _RLC_PREFIX_RAW = _RLC_PREFIX.encode("ascii")
 # spaces before it) and after the "}". A line this misses takes the str path.
 _RLC_ONLY_LINE_RAW = re.compile(
     rb'([^"{}\n\x80-\xff]*)(?<!<)\{[ \t\r]*ttg\.rlc-[A-Za-z0-9_.$\-]*[ \t\r]*'
-    rb'(?:=[^,\[\]()<>{}"\n\x80-\xff]*)?\}([^"{}\n\x80-\xff]*)')
+    rb'(?:=[^,\[\]()<>{}"\n\x80-\xff]*)?\}([^"{}\n\x80-\xff]*)'
+)
 
 # Lines the parser strips repeat across texts (module attributes, the same op
 # in many kernels): its answers, per process, bounded.
@@ -428,11 +429,9 @@ def strip_rlc_annotations_raw(raw: bytes) -> bytes:
 # then a run ...) so that a failing match cannot backtrack.
 _LOC_PLAIN = r'[^()"\n]*'
 _LOC_L0 = r"\(" + _LOC_PLAIN + r"(?:" + _STRING + _LOC_PLAIN + r")*\)"
-_LOC_L1 = (r"\(" + _LOC_PLAIN + r"(?:(?:" + _STRING + r"|" + _LOC_L0 + r")"
-           + _LOC_PLAIN + r")*\)")
+_LOC_L1 = r"\(" + _LOC_PLAIN + r"(?:(?:" + _STRING + r"|" + _LOC_L0 + r")" + _LOC_PLAIN + r")*\)"
 # what follows a `loc(` up to its balancing ")"
-_LOC_BODY = re.compile(
-    _LOC_PLAIN + r"(?:(?:" + _STRING + r"|" + _LOC_L1 + r")" + _LOC_PLAIN + r")*\)")
+_LOC_BODY = re.compile(_LOC_PLAIN + r"(?:(?:" + _STRING + r"|" + _LOC_L1 + r")" + _LOC_PLAIN + r")*\)")
 _LOC_DEFN = re.compile(r"\#loc[\w.$\-]*[ \t]*=[ \t]*loc\(")
 _PAREN = re.compile(_STRING + r"|[()]")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.$#-")
@@ -487,9 +486,11 @@ def strip_locations(text: str) -> str:
     s = _LOC_DEFN_LINE.sub("", _LOC_DEFN_LINE_PLAIN.sub("", "\n" + text))
     kept: list = []
     if '"' in s:
+
         def keep(m):
             kept.append(m.group())
             return "\x02%d\x03" % (len(kept) - 1)
+
         s = _STRING_RE.sub(keep, s)
     s = _LOC_SUFFIX.sub("\x01", s)
     if "loc(" in s:
@@ -583,10 +584,10 @@ def keep_raw(raw: bytes) -> bytes:
 
 @dataclass(frozen=True)
 class Rule:
-    name: str                        # "v1"
+    name: str  # "v1"
     normalize: Callable[[str], str]  # text -> normalized text
-    hashes_index: bool               # index.tsv raw bytes are part of the fingerprint
-    description: str                 # one line, shown to users
+    hashes_index: bool  # index.tsv raw bytes are part of the fingerprint
+    description: str  # one line, shown to users
     # The same on the bytes a text decodes from (UTF-8, surrogateescape),
     # giving the normalized text's encoding, raw itself when unchanged, or
     # None: no shortcut for this text, use normalize (see raw_digest).
@@ -622,17 +623,28 @@ class Rule:
 RULES: dict = {
     r.name: r
     for r in (
-        Rule("v1", normalize_v1, True,
-             "raw .ttgir texts plus the raw bytes of index.tsv", keep_raw, ()),
-        Rule("v2", normalize_v2, False,
-             "raw .ttgir texts", keep_raw, (), ("index.tsv cache hashes",)),
-        Rule("v3", normalize_v3, False,
-             ".ttgir texts without the switch's ttg.rlc-* annotations", strip_rlc_annotations_raw,
-             (_RLC_PREFIX,), ("index.tsv cache hashes", "ttg.rlc-* annotations")),
-        Rule("v4", normalize_v4, False,
-             ".ttgir texts without ttg.rlc-* annotations and without loc() location information",
-             normalize_v4_raw, (_RLC_PREFIX, "loc("),
-             ("index.tsv cache hashes", "ttg.rlc-* annotations", "source locations"), "v3", strip_locations),
+        Rule("v1", normalize_v1, True, "raw .ttgir texts plus the raw bytes of index.tsv", keep_raw, ()),
+        Rule("v2", normalize_v2, False, "raw .ttgir texts", keep_raw, (), ("index.tsv cache hashes",)),
+        Rule(
+            "v3",
+            normalize_v3,
+            False,
+            ".ttgir texts without the switch's ttg.rlc-* annotations",
+            strip_rlc_annotations_raw,
+            (_RLC_PREFIX,),
+            ("index.tsv cache hashes", "ttg.rlc-* annotations"),
+        ),
+        Rule(
+            "v4",
+            normalize_v4,
+            False,
+            ".ttgir texts without ttg.rlc-* annotations and without loc() location information",
+            normalize_v4_raw,
+            (_RLC_PREFIX, "loc("),
+            ("index.tsv cache hashes", "ttg.rlc-* annotations", "source locations"),
+            "v3",
+            strip_locations,
+        ),
     )
 }
 assert all(r.finish is not None and r.builds_on in RULES for r in RULES.values() if r.builds_on)
@@ -649,6 +661,7 @@ def ignored_beyond(rule: "RuleLike", stricter: "RuleLike") -> Tuple[str, ...]:
     kept = set(get_rule(rule).ignores)
     return tuple(item for item in get_rule(stricter).ignores if item not in kept)
 
+
 # Every rule's triggers: which of them a text holds is stored with it.
 TRIGGERS = tuple(sorted({t for r in RULES.values() for t in r.triggers or ()}))
 assert all(t.isascii() and '"' not in t and "'" not in t for t in TRIGGERS)  # used as JSON keys in SQL
@@ -659,6 +672,7 @@ def markers(raw: bytes) -> str:
     keeps (blobs.markers): {"loc(": 1, "ttg.rlc-": 0}. An ASCII trigger is
     in the bytes exactly where it is in the text they decode to."""
     return json.dumps({t: int(t.encode("ascii") in raw) for t in TRIGGERS}, separators=(",", ":"))
+
 
 DEFAULT_RULE = names.SETTINGS["current_rule"]  # the current rule of a new store
 assert DEFAULT_RULE in RULES
@@ -674,9 +688,7 @@ def get_rule(name: RuleLike) -> Rule:
     try:
         return RULES[name]
     except (KeyError, TypeError):
-        raise ValueError(
-            f"unknown fingerprint rule {name!r}; known rules: {', '.join(RULES)}"
-        ) from None
+        raise ValueError(f"unknown fingerprint rule {name!r}; known rules: {', '.join(RULES)}") from None
 
 
 def digest(data: Union[bytes, str]) -> str:
@@ -713,8 +725,7 @@ def raw_digest(rule: RuleLike, raw: bytes, raw_hash: str) -> str:
     return raw_hash if normalized is text else digest(normalized)
 
 
-def combine(rule: RuleLike, kernel_digests: Iterable[tuple],
-            index_digest: Optional[str] = None) -> str:
+def combine(rule: RuleLike, kernel_digests: Iterable[tuple], index_digest: Optional[str] = None) -> str:
     """A cell's fingerprint from its (kernel name, text_digest) pairs.
 
     The pairs are a multiset (the same kernel may have been compiled into two
@@ -733,8 +744,12 @@ def combine(rule: RuleLike, kernel_digests: Iterable[tuple],
 _canonical_json = canonical.encode_function(ascii=True)
 
 
-def fingerprint(rule: RuleLike, kernels: Iterable[Tuple[str, str]], digest_of: Callable[[str], str],
-                index_hash: Optional[str] = None) -> str:
+def fingerprint(
+    rule: RuleLike,
+    kernels: Iterable[Tuple[str, str]],
+    digest_of: Callable[[str], str],
+    index_hash: Optional[str] = None,
+) -> str:
     """A cell's fingerprint under rule, assembled: its kernels' (name, IR
     hash) pairs, each text's digest under the rule (digest_of(IR hash): a
     text_digest or raw_digest, however it was obtained), and the sha256 of

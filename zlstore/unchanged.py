@@ -40,16 +40,16 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 from . import forked, layout
 from .db import write_transaction
 
-PREFIX = "q3:"           # a signature this module can check; older ones go to the full scan
-RACY = "racy:"           # a signature too young to trust: matches nothing
+PREFIX = "q3:"  # a signature this module can check; older ones go to the full scan
+RACY = "racy:"  # a signature too young to trust: matches nothing
 RACY_NS = 2_000_000_000
 _DIGEST = len(PREFIX) + 40
 _ABSENT = (-1, -1, -1)
 _FIXED = (layout.CELL_ENV, layout.RUN_LOG, layout.INDEX_TSV, layout.TRITON_CACHE + "/")
 _CACHE = layout.TRITON_CACHE + "/"
-MARKER_ENTRIES = 2048    # root lookups kept while walking: siblings follow each other
-SPLIT_MIN_CELLS = 1024   # fewer stored cells are checked faster than a fork is made
-LISTINGS_SAVED_AT = 1024 # new listings a walk holds before it saves them
+MARKER_ENTRIES = 2048  # root lookups kept while walking: siblings follow each other
+SPLIT_MIN_CELLS = 1024  # fewer stored cells are checked faster than a fork is made
+LISTINGS_SAVED_AT = 1024  # new listings a walk holds before it saves them
 
 
 def files_sig(stats: Dict[str, Optional[os.stat_result]]) -> str:
@@ -60,7 +60,7 @@ def files_sig(stats: Dict[str, Optional[os.stat_result]]) -> str:
     if any(st is not None and max(st.st_mtime_ns, st.st_ctime_ns) > now - RACY_NS for st in stats.values()):
         return f"{RACY}{now}"
     rels = sorted(stats)
-    below = [rel[len(_CACHE):-1] for rel in rels if rel.startswith(_CACHE) and rel != _CACHE]
+    below = [rel[len(_CACHE) : -1] for rel in rels if rel.startswith(_CACHE) and rel != _CACHE]
     return PREFIX + _digest(_named(rels), [stats[r] for r in rels]) + (json.dumps(below) if below else "")
 
 
@@ -91,7 +91,7 @@ def _rels(tail: str) -> tuple:
     same directories."""
     rels = sorted({*_FIXED, *(_CACHE + below + "/" for below in (json.loads(tail) if tail else ()))})
     at = rels.index(layout.RUN_LOG)
-    return tuple(rels[:at] + rels[at + 1:]), at, _named(rels)
+    return tuple(rels[:at] + rels[at + 1 :]), at, _named(rels)
 
 
 def is_unchanged(cell: str, stored: str, root_sig: str, run_log: Optional[os.stat_result] = None) -> bool:
@@ -101,7 +101,7 @@ def is_unchanged(cell: str, stored: str, root_sig: str, run_log: Optional[os.sta
     if not (stored.startswith(PREFIX) and stored.endswith(root_sig) and len(stored) >= _DIGEST + len(root_sig)):
         return False
     try:
-        rels, at, named = _rels(stored[_DIGEST:len(stored) - len(root_sig)])
+        rels, at, named = _rels(stored[_DIGEST : len(stored) - len(root_sig)])
     except (ValueError, TypeError):
         return False
     stat, base = os.stat, cell + "/"
@@ -117,7 +117,7 @@ def is_unchanged(cell: str, stored: str, root_sig: str, run_log: Optional[os.sta
                 stats.append(None)
             except OSError:
                 return False
-    return _digest(named, stats) == stored[len(PREFIX):_DIGEST]
+    return _digest(named, stats) == stored[len(PREFIX) : _DIGEST]
 
 
 # -- sorting a tree out -------------------------------------------------------
@@ -150,7 +150,7 @@ class Listings:
         self.stored = stored  # path -> (ino, mtime_ns, ctime_ns, subdirs, root_files)
         self.save = save
         self.new: List[tuple] = []  # walked_dirs rows
-        self.gone: List[str] = []   # subdirectories a directory listed again no longer has
+        self.gone: List[str] = []  # subdirectories a directory listed again no longer has
         self._taken: Optional[Tuple[str, os.stat_result]] = None  # (directory, its stat): taken before listing it
 
     def get(self, directory: str) -> Optional[Tuple[List[str], List[str]]]:
@@ -180,8 +180,9 @@ class Listings:
         if not layout.storable(directory + "".join(subdirs)):  # not UTF-8: listed every time, never kept
             return
         if max(st.st_mtime_ns, st.st_ctime_ns) <= time.time_ns() - RACY_NS:  # else too young to trust
-            self.new.append((directory, st.st_ino, st.st_mtime_ns, st.st_ctime_ns,
-                             "/".join(subdirs), "/".join(root_files)))
+            self.new.append(
+                (directory, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, "/".join(subdirs), "/".join(root_files))
+            )
         if self.save is not None and len(self.new) + len(self.gone) >= LISTINGS_SAVED_AT:
             self.flush()
 
@@ -197,8 +198,10 @@ def _names(joined: str) -> List[str]:
 
 def stored_listings(conn, top: str) -> Dict[str, tuple]:
     """The walked_dirs rows of top and of every directory under it."""
-    rows = conn.execute("SELECT path, ino, mtime_ns, ctime_ns, subdirs, root_files FROM walked_dirs "
-                        f"WHERE {AT_OR_UNDER}", at_or_under(top))
+    rows = conn.execute(
+        f"SELECT path, ino, mtime_ns, ctime_ns, subdirs, root_files FROM walked_dirs WHERE {AT_OR_UNDER}",
+        at_or_under(top),
+    )
     return {row[0]: row[1:] for row in rows}
 
 
@@ -207,8 +210,11 @@ def save_listings(conn, new: list, gone: list):
     with write_transaction(conn):
         for directory in gone:
             conn.execute(f"DELETE FROM walked_dirs WHERE {AT_OR_UNDER}", at_or_under(directory))
-        conn.executemany("INSERT OR REPLACE INTO walked_dirs (path, ino, mtime_ns, ctime_ns, subdirs, root_files) "
-                         "VALUES (?, ?, ?, ?, ?, ?)", new)
+        conn.executemany(
+            "INSERT OR REPLACE INTO walked_dirs (path, ino, mtime_ns, ctime_ns, subdirs, root_files) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            new,
+        )
 
 
 def sort_out(conn, top: str, processes: Callable[[int], int] = lambda cells: 1) -> Found:
@@ -229,9 +235,10 @@ def sort_out(conn, top: str, processes: Callable[[int], int] = lambda cells: 1) 
     bounds = [None, *_splits(known, min(255, parts * SHARES_EACH)), None]
     ranges = list(zip(bounds, bounds[1:]))
     caches: Tuple[dict, dict] = {}, {}  # root markers and root signatures, per process: its shares meet the same roots
-    shares = forked.shared_out(len(ranges), parts - 1,
-                               lambda i: _share(known, listed, top, *ranges[i], *caches))
-    new = [row for share in shares if share.listings is not None for row in share.listings.new]  # _share leaves listings
+    shares = forked.shared_out(len(ranges), parts - 1, lambda i: _share(known, listed, top, *ranges[i], *caches))
+    new = [
+        row for share in shares if share.listings is not None for row in share.listings.new
+    ]  # _share leaves listings
     gone = [path for share in shares if share.listings is not None for path in share.listings.gone]
     if new or gone:
         save_listings(conn, new, gone)
@@ -279,13 +286,22 @@ def stored_cells(conn, top: str) -> Dict[str, str]:
     """path -> stat_sig of every cell under top with a signature this
     module checks: one query (on the cells_stat_sig index), not one per
     cell."""
-    rows = conn.execute(f"SELECT path, stat_sig FROM cells WHERE {AT_OR_UNDER} AND substr(stat_sig, 1, ?) = ?",
-                        (*at_or_under(top), len(PREFIX), PREFIX))
+    rows = conn.execute(
+        f"SELECT path, stat_sig FROM cells WHERE {AT_OR_UNDER} AND substr(stat_sig, 1, ?) = ?",
+        (*at_or_under(top), len(PREFIX), PREFIX),
+    )
     return dict(rows)
 
 
-def _share(known: Dict[str, str], listed: Dict[str, tuple], top: str, low: Optional[str],
-           high: Optional[str], markers: dict, root_sigs: dict) -> Found:
+def _share(
+    known: Dict[str, str],
+    listed: Dict[str, tuple],
+    top: str,
+    low: Optional[str],
+    high: Optional[str],
+    markers: dict,
+    root_sigs: dict,
+) -> Found:
     """Sort out the cells under top whose paths are in [low, high) (None:
     open), from the stored cells and listings read before. The new
     listings are left in found.listings, for the parent to save."""
@@ -296,8 +312,16 @@ def _share(known: Dict[str, str], listed: Dict[str, tuple], top: str, low: Optio
     return found
 
 
-def _walk(top: str, known: dict, low: Optional[str], high: Optional[str], found: Found,
-          listings: Listings, markers: Optional[dict] = None, root_sigs: Optional[dict] = None) -> Iterator[str]:
+def _walk(
+    top: str,
+    known: dict,
+    low: Optional[str],
+    high: Optional[str],
+    found: Found,
+    listings: Listings,
+    markers: Optional[dict] = None,
+    root_sigs: Optional[dict] = None,
+) -> Iterator[str]:
     """Yield the cells under top in [low, high) that need the full ingest,
     in walk order; count in found the cells, those unchanged, the roots.
     The directories above the cells are listed through listings. markers

@@ -45,10 +45,17 @@ class Cluster:
         self.base = Path(tempfile.mkdtemp(prefix="zlstore-slurm-", dir="/tmp"))
         self.base.chmod(0o755)
         port = free_ports(nodes + 1)
-        self.script_env = dict(os.environ, PATH=SBIN_PATH, SLURM_BASE=str(self.base), NODES=str(nodes),
-                               SLURMCTLD_PORT=str(port), SLURMD_PORT=str(port + 1))
-        started = subprocess.run(["bash", str(HERE / "start_slurm.sh")], env=self.script_env,
-                                 capture_output=True, text=True, timeout=120)
+        self.script_env = dict(
+            os.environ,
+            PATH=SBIN_PATH,
+            SLURM_BASE=str(self.base),
+            NODES=str(nodes),
+            SLURMCTLD_PORT=str(port),
+            SLURMD_PORT=str(port + 1),
+        )
+        started = subprocess.run(
+            ["bash", str(HERE / "start_slurm.sh")], env=self.script_env, capture_output=True, text=True, timeout=120
+        )
         if started.returncode != 0:
             logs = "".join(f"--- {log}\n{log.read_text()[-2000:]}" for log in (self.base / "run" / "log").glob("*.log"))
             self.stop()

@@ -39,14 +39,18 @@ import pytest
 
 # (test file name, exact skip reason) -> why the vendor's path does not need it
 OVERRIDES = {
-    ("test_fft.py", "CUDA is not available"):
-        "fft dispatches through flag_gems.device (25 rows on an MThreads S5000 once unskipped)",
+    (
+        "test_fft.py",
+        "CUDA is not available",
+    ): "fft dispatches through flag_gems.device (25 rows on an MThreads S5000 once unskipped)",
 }
 KEPT = {
     ("test_cudnn_attention_forward.py", "CUDA is not available"): "cuDNN is NVIDIA's library",
     ("test_apply_repetition_penalties.py", "CUDA required"): "its baseline is vLLM's CUDA op",
-    ("test_embedding_dense_backward.py", "CUDA backend is not available for this benchmark."):
-        "the guard tests flag_gems.device itself",
+    (
+        "test_embedding_dense_backward.py",
+        "CUDA backend is not available for this benchmark.",
+    ): "the guard tests flag_gems.device itself",
     ("test_scaled_dot_product_attention_math.py", "CUDA is not available"): "not probed on a vendor device",
     ("test_flash_attention_forward.py", "CUDA is not available"): "not probed on a vendor device",
 }
@@ -64,8 +68,9 @@ def vendor():
 def lifted_marks(item):
     """The skipif marks of item that an override lifts."""
     name = os.path.basename(str(getattr(item, "path", None) or item.fspath))
-    return [mark for mark in item.own_markers
-            if mark.name == "skipif" and (name, mark.kwargs.get("reason")) in OVERRIDES]
+    return [
+        mark for mark in item.own_markers if mark.name == "skipif" and (name, mark.kwargs.get("reason")) in OVERRIDES
+    ]
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -80,8 +85,10 @@ def pytest_collection_modifyitems(session, config, items):
             continue
         item.own_markers = [mark for mark in item.own_markers if all(mark is not m for m in lifted)]
         for mark in lifted:
-            line = (f"{NOTE}lifted the skip guard {mark.kwargs['reason']!r} of {item.nodeid} on vendor "
-                    f"{dispatched}: {OVERRIDES[(os.path.basename(str(item.fspath)), mark.kwargs['reason'])]}")
+            line = (
+                f"{NOTE}lifted the skip guard {mark.kwargs['reason']!r} of {item.nodeid} on vendor "
+                f"{dispatched}: {OVERRIDES[(os.path.basename(str(item.fspath)), mark.kwargs['reason'])]}"
+            )
             if reporter is not None:
                 reporter.write_line(line)
             else:

@@ -33,7 +33,7 @@ def _reason(report) -> str:
     longrepr = report.longrepr
     if isinstance(longrepr, tuple) and len(longrepr) == 3:  # a skip: (path, line, "Skipped: why")
         text = str(longrepr[2])
-        return text[len("Skipped: "):] if text.startswith("Skipped: ") else text
+        return text[len("Skipped: ") :] if text.startswith("Skipped: ") else text
     crash = getattr(getattr(longrepr, "reprcrash", None), "message", None)
     text = crash or str(longrepr or "")
     return text.strip().splitlines()[0][:300] if text.strip() else ""
@@ -63,5 +63,11 @@ def pytest_deselected(items):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    _write({"session": int(exitstatus), "collected": session.testscollected, "deselected": _deselected[0],
-            "markexpr": getattr(session.config.option, "markexpr", "") or ""})
+    _write(
+        {
+            "session": int(exitstatus),
+            "collected": session.testscollected,
+            "deselected": _deselected[0],
+            "markexpr": getattr(session.config.option, "markexpr", "") or "",
+        }
+    )

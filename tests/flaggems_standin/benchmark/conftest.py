@@ -36,21 +36,40 @@ Config = BenchConfig()
 
 
 def pytest_addoption(parser):
-    parser.addoption("--mode", action="store", default="kernel", choices=["kernel", "operator", "wrapper"],
-                     help="what the latency measures")
-    parser.addoption("--level", action="store", default="comprehensive", choices=list(BENCH_LEVELS),
-                     help="which shapes: core or comprehensive")
+    parser.addoption(
+        "--mode",
+        action="store",
+        default="kernel",
+        choices=["kernel", "operator", "wrapper"],
+        help="what the latency measures",
+    )
+    parser.addoption(
+        "--level",
+        action="store",
+        default="comprehensive",
+        choices=list(BENCH_LEVELS),
+        help="which shapes: core or comprehensive",
+    )
     parser.addoption("--warmup", default=DEFAULT_WARMUP_COUNT, help="warm-up runs")
     parser.addoption("--iter", default=DEFAULT_ITER_COUNT, help="timed runs")
-    parser.addoption("--query", action="store_true", default=False, help="log the ops' attributes instead of timing them")
-    parser.addoption("--metrics", action="append", default=None,
-                     choices=["latency_base", "latency", "speedup", "gbps", "tflops", "accuracy", "utilization"])
-    parser.addoption("--dtypes", action="append", default=None, choices=list(DTYPE_NAMES),
-                     help="dtypes to run")
-    parser.addoption("--shape_file", action="store", default=Config.shape_file,
-                     help="a shape file")
-    parser.addoption("--record", action="store", default="none", choices=["none", "log"],
-                     help="log: write the records to result_<args>.log")
+    parser.addoption(
+        "--query", action="store_true", default=False, help="log the ops' attributes instead of timing them"
+    )
+    parser.addoption(
+        "--metrics",
+        action="append",
+        default=None,
+        choices=["latency_base", "latency", "speedup", "gbps", "tflops", "accuracy", "utilization"],
+    )
+    parser.addoption("--dtypes", action="append", default=None, choices=list(DTYPE_NAMES), help="dtypes to run")
+    parser.addoption("--shape_file", action="store", default=Config.shape_file, help="a shape file")
+    parser.addoption(
+        "--record",
+        action="store",
+        default="none",
+        choices=["none", "log"],
+        help="log: write the records to result_<args>.log",
+    )
 
 
 def pytest_configure(config):
@@ -64,8 +83,12 @@ def pytest_configure(config):
     Config.shape_file = config.getoption("--shape_file")
     Config.record_log = config.getoption("--record") == "log"
     if Config.record_log:
-        logging.basicConfig(filename=record_file_name(config.invocation_params.args), filemode="w",
-                            level=logging.INFO, format="[%(levelname)s] %(message)s")
+        logging.basicConfig(
+            filename=record_file_name(config.invocation_params.args),
+            filemode="w",
+            level=logging.INFO,
+            format="[%(levelname)s] %(message)s",
+        )
         logging.info("Benchmark record logger enabled")
 
 
