@@ -336,3 +336,16 @@ def test_a_bulk_ingest_writes_its_cells_with_a_larger_page_cache_and_pairs_them_
         after = store.conn.execute("PRAGMA cache_size").fetchone()[0]
     assert seen["cells"] == {-db.BULK_CACHE_KIB} and -db.BULK_CACHE_KIB != default
     assert seen["final"] == {default} == {after}
+
+
+def test_workers_count_the_cores_this_process_may_use():
+    """A Slurm task given one CPU of a large node (or `taskset -c 0`) forks no
+    workers: its one core would be shared three ways."""
+    probe = (
+        "import os, sys; from zlstore import parallel\n"
+        "os.environ.pop('ZLSTORE_INGEST_WORKERS', None)\n"
+        "os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})\n"
+        "print(parallel.worker_count(10_000))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "0"

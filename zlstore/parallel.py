@@ -29,7 +29,8 @@ def worker_count(cells: int) -> int:
     setting = os.environ.get("ZLSTORE_INGEST_WORKERS", "").strip()
     if setting.isdigit():
         return int(setting)
-    cores = os.cpu_count() or 1
+    # the cores this process may run on (taskset, a Slurm task's cgroup), not the machine's
+    cores = len(os.sched_getaffinity(0))
     return min(cores, 2) if cores > 1 else 0
 
 
