@@ -405,8 +405,16 @@ def ab_ranges_json(store, root=None, ops=None, findings=None, sort: Optional[str
         )
         rows = _STORED_JSON.format(where=where, order=order)
     # Joined here, not by group_concat: SQLite grows its string by copying
-    # (the campaign's 9 MB took 0.030 s that way, 0.018 s this one).
-    return "[" + ",\n ".join(text for (text,) in store.conn.execute(rows, params)) + "]"
+    # (the campaign's 9 MB took 0.030 s that way, 0.018 s this one). The
+    # brackets go onto the first and last texts, so that the 9 MB text is
+    # made once: "[" + joined + "]" copied it twice more (0.024 s against
+    # 0.0135 s, the best of 40).
+    texts = [text for (text,) in store.conn.execute(rows, params)]
+    if not texts:
+        return "[]"
+    texts[0] = "[" + texts[0]
+    texts[-1] += "]"
+    return ",\n ".join(texts)
 
 
 def ab_summary(store, root=None, ops=None, findings=None) -> dict:
