@@ -179,9 +179,8 @@ def unjudged(conn: sqlite3.Connection) -> bool:
     settings, this release, the current rule's noise floors)."""
     if _unjudged_rows(conn):
         return True
-    return not conn.execute("SELECT current OR NOT EXISTS (SELECT 1 FROM ab_range_rows) FROM judging_basis").fetchone()[
-        0
-    ]
+    readable = conn.execute("SELECT current OR NOT EXISTS (SELECT 1 FROM ab_range_rows) FROM judging_basis")
+    return not readable.fetchone()[0]
 
 
 def stale(conn: sqlite3.Connection) -> bool:
