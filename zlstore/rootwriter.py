@@ -15,27 +15,20 @@ from . import caliber, layout, names, roots
 from .db import insert_sql, now
 from .layout import Problem
 
+# A screen.tsv line as recorded_verdicts keeps it: where it was read; the
+# file's columns (layout.SCREEN_COLUMNS), with the verdict's current name
+# and, beside it, the name the file spelled; the columns the file had
+# beyond those (extra, JSON).
+_AFTER_VERDICT = layout.SCREEN_COLUMNS.index("verdict") + 1
 RECORDED_VERDICT_COLUMNS = (
-    (
-        "root_id",
-        "file",
-        "line",
-        "op",
-        "dtype",
-        "verdict",
-        "raw_verdict",
-        "cl_before",
-        "cl_after",
-        "fp_before",
-        "fp_after",
-        "elapsed_before",
-        "elapsed_after",
-        "rc_before",
-        "rc_after",
-    )
-    + caliber.NAMES
+    ("root_id", "file", "line")
+    + layout.SCREEN_COLUMNS[:_AFTER_VERDICT]
+    + ("raw_verdict",)
+    + layout.SCREEN_COLUMNS[_AFTER_VERDICT:]
     + ("extra",)
 )
+_INTEGER_COLUMNS = ("cl_before", "cl_after", "rc_before", "rc_after")
+_REAL_COLUMNS = ("elapsed_before", "elapsed_after")
 
 
 class RootWriter:
@@ -196,25 +189,17 @@ class RootWriter:
 
 def _verdict_row(root_id: int, file_name: str, line: int, row: Mapping[str, str]) -> tuple:
     """A recorded_verdicts row (RECORDED_VERDICT_COLUMNS) of a screen.tsv line."""
-    known = set(layout.SCREEN_COLUMNS)
-    extra = {k: v for k, v in row.items() if k not in known}
-    raw = row.get("verdict")
-    return (
-        root_id,
-        file_name,
-        line,
-        row["op"],
-        row.get("dtype") or "",
-        names.canonical_verdict(raw),
-        raw or None,
-        layout.to_int(row.get("cl_before")),
-        layout.to_int(row.get("cl_after")),
-        row.get("fp_before") or None,
-        row.get("fp_after") or None,
-        layout.to_float(row.get("elapsed_before")),
-        layout.to_float(row.get("elapsed_after")),
-        layout.to_int(row.get("rc_before")),
-        layout.to_int(row.get("rc_after")),
-        *[(row.get(n) or None) for n in caliber.NAMES],
-        json.dumps(extra) if extra else None,
+    extra = {k: v for k, v in row.items() if k not in layout.SCREEN_COLUMNS}
+    values: Dict[str, object] = {name: row.get(name) or None for name in layout.SCREEN_COLUMNS}
+    values.update({name: layout.to_int(row.get(name)) for name in _INTEGER_COLUMNS})
+    values.update({name: layout.to_float(row.get(name)) for name in _REAL_COLUMNS})
+    values.update(
+        root_id=root_id,
+        file=file_name,
+        line=line,
+        dtype=row.get("dtype") or "",
+        verdict=names.canonical_verdict(row.get("verdict")),
+        raw_verdict=row.get("verdict") or None,
+        extra=json.dumps(extra) if extra else None,
     )
+    return tuple(values[name] for name in RECORDED_VERDICT_COLUMNS)
