@@ -319,6 +319,7 @@ class Ingester:
         self.roots = self.root_writer.roots  # the roots met, by path: the run counts them
         self.roots_met: set = set()  # by _find: roots of cells found, as strings
         self.batch: Optional[_Batch] = None  # a whole-tree ingest's open batch
+        self.bulk = False  # a whole tree's cells, written in batches (_write_cells)
         self.data_version: Optional[int] = None  # the store's, when this run last took the lock
         self.parser = parse.CellParser(fingerprints.ingest_rules(self.conn))
         self.rehash = rehash  # read every cell: its content hash decides, not its stat signature
@@ -392,7 +393,7 @@ class Ingester:
             if workers
             else ((cell, None) for cell in cells)
         )
-        bulk = len(cells) > parallel.PARALLEL_MIN_CELLS
+        bulk = self.bulk = len(cells) > parallel.PARALLEL_MIN_CELLS
         # closing: the workers end with it
         with (
             contextlib.closing(prepared),
@@ -444,11 +445,13 @@ class Ingester:
         their findings. After Ctrl-C a run does not get here: the next writer
         derives what is left. On a full disk a range left unjudged is judged
         by the views when read (ab_range_unjudged), and stored by the next
-        writer that has room."""
+        writer that has room. After a bulk write it keeps the batches' page
+        cache: it rewrites every range of the campaign."""
         if self.run_id is None:  # the run's row could not be written: nor anything else
             return
         try:
-            self.store.derive()
+            with bulk_cache(self.conn, self.bulk):
+                self.store.derive()
         except sqlite3.OperationalError as error:
             if not is_storage_failure(error):
                 raise
