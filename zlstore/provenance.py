@@ -12,7 +12,6 @@ environment: stored as today, never an error. Provenance is never part of
 the caliber: it names what may explain a difference, it does not decide
 whether two latencies may be compared."""
 
-import importlib.metadata
 import json
 import os
 import platform
@@ -210,6 +209,8 @@ def dist_commit(distribution: str) -> Optional[str]:
     """The commit a Python distribution was installed from: pip's
     direct_url.json (vcs_info.commit_id for a git URL; an editable install
     from a local checkout: that checkout's commit)."""
+    import importlib.metadata  # noqa: PLC0415 (lazy: dist_version's docstring says why)
+
     try:
         text = importlib.metadata.distribution(distribution).read_text("direct_url.json")
         info = json.loads(text) if text else {}
@@ -225,6 +226,12 @@ def dist_commit(distribution: str) -> Optional[str]:
 
 
 def dist_version(*distributions: str) -> Optional[str]:
+    """The version of the first of these distributions installed. Its
+    import is here, not at the top: importlib.metadata (with email) is
+    11 ms of the start of every command that imports provenance, an
+    ingest's included, and only a runner asks for versions."""
+    import importlib.metadata  # noqa: PLC0415 (lazy: the docstring says why)
+
     for name in distributions:
         try:
             return importlib.metadata.version(name)
