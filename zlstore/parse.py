@@ -127,12 +127,14 @@ def scan_cell(cell: Path) -> CellFiles:
     for name in (layout.CELL_ENV, layout.RUN_LOG, layout.INDEX_TSV):  # stat'ed by name: no listing
         stats[name] = _stat(None, os.path.join(top, name))
     cache = os.path.join(top, layout.TRITON_CACHE)
-    cache_stat = stats[layout.TRITON_CACHE + "/"] = _stat(None, cache)
-    if cache_stat is not None or os.path.islink(cache):
-        refused = _not_a_directory(cache)
-        if refused:
-            problems.append(Problem(cache, None, refused))
-            cache_stat = None
+    cache_stat = stats[layout.TRITON_CACHE + "/"] = _plain_directory(cache)  # the usual case: one lstat
+    if cache_stat is None:
+        cache_stat = stats[layout.TRITON_CACHE + "/"] = _stat(None, cache)
+        if cache_stat is not None or os.path.islink(cache):
+            refused = _not_a_directory(cache)
+            if refused:
+                problems.append(Problem(cache, None, refused))
+                cache_stat = None
     if cache_stat is not None and stat.S_ISDIR(cache_stat.st_mode):
         pending = [(cache, layout.TRITON_CACHE)]
         while pending:  # depth first, sorted: the order os.walk gave
@@ -171,6 +173,16 @@ def scan_cell(cell: Path) -> CellFiles:
                 ):
                     meta[rel] = rel_dir + "/" + sibling
     return CellFiles(cell, stats, kernels, meta, problems)
+
+
+def _plain_directory(path: str) -> Optional[os.stat_result]:
+    """path's stat where it is a directory, not a link to one (its lstat is
+    then its stat); None for anything else, which scan_cell looks at again."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st if stat.S_ISDIR(st.st_mode) else None
 
 
 def _not_a_directory(cache: str) -> Optional[str]:
