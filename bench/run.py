@@ -32,6 +32,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Optional
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
@@ -168,14 +169,34 @@ def run_ingest_command(runs: Path, db_path: Path, sample_memory=False) -> dict:
     return {"seconds": seconds, "cpu": cpu, "maxrss_kb": maxrss, "peak_tree_kb": peak[0], "summary": summary}
 
 
-def settle():
+def settle(corpus: Optional[Path] = None):
     """Write out, untimed, what the steps before left dirty in the page
     cache. Every timed command syncs (an SQLite checkpoint does), and ext4
     makes that sync wait for the other files' pending writes too: without
     this, the first command of each iteration paid for the merge, rescores
     and stores of the iteration before (an iteration's ratio came out 1.5-1.8
-    with the floor first, 2.0-2.2 with the ingest first)."""
+    with the floor first, 2.0-2.2 with the ingest first). Then, given the
+    corpus the timed command reads, read it (warm_cache)."""
     os.sync()
+    if corpus is not None:
+        warm_cache(corpus)
+
+
+def warm_cache(corpus: Path):
+    """Read every file of the corpus, untimed, so that the command timed next
+    reads it from the page cache, as the warm-up ingest meant every timed
+    command to. Once is not enough on a machine whose kernel pages out memory
+    it finds cold, page cache included (the Firecracker VMs these figures
+    come from run DAMON's pageout scheme: /sys/kernel/mm/damon/admin): an
+    ingest or a floor run a few seconds after the warm-up read 20-180 MB of
+    the corpus back from disk (/proc/diskstats), and the floor took 2.4-3.6 s
+    for the same work. The floor, the ingest and the harness's two passes
+    each start warm."""
+    for directory, _, names in os.walk(corpus):
+        for name in names:
+            with open(os.path.join(directory, name), "rb") as f:
+                while f.read(1 << 20):
+                    pass
 
 
 def compile_package():
@@ -383,13 +404,13 @@ def suite(args) -> dict:
             for what in order:
                 if what == "floor":
                     remove_db(floor_db)
-                    settle()
+                    settle(runs)
                     r = run_command([PYTHON, str(BENCH / "floor.py"), str(runs), str(floor_db)])
                     m["floor"].append(r["seconds"])
                     m["floor_cpu"].append(r["cpu"])
                 else:
                     remove_db(db_path)
-                    settle()
+                    settle(runs)
                     r = run_ingest_command(runs, db_path)
                     assert r["summary"]["cells_added"] == manifest["cells"], r["summary"]
                     m["ingest"].append(r["seconds"])
@@ -411,6 +432,7 @@ def suite(args) -> dict:
             stored = samples[-1][2]
             m["rescore"].append(statistics.median(seconds for seconds, _, _ in samples))
             if i < args.harness_repeat:
+                warm_cache(runs)
                 h_seconds, h = timed(harness.rescore, str(runs), args.rule)
                 assert h["fingerprints"] == stored, "the harness and the store disagree"
                 m["harness_rescore"].append(h_seconds)
@@ -427,6 +449,7 @@ def suite(args) -> dict:
             )
             if command:
                 m["ab_command"].append(command["seconds"])
+            warm_cache(runs / CAMPAIGN)
             h_seconds, h_rows = timed(harness.ab_summary, str(runs / CAMPAIGN))
             m["harness_ab"].append(h_seconds)
             log(
