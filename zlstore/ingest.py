@@ -359,8 +359,12 @@ class Ingester:
             self.summary.counts["roots"] = self._stored_roots()
         else:
             self.summary.counts["roots"] = len({root_id for _, root_id in self.roots.values()})
-        self._finish()  # the run's summary row: a transaction of its own, nothing derived in it
-        self._derive_final()  # then the run's final derivation: a transaction of its own
+        # After a bulk write the WAL holds its last batch: it is checked in
+        # once, after the final derivation (by the close, or the next commit
+        # past its size), not by each of the two commits that follow.
+        with bulk_checkpoints(self.conn, self.bulk):
+            self._finish()  # the run's summary row: a transaction of its own, nothing derived in it
+            self._derive_final()  # then the run's final derivation: a transaction of its own
         return self.summary
 
     def _start(self, paths: List[Path]):
