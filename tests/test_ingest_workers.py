@@ -340,6 +340,34 @@ def test_a_bulk_ingest_writes_and_derives_with_a_larger_page_cache_and_gives_the
     assert seen["final"] == {-db.BULK_CACHE_KIB} and after == default
 
 
+def test_a_bulk_ingest_checks_its_wal_in_once_after_the_final_derivation(example_source, tmp_path, monkeypatch):
+    """The summary's commit and the final derivation's run with the bulk
+    write's checkpoint interval (db.BULK_CHECKPOINT_PAGES): the WAL holding
+    the last batch is checked in once, after both, not by each commit. The
+    connection has its own interval again afterwards."""
+    from zlstore import db, ingest
+
+    seen = {}
+    finish, derive_final = ingest.Ingester._finish, ingest.Ingester._derive_final
+
+    def watched(name, step):
+        def run(self, *args, **kwargs):
+            seen[name] = self.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+            return step(self, *args, **kwargs)
+
+        return run
+
+    monkeypatch.setattr(ingest.Ingester, "_finish", watched("summary", finish))
+    monkeypatch.setattr(ingest.Ingester, "_derive_final", watched("final", derive_final))
+    source, _ = example_source
+    with Store(tmp_path / "store.db") as store:
+        before = store.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+        store.ingest(source)
+        after = store.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+    assert seen == {"summary": db.BULK_CHECKPOINT_PAGES, "final": db.BULK_CHECKPOINT_PAGES}
+    assert after == before != db.BULK_CHECKPOINT_PAGES
+
+
 def test_workers_count_the_cores_this_process_may_use():
     """A Slurm task given one CPU of a large node (or `taskset -c 0`) forks no
     workers: its one core would be shared three ways."""
