@@ -4,6 +4,7 @@ and `zlstore history`, one op across roots over time with what changed."""
 
 import json
 import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -285,3 +286,15 @@ def test_history_of_one_shape_and_of_an_unknown_op(three_campaigns):
     assert result["flips"] == []
     unknown = invoke(three_campaigns, "history", "nosuch")
     assert unknown.exit_code == 2 and "no stored root measured nosuch; ops with results: softmax" in unknown.output
+
+
+def test_importlib_metadata_is_imported_only_where_a_version_is_asked():
+    """Every command's start pays for what it imports: importlib.metadata
+    (with email) waits for a runner asking a distribution's version."""
+    probe = (
+        "import sys, zlstore.cli; print('importlib.metadata' in sys.modules); "
+        "from zlstore import provenance; provenance.dist_version('click'); "
+        "print('importlib.metadata' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["False", "True"]
