@@ -186,10 +186,10 @@ def warm_cache(corpus: Path):
     """Read every file of the corpus, untimed, so that the command timed next
     reads it from the page cache, as the warm-up ingest meant every timed
     command to. Once is not enough on a machine whose kernel pages out memory
-    it finds cold, page cache included (the Firecracker VMs these figures
-    come from run DAMON's pageout scheme: /sys/kernel/mm/damon/admin): an
-    ingest or a floor run a few seconds after the warm-up read 20-180 MB of
-    the corpus back from disk (/proc/diskstats), and the floor took 2.4-3.6 s
+    it finds cold, page cache included (the Firecracker VM of BENCHMARKS.md's
+    figures runs DAMON's pageout scheme: /sys/kernel/mm/damon/admin): an
+    ingest or a floor run a few seconds after the warm-up read 19-184 MB of
+    the corpus back from disk (/proc/diskstats), and the floor took 2.4-3.5 s
     for the same work. The floor, the ingest and the harness's two passes
     each start warm."""
     for directory, _, names in os.walk(corpus):
