@@ -359,10 +359,12 @@ class Ingester:
             self.summary.counts["roots"] = self._stored_roots()
         else:
             self.summary.counts["roots"] = len({root_id for _, root_id in self.roots.values()})
-        # After a bulk write the WAL holds its last batch: it is checked in
-        # once, after the final derivation (by the close, or the next commit
-        # past its size), not by each of the two commits that follow.
-        with bulk_checkpoints(self.conn, self.bulk):
+        # After a bulk write, its settings again for the run's last two
+        # transactions: the final derivation rewrites every range (with the
+        # default 2 MB of page cache it spilled), and the WAL, which holds the
+        # last batch, is checked in once, after it (by the close, or the next
+        # commit past its size), not by each of the two commits.
+        with bulk_checkpoints(self.conn, self.bulk), bulk_cache(self.conn, self.bulk):
             self._finish()  # the run's summary row: a transaction of its own, nothing derived in it
             self._derive_final()  # then the run's final derivation: a transaction of its own
         return self.summary
@@ -449,13 +451,11 @@ class Ingester:
         their findings. After Ctrl-C a run does not get here: the next writer
         derives what is left. On a full disk a range left unjudged is judged
         by the views when read (ab_range_unjudged), and stored by the next
-        writer that has room. After a bulk write it keeps the batches' page
-        cache: it rewrites every range of the campaign."""
+        writer that has room."""
         if self.run_id is None:  # the run's row could not be written: nor anything else
             return
         try:
-            with bulk_cache(self.conn, self.bulk):
-                self.store.derive()
+            self.store.derive()
         except sqlite3.OperationalError as error:
             if not is_storage_failure(error):
                 raise
