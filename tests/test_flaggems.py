@@ -390,7 +390,7 @@ def test_two_cells_at_once_share_no_working_directory_or_cache(tmp_path):
         procs.append(
             subprocess.Popen(
                 shlex.split(CELL),
-                env=side_env(tmp_path, out, STANDIN_SLEEP=1.5),
+                env=side_env(tmp_path, out, STANDIN_MEET=f"{tmp_path / 'meet'}:2"),
                 cwd=tmp_path,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
