@@ -202,3 +202,19 @@ def test_the_rendered_schema_in_docs_is_the_sql_that_runs(tmp_path):
     assert rendered_sql.TARGET.read_text(encoding="utf-8") == expected, (
         "docs/schema.rendered.sql is stale: run .venv/bin/python docs/rendered_sql.py and commit it"
     )
+
+
+def test_an_sqlite_older_than_the_sql_needs_is_refused_naming_both_versions(tmp_path):
+    with pytest.raises(db.StoreError, match=r"needs SQLite 3\.35\.0 or newer.*links SQLite 3\.34\.1"):
+        db.require_sqlite(tmp_path / "z.db", (3, 34, 1))
+    db.require_sqlite(tmp_path / "z.db", db.SQLITE_MINIMUM)  # the minimum itself is enough
+
+
+def test_a_store_is_neither_opened_nor_created_under_a_too_old_sqlite(tmp_path, monkeypatch):
+    """The check comes before the file is touched: no empty store is left behind."""
+    monkeypatch.setattr(db, "SQLITE_MINIMUM", (99, 0, 0))
+    (tmp_path / "runs").mkdir()
+    result = CliRunner().invoke(cli, ["ingest", str(tmp_path / "runs"), "--db", str(tmp_path / "z.db")])
+    assert result.exit_code == 2, result.output
+    assert "needs SQLite 99.0.0 or newer" in result.output
+    assert not (tmp_path / "z.db").exists()
