@@ -65,6 +65,7 @@ class Fault(click.ClickException):
     """A usage or environment error the message explains: exit status 2."""
 
     exit_code = EXIT_USAGE
+    about_database = False  # a fault of the database file itself (database_faults)
 
     def format_message(self) -> str:
         return output.for_terminal(self.message)  # it may name a directory or a source's table
@@ -200,7 +201,7 @@ def _naming_the_environment(db_path):
     except dbmod.StoreError as error:
         raise Fault(f"{error}{note}") from None
     except Fault as fault:
-        if not getattr(fault, "about_database", False):
+        if not fault.about_database:
             raise
         raise Fault(f"{fault.message}{note}") from None
 
@@ -291,9 +292,9 @@ def output_options(fn=None, *, tsv_help="TSV: a header, then the rows, tab-separ
             raise click.UsageError(" and ".join(flags[name][0] for name in chosen) + " go one at a time")
         if arrays and chosen and chosen[0] not in ("as_json", "nl"):
             raise click.UsageError("--arrays goes with --json or --nl")
-        kind = {"as_json": "json", "nl": "nl", "as_csv": "csv", "as_tsv": "tsv", "as_table": "table"}
+        kinds = {"as_json": "json", "nl": "nl", "as_csv": "csv", "as_tsv": "tsv", "as_table": "table"}
         if chosen:
-            kind = kind[chosen[0]]
+            kind = kinds[chosen[0]]
         else:  # -c or --no-headers alone: a table of those columns; --arrays alone: JSON
             kind = "json" if arrays else "table" if (columns or no_headers) else "human"
         out = output.Format(kind, fmt or "simple", tuple(columns), not no_headers, arrays)
