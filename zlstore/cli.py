@@ -1982,11 +1982,15 @@ def ab(store, root, rejected, op, finding, sort, fail_on, out):
 @db_option
 @output_options
 def noise(store, op, out):
-    """Noise floors: per (row op, dtype, caliber), floor = max |before/after
-    - 1| over the paired rows of every NO_IR_DIFF screening pair under the
-    current rule (the same code measured twice), with the number of rows it
-    rests on and the roots they came from. A noise floor, not a result: an
-    A/B range means something only where it clears its op's floor. --json:
+    """Noise floors: per (row op, dtype, shape, caliber, machine), floor =
+    max |before/after - 1| over the paired rows of the NO_IR_DIFF screening
+    pairs under the current rule (the same code measured twice), with the
+    rows (n) and the screening roots it rests on. A machine is the GPU
+    model, driver and runtime the cells recorded; a floor of an unknown
+    machine is one screening root's, and serves only the campaigns that name
+    it their SCREEN_ROOT. A noise floor, not a result: a campaign's range
+    means something only where it clears the floor of its shape on its
+    machine (zlstore ab shows it; another machine's floors never). --json:
     {"summary", "rows"}.
 
     Exit status: 0 done; 2 a bad --db (missing: never created; not a

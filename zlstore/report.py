@@ -277,7 +277,7 @@ def ab_note(row: Mapping) -> str:
     if row["fallback"]:
         notes.append(f"{row['fallback_rows']} paired row(s) timed by the direct fallback, a different regime")
     if row["finding"] in ("faster", "slower") and row["clears_floor"] == 0:
-        notes.append("its range lies within the op's noise floor (set by the op's noisiest screened shape)")
+        notes.append("its range lies within its shape's noise floor")
     return "; ".join(notes)
 
 
@@ -460,21 +460,34 @@ def rejected(rows: Sequence[dict]) -> str:
     )
 
 
-NOISE_HEADING = f"noise floors, not results (caliber = {'/'.join(caliber.NAMES)})"
+NOISE_HEADING = (
+    f"noise floors, not results, per shape and machine (caliber = {'/'.join(caliber.NAMES)}; "
+    "a floor of an unknown machine serves only the campaigns whose SCREEN_ROOT it is)"
+)
 
 
-NOISE_COLUMNS = ["op", "dtype", "n", "floor", "label", "roots", "caliber"]
+NOISE_COLUMNS = ["op", "dtype", "shape", "floor", "n", "roots", "machine", "caliber"]
+
+
+def machine_text(row: Mapping) -> str:
+    """The machine a floor was measured on (GPU model, driver, runtime), or unknown."""
+    if row.get("gpu") is None:
+        return "unknown"
+    return provenance.describe(row, provenance.MACHINE)
 
 
 def noise_shown(rows: Sequence[dict]) -> "output.Shown":
-    """The floors with their caliber as one slash-separated column, as the table shows them."""
-    with_caliber = [{**row, "caliber": "/".join(str(row[name]) for name in caliber.NAMES)} for row in rows]
-    return output.Shown(with_caliber, NOISE_COLUMNS)
+    """The floors with their machine and their caliber as one slash-separated column, as the table shows them."""
+    shown = [
+        {**row, "machine": machine_text(row), "caliber": "/".join(str(row[name]) for name in caliber.NAMES)}
+        for row in rows
+    ]
+    return output.Shown(shown, NOISE_COLUMNS)
 
 
 def noise(rows: Sequence[dict]) -> str:
     """The heading (a floor is not a result) and, when there are rows, the
-    floors with their caliber as one slash-separated column."""
+    floors with their machine and caliber."""
     if not rows:
         return NOISE_HEADING
     return NOISE_HEADING + "\n" + output.table(noise_shown(rows).rows, NOISE_COLUMNS)
