@@ -1,0 +1,160 @@
+"""A store of several switches and GPUs (issue 41): the real FlagGems runs
+of 2026-12-05 (tests/data/real/flaggems_20261205: screen and campaign on an
+H200 whose cells recorded no environment, and on an H100 whose cells did),
+the real H200 tf32 screen and campaign (tests/data/real), and a SYNTHETIC
+A/A screen and campaign on the dead axis ZL_DEAD_AXIS, written by the test
+generator (tests/dead_axis_tree.py; cells that say they ran on an H200 of
+another driver). A campaign must read the same whether it is alone in its
+store or beside the others (ARTIFACTS.md, Noise floors), and its floors
+come from its own machine and its own screening root only."""
+
+import json
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from . import dead_axis_tree
+
+REAL = __import__("pathlib").Path(__file__).resolve().parent / "data" / "real"
+TREES = {
+    "h200": (REAL / "flaggems_20261205" / "a_h200_runs.txz", "runs"),
+    "h100": (REAL / "flaggems_20261205" / "b_h100_runs.txz", "runs"),
+    "tf32_screen": (REAL / "h200_tf32_screen.txz", "runs"),
+    "tf32_campaign": (REAL / "h200_tf32_campaign.txz", "runs2"),
+}
+# ingested in this order into the shared store: the H100 tree last, so
+# that its roots find every other machine's already there
+ORDER = ("h200", "tf32_screen", "tf32_campaign", "dead_axis", "h100")
+# what differs between two stores by construction, not by judgement
+IDS = {"root_id", "caliber_id", "root_path", "range_rowid", "before_cell_id", "after_cell_id"}
+
+
+def zl(db, *args, ok=(0,)):
+    done = subprocess.run(
+        [sys.executable, "-m", "zlstore", *args, "--db", str(db)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode in ok, done.stderr
+    return done.stdout
+
+
+def rows(db, *args):
+    return json.loads(zl(db, *args, "--json"))["rows"]
+
+
+def comparable(found):
+    return [{k: v for k, v in row.items() if k not in IDS} for row in found]
+
+
+@pytest.fixture(scope="module")
+def trees(tmp_path_factory):
+    base = tmp_path_factory.mktemp("trees")
+    paths = {}
+    for name, (archive, top) in TREES.items():
+        with tarfile.open(archive) as tar:
+            tar.extractall(base / name, filter="data")
+        paths[name] = base / name / top
+    dead_axis_tree.write(base / "dead_axis")
+    paths["dead_axis"] = base / "dead_axis"
+    return paths
+
+
+@pytest.fixture(scope="module")
+def stores(trees, tmp_path_factory):
+    """The shared store of every tree, and one store per tree alone."""
+    base = tmp_path_factory.mktemp("stores")
+    made = {"all": base / "all.db"}
+    for name in ORDER:
+        zl(made["all"], "ingest", str(trees[name]), ok=(0, 1))
+    for name in ("h100", "h200", "dead_axis"):
+        made[name] = base / f"{name}.db"
+        zl(made[name], "ingest", str(trees[name]), ok=(0, 1))
+    return made
+
+
+CAMPAIGNS = {"h100": "campaign_b", "h200": "campaign_a", "dead_axis": dead_axis_tree.CAMPAIGN}
+SCREENS = {"h100": "screen_b", "h200": "screen_a", "dead_axis": dead_axis_tree.SCREEN}
+
+
+@pytest.mark.parametrize("tree", sorted(CAMPAIGNS))
+def test_a_campaign_reads_the_same_beside_other_machines(stores, tree):
+    alone = comparable(rows(stores[tree], "ab", CAMPAIGNS[tree]))
+    beside = comparable(rows(stores["all"], "ab", CAMPAIGNS[tree]))
+    assert alone, "the campaign has ranges"
+    assert beside == alone
+    # finding, effect, interval, q and floor are among what was compared
+    assert {"finding", "effect", "ci_low", "ci_high", "q_value", "noise_floor", "floor_rows", "floor_roots"} <= set(
+        alone[0]
+    )
+
+
+@pytest.mark.parametrize("tree", sorted(SCREENS))
+def test_a_screen_reads_the_same_beside_other_machines(stores, tree):
+    alone = comparable(rows(stores[tree], "screen", SCREENS[tree]))
+    assert alone
+    assert comparable(rows(stores["all"], "screen", SCREENS[tree])) == alone
+
+
+def test_the_views_behind_ab_read_the_same(stores):
+    def view(db):
+        import sqlite3
+
+        conn = sqlite3.connect(db)
+        conn.row_factory = sqlite3.Row
+        try:
+            found = conn.execute(
+                "SELECT op, dtype, shape, rounds, effect, ci_low, ci_high, p_value, q_value, finding, noise_floor, "
+                "clears_floor, floor_note, floor_rows, floor_roots FROM ab_ranges WHERE root = 'campaign_b' "
+                "ORDER BY op, dtype, shape"
+            )
+            return [dict(r) for r in found]
+        finally:
+            conn.close()
+
+    assert view(stores["all"]) == view(stores["h100"])
+
+
+def test_the_h100_campaign_takes_no_floor_from_the_h200_dead_axis(stores):
+    """The issue's case: the H200 A/A screen measured bmm NO_IR_DIFF (a
+    floor of 0.27 on its small shape); the H100 campaign's bmm has no
+    floor of its own machine, and says so."""
+    dead_bmm = [r for r in rows(stores["all"], "noise", "--op", "bmm") if r["roots"] == dead_axis_tree.SCREEN]
+    assert dead_bmm and max(r["floor"] for r in dead_bmm) == pytest.approx(0.27)
+    for row in rows(stores["all"], "ab", "campaign_b", "--op", "bmm"):
+        assert row["noise_floor"] is None
+        assert "its machine" in row["floor_note"]
+
+
+def test_floors_are_per_shape_and_name_their_rows_and_roots(stores):
+    """The dead-axis campaign's softmax: its tiny shape's floor (0.4) stays
+    beside that shape; the large one has its own."""
+    found = {r["shape"]: r for r in rows(stores["all"], "ab", dead_axis_tree.CAMPAIGN, "--op", "softmax")}
+    assert found["[[64,64],1]"]["noise_floor"] == pytest.approx(0.4)
+    assert found["[[4096,4096],1]"]["noise_floor"] == pytest.approx(0.003)
+    for row in found.values():
+        assert row["floor_rows"] == 1 and row["floor_roots"] == dead_axis_tree.SCREEN
+
+
+def test_an_unknown_machine_takes_only_its_own_screening_root(stores):
+    """campaign_a's cells recorded no environment: its floors are screen_a's
+    alone, never the tf32 screen's (also an H200, also unknown) of the
+    same op and shapes."""
+    for row in rows(stores["all"], "ab", "campaign_a"):
+        assert row["floor_roots"] in (None, "screen_a")
+    noise = rows(stores["all"], "noise", "--op", "softmax")
+    unknown = {r["roots"] for r in noise if r["gpu"] is None}
+    assert {"screen_a", "ab_rlc_20261130_025432"} <= unknown  # each its own row, never pooled
+    assert all("," not in r["roots"] for r in noise if r["gpu"] is None)
+
+
+def test_noise_lists_machine_and_roots(stores):
+    out = zl(stores["all"], "noise", "--op", "softmax")
+    assert "NVIDIA H100 80GB HBM3, driver 580.159.04, runtime cuda 13.0" in out
+    assert "unknown" in out
+    found = rows(stores["all"], "noise", "--op", "softmax")
+    h100 = [r for r in found if r["gpu"] == "NVIDIA H100 80GB HBM3"]
+    assert h100 and all(r["roots"] == "screen_b" and r["n_roots"] == 1 for r in h100)
+    # one floor per shape: no (shape, caliber, machine, roots) twice
+    keys = [(r["shape"], r["caliber_id"], r["machine"], r["roots"]) for r in found]
+    assert len(keys) == len(set(keys))
