@@ -7,6 +7,7 @@ import textwrap
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from . import caliber, judge, output, provenance
+from .history import switch_text as history_switch_text
 
 
 def _grouped(rows: Sequence[dict]):
@@ -598,11 +599,17 @@ def history(result: Mapping) -> str:
     lines = [
         f"history of {label}"
         + (f" shape {result['shape']}" if result["shape"] else "")
+        + (f" of the switch {result['switch']}" if result.get("switch") else "")
         + f": {len(entries)} root{'s' if len(entries) != 1 else ''}, oldest first (rule {result['rule']})",
         "",
     ]
     for i, entry in enumerate(entries):
-        lines.append(f"{entry['started_at'] or '(time unknown)'}  {entry['root']}  ({entry['kind']})")
+        lines.append(
+            f"{entry['started_at'] or '(time unknown)'}  {entry['root']}  ({entry['kind']}; "
+            f"{history_switch_text(entry)})"
+        )
+        if entry["axis"] == "dead":
+            lines.append("  dead axis: an A/A run, no part of a switch's history (never compared for flips)")
         if i == 0 or not entry["changes"] or (entries[i - 1]["environment"] is None and entry["environment"]):
             env = entry["environment"]
             lines.append(
@@ -640,16 +647,18 @@ def history(result: Mapping) -> str:
     if result["flips"]:
         lines.append(
             f"{len(result['flips'])} finding{'s' if len(result['flips']) != 1 else ''} changed "
-            "between consecutive campaigns:"
+            "between consecutive campaigns of one switch, values and caliber:"
         )
         for f in result["flips"]:
             lines.append(
-                f"  {f['op']}{':' + f['dtype'] if f['dtype'] else ''} {f['shape']}: "
+                f"  {f['switch']}: {f['op']}{':' + f['dtype'] if f['dtype'] else ''} {f['shape']}: "
                 f"{f['from']['finding']} -> {f['to']['finding']}  "
                 f"({_flip_side(f['from'])} in {f['from']['root']}; {_flip_side(f['to'])} in {f['to']['root']})"
             )
+            if f["changes"]:
+                lines.append("    between them: " + "; ".join(f["changes"]))
     else:
-        lines.append("no shape's finding changed between consecutive campaigns")
+        lines.append("no shape's finding changed between consecutive campaigns of one switch, values and caliber")
     return "\n".join(lines)
 
 
