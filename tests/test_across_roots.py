@@ -158,3 +158,75 @@ def test_noise_lists_machine_and_roots(stores):
     # one floor per shape: no (shape, caliber, machine, roots) twice
     keys = [(r["shape"], r["caliber_id"], r["machine"], r["roots"]) for r in found]
     assert len(keys) == len(set(keys))
+
+
+# -- history: like with like ------------------------------------------------------
+
+
+def history(db, *args):
+    return json.loads(zl(db, "history", *args, "--json"))
+
+
+def test_history_names_a_switch_change_like_a_provenance_change(stores):
+    entries = history(stores["all"], "bmm")["entries"]
+    by_root = {e["root"]: e for e in entries}
+    dead = by_root[dead_axis_tree.SCREEN]
+    assert dead["switch"] == {"name": "ZL_DEAD_AXIS", "before": "off", "after": "on"}
+    assert dead["axis"] == "dead" and by_root[dead_axis_tree.CAMPAIGN]["axis"] == "dead"
+    assert by_root["campaign_b"]["switch"] == {"name": "TRITON_F32_DEFAULT", "before": "ieee", "after": "tf32"}
+    # the dead-axis screen comes after campaign_a: its first change is the switch
+    assert entries[entries.index(dead) - 1]["root"] == "campaign_a"
+    assert dead["changes"][0] == "switch: TRITON_F32_DEFAULT ieee->tf32 -> ZL_DEAD_AXIS off->on"
+    after = entries[entries.index(by_root[dead_axis_tree.CAMPAIGN]) + 1]
+    assert after["changes"][0] == "switch: ZL_DEAD_AXIS off->on -> TRITON_F32_DEFAULT ieee->tf32"
+    out = zl(stores["all"], "history", "bmm")
+    assert "switch: TRITON_F32_DEFAULT ieee->tf32 -> ZL_DEAD_AXIS off->on" in out
+    assert "dead axis" in out
+
+
+def test_a_flip_never_crosses_a_switch_or_a_dead_axis(stores):
+    for op in ("bmm", "softmax", "abs"):
+        result = history(stores["all"], op)
+        switches = {e["root"]: e["switch"] for e in result["entries"]}
+        axes = {e["root"]: e["axis"] for e in result["entries"]}
+        for flip in result["flips"]:
+            assert switches[flip["from"]["root"]] == switches[flip["to"]["root"]]
+            assert "dead" not in (axes[flip["from"]["root"]], axes[flip["to"]["root"]])
+        assert not any(dead_axis_tree.CAMPAIGN in (f["from"]["root"], f["to"]["root"]) for f in result["flips"])
+    # the dead-axis campaign between the two tf32 campaigns changes none of
+    # their flips: the same as in a store without it
+    without = [f for f in history(stores["all"], "bmm", "--switch", "TRITON_F32_DEFAULT")["flips"]]
+    assert without == history(stores["all"], "bmm")["flips"]
+
+
+def test_history_of_one_switch(stores):
+    result = history(stores["all"], "bmm", "--switch", "TRITON_F32_DEFAULT")
+    assert result["entries"] and {e["switch"]["name"] for e in result["entries"]} == {"TRITON_F32_DEFAULT"}
+    dead = history(stores["all"], "bmm", "--switch", "ZL_DEAD_AXIS")["entries"]
+    assert [e["root"] for e in dead] == [dead_axis_tree.SCREEN, dead_axis_tree.CAMPAIGN]
+    done = subprocess.run(
+        [sys.executable, "-m", "zlstore", "history", "bmm", "--switch", "NO_SUCH", "--db", str(stores["all"])],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and "TRITON_F32_DEFAULT, ZL_DEAD_AXIS" in done.stderr
+
+
+def test_the_history_chart_never_joins_two_switches(stores):
+    import sqlite3
+
+    metadata = json.loads(zl(stores["all"], "metadata"))
+    boards = metadata["plugins"]["datasette-dashboards"]
+    query = next(b for name, b in boards.items() if name.startswith("history"))["charts"]["effect_over_time"]["query"]
+    conn = sqlite3.connect(stores["all"])
+    try:
+        for switch in ("", "TRITON_F32_DEFAULT"):
+            points = conn.execute(f"SELECT label, switch FROM ({query})", {"op": "bmm", "switch": switch}).fetchall()
+            assert points
+            series = {}
+            for label, name in points:
+                series.setdefault(label, set()).add(name)
+            assert all(len(names) == 1 for names in series.values())
+            assert (switch == "") == any("ZL_DEAD_AXIS" in label and "(dead axis)" in label for label in series)
+    finally:
+        conn.close()
