@@ -1,32 +1,19 @@
-"""A store of several switches and GPUs (issue 41): the real FlagGems runs
-of 2026-12-05 (tests/data/real/flaggems_20261205: screen and campaign on an
-H200 whose cells recorded no environment, and on an H100 whose cells did),
-the real H200 tf32 screen and campaign (tests/data/real), and a SYNTHETIC
-A/A screen and campaign on the dead axis ZL_DEAD_AXIS, written by the test
-generator (tests/dead_axis_tree.py; cells that say they ran on an H200 of
-another driver). A campaign must read the same whether it is alone in its
-store or beside the others (ARTIFACTS.md, Noise floors), and its floors
-come from its own machine and its own screening root only."""
+"""A store of several switches and GPUs (issue 41; tests/several_roots.py):
+real FlagGems runs on an H200 and an H100, the real H200 tf32 screen and
+campaign, and a SYNTHETIC A/A screen and campaign on a dead axis. A
+campaign must read the same whether it is alone in its store or beside the
+others (ARTIFACTS.md, Noise floors), its floors come from its own machine
+and its own screening root only, and its history compares like with like
+(ARTIFACTS.md, Across roots)."""
 
 import json
 import subprocess
 import sys
-import tarfile
 
 import pytest
 
-from . import dead_axis_tree
+from . import dead_axis_tree, several_roots
 
-REAL = __import__("pathlib").Path(__file__).resolve().parent / "data" / "real"
-TREES = {
-    "h200": (REAL / "flaggems_20261205" / "a_h200_runs.txz", "runs"),
-    "h100": (REAL / "flaggems_20261205" / "b_h100_runs.txz", "runs"),
-    "tf32_screen": (REAL / "h200_tf32_screen.txz", "runs"),
-    "tf32_campaign": (REAL / "h200_tf32_campaign.txz", "runs2"),
-}
-# ingested in this order into the shared store: the H100 tree last, so
-# that its roots find every other machine's already there
-ORDER = ("h200", "tf32_screen", "tf32_campaign", "dead_axis", "h100")
 # what differs between two stores by construction, not by judgement
 IDS = {"root_id", "caliber_id", "root_path", "range_rowid", "before_cell_id", "after_cell_id"}
 
@@ -49,15 +36,7 @@ def comparable(found):
 
 @pytest.fixture(scope="module")
 def trees(tmp_path_factory):
-    base = tmp_path_factory.mktemp("trees")
-    paths = {}
-    for name, (archive, top) in TREES.items():
-        with tarfile.open(archive) as tar:
-            tar.extractall(base / name, filter="data")
-        paths[name] = base / name / top
-    dead_axis_tree.write(base / "dead_axis")
-    paths["dead_axis"] = base / "dead_axis"
-    return paths
+    return several_roots.unpack(tmp_path_factory.mktemp("trees"))
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +44,7 @@ def stores(trees, tmp_path_factory):
     """The shared store of every tree, and one store per tree alone."""
     base = tmp_path_factory.mktemp("stores")
     made = {"all": base / "all.db"}
-    for name in ORDER:
+    for name in several_roots.ORDER:
         zl(made["all"], "ingest", str(trees[name]), ok=(0, 1))
     for name in ("h100", "h200", "dead_axis"):
         made[name] = base / f"{name}.db"
