@@ -1539,22 +1539,21 @@ notes AS MATERIALIZED (
         lacking.root_id, lacking.op, lacking.dtype, lacking.caliber_id,
         CASE
             WHEN jr.machine IS NULL AND jr.screen_root_id IS NULL
-                THEN 'none: what its cells ran on is unknown (no ENV_GPU) and no stored screening root is its own '
-                     || '(SCREEN_ROOT): another machine''s floor says nothing of this one'
+                THEN 'none: its machine is unknown (no ENV_GPU) and no screening root of its own (SCREEN_ROOT) is stored'
             WHEN NOT EXISTS (SELECT 1 FROM noise_floor_rows o
                              JOIN floor_sources src
                                  ON src.root_id = lacking.root_id AND src.source_root_id = o.root_id
                                 AND src.machine IS o.machine
                              WHERE o.rule = (SELECT current_rule FROM judging_settings)
                                AND o.op IS lacking.op AND o.dtype IS lacking.dtype)
-                THEN 'none: no NO_IR_DIFF pair of this op screened on its machine'
+                THEN 'none: no NO_IR_DIFF pair of this op on its machine'
             WHEN EXISTS (SELECT 1 FROM noise_floor_rows o
                          JOIN floor_sources src
                              ON src.root_id = lacking.root_id AND src.source_root_id = o.root_id
                             AND src.machine IS o.machine
                          WHERE o.rule = (SELECT current_rule FROM judging_settings)
                            AND o.op IS lacking.op AND o.dtype IS lacking.dtype AND o.caliber_id = lacking.caliber_id)
-                THEN 'none for this shape: its machine''s NO_IR_DIFF pairs of this op measured other shapes'
+                THEN 'none for this shape (its machine''s NO_IR_DIFF pairs of this op measured others)'
             ELSE (
             SELECT 'none under this caliber; ' || group_concat(other, '; ')
             FROM (
