@@ -90,7 +90,10 @@ def several_roots_setup(db: str) -> List[str]:
     return [
         ACTIVATE,
         unpack,
-        *(f"zlstore ingest trees/{name}/{top.get(name, '')} --db {db}".replace("/ --db", " --db") for name in several_roots.ORDER),
+        *(
+            f"zlstore ingest trees/{name}/{top.get(name, '')} --db {db}".replace("/ --db", " --db")
+            for name in several_roots.ORDER
+        ),
     ]
 
 

@@ -219,7 +219,9 @@ def test_ab_views_rows(ds, example_store_path, manifest):
 
 def test_noise_floors_and_cells_rows(ds, example_store_path, manifest):
     require_views(example_store_path, "noise_floors")
-    floors = {(r["op"], r["dtype"], r["shape"], r["bench_level"], r["roots"]): r for r in rows(ds, "/zlstore/noise_floors")}
+    floors = {
+        (r["op"], r["dtype"], r["shape"], r["bench_level"], r["roots"]): r for r in rows(ds, "/zlstore/noise_floors")
+    }
     expected = expected_floors(manifest)
     assert set(floors) == set(expected)
     for k, (floor, n) in expected.items():

@@ -2109,7 +2109,9 @@ def report_command(store, root, fmt, out_path):
 @cli.command()
 @click.argument("op_spec", metavar="OP[:DTYPE]")
 @click.option("--shape", default=None, help="Only this shape of a campaign's ranges, as JSON (e.g. '[[4096, 4096]]').")
-@click.option("--switch", "switch", default=None, help="Only the roots that tested this switch (e.g. TRITON_F32_DEFAULT).")
+@click.option(
+    "--switch", "switch", default=None, help="Only the roots that tested this switch (e.g. TRITON_F32_DEFAULT)."
+)
 @db_option
 @output_options
 def history(store, op_spec, shape, switch, out):

@@ -82,7 +82,9 @@ def changes(before: dict, after: dict) -> List[str]:
     if before["environment"] is not None and after["environment"] is not None:
         found += provenance.changes(before["environment"], after["environment"])
     elif (before["environment"] is None) != (after["environment"] is None):
-        found.append("environment " + ("unknown -> recorded" if before["environment"] is None else "recorded -> unknown"))
+        found.append(
+            "environment " + ("unknown -> recorded" if before["environment"] is None else "recorded -> unknown")
+        )
     return found + _caliber_changes(before["caliber"], after["caliber"])
 
 
@@ -122,7 +124,9 @@ def history(
         if switch is not None:
             switches = [
                 r[0] or "(unnamed)"
-                for r in store.conn.execute("SELECT DISTINCT switch FROM op_history WHERE op = ? ORDER BY switch", (op,))
+                for r in store.conn.execute(
+                    "SELECT DISTINCT switch FROM op_history WHERE op = ? ORDER BY switch", (op,)
+                )
             ]
             raise HistoryError(
                 f"no stored root of the switch {switch} measured {what}; switches that measured {op}: "
