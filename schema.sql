@@ -654,12 +654,12 @@ FROM environments e;
 -- every one of them recorded the same machine.
 CREATE VIEW root_machines AS
 SELECT
-    c.root_id,
-    CASE WHEN count(*) = count(m.machine) AND count(DISTINCT m.machine) = 1 THEN max(m.machine) END AS machine
-FROM cells c
-LEFT JOIN environment_machines m ON m.environment_id = c.environment_id
-WHERE c.superseded_at IS NULL AND c.side IN ('before', 'after')
-GROUP BY c.root_id;
+    r.id AS root_id,
+    (SELECT CASE WHEN count(*) = count(m.machine) AND count(DISTINCT m.machine) = 1 THEN max(m.machine) END
+     FROM cells c  -- a root's own cells, by cells_root: asked of one root, it reads that root's
+     LEFT JOIN environment_machines m ON m.environment_id = c.environment_id
+     WHERE c.root_id = r.id AND c.superseded_at IS NULL AND c.side IN ('before', 'after')) AS machine
+FROM roots r;
 
 -- A campaign's or repeat run's own screening root (its env file's
 -- SCREEN_ROOT): the stored screening root of that path, else of that
@@ -1693,7 +1693,10 @@ FROM roots;
 -- same switch and values (../shared/ARTIFACTS.md, Across roots); a dead
 -- axis is never part of a switch's history.
 CREATE VIEW root_switches AS
-WITH named AS (
+WITH axes AS MATERIALIZED (  -- once per query: screen_roots judges every screening pair
+    SELECT root_id, axis FROM screen_roots
+),
+named AS (
     SELECT
         r.id AS root_id,
         r.kind,
@@ -1720,8 +1723,8 @@ SELECT
     CASE
         WHEN n.before_value IS NOT NULL AND n.before_value = n.after_value THEN 'dead'
         ELSE coalesce(
-            (SELECT axis FROM screen_roots a WHERE a.root_id = n.root_id),
-            (SELECT a.axis FROM root_screens o JOIN screen_roots a ON a.root_id = o.screen_root_id
+            (SELECT axis FROM axes a WHERE a.root_id = n.root_id),
+            (SELECT a.axis FROM root_screens o JOIN axes a ON a.root_id = o.screen_root_id
              WHERE o.root_id = n.root_id),
             'unknown')
     END AS axis

@@ -665,12 +665,12 @@ FROM environments e;
 -- every one of them recorded the same machine.
 CREATE VIEW root_machines AS
 SELECT
-    c.root_id,
-    CASE WHEN count(*) = count(m.machine) AND count(DISTINCT m.machine) = 1 THEN max(m.machine) END AS machine
-FROM cells c
-LEFT JOIN environment_machines m ON m.environment_id = c.environment_id
-WHERE c.superseded_at IS NULL AND c.side IN ('before', 'after')
-GROUP BY c.root_id;
+    r.id AS root_id,
+    (SELECT CASE WHEN count(*) = count(m.machine) AND count(DISTINCT m.machine) = 1 THEN max(m.machine) END
+     FROM cells c  -- a root's own cells, by cells_root: asked of one root, it reads that root's
+     LEFT JOIN environment_machines m ON m.environment_id = c.environment_id
+     WHERE c.root_id = r.id AND c.superseded_at IS NULL AND c.side IN ('before', 'after')) AS machine
+FROM roots r;
 
 -- A campaign's or repeat run's own screening root (its env file's
 -- SCREEN_ROOT): the stored screening root of that path, else of that
@@ -1572,22 +1572,21 @@ notes AS MATERIALIZED (
         lacking.root_id, lacking.op, lacking.dtype, lacking.caliber_id,
         CASE
             WHEN jr.machine IS NULL AND jr.screen_root_id IS NULL
-                THEN 'none: what its cells ran on is unknown (no ENV_GPU) and no stored screening root is its own '
-                     || '(SCREEN_ROOT): another machine''s floor says nothing of this one'
+                THEN 'none: its machine is unknown (no ENV_GPU) and no screening root of its own (SCREEN_ROOT) is stored'
             WHEN NOT EXISTS (SELECT 1 FROM noise_floor_rows o
                              JOIN floor_sources src
                                  ON src.root_id = lacking.root_id AND src.source_root_id = o.root_id
                                 AND src.machine IS o.machine
                              WHERE o.rule = (SELECT current_rule FROM judging_settings)
                                AND o.op IS lacking.op AND o.dtype IS lacking.dtype)
-                THEN 'none: no NO_IR_DIFF pair of this op screened on its machine'
+                THEN 'none: no NO_IR_DIFF pair of this op on its machine'
             WHEN EXISTS (SELECT 1 FROM noise_floor_rows o
                          JOIN floor_sources src
                              ON src.root_id = lacking.root_id AND src.source_root_id = o.root_id
                             AND src.machine IS o.machine
                          WHERE o.rule = (SELECT current_rule FROM judging_settings)
                            AND o.op IS lacking.op AND o.dtype IS lacking.dtype AND o.caliber_id = lacking.caliber_id)
-                THEN 'none for this shape: its machine''s NO_IR_DIFF pairs of this op measured other shapes'
+                THEN 'none for this shape (its machine''s NO_IR_DIFF pairs of this op measured others)'
             ELSE (
             SELECT 'none under this caliber; ' || group_concat(other, '; ')
             FROM (
@@ -1727,7 +1726,10 @@ FROM roots;
 -- same switch and values (../shared/ARTIFACTS.md, Across roots); a dead
 -- axis is never part of a switch's history.
 CREATE VIEW root_switches AS
-WITH named AS (
+WITH axes AS MATERIALIZED (  -- once per query: screen_roots judges every screening pair
+    SELECT root_id, axis FROM screen_roots
+),
+named AS (
     SELECT
         r.id AS root_id,
         r.kind,
@@ -1754,8 +1756,8 @@ SELECT
     CASE
         WHEN n.before_value IS NOT NULL AND n.before_value = n.after_value THEN 'dead'
         ELSE coalesce(
-            (SELECT axis FROM screen_roots a WHERE a.root_id = n.root_id),
-            (SELECT a.axis FROM root_screens o JOIN screen_roots a ON a.root_id = o.screen_root_id
+            (SELECT axis FROM axes a WHERE a.root_id = n.root_id),
+            (SELECT a.axis FROM root_screens o JOIN axes a ON a.root_id = o.screen_root_id
              WHERE o.root_id = n.root_id),
             'unknown')
     END AS axis
