@@ -209,3 +209,22 @@ def test_the_history_chart_never_joins_two_switches(stores):
             assert (switch == "") == any("ZL_DEAD_AXIS" in label and "(dead axis)" in label for label in series)
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("tree", ["h100", "h200"])
+def test_a_campaigns_report_reads_the_same_beside_other_machines(stores, tree, tmp_path):
+    def report(db):
+        out = tmp_path / db.stem
+        out.mkdir()
+        done = subprocess.run(
+            [sys.executable, "-m", "zlstore", "report", CAMPAIGNS[tree], "--db", str(db)],
+            capture_output=True,
+            text=True,
+            cwd=out,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        # when each store read the tree is the one line that may differ
+        return [line for line in done.stdout.splitlines() if "ingested at" not in line]
+
+    assert report(stores[tree]) == report(stores["all"])
