@@ -42,6 +42,8 @@
 --       FINDING_INPUTS name those columns and say what each holds; a
 --       condition that reads anything else is an error
 --   "clears_floor": whether a range r clears its noise floor floors
+--   "machine": an environments row e's machine kind (provenance.MACHINE),
+--       NULL where its GPU is unknown
 --   "current_side SIDE KEY: ALIAS": the current cell of a side, defined once
 --       (zlstore/macros.py): SELECT cell_id (the latest cell of the side that
 --       no later run superseded) and claims (how many such cells) for the
@@ -406,7 +408,9 @@ CREATE TABLE IF NOT EXISTS ab_range_rows (
     noise_floor REAL,
     clears_floor INTEGER,
     floor_note TEXT,
-    judged INTEGER
+    judged INTEGER,
+    floor_rows INTEGER,                 -- the paired rows the noise floor rests on
+    floor_roots TEXT                    -- and the screening roots they came from, comma-separated
 );
 CREATE INDEX IF NOT EXISTS ab_range_rows_key ON ab_range_rows(root_id, op, dtype, shape, caliber_id);
 CREATE INDEX IF NOT EXISTS ab_range_rows_unjudged ON ab_range_rows(root_id) WHERE judged IS NULL;
@@ -466,21 +470,27 @@ CREATE TABLE IF NOT EXISTS ab_duplicate_rounds (
 );
 CREATE INDEX IF NOT EXISTS ab_duplicate_rounds_root ON ab_duplicate_rounds(root_id);
 
--- Per (rule, row op, dtype, caliber): the noise floor under that rule (see
--- the view noise_floors, which shows the current rule's). Recomputed for a
+-- Per (rule, screening root, row op, dtype, shape, caliber, machine): the
+-- noise floor its NO_IR_DIFF pairs give under that rule (see the view
+-- noise_floors, which shows the current rule's pooled per machine, and
+-- ab_range_unjudged, which picks the ones a range may be judged beside:
+-- ../shared/ARTIFACTS.md, Noise floors). machine: what both sides of the
+-- pairs ran on (environment_machines; NULL: unknown). Recomputed for a
 -- rule when its fingerprints change (ab_stale_floors) and for every rule
 -- when a screening round is re-paired.
 CREATE TABLE IF NOT EXISTS noise_floor_rows (
     rule TEXT NOT NULL,
+    root_id INTEGER NOT NULL,
     op TEXT,
     dtype TEXT,
+    shape TEXT NOT NULL,
     caliber_id INTEGER NOT NULL,
+    machine TEXT,
     n INTEGER NOT NULL,
     floor REAL,
-    roots TEXT,
     fallback_rows INTEGER NOT NULL
 );
-CREATE INDEX IF NOT EXISTS noise_floor_rows_key ON noise_floor_rows(rule, op, dtype, caliber_id);
+CREATE INDEX IF NOT EXISTS noise_floor_rows_shape ON noise_floor_rows(rule, op, dtype, shape, caliber_id);
 
 CREATE TABLE IF NOT EXISTS ab_stale_floors (
     rule TEXT PRIMARY KEY
@@ -643,6 +653,47 @@ JOIN roots ON roots.id = c.root_id
 LEFT JOIN environments e ON e.id = c.environment_id
 WHERE c.superseded_at IS NULL
 GROUP BY c.root_id, c.environment_id;
+
+-- What makes two environments one machine for a noise floor (ARTIFACTS.md,
+-- Noise floors): the GPU model, driver and runtime (provenance.MACHINE), as
+-- a JSON array; NULL where the GPU is not known.
+CREATE VIEW environment_machines AS
+SELECT e.id AS environment_id, CASE WHEN e.gpu IS NOT NULL THEN json_array(e.gpu, e.driver, e.runtime) END AS machine
+FROM environments e;
+
+-- The machine each root's current cells ran on: NULL (unknown) unless
+-- every one of them recorded the same machine.
+CREATE VIEW root_machines AS
+SELECT
+    r.id AS root_id,
+    (SELECT CASE WHEN count(*) = count(m.machine) AND count(DISTINCT m.machine) = 1 THEN max(m.machine) END
+     FROM cells c  -- a root's own cells, by cells_root: asked of one root, it reads that root's
+     LEFT JOIN environment_machines m ON m.environment_id = c.environment_id
+     WHERE c.root_id = r.id AND c.superseded_at IS NULL AND c.side IN ('before', 'after')) AS machine
+FROM roots r;
+
+-- A campaign's or repeat run's own screening root (its env file's
+-- SCREEN_ROOT): the stored screening root of that path, else of that
+-- directory name (a tree moved since), the one of the campaign's host and
+-- the latest that started before it first. screen_root_id NULL: none
+-- named, or none of it stored.
+CREATE VIEW root_screens AS
+WITH named AS MATERIALIZED (
+    SELECT id, host, started_at, rtrim(screen_root, '/') AS path FROM roots WHERE kind <> 'screen'
+),
+candidates AS (
+    SELECT n.id AS root_id, s.id AS screen_root_id,
+           row_number() OVER (
+               PARTITION BY n.id
+               ORDER BY s.path = n.path DESC, s.host IS n.host DESC,
+                        coalesce(s.started_at <= n.started_at, 0) DESC, s.started_at DESC, s.path) AS preference
+    FROM named n
+    JOIN roots s ON s.kind = 'screen'
+     AND (s.path = n.path OR s.name = replace(n.path, rtrim(n.path, replace(n.path, '/', '')), ''))
+)
+SELECT n.id AS root_id, c.screen_root_id
+FROM named n
+LEFT JOIN candidates c ON c.root_id = n.id AND c.preference = 1;
 
 -- The provenance fields in which the cells of one (root, cell op, dtype)
 -- differ: the two sides of a screening pair, or every round of a campaign's
@@ -1241,27 +1292,46 @@ CREATE VIEW verdicts AS
 SELECT * FROM verdicts_by_rule
 WHERE rule = (SELECT current_rule FROM judging_settings);
 
--- Per (row op, row dtype, caliber): how far one measurement of that
--- operator wanders on this machine: floor = max |ratio - 1| over the paired
--- rows of every NO_IR_DIFF pair under the current rule (the same code
--- measured twice), n = the rows it rests on, roots = where they came from.
--- A noise floor, never a result: a campaign range means something only
--- where it clears the floor of its operator.
+-- Per (row op, row dtype, shape, caliber, machine): how far one
+-- measurement of that operator and shape wanders on that machine (the GPU
+-- model, driver and runtime: environment_machines): floor = max |ratio - 1|
+-- over the paired rows of the NO_IR_DIFF pairs under the current rule (the
+-- same code measured twice) of every screening root that ran there, n =
+-- the rows it rests on, roots = those screening roots (n_roots of them).
+-- Where the machine is unknown (gpu NULL) a floor is one screening root's:
+-- it serves only the campaigns that name that root their SCREEN_ROOT. A
+-- noise floor, never a result: a campaign's range means something only
+-- where it clears the floor of its shape (ab_ranges' noise_floor: the one
+-- that applies to it, ../shared/ARTIFACTS.md, Noise floors).
 CREATE VIEW noise_floors AS
+WITH pooled AS (
+    SELECT f.op, f.dtype, f.shape, f.caliber_id, f.machine,
+           sum(f.n) AS n, max(f.floor) AS floor, sum(f.fallback_rows) AS fallback_rows,
+           count(*) AS n_roots, group_concat(f.name, ',') AS roots, f.rule
+    FROM (SELECT o.*, roots.name FROM noise_floor_rows o JOIN roots ON roots.id = o.root_id
+          WHERE o.rule = (SELECT current_rule FROM judging_settings)
+          ORDER BY roots.name) f  -- the roots named in the same order in every store
+    GROUP BY f.op, f.dtype, f.shape, f.caliber_id, f.machine, CASE WHEN f.machine IS NULL THEN f.root_id END
+)
 SELECT
-    f.op,
-    f.dtype,
+    p.op,
+    p.dtype,
+    p.shape,
     calibers.backend, calibers.bench_level, calibers.cudagraph, calibers.isolate_tuner_cache, calibers.direct_repeat, calibers.shape_mode, calibers.flagtune,
-    f.n,
-    f.floor,
-    f.roots,
+    json_extract(p.machine, '$[0]') AS gpu,
+    json_extract(p.machine, '$[1]') AS driver,
+    json_extract(p.machine, '$[2]') AS runtime,
+    p.n,
+    p.floor,
+    p.roots,
+    p.n_roots,
     (SELECT range_label FROM verdict_kinds WHERE verdict = 'NO_IR_DIFF') AS label,
-    f.fallback_rows,
-    f.rule,
-    f.caliber_id
-FROM noise_floor_rows f
-JOIN calibers ON calibers.id = f.caliber_id
-WHERE f.rule = (SELECT current_rule FROM judging_settings);
+    p.fallback_rows,
+    p.rule,
+    p.caliber_id,
+    p.machine
+FROM pooled p
+JOIN calibers ON calibers.id = p.caliber_id;
 
 -- Per screening root: is the switch's axis live? A switch that changes no
 -- IR anywhere still gives a full table of NO_IR_DIFF (the seed: "confirm
@@ -1327,11 +1397,13 @@ CROSS JOIN settings_now s;
 --     min_rounds; 'inconclusive' otherwise, with to_settle saying what
 --     would settle it (judging_settings holds q_max and min_effect).
 --   min, median, max: the range of the ratio over the paired rounds.
---   noise_floor: the op's floor under the same caliber (noise_floors),
---     printed beside the range; clears_floor = 1 when the whole range lies
---     outside 1 +- floor (NULL when no floor is known, floor_note says
---     why). It no longer decides the finding: one launch-bound shape sets
---     an op's floor for all its shapes.
+--   noise_floor: the floor of the range's shape under its caliber on its
+--     machine (noise_floors; from its own screening root and the roots of
+--     its own known machine, never another's: ../shared/ARTIFACTS.md,
+--     Noise floors), printed beside the range, resting on floor_rows
+--     paired rows of the screening roots floor_roots; clears_floor = 1
+--     when the whole range lies outside 1 +- floor (NULL when no floor is
+--     known, floor_note says why). It does not decide the finding.
 --   rejected counts the rows of the key that did not pair (ab_rejected),
 --     so an incomplete pairing never looks complete; a key with no pair at
 --     all is listed with rounds 0. fallback = 1: a paired row was timed by
@@ -1346,7 +1418,7 @@ SELECT
     j.root, j.op, j.dtype, j.shape, j.rounds,
     j.effect, j.ci_low, j.ci_high, j.p_value,
     j.q_value, j.finding, j.finding_position, j.to_settle,
-    j.noise_floor, j.clears_floor, j.floor_note, j.q_max, j.min_effect,
+    j.noise_floor, j.clears_floor, j.floor_note, j.floor_rows, j.floor_roots, j.q_max, j.min_effect,
     j.min, j.median, j.max,
     j.fallback, j.fallback_rows, j.rejected, j.rejected_reasons,
     j.log_mean, j.log_sd,
@@ -1361,8 +1433,8 @@ LEFT JOIN calibers ON calibers.id = j.caliber_id
 LEFT JOIN differs ON differs.root_id = j.root_id AND differs.op IS j.op AND differs.dtype IS j.dtype;
 
 -- What a range's judgement rests on beyond its own row: the settings
--- (judging_settings), this release's schema (its findings' SQL) and the
--- current rule's noise floors; the basis the stored judgements were made
+-- (judging_settings), this release's schema (its findings' SQL), the
+-- current rule's noise floors and each campaign's screening root; the basis the stored judgements were made
 -- on; and whether that is today's (current = 1). A stored judgement made
 -- under another basis is not read (ab_range_judgements judges the row
 -- again).
@@ -1373,9 +1445,14 @@ WITH now AS MATERIALIZED (
         || '|' || coalesce((SELECT value FROM settings WHERE key = 'schema_hash'), '')
         || '|' || coalesce((
             SELECT group_concat(floor_text, ';') FROM (
-                SELECT quote(op) || ',' || quote(dtype) || ',' || caliber_id || ',' || quote(floor) AS floor_text
+                SELECT root_id || ',' || quote(op) || ',' || quote(dtype) || ',' || quote(shape) || ',' || caliber_id
+                       || ',' || quote(machine) || ',' || n || ',' || quote(floor) AS floor_text
                 FROM noise_floor_rows WHERE rule = s.current_rule
-                ORDER BY op, dtype, caliber_id)), '') AS basis,
+                ORDER BY root_id, op, dtype, shape, caliber_id)), '')
+        || '|' || coalesce((  -- which screening root is each campaign's own
+            SELECT group_concat(own, ';') FROM (
+                SELECT root_id || '>' || screen_root_id AS own FROM root_screens
+                WHERE screen_root_id IS NOT NULL ORDER BY root_id)), '') AS basis,
         (SELECT basis FROM ab_judgement_basis WHERE id = 1) AS stored_basis
     FROM judging_settings s
 )
@@ -1407,6 +1484,49 @@ kinds AS MATERIALIZED (
            ', "finding": ' || json_quote(finding) || ', "finding_position": ' || position AS finding_json
     FROM finding_kinds
 ),
+-- The ranges to judge, and what each root of theirs may be judged beside
+-- (../shared/ARTIFACTS.md, Noise floors): the machine its cells ran on
+-- (root_machines) and its own screening root (root_screens).
+unjudged AS MATERIALIZED (  -- two arms, so that the usual case, no range and a current basis, reads one index entry
+    SELECT rowid AS range_rowid FROM ab_range_rows WHERE judged IS NULL AND (SELECT current FROM basis)
+    UNION ALL
+    SELECT rowid FROM ab_range_rows WHERE NOT (SELECT current FROM basis)
+),
+judged_roots AS MATERIALIZED (
+    SELECT ids.root_id, (SELECT machine FROM root_machines m WHERE m.root_id = ids.root_id) AS machine,
+           (SELECT screen_root_id FROM root_screens o WHERE o.root_id = ids.root_id) AS screen_root_id
+    FROM (SELECT DISTINCT r.root_id FROM unjudged CROSS JOIN ab_range_rows r ON r.rowid = unjudged.range_rowid) ids
+),
+-- Which screening roots' floors, of which machine, a judged root's ranges
+-- are read beside: those of its own known machine, and its own screening
+-- root's unless that ran on another known machine. Never another
+-- machine's, nor an unknown one but its own screening root's.
+floor_sources AS MATERIALIZED (
+    SELECT DISTINCT j.root_id, f.root_id AS source_root_id, f.machine
+    FROM judged_roots j
+    CROSS JOIN (SELECT DISTINCT root_id, machine FROM noise_floor_rows
+                WHERE rule = (SELECT current_rule FROM judging_settings)) f
+    WHERE f.machine = j.machine
+       OR (f.root_id = j.screen_root_id AND (f.machine IS NULL OR j.machine IS NULL OR f.machine = j.machine))
+),
+-- A range's floor: its shape's under its caliber, over those sources, with
+-- the rows and the screening roots (by name, in order) it rests on.
+range_floors AS MATERIALIZED (
+    SELECT range_rowid, max(floor) AS floor, sum(n) AS n, group_concat(name, ',') AS roots
+    FROM (
+        SELECT unjudged.range_rowid, f.floor, f.n, roots.name
+        FROM unjudged
+        CROSS JOIN ab_range_rows r ON r.rowid = unjudged.range_rowid
+        CROSS JOIN noise_floor_rows f
+            ON f.rule = (SELECT current_rule FROM judging_settings)
+           AND f.op IS r.op AND f.dtype IS r.dtype AND f.shape = r.shape AND f.caliber_id = r.caliber_id
+        JOIN floor_sources src
+            ON src.root_id = r.root_id AND src.source_root_id = f.root_id AND src.machine IS f.machine
+        JOIN roots ON roots.id = f.root_id
+        ORDER BY unjudged.range_rowid, roots.name
+    )
+    GROUP BY range_rowid
+),
 -- The row the finding's CASE reads (names.FINDING_INPUTS): a range to
 -- judge, with the thresholds beside it. rounds: its paired rounds; ci_low,
 -- ci_high: its effect's 95% interval (NULL under min_rounds); q_value: its
@@ -1414,30 +1534,26 @@ kinds AS MATERIALIZED (
 -- false-discovery rate a finding is held to; min_effect: the smallest
 -- change worth a finding, as a fraction; min_rounds: fewer paired rounds
 -- get no test. Beside them, what the judgement shows with the finding:
--- the op's noise floor under the range's caliber, and whether the range
--- clears it.
+-- the noise floor of the range's shape and caliber on its machine, and
+-- whether the range clears it.
 finding_inputs AS NOT MATERIALIZED (  -- read where judged reads it, not copied first
     SELECT
         r.rounds, r.ci_low, r.ci_high, r.q_value,
         t.q_max, t.min_effect, t.min_rounds,
-        r.rowid AS range_rowid, r.op, r.dtype, r.caliber_id, r.log_mean, r.log_sd,
+        r.rowid AS range_rowid, r.root_id, r.op, r.dtype, r.caliber_id, r.log_mean, r.log_sd,
         t.thresholds_json,
         floors.floor AS noise_floor,
+        floors.n AS floor_rows,
+        floors.roots AS floor_roots,
         CASE WHEN floors.floor IS NOT NULL THEN (r.min > 1 + floors.floor OR r.max < 1 - floors.floor) END AS clears_floor
-    FROM (  -- two arms, so that the usual case, no range and a current basis, reads one index entry
-        SELECT rowid AS range_rowid FROM ab_range_rows WHERE judged IS NULL AND (SELECT current FROM basis)
-        UNION ALL
-        SELECT rowid FROM ab_range_rows WHERE NOT (SELECT current FROM basis)
-    ) unjudged
+    FROM unjudged
     CROSS JOIN ab_range_rows r ON r.rowid = unjudged.range_rowid
     CROSS JOIN thresholds t
-    LEFT JOIN noise_floor_rows floors  -- looked up by its index, a range at a time
-        ON floors.rule = (SELECT current_rule FROM judging_settings)
-       AND floors.op IS r.op AND floors.dtype IS r.dtype AND floors.caliber_id = r.caliber_id
+    LEFT JOIN range_floors floors ON floors.range_rowid = unjudged.range_rowid
 ),
 judged AS (
     SELECT
-        range_rowid, op, dtype, caliber_id, rounds, log_mean, log_sd, min_effect, min_rounds, thresholds_json,
+        range_rowid, root_id, op, dtype, caliber_id, rounds, log_mean, log_sd, min_effect, min_rounds, thresholds_json,
         CASE
             WHEN q_value <= q_max AND ci_low > 1 + min_effect THEN 'faster'
             WHEN q_value <= q_max AND ci_high < 1 / (1 + min_effect) THEN 'slower'
@@ -1445,41 +1561,58 @@ judged AS (
             WHEN rounds < min_rounds THEN 'too few rounds'
             ELSE 'inconclusive'
         END AS finding,
-        noise_floor, clears_floor
+        noise_floor, floor_rows, floor_roots, clears_floor
     FROM finding_inputs
 ),
 -- Why a range has no noise floor beside it: the same for every shape of
--- an op and dtype under one caliber, so said once per such triple.
+-- an op and dtype of a root under one caliber, so said once per such key.
+-- Only the floors the root may be judged beside (floor_sources) are named.
 notes AS MATERIALIZED (
     SELECT
-        lacking.op, lacking.dtype, lacking.caliber_id,
+        lacking.root_id, lacking.op, lacking.dtype, lacking.caliber_id,
         CASE
-            WHEN NOT EXISTS (SELECT 1 FROM noise_floor_rows o  -- the common case: an index probe
+            WHEN jr.machine IS NULL AND jr.screen_root_id IS NULL
+                THEN 'none: its machine is unknown (no ENV_GPU) and no screening root of its own (SCREEN_ROOT) is stored'
+            WHEN NOT EXISTS (SELECT 1 FROM noise_floor_rows o
+                             JOIN floor_sources src
+                                 ON src.root_id = lacking.root_id AND src.source_root_id = o.root_id
+                                AND src.machine IS o.machine
                              WHERE o.rule = (SELECT current_rule FROM judging_settings)
                                AND o.op IS lacking.op AND o.dtype IS lacking.dtype)
-                THEN 'none: no NO_IR_DIFF pair screened'
-            ELSE coalesce((
+                THEN 'none: no NO_IR_DIFF pair of this op on its machine'
+            WHEN EXISTS (SELECT 1 FROM noise_floor_rows o
+                         JOIN floor_sources src
+                             ON src.root_id = lacking.root_id AND src.source_root_id = o.root_id
+                            AND src.machine IS o.machine
+                         WHERE o.rule = (SELECT current_rule FROM judging_settings)
+                           AND o.op IS lacking.op AND o.dtype IS lacking.dtype AND o.caliber_id = lacking.caliber_id)
+                THEN 'none for this shape (its machine''s NO_IR_DIFF pairs of this op measured others)'
+            ELSE (
             SELECT 'none under this caliber; ' || group_concat(other, '; ')
             FROM (
-                SELECT printf('%.4g where ', o.floor) || substr(
+                SELECT printf('%.4g where ', max(o.floor)) || substr(
                     CASE WHEN oc.backend IS NOT rc.backend THEN ', backend=' || coalesce(oc.backend, '?') ELSE '' END || CASE WHEN oc.bench_level IS NOT rc.bench_level THEN ', bench_level=' || coalesce(oc.bench_level, '?') ELSE '' END || CASE WHEN oc.cudagraph IS NOT rc.cudagraph THEN ', cudagraph=' || coalesce(oc.cudagraph, '?') ELSE '' END || CASE WHEN oc.isolate_tuner_cache IS NOT rc.isolate_tuner_cache THEN ', isolate_tuner_cache=' || coalesce(oc.isolate_tuner_cache, '?') ELSE '' END || CASE WHEN oc.direct_repeat IS NOT rc.direct_repeat THEN ', direct_repeat=' || coalesce(oc.direct_repeat, '?') ELSE '' END || CASE WHEN oc.shape_mode IS NOT rc.shape_mode THEN ', shape_mode=' || coalesce(oc.shape_mode, '?') ELSE '' END || CASE WHEN oc.flagtune IS NOT rc.flagtune THEN ', flagtune=' || coalesce(oc.flagtune, '?') ELSE '' END,
                     3) AS other
                 FROM noise_floor_rows o
+                JOIN floor_sources src
+                    ON src.root_id = lacking.root_id AND src.source_root_id = o.root_id AND src.machine IS o.machine
                 JOIN calibers oc ON oc.id = o.caliber_id
                 JOIN calibers rc ON rc.id = lacking.caliber_id
                 WHERE o.rule = (SELECT current_rule FROM judging_settings)
                   AND o.op IS lacking.op AND o.dtype IS lacking.dtype
+                GROUP BY o.caliber_id
                 ORDER BY other  -- the same text in every store, whatever its caliber ids
-            )
-            HAVING count(*) > 0
-        ), 'none: no NO_IR_DIFF pair screened') END AS floor_note
-    FROM (SELECT DISTINCT op, dtype, caliber_id FROM judged WHERE noise_floor IS NULL AND rounds > 0) lacking
+            )) END AS floor_note
+    FROM (SELECT DISTINCT root_id, op, dtype, caliber_id FROM judged WHERE noise_floor IS NULL AND rounds > 0) lacking
+    JOIN judged_roots jr ON jr.root_id = lacking.root_id
 ),
 settled AS MATERIALIZED (
     SELECT
         judged.range_rowid,
         judged.finding,
         judged.noise_floor,
+        judged.floor_rows,
+        judged.floor_roots,
         judged.clears_floor,
         judged.thresholds_json,
         kinds.position AS finding_position,
@@ -1514,14 +1647,14 @@ settled AS MATERIALIZED (
         notes.floor_note
     FROM judged
     LEFT JOIN kinds ON kinds.finding = judged.finding
-    LEFT JOIN notes ON judged.noise_floor IS NULL AND judged.rounds > 0
+    LEFT JOIN notes ON judged.noise_floor IS NULL AND judged.rounds > 0 AND notes.root_id = judged.root_id
          AND notes.op IS judged.op AND notes.dtype IS judged.dtype AND notes.caliber_id = judged.caliber_id
 )
 SELECT
     settled.range_rowid,
     r.root_id, r.op, r.dtype, r.shape, r.caliber_id, r.rounds, r.min, r.median, r.max, r.fallback, r.fallback_rows, r.cards, r.rejected, r.rejected_reasons, r.log_mean, r.log_sd, r.effect, r.ci_low, r.ci_high, r.p_value, r.q_value, r.json_head, r.json_tail,
     settled.finding, settled.finding_position, settled.to_settle, settled.noise_floor, settled.clears_floor,
-    settled.floor_note,
+    settled.floor_note, settled.floor_rows, settled.floor_roots,
     -- the judged members between the kept ones, written as the fragments
     -- are (pairing.py: json.dumps' '"key": value, ' layout, as every
     -- --json prints its rows); what is the same for many rows (a finding,
@@ -1532,6 +1665,8 @@ SELECT
         || ', "noise_floor": ' || json_quote(settled.noise_floor)
         || ', "clears_floor": ' || coalesce(settled.clears_floor, 'null')
         || ', "floor_note": ' || json_quote(settled.floor_note)
+        || ', "floor_rows": ' || json_quote(settled.floor_rows)
+        || ', "floor_roots": ' || json_quote(settled.floor_roots)
         || settled.thresholds_json || ', ' || r.json_tail
         || ', "root_path": ' || json_quote(roots.path)
         || ', "environment_differs": ' || coalesce(differs.environment_differs, 'null') || '}' AS json
@@ -1551,6 +1686,7 @@ WITH thresholds AS MATERIALIZED (
 SELECT
     r.rowid AS range_rowid, r.root_id, r.op, r.dtype, r.shape, r.caliber_id, r.rounds, r.min, r.median, r.max, r.fallback, r.fallback_rows, r.cards, r.rejected, r.rejected_reasons, r.log_mean, r.log_sd, r.effect, r.ci_low, r.ci_high, r.p_value, r.q_value, r.json_head, r.json_tail,
     r.finding, r.finding_position, r.to_settle, r.noise_floor, r.clears_floor, r.floor_note,
+    r.floor_rows, r.floor_roots,
     roots.name AS root, roots.kind AS root_kind, roots.path AS root_path, t.q_max, t.min_effect,
     j.json
 FROM ab_range_rows r
@@ -1562,6 +1698,7 @@ UNION ALL
 SELECT
     u.range_rowid, u.root_id, u.op, u.dtype, u.shape, u.caliber_id, u.rounds, u.min, u.median, u.max, u.fallback, u.fallback_rows, u.cards, u.rejected, u.rejected_reasons, u.log_mean, u.log_sd, u.effect, u.ci_low, u.ci_high, u.p_value, u.q_value, u.json_head, u.json_tail,
     u.finding, u.finding_position, u.to_settle, u.noise_floor, u.clears_floor, u.floor_note,
+    u.floor_rows, u.floor_roots,
     roots.name, roots.kind, roots.path, t.q_max, t.min_effect,
     u.json
 FROM ab_range_unjudged u
@@ -1580,27 +1717,79 @@ SELECT
              roots.ingested_at) AS started_at
 FROM roots;
 
+-- What each root tested: its switch (the env file's SWITCH, else its
+-- cells'), the value the switch had before and after (its cells'
+-- SWITCH_VALUE, else the env file's SWITCH_VALUES), and whether its axis is
+-- dead: an A/A run (one value on both sides), a screening root whose
+-- switch changed no IR (screen_roots' axis), or a campaign whose own
+-- screening root is one. Two roots' results are comparable only with the
+-- same switch and values (../shared/ARTIFACTS.md, Across roots); a dead
+-- axis is never part of a switch's history.
+CREATE VIEW root_switches AS
+WITH axes AS MATERIALIZED (  -- once per query: screen_roots judges every screening pair
+    SELECT root_id, axis FROM screen_roots
+),
+named AS (
+    SELECT
+        r.id AS root_id,
+        r.kind,
+        coalesce(nullif(r.switch, ''), (
+            SELECT switch FROM cells WHERE root_id = r.id AND switch <> ''
+            GROUP BY switch ORDER BY count(*) DESC, switch LIMIT 1)) AS switch,
+        coalesce((
+            SELECT switch_value FROM cells WHERE root_id = r.id AND side = 'before' AND switch_value IS NOT NULL
+            GROUP BY switch_value ORDER BY count(*) DESC, switch_value LIMIT 1),
+            nullif(substr(json_extract(r.env, '$.SWITCH_VALUES'), 1,
+                          instr(json_extract(r.env, '$.SWITCH_VALUES') || ',', ',') - 1), '')) AS before_value,
+        coalesce((
+            SELECT switch_value FROM cells WHERE root_id = r.id AND side = 'after' AND switch_value IS NOT NULL
+            GROUP BY switch_value ORDER BY count(*) DESC, switch_value LIMIT 1),
+            nullif(substr(json_extract(r.env, '$.SWITCH_VALUES'),
+                          instr(json_extract(r.env, '$.SWITCH_VALUES') || ',', ',') + 1), '')) AS after_value
+    FROM roots r
+)
+SELECT
+    n.root_id,
+    n.switch,
+    n.before_value,
+    n.after_value,
+    CASE
+        WHEN n.before_value IS NOT NULL AND n.before_value = n.after_value THEN 'dead'
+        ELSE coalesce(
+            (SELECT axis FROM axes a WHERE a.root_id = n.root_id),
+            (SELECT a.axis FROM root_screens o JOIN axes a ON a.root_id = o.screen_root_id
+             WHERE o.root_id = n.root_id),
+            'unknown')
+    END AS axis
+FROM named n;
+
 -- One operator across every root that measured it, in time order: a
 -- campaign's or repeat run's A/B range per shape (effect, interval,
 -- finding) and a screening pair's verdict with its labelled range (the
--- noise floor for NO_IR_DIFF, indicative for IR_CHANGED: never a result).
--- `zlstore history` and the dashboard's history chart read it.
+-- noise floor for NO_IR_DIFF, indicative for IR_CHANGED: never a result),
+-- with the switch its root tested, the switch's values and whether its
+-- axis is dead (root_switches). `zlstore history` and the dashboard's
+-- history chart read it: a series is one shape of one switch.
 CREATE VIEW op_history AS
 SELECT
     t.started_at, r.root, r.root_kind AS kind, r.op, r.dtype, r.shape, r.rounds,
     r.effect, r.ci_low, r.ci_high, r.q_value, r.finding,
     NULL AS verdict, NULL AS range_label, r.min, r.median, r.max,
-    r.caliber_id, r.root_id
+    r.caliber_id, r.root_id,
+    w.switch, w.before_value, w.after_value, w.axis
 FROM ab_ranges r
 JOIN root_times t ON t.root_id = r.root_id
+LEFT JOIN root_switches w ON w.root_id = r.root_id
 UNION ALL
 SELECT
     t.started_at, v.root, 'screen', v.op, v.dtype, NULL, 1,
     NULL, NULL, NULL, NULL, NULL,
     v.verdict, v.range_label, v.min, v.median, v.max,
-    v.caliber_id, v.root_id
+    v.caliber_id, v.root_id,
+    w.switch, w.before_value, w.after_value, w.axis
 FROM verdicts v
-JOIN root_times t ON t.root_id = v.root_id;
+JOIN root_times t ON t.root_id = v.root_id
+LEFT JOIN root_switches w ON w.root_id = v.root_id;
 
 -- ===== derive: the scratch tables (pairing.SETUP, ranges.SETUP) =====
 CREATE TEMP TABLE IF NOT EXISTS ab_rounds_now (root_id, card, repeat_dir, cell_op, cell_dtype, round, before_cell_id, after_cell_id, before_caliber_id, after_caliber_id, before_claims, after_claims, before_copies, after_copies);
@@ -1609,7 +1798,7 @@ CREATE TEMP TABLE IF NOT EXISTS ab_keys_now (root_id, op, dtype, shape);
 
 CREATE TEMP TABLE IF NOT EXISTS ab_keys_unique (key_id INTEGER PRIMARY KEY, root_id, op, dtype, shape);
 
-CREATE TEMP TABLE IF NOT EXISTS ab_judged_now (range_rowid INTEGER PRIMARY KEY, finding, finding_position, to_settle, noise_floor, clears_floor, floor_note, json);
+CREATE TEMP TABLE IF NOT EXISTS ab_judged_now (range_rowid INTEGER PRIMARY KEY, finding, finding_position, to_settle, noise_floor, clears_floor, floor_note, floor_rows, floor_roots, json);
 
 DELETE FROM temp.ab_keys_unique;
 
@@ -1880,23 +2069,27 @@ UPDATE ab_range_rows SET q_value = NULL
 -- ===== derive: the stale noise floors, final only (floors.STEPS) =====
 DELETE FROM noise_floor_rows WHERE rule IN (SELECT rule FROM ab_stale_floors);
 
-INSERT INTO noise_floor_rows (rule, op, dtype, caliber_id, n, floor, roots, fallback_rows)
+INSERT INTO noise_floor_rows (rule, root_id, op, dtype, shape, caliber_id, machine, n, floor, fallback_rows)
         WITH quiet AS MATERIALIZED (
-            SELECT v.before_cell_id, v.after_cell_id, v.rule
+            SELECT v.before_cell_id, v.after_cell_id, v.rule, v.root_id,
+                   CASE WHEN mb.machine IS ma.machine THEN mb.machine END AS machine
             FROM verdicts_by_rule v
+            JOIN cells cb ON cb.id = v.before_cell_id
+            JOIN cells ca ON ca.id = v.after_cell_id
+            LEFT JOIN environment_machines mb ON mb.environment_id = cb.environment_id
+            LEFT JOIN environment_machines ma ON ma.environment_id = ca.environment_id
             WHERE v.rule IN (SELECT rule FROM ab_stale_floors) AND v.verdict = 'NO_IR_DIFF'
+              AND (mb.machine IS NULL OR ma.machine IS NULL OR mb.machine = ma.machine)
         )
-        SELECT quiet.rule, s.op, s.dtype, s.before_caliber_id, count(*),
-               max(abs(s.latency_before / s.latency_after - 1)), group_concat(DISTINCT roots.name),
-               sum(max(s.before_fallback, s.after_fallback))
+        SELECT quiet.rule, quiet.root_id, s.op, s.dtype, s.shape, s.before_caliber_id, quiet.machine, count(*),
+               max(abs(s.latency_before / s.latency_after - 1)), sum(max(s.before_fallback, s.after_fallback))
         FROM quiet
         JOIN cells b ON b.id = quiet.before_cell_id
         JOIN ab_slot_rows s
             ON s.root_id = b.root_id AND s.card IS b.pair_card AND s.repeat_dir IS b.repeat_dir AND s.cell_op IS b.op AND s.cell_dtype IS b.dtype AND s.round IS b.round
            AND s.before_cell_id = quiet.before_cell_id AND s.after_cell_id = quiet.after_cell_id
            AND s.reason IS NULL
-        JOIN roots ON roots.id = s.root_id
-        GROUP BY quiet.rule, s.op, s.dtype, s.before_caliber_id;
+        GROUP BY quiet.rule, quiet.root_id, s.op, s.dtype, s.shape, s.before_caliber_id, quiet.machine;
 
 DELETE FROM ab_stale_floors;
 
@@ -1921,12 +2114,13 @@ UPDATE ab_range_rows SET q_value = adjusted.q_value, judged = NULL FROM (
 DELETE FROM temp.ab_judged_now;
 
 INSERT INTO temp.ab_judged_now
-        SELECT range_rowid, finding, finding_position, to_settle, noise_floor, clears_floor, floor_note, json
+        SELECT range_rowid, finding, finding_position, to_settle, noise_floor, clears_floor, floor_note,
+               floor_rows, floor_roots, json
         FROM ab_range_unjudged;
 
 UPDATE ab_range_rows SET finding = j.finding, finding_position = j.finding_position,
             to_settle = j.to_settle, noise_floor = j.noise_floor, clears_floor = j.clears_floor,
-            floor_note = j.floor_note, judged = 1
+            floor_note = j.floor_note, floor_rows = j.floor_rows, floor_roots = j.floor_roots, judged = 1
         FROM temp.ab_judged_now j WHERE ab_range_rows.rowid = j.range_rowid;
 
 INSERT OR REPLACE INTO ab_range_json (range_rowid, json)

@@ -1111,6 +1111,10 @@ def _screen_root(
         section[key] = {
             "verdict": verdict,
             "ratios": sorted(r["ratio"] for r in ratios),
+            # each paired row's own op, dtype and canonical shape with its ratio: floors are per shape
+            "paired_rows": [
+                {"op": r["key"][0], "dtype": r["key"][1], "shape": r["key"][2], "ratio": r["ratio"]} for r in ratios
+            ],
             "recorded": verdict["v3"],
             "orig": orig_v,
             "orig_canonical": verdict["v2"] if orig else None,

@@ -79,6 +79,24 @@ class Sandbox:
         return code_block(lines)
 
 
+def several_roots_setup(db: str) -> List[str]:
+    """Commands that unpack the store of several switches and GPUs
+    (tests/several_roots.py: the real trees and the synthetic dead-axis
+    one) under trees/ and ingest them into db, in its order."""
+    from . import several_roots
+
+    unpack = f"PYTHONPATH={REPO} python -c 'from tests import several_roots; several_roots.unpack(\"trees\")'"
+    top = {name: archive[1] for name, archive in several_roots.ARCHIVES.items()}
+    return [
+        ACTIVATE,
+        unpack,
+        *(
+            f"zlstore ingest trees/{name}/{top.get(name, '')} --db {db}".replace("/ --db", " --db")
+            for name in several_roots.ORDER
+        ),
+    ]
+
+
 def code_block(lines: Sequence[str]) -> str:
     """A fenced console block; trailing blanks dropped (tables pad their last column).
     (Fenced, not indented: cog re-indents what it writes to its marker's column.)"""

@@ -1,5 +1,7 @@
-"""Noise floors: how far one measurement of an operator wanders, from the
-NO_IR_DIFF pairs under the current rule, always labelled as a noise floor."""
+"""Noise floors: how far one measurement of an operator and shape wanders,
+from the NO_IR_DIFF pairs under the current rule, always labelled as a
+noise floor. The example tree's cells record no environment: every floor
+is one screening root's (ARTIFACTS.md, Noise floors)."""
 
 import pytest
 
@@ -9,23 +11,22 @@ from .judging import invoke, json_out, screen_pairs
 
 
 def expected_floors(manifest, rule):
-    """(op, caliber) -> (n, floor, roots) from the NO_IR_DIFF pairs' ratios."""
+    """(row op, row dtype, shape, caliber, root) -> (n, floor) from the
+    NO_IR_DIFF pairs' paired rows."""
     floors = {}
-    for root, op, _, spec in screen_pairs(manifest):
-        if spec["verdict"][rule] != "NO_IR_DIFF" or not spec["ratios"]:
+    for root, _, _, spec in screen_pairs(manifest):
+        if spec["verdict"][rule] != "NO_IR_DIFF":
             continue
         cal = tuple(manifest["root_info"][root]["caliber"][name] for name in caliber.NAMES)
-        n, floor, roots = floors.get((op, cal), (0, 0.0, set()))
-        floors[(op, cal)] = (
-            n + len(spec["ratios"]),
-            max([floor] + [abs(r - 1) for r in spec["ratios"]]),
-            roots | {root},
-        )
+        for row in spec["paired_rows"]:
+            key = (row["op"], row["dtype"], row["shape"], cal, root)
+            n, floor = floors.get(key, (0, 0.0))
+            floors[key] = (n + 1, max(floor, abs(row["ratio"] - 1)))
     return floors
 
 
 def got_floors(rows):
-    return {(r["op"], tuple(r[name] for name in caliber.NAMES)): r for r in rows}
+    return {(r["op"], r["dtype"], r["shape"], tuple(r[name] for name in caliber.NAMES), r["roots"]): r for r in rows}
 
 
 @pytest.mark.parametrize("rule", ["v3", "v2"])
@@ -36,11 +37,11 @@ def test_floors_under_the_current_rule(example_store, example_source, rule):
     assert expected
     got = got_floors(judge.noise_floors(example_store))
     assert set(got) == set(expected)
-    for key, (n, floor, roots) in expected.items():
+    for key, (n, floor) in expected.items():
         row = got[key]
         assert row["n"] == n
         assert row["floor"] == pytest.approx(floor)
-        assert set(row["roots"].split(",")) == roots
+        assert row["n_roots"] == 1 and row["gpu"] is None  # no environment recorded: never pooled
         assert row["label"] == "noise floor"
         assert row["rule"] == rule
 
@@ -68,7 +69,7 @@ def test_cli_labels_every_floor(example_store_path, example_source):
     assert "not results" in lines[0]
     body = [l for l in lines[3:] if l.strip()]
     assert len(body) == len(expected_floors(manifest, "v3"))
-    assert all("noise floor" in l for l in body)
+    assert all("unknown" in l for l in body)
     rows = json_out(invoke(example_store_path, "noise", "--op", "softmax", "--json"))
     assert rows and all(r["label"] == "noise floor" and r["op"] == "softmax" for r in rows)
 
@@ -101,18 +102,22 @@ def test_ranges_are_judged_against_the_floor_of_their_caliber(example_store, exa
     assert all(r["noise_floor"] is None and r["clears_floor"] is None for r in judge.ab_ranges(example_store, root))
     with conn:
         conn.execute("UPDATE cells SET caliber_id = ? WHERE caliber_id = ?", (screen_caliber, other))
+    # the campaign's cells record no machine: its floors are its own
+    # screening root's (SCREEN_ROOT), per shape, and no other root's
     floors = {
-        op: floor
-        for (op, cal), (_, floor, _) in expected_floors(manifest, "v3").items()
-        if cal == tuple(manifest["root_info"][screen_root]["caliber"][n] for n in caliber.NAMES)
+        (op, dtype, shape): (n, floor)
+        for (op, dtype, shape, _, floor_root), (n, floor) in expected_floors(manifest, "v3").items()
+        if floor_root == manifest["campaign"]["screen_root"]
     }
     judged = 0
     for row in judge.ab_ranges(example_store, root):
-        if row["op"] not in floors or not row["rounds"]:
+        key = (row["op"], row["dtype"], row["shape"])
+        if key not in floors or not row["rounds"]:
             assert row["noise_floor"] is None
             continue
         judged += 1
-        floor = floors[row["op"]]
+        n, floor = floors[key]
         assert row["noise_floor"] == pytest.approx(floor)
+        assert (row["floor_rows"], row["floor_roots"]) == (n, manifest["campaign"]["screen_root"])
         assert row["clears_floor"] == int(row["min"] > 1 + floor or row["max"] < 1 - floor)
     assert judged

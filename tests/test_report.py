@@ -151,7 +151,7 @@ def test_the_ab_summary_counts_findings_and_states_the_thresholds():
 
 def test_a_finding_within_the_noise_floor_says_so_and_a_missing_floor_says_why():
     assert report.ab_note(ab_row(clears_floor=0, noise_floor=0.5)).startswith(
-        "its range lies within the op's noise floor"
+        "its range lies within its shape's noise floor"
     )
     assert report.ab_note(ab_row(clears_floor=1, noise_floor=0.05)) == ""
     assert report.ab_note(ab_row(finding="no change", clears_floor=0, noise_floor=0.5)) == ""
@@ -192,7 +192,7 @@ def test_a_rejected_row_shows_its_differences_else_why_it_was_not_counted():
 
 
 def test_noise_floors_are_headed_as_not_results_even_when_there_are_none():
-    assert report.noise([]).startswith("noise floors, not results (caliber = ")
+    assert report.noise([]).startswith("noise floors, not results, per shape and machine (caliber = ")
     assert "\n" not in report.noise([])
 
 

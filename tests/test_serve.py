@@ -116,13 +116,16 @@ def key(op_dtype):
 
 
 def expected_floors(manifest):
-    """(op, bench_level) -> (floor, n) from the NO_IR_DIFF pairs (current rule v3)."""
+    """(row op, row dtype, shape, bench_level, screening root) -> (floor, n)
+    from the NO_IR_DIFF pairs' paired rows (current rule v3). The example
+    cells record no machine: each floor is one screening root's."""
     ratios = defaultdict(list)
     for root, pairs in manifest["screen"].items():
         level = manifest["root_info"][root]["caliber"]["bench_level"]
-        for name, pair in pairs.items():
+        for pair in pairs.values():
             if pair["verdict"]["v3"] == "NO_IR_DIFF":
-                ratios[(key(name)[0], level)] += pair["ratios"]
+                for row in pair["paired_rows"]:
+                    ratios[(row["op"], row["dtype"], row["shape"], level, root)].append(row["ratio"])
     return {k: (max(abs(r - 1) for r in v), len(v)) for k, v in ratios.items()}
 
 
@@ -216,7 +219,9 @@ def test_ab_views_rows(ds, example_store_path, manifest):
 
 def test_noise_floors_and_cells_rows(ds, example_store_path, manifest):
     require_views(example_store_path, "noise_floors")
-    floors = {(r["op"], r["bench_level"]): r for r in rows(ds, "/zlstore/noise_floors")}
+    floors = {
+        (r["op"], r["dtype"], r["shape"], r["bench_level"], r["roots"]): r for r in rows(ds, "/zlstore/noise_floors")
+    }
     expected = expected_floors(manifest)
     assert set(floors) == set(expected)
     for k, (floor, n) in expected.items():
@@ -313,15 +318,15 @@ def test_noise_floor_of_one_op(ds, example_store_path, manifest):
     require_views(example_store_path, "noise_floors")
     got = rows(ds, "/zlstore/noise_floor", op="rand")
     expected = expected_floors(manifest)
-    assert sorted(r["bench_level"] for r in got) == ["comprehensive", "core"]
+    assert {r["bench_level"] for r in got} == {"comprehensive", "core"}
     for r in got:
-        floor, n = expected[("rand", r["bench_level"])]
-        assert r["floor"] == pytest.approx(floor, abs=1e-6) and r["n"] == n
+        floor, n = expected[("rand", r["dtype"], r["shape"], r["bench_level"], r["roots"])]
+        assert r["floor"] == pytest.approx(floor, abs=1e-6) and r["n"] == n and r["n_roots"] == 1
         assert r["band_low"] == pytest.approx(1 - floor, abs=1e-6)
         assert r["band_high"] == pytest.approx(1 + floor, abs=1e-6)
-        assert r["roots"]
-    core = next(r for r in got if r["bench_level"] == "core")
-    assert set(core["roots"].split(",")) == {"ab_rlc_20261012_101500", "ab_rlc_20261014_083000"}
+        assert r["gpu"] is None  # no machine recorded: one root's floor, never pooled
+    core = {r["roots"] for r in got if r["bench_level"] == "core"}
+    assert core == {"ab_rlc_20261012_101500", "ab_rlc_20261014_083000"}
     assert rows(ds, "/zlstore/noise_floor", op="topk") == []  # IR_CHANGED everywhere: no floor
 
 
@@ -406,15 +411,21 @@ def test_screening_cost(ds, example_store_path, manifest):
         assert r["per_round"] == pytest.approx(repeat[k] / screen_s / r["rounds"], abs=1e-3)
 
 
-def test_findings_against_floors_of_the_campaigns_caliber(ds, example_store_path):
-    """The example campaign is measured under its screens' caliber: a range of
-    an op they measured a floor for is judged against that floor (not the
-    comprehensive root's), the others say there is none."""
+def test_findings_against_floors_of_the_campaigns_caliber(ds, example_store_path, manifest):
+    """The example campaign is measured under its screens' caliber, and its
+    cells record no machine: a range of a shape its own screening root
+    measured a floor for is judged against that floor (not another root's,
+    nor the comprehensive root's), the others say there is none."""
     require_views(example_store_path, "ab_ranges", "noise_floors")
     got = rows(ds, "/zlstore/campaign_findings", root=CAMPAIGN)
+    own = manifest["campaign"]["screen_root"]
+    expected = expected_floors(manifest)
     rand = [r for r in got if r["op"] == "rand" and r["rounds"]]
-    assert rand and all(r["noise_floor"] == pytest.approx(0.0298, abs=1e-4) for r in rand)
-    assert all(r["floor_band"] != "no floor measured" for r in rand)
+    assert rand
+    for r in rand:
+        floor = expected.get(("rand", r["dtype"], r["shape"], "core", own))
+        assert r["noise_floor"] == (pytest.approx(floor[0], abs=1e-6) if floor else None)
+    assert any(r["noise_floor"] is not None for r in rand)
     topk = [r for r in got if r["op"] == "topk"]
     assert topk and all(r["noise_floor"] is None for r in topk)
 

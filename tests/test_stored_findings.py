@@ -23,7 +23,9 @@ SHAPES = [Shape(1.5, 0.02), Shape(1.0, 0.3), Shape(1.0, 0.001)] * 2
 
 @pytest.fixture
 def db_path(tmp_path):
-    write_repeat_root(tmp_path / "runs", "ab_stored", SHAPES, rounds=4, seed=3)
+    # a known machine: a floor of that machine applies to its ranges (ARTIFACTS.md, Noise floors)
+    machine = {"ENV_GPU": "NVIDIA H200", "ENV_DRIVER": "570.86.15", "ENV_RUNTIME": "cuda 12.8"}
+    write_repeat_root(tmp_path / "runs", "ab_stored", SHAPES, rounds=4, seed=3, environment=lambda side, rnd: machine)
     path = tmp_path / "s.db"
     with Store(path) as store:
         store.ingest(tmp_path / "runs")
@@ -113,11 +115,12 @@ def test_a_rescore_that_puts_back_the_floors_judges_nothing(db_path):
     basis = conn.execute("SELECT basis FROM ab_judgement_basis").fetchone()[0]
     conn.execute("DELETE FROM noise_floor_rows")
     conn.execute(
-        "INSERT INTO noise_floor_rows (rule, op, dtype, caliber_id, n, floor, roots, fallback_rows) "
-        "SELECT 'v3', op, dtype, caliber_id, 9, 0.5, 'x', 0 FROM ab_range_rows LIMIT 1"
+        "INSERT INTO noise_floor_rows (rule, root_id, op, dtype, shape, caliber_id, machine, n, floor, fallback_rows) "
+        "SELECT 'v3', r.root_id, r.op, r.dtype, r.shape, r.caliber_id, m.machine, 9, 0.5, 0 "
+        "FROM ab_range_rows r JOIN root_machines m ON m.root_id = r.root_id WHERE r.caliber_id IS NOT NULL"
     )
     assert unjudged(conn) == len(stored)
-    assert {r["noise_floor"] for r in judgements(conn)} == {0.5}  # one op, dtype and caliber
+    assert {r["noise_floor"] for r in judgements(conn)} == {0.5}  # a floor of its machine beside every shape
     conn.execute("DELETE FROM noise_floor_rows")
     assert conn.execute("SELECT basis FROM judging_basis").fetchone()[0] == basis
     assert unjudged(conn) == 0 and judgements(conn) == stored

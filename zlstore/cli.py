@@ -1983,11 +1983,15 @@ def ab(store, root, rejected, op, finding, sort, fail_on, out):
 @db_option
 @output_options
 def noise(store, op, out):
-    """Noise floors: per (row op, dtype, caliber), floor = max |before/after
-    - 1| over the paired rows of every NO_IR_DIFF screening pair under the
-    current rule (the same code measured twice), with the number of rows it
-    rests on and the roots they came from. A noise floor, not a result: an
-    A/B range means something only where it clears its op's floor. --json:
+    """Noise floors: per (row op, dtype, shape, caliber, machine), floor =
+    max |before/after - 1| over the paired rows of the NO_IR_DIFF screening
+    pairs under the current rule (the same code measured twice), with the
+    rows (n) and the screening roots it rests on. A machine is the GPU
+    model, driver and runtime the cells recorded; a floor of an unknown
+    machine is one screening root's, and serves only the campaigns that name
+    it their SCREEN_ROOT. A noise floor, not a result: a campaign's range
+    means something only where it clears the floor of its shape on its
+    machine (zlstore ab shows it; another machine's floors never). --json:
     {"summary", "rows"}.
 
     Exit status: 0 done; 2 a bad --db (missing: never created; not a
@@ -2106,18 +2110,25 @@ def report_command(store, root, fmt, out_path):
 @cli.command()
 @click.argument("op_spec", metavar="OP[:DTYPE]")
 @click.option("--shape", default=None, help="Only this shape of a campaign's ranges, as JSON (e.g. '[[4096, 4096]]').")
+@click.option(
+    "--switch", "switch", default=None, help="Only the roots that tested this switch (e.g. TRITON_F32_DEFAULT)."
+)
 @db_option
 @output_options
-def history(store, op_spec, shape, out):
+def history(store, op_spec, shape, switch, out):
     """One operator across every stored campaign, repeat run and screening
     root that measured it, oldest first (each root's STARTED_AT): per root,
-    what it ran on, or what changed from the root before (triton 3.5.0 ->
-    3.6.0, FlagGems a1b2c3 -> d4e5f6, a caliber field), and its results: a
-    campaign's finding, effect and 95% interval per shape; a screening
-    pair's verdict with its labelled range (never a result). A shape whose
-    finding changes between consecutive campaigns is flagged with both
-    intervals. --json: the entries and flips; the other formats: one row
-    per result with its root.
+    the switch it tested with its values (TRITON_F32_DEFAULT ieee->tf32),
+    what it ran on, or what changed from the root before (the switch or its
+    values, triton 3.5.0 -> 3.6.0, FlagGems a1b2c3 -> d4e5f6, a caliber
+    field), and its results: a campaign's finding, effect and 95% interval
+    per shape; a screening pair's verdict with its labelled range (never a
+    result). A shape whose finding changes between consecutive campaigns of
+    the same switch, values and caliber (and GPU model, where known) is
+    flagged with both intervals; a dead axis (an A/A run: ZL_DEAD_AXIS
+    off->on, a screen whose switch changed no IR) is never compared.
+    --switch: one switch's roots only. --json: the entries and flips; the
+    other formats: one row per result with its root and switch.
 
     Exit status: 0 done; 2 no stored root measured OP (or not with DTYPE or
     --shape), or a bad --db.
@@ -2127,15 +2138,24 @@ def history(store, op_spec, shape, out):
         \b
         zlstore history softmax:float32
         zlstore history mm:float16 --shape '[[4096, 4096]]' --json
+        zlstore history bmm --switch TRITON_F32_DEFAULT
     """
 
     op, _, dtype = op_spec.partition(":")
     try:
-        result = historymod.history(store, op, dtype if _ else None, shape)
+        result = historymod.history(store, op, dtype if _ else None, shape, switch)
     except historymod.HistoryError as error:
         raise click.UsageError(str(error))
     flat = [
-        {"root": e["root"], "kind": e["kind"], "started_at": e["started_at"], "changes": "; ".join(e["changes"]), **r}
+        {
+            "root": e["root"],
+            "kind": e["kind"],
+            "started_at": e["started_at"],
+            "switch": historymod.switch_text(e),
+            "axis": e["axis"],
+            "changes": "; ".join(e["changes"]),
+            **r,
+        }
         for e in result["entries"]
         for r in e["results"]
     ]

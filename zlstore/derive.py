@@ -68,7 +68,8 @@ reader knows it is current (docs/development.md shows this list):
   prints it. Refreshed by `ranges.JUDGING`; trigger
   `ab_range_rows_delete_drops_json`. Current as the judgement.
 - `ab_judgement_basis`. From the view `judging_basis` (the settings, the
-  rule, the schema's hash, the current rule's floors) when the judgements
+  rule, the schema's hash, the current rule's floors, each campaign's own
+  screening root) when the judgements
   were stored. Refreshed by `ranges.JUDGING`. Current when
   `judging_basis.current`.
 - `ab_stale_floors` (a queue). From a rule's fingerprints added
@@ -77,9 +78,11 @@ reader knows it is current (docs/development.md shows this list):
   screening round is paired again or cells gain fingerprints they lacked
   (`floors.mark_every`). Emptied by `floors.STEPS`, final only. Current
   when empty.
-- `noise_floor_rows`. From `verdicts_by_rule`'s NO_IR_DIFF screening pairs
-  and their `ab_slot_rows`. Refreshed by `floors.STEPS`, final only.
-  Current when `ab_stale_floors` is empty.
+- `noise_floor_rows`, per screening root, row op, dtype, shape, caliber
+  and machine. From `verdicts_by_rule`'s NO_IR_DIFF screening pairs, their
+  cells' environments (`environment_machines`) and their `ab_slot_rows`.
+  Refreshed by `floors.STEPS`, final only. Current when `ab_stale_floors`
+  is empty.
 
 Caches, outside derive(): `ir_digests` (an IR text's digest under a rule:
 written with the cell's fingerprints by ingest and

@@ -1,15 +1,22 @@
 """The noise floor, whole: how it is computed, what it judges, and when it
-is computed again.
+is computed again (../shared/ARTIFACTS.md, Noise floors).
 
 The rows of a NO_IR_DIFF screening pair measure the same code twice: the
-noise floor of (row op, row dtype, caliber) under a rule is max |ratio - 1|
-over the paired rows of every NO_IR_DIFF pair under that rule, n the rows
-it rests on (STEPS, run by a final derive.derive into noise_floor_rows). A
-campaign's range clears its floor when the whole range lies outside 1 +-
-floor (CLEARS: the view ab_range_judgements's clears_floor, through the
-"[[clears_floor]]" macro). A rule's floors are computed again when they
-are marked stale (ab_stale_floors): by mark() and mark_every() here, and by
-the trigger fingerprints_delete_marks_floors for fingerprints deleted by hand.
+floor of a screening root's (row op, row dtype, shape, caliber, machine)
+under a rule is max |ratio - 1| over the paired rows of its NO_IR_DIFF
+pairs under that rule, n the rows it rests on (STEPS, run by a final
+derive.derive into noise_floor_rows). machine is what both sides of a pair
+ran on (the view environment_machines: GPU model, driver, runtime); a pair
+whose sides ran on two known machines measures no machine's noise and
+gives none. A campaign's range is judged beside the floors of its own
+shape and caliber from its own screening root (SCREEN_ROOT) and from roots
+of its own known machine, never another's (the view ab_range_unjudged):
+another machine's roots in the same store change nothing about it. It
+clears its floor when the whole range lies outside 1 +- floor (CLEARS:
+the view ab_range_judgements's clears_floor, through the "[[clears_floor]]"
+macro). A rule's floors are computed again when they are marked stale
+(ab_stale_floors): by mark() and mark_every() here, and by the trigger
+fingerprints_delete_marks_floors for fingerprints deleted by hand.
 
 This module imports nothing of zlstore: its SQL holds macros.render_schema's
 macros, rendered where it runs (derive.py)."""
@@ -19,23 +26,27 @@ import sqlite3
 # The floors of the stale rules, computed again.
 STEPS = [
     "DELETE FROM noise_floor_rows WHERE rule IN (SELECT rule FROM ab_stale_floors)",
-    """INSERT INTO noise_floor_rows (rule, op, dtype, caliber_id, n, floor, roots, fallback_rows)
+    """INSERT INTO noise_floor_rows (rule, root_id, op, dtype, shape, caliber_id, machine, n, floor, fallback_rows)
         WITH quiet AS MATERIALIZED (
-            SELECT v.before_cell_id, v.after_cell_id, v.rule
+            SELECT v.before_cell_id, v.after_cell_id, v.rule, v.root_id,
+                   CASE WHEN mb.machine IS ma.machine THEN mb.machine END AS machine
             FROM verdicts_by_rule v
+            JOIN cells cb ON cb.id = v.before_cell_id
+            JOIN cells ca ON ca.id = v.after_cell_id
+            LEFT JOIN environment_machines mb ON mb.environment_id = cb.environment_id
+            LEFT JOIN environment_machines ma ON ma.environment_id = ca.environment_id
             WHERE v.rule IN (SELECT rule FROM ab_stale_floors) AND v.verdict = [[verdict NO_IR_DIFF]]
+              AND (mb.machine IS NULL OR ma.machine IS NULL OR mb.machine = ma.machine)
         )
-        SELECT quiet.rule, s.op, s.dtype, s.before_caliber_id, count(*),
-               max(abs(s.latency_before / s.latency_after - 1)), group_concat(DISTINCT roots.name),
-               sum(max(s.before_fallback, s.after_fallback))
+        SELECT quiet.rule, quiet.root_id, s.op, s.dtype, s.shape, s.before_caliber_id, quiet.machine, count(*),
+               max(abs(s.latency_before / s.latency_after - 1)), sum(max(s.before_fallback, s.after_fallback))
         FROM quiet
         JOIN cells b ON b.id = quiet.before_cell_id
         JOIN ab_slot_rows s
             ON [[round AND: s.{k} {is} b.{c}]]
            AND s.before_cell_id = quiet.before_cell_id AND s.after_cell_id = quiet.after_cell_id
            AND s.reason IS NULL
-        JOIN roots ON roots.id = s.root_id
-        GROUP BY quiet.rule, s.op, s.dtype, s.before_caliber_id""",
+        GROUP BY quiet.rule, quiet.root_id, s.op, s.dtype, s.shape, s.before_caliber_id, quiet.machine""",
     "DELETE FROM ab_stale_floors",
 ]
 

@@ -485,7 +485,8 @@ def noise_summary(rows: Sequence[dict]) -> dict:
     return {
         "floors": len(rows),
         "rows": sum(row["n"] or 0 for row in rows),
-        "note": "noise floors, not results: a range means something only where it clears its op's floor",
+        "note": "noise floors, not results: a range means something only where it clears the floor of its shape "
+        "on its machine",
     }
 
 
@@ -541,9 +542,15 @@ def ab_rejected(store, root=None) -> List[dict]:
 
 
 def noise_floors(store, op: Optional[str] = None) -> List[dict]:
-    """The noise floors (noise_floors), optionally of one row op."""
+    """The noise floors (noise_floors), optionally of one row op: per
+    shape and machine, in an order that is the same in every store."""
     where, params = ("", ()) if op is None else (" AND op = ?", (op,))
-    return _rows(store, f"SELECT * FROM noise_floors WHERE 1{where} ORDER BY op, dtype, caliber_id", params)
+    return _rows(
+        store,
+        f"SELECT * FROM noise_floors WHERE 1{where} "
+        f"ORDER BY op, dtype, gpu IS NULL, gpu, driver, runtime, roots, {', '.join(_caliber.NAMES)}, shape",
+        params,
+    )
 
 
 def root_calibers(store, root) -> List[dict]:

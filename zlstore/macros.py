@@ -31,7 +31,7 @@ def schema_source() -> str:
 
 _MACRO = re.compile(
     r"\[\[(current_side|side_cells|caliber|environment|round|range|verdicts|verdict|reasons|reason|findings|finding|case|rules|timeout_rcs|strictest_rule"
-    r"|min_rounds|setting|clears_floor|fact)(?: ([^:\]]*?))?(?:: (.*?))?\]\]"
+    r"|min_rounds|setting|clears_floor|machine|fact)(?: ([^:\]]*?))?(?:: (.*?))?\]\]"
 )
 
 
@@ -178,6 +178,11 @@ _VALUES = {
     "strictest_rule": lambda: _sql_literal(ttgir.STRICTEST_RULE),
     "min_rounds": lambda: str(stats.MIN_ROUNDS),
     "clears_floor": lambda: floors.CLEARS,
+    # an environments row e's machine (provenance.MACHINE), NULL where its GPU is unknown
+    "machine": lambda: (
+        f"CASE WHEN e.{provenance.MACHINE[0]} IS NOT NULL "
+        f"THEN json_array({', '.join('e.' + name for name in provenance.MACHINE)}) END"
+    ),
 }
 
 

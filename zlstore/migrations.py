@@ -279,6 +279,22 @@ def _test_outcomes(conn):
             conn.execute(f"ALTER TABLE cells ADD COLUMN {column} TEXT")
 
 
+@migration(15, rederive=True)
+def _floors_per_shape_and_machine(conn):
+    """Release 15 keeps a noise floor per screening root, shape and machine
+    (GPU model, driver, runtime), and a range's floor with the rows and
+    roots it rests on (ab_range_rows.floor_rows, floor_roots): a campaign is
+    judged only beside its own machine's floors (ARTIFACTS.md, Noise
+    floors). The floors are derived: the old table goes (schema.sql's
+    tables create the new one) and every round is paired again, which
+    computes them all."""
+    conn.execute("DROP TABLE IF EXISTS noise_floor_rows")
+    present = {row[1] for row in conn.execute("PRAGMA table_info(ab_range_rows)")}
+    for column in ("floor_rows INTEGER", "floor_roots TEXT"):
+        if column.split()[0] not in present:
+            conn.execute(f"ALTER TABLE ab_range_rows ADD COLUMN {column}")
+
+
 def _stored_schema_hash(conn):
     try:
         row = conn.execute("SELECT value FROM settings WHERE key = 'schema_hash'").fetchone()

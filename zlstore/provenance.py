@@ -47,6 +47,10 @@ NAMES: Tuple[str, ...] = tuple(f.name for f in FIELDS)
 # cell ran on (devices) is the tables' business, not the description's.
 DESCRIBED: Tuple[str, ...] = tuple(name for name in NAMES if name != "devices")
 BY_NAME: Dict[str, Field] = {f.name: f for f in FIELDS}
+# What makes two environments one machine kind for a noise floor
+# (ARTIFACTS.md, Noise floors): a floor measured on another GPU model,
+# driver or runtime says nothing of this one's noise. Known where the GPU is.
+MACHINE: Tuple[str, ...] = ("gpu", "driver", "runtime")
 BY_ENV: Dict[str, Field] = {f.env: f for f in FIELDS}
 # A cell command may leave this file in its OUT_DIR with ENV_* lines for what
 # only it can see (the benchmark's own Python); the screen's runner, which

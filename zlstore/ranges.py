@@ -36,7 +36,7 @@ SETUP = [
     "CREATE TEMP TABLE IF NOT EXISTS ab_keys_unique (key_id INTEGER PRIMARY KEY, root_id, op, dtype, shape)",
     "CREATE TEMP TABLE IF NOT EXISTS ab_judged_now "
     "(range_rowid INTEGER PRIMARY KEY, finding, finding_position, to_settle, noise_floor, clears_floor, "
-    "floor_note, json)",
+    "floor_note, floor_rows, floor_roots, json)",
     # Every derivation starts with no keys: STEPS fills it with those of the
     # ranges it computes, whose roots PENDING and FAMILIES then adjust.
     "DELETE FROM temp.ab_keys_unique",
@@ -201,11 +201,12 @@ FAMILIES = [
 JUDGING = [
     "DELETE FROM temp.ab_judged_now",
     """INSERT INTO temp.ab_judged_now
-        SELECT range_rowid, finding, finding_position, to_settle, noise_floor, clears_floor, floor_note, json
+        SELECT range_rowid, finding, finding_position, to_settle, noise_floor, clears_floor, floor_note,
+               floor_rows, floor_roots, json
         FROM ab_range_unjudged""",
     """UPDATE ab_range_rows SET finding = j.finding, finding_position = j.finding_position,
             to_settle = j.to_settle, noise_floor = j.noise_floor, clears_floor = j.clears_floor,
-            floor_note = j.floor_note, judged = 1
+            floor_note = j.floor_note, floor_rows = j.floor_rows, floor_roots = j.floor_roots, judged = 1
         FROM temp.ab_judged_now j WHERE ab_range_rows.rowid = j.range_rowid""",
     """INSERT OR REPLACE INTO ab_range_json (range_rowid, json)
         SELECT range_rowid, json FROM temp.ab_judged_now""",

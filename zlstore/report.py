@@ -7,6 +7,7 @@ import textwrap
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from . import caliber, judge, output, provenance
+from .history import switch_text as history_switch_text
 
 
 def _grouped(rows: Sequence[dict]):
@@ -277,7 +278,7 @@ def ab_note(row: Mapping) -> str:
     if row["fallback"]:
         notes.append(f"{row['fallback_rows']} paired row(s) timed by the direct fallback, a different regime")
     if row["finding"] in ("faster", "slower") and row["clears_floor"] == 0:
-        notes.append("its range lies within the op's noise floor (set by the op's noisiest screened shape)")
+        notes.append("its range lies within its shape's noise floor")
     return "; ".join(notes)
 
 
@@ -460,21 +461,34 @@ def rejected(rows: Sequence[dict]) -> str:
     )
 
 
-NOISE_HEADING = f"noise floors, not results (caliber = {'/'.join(caliber.NAMES)})"
+NOISE_HEADING = (
+    f"noise floors, not results, per shape and machine (caliber = {'/'.join(caliber.NAMES)}; "
+    "a floor of an unknown machine serves only the campaigns whose SCREEN_ROOT it is)"
+)
 
 
-NOISE_COLUMNS = ["op", "dtype", "n", "floor", "label", "roots", "caliber"]
+NOISE_COLUMNS = ["op", "dtype", "shape", "floor", "n", "roots", "machine", "caliber"]
+
+
+def machine_text(row: Mapping) -> str:
+    """The machine a floor was measured on (GPU model, driver, runtime), or unknown."""
+    if row.get("gpu") is None:
+        return "unknown"
+    return provenance.describe(row, provenance.MACHINE)
 
 
 def noise_shown(rows: Sequence[dict]) -> "output.Shown":
-    """The floors with their caliber as one slash-separated column, as the table shows them."""
-    with_caliber = [{**row, "caliber": "/".join(str(row[name]) for name in caliber.NAMES)} for row in rows]
-    return output.Shown(with_caliber, NOISE_COLUMNS)
+    """The floors with their machine and their caliber as one slash-separated column, as the table shows them."""
+    shown = [
+        {**row, "machine": machine_text(row), "caliber": "/".join(str(row[name]) for name in caliber.NAMES)}
+        for row in rows
+    ]
+    return output.Shown(shown, NOISE_COLUMNS)
 
 
 def noise(rows: Sequence[dict]) -> str:
     """The heading (a floor is not a result) and, when there are rows, the
-    floors with their caliber as one slash-separated column."""
+    floors with their machine and caliber."""
     if not rows:
         return NOISE_HEADING
     return NOISE_HEADING + "\n" + output.table(noise_shown(rows).rows, NOISE_COLUMNS)
@@ -585,11 +599,17 @@ def history(result: Mapping) -> str:
     lines = [
         f"history of {label}"
         + (f" shape {result['shape']}" if result["shape"] else "")
+        + (f" of the switch {result['switch']}" if result.get("switch") else "")
         + f": {len(entries)} root{'s' if len(entries) != 1 else ''}, oldest first (rule {result['rule']})",
         "",
     ]
     for i, entry in enumerate(entries):
-        lines.append(f"{entry['started_at'] or '(time unknown)'}  {entry['root']}  ({entry['kind']})")
+        lines.append(
+            f"{entry['started_at'] or '(time unknown)'}  {entry['root']}  ({entry['kind']}; "
+            f"{history_switch_text(entry)})"
+        )
+        if entry["axis"] == "dead":
+            lines.append("  dead axis: an A/A run, no part of a switch's history (never compared for flips)")
         if i == 0 or not entry["changes"] or (entries[i - 1]["environment"] is None and entry["environment"]):
             env = entry["environment"]
             lines.append(
@@ -627,16 +647,18 @@ def history(result: Mapping) -> str:
     if result["flips"]:
         lines.append(
             f"{len(result['flips'])} finding{'s' if len(result['flips']) != 1 else ''} changed "
-            "between consecutive campaigns:"
+            "between consecutive campaigns of one switch, values and caliber:"
         )
         for f in result["flips"]:
             lines.append(
-                f"  {f['op']}{':' + f['dtype'] if f['dtype'] else ''} {f['shape']}: "
+                f"  {f['switch']}: {f['op']}{':' + f['dtype'] if f['dtype'] else ''} {f['shape']}: "
                 f"{f['from']['finding']} -> {f['to']['finding']}  "
                 f"({_flip_side(f['from'])} in {f['from']['root']}; {_flip_side(f['to'])} in {f['to']['root']})"
             )
+            if f["changes"]:
+                lines.append("    between them: " + "; ".join(f["changes"]))
     else:
-        lines.append("no shape's finding changed between consecutive campaigns")
+        lines.append("no shape's finding changed between consecutive campaigns of one switch, values and caliber")
     return "\n".join(lines)
 
 
