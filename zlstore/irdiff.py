@@ -31,10 +31,11 @@ the store and the fingerprint rules (ttgir.py); nothing is written, and no
 file of the runs/ tree is read: the IR is the stored IR.
 """
 
+import bisect
 import difflib
 import json
 import re
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -58,12 +59,13 @@ PAIRING = (
 BY_RULE, BY_STRICTEST, BY_SHARED, BY_SIGNATURE, BY_CONFIG, BY_TILES, BY_ORDER = PAIRING
 
 # The bounds of one pair's unified diff: texts longer than MAX_DIFF_BYTES
-# are not diffed; the lines that differ are aligned (difflib, quadratic
-# in bad cases) MAX_ALIGNED_LINES at most a side, after the lines both
-# sides begin and end with; the diff stops after MAX_DIFF_LINES lines,
-# each cut to MAX_LINE_CHARS. Each cut says so in a line of its own.
+# are not diffed; difflib (quadratic in bad cases) aligns at most
+# MAX_ALIGNED_LINES a side of the lines between those both sides begin
+# and end with, and past that the lines each side holds once anchor the
+# alignment (_Anchored); the diff stops after MAX_DIFF_LINES lines, each
+# cut to MAX_LINE_CHARS. Each cut says so in a line of its own.
 MAX_DIFF_BYTES = 64 << 20
-MAX_ALIGNED_LINES = 20_000
+MAX_ALIGNED_LINES = 5_000
 MAX_DIFF_LINES = 5_000
 MAX_LINE_CHARS = 4_000
 # How a cut is said: a line that no diff reader takes for a line of the texts.
@@ -495,20 +497,19 @@ def _common(a: List[str], b: List[str]) -> Tuple[int, int]:
 
 
 def _hunks(a: List[str], b: List[str], context: int, cut: List[str]) -> List[str]:
-    """The hunks of a unified diff of a and b, as difflib makes them, but
-    aligning only the lines between those both begin and end with, and at
-    most MAX_ALIGNED_LINES of them a side (cut says what was left out)."""
+    """The hunks of a unified diff of a and b, as difflib makes them, for
+    the lines between those both begin and end with; past
+    MAX_ALIGNED_LINES of them a side, aligned on the lines each side holds
+    once (_Anchored: linear but for a sort) instead of by difflib alone
+    (quadratic in bad cases)."""
     head, tail = _common(a, b)
     start = max(0, head - context)
     a_mid, b_mid = a[start : len(a) - max(0, tail - context)], b[start : len(b) - max(0, tail - context)]
     if max(len(a_mid), len(b_mid)) > MAX_ALIGNED_LINES:
-        cut.append(
-            f"only the first {MAX_ALIGNED_LINES} of the {len(a_mid)} and {len(b_mid)} lines that differ "
-            f"from line {start + 1} on are aligned"
-        )
-        a_mid, b_mid = a_mid[:MAX_ALIGNED_LINES], b_mid[:MAX_ALIGNED_LINES]
+        matcher: difflib.SequenceMatcher = _Anchored(a_mid, b_mid, cut)
+    else:
+        matcher = difflib.SequenceMatcher(None, a_mid, b_mid)
     out = []
-    matcher = difflib.SequenceMatcher(None, a_mid, b_mid)
     for group in matcher.get_grouped_opcodes(context):
         first, last = group[0], group[-1]
         out.append(
@@ -518,9 +519,97 @@ def _hunks(a: List[str], b: List[str], context: int, cut: List[str]) -> List[str
             if tag == "equal":
                 out.extend(" " + line for line in a_mid[i1:i2])
                 continue
-            out.extend("-" + line for line in a_mid[i1:i2])
-            out.extend("+" + line for line in b_mid[j1:j2])
+            room = MAX_DIFF_LINES + 1 - len(out)  # unified_diff cuts at MAX_DIFF_LINES: the rest is not made
+            out.extend("-" + line for line in a_mid[i1 : i1 + max(0, min(i2 - i1, room))])
+            room = MAX_DIFF_LINES + 1 - len(out)
+            out.extend("+" + line for line in b_mid[j1 : j1 + max(0, min(j2 - j1, room))])
+        if len(out) > MAX_DIFF_LINES:
+            break
     return out
+
+
+class _Anchored(difflib.SequenceMatcher):
+    """The opcodes of two long texts: the lines that each side holds once,
+    in the longest order both keep (patience diff's anchors), are equal;
+    between two anchors, difflib aligns what lies there where it is short,
+    and what is not short is one replacement (cut says so)."""
+
+    def __init__(self, a: List[str], b: List[str], cut: List[str]):
+        super().__init__(None, [], [], autojunk=False)  # no index of b: the opcodes are made here
+        self._ops = self._anchored(a, b, cut)
+
+    def get_opcodes(self):  # get_grouped_opcodes reads it
+        return self._ops
+
+    @staticmethod
+    def _anchored(a: List[str], b: List[str], cut: List[str]) -> List[tuple]:
+        seen_a, seen_b = Counter(a), Counter(b)
+        where_b = {line: j for j, line in enumerate(b) if seen_b[line] == 1}
+        pairs = [(i, where_b[line]) for i, line in enumerate(a) if seen_a[line] == 1 and line in where_b]
+        if any(p[1] >= q[1] for p, q in zip(pairs, pairs[1:])):  # a line moved
+            pairs = _longest_increasing(pairs)
+        ops: List[tuple] = []
+        long_gaps = 0
+        run_i = run_j = i0 = j0 = 0  # the equal lines a[run_i:i0], b[run_j:j0] run on to here
+        for i, j in pairs + [(len(a), len(b))]:
+            if i == i0 and j == j0:
+                i0, j0 = i + 1, j + 1
+                continue
+            ops.append(("equal", run_i, i0, run_j, j0))
+            if i == i0 or j == j0:
+                ops.append(("delete" if i > i0 else "insert", i0, i, j0, j))
+            elif i - i0 <= ALIGNED_GAP and j - j0 <= ALIGNED_GAP:
+                gap = difflib.SequenceMatcher(None, a[i0:i], b[j0:j]).get_opcodes()
+                ops.extend((tag, i0 + p, i0 + q, j0 + r, j0 + t) for tag, p, q, r, t in gap)
+            else:
+                long_gaps += 1
+                ops.append(("replace", i0, i, j0, j))
+            run_i, run_j, i0, j0 = i, j, i + 1, j + 1
+        ops.append(("equal", run_i, min(i0, len(a)), run_j, min(j0, len(b))))
+        if long_gaps:
+            cut.append(
+                f"{long_gaps} stretches of more than {ALIGNED_GAP} lines between lines of one side's own "
+                "are not aligned"
+            )
+        return _merged(ops)
+
+
+# Between two anchors, difflib aligns at most this many lines a side.
+ALIGNED_GAP = 2_000
+
+
+def _longest_increasing(pairs: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
+    """The longest run of pairs (sorted by their first) whose second
+    rises too: patience sorting, n log n."""
+    tops: List[int] = []  # per length, the smallest second ending such a run
+    ends: List[int] = []  # per length, the index of the pair ending it
+    back = [-1] * len(pairs)
+    for k, (_, j) in enumerate(pairs):
+        pos = bisect.bisect_left(tops, j)
+        if pos == len(tops):
+            tops.append(j)
+            ends.append(k)
+        else:
+            tops[pos], ends[pos] = j, k
+        back[k] = ends[pos - 1] if pos else -1
+    run, k = [], ends[-1] if ends else -1
+    while k >= 0:
+        run.append(pairs[k])
+        k = back[k]
+    return run[::-1]
+
+
+def _merged(ops: List[tuple]) -> List[tuple]:
+    """Opcodes with empty ones dropped and neighbours of one tag joined."""
+    out: List[tuple] = []
+    for tag, i1, i2, j1, j2 in ops:
+        if i1 == i2 and j1 == j2:
+            continue
+        if out and out[-1][0] == tag and out[-1][2] == i1 and out[-1][4] == j1:
+            out[-1] = (tag, out[-1][1], i2, out[-1][3], j2)
+        else:
+            out.append((tag, i1, i2, j1, j2))
+    return out or [("equal", 0, 0, 0, 0)]
 
 
 def _span(start: int, length: int) -> str:
@@ -560,7 +649,7 @@ def unified_diff(
     if not hunks and not cut:
         return ""
     if len(hunks) > MAX_DIFF_LINES:
-        cut.append(f"cut after {MAX_DIFF_LINES} of its {len(hunks)} lines")
+        cut.append(f"cut after {MAX_DIFF_LINES} lines")
         hunks = hunks[:MAX_DIFF_LINES]
     for line in hunks:
         if len(line) > MAX_LINE_CHARS:
