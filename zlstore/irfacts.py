@@ -25,7 +25,8 @@ MAX_LINES = 400_000
 
 # An operation line: results (`%a`, `%a:3`, `%a, %b`), then the op's name,
 # bare or quoted (the generic form).
-_OP = re.compile(r'\s*(?:%[^=]*?=\s*)?"?([A-Za-z_][\w$]*(?:\.[\w$]+)+)"?(?=[\s(<{]|$)')
+_OP = re.compile(r'\s*(?:(%[^=]*?)=\s*)?"?([A-Za-z_][\w$]*(?:\.[\w$]+)+)"?(?=[\s(<{]|$)')
+_RESULTS = re.compile(r"%[^\s,:]+(?::(\d+))?")
 # An alias definition: `#mma = #ttg.nvidia_mma<{...}>`, `!t = !tt.ptr<f32>`.
 _ALIAS = re.compile(r"\s*([#!][\w.$\-]+)\s*=\s*([#!][A-Za-z_][\w.$]*)")
 _SHAPE = re.compile(r"(?:tensor|memdesc)<((?:\d+x)+)")
@@ -52,8 +53,10 @@ class Facts:
     attrs: Dict[str, Dict[str, FrozenSet[str]]]
     tiles: tuple
     signature: str = field(default="")
-    # per op name, the tensor and memdesc shapes its lines hold
+    # per op name, the tensor and memdesc shapes its lines hold, and how
+    # many results it gives (`%a:3 = ...`: 3)
     shapes: Dict[str, FrozenSet[Tuple[int, ...]]] = field(default_factory=dict)
+    results: Dict[str, FrozenSet[int]] = field(default_factory=dict)
 
 
 def _dims(text: str) -> Tuple[int, ...]:
@@ -142,6 +145,7 @@ def read(text: str) -> Optional[Facts]:
     counts: Counter = Counter()
     attrs: Dict[str, Dict[str, set]] = {}
     shapes: Dict[str, set] = {}
+    results: Dict[str, set] = {}
     dots, ranges, blocks = set(), set(), set()
     signature = ""
     for line in text.split("\n"):
@@ -157,7 +161,9 @@ def read(text: str) -> Optional[Facts]:
                     continue
                 name, rest = "module", line.lstrip()[len("module") :]
             else:
-                name, rest = m.group(1), line[m.end() :]
+                name, rest = m.group(2), line[m.end() :]
+                given = sum(int(n or 1) for n in _RESULTS.findall(m.group(1) or ""))
+                results.setdefault(name, set()).add(given)
             ops.append(name)
         counts[name] += 1
         if alias:
@@ -191,6 +197,7 @@ def read(text: str) -> Optional[Facts]:
         tiles,
         signature,
         {op: frozenset(found) for op, found in shapes.items()},
+        {op: frozenset(found) for op, found in results.items()},
     )
 
 

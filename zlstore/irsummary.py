@@ -4,11 +4,12 @@ diff` prints first, and `ab` and the report show beside a finding.
 Computed from the kernels' normalized IR (irfacts.py), never from a list
 of op names: per pair of kernels, the operations whose count changed, an
 operation that took another's place (it vanished, one new to the kernel
-appeared as many times, at the place the alignment of the two sequences
-of operations puts them together), and per operation present on both
-sides (or taking another's place) the attribute values it gained or lost.
-Then per change, the number of pairs it happened in, of the pairs of the
-op: "tt.dot -> ttng.warp_group_dot in 40 of 51".
+appeared as many times, on the same shapes, where the alignment of the
+two sequences of operations puts them together), and per operation present
+on both sides (or taking another's place) the attribute values it gained
+or lost. Then per change, the number of pairs it happened in, of the
+pairs of the op: "tt.dot -> ttng.warp_group_dot in 40 of 51"; operations
+first, then the layouts (an alias's kind: `#ttg.nvidia_mma +1`).
 """
 
 import difflib
@@ -27,8 +28,9 @@ REPLACED, COUNT, ATTRIBUTE, ONLY = "replaced", "count", "attribute", "only"
 
 def _replacements(before: Facts, after: Facts, gone: Dict[str, int], new: Dict[str, int]) -> Dict[str, str]:
     """vanished op -> the new op that took its place, one for one: as many
-    of it as there were of the old, on the same shapes, in a block the
-    alignment of the two sequences of operations replaced."""
+    of it as there were of the old, on the same shapes, giving as many
+    results, in a block the alignment of the two sequences of operations
+    replaced."""
     if not gone or not new or max(len(before.ops), len(after.ops)) > MAX_ALIGNED:
         return {}
     partners: Dict[str, List[str]] = {}
@@ -40,7 +42,11 @@ def _replacements(before: Facts, after: Facts, gone: Dict[str, int], new: Dict[s
         news = [o for o in dict.fromkeys(after.ops[j1:j2]) if o in new]
         for old in olds:
             partners.setdefault(old, []).extend(
-                n for n in news if new[n] == gone[old] and after.shapes.get(n) == before.shapes.get(old)
+                n
+                for n in news
+                if new[n] == gone[old]
+                and after.shapes.get(n) == before.shapes.get(old)
+                and after.results.get(n) == before.results.get(old)
             )
     found, taken = {}, set()
     for old, candidates in partners.items():
@@ -97,7 +103,7 @@ def summarize(pairs: Sequence[Tuple[str, Optional[Facts], Optional[Facts]]], unr
     only = Counter((("before" if a is None else "after"), name) for name, b, a in pairs if (b is None) != (a is None))
     changes = [
         {"change": list(change), "kernels": n, "text": change_text(change)}
-        for change, n in sorted(seen.items(), key=lambda item: (-item[1], _order(item[0]), repr(item[0])))
+        for change, n in sorted(seen.items(), key=lambda item: (_order(item[0]), -item[1], repr(item[0])))
     ]
     changes.extend(
         {"change": [ONLY, side, name], "kernels": n, "text": f"{name} only {side}"}
@@ -106,8 +112,10 @@ def summarize(pairs: Sequence[Tuple[str, Optional[Facts], Optional[Facts]]], unr
     return {"pairs": len(both), "unread": unread, "changes": changes}
 
 
-def _order(change: tuple) -> int:
-    return (REPLACED, COUNT, ATTRIBUTE).index(change[0])
+def _order(change: tuple) -> tuple:
+    """Operations before layouts (`#ttg.blocked`: an alias's kind), and
+    replacements, then attributes, then counts."""
+    return (change[1].startswith(("#", "!")), (REPLACED, ATTRIBUTE, COUNT).index(change[0]))
 
 
 def _values(values: tuple) -> str:
