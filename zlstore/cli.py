@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from . import db as dbmod
-from . import files, irdiff, judge, layout, output, report, ttgir
+from . import files, irchanges, irdiff, judge, layout, output, report, ttgir
 from . import history as historymod
 from . import plan as planmod
 from .plan import MAX_CARDS
@@ -1912,7 +1912,10 @@ def ab(store, root, rejected, op, finding, sort, fail_on, out):
     (what would settle it, unpaired rows, the floor's absence) goes on
     lines of its own below it; -t/--fmt print the table's columns (the
     note a column), --json and --csv every column. --json is
-    {"summary": the closing lines' counts and thresholds, "rows": [...]}.
+    {"summary": the closing lines' counts and thresholds, "rows": [...]};
+    a faster or slower range's row has "ir_changes": what changed in its
+    op's IR (as zlstore diff sums it up), the command that shows it and
+    its kernel_diff page under zlstore serve.
 
     Exit status: 0 done; 1 --fail-on: a range has one of its findings
     (each is named on stderr, after the output); 2 an unknown root, a
@@ -1944,7 +1947,7 @@ def ab(store, root, rejected, op, finding, sort, fail_on, out):
                 emit(out, rows, human=lambda: report.rejected(rows))
         elif out.kind in ("json", "nl"):  # built by SQLite: a campaign has thousands of ranges
             summary = judge.ab_summary(store, found, op, finding)
-            text = output.JSONText(judge.ab_ranges_json(store, found, op, finding, sort))
+            text = output.JSONText(irchanges.with_ir_changes(store, judge.ab_ranges_json(store, found, op, finding, sort)))
             emit(out, [], document=output.Summarized(summary, text))
         else:
             summary = judge.ab_summary(store, found, op, finding)
