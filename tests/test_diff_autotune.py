@@ -74,7 +74,9 @@ def test_the_summary_says_what_the_switch_did(store):
         document = irdiff.diff(opened, ROOT, "baddbmm", with_diff=False)
     pairs = [r for r in document["kernels"] if r["status"] == "changed"]
     text = {side: [Path(r[f"path_{side}"]).read_text() for r in pairs] for side in ("before", "after")}
-    wgmma = sum(" tt.dot " in b and " tt.dot " not in a and " ttng.warp_group_dot " in a for b, a in zip(*text.values()))
+    wgmma = sum(
+        " tt.dot " in b and " tt.dot " not in a and " ttng.warp_group_dot " in a for b, a in zip(*text.values())
+    )
     tf32 = sum("inputPrecision = tf32" in a and "inputPrecision" not in b for b, a in zip(*text.values()))
     assert (wgmma, tf32) == (40, 8)  # as the files say
     summary = done.stdout.split("\nwhat changed, of 51 kernel pairs:\n")[1].split("\n\n")[0].split("\n")

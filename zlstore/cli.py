@@ -1947,7 +1947,9 @@ def ab(store, root, rejected, op, finding, sort, fail_on, out):
                 emit(out, rows, human=lambda: report.rejected(rows))
         elif out.kind in ("json", "nl"):  # built by SQLite: a campaign has thousands of ranges
             summary = judge.ab_summary(store, found, op, finding)
-            text = output.JSONText(irchanges.with_ir_changes(store, judge.ab_ranges_json(store, found, op, finding, sort)))
+            text = output.JSONText(
+                irchanges.with_ir_changes(store, judge.ab_ranges_json(store, found, op, finding, sort))
+            )
             emit(out, [], document=output.Summarized(summary, text))
         else:
             summary = judge.ab_summary(store, found, op, finding)

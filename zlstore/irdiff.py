@@ -735,7 +735,7 @@ def summary_of(pairs: Sequence[Pair]) -> dict:
         if p.status != SAME
     ]
     unread = sum(
-        1 for p in pairs if p.status == CHANGED and (p.before.facts is None or p.after.facts is None)
+        1 for p in pairs if p.before is not None and p.after is not None and None in (p.before.facts, p.after.facts)
     )
     summary = irsummary.summarize(facts, unread)
     summary["pairs"] = sum(1 for p in pairs if p.before is not None and p.after is not None)
@@ -1028,9 +1028,7 @@ def text(document: dict, style=_plain, escape=lambda line: line, full: bool = Fa
         table = _table_rows(rows, grouped)
         columns = (["kernels"] if grouped else []) + list(_TABLE)
         headers = (["kernels"] if grouped else []) + list(_HEADERS)
-        rendered = output.table(
-            [shown for shown, _ in table], columns, headers=headers, align=["left"] * len(headers)
-        )
+        rendered = output.table([shown for shown, _ in table], columns, headers=headers, align=["left"] * len(headers))
         body = rendered.split("\n")
         lines.append(("", {}))
         lines.extend((line, {}) for line in body[:2])

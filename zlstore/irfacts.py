@@ -137,6 +137,56 @@ def _types_start(rest: str) -> int:
     return len(rest)
 
 
+def _parse(line: str) -> Optional[Tuple[str, str, List[Tuple[str, str]], Optional[int]]]:
+    """An operation or alias line as (its name, the text after the name,
+    its attribute entries, the number of results: None for an alias and
+    for `module`); None for any other line."""
+    if "loc(" in line:
+        line = _LOC.sub("", line)
+    alias = _ALIAS.match(line)
+    if alias:
+        rest = line[alias.end() :]
+        return alias.group(2), rest, _dictionaries(rest)[0], None
+    m = _OP.match(line)
+    if m is None:
+        if not line.lstrip().startswith("module"):
+            return None
+        name, rest, given = "module", line.lstrip()[len("module") :], None
+    else:
+        name, rest = m.group(2), line[m.end() :]
+        given = sum(int(n or 1) for n in _RESULTS.findall(m.group(1) or ""))
+    # a dictionary inside a type (a layout's) is the type's, not the op's
+    entries, operands = _dictionaries(rest[: _types_start(rest)])
+    entries.extend(_INLINE_ATTR.findall(operands))
+    return name, rest, entries, given
+
+
+class _Tiles:
+    """What identifies a config's block sizes, gathered op by op."""
+
+    def __init__(self) -> None:
+        self.dots: set = set()
+        self.ranges: set = set()
+        self.blocks: set = set()
+
+    def add(self, name: str, rest: str, entries: List[Tuple[str, str]], shapes: set) -> None:
+        if _TILE_OP.search(name.rpartition(".")[2]):
+            self.dots.update(shapes)
+        elif name.endswith("make_range"):
+            found = {k: v.partition(" : ")[0] for k, v in entries}  # `64 : i32`: 64
+            self.ranges.add((found.get("start", ""), found.get("end", "")))
+        elif name.endswith("make_tensor_ptr"):
+            self.blocks.update(shapes)
+        if "tensordesc<" in rest:
+            self.blocks.update(_dims(s) for s in _DESCRIPTOR.findall(rest))
+
+    def key(self, text: str) -> tuple:
+        tiles = (tuple(sorted(self.dots)), tuple(sorted(self.ranges)), tuple(sorted(self.blocks)))
+        if not any(tiles):  # no dot, range or block: every tensor shape it has
+            tiles = ((), (), tuple(sorted({_dims(s) for s in _SHAPE.findall(text)})))
+        return tiles
+
+
 def read(text: str) -> Optional[Facts]:
     """The facts of one IR text; None for a text past MAX_LINES lines."""
     if text.count("\n") > MAX_LINES:
@@ -146,55 +196,31 @@ def read(text: str) -> Optional[Facts]:
     attrs: Dict[str, Dict[str, set]] = {}
     shapes: Dict[str, set] = {}
     results: Dict[str, set] = {}
-    dots, ranges, blocks = set(), set(), set()
+    tiles = _Tiles()
     signature = ""
     for line in text.split("\n"):
-        if "loc(" in line:
-            line = _LOC.sub("", line)
-        alias = _ALIAS.match(line)
-        if alias:
-            name, rest = alias.group(2), line[alias.end() :]
-        else:
-            m = _OP.match(line)
-            if m is None:
-                if not line.lstrip().startswith("module"):
-                    continue
-                name, rest = "module", line.lstrip()[len("module") :]
-            else:
-                name, rest = m.group(2), line[m.end() :]
-                given = sum(int(n or 1) for n in _RESULTS.findall(m.group(1) or ""))
-                results.setdefault(name, set()).add(given)
-            ops.append(name)
+        parsed = _parse(line)
+        if parsed is None:
+            continue
+        name, rest, entries, given = parsed
         counts[name] += 1
-        if alias:
-            entries, _ = _dictionaries(rest)
-        else:  # a dictionary inside a type (a layout's) is the type's, not the op's
-            entries, operands = _dictionaries(rest[: _types_start(rest)])
-            entries.extend(_INLINE_ATTR.findall(operands))
+        if not name.startswith(("#", "!")):
+            ops.append(name)
+        if given is not None:
+            results.setdefault(name, set()).add(given)
         seen = attrs.setdefault(name, {})
         for key, value in entries:
             seen.setdefault(key, set()).add(value)
-        found_shapes = {_dims(s) for s in _SHAPE.findall(rest)}
-        shapes.setdefault(name, set()).update(found_shapes)
-        if _TILE_OP.search(name.rpartition(".")[2]):
-            dots.update(found_shapes)
-        elif name.endswith("make_range"):
-            found = {k: v.partition(" : ")[0] for k, v in entries}  # `64 : i32`: 64
-            ranges.add((found.get("start", ""), found.get("end", "")))
-        elif name.endswith("make_tensor_ptr"):
-            blocks.update(found_shapes)
-        elif name.endswith(".func") and not signature:
-            signature = " ".join(line.split())
-        if "tensordesc<" in rest:
-            blocks.update(_dims(s) for s in _DESCRIPTOR.findall(rest))
-    tiles: tuple = (tuple(sorted(dots)), tuple(sorted(ranges)), tuple(sorted(blocks)))
-    if not any(tiles):  # no dot, range or block: every tensor shape it has
-        tiles = ((), (), tuple(sorted({_dims(s) for s in _SHAPE.findall(text)})))
+        found = {_dims(s) for s in _SHAPE.findall(rest)}
+        shapes.setdefault(name, set()).update(found)
+        tiles.add(name, rest, entries, found)
+        if name.endswith(".func") and not signature:
+            signature = " ".join(_LOC.sub("", line).split())
     return Facts(
         tuple(ops),
         dict(counts),
         {op: {k: frozenset(v) for k, v in keys.items()} for op, keys in attrs.items()},
-        tiles,
+        tiles.key(text),
         signature,
         {op: frozenset(found) for op, found in shapes.items()},
         {op: frozenset(found) for op, found in results.items()},
