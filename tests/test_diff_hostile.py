@@ -110,7 +110,8 @@ def test_a_text_past_the_byte_cap_is_not_diffed(monkeypatch):
     monkeypatch.setattr(irdiff, "MAX_DIFF_BYTES", 1000)
     diff = irdiff.unified_diff(V3, kernel(b"a\n" * 10), kernel(b"b\n" * 1000, 2))
     assert diff.splitlines()[-1].startswith(irdiff.CUT + "not diffed") and "\n-a" not in diff
-    assert irdiff._facts(V3, b"b\n" * 1000) is None  # nor read for the summary
+    monkeypatch.setattr(irfacts, "MAX_CHARS", 1000)
+    assert irdiff._facts(V3, b"b\n" * 1000) is None and irdiff._facts(V3, b"b\n" * 400) is not None
 
 
 def test_pairing_computes_each_key_once_per_kernel():

@@ -69,6 +69,22 @@ def test_the_link_opens_the_pair_in_datasette(trees):
     assert [r["status"] for r in bmm] == ["changed", "changed"] and all("->" not in r["tiles"] for r in bmm)
 
 
+def test_datasette_says_what_changed_as_the_command_does(trees):
+    """The ir_changes query: the same summary as zlstore diff, per change."""
+    ds = Datasette([str(trees["both"])])
+    query = "root=screen_b&op=bmm&dtype=float32&rule="
+    rows = asyncio.run(ds.client.get(f"/both/ir_changes.json?_shape=array&{query}")).json()
+    shown = zl(trees["both"], "diff", "screen_b", "bmm:float32")
+    summary = shown.split("what changed, of 5 kernel pairs:\n")[1].split("\n\n")[0].splitlines()
+    said = [f"  {r['change']} in {r['kernels']} of {r['of_pairs']}" for r in rows]
+    assert (
+        summary == said
+        if len(rows) <= 12
+        else summary == said[:12] + [f"  ... and {len(rows) - 12} more (--json has every one)"]
+    )
+    assert rows[0]["change"] == "tt.dot -> ttng.warp_group_dot" and rows[0]["rule"] == "v3"
+
+
 def test_without_its_screening_root_a_campaign_reads_its_first_round(trees):
     with Store(trees["alone"]) as store:
         changes = irchanges.op_changes(store, "campaign_b", "bmm", "float32")

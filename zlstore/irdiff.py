@@ -407,7 +407,7 @@ def _kernels(conn, side: Side, rule: ttgir.Rule, strictest: ttgir.Rule) -> List[
 
 
 def _facts(rule: ttgir.Rule, raw: bytes) -> Optional[irfacts.Facts]:
-    if len(raw) > MAX_DIFF_BYTES or raw.count(b"\n") > irfacts.MAX_LINES:
+    if len(raw) > irfacts.MAX_CHARS or raw.count(b"\n") > irfacts.MAX_LINES:
         return None
     return irfacts.read(rule.normalized(raw.decode("utf-8", "surrogateescape")))
 
@@ -866,9 +866,25 @@ def kernel_diff_json(conn, before_cell_id, after_cell_id, rule: Optional[str] = 
     )
 
 
+def ir_changes_json(conn, before_cell_id, after_cell_id, rule: Optional[str] = None) -> str:
+    """What changed in two stored cells' IR (the summary, as `zlstore diff`
+    prints it first) as a JSON array: per change its text, the kernel
+    pairs it happened in, and the pairs there are: the SQL function
+    zlstore_ir_changes, which the canned query ir_changes reads."""
+    before, after = (
+        _stored_side(conn, label, cell_id) for label, cell_id in zip(SIDES, (before_cell_id, after_cell_id))
+    )
+    summary = diff_sides(conn, before, after, rule or current_rule(conn), with_diff=False)["summary"]
+    return json.dumps(
+        [{"change": printable(c["text"]), "kernels": c["kernels"], "of": summary["pairs"]} for c in summary["changes"]]
+    )
+
+
 def register(conn) -> None:
-    """zlstore_kernel_diff(before_cell_id, after_cell_id, rule) on conn."""
+    """zlstore_kernel_diff and zlstore_ir_changes (before_cell_id,
+    after_cell_id, rule) on conn."""
     conn.create_function("zlstore_kernel_diff", 3, lambda b, a, rule: kernel_diff_json(conn, b, a, rule))
+    conn.create_function("zlstore_ir_changes", 3, lambda b, a, rule: ir_changes_json(conn, b, a, rule))
 
 
 # -- the command's one call -------------------------------------------------------

@@ -12,7 +12,8 @@ the extents of its `tt.make_range`s and the blocks of its block pointers
 and tensor descriptors, none of which a switch that changes layouts,
 precision, shared memory or pipelining touches. The reading is by line
 (MLIR's printer puts one operation, and every attribute dictionary, on
-one line), linear in the text; a text past MAX_LINES is not read."""
+one line), linear in the text; a text past MAX_LINES or MAX_CHARS is not
+read."""
 
 import re
 from collections import Counter
@@ -20,8 +21,10 @@ from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
 # Texts longer than this are not read (a hostile or broken tree): their
-# facts are None and pairing goes on without them.
+# facts are None and pairing goes on without them. A real kernel's TTGIR
+# is a few thousand lines, some hundred kB.
 MAX_LINES = 400_000
+MAX_CHARS = 4 << 20
 
 # An operation line: results (`%a`, `%a:3`, `%a, %b`), then the op's name,
 # bare or quoted (the generic form).
@@ -93,6 +96,8 @@ def _entries(body: str) -> List[Tuple[str, str]]:
 def _dictionaries(rest: str) -> Tuple[List[Tuple[str, str]], str]:
     """The entries of every attribute dictionary closed on this line, and
     the line with them taken out (a `{` left open is a region's)."""
+    if "{" not in rest:
+        return [], rest
     entries: List[Tuple[str, str]] = []
     kept, i, n = [], 0, len(rest)
     while i < n:
@@ -188,8 +193,9 @@ class _Tiles:
 
 
 def read(text: str) -> Optional[Facts]:
-    """The facts of one IR text; None for a text past MAX_LINES lines."""
-    if text.count("\n") > MAX_LINES:
+    """The facts of one IR text; None for a text past MAX_LINES lines or
+    MAX_CHARS characters."""
+    if len(text) > MAX_CHARS or text.count("\n") > MAX_LINES:
         return None
     ops: List[str] = []
     counts: Counter = Counter()

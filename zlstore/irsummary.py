@@ -18,8 +18,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .irfacts import Facts
 
-# Operations aligned per kernel for the replacements; past this, counts only.
-MAX_ALIGNED = 20_000
+# Operations aligned per kernel for the replacements, between those both
+# kernels begin and end with (difflib is quadratic in bad cases); past
+# this, counts only.
+MAX_ALIGNED = 1_000
 # Lines of the summary the text shows (--json has them all).
 SHOWN = 12
 
@@ -31,15 +33,25 @@ def _replacements(before: Facts, after: Facts, gone: Dict[str, int], new: Dict[s
     of it as there were of the old, on the same shapes, giving as many
     results, in a block the alignment of the two sequences of operations
     replaced."""
-    if not gone or not new or max(len(before.ops), len(after.ops)) > MAX_ALIGNED:
+    if not gone or not new:
+        return {}
+    b_ops, a_ops = before.ops, after.ops
+    head = 0
+    while head < min(len(b_ops), len(a_ops)) and b_ops[head] == a_ops[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(b_ops), len(a_ops)) - head and b_ops[-1 - tail] == a_ops[-1 - tail]:
+        tail += 1
+    b_ops, a_ops = b_ops[head : len(b_ops) - tail], a_ops[head : len(a_ops) - tail]
+    if max(len(b_ops), len(a_ops)) > MAX_ALIGNED:
         return {}
     partners: Dict[str, List[str]] = {}
-    matcher = difflib.SequenceMatcher(None, before.ops, after.ops, autojunk=False)
+    matcher = difflib.SequenceMatcher(None, b_ops, a_ops, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag != "replace":
             continue
-        olds = [o for o in dict.fromkeys(before.ops[i1:i2]) if o in gone]
-        news = [o for o in dict.fromkeys(after.ops[j1:j2]) if o in new]
+        olds = [o for o in dict.fromkeys(b_ops[i1:i2]) if o in gone]
+        news = [o for o in dict.fromkeys(a_ops[j1:j2]) if o in new]
         for old in olds:
             partners.setdefault(old, []).extend(
                 n
