@@ -376,12 +376,17 @@ def _kernels(conn, side: Side, rule: ttgir.Rule, strictest: ttgir.Rule) -> List[
         return []
     kernels = []
     facts: Dict[str, Optional[irfacts.Facts]] = {}  # by IR hash: many kernels share a text
+    # The digests the store holds (those its fingerprints were made of: the
+    # verdict and this diff agree), computed only where it has none.
     for row in conn.execute(
         "SELECT k.id, k.name, k.cache_dir, k.ir_hash, k.convert_layouts, k.num_warps, k.num_stages, k.shared, "
-        "b.size, b.data FROM kernels k JOIN blobs b ON b.hash = k.ir_hash WHERE k.cell_id = ? ORDER BY k.id",
-        (side.cell_id,),
+        "b.size, b.data, "
+        "(SELECT digest FROM ir_digests d WHERE d.ir_hash = k.ir_hash AND d.rule = ?), "
+        "(SELECT digest FROM ir_digests d WHERE d.ir_hash = k.ir_hash AND d.rule = ?) "
+        "FROM kernels k JOIN blobs b ON b.hash = k.ir_hash WHERE k.cell_id = ? ORDER BY k.id",
+        (rule.name, strictest.name, side.cell_id),
     ):
-        kid, name, cache_dir, ir_hash, cl, warps, stages, shared, size, data = row
+        kid, name, cache_dir, ir_hash, cl, warps, stages, shared, size, data, digest, strictest_digest = row
         path = "/".join(p for p in (side.path, layout.TRITON_CACHE, cache_dir, name + ".ttgir") if p)
         raw = unpacked(data, size)
         if ir_hash not in facts:
@@ -398,8 +403,8 @@ def _kernels(conn, side: Side, rule: ttgir.Rule, strictest: ttgir.Rule) -> List[
                 stages,
                 shared,
                 raw,
-                ttgir.raw_digest(rule, raw, ir_hash),
-                ttgir.raw_digest(strictest, raw, ir_hash),
+                digest or ttgir.raw_digest(rule, raw, ir_hash),
+                strictest_digest or ttgir.raw_digest(strictest, raw, ir_hash),
                 facts[ir_hash],
             )
         )

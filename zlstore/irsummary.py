@@ -164,7 +164,8 @@ def lines(summary: dict, shown: int = SHOWN) -> List[str]:
     if rest > 0:
         out.append(f"... and {rest} more (--json has every one)")
     if summary.get("unread"):
-        out.append(f"{summary['unread']} pairs too long to read (over the line cap): not summarized")
+        n = summary["unread"]
+        out.append(f"{n} kernel pair{'s' if n != 1 else ''} too long to read (irfacts.py's caps): not summed up")
     return out
 
 
