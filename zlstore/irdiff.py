@@ -2,9 +2,11 @@
 
 A fingerprint says only *that* two cells' IR differs. This module pairs the
 kernels of two cells by name and says, per pair, whether the text a
-fingerprint rule hashes is the same, with the counts that say what kind of
-change it is (convert_layout, num_warps, num_stages, shared memory) and the
-unified diff of the normalized text (or of the text as compiled).
+fingerprint rule hashes is the same, with the tile shapes and the counts
+that say what kind of change it is (convert_layout, num_warps, num_stages,
+shared memory) and the unified diff of the normalized text (or of the text
+as compiled), bounded (MAX_DIFF_BYTES and the rest); and first, over the
+pairs, what changed (irsummary.py).
 
 Two sides come from: a screening pair (`ROOT OP`), one round of a repeat
 run or campaign (`ROOT OP --round N`), or the same side of two roots
