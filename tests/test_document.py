@@ -102,7 +102,9 @@ def test_html_is_one_file_with_the_picture_inline(example_store_path, tmp_path):
     result = report(example_store_path, CAMPAIGN, "--html", "-o", out)
     assert result.stderr.strip() == f"wrote {out}" and list(tmp_path.iterdir()) == [out]
     text = out.read_text()
-    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", text) and "<link" not in text
+    # nothing fetched: a link a reader follows (a finding's kernel_diff page) is no fetch
+    assert not re.search(r"""<(?!a\s)[^>]*\b(src|href)\s*=\s*["']?(https?:|//)""", text) and "<link" not in text
+    assert all("/kernel_diff?" in href for href in re.findall(r'<a href="([^"]+)"', text))
     assert "<script" not in text
     assert len(forest.read_back(text)) == 18
 

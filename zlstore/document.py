@@ -14,9 +14,9 @@ no click here."""
 import html
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, List, Mapping, Optional, Sequence
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
-from . import files, judge, output, report
+from . import files, irchanges, judge, output, report
 
 FORMATS = ("md", "html")
 
@@ -36,6 +36,7 @@ class Section:
     picture: bool = False  # the document's picture goes here
     empty: str = ""  # what it says when it has nothing
     notes: List[str] = field(default_factory=list)  # a list under the table: what a row's cells cannot hold
+    links: List[Tuple[str, str]] = field(default_factory=list)  # (text, address), listed under the table
 
 
 @dataclass
@@ -141,6 +142,7 @@ def campaign_document(store, found: Mapping) -> Document:
             empty="No A/B ranges: nothing paired yet.",
             notes=notes,
         ),
+        ir_changes_section(store, found, rows),
         Section(
             "Each shape's effect",
             lines=[
@@ -156,6 +158,24 @@ def campaign_document(store, found: Mapping) -> Document:
     ]
     svg = forest.forest_svg(plotted, found["name"]) if plotted else None
     return Document(f"A/B report: {found['name']}", sections, svg)
+
+
+def ir_changes_section(store, found: Mapping, rows: Sequence[Mapping]) -> Section:
+    """Per op with a faster or slower range: what changed in its IR
+    (irchanges.for_findings), the command that shows it, and a link to
+    its kernel_diff page."""
+    changes = irchanges.for_findings(store, found, rows)
+    return Section(
+        "IR changes behind the findings",
+        lines=["What changed in each op's IR, before against after, as zlstore diff sums it up."] if changes else [],
+        table=Table(changes, ["op", "dtype", "findings", "ir_change", "command"]) if changes else None,
+        empty="No range is faster or slower: no IR change to show.",
+        links=[
+            (f"{c['op']}:{c['dtype']}: its kernels under zlstore serve (kernel_diff)", c["kernel_diff"])
+            for c in changes
+            if c.get("kernel_diff")
+        ],
+    )
 
 
 def _ran_on(store, found: Mapping) -> str:
@@ -236,11 +256,18 @@ def markdown(document: Document, picture_name: Optional[str] = None) -> str:
             parts += [_table(section.table, "github"), ""]
         if section.notes:
             parts += [f"- {note}" for note in section.notes] + [""]
+        if section.links:
+            parts += [f"- [{_md_text(text)}]({href})" for text, href in section.links] + [""]
         if section.picture and document.picture_svg and picture_name:
             parts += [f"![{section.title}]({picture_name})", ""]
         if section.table is None and not (section.picture and document.picture_svg) and section.empty:
             parts += [section.empty, ""]
     return "\n".join(parts).rstrip("\n") + "\n"
+
+
+def _md_text(text: str) -> str:
+    """A link's text in Markdown: its brackets and backslashes escaped."""
+    return text.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")
 
 
 STYLE = """
@@ -264,6 +291,12 @@ def html_document(document: Document) -> str:
             body.append(_table(section.table, "html"))
         if section.notes:
             body.append('<ul class="notes">' + "".join(f"<li>{html.escape(n)}</li>" for n in section.notes) + "</ul>")
+        if section.links:
+            body.append(
+                '<ul class="links">'
+                + "".join(f'<li><a href="{html.escape(a)}">{html.escape(t)}</a></li>' for t, a in section.links)
+                + "</ul>"
+            )
         if section.picture and document.picture_svg:
             svg = document.picture_svg[document.picture_svg.index("<svg") :]  # no XML prolog inside HTML
             body.append(f'<figure id="forest">{svg}</figure>')
