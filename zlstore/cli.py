@@ -1967,6 +1967,7 @@ def ab(store, root, rejected, op, finding, sort, fail_on, out):
                         differences,
                         summary=summary,
                         width=terminal_width(),
+                        switches=judge.root_switches(store, found),
                     ),
                     shown=lambda: report.ab_shown(rows, differences),
                 )

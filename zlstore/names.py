@@ -376,6 +376,8 @@ RANGE_COLUMNS = (
     "min",
     "median",
     "max",
+    "latency_before",
+    "latency_after",
     "fallback",
     "fallback_rows",
     "cards",

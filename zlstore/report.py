@@ -304,8 +304,40 @@ def thresholds_text(settings: Mapping) -> str:
     )
 
 
-AB_COLUMNS = ["op", "dtype", "shape", "rounds", "effect", "interval", "q_value", "finding", "floor", "note"]
-AB_HEADERS = ["op", "dtype", "shape", "rounds", "effect", "95% interval", "q", "finding", "noise floor", "note"]
+AB_COLUMNS = ["op", "dtype", "shape", "rounds", "latency", "effect", "interval", "q_value", "finding", "floor", "note"]
+AB_HEADERS = [
+    "op",
+    "dtype",
+    "shape",
+    "rounds",
+    "ms before -> after",
+    "effect",
+    "95% interval",
+    "q",
+    "finding",
+    "noise floor",
+    "note",
+]
+
+
+def latency_text(row: Mapping) -> str:
+    """Each side's latency beside the effect: the medians over the rounds,
+    before -> after, in the benchmark's unit (ms); nothing where no round paired."""
+    if row.get("latency_before") is None or row.get("latency_after") is None:
+        return ""
+    return f"{output.cell_text(row['latency_before'])} -> {output.cell_text(row['latency_after'])}"
+
+
+def switch_text(row: Optional[Mapping]) -> str:
+    """A root's switch with its values, as a pull request names it:
+    "TRITON_F32_DEFAULT: ieee -> tf32" (a root_switches row)."""
+    if not row:
+        return "(unknown switch)"
+    name = row.get("switch") or "(unnamed switch)"
+    before, after = row.get("value_before"), row.get("value_after")
+    if before is None and after is None:
+        return f"{name}: values not recorded"
+    return f"{name}: {before if before is not None else '?'} -> {after if after is not None else '?'}"
 
 
 def caliber_notes(rows: Sequence[Mapping]) -> Dict[int, str]:
@@ -341,6 +373,7 @@ def ab_shown(rows: Sequence[dict], differences: Optional[Mapping[tuple, Mapping]
             "note": "; ".join(filter(None, (by_caliber.get(i), ab_note(row), differs[i]))),
             "interval": interval_text(row),
             "floor": floor_text(row),
+            "latency": latency_text(row),
             "effect": row["effect"] if row["p_value"] is not None else None,
         }
         for i, row in enumerate(rows)
@@ -355,8 +388,10 @@ def ab(
     differences: Optional[Mapping[tuple, Mapping]] = None,
     summary: Optional[Mapping] = None,
     width: Optional[int] = None,
+    switches: Optional[Mapping[int, Mapping]] = None,
 ) -> str:
-    """The A/B ranges per root, findings first, each with its effect,
+    """The A/B ranges per root (headed by its switch and values, from
+    switches: root id -> root_switches row), findings first, each with each side's latency and its effect,
     interval, q-value, finding and the op's noise floor beside it, and a
     note below it where it has one (what would settle it, what its cells
     differ in besides the switch; wrapped to width, so that the table fits
@@ -370,12 +405,15 @@ def ab(
         tested = sum(1 for r in group if r["p_value"] is not None)
         lines.extend(
             wrapped(
-                f"{name}  (effect: geometric mean of before / after over the rounds, above 1 faster; "
+                f"{name}  (latency: each side's median over the rounds, in ms; "
+                "effect: geometric mean of before / after over the rounds, above 1 faster; "
                 f"q: t-test on the rounds' log ratios, Benjamini-Hochberg over the root's {tested} "
                 "tested ranges)",
                 width,
             )
         )
+        if switches is not None:
+            lines.extend(wrapped(f"  switch {switch_text(switches.get(group[0].get('root_id')))}", width, "    "))
         if environments is not None:
             lines.extend(wrapped(environment_heading(environments.get(group[0].get("root_id"), [])), width, "    "))
         floors = [
