@@ -3,10 +3,12 @@ rows and results the library returns to strings. No click and no I/O here,
 so the wording can be tested without a terminal and the CLI stays wiring."""
 
 import itertools
+import math
 import textwrap
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from . import caliber, judge, output, provenance
+from .names import FINDING_NAMES
 
 
 def _grouped(rows: Sequence[dict]):
@@ -381,6 +383,36 @@ def ab_shown(rows: Sequence[dict], differences: Optional[Mapping[tuple, Mapping]
     return output.Shown(noted, ["root"] + AB_COLUMNS, ["root"] + AB_HEADERS)
 
 
+def log_effect(row: Mapping) -> float:
+    """How far a range's effect lies from 1, on the log scale (0 without a test)."""
+    effect = row.get("effect") if row.get("p_value") is not None else None
+    return math.log(effect) if effect is not None and 0 < effect < math.inf else 0.0
+
+
+OP_SUMMARY_COLUMNS = ["op", "dtype", "ranges", *FINDING_NAMES, "effects"]
+OP_SUMMARY_HEADERS = ["op", "dtype", "ranges", *FINDING_NAMES, "effect min .. max"]
+
+
+def op_summary(rows: Sequence[Mapping]) -> List[dict]:
+    """Per op and dtype of ab_ranges rows: how many ranges, how many of
+    each finding, and the span of the effects of those with a test."""
+    ops: Dict[tuple, dict] = {}
+    for row in rows:
+        key = (row["op"], row["dtype"])
+        op = ops.setdefault(key, {"op": row["op"], "dtype": row["dtype"], "ranges": 0, "tested": []})
+        op["ranges"] += 1
+        op[row["finding"]] = op.get(row["finding"], 0) + 1
+        if row.get("p_value") is not None and row.get("effect") is not None:
+            op["tested"].append(row["effect"])
+    summary = []
+    for key in sorted(ops, key=lambda k: (str(k[0]), str(k[1]))):
+        op = ops[key]
+        tested = op.pop("tested")
+        span = f"{output.cell_text(min(tested))} .. {output.cell_text(max(tested))}" if tested else ""
+        summary.append({**{name: 0 for name in FINDING_NAMES}, **op, "effects": span})
+    return summary
+
+
 def ab(
     rows: Sequence[dict],
     settings: Mapping,
@@ -420,15 +452,20 @@ def ab(
             {**row, "floor": "+-" + output.cell_text(row["noise_floor"]) if row["noise_floor"] is not None else "none"}
             for row in group
         ]
-        table = output.table(floors, AB_COLUMNS[:-1], AB_HEADERS[:-1]).split("\n")
-        floor_in_table = width is None or max(map(len, table)) < width
-        if not floor_in_table:  # too wide for the terminal: the floor joins the note
-            table = output.table(floors, AB_COLUMNS[:-2], AB_HEADERS[:-2]).split("\n")
+        # Too wide for the terminal: the floor joins the note, then the latencies do.
+        kept = [c for c in AB_COLUMNS[:-1]]
+        table = output.table(floors, kept, [AB_HEADERS[AB_COLUMNS.index(c)] for c in kept]).split("\n")
+        for column in ("floor", "latency"):
+            if width is None or max(map(len, table)) < width:
+                break
+            kept.remove(column)
+            table = output.table(floors, kept, [AB_HEADERS[AB_COLUMNS.index(c)] for c in kept]).split("\n")
         lines.extend(table[:2])
         for row, line in zip(group, table[2:]):
             lines.append(line)
-            floor = row["floor_note"] if row["noise_floor"] is None else None if floor_in_table else floor_text(row)
-            note = "; ".join(filter(None, (row["note"], floor and f"noise floor: {floor}")))
+            floor = row["floor_note"] if row["noise_floor"] is None else None if "floor" in kept else floor_text(row)
+            latency = None if "latency" in kept or not row["latency"] else f"ms before -> after: {row['latency']}"
+            note = "; ".join(filter(None, (row["note"], latency, floor and f"noise floor: {floor}")))
             lines.extend(note_lines("note", note, width))
         lines.append("")
     for line in ab_summary_lines(summary if summary is not None else judge.ab_summary_of(rows, settings)):
