@@ -288,14 +288,16 @@ def screen_document(store, found: Mapping) -> Document:
 # as markup in text the report embeds (op, dtype, shape, paths, notes:
 # anything a runs tree or a merged store holds) is escaped, so that it
 # shows as written: `<` and `&` as entities (no raw HTML passes, nor an
-# autolink), emphasis, code, table and math characters with a backslash, a
-# `]` that would open a link's target or a reference, a `>` that would
-# start a quote, and a line break as a space (a table row stays one row).
+# autolink), and `$` and `~` (math, strikethrough: a backslash before them
+# is not an escape to every renderer), emphasis, code and table characters
+# with a backslash, a `]` that would open a link's target, a `[` or `>`
+# that would start a reference or a quote, and a line break as a space (a
+# table row stays one row).
 # What cannot be markup is left as it is, so that the file reads plainly:
 # `[[4096,4096],128]`, `layer_norm`, `0.3 -> 0.2`.
-_MARKUP = re.compile(r"([\\`*|!{}~$#])")
+_MARKUP = re.compile(r"([\\`*|!{}#])")
 _EDGE_UNDERSCORE = re.compile(r"(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
-_LINK = re.compile(r"\](?=[(\[:])")
+_LINK = re.compile(r"\](?=[(\[])")
 
 
 _PLAIN = re.compile(r"[^&<\\`*|!{}~$#_\]>\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]*")
@@ -307,11 +309,11 @@ def md_text(value: Any) -> str:
     if _PLAIN.fullmatch(text):  # most cells: numbers, names
         return text
     text = " ".join(text.splitlines())
-    text = text.replace("&", "&amp;").replace("<", "&lt;")
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace("$", "&#36;").replace("~", "&#126;")
     text = _MARKUP.sub(r"\\\1", text)
     text = _EDGE_UNDERSCORE.sub(r"\\_", text)
     text = _LINK.sub(r"]\\", text)
-    return "\\" + text if text.startswith(">") else text
+    return "\\" + text if text.startswith((">", "[")) else text  # a quote, a link's reference
 
 
 def _md_table(table: Table) -> str:

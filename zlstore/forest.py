@@ -10,6 +10,7 @@ The SVG carries what it plots: the rows as JSON in its <metadata>
 position), so that a test or a script reads the picture's data back from
 the file, not from its pixels."""
 
+import contextlib
 import functools
 import html
 import io
@@ -18,7 +19,7 @@ import math
 import re
 import textwrap
 from importlib import resources
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import yaml
 
@@ -102,9 +103,20 @@ def drawn_note(drawn: int, total: int) -> str:
 
 def forest_svg(rows: Sequence[Mapping], title: str = "", total: Optional[int] = None) -> str:
     """The forest plot of rows (forest_rows, or pick's of them, of total
-    rows in all) as SVG text: matplotlib, Agg backend, text kept as text
-    and never read as mathtext (a label is data: `$` is a dollar), ids
-    fixed (the same rows give the same file)."""
+    rows in all) as SVG text: matplotlib, Agg backend, text kept as text,
+    ids fixed (the same rows give the same file)."""
+    with drawing(rows, title, total) as figure:
+        buffer = io.StringIO()
+        described = DATA_PREFIX + json.dumps(plotted(rows), separators=(",", ":"))
+        figure.savefig(buffer, format="svg", metadata={"Date": None, "Description": described})
+    return buffer.getvalue()
+
+
+@contextlib.contextmanager
+def drawing(rows: Sequence[Mapping], title: str = "", total: Optional[int] = None):
+    """The picture as a matplotlib figure, laid out, its ticks placed, under
+    the settings it is saved with (closed on leaving). No text of it is
+    read as mathtext: a label is data, and `$` a dollar."""
     import matplotlib  # noqa: PLC0415 (only the report pays for matplotlib's import)
 
     matplotlib.use("Agg")
@@ -112,8 +124,9 @@ def forest_svg(rows: Sequence[Mapping], title: str = "", total: Optional[int] = 
     from matplotlib.lines import Line2D  # noqa: PLC0415 (matplotlib's, as above)
 
     colors = finding_colors()
-    settings = {"svg.fonttype": "none", "svg.hashsalt": "zlstore", "font.size": 9, "text.parse_math": False}
-    with matplotlib.rc_context(settings):
+    settings: Dict[str, Any] = {"svg.fonttype": "none", "svg.hashsalt": "zlstore", "font.size": 9}
+    settings["text.parse_math"] = False
+    with matplotlib.rc_context(settings):  # type: ignore[arg-type]  # (its stub lists the keys: a dict is not one)
         figure, axes = pyplot.subplots(figsize=(9, 1.2 + 0.28 * max(len(rows), 1)))
         try:
             _draw(axes, rows, colors)
@@ -124,12 +137,9 @@ def forest_svg(rows: Sequence[Mapping], title: str = "", total: Optional[int] = 
             axes.set_title("\n".join(textwrap.wrap(heading, 70) + textwrap.wrap(left_out, 70)), loc="left")
             figure.tight_layout()
             _ticks(axes)  # on the axes' laid-out width, so that no two labels overlap
-            buffer = io.StringIO()
-            described = DATA_PREFIX + json.dumps(plotted(rows), separators=(",", ":"))
-            figure.savefig(buffer, format="svg", metadata={"Date": None, "Description": described})
+            yield figure
         finally:
             pyplot.close(figure)
-    return buffer.getvalue()
 
 
 def _label(row: Mapping) -> str:
@@ -169,10 +179,8 @@ def _draw(axes, rows: Sequence[Mapping], colors: Mapping[str, str]):
 def limits(rows: Sequence[Mapping]) -> Tuple[float, float]:
     """The x axis's extent: every effect, interval and the no-change band
     (so 1 always), with a little room either side on the log scale."""
-    values = [1.0]
-    for row in rows:
-        values += [row.get(k) for k in ("effect", "ci_low", "ci_high", "band_low", "band_high")]
-    finite = [v for v in values if v is not None and 0 < v < math.inf]
+    values = [1.0] + [row.get(k) for row in rows for k in ("effect", "ci_low", "ci_high", "band_low", "band_high")]
+    finite = [float(v) for v in values if v is not None and 0 < v < math.inf]
     low, high = math.log10(min(finite)), math.log10(max(finite))
     pad = max(0.05 * (high - low), 0.004)
     return 10 ** (low - pad), 10 ** (high + pad)
@@ -219,8 +227,8 @@ def ticks(low: float, high: float) -> List[float]:
             )
             if len(found) <= MAX_TICKS:
                 return found
-        step = math.ceil(len(found) / MAX_TICKS)  # many decades: every step-th, counted from 1's
-        return [v for v in found if round(math.log10(v)) % step == 0]
+        every = math.ceil(len(found) / MAX_TICKS)  # many decades: every step-th, counted from 1's
+        return [v for v in found if round(math.log10(v)) % every == 0]
     for power in range(math.floor(math.log10(high - low)) - 2, math.floor(math.log10(high)) + 2):
         for base in STEPS:
             step = base * 10.0**power
