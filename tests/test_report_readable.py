@@ -324,3 +324,11 @@ def test_a_fifo_is_written_into(example_store_path, tmp_path):
     assert result.exit_code == 0, result.output
     assert received and received[0].startswith(b"<!DOCTYPE html>")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe.md"]
+
+
+def test_what_cannot_be_markup_reads_plainly():
+    """The escaping is for what a renderer would read: a shape, an op name
+    and an arrow stay as written in the file a reviewer reads raw."""
+    for text in ("[[4096,4096],128]", "layer_norm", "0.3375 -> 0.3", "[[64,64],[1,1]]"):
+        assert document.md_text(text) == text
+    assert document.md_text("[a]: https://x") != "[a]: https://x"  # a link reference at a line's start

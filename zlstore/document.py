@@ -313,7 +313,8 @@ def md_text(value: Any) -> str:
     text = _MARKUP.sub(r"\\\1", text)
     text = _EDGE_UNDERSCORE.sub(r"\\_", text)
     text = _LINK.sub(r"]\\", text)
-    return "\\" + text if text.startswith((">", "[")) else text  # a quote, a link's reference
+    quote, reference = text.startswith(">"), text.startswith("[") and "]:" in text  # at a line's start
+    return "\\" + text if quote or reference else text
 
 
 def _md_table(table: Table) -> str:
