@@ -1973,6 +1973,7 @@ def ab(store, root, rejected, op, finding, sort, fail_on, out):
                         differences,
                         summary=summary,
                         width=terminal_width(),
+                        switches=judge.root_switches(store, found),
                     ),
                     shown=lambda: report.ab_shown(rows, differences),
                 )
@@ -2076,7 +2077,8 @@ def compare(store, root_a, root_b, rule, out):
     "out_path",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Write to FILE (default: stdout; --md then writes the picture as ./ROOT.svg).",
+    help="Write to FILE (default: stdout; --md then writes the picture as ./ROOT.svg, said on stderr). "
+    "A FIFO or device (/dev/null) is written into.",
 )
 @db_option
 def report_command(store, root, fmt, out_path):
@@ -2108,8 +2110,8 @@ def report_command(store, root, fmt, out_path):
         result = document.write(store, root, fmt, out_path)
     if result["text"] is not None:  # markdown for a file or a pipe, exact; on a terminal, escaped
         click.echo(output.for_terminal(result["text"]) if sys.stdout.isatty() else result["text"], nl=False)
-    for path in result["written"]:
-        click.echo(output.for_terminal(f"wrote {path}"), err=True)
+    for line in result["said"]:
+        click.echo(output.for_terminal(line), err=True)
 
 
 @cli.command()
