@@ -1677,35 +1677,6 @@ FROM ab_range_unjudged u
 JOIN roots ON roots.id = u.root_id AND roots.kind <> 'screen'
 CROSS JOIN thresholds t;
 
--- Each root's switch and its before and after values: what its cells
--- recorded (cell.env SWITCH_VALUE; several values ' | '-joined), else
--- the root env file's SWITCH_VALUES=before,after (zlstore flaggems writes
--- it), else NULL (unknown). `zlstore ab` and the report name the switch by
--- them: "TRITON_F32_DEFAULT: ieee -> tf32".
-CREATE VIEW root_switches AS
-WITH given AS (  -- SWITCH_VALUES of the env file, where it names two
-    SELECT id, trim(substr(sv, 1, instr(sv, ',') - 1)) AS before, trim(substr(sv, instr(sv, ',') + 1)) AS after
-    FROM (SELECT id, CAST(json_extract(env, '$.SWITCH_VALUES') AS TEXT) AS sv FROM roots WHERE json_valid(env))
-    WHERE instr(sv, ',') > 0
-)
-SELECT
-    roots.id AS root_id,
-    roots.name AS root,
-    roots.kind,
-    coalesce(roots.switch, (SELECT min(switch) FROM cells WHERE cells.root_id = roots.id)) AS switch,
-    coalesce(
-        (SELECT group_concat(value, ' | ') FROM (
-            SELECT DISTINCT switch_value AS value FROM cells
-            WHERE cells.root_id = roots.id AND side = 'before' AND switch_value IS NOT NULL ORDER BY value)),
-        nullif(given.before, '')) AS value_before,
-    coalesce(
-        (SELECT group_concat(value, ' | ') FROM (
-            SELECT DISTINCT switch_value AS value FROM cells
-            WHERE cells.root_id = roots.id AND side = 'after' AND switch_value IS NOT NULL ORDER BY value)),
-        nullif(given.after, '')) AS value_after
-FROM roots
-LEFT JOIN given ON given.id = roots.id;
-
 -- When a root ran: its env file's STARTED_AT, else its first cell's, else
 -- when it was ingested. The order `zlstore history` reads roots in.
 CREATE VIEW root_times AS
@@ -1721,7 +1692,8 @@ FROM roots;
 -- What each root tested: its switch (the env file's SWITCH, else its
 -- cells'), the value the switch had before and after (its cells'
 -- SWITCH_VALUE, else the env file's SWITCH_VALUES), and whether its axis is
--- dead: an A/A run (one value on both sides), a screening root whose
+-- dead: an A/A run (one value on both sides; cells that recorded several
+-- values give them ' | '-joined), a screening root whose
 -- switch changed no IR (screen_roots' axis), or a campaign whose own
 -- screening root is one. Two roots' results are comparable only with the
 -- same switch and values (../shared/ARTIFACTS.md, Across roots); a dead
@@ -1733,24 +1705,29 @@ WITH axes AS MATERIALIZED (  -- once per query: screen_roots judges every screen
 named AS (
     SELECT
         r.id AS root_id,
+        r.name AS root,
         r.kind,
         coalesce(nullif(r.switch, ''), (
             SELECT switch FROM cells WHERE root_id = r.id AND switch <> ''
             GROUP BY switch ORDER BY count(*) DESC, switch LIMIT 1)) AS switch,
         coalesce((
-            SELECT switch_value FROM cells WHERE root_id = r.id AND side = 'before' AND switch_value IS NOT NULL
-            GROUP BY switch_value ORDER BY count(*) DESC, switch_value LIMIT 1),
+            SELECT group_concat(switch_value, ' | ') FROM (
+                SELECT DISTINCT switch_value FROM cells
+                WHERE root_id = r.id AND side = 'before' AND switch_value IS NOT NULL ORDER BY switch_value)),
             nullif(substr(json_extract(r.env, '$.SWITCH_VALUES'), 1,
                           instr(json_extract(r.env, '$.SWITCH_VALUES') || ',', ',') - 1), '')) AS before_value,
         coalesce((
-            SELECT switch_value FROM cells WHERE root_id = r.id AND side = 'after' AND switch_value IS NOT NULL
-            GROUP BY switch_value ORDER BY count(*) DESC, switch_value LIMIT 1),
+            SELECT group_concat(switch_value, ' | ') FROM (
+                SELECT DISTINCT switch_value FROM cells
+                WHERE root_id = r.id AND side = 'after' AND switch_value IS NOT NULL ORDER BY switch_value)),
             nullif(substr(json_extract(r.env, '$.SWITCH_VALUES'),
                           instr(json_extract(r.env, '$.SWITCH_VALUES') || ',', ',') + 1), '')) AS after_value
     FROM roots r
 )
 SELECT
     n.root_id,
+    n.root,
+    n.kind,
     n.switch,
     n.before_value,
     n.after_value,
