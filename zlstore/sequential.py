@@ -1,0 +1,33 @@
+"""Campaigns that stop when the answer is known: which ops of an
+until-decided campaign still need a round, and why each one stopped.
+
+A root with campaign.env STOPPING=until-decided (layout.STOPPING_UNTIL_DECIDED)
+has its ranges judged by the anytime-valid rule (stats.py: the t-test
+e-process and its confidence sequence), so that looking after every round
+does not inflate false findings; docs/judging.md says why. The runner asks
+undecided_ops after each round and records, with record_stops, the ops
+that stop and why; ab_ranges shows each range's stop round and reason.
+"""
+
+import sqlite3
+from typing import Iterable, List, Optional, Tuple
+
+# Why an op of an until-decided campaign stopped running rounds, in the
+# order shown: every range of it decided (faster, slower or no change under
+# the anytime-valid rule); MAX rounds reached undecided; its cells failed.
+DECIDED, MAX_ROUNDS, FAILED = "decided", "max rounds", "failed"
+STOP_REASONS = (DECIDED, MAX_ROUNDS, FAILED)
+
+
+def undecided_ops(conn: sqlite3.Connection, root_id: int, min_rounds: int) -> List[Tuple[str, Optional[str]]]:
+    """(cell op, dtype) pairs of the campaign root that still need a round: fewer than
+    min_rounds rounds, or some range not decided under the anytime-valid rule and not stopped."""
+    raise NotImplementedError
+
+
+def record_stops(
+    conn: sqlite3.Connection, root_id: int, ops: Iterable[Tuple[str, Optional[str]]], round_: int, reason: str
+) -> None:
+    """Records that these ops stopped after round `round_` and why (a STOP_REASONS value),
+    in the store, idempotently: what is decided stays decided (a --resume keeps it)."""
+    raise NotImplementedError
