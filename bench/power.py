@@ -48,7 +48,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.effects import Shape, shape_key, write_repeat_root  # noqa: E402
 from zlstore import Store, judge, macros, stats  # noqa: E402
-from zlstore.sequential import DECIDING_FINDINGS  # noqa: E402
+from zlstore.names import DECIDING_FINDINGS  # noqa: E402
 
 NOISE = (0.02, 0.05, 0.1, 0.3)  # per side and round: a measurement wanders by about this
 ROUNDS = (3, 4, 6)

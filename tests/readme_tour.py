@@ -278,6 +278,7 @@ STAGES = (
             "pairing.py",
             "ranges.py",
             "derive.py",
+            "sequential.py",
             "roots.py",
             "rootwriter.py",
             "cellwriter.py",

@@ -143,7 +143,7 @@ def test_an_until_decided_root_is_judged_by_the_anytime_rule_a_fixed_one_as_toda
         fixed = {r["shape"]: r for r in judge.ab_ranges(store, "ab_fixed")}
         adaptive = {r["shape"]: r for r in judge.ab_ranges(store, "ab_adaptive")}
     assert stored == {"ab_fixed": '{"s":"fixed","m":null}', "ab_adaptive": '{"s":"until-decided","m":4}'}
-    for i, shape in enumerate(SHAPES):
+    for i in range(len(SHAPES)):
         key = shape_key(i)
         x = logs[key]
         n, mean = len(x), sum(x) / len(x)
