@@ -233,3 +233,31 @@ def test_a_merge_adds_up_the_stops_of_each_tasks_store(tmp_path, two_roots):
     assert result.exit_code in (0, 1), result.output
     with Store(db_path) as store:
         assert stops(store, "ab_adaptive") == {(5, "decided")}
+
+
+def test_the_report_of_an_until_decided_campaign_says_its_test_and_stops(two_roots, tmp_path):
+    db_path, _ = two_roots
+    with Store(db_path) as store:
+        sequential.record_stops(store.conn, root_id(store, "ab_adaptive"), [("softmax", "float16")], 4, "max rounds")
+    out = tmp_path / "report.md"
+    result = invoke(db_path, "report", "ab_adaptive", "--md", "-o", out)
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert "anytime-valid" in text and "stopped after round 4: max rounds" in text
+    fixed = tmp_path / "fixed.md"
+    assert invoke(db_path, "report", "ab_fixed", "--md", "-o", fixed).exit_code == 0
+    assert "anytime-valid" not in fixed.read_text() and "stopped after" not in fixed.read_text()
+
+
+def test_datasette_and_plain_sqlite_see_the_stop_in_ab_ranges(two_roots):
+    """The view datasette shows: read with plain sqlite3, nothing of zlstore loaded."""
+    import sqlite3  # noqa: PLC0415
+
+    db_path, _ = two_roots
+    with Store(db_path) as store:
+        sequential.record_stops(store.conn, root_id(store, "ab_adaptive"), [("softmax", "float16")], 3, "decided")
+    conn = sqlite3.connect(db_path)
+    rows = conn.execute(
+        "SELECT DISTINCT root, stopping, stop_round, stop_reason FROM ab_ranges ORDER BY root"
+    ).fetchall()
+    assert rows == [("ab_adaptive", "until-decided", 3, "decided"), ("ab_fixed", "fixed", None, None)]
