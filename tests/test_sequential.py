@@ -261,3 +261,28 @@ def test_datasette_and_plain_sqlite_see_the_stop_in_ab_ranges(two_roots):
         "SELECT DISTINCT root, stopping, stop_round, stop_reason FROM ab_ranges ORDER BY root"
     ).fetchall()
     assert rows == [("ab_adaptive", "until-decided", 3, "decided"), ("ab_fixed", "fixed", None, None)]
+
+
+def test_a_store_of_release_14_learns_each_roots_stopping(two_roots):
+    """Upgraded, a store whose roots were stored before STOPPING was read
+    takes it from each root's stored env file, and judges the until-decided
+    root's ranges by the anytime rule (the migration computes them again)."""
+    import sqlite3  # noqa: PLC0415
+
+    from zlstore import db  # noqa: PLC0415
+
+    db_path, _ = two_roots
+    with Store(db_path) as store:
+        expected = {(r["root"], r["shape"]): (r["p_value"], r["ci_low"]) for r in judge.ab_ranges(store)}
+    with sqlite3.connect(db_path) as conn:  # as release 14 left it (the columns, empty: the migration keeps them)
+        conn.execute("UPDATE roots SET stopping = NULL, min_rounds = NULL")
+        conn.execute("UPDATE ab_range_rows SET p_value = NULL, ci_low = NULL")
+        conn.execute("DELETE FROM settings WHERE key = 'schema_hash'")
+        conn.execute("PRAGMA user_version = 14")
+    with Store(db_path) as store:
+        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION
+        got = {(r["root"], r["shape"]): (r["p_value"], r["ci_low"]) for r in judge.ab_ranges(store)}
+        assert {r["stopping"] for r in judge.ab_ranges(store, "ab_adaptive")} == {"until-decided"}
+    assert got.keys() == expected.keys()
+    for key, (p_value, ci_low) in expected.items():
+        assert got[key] == (pytest.approx(p_value), pytest.approx(ci_low))
