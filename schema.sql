@@ -435,7 +435,7 @@ CREATE TABLE IF NOT EXISTS op_stops (
     id INTEGER PRIMARY KEY,
     root_id INTEGER NOT NULL REFERENCES roots(id) ON DELETE CASCADE,
     op TEXT NOT NULL,                   -- the cell op
-    dtype TEXT,                         -- the cell dtype ('' the default set, NULL unknown)
+    dtype TEXT,                         -- the cell dtype ('' the default set; NULL, unknown, is matched as '')
     round INTEGER NOT NULL,             -- the last round it ran
     reason TEXT NOT NULL,
     recorded_at TEXT

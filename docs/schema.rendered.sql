@@ -446,7 +446,7 @@ CREATE TABLE IF NOT EXISTS op_stops (
     id INTEGER PRIMARY KEY,
     root_id INTEGER NOT NULL REFERENCES roots(id) ON DELETE CASCADE,
     op TEXT NOT NULL,                   -- the cell op
-    dtype TEXT,                         -- the cell dtype ('' the default set, NULL unknown)
+    dtype TEXT,                         -- the cell dtype ('' the default set; NULL, unknown, is matched as '')
     round INTEGER NOT NULL,             -- the last round it ran
     reason TEXT NOT NULL,
     recorded_at TEXT
@@ -1877,7 +1877,7 @@ INSERT INTO ab_range_rows (
         stopped AS MATERIALIZED (
             SELECT c.key_id, max(st.round) AS stop_round, st.reason AS stop_reason
             FROM (SELECT DISTINCT key_id, root_id, cell_op AS op, cell_dtype AS dtype FROM keyed) c
-            JOIN op_stops st ON st.root_id = c.root_id AND st.op IS c.op AND st.dtype IS c.dtype
+            JOIN op_stops st ON st.root_id = c.root_id AND st.op IS c.op AND coalesce(st.dtype, '') = coalesce(c.dtype, '')
             GROUP BY c.key_id
         ),
         -- A fixed-round root is tested by the t-test; an until-decided one
