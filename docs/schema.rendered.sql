@@ -1876,7 +1876,10 @@ INSERT INTO ab_range_rows (
         -- row op's shape was measured by the cells of two).
         stopped AS MATERIALIZED (
             SELECT c.key_id, max(st.round) AS stop_round, st.reason AS stop_reason
-            FROM (SELECT DISTINCT key_id, root_id, cell_op AS op, cell_dtype AS dtype FROM keyed) c
+            FROM (  -- nothing to read in a store without stops (every fixed campaign's): asked once
+                SELECT DISTINCT key_id, root_id, cell_op AS op, cell_dtype AS dtype FROM keyed
+                WHERE EXISTS (SELECT 1 FROM op_stops)
+            ) c
             JOIN op_stops st ON st.root_id = c.root_id AND st.op IS c.op AND coalesce(st.dtype, '') = coalesce(c.dtype, '')
             GROUP BY c.key_id
         ),
