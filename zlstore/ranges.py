@@ -16,7 +16,6 @@ macros.render_schema's macros, rendered there.
 """
 
 from . import caliber
-from .layout import STOPPING_UNTIL_DECIDED
 
 
 def _json_fields(*columns: str) -> str:
@@ -126,7 +125,7 @@ STEPS = [
                        ranges.min, ranges.median, ranges.max, ranges.fallback, ranges.fallback_rows, ranges.cards,
                        coalesce(rejected.rejected, 0) AS rejected, rejected.rejected_reasons,
                        ranges.log_mean, ranges.log_sd,
-                       roots.stopping IS '{STOPPING_UNTIL_DECIDED}' AS anytime
+                       roots.stopping IS [[until_decided]] AS anytime
                 FROM ranges
                 JOIN temp.ab_keys_unique k ON k.key_id = ranges.key_id
                 JOIN roots ON roots.id = k.root_id
