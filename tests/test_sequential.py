@@ -301,7 +301,9 @@ def test_what_would_settle_an_until_decided_range_is_a_lower_bound(two_roots):
     db_path, _ = two_roots
     with Store(db_path) as store:
         notes = {
-            r["root"]: r["to_settle"] for r in judge.ab_ranges(store) if r["finding"] == "inconclusive" and r["to_settle"]
+            r["root"]: r["to_settle"]
+            for r in judge.ab_ranges(store)
+            if r["finding"] == "inconclusive" and r["to_settle"]
         }
     assert "more under the anytime-valid interval" in notes["ab_adaptive"]
     assert all("anytime" not in text for root, text in notes.items() if root == "ab_fixed")
