@@ -311,6 +311,7 @@ STAGES = (
             "pairing.py",
             "ranges.py",
             "derive.py",
+            "sequential.py",
             "roots.py",
             "rootwriter.py",
             "cellwriter.py",

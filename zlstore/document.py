@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
-from . import files, irchanges, judge, output, report
+from . import files, irchanges, judge, layout, output, report
 from .names import EFFECT_FINDINGS
 
 FORMATS = ("md", "html")
@@ -120,6 +120,19 @@ FINDINGS_LINE = (
 )
 
 
+def _findings_line(rows: Sequence[dict]) -> str:
+    """What the Findings table's columns mean, by how the root was tested:
+    an until-decided campaign's anytime-valid test (report.ab_method)."""
+    if rows and rows[0].get("stopping") == layout.STOPPING_UNTIL_DECIDED:
+        tested = sum(1 for r in rows if r["p_value"] is not None)
+        return (
+            "latency: each side's median over the rounds, in ms (before -> after); "
+            + report.ab_method(rows[0], tested)
+            + "."
+        )
+    return FINDINGS_LINE
+
+
 def _row_note(row: Mapping) -> Optional[str]:
     """What a range's row cannot hold, as a line of the list under its table."""
     floor = f"noise floor: {row['floor_note']}" if row["noise_floor"] is None and row["floor_note"] else None
@@ -151,7 +164,7 @@ def _findings_sections(rows: Sequence[dict]) -> List[Section]:
         return [
             Section(
                 "Findings",
-                lines=[FINDINGS_LINE],
+                lines=[_findings_line(short)],
                 table=_range_table(short) if short else None,
                 empty="No A/B ranges: nothing paired yet.",
                 notes=_notes(short),
@@ -166,7 +179,7 @@ def _findings_sections(rows: Sequence[dict]) -> List[Section]:
     return [
         Section(
             "Findings",
-            lines=[said + ".", FINDINGS_LINE],
+            lines=[said + ".", _findings_line(short)],
             table=_range_table(picked) if picked else None,
             empty=f"No range is {' or '.join(EFFECT_FINDINGS)}.",
             notes=_notes(picked),

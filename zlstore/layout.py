@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
 
-from . import caliber, provenance
+from . import caliber, names, provenance, stats
 
 SIDES = ("before", "after")
 TORCH_DTYPES = frozenset(
@@ -773,7 +773,37 @@ def to_float(value) -> Optional[float]:
 
 # The numeric values of each file, by key or column: the function that reads one.
 CELL_NUMBERS = {"RC": to_int, "ROUND": to_int, "CARD": to_int, "ELAPSED_S": to_float, "CELL_TIMEOUT": to_float}
-ROOT_NUMBERS = {"ROUNDS": to_int, "CARDS": to_int}
+ROOT_NUMBERS = {"ROUNDS": to_int, "CARDS": to_int, "MIN_ROUNDS": to_int}
+
+# How a campaign decides its number of rounds (campaign.env STOPPING): the
+# one definition the runner writes and ingest reads into roots.stopping.
+# Absent or FIXED: every op runs ROUNDS rounds and its ranges are judged by
+# the fixed-sample t-test. UNTIL_DECIDED: an op stops once every range of
+# it is decided under the anytime-valid rule (zlstore/sequential.py), after
+# at least MIN_ROUNDS and at most ROUNDS rounds, and the root's ranges are
+# judged by that rule. The values are names.STOPPINGS (the SQL's, too).
+STOPPING_KEY, MIN_ROUNDS_KEY = "STOPPING", "MIN_ROUNDS"
+STOPPING_FIXED, STOPPING_UNTIL_DECIDED = names.STOPPINGS
+STOPPINGS = names.STOPPINGS
+# The floor of rounds an until-decided campaign runs before any op may stop:
+# by default the rounds a range needs for a test at all.
+DEFAULT_MIN_ROUNDS = stats.MIN_ROUNDS
+
+
+def stopping(env: Mapping[str, str]) -> str:
+    """A root's stopping rule from its env file: FIXED unless it says
+    UNTIL_DECIDED (an unknown value is judged as today: fixed)."""
+    value = (env.get(STOPPING_KEY) or "").strip().lower()
+    return value if value in STOPPINGS else STOPPING_FIXED
+
+
+def min_rounds(env: Mapping[str, str]) -> int:
+    """A root's floor of rounds (MIN_ROUNDS), DEFAULT_MIN_ROUNDS when absent
+    or not a positive number."""
+    value = to_int(env.get(MIN_ROUNDS_KEY))
+    return value if value is not None and value > 0 else DEFAULT_MIN_ROUNDS
+
+
 SCREEN_NUMBERS = {
     "cl_before": to_int,
     "cl_after": to_int,

@@ -334,6 +334,17 @@ FINDING_NAMES = tuple(f.name for f in FINDINGS)
 # report shows first.
 EFFECT_FINDINGS = FINDING_NAMES[:2]
 
+# The findings that decide a range: an until-decided campaign's op stops
+# once every range of it has one (zlstore/sequential.py); the others need
+# rounds.
+DECIDING_FINDINGS = FINDING_NAMES[:3]
+
+# A campaign's stopping rules (campaign.env STOPPING, read by
+# layout.stopping into roots.stopping): "fixed", every op runs ROUNDS rounds
+# and today's t-test judges it; "until-decided", an op stops once its ranges
+# are decided and the anytime-valid test judges it (zlstore/sequential.py).
+STOPPINGS = ("fixed", "until-decided")
+
 # The settings judging reads (the settings table), with their defaults:
 # current_rule, the fingerprint rule the verdicts use (ttgir.RULES);
 # q_max, the false-discovery rate a finding is held to; min_effect, the
@@ -395,4 +406,6 @@ RANGE_COLUMNS = (
     "q_value",
     "json_head",
     "json_tail",
+    "stop_round",
+    "stop_reason",
 )

@@ -7,7 +7,7 @@ import math
 import textwrap
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from . import caliber, judge, output, provenance
+from . import caliber, judge, layout, output, provenance
 from .history import switch_text as history_switch_text
 from .names import FINDING_NAMES
 
@@ -270,6 +270,8 @@ def ab_note(row: Mapping) -> str:
     """What a range's finding does not say: what would settle it, unpaired
     rows, fallback timing, a noise floor that is missing or not cleared."""
     notes = []
+    if row.get("stop_reason"):  # an until-decided campaign's op stopped (zlstore/sequential.py)
+        notes.append(f"stopped after round {row['stop_round']}: {row['stop_reason']}")
     if row["to_settle"]:
         notes.append(row["to_settle"])
     if row["rejected"]:
@@ -438,10 +440,7 @@ def ab(
         tested = sum(1 for r in group if r["p_value"] is not None)
         lines.extend(
             wrapped(
-                f"{name}  (latency: each side's median over the rounds, in ms; "
-                "effect: geometric mean of before / after over the rounds, above 1 faster; "
-                f"q: t-test on the rounds' log ratios, Benjamini-Hochberg over the root's {tested} "
-                "tested ranges)",
+                f"{name}  (latency: each side's median over the rounds, in ms; {ab_method(group[0], tested)})",
                 width,
             )
         )
@@ -472,6 +471,18 @@ def ab(
     for line in ab_summary_lines(summary if summary is not None else judge.ab_summary_of(rows, settings)):
         lines.extend(wrapped(line, width))
     return "\n".join(lines)
+
+
+def ab_method(row: Mapping, tested: int) -> str:
+    """How a root's ranges were tested: today's t-test, or an until-decided
+    campaign's anytime-valid one (layout.STOPPING_UNTIL_DECIDED)."""
+    effect = "effect: geometric mean of before / after over the rounds, above 1 faster"
+    if row.get("stopping") == layout.STOPPING_UNTIL_DECIDED:
+        return (
+            f"{effect}; until decided: anytime-valid interval and q (the t-test's e-process, "
+            f"e-BH over the root's {tested} tested ranges), valid after any round"
+        )
+    return f"{effect}; q: t-test on the rounds' log ratios, Benjamini-Hochberg over the root's {tested} tested ranges"
 
 
 def wrapped(line: str, width: Optional[int], indent: str = "  ") -> List[str]:
