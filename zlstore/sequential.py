@@ -22,7 +22,19 @@ STOP_REASONS = (DECIDED, MAX_ROUNDS, FAILED)
 def undecided_ops(conn: sqlite3.Connection, root_id: int, min_rounds: int) -> List[Tuple[str, Optional[str]]]:
     """(cell op, dtype) pairs of the campaign root that still need a round: fewer than
     min_rounds rounds, or some range not decided under the anytime-valid rule and not stopped."""
-    raise NotImplementedError
+    # STAND-IN (adaptive-run) until adaptive-stats' body: today's fixed-sample findings
+    stopped = _stopped(conn, root_id)
+    rows = conn.execute(
+        "SELECT op, COALESCE(dtype, ''), min(rounds), "
+        "sum(finding IS NULL OR finding NOT IN ('faster', 'slower', 'no change')) "
+        "FROM ab_ranges WHERE root_id = ? GROUP BY op, COALESCE(dtype, '')",
+        (root_id,),
+    ).fetchall()
+    ops = set(
+        conn.execute("SELECT DISTINCT op, COALESCE(dtype, '') FROM cells WHERE root_id = ? AND op IS NOT NULL", (root_id,))
+    )
+    decided = {(op, dtype) for op, dtype, rounds, open_ in rows if (rounds or 0) >= min_rounds and not open_}
+    return sorted(o for o in ops if o not in decided and o not in stopped)
 
 
 def record_stops(
@@ -30,4 +42,21 @@ def record_stops(
 ) -> None:
     """Records that these ops stopped after round `round_` and why (a STOP_REASONS value),
     in the store, idempotently: what is decided stays decided (a --resume keeps it)."""
-    raise NotImplementedError
+    # STAND-IN (adaptive-run) until adaptive-stats' body
+    conn.execute(_TABLE)
+    with conn:
+        conn.executemany(
+            "INSERT OR IGNORE INTO standin_op_stops VALUES (?, ?, ?, ?, ?)",
+            [(root_id, op, dtype or "", round_, reason) for op, dtype in ops],
+        )
+
+
+_TABLE = (
+    "CREATE TABLE IF NOT EXISTS standin_op_stops "
+    "(root_id INTEGER, op TEXT, dtype TEXT, round INTEGER, reason TEXT, PRIMARY KEY (root_id, op, dtype))"
+)
+
+
+def _stopped(conn: sqlite3.Connection, root_id: int) -> set:
+    conn.execute(_TABLE)
+    return set(conn.execute("SELECT op, dtype FROM standin_op_stops WHERE root_id = ?", (root_id,)))
