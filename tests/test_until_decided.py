@@ -51,3 +51,112 @@ def test_a_big_effect_stops_before_max_and_an_a_a_op_does_not_stop_on_a_finding(
     assert f"after round {by_op['bmm'][0]} of at most 6: 1 ops decided" in result.stderr
     env_file = layout.read_env(root / "campaign.env", [])
     assert (env_file["STOPPING"], env_file["MIN_ROUNDS"], env_file["ROUNDS"]) == ("until-decided", "3", str(MAX))
+
+
+def test_the_ops_that_go_on_are_re_planned_longest_first_by_their_measured_times(tmp_path):
+    # the plan puts the slow op alone on card 1 by a screen that called it quick; once measured, the
+    # next round puts it first, on card 0, and the two quick ones on card 1
+    root, db = tmp_path / "runs" / "campaign_re", tmp_path / "re.db"
+    plan = write_plan(
+        tmp_path / "partition.tsv",
+        [(0, "sort", "", 0.2), (0, "rand", "", 0.2), (1, "slowa", "", 0.01)],
+    )
+    env = base_env(tmp_path, FAKE_SAME_IR="sort,rand,slowa", FAKE_SLEEP=0.1, FAKE_SLOW="slowa", FAKE_SLOW_SLEEP=0.4)
+    result = run(campaign(tmp_path, plan, root, db, "--rounds", 2, "--until-decided", "--min-rounds", 2), env)
+    assert result.returncode == 0, result.stderr
+    first, _ = planmod.read_step_tsv(adaptive.step_path(root, 1))
+    second, rounds = planmod.read_step_tsv(adaptive.step_path(root, 2))
+    assert [[o.op for o in c.ops] for c in first.cards] == [["sort", "rand"], ["slowa"]]  # as the plan said
+    measured = dict(
+        query(
+            db,
+            "SELECT op, SUM(elapsed_s) FROM cells WHERE superseded_at IS NULL AND round = 1 GROUP BY op",
+        )
+    )
+    assert measured["slowa"] > max(measured["sort"], measured["rand"])
+    assert [c.ops[0].op for c in second.cards] == ["slowa", min(("sort", "rand"), key=lambda o: (-measured[o], o))]
+    assert [len(c.ops) for c in second.cards] == [1, 2]
+    assert abs(second.cards[0].ops[0].weight_s - measured["slowa"]) < 0.01  # minutes in the file: a rounding
+    assert set(rounds.values()) == {2}
+    # the op ran on another card in round 2, and its two rounds pair
+    cards = query(db, "SELECT round, card FROM cells WHERE op = 'slowa' AND side = 'after' ORDER BY round")
+    assert cards == [(1, 1), (2, 0)]
+    assert "slowa stopped after round 2: max rounds" in result.stderr
+
+
+def test_the_command_gets_its_round_and_one_that_ignores_it_stops_failed(tmp_path):
+    root, db = tmp_path / "runs" / "campaign_rnd", tmp_path / "rnd.db"
+    plan = write_plan(tmp_path / "partition.tsv", [(0, "sort", "", 0.1)])
+    env = base_env(tmp_path, FAKE_SPEEDUP=2.5)
+    command = campaign(tmp_path, plan, root, db, "--rounds", 3, "--until-decided", "--min-rounds", 2)
+    at = command.index("--command") + 1
+    command[at] = "echo told {round} ROUND=$ROUND ROUNDS=$ROUNDS; " + command[at]
+    result = run(command, env)
+    assert result.returncode == 0, result.stderr
+    log = (root / "logs" / "card0_sort.log").read_text()
+    assert "told 1 ROUND=1 ROUNDS=3" in log and "told 2 ROUND=2 ROUNDS=3" in log
+
+    # an old harness runs every round whatever ROUND says: its cells would claim rounds twice
+    old = tmp_path / "runs" / "campaign_old"
+    env["FAKE_IGNORE_ROUND"] = "1"
+    result = run(campaign(tmp_path, plan, old, db, "--rounds", 3, "--until-decided", "--json"), env)
+    assert result.returncode == 1
+    assert json.loads(result.stdout)["stops"] == [{"op": "sort", "dtype": "", "round": 1, "reason": "failed"}]
+    problems = [m for (m,) in query(db, "SELECT message FROM ingest_problems")]
+    assert any("asked for round 1 (ROUND=1) but wrote round(s) 2, 3" in m for m in problems), problems
+
+
+def test_without_the_option_a_campaign_gives_its_command_no_round(tmp_path):
+    root, db = tmp_path / "runs" / "campaign_fixed", tmp_path / "f.db"
+    plan = write_plan(tmp_path / "partition.tsv", [(0, "sort", "", 0.1)])
+    env = base_env(tmp_path, ROUND="7")  # inherited from a shell: not a round to run
+    result = run(campaign(tmp_path, plan, root, db, "--rounds", 2), env)
+    assert result.returncode == 0, result.stderr
+    assert query(db, "SELECT round, count(*) FROM cells GROUP BY round") == [(1, 2), (2, 2)]
+    assert "STOPPING" not in layout.read_env(root / "campaign.env", [])
+    assert not (root / adaptive.PLANS_DIR).exists()
+
+
+def test_resume_keeps_what_was_decided_and_takes_up_the_rest_after_its_complete_rounds(tmp_path):
+    root, db = tmp_path / "runs" / "campaign_res", tmp_path / "res.db"
+    plan = write_plan(tmp_path / "partition.tsv", [(0, "bmm", "", 0.1), (1, "slowa", "", 0.1)])
+    env = base_env(tmp_path, FAKE_SPEEDUP=2.5, FAKE_SAME_IR="slowa", FAKE_SLOW="slowa", FAKE_SLOW_SLEEP=1.5)
+    command = campaign(tmp_path, plan, root, db, "--rounds", MAX, "--until-decided")
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def bmm_stopped_and_slowa_half_way():  # its round's before side recorded, its after side running
+        rows = dict(query(db, "SELECT op, count(*) FROM cells WHERE superseded_at IS NULL GROUP BY op"))
+        return (root / adaptive.PLANS_DIR / "step4.tsv").exists() and rows.get("slowa", 0) % 2 == 1
+
+    out, err = interrupt_when(process, bmm_stopped_and_slowa_half_way, timeout=200, every=0.05)
+    assert process.returncode == 130, err
+    assert "bmm stopped after round 3: decided" in err, err
+    bmm_cells = query(db, "SELECT count(*) FROM cells WHERE op = 'bmm'")
+    complete = query(
+        db,
+        "SELECT count(*) FROM (SELECT round FROM cells WHERE op = 'slowa' GROUP BY round HAVING count(*) = 2)",
+    )[0][0]
+    half = query(db, "SELECT count(*) FROM cells WHERE op = 'slowa' AND round = ?", (complete + 1,))[0][0]
+    assert complete >= 3 and half == 1
+
+    env["FAKE_SLOW_SLEEP"] = "0.02"
+    resumed = run(ZLSTORE_RESUME(root, db), env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "bmm: stopped before (after round 3), not run again" in resumed.stderr
+    said = f"slowa: goes on after its {complete} complete rounds; the 1 cells of its unfinished round"
+    assert said in resumed.stderr, resumed.stderr
+    assert query(db, "SELECT count(*) FROM cells WHERE op = 'bmm'") == bmm_cells  # not one more cell
+    assert query(db, "SELECT round, count(*) FROM cells WHERE superseded_at IS NOT NULL GROUP BY round") == [
+        (complete + 1, 1)
+    ]
+    current = query(
+        db, "SELECT round, count(*) FROM cells WHERE op = 'slowa' AND superseded_at IS NULL GROUP BY round"
+    )
+    assert current == [(r, 2) for r in range(1, MAX + 1)]  # every round once: none twice, none lost
+    assert ("bmm", "") not in stops(db, root)
+
+
+def ZLSTORE_RESUME(root, db):
+    from .test_run import ZLSTORE
+
+    return ZLSTORE + ["run", "campaign", "--resume", "--root", str(root), "--db", str(db), "--poll", "0.2"]

@@ -791,6 +791,7 @@ class CampaignResult:
     where: str = "this host"  # this host, or the Slurm job
     db_arg: str = ""  # " --db FILE" for the printed commands, when not the default
     stops: Optional[List[dict]] = None  # until decided: each stopped op's round and reason
+    saved_cell_hours: Optional[float] = None  # until decided: the decided ops' rounds left to MAX, measured
 
     @property
     def failed(self) -> List[str]:
@@ -839,7 +840,7 @@ class CampaignResult:
             "done": self.done,
             "skipped": self.skipped,
             "cells": self.cells,
-            **({"stops": self.stops} if self.stops is not None else {}),
+            **({"stops": self.stops, "saved_cell_hours": self.saved_cell_hours} if self.stops is not None else {}),
         }
 
 
@@ -1129,7 +1130,8 @@ def run_campaign(store, config: CampaignConfig, stream: IO = sys.stderr) -> Camp
             progress = _stops_of(store, root, config.stopping, plan)
     last = display.final()
     result = CampaignResult(root, interrupted, states, last, where=launcher.where(), db_arg=db_arg(store.path))
-    result.stops = progress.as_rows() if progress is not None else None
+    if progress is not None:
+        result.stops, result.saved_cell_hours = progress.as_rows(), round(progress.saved_hours(), 6)
     if interrupted or result.unfinished:
         result.resume_command = resume_command(root, store.path, config.slurm is not None)
     return result

@@ -24,16 +24,18 @@ def undecided_ops(conn: sqlite3.Connection, root_id: int, min_rounds: int) -> Li
     min_rounds rounds, or some range not decided under the anytime-valid rule and not stopped."""
     # STAND-IN (adaptive-run) until adaptive-stats' body: today's fixed-sample findings
     stopped = _stopped(conn, root_id)
-    rows = conn.execute(
-        "SELECT op, COALESCE(dtype, ''), min(rounds), "
-        "sum(finding IS NULL OR finding NOT IN ('faster', 'slower', 'no change')) "
-        "FROM ab_ranges WHERE root_id = ? GROUP BY op, COALESCE(dtype, '')",
-        (root_id,),
-    ).fetchall()
     ops = set(
         conn.execute("SELECT DISTINCT op, COALESCE(dtype, '') FROM cells WHERE root_id = ? AND op IS NOT NULL", (root_id,))
     )
-    decided = {(op, dtype) for op, dtype, rounds, open_ in rows if (rounds or 0) >= min_rounds and not open_}
+    decided = set()
+    for op, dtype in ops:  # a cell of dtype '' (the op's own set) holds ranges of every dtype
+        rounds, open_ = conn.execute(
+            "SELECT min(rounds), sum(finding IS NULL OR finding NOT IN ('faster', 'slower', 'no change')) "
+            "FROM ab_ranges WHERE root_id = ? AND op = ? AND (? = '' OR dtype = ?)",
+            (root_id, op, dtype, dtype),
+        ).fetchone()
+        if (rounds or 0) >= min_rounds and not open_:
+            decided.add((op, dtype))
     return sorted(o for o in ops if o not in decided and o not in stopped)
 
 
