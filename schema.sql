@@ -98,7 +98,9 @@ CREATE TABLE IF NOT EXISTS roots (
     env TEXT,                           -- that file as a JSON object
     files_sig TEXT,                     -- content signature of the root-level files
     ingested_at TEXT,
-    identity TEXT                       -- name and env file, hashed (layout.root_identity); not unique: see roots.py
+    identity TEXT,                      -- name and env file, hashed (layout.root_identity); not unique: see roots.py
+    stopping TEXT,                      -- campaign.env STOPPING (layout.stopping): 'fixed' or 'until-decided'; NULL: no env file
+    min_rounds INTEGER                  -- campaign.env MIN_ROUNDS: an until-decided campaign's floor of rounds
 );
 
 -- One side of one op in one round on one card: one benchmark process.
@@ -395,7 +397,9 @@ CREATE TABLE IF NOT EXISTS ab_range_rows (
     noise_floor REAL,
     clears_floor INTEGER,
     floor_note TEXT,
-    judged INTEGER
+    judged INTEGER,
+    stop_round INTEGER,                 -- until-decided campaign: the round its op stopped after (op_stops)
+    stop_reason TEXT                    -- and why (sequential.STOP_REASONS); NULL: running, or a fixed campaign
 );
 CREATE INDEX IF NOT EXISTS ab_range_rows_key ON ab_range_rows(root_id, op, dtype, shape, caliber_id);
 CREATE INDEX IF NOT EXISTS ab_range_rows_unjudged ON ab_range_rows(root_id) WHERE judged IS NULL;
@@ -419,6 +423,24 @@ CREATE TABLE IF NOT EXISTS ab_stale_ranges (
     dtype TEXT,
     shape TEXT NOT NULL
 );
+
+-- The ops of an until-decided campaign (roots.stopping) that stopped
+-- running rounds: after which round and why (zlstore/sequential.py:
+-- STOP_REASONS; decided: every range of it faster, slower or no change
+-- under the anytime-valid rule). Written by the campaign's runner after
+-- each round (sequential.record_stops), kept once written: a resumed
+-- campaign keeps what was decided. A range shows its op's stop
+-- (ab_range_rows.stop_round, stop_reason; ranges.py).
+CREATE TABLE IF NOT EXISTS op_stops (
+    id INTEGER PRIMARY KEY,
+    root_id INTEGER NOT NULL REFERENCES roots(id) ON DELETE CASCADE,
+    op TEXT NOT NULL,                   -- the cell op
+    dtype TEXT,                         -- the cell dtype ('' the default set, NULL unknown)
+    round INTEGER NOT NULL,             -- the last round it ran
+    reason TEXT NOT NULL,
+    recorded_at TEXT
+);
+CREATE INDEX IF NOT EXISTS op_stops_root ON op_stops(root_id, op, dtype);
 
 -- What the stored judgements of ab_range_rows were made under: the
 -- view judging_basis as it was then.
@@ -535,6 +557,15 @@ BEGIN
     INSERT INTO ab_stale_rounds ([[round: {k}]])
     SELECT DISTINCT [[round: {c}]] FROM cells
     WHERE root_id = NEW.id AND side IN ('before', 'after');
+END;
+
+-- A root's stopping rule decides how its ranges are tested (ranges.py):
+-- a change computes them again.
+CREATE TRIGGER roots_stopping_marks_ranges AFTER UPDATE OF stopping ON roots
+WHEN OLD.stopping IS NOT NEW.stopping
+BEGIN
+    INSERT INTO ab_stale_ranges (root_id, op, dtype, shape)
+    SELECT DISTINCT root_id, op, dtype, shape FROM ab_range_rows WHERE root_id = NEW.id;
 END;
 
 CREATE TRIGGER measurements_update_marks_round AFTER UPDATE ON measurements
@@ -1326,6 +1357,10 @@ SELECT
     j.cards, j.root_kind, j.caliber_id,
     [[caliber: calibers.{f}]],
     j.root_id,
+    -- an until-decided campaign (stopping): the round the range's op
+    -- stopped after and why (op_stops); its ranges are judged by the
+    -- anytime-valid rule (zlstore/stats.py)
+    j.stopping, j.stop_round, j.stop_reason,
     j.root_path,
     -- field -> its values where the range's cells ran on different things (range_environment_differences)
     differs.environment_differs
@@ -1519,7 +1554,7 @@ SELECT
     r.rowid AS range_rowid, [[range: r.{c}]],
     r.finding, r.finding_position, r.to_settle, r.noise_floor, r.clears_floor, r.floor_note,
     roots.name AS root, roots.kind AS root_kind, roots.path AS root_path, t.q_max, t.min_effect,
-    j.json
+    roots.stopping, j.json
 FROM ab_range_rows r
 JOIN roots ON roots.id = r.root_id AND roots.kind <> 'screen'
 JOIN ab_range_json j ON j.range_rowid = r.rowid
@@ -1530,7 +1565,7 @@ SELECT
     u.range_rowid, [[range: u.{c}]],
     u.finding, u.finding_position, u.to_settle, u.noise_floor, u.clears_floor, u.floor_note,
     roots.name, roots.kind, roots.path, t.q_max, t.min_effect,
-    u.json
+    roots.stopping, u.json
 FROM ab_range_unjudged u
 JOIN roots ON roots.id = u.root_id AND roots.kind <> 'screen'
 CROSS JOIN thresholds t;

@@ -14,10 +14,29 @@ as JSON. Targets (issue 12): no-effect ranges called faster or slower
 <= 5%; a consistent 2.5x (noise up to 10%) found at 4 rounds >= 99%; 10%
 found at 6 rounds with 2% noise >= 90%. Noise is the log-normal sigma of
 one measurement (one side of one round); a round's ratio varies by about
-sqrt(2) times as much."""
+sqrt(2) times as much.
+
+    python bench/power.py --adaptive-only [--adaptive-roots 40]
+
+The until-decided campaign (issue 42; zlstore/sequential.py), simulated
+round by round: roots of 8 ops x 5 shapes (effects none / 2% / 10% / 2.5x,
+two ops each; A/A roots all none) at noise 1% to 10%, MAX 12 rounds, at
+least 3. After every round each running op's ranges are judged, an op all
+of whose ranges are decided stops, the others run another round. The same
+campaign is run with the anytime-valid rule (stats.anytime_t, anytime_p,
+e-BH) and with today's t-test re-run after every round, and beside them
+the fixed campaign at MAX. The statistics are stats.py's functions and the
+finding is names.FINDINGS' CASE run by SQLite (macros: the view's own
+condition); Benjamini-Hochberg is ranges.FAMILIES' rule, in numpy. No
+store is written: a round costs microseconds, not an ingest (bench/run.py
+reports these targets in a few seconds). Targets: A/A shapes called faster
+or slower <= 5% (adaptive); cells spent adaptive / fixed <= 0.5 over the
+ranges both decide; 2.5x decided by round 4 >= 0.95 (noise up to 10%);
+power at MAX at most 10 points below the fixed campaign's."""
 
 import argparse
 import json
+import math
 import sys
 import tempfile
 import time
@@ -28,7 +47,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.effects import Shape, shape_key, write_repeat_root  # noqa: E402
-from zlstore import Store, judge  # noqa: E402
+from zlstore import Store, judge, macros, stats  # noqa: E402
+from zlstore.sequential import DECIDING_FINDINGS  # noqa: E402
 
 NOISE = (0.02, 0.05, 0.1, 0.3)  # per side and round: a measurement wanders by about this
 ROUNDS = (3, 4, 6)
@@ -137,11 +157,281 @@ def targets(rows) -> list:
     ]
 
 
+# ---------------------------------------------------------------- until decided (issue 42)
+
+ADAPTIVE_NOISE = (0.01, 0.02, 0.05, 0.10)  # per side and round, as NOISE
+ADAPTIVE_EFFECTS = (1.0, 1.02, 1.10, 2.5)
+MAX_ROUNDS = 12
+SHAPES_PER_OP = 5
+OPS_PER_EFFECT = 2
+ADAPTIVE_SEED = 42
+
+
+class _Judge:
+    """A root's findings at given rounds per range, under a rule ("anytime":
+    an until-decided root's; "fixed": today's), as ranges.py and the view
+    make them: stats.py's test, Benjamini-Hochberg over the root, and
+    names.FINDINGS' CASE run by SQLite."""
+
+    def __init__(self):
+        import sqlite3  # noqa: PLC0415
+
+        self.conn = sqlite3.connect(":memory:")
+        stats.register(self.conn)
+        self.conn.execute(
+            "CREATE TABLE finding_inputs (i, rounds, ci_low, ci_high, q_value, q_max, min_effect, min_rounds)"
+        )
+        self.case = macros.render_schema("SELECT [[case findings]] FROM finding_inputs ORDER BY i")
+        self.settings = (float(judge_settings["q_max"]), float(judge_settings["min_effect"]), stats.MIN_ROUNDS)
+
+    def __call__(self, logs, rounds, rule):
+        import numpy as np  # noqa: PLC0415
+
+        means = np.array([logs[i, :n].mean() for i, n in enumerate(rounds)])
+        sds = np.array([logs[i, :n].std(ddof=1) if n > 1 else np.nan for i, n in enumerate(rounds)])
+        test = stats.anytime_p if rule == "anytime" else stats.t_test_p
+        p = [test(float(m), float(sd), int(n)) for m, sd, n in zip(means, sds, rounds)]
+        q = benjamini_hochberg(p)
+        q_max, min_effect, min_rounds = self.settings
+        rows = []
+        for i, (m, sd, n) in enumerate(zip(means, sds, rounds)):
+            crit = (stats.anytime_t(int(n)) if rule == "anytime" else stats.t_critical(int(n) - 1)) if n >= 3 else None
+            low = high = None
+            if crit is not None and np.isfinite(sd):
+                low, high = math.exp(m - crit * sd / math.sqrt(n)), math.exp(m + crit * sd / math.sqrt(n))
+            rows.append((i, int(n), low, high, q[i], q_max, min_effect, min_rounds))
+        self.conn.execute("DELETE FROM finding_inputs")
+        self.conn.executemany("INSERT INTO finding_inputs VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        return [finding for (finding,) in self.conn.execute(self.case)], p
+
+
+judge_settings = {"q_max": "0.05", "min_effect": "0.02"}
+
+
+def benjamini_hochberg(p):
+    """q-values of the tested ranges (None: untested), as ranges.FAMILIES adjusts a root's."""
+    tested = sorted((value, i) for i, value in enumerate(p) if value is not None)
+    q = [None] * len(p)
+    smallest = 1.0
+    for rank in range(len(tested), 0, -1):
+        value, i = tested[rank - 1]
+        smallest = min(smallest, value * len(tested) / rank)
+        q[i] = min(1.0, smallest)
+    return q
+
+
+def run_campaign(logs, ops, rule, judge_at):
+    """One campaign, round by round: an op runs until every range of it is
+    decided (at least stats.MIN_ROUNDS rounds, at most MAX_ROUNDS). Returns
+    the final findings, each op's rounds, and per range whether a finding
+    faster or slower was shown at any look."""
+    import numpy as np  # noqa: PLC0415
+
+    n_ops = int(ops.max()) + 1
+    running = np.ones(n_ops, bool)
+    done = np.zeros(n_ops, int)
+    called_ever = np.zeros(len(ops), bool)
+    findings = None
+    for round_ in range(1, MAX_ROUNDS + 1):
+        done[running] = round_
+        if round_ < stats.MIN_ROUNDS:
+            continue
+        findings, _ = judge_at(logs, done[ops], rule)
+        called_ever |= np.array([f in ("faster", "slower") for f in findings])
+        decided = np.array([f in DECIDING_FINDINGS for f in findings])
+        for op in np.nonzero(running)[0]:
+            if decided[ops == op].all():
+                running[op] = False
+        if not running.any():
+            break
+    return findings, done, called_ever
+
+
+def crossing(logs, test):
+    """Per range, whether its p-value is <= 0.05 at some look 3..MAX (every
+    round run): the plain peeking figure, no band and no correction."""
+    import numpy as np  # noqa: PLC0415
+
+    crossed = np.zeros(len(logs), bool)
+    for n in range(stats.MIN_ROUNDS, MAX_ROUNDS + 1):
+        x = logs[:, :n]
+        for i in range(len(logs)):
+            p = test(float(x[i].mean()), float(x[i].std(ddof=1)), n)
+            crossed[i] |= p is not None and p <= 0.05
+    return crossed
+
+
+def simulate_adaptive(roots: int = 40, seed: int = ADAPTIVE_SEED) -> dict:
+    """Counts per (noise, effect) over `roots` mixed and `roots` A/A roots per noise."""
+    import numpy as np  # noqa: PLC0415
+
+    rng = np.random.default_rng(seed)
+    judge_at = _Judge()
+    counts = defaultdict(lambda: defaultdict(float))
+    for sigma in ADAPTIVE_NOISE:
+        for kind in ("mixed", "aa"):
+            effects = np.repeat(ADAPTIVE_EFFECTS if kind == "mixed" else (1.0,) * 4, OPS_PER_EFFECT * SHAPES_PER_OP)
+            ops = np.arange(len(effects)) // SHAPES_PER_OP
+            for _ in range(roots):
+                noise = rng.standard_normal((2, len(effects), MAX_ROUNDS))
+                logs = np.log(effects)[:, None] + sigma * (noise[0] - noise[1])
+                adaptive, a_rounds, a_ever = run_campaign(logs, ops, "anytime", judge_at)
+                peeking, _, p_ever = run_campaign(logs, ops, "fixed", judge_at)
+                fixed, _ = judge_at(logs, np.full(len(effects), MAX_ROUNDS), "fixed")
+                t_crossed = crossing(logs, stats.t_test_p) if kind == "aa" else None
+                e_crossed = crossing(logs, stats.anytime_p) if kind == "aa" else None
+                for i, effect in enumerate(effects):
+                    c = counts[(sigma, float(effect))]
+                    c["ranges"] += 1
+                    rounds = a_rounds[ops[i]]
+                    c["adaptive_called"] += adaptive[i] in ("faster", "slower")
+                    c["adaptive_called_ever"] += bool(a_ever[i])
+                    c["peeking_called"] += peeking[i] in ("faster", "slower")
+                    c["peeking_called_ever"] += bool(p_ever[i])
+                    c["fixed_called"] += fixed[i] in ("faster", "slower")
+                    c["adaptive_found"] += adaptive[i] == "faster"
+                    c["fixed_found"] += fixed[i] == "faster"
+                    c["adaptive_decided"] += adaptive[i] in DECIDING_FINDINGS
+                    c["fixed_decided"] += fixed[i] in DECIDING_FINDINGS
+                    c["adaptive_rounds"] += rounds
+                    c["decided_by_4"] += rounds <= 4 and adaptive[i] in DECIDING_FINDINGS
+                    if adaptive[i] in DECIDING_FINDINGS and fixed[i] in DECIDING_FINDINGS:
+                        c["both_decided"] += 1
+                        c["both_adaptive_rounds"] += rounds
+                    if t_crossed is not None:
+                        c["aa_ranges"] += 1
+                        c["t_crossed"] += bool(t_crossed[i])
+                        c["e_crossed"] += bool(e_crossed[i])
+    return {key: dict(value) for key, value in counts.items()}
+
+
+def adaptive_rows(counts: dict) -> list:
+    """The table of the until-decided campaign: one row per (noise, effect)."""
+    rows = []
+    for (sigma, effect), c in sorted(counts.items()):
+        n = c["ranges"]
+        rows.append(
+            {
+                "noise": sigma,
+                "effect": effect,
+                "ranges": int(n),
+                "adaptive called (any look)": c["adaptive_called_ever"] / n,
+                "today's test re-run, called (any look)": c["peeking_called_ever"] / n,
+                "fixed at MAX called": c["fixed_called"] / n,
+                "adaptive found": c["adaptive_found"] / n,
+                "fixed at MAX found": c["fixed_found"] / n,
+                "adaptive decided": c["adaptive_decided"] / n,
+                "fixed at MAX decided": c["fixed_decided"] / n,
+                "adaptive rounds / MAX": c["adaptive_rounds"] / n / MAX_ROUNDS,
+                "decided by round 4": c["decided_by_4"] / n,
+                "A/A p <= 0.05 at some look, t-test": c["t_crossed"] / c["aa_ranges"] if c.get("aa_ranges") else None,
+                "A/A p <= 0.05 at some look, anytime": c["e_crossed"] / c["aa_ranges"] if c.get("aa_ranges") else None,
+            }
+        )
+    return rows
+
+
+def adaptive_targets(counts: dict) -> list:
+    """(what, value, target, met) for the until-decided campaign (issue 42)."""
+    nulls = [c for (_, effect), c in counts.items() if effect == 1.0]
+    worst_adaptive = max(c["adaptive_called_ever"] / c["ranges"] for c in nulls)
+    worst_peeking = max(c["peeking_called_ever"] / c["ranges"] for c in nulls)
+    crossed_t = sum(c.get("t_crossed", 0) for c in nulls) / sum(c.get("aa_ranges", 0) for c in nulls)
+    crossed_e = sum(c.get("e_crossed", 0) for c in nulls) / sum(c.get("aa_ranges", 0) for c in nulls)
+    both = sum(c.get("both_decided", 0) for c in counts.values())
+    spent = sum(c.get("both_adaptive_rounds", 0) for c in counts.values()) / (both * MAX_ROUNDS) if both else None
+    all_spent = sum(c["adaptive_rounds"] for c in counts.values()) / (
+        sum(c["ranges"] for c in counts.values()) * MAX_ROUNDS
+    )
+    by_4 = {sigma: c["decided_by_4"] / c["ranges"] for (sigma, effect), c in counts.items() if effect == 2.5}
+    effects = [c for (_, effect), c in counts.items() if effect > 1.0]
+    power_fixed = sum(c["fixed_found"] for c in effects) / sum(c["ranges"] for c in effects)
+    power_adaptive = sum(c["adaptive_found"] for c in effects) / sum(c["ranges"] for c in effects)
+    gaps = {
+        (sigma, effect): (c["fixed_found"] - c["adaptive_found"]) / c["ranges"]
+        for (sigma, effect), c in counts.items()
+        if effect > 1.0
+    }
+    worst_gap_cell = max(gaps, key=gaps.get)
+    return [
+        (
+            "A/A shapes called faster or slower at any look, adaptive rule (worst noise)",
+            worst_adaptive,
+            "<= 0.05",
+            worst_adaptive <= 0.05,
+        ),
+        ("  beside it: today's test re-run after every round (worst noise)", worst_peeking, "report", None),
+        (
+            "  A/A p <= 0.05 at some look of 3..12, no band or correction: t-test / anytime",
+            f"{crossed_t:.3f} / {crossed_e:.3f}",
+            "report",
+            None,
+        ),
+        (
+            "cells spent, adaptive / fixed at MAX, over the ranges both decide",
+            spent,
+            "<= 0.5",
+            spent is not None and spent <= 0.5,
+        ),
+        ("  over every range", all_spent, "report", None),
+        ("2.5x decided by round 4, worst noise up to 10%", min(by_4.values()), ">= 0.95", min(by_4.values()) >= 0.95),
+        (
+            "  per noise " + " / ".join(f"{s:.0%}" for s in sorted(by_4)),
+            " / ".join(f"{by_4[s]:.3f}" for s in sorted(by_4)),
+            "report",
+            None,
+        ),
+        (
+            "power at MAX (2% / 10% / 2.5x shapes found), fixed minus adaptive, points",
+            100 * (power_fixed - power_adaptive),
+            "<= 10",
+            power_fixed - power_adaptive <= 0.10,
+        ),
+        (
+            f"  worst cell: {worst_gap_cell[1]:g}x at {worst_gap_cell[0]:.0%} noise, points",
+            100 * gaps[worst_gap_cell],
+            "report",
+            None,
+        ),
+    ]
+
+
+def print_adaptive(counts: dict):
+    rows = adaptive_rows(counts)
+    header = list(rows[0])
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for row in rows:
+        print("| " + " | ".join(_cell(row[h]) for h in header) + " |")
+    print()
+    for what, value, target, met in adaptive_targets(counts):
+        print(
+            f"{what}: {_cell(value)} (target {target}"
+            + ("" if met is None else f": {'met' if met else 'NOT met'}")
+            + ")"
+        )
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return "" if value is None else str(value)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--roots", type=int, default=40, help="roots per (noise, rounds) cell (default 40)")
     parser.add_argument("--out", default=str(REPO / "bench" / "power.json"))
+    parser.add_argument("--adaptive-roots", type=int, default=40, help="roots per noise of the until-decided table")
+    parser.add_argument("--adaptive-only", action="store_true", help="only the until-decided campaign's table")
     args = parser.parse_args(argv)
+    t0 = time.perf_counter()
+    counts = simulate_adaptive(args.adaptive_roots)
+    print(f"until decided: {args.adaptive_roots} mixed and A/A roots per noise, {time.perf_counter() - t0:.0f} s")
+    print_adaptive(counts)
+    adaptive_checks = [c for c in adaptive_targets(counts) if c[3] is not None]
+    if args.adaptive_only:
+        return 0 if all(c[3] for c in adaptive_checks) else 1
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="zlstore-power-") as work:
         top = Path(work) / "runs"

@@ -41,6 +41,7 @@ sys.path.insert(0, str(BENCH))
 
 import harness  # noqa: E402
 import merge as merge_bench  # noqa: E402
+import power  # noqa: E402
 from zlstore import Store, judge  # noqa: E402
 
 PYTHON = sys.executable
@@ -662,6 +663,22 @@ def table(results: dict, args) -> dict:
         )
     elif conc:
         row("8 writers / 1 writer", conc["why"], None, "", ">= 0.5", None)
+    for what, value, target, met in results.get("adaptive") or ():
+        how = f"bench/power.py --adaptive-only --adaptive-roots {args.adaptive_roots}: simulated, no timing"
+        if isinstance(value, float):
+            row(what, how, value, "", target, met)
+        else:  # a few figures in one text
+            rows.append(
+                {
+                    "figure": f"{what}: {value}",
+                    "how": how,
+                    "value": None,
+                    "unit": "",
+                    "target": target,
+                    "met": met,
+                    "n": None,
+                }
+            )
     return {
         "rows": rows,
         "machine": machine(),
@@ -696,7 +713,11 @@ def render(t: dict) -> str:
     lines = ["| figure | value | target | met | how |", "|---|---|---|---|---|"]
     for r in t["rows"]:
         v = r["value"]
-        value = "n/a" if v is None else (f"{v:.3f} {r['unit']}" if v < 10 else f"{v:.1f} {r['unit']}")
+        value = (
+            ("" if r["target"] == "report" else "n/a")
+            if v is None
+            else (f"{v:.3f} {r['unit']}" if v < 10 else f"{v:.1f} {r['unit']}")
+        )
         met = "" if r["met"] is None else ("yes" if r["met"] else "**no**")
         n = f" (median of {r['n']})" if r.get("n") else ""
         lines.append(f"| {r['figure']} | {value}{n} | {r['target'] or ''} | {met} | {r['how']} |")
@@ -738,9 +759,17 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the corpora and databases")
     ap.add_argument("--skip-memory", action="store_true", help="no scale-4 corpus / peak memory figure")
     ap.add_argument("--skip-concurrency", action="store_true")
+    ap.add_argument(
+        "--adaptive-roots",
+        type=int,
+        default=20,
+        help="roots per noise of the until-decided campaign's simulated targets (0: none; about 1 s a root)",
+    )
     ap.add_argument("--json", default=str(BENCH / "results.json"), help="where to write the table")
     args = ap.parse_args(argv)
     results = suite(args)
+    if args.adaptive_roots:  # no timing: after the timed figures, never among them
+        results["adaptive"] = power.adaptive_targets(power.simulate_adaptive(args.adaptive_roots))
     t = table(results, args)
     text = render(t)
     print(text)

@@ -28,7 +28,7 @@ from .errors import SchemaError, StoreError  # noqa: F401
 
 # The schema version of this release: migrations.py takes an older store to
 # it, check_contents refuses a newer one.
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 BUSY_TIMEOUT_MS = 60_000
 WRITE_ATTEMPTS = 10
 

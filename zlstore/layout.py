@@ -801,6 +801,8 @@ def min_rounds(env: Mapping[str, str]) -> int:
     or not a positive number."""
     value = to_int(env.get(MIN_ROUNDS_KEY))
     return value if value is not None and value > 0 else DEFAULT_MIN_ROUNDS
+
+
 SCREEN_NUMBERS = {
     "cl_before": to_int,
     "cl_after": to_int,

@@ -278,6 +278,37 @@ def _test_outcomes(conn):
             conn.execute(f"ALTER TABLE cells ADD COLUMN {column} TEXT")
 
 
+@migration(15, rederive=True)
+def _until_decided_campaigns(conn):
+    """Release 15 runs campaigns until their ranges are decided
+    (zlstore/sequential.py): a root keeps its stopping rule and floor of
+    rounds (roots.stopping, min_rounds, from its env file's STOPPING and
+    MIN_ROUNDS), an op of such a campaign when and why it stopped (op_stops,
+    created from schema.sql's tables), and each range its op's stop
+    (ab_range_rows.stop_round, stop_reason). Every range is computed again
+    (rederive): its JSON gains those keys, and an until-decided root's ranges
+    are tested by the anytime-valid rule."""
+    for table, column in (
+        ("roots", "stopping TEXT"),
+        ("roots", "min_rounds INTEGER"),
+        ("ab_range_rows", "stop_round INTEGER"),
+        ("ab_range_rows", "stop_reason TEXT"),
+    ):
+        if column.split()[0] not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
+    # layout.stopping and layout.min_rounds as release 15 defines them, over
+    # the env file each root's row holds
+    conn.execute(
+        """UPDATE roots SET
+               stopping = CASE WHEN lower(trim(json_extract(env, '$.STOPPING'))) = 'until-decided'
+                               THEN 'until-decided' ELSE 'fixed' END,
+               min_rounds = CASE WHEN trim(json_extract(env, '$.MIN_ROUNDS')) GLOB '[0-9]*'
+                                  AND trim(json_extract(env, '$.MIN_ROUNDS')) NOT GLOB '*[^0-9]*'
+                                 THEN CAST(trim(json_extract(env, '$.MIN_ROUNDS')) AS INTEGER) END
+           WHERE env_file IS NOT NULL AND json_valid(env)"""
+    )
+
+
 def _stored_schema_hash(conn):
     try:
         row = conn.execute("SELECT value FROM settings WHERE key = 'schema_hash'").fetchone()

@@ -390,4 +390,6 @@ RANGE_COLUMNS = (
     "q_value",
     "json_head",
     "json_tail",
+    "stop_round",
+    "stop_reason",
 )

@@ -16,6 +16,7 @@ macros.render_schema's macros, rendered there.
 """
 
 from . import caliber
+from .layout import STOPPING_UNTIL_DECIDED
 
 
 def _json_fields(*columns: str) -> str:
@@ -61,7 +62,7 @@ STEPS = [
     f"""INSERT INTO ab_range_rows (
             root_id, op, dtype, shape, caliber_id, rounds, min, median, max,
             fallback, fallback_rows, cards, rejected, rejected_reasons, log_mean, log_sd,
-            effect, ci_low, ci_high, p_value, json_head, json_tail)
+            effect, ci_low, ci_high, p_value, json_head, json_tail, stop_round, stop_reason)
         WITH keyed AS MATERIALIZED (
             SELECT k.key_id, [[round: s.{{k}}]], s.reason,
                    s.before_caliber_id AS caliber_id,
@@ -97,22 +98,39 @@ STEPS = [
             FROM keyed WHERE reason IS NOT NULL
             GROUP BY key_id
         ),
+        -- An until-decided campaign's op stops once its ranges are decided
+        -- (zlstore/sequential.py): each range shows the stop of the cell
+        -- op and dtype whose rounds it comes from (the latest, where a
+        -- row op's shape was measured by the cells of two).
+        stopped AS MATERIALIZED (
+            SELECT c.key_id, max(st.round) AS stop_round, st.reason AS stop_reason
+            FROM (SELECT DISTINCT key_id, root_id, cell_op, cell_dtype FROM keyed) c
+            JOIN op_stops st ON st.root_id = c.root_id AND st.op IS c.cell_op AND st.dtype IS c.cell_dtype
+            GROUP BY c.key_id
+        ),
+        -- A fixed-round root is tested by the t-test; an until-decided one
+        -- (roots.stopping) by the anytime-valid t-test, whose interval and
+        -- p-value hold whenever the rounds stopped (zlstore/stats.py).
         tested AS (
             SELECT g.*, exp(g.log_mean) AS effect,
                    CASE WHEN g.rounds >= [[min_rounds]]
-                        THEN t_critical(g.rounds - 1) * g.log_sd / sqrt(g.rounds) END AS half_width,
-                   t_test_p(g.log_mean, g.log_sd, g.rounds) AS p_value
+                        THEN CASE WHEN g.anytime THEN anytime_t(g.rounds) ELSE t_critical(g.rounds - 1) END
+                             * g.log_sd / sqrt(g.rounds) END AS half_width,
+                   CASE WHEN g.anytime THEN anytime_p(g.log_mean, g.log_sd, g.rounds)
+                        ELSE t_test_p(g.log_mean, g.log_sd, g.rounds) END AS p_value
             FROM (
-                SELECT k.root_id, k.op, k.dtype, k.shape, ranges.caliber_id, ranges.rounds,
+                SELECT k.key_id, k.root_id, k.op, k.dtype, k.shape, ranges.caliber_id, ranges.rounds,
                        ranges.min, ranges.median, ranges.max, ranges.fallback, ranges.fallback_rows, ranges.cards,
                        coalesce(rejected.rejected, 0) AS rejected, rejected.rejected_reasons,
-                       ranges.log_mean, ranges.log_sd
+                       ranges.log_mean, ranges.log_sd,
+                       roots.stopping IS '{STOPPING_UNTIL_DECIDED}' AS anytime
                 FROM ranges
                 JOIN temp.ab_keys_unique k ON k.key_id = ranges.key_id
+                JOIN roots ON roots.id = k.root_id
                 LEFT JOIN rejected ON rejected.key_id = ranges.key_id
                 UNION ALL
-                SELECT k.root_id, k.op, k.dtype, k.shape, NULL, 0,
-                       NULL, NULL, NULL, 0, 0, 0, rejected.rejected, rejected.rejected_reasons, NULL, NULL
+                SELECT k.key_id, k.root_id, k.op, k.dtype, k.shape, NULL, 0,
+                       NULL, NULL, NULL, 0, 0, 0, rejected.rejected, rejected.rejected_reasons, NULL, NULL, 0
                 FROM rejected
                 JOIN temp.ab_keys_unique k ON k.key_id = rejected.key_id
                 WHERE NOT EXISTS (SELECT 1 FROM keyed WHERE keyed.key_id = rejected.key_id AND keyed.reason IS NULL)
@@ -154,11 +172,16 @@ STEPS = [
             "b.caliber_id",
             *[f"calibers.{name}" for name in caliber.NAMES],
             "b.root_id",
+            "roots.stopping",
+            "stopped.stop_round",
+            "stopped.stop_reason",
         )
-    }
+    },
+            stopped.stop_round, stopped.stop_reason
         FROM bounded b
         JOIN roots ON roots.id = b.root_id
-        LEFT JOIN calibers ON calibers.id = b.caliber_id""",
+        LEFT JOIN calibers ON calibers.id = b.caliber_id
+        LEFT JOIN stopped ON stopped.key_id = b.key_id""",
     "DELETE FROM ab_stale_ranges",
 ]
 

@@ -155,6 +155,8 @@ class RootWriter:
             files_sig=root.files_sig,
             ingested_at=now(),
             identity=root.identity,
+            stopping=layout.stopping(env) if root.env_file else None,
+            min_rounds=layout.to_int(env.get(layout.MIN_ROUNDS_KEY)),
         )
         if root_id is None:
             root_id = self.conn.execute(insert_sql("roots", tuple(values)), tuple(values.values())).lastrowid

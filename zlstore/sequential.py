@@ -2,63 +2,107 @@
 until-decided campaign still need a round, and why each one stopped.
 
 A root with campaign.env STOPPING=until-decided (layout.STOPPING_UNTIL_DECIDED)
-has its ranges judged by the anytime-valid rule (stats.py: the t-test
-e-process and its confidence sequence), so that looking after every round
-does not inflate false findings; docs/judging.md says why. The runner asks
-undecided_ops after each round and records, with record_stops, the ops
-that stop and why; ab_ranges shows each range's stop round and reason.
+has its ranges tested by the anytime-valid rule (stats.py: the t-test's
+e-process, its confidence sequence, e-BH over the root), so that looking
+after every round does not inflate false findings; docs/judging.md says
+why. The runner asks undecided_ops after each round and records, with
+record_stops, the ops that stop and why (op_stops); each range shows its
+op's stop (ab_ranges.stop_round, stop_reason).
 """
 
+import datetime
 import sqlite3
 from typing import Iterable, List, Optional, Tuple
 
+from . import derive
+from .db import write_transaction
+from .names import FINDING_NAMES
+
 # Why an op of an until-decided campaign stopped running rounds, in the
-# order shown: every range of it decided (faster, slower or no change under
-# the anytime-valid rule); MAX rounds reached undecided; its cells failed.
+# order shown: every range of it decided; MAX rounds reached with some
+# range undecided; its cells failed (the runner says so).
 DECIDED, MAX_ROUNDS, FAILED = "decided", "max rounds", "failed"
 STOP_REASONS = (DECIDED, MAX_ROUNDS, FAILED)
+
+# The findings that decide a range (names.FINDINGS): the others need rounds.
+DECIDING_FINDINGS = ("faster", "slower", "no change")
+assert set(DECIDING_FINDINGS) <= set(FINDING_NAMES), "a deciding finding that names.FINDINGS does not define"
+
+# The (cell op, dtype) pairs of a root that still need a round: every op of
+# its cells (or of its plan, where none ran yet), less those stopped, that
+# ran fewer than the floor of rounds, has a range not decided, or has none.
+_UNDECIDED = f"""
+WITH ops AS (
+    SELECT DISTINCT op, dtype FROM cells
+    WHERE root_id = :root AND op IS NOT NULL AND side IN ('before', 'after') AND superseded_at IS NULL
+    UNION
+    SELECT p.op, p.dtype FROM partitions p
+    WHERE p.root_id = :root AND NOT EXISTS (
+        SELECT 1 FROM cells c WHERE c.root_id = :root AND c.op = p.op AND coalesce(c.dtype, '') = p.dtype)
+),
+ran AS (
+    SELECT op, dtype, count(DISTINCT round) AS rounds FROM cells
+    WHERE root_id = :root AND side IN ('before', 'after') AND superseded_at IS NULL
+    GROUP BY op, dtype
+),
+keys AS (
+    SELECT DISTINCT cell_op, cell_dtype, op, dtype, shape FROM ab_slot_rows WHERE root_id = :root
+),
+undecided AS (
+    SELECT DISTINCT k.cell_op, k.cell_dtype
+    FROM keys k
+    JOIN ab_range_judgements j ON j.root_id = :root AND j.op IS k.op AND j.dtype IS k.dtype AND j.shape = k.shape
+    WHERE j.finding NOT IN ({", ".join(f"'{name}'" for name in DECIDING_FINDINGS)})
+)
+SELECT ops.op, ops.dtype FROM ops
+LEFT JOIN ran ON ran.op = ops.op AND ran.dtype IS ops.dtype
+WHERE NOT EXISTS (SELECT 1 FROM op_stops st WHERE st.root_id = :root AND st.op = ops.op AND st.dtype IS ops.dtype)
+  AND (coalesce(ran.rounds, 0) < :min_rounds
+       OR EXISTS (SELECT 1 FROM undecided u WHERE u.cell_op = ops.op AND u.cell_dtype IS ops.dtype)
+       OR NOT EXISTS (SELECT 1 FROM keys k WHERE k.cell_op = ops.op AND k.cell_dtype IS ops.dtype))
+ORDER BY ops.op, ops.dtype
+"""
 
 
 def undecided_ops(conn: sqlite3.Connection, root_id: int, min_rounds: int) -> List[Tuple[str, Optional[str]]]:
     """(cell op, dtype) pairs of the campaign root that still need a round: fewer than
-    min_rounds rounds, or some range not decided under the anytime-valid rule and not stopped."""
-    # STAND-IN (adaptive-run) until adaptive-stats' body: today's fixed-sample findings
-    stopped = _stopped(conn, root_id)
-    ops = set(
-        conn.execute("SELECT DISTINCT op, COALESCE(dtype, '') FROM cells WHERE root_id = ? AND op IS NOT NULL", (root_id,))
-    )
-    decided = set()
-    for op, dtype in ops:  # a cell of dtype '' (the op's own set) holds ranges of every dtype
-        rounds, open_ = conn.execute(
-            "SELECT min(rounds), sum(finding IS NULL OR finding NOT IN ('faster', 'slower', 'no change')) "
-            "FROM ab_ranges WHERE root_id = ? AND op = ? AND (? = '' OR dtype = ?)",
-            (root_id, op, dtype, dtype),
-        ).fetchone()
-        if (rounds or 0) >= min_rounds and not open_:
-            decided.add((op, dtype))
-    return sorted(o for o in ops if o not in decided and o not in stopped)
+    min_rounds rounds, or some range not decided under the anytime-valid rule and not stopped.
+    Brings the store's derived tables up to date first (a write, where they
+    are stale), so that the findings read are the round's just stored."""
+    if derive.stale(conn):
+        with write_transaction(conn):
+            derive.derive(conn)
+    rows = conn.execute(_UNDECIDED, {"root": root_id, "min_rounds": min_rounds}).fetchall()
+    return [(op, dtype) for op, dtype in rows]
 
 
 def record_stops(
     conn: sqlite3.Connection, root_id: int, ops: Iterable[Tuple[str, Optional[str]]], round_: int, reason: str
 ) -> None:
     """Records that these ops stopped after round `round_` and why (a STOP_REASONS value),
-    in the store, idempotently: what is decided stays decided (a --resume keeps it)."""
-    # STAND-IN (adaptive-run) until adaptive-stats' body
-    conn.execute(_TABLE)
-    with conn:
-        conn.executemany(
-            "INSERT OR IGNORE INTO standin_op_stops VALUES (?, ?, ?, ?, ?)",
-            [(root_id, op, dtype or "", round_, reason) for op, dtype in ops],
-        )
-
-
-_TABLE = (
-    "CREATE TABLE IF NOT EXISTS standin_op_stops "
-    "(root_id INTEGER, op TEXT, dtype TEXT, round INTEGER, reason TEXT, PRIMARY KEY (root_id, op, dtype))"
-)
-
-
-def _stopped(conn: sqlite3.Connection, root_id: int) -> set:
-    conn.execute(_TABLE)
-    return set(conn.execute("SELECT op, dtype FROM standin_op_stops WHERE root_id = ?", (root_id,)))
+    in the store, idempotently: what is decided stays decided (a --resume keeps it).
+    An op already stopped keeps its first stop; its ranges show it
+    (ab_ranges.stop_round, stop_reason), computed again in the same transaction."""
+    if reason not in STOP_REASONS:
+        raise ValueError(f"unknown stop reason {reason!r}: one of {', '.join(STOP_REASONS)}")
+    if round_ < 0:
+        raise ValueError(f"a stop after round {round_}: rounds count from 1")
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    with write_transaction(conn):
+        for op, dtype in ops:
+            stopped = conn.execute(
+                "SELECT 1 FROM op_stops WHERE root_id = ? AND op = ? AND dtype IS ?", (root_id, op, dtype)
+            ).fetchone()
+            if stopped:
+                continue
+            conn.execute(
+                "INSERT INTO op_stops (root_id, op, dtype, round, reason, recorded_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (root_id, op, dtype, round_, reason, now),
+            )
+            conn.execute(
+                """INSERT INTO ab_stale_ranges (root_id, op, dtype, shape)
+                   SELECT DISTINCT root_id, op, dtype, shape FROM ab_slot_rows
+                   WHERE root_id = ? AND cell_op IS ? AND cell_dtype IS ?""",
+                (root_id, op, dtype),
+            )
+        derive.derive(conn)
