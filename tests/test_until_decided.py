@@ -4,15 +4,29 @@ which ({round}, ROUND); an op with a big effect stops before MAX, an A/A
 op does not stop on a finding; the ops that go on are re-planned longest
 first by measured time; a resume keeps what was decided."""
 
+import io
 import json
+import sqlite3
 import subprocess
+import sys
+from pathlib import Path
 
-from zlstore import adaptive, layout, plan as planmod, sequential
+import pytest
+
+from zlstore import Store, adaptive, layout, runner, sequential
+from zlstore import card as card_mod
+from zlstore import plan as planmod
+from zlstore.slurm import SlurmOptions
 
 from .test_campaign_runner import campaign
-from .test_run import base_env, interrupt_when, query, write_plan
+from .test_run import FAKE, base_env, interrupt_when, query, write_plan
 
 MAX = 6
+
+
+@pytest.fixture
+def cluster_env(slurm_cluster, tmp_path):
+    return lambda **extra: {**base_env(tmp_path, **extra), **slurm_cluster}
 
 
 def run(command, env, timeout=240):
@@ -21,8 +35,6 @@ def run(command, env, timeout=240):
 
 def stops(db, root):
     with_id = query(db, "SELECT id FROM roots WHERE path = ?", (str(root.resolve()),))
-    import sqlite3
-
     conn = sqlite3.connect(db)
     try:
         going = {tuple(o) for o in sequential.undecided_ops(conn, with_id[0][0], 3)}
@@ -126,23 +138,24 @@ def test_resume_keeps_what_was_decided_and_takes_up_the_rest_after_its_complete_
 
     def bmm_stopped_and_slowa_half_way():  # its round's before side recorded, its after side running
         rows = dict(query(db, "SELECT op, count(*) FROM cells WHERE superseded_at IS NULL GROUP BY op"))
-        return (root / adaptive.PLANS_DIR / "step4.tsv").exists() and rows.get("slowa", 0) % 2 == 1
+        return query(db, "SELECT reason FROM op_stops WHERE op = 'bmm'") and rows.get("slowa", 0) % 2 == 1
 
     out, err = interrupt_when(process, bmm_stopped_and_slowa_half_way, timeout=200, every=0.05)
     assert process.returncode == 130, err
-    assert "bmm stopped after round 3: decided" in err, err
+    [(decided_at,)] = query(db, "SELECT round FROM op_stops WHERE op = 'bmm' AND reason = 'decided'")
+    assert f"bmm stopped after round {decided_at}: decided" in err, err
     bmm_cells = query(db, "SELECT count(*) FROM cells WHERE op = 'bmm'")
     complete = query(
         db,
         "SELECT count(*) FROM (SELECT round FROM cells WHERE op = 'slowa' GROUP BY round HAVING count(*) = 2)",
     )[0][0]
     half = query(db, "SELECT count(*) FROM cells WHERE op = 'slowa' AND round = ?", (complete + 1,))[0][0]
-    assert 3 <= complete < MAX and half in (0, 1)  # the interrupt lands in its after side, as a rule
+    assert decided_at <= complete < MAX and half in (0, 1)  # the interrupt lands in its after side, as a rule
 
     env["FAKE_SLOW_SLEEP"] = "0.02"
     resumed = run(ZLSTORE_RESUME(root, db), env)
     assert resumed.returncode == 0, resumed.stderr
-    assert "bmm: stopped before (after round 3), not run again" in resumed.stderr
+    assert f"bmm: stopped before, after round {decided_at} (decided), not run again" in resumed.stderr
     said = f"slowa: goes on after its {complete} complete rounds" + (
         "; the 1 cells of its unfinished round are kept in the store, marked superseded" if half else "\n"
     )
@@ -150,9 +163,7 @@ def test_resume_keeps_what_was_decided_and_takes_up_the_rest_after_its_complete_
     assert query(db, "SELECT count(*) FROM cells WHERE op = 'bmm'") == bmm_cells  # not one more cell
     superseded = query(db, "SELECT round, count(*) FROM cells WHERE superseded_at IS NOT NULL GROUP BY round")
     assert superseded == ([(complete + 1, 1)] if half else [])
-    current = query(
-        db, "SELECT round, count(*) FROM cells WHERE op = 'slowa' AND superseded_at IS NULL GROUP BY round"
-    )
+    current = query(db, "SELECT round, count(*) FROM cells WHERE op = 'slowa' AND superseded_at IS NULL GROUP BY round")
     assert current == [(r, 2) for r in range(1, MAX + 1)]  # every round once: none twice, none lost
     assert ("bmm", "") not in stops(db, root)
 
@@ -161,3 +172,72 @@ def ZLSTORE_RESUME(root, db):
     from .test_run import ZLSTORE
 
     return ZLSTORE + ["run", "campaign", "--resume", "--root", str(root), "--db", str(db), "--poll", "0.2"]
+
+
+class TasksWithoutADatabase(runner.LocalLauncher):
+    """The Slurm launcher's part, on this host: each card a process given
+    no database (as an array task is), whose cells and stops this process
+    records from the status files (records_here)."""
+
+    records_here = True
+    settle_s = 2.0
+
+    def __init__(self, options, poll_s):
+        super().__init__(Path("unused.db"), None, poll_s)
+
+    def check(self, cards):
+        pass
+
+    def start(self, root, run_id, todo):
+        for card, ops in sorted(todo.items()):
+            argv = [sys.executable, "-m", "zlstore", "run", "card", str(root), "--card", str(card)]
+            argv += ["--ops", ",".join(card_mod.op_spec(o) for o in ops), "--run-id", run_id, "--poll", "0.2"]
+            with open(Path(root) / "logs" / f"card{card}.out", "ab") as out:
+                self.procs[card] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+
+    def where(self):
+        return "tasks without a database"
+
+
+def test_on_slurm_each_task_decides_its_own_ops_and_the_submitter_records_the_stops(tmp_path, monkeypatch):
+    root, db = tmp_path / "runs" / "campaign_sl", tmp_path / "sl.db"
+    plan = write_plan(tmp_path / "partition.tsv", [(0, "bmm", "float16", 0.1), (1, "softmax", "float16", 0.1)])
+    for k, v in base_env(tmp_path, FAKE_SPEEDUP=2.5, FAKE_SAME_IR="softmax").items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(runner, "SlurmLauncher", TasksWithoutADatabase)
+    stream = io.StringIO()
+    with Store(db) as store:
+        config = runner.campaign_config(
+            store,
+            plan_path=plan,
+            rounds=MAX,
+            command=f"{FAKE} repeat {{op}} {{dtype}}",
+            root_dir=root,
+            poll_s=0.2,
+            slurm=SlurmOptions(),
+            until_decided=True,
+        )
+        result = runner.run_campaign(store, config, stream=stream)
+    said = stream.getvalue()
+    assert not result.failed and not result.interrupted, said
+    by_op = {s["op"]: (s["round"], s["reason"]) for s in result.stops}
+    assert by_op["bmm"][1] == "decided" and by_op["bmm"][0] < MAX, said
+    assert f"card 0: bmm:float16 stopped after round {by_op['bmm'][0]}: decided" in said
+    assert by_op["softmax"] == (MAX, "max rounds") or by_op["softmax"][1] == "decided"
+    # the store holds every cell the tasks wrote, and the tasks wrote no database on the way
+    rounds = dict(query(db, "SELECT op, COUNT(DISTINCT round) FROM cells WHERE superseded_at IS NULL GROUP BY op"))
+    assert rounds == {op: r for op, (r, _) in by_op.items()}
+    assert not [p for p in tmp_path.rglob("*.db") if p != db]
+    assert adaptive.recorded_stops(sqlite3.connect(db), root) == {(op, "float16"): v for op, v in by_op.items()}
+
+
+def test_on_a_slurm_cluster_until_decided_records_each_task_s_stops(cluster_env, tmp_path):
+    root, db = tmp_path / "runs" / "campaign_slc", tmp_path / "slc.db"
+    plan = write_plan(tmp_path / "partition.tsv", [(0, "bmm", "float16", 0.1), (1, "softmax", "float16", 0.1)])
+    env = cluster_env(FAKE_SPEEDUP=2.5, FAKE_SAME_IR="softmax")
+    result = run(campaign(tmp_path, plan, root, db, "--rounds", MAX, "--until-decided", "--slurm", "--json"), env)
+    assert result.returncode == 0, result.stderr
+    by_op = {s["op"]: (s["round"], s["reason"]) for s in json.loads(result.stdout)["stops"]}
+    assert by_op["bmm"][1] == "decided" and by_op["bmm"][0] < MAX
+    assert by_op["softmax"] == (MAX, "max rounds") or by_op["softmax"][1] == "decided"
+    assert not [p for p in tmp_path.rglob("*.db") if p != db]

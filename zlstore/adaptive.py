@@ -20,9 +20,6 @@ from .plan import Op
 
 PLANS_DIR = "plans"  # plans/step<N>.tsv: the ops each card runs in step N, with their rounds
 Key = Tuple[str, str]  # (op, dtype); '' is the op's own set of dtypes
-# An op stopped by an earlier run (a resume) or by a card deciding alone:
-# the store holds its reason; this process only knows that it stopped.
-EARLIER = "stopped"
 
 
 @dataclass(frozen=True)
@@ -148,6 +145,17 @@ def undecided(conn, root: Path, ops: Sequence[Op], min_rounds: int) -> List[Op]:
     return [op for op in ops if key(op) in wanted or key(op) not in recorded]
 
 
+def recorded_stops(conn, root: Path) -> Dict[Key, Tuple[int, str]]:
+    """The stops the store holds for the root (op_stops): op -> (round, reason)."""
+    return {
+        (op, dtype or ""): (round_, reason)
+        for op, dtype, round_, reason in conn.execute(
+            "SELECT op, dtype, round, reason FROM op_stops WHERE root_id = (SELECT id FROM roots WHERE path = ?)",
+            (str(Path(root).resolve()),),
+        )
+    }
+
+
 def record(conn, root: Path, ops: Iterable[Key], round_: int, reason: str):
     ops = list(ops)
     rid = root_id(conn, root)
@@ -181,8 +189,6 @@ class Progress:
             counts[reason] = counts.get(reason, 0) + 1
         failed = f", {counts[sequential.FAILED]} failed" if counts[sequential.FAILED] else ""
         at_max = f", {counts[sequential.MAX_ROUNDS]} stopped at max rounds" if counts[sequential.MAX_ROUNDS] else ""
-        if counts.get(EARLIER):
-            at_max += f", {counts[EARLIER]} stopped before this run"
         return (
             f"after round {round_} of at most {self.rule.max_rounds}: {counts[sequential.DECIDED]} ops decided, "
             f"{going_on} continue{failed}{at_max}; the decided ops saved {self.saved_hours():.3g} cell-hours so far "

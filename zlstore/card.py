@@ -358,7 +358,9 @@ class Recorder:
                 self.problem(event, message)
         elif event["event"] == "stopped":  # a card that decides alone: its stop, in this store too
             self.flush()
-            adaptive.record(self.store.conn, self.root, [(event["op"], event["dtype"])], event["round"], event["reason"])
+            adaptive.record(
+                self.store.conn, self.root, [(event["op"], event["dtype"])], event["round"], event["reason"]
+            )
 
     def add(self, relpaths: Sequence[str]):
         now = time.monotonic()
@@ -498,7 +500,9 @@ class Card:
         if self.plan.stopping is not None and not self.plan.op_rounds:
             failed = self.run_until_decided(watch)
         else:
-            failed = sum(self.run_one(op, watch, self.plan.op_rounds.get((op.op, op.dtype))).rc != 0 for op in self.plan.ops)
+            failed = sum(
+                self.run_one(op, watch, self.plan.op_rounds.get((op.op, op.dtype))).rc != 0 for op in self.plan.ops
+            )
         self.status.event("finished")
         return 1 if failed else 0
 
@@ -606,7 +610,9 @@ class Card:
         t0 = time.monotonic()
         published = set(watch.reported)
         with open(plan.root / LOG_DIR / op_log_name(card, op.op, op.dtype), "ab") as log:
-            self.proc = proc = start_group(command, self.op_env(op, round_), log)  # in this directory: relative paths work
+            self.proc = proc = start_group(
+                command, self.op_env(op, round_), log
+            )  # in this directory: relative paths work
             self.status.event(
                 "start",
                 op=op.op,

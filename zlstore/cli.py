@@ -1597,7 +1597,20 @@ def flaggems_cell(checkout, python, tests, pytest_args):
 @flaggems_options
 @output_options
 def flaggems_repeat(
-    op, dtype, ab_root, rounds, switch, values, cell_timeout, only_round, card, checkout, python, tests, pytest_args, out
+    op,
+    dtype,
+    ab_root,
+    rounds,
+    switch,
+    values,
+    cell_timeout,
+    only_round,
+    card,
+    checkout,
+    python,
+    tests,
+    pytest_args,
+    out,
 ):
     """Every round of one op: what `zlstore run campaign` runs per op.
 

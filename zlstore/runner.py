@@ -620,13 +620,7 @@ def campaign_config(
     RunError when the options do not make a campaign; LookupError or
     ValueError (PlanError) from the root or the plan."""
     screen_row = None
-    stopping = None
-    if until_decided or min_rounds is not None:
-        if not until_decided:
-            raise RunError("--min-rounds goes with --until-decided")
-        stopping = adaptive.Stopping(rounds, min_rounds or layout.DEFAULT_MIN_ROUNDS)
-        if stopping.min_rounds > rounds:
-            raise RunError(f"--min-rounds {stopping.min_rounds} is more than --rounds {rounds}, the most an op runs")
+    stopping = _stopping(until_decided, min_rounds, rounds)
     if resume:
         if not root_dir:
             raise RunError("--resume needs --root: the campaign root to continue")
@@ -670,6 +664,18 @@ def campaign_config(
         slurm=slurm,
         stopping=stopping,
     )
+
+
+def _stopping(until_decided: bool, min_rounds: Optional[int], rounds: int) -> Optional[adaptive.Stopping]:
+    """--until-decided and --min-rounds as a campaign's stopping settings (None: fixed rounds)."""
+    if not until_decided:
+        if min_rounds is not None:
+            raise RunError("--min-rounds goes with --until-decided")
+        return None
+    stopping = adaptive.Stopping(rounds, min_rounds or layout.DEFAULT_MIN_ROUNDS)
+    if stopping.min_rounds > rounds:
+        raise RunError(f"--min-rounds {stopping.min_rounds} is more than --rounds {rounds}, the most an op runs")
+    return stopping
 
 
 def op_label(op: str, dtype: str) -> str:
@@ -1022,7 +1028,9 @@ def _apply(event: dict, card: int, state: CardState, display: Display, counted: 
         state.finished = now
         display.event(f"card {card}: finished")
     elif kind == "stopped":  # a card deciding its own ops (Slurm)
-        display.event(f"card {card}: {op_label(event['op'], event['dtype'])} stopped after round {event['round']}: {event['reason']}")
+        display.event(
+            f"card {card}: {op_label(event['op'], event['dtype'])} stopped after round {event['round']}: {event['reason']}"
+        )
     elif kind == "round":
         display.event(f"card {card}: {event['line']}")
     elif kind == "interrupted":
@@ -1193,6 +1201,7 @@ def _step_plan(plan: Plan, going: List[Op], seconds: Dict[Tuple[str, str], float
     """The ops that go on, over the plan's cards: the first step as the plan
     put them; later ones longest-first by each op's measured time per round
     (the screen's share of a round where none is measured yet)."""
+
     def weight(op: Op) -> float:
         measured = seconds.get(adaptive.key(op))
         if measured:
@@ -1202,12 +1211,17 @@ def _step_plan(plan: Plan, going: List[Op], seconds: Dict[Tuple[str, str], float
 
     wanted = {adaptive.key(op) for op in going}
     if first:
-        cards = [planmod.Card(c.card, [Op(o.op, o.dtype, weight(o)) for o in c.ops if adaptive.key(o) in wanted]) for c in plan.cards]
+        cards = [
+            planmod.Card(c.card, [Op(o.op, o.dtype, weight(o)) for o in c.ops if adaptive.key(o) in wanted])
+            for c in plan.cards
+        ]
         return Plan(cards, 0.0)
     return planmod.make_plan([Op(o.op, o.dtype, weight(o)) for o in going], len(plan.cards))
 
 
-def _until_decided(store, config: CampaignConfig, root: Path, launcher, states, display, resumed) -> Tuple[bool, "adaptive.Progress"]:
+def _until_decided(
+    store, config: CampaignConfig, root: Path, launcher, states, display, resumed
+) -> Tuple[bool, "adaptive.Progress"]:
     """Locally: a step per round, every card running one round of the ops
     that go on (plans/step<N>.tsv), then the stops (adaptive.after_round)
     and a line saying how many ops are decided, go on, and the cell-hours
@@ -1241,7 +1255,9 @@ def _until_decided(store, config: CampaignConfig, root: Path, launcher, states, 
             for c in step_plan.cards
             if c.ops
         )
-        display.event(f"step {step}: {len(going)} ops, longest first by {'measured time' if step > 1 else 'the plan'}: {order}")
+        display.event(
+            f"step {step}: {len(going)} ops, longest first by {'measured time' if step > 1 else 'the plan'}: {order}"
+        )
         op_rc: Dict[Tuple[str, str], int] = {}
         interrupted = _run_cards(store, config, root, launcher, todo, states, display, step, op_rc)
         if interrupted:
@@ -1271,11 +1287,11 @@ def _resume_until_decided(store, root: Path, plan: Plan, rule, states: List[Card
     at_max = [k for k in going if done.get(k, 0) >= rule.max_rounds]
     adaptive.record(conn, root, at_max, rule.max_rounds, "max rounds")
     going -= set(at_max)
-    stops = {}
-    for op in plan.ops:
-        k = adaptive.key(op)
-        if k not in going:
-            stops[k] = (done.get(k, 0), adaptive.EARLIER)
+    stops = adaptive.recorded_stops(conn, root)
+    unsaid = [adaptive.key(op) for op in plan.ops if adaptive.key(op) not in going and adaptive.key(op) not in stops]
+    for k in unsaid:  # decided by the round the run was stopped after, before it could say so
+        adaptive.record(conn, root, [k], done.get(k, 0), "decided")
+    stops = adaptive.recorded_stops(conn, root)
     todo: Dict[int, List[Op]] = {}
     for card in plan.cards:
         state = states[card.card]
@@ -1284,7 +1300,8 @@ def _resume_until_decided(store, root: Path, plan: Plan, rule, states: List[Card
             if k not in going:
                 state.remaining.remove(op)
                 state.skipped += 1
-                display.event(f"{op.label}: stopped before (after round {done.get(k, 0)}), not run again")
+                round_, reason = stops.get(k, (done.get(k, 0), "decided"))
+                display.event(f"{op.label}: stopped before, after round {round_} ({reason}), not run again")
                 continue
             todo.setdefault(card.card, []).append(op)
             n = adaptive.supersede_after(store, root, k, done.get(k, 0))
@@ -1297,14 +1314,9 @@ def _resume_until_decided(store, root: Path, plan: Plan, rule, states: List[Card
 
 
 def _stops_of(store, root: Path, rule, plan: Plan) -> "adaptive.Progress":
-    """The stops cards deciding alone said (Slurm), read back from the store's answer."""
-    progress = adaptive.Progress(rule, {}, adaptive.round_seconds(store.conn, root))
-    done = adaptive.complete_rounds(store.conn, root)
-    going = {adaptive.key(op) for op in adaptive.undecided(store.conn, root, plan.ops, rule.min_rounds)}
-    for op in plan.ops:
-        if adaptive.key(op) not in going:
-            progress.stops[adaptive.key(op)] = (done.get(adaptive.key(op), 0), adaptive.EARLIER)
-    return progress
+    """The stops the cards deciding alone said (Slurm), as the store recorded them."""
+    stops = adaptive.recorded_stops(store.conn, root)
+    return adaptive.Progress(rule, stops, adaptive.round_seconds(store.conn, root))
 
 
 def _campaign_preflight(store, config: CampaignConfig, caliber_values: Dict[str, str]):
