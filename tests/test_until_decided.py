@@ -241,3 +241,37 @@ def test_on_a_slurm_cluster_until_decided_records_each_task_s_stops(cluster_env,
     assert by_op["bmm"][1] == "decided" and by_op["bmm"][0] < MAX
     assert by_op["softmax"] == (MAX, "max rounds") or by_op["softmax"][1] == "decided"
     assert not [p for p in tmp_path.rglob("*.db") if p != db]
+
+
+def test_flaggems_repeat_runs_the_round_it_is_given_in_an_until_decided_campaign(tmp_path):
+    """What the real-GPU run does on one card: two campaign cards on device 0
+    (--devices 0,0), `zlstore flaggems repeat` as the command (here against
+    the FlagGems stand-in), one round a run."""
+    from .test_flaggems import REPEAT, SWITCH, VALUES, env_for
+
+    root, db = tmp_path / "runs" / "campaign_fg", tmp_path / "fg.db"
+    plan = write_plan(tmp_path / "partition.tsv", [(0, "mm", "float32", 0.1), (1, "abs", "float16", 0.1)])
+    env = env_for(tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "zlstore", "run", "campaign", "--plan", str(plan), "--root", str(root)]
+        + ["--rounds", "4", "--until-decided", "--min-rounds", "2", "--devices", "0,0", "--switch", SWITCH]
+        + ["--command", REPEAT.replace("{dtype} ", "{dtype} --values " + ",".join(VALUES) + " ")]
+        + ["--poll", "0.2", "--status-every", "100", "--db", str(db), "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    stops = {s["op"]: (s["round"], s["reason"]) for s in json.loads(result.stdout)["stops"]}
+    assert set(stops) == {"mm", "abs"} and all(reason != "failed" for _, reason in stops.values())
+    cells = query(db, "SELECT op, round, side, path FROM cells WHERE superseded_at IS NULL ORDER BY op, round")
+    for op, (last, _) in stops.items():
+        mine = [(r, side, Path(p)) for o, r, side, p in cells if o == op]
+        assert sorted((r, side) for r, side, _ in mine) == sorted(
+            (r, s) for r in range(1, last + 1) for s in layout.SIDES
+        )
+        # one repeat directory per round: each run of the command wrote the round it was given
+        assert len({p.parents[2] for _, _, p in mine}) == last
+        assert all(layout.read_env(p / "cell.env", [])["ROUND"] == str(r) for r, _, p in mine)

@@ -1237,39 +1237,47 @@ def _until_decided(
     steps = [int(p.stem[4:]) for p in (root / adaptive.PLANS_DIR).glob("step*.tsv") if p.stem[4:].isdigit()]
     step = max(steps, default=0)
     interrupted = False
-    while going:
-        step += 1
-        step_plan = _step_plan(plan, going, progress.seconds, rule, first=step == 1)
-        rounds = {adaptive.key(op): current[adaptive.key(op)] + 1 for op in going}
-        path = adaptive.step_path(root, step)
-        path.parent.mkdir(exist_ok=True)
-        planmod.write_step_tsv(step_plan, rounds, path)
-        todo = {c.card: list(c.ops) for c in step_plan.cards if c.ops}
-        for state in states:
-            ops = list(step_plan.cards[state.card].ops) if state.card < len(step_plan.cards) else []
-            state.ops, state.remaining, state.current = ops, list(ops), None
-            state.started = state.finished = None
-            state.state = "" if ops else "done"
-        order = "; ".join(
-            f"card {c.card}: " + ", ".join(f"{o.label} r{rounds[adaptive.key(o)]} ({o.weight_s:.3g} s)" for o in c.ops)
-            for c in step_plan.cards
-            if c.ops
-        )
-        display.event(
-            f"step {step}: {len(going)} ops, longest first by {'measured time' if step > 1 else 'the plan'}: {order}"
-        )
-        op_rc: Dict[Tuple[str, str], int] = {}
-        interrupted = _run_cards(store, config, root, launcher, todo, states, display, step, op_rc)
-        if interrupted:
-            break
-        failed = [k for k in rounds if op_rc.get(k, 1) != 0]
-        left = adaptive.after_round(store, root, rule, rounds, failed, progress)
-        for k in rounds:
-            if k in progress.stops and k not in left:
-                display.event(f"{op_label(*k)} stopped after round {progress.stops[k][0]}: {progress.stops[k][1]}")
-        current.update(rounds)
-        going = [op for op in plan.ops if adaptive.key(op) in set(left)]
-        display.event(progress.line(max(rounds.values()), len(going)))
+    try:
+        with interrupts():  # between the steps too: a stop half-recorded is rolled back, and said again on resume
+            while going:
+                step += 1
+                step_plan = _step_plan(plan, going, progress.seconds, rule, first=step == 1)
+                rounds = {adaptive.key(op): current[adaptive.key(op)] + 1 for op in going}
+                path = adaptive.step_path(root, step)
+                path.parent.mkdir(exist_ok=True)
+                planmod.write_step_tsv(step_plan, rounds, path)
+                todo = {c.card: list(c.ops) for c in step_plan.cards if c.ops}
+                for state in states:
+                    ops = list(step_plan.cards[state.card].ops) if state.card < len(step_plan.cards) else []
+                    state.ops, state.remaining, state.current = ops, list(ops), None
+                    state.started = state.finished = None
+                    state.state = "" if ops else "done"
+                order = "; ".join(
+                    f"card {c.card}: "
+                    + ", ".join(f"{o.label} r{rounds[adaptive.key(o)]} ({o.weight_s:.3g} s)" for o in c.ops)
+                    for c in step_plan.cards
+                    if c.ops
+                )
+                display.event(
+                    f"step {step}: {len(going)} ops, longest first by {'measured time' if step > 1 else 'the plan'}: {order}"
+                )
+                op_rc: Dict[Tuple[str, str], int] = {}
+                interrupted = _run_cards(store, config, root, launcher, todo, states, display, step, op_rc)
+                if interrupted:
+                    break
+                failed = [k for k in rounds if op_rc.get(k, 1) != 0]
+                left = adaptive.after_round(store, root, rule, rounds, failed, progress)
+                for k in rounds:
+                    if k in progress.stops and k not in left:
+                        display.event(
+                            f"{op_label(*k)} stopped after round {progress.stops[k][0]}: {progress.stops[k][1]}"
+                        )
+                current.update(rounds)
+                going = [op for op in plan.ops if adaptive.key(op) in set(left)]
+                display.event(progress.line(max(rounds.values()), len(going)))
+    except KeyboardInterrupt:
+        interrupted = True
+        display.event("interrupted between two rounds")
     return interrupted, progress
 
 
