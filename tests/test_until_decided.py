@@ -46,7 +46,7 @@ def stops(db, root):
 def test_a_big_effect_stops_before_max_and_an_a_a_op_does_not_stop_on_a_finding(tmp_path):
     root, db = tmp_path / "runs" / "campaign_ud", tmp_path / "u.db"
     plan = write_plan(tmp_path / "partition.tsv", [(0, "bmm", "float16", 0.1), (1, "softmax", "float16", 0.1)])
-    env = base_env(tmp_path, FAKE_SPEEDUP=2.5, FAKE_SAME_IR="softmax")
+    env = base_env(tmp_path, FAKE_SPEEDUP=2.5, FAKE_SAME_IR="softmax", FAKE_SLEEP=0.1)
     result = run(campaign(tmp_path, plan, root, db, "--rounds", MAX, "--until-decided", "--json"), env)
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
@@ -61,6 +61,11 @@ def test_a_big_effect_stops_before_max_and_an_a_a_op_does_not_stop_on_a_finding(
     assert f"ROUND={by_op['bmm'][0] + 1}" not in logs
     assert "after round 1 of at most 6: 0 ops decided, 2 continue" in result.stderr
     assert f"after round {by_op['bmm'][0]} of at most 6: 1 ops decided" in result.stderr
+    # what it saved: the decided ops' rounds left to MAX, at their own time per round
+    spent = dict(query(db, "SELECT op, SUM(elapsed_s) / COUNT(DISTINCT round) FROM cells GROUP BY op"))
+    saved = sum((MAX - r) * spent[op] for op, (r, reason) in by_op.items() if reason == "decided") / 3600
+    assert saved > 0 and abs(summary["saved_cell_hours"] - saved) < 1e-6
+    assert f"the decided ops saved {saved:.3g} cell-hours so far" in result.stderr
     env_file = layout.read_env(root / "campaign.env", [])
     assert (env_file["STOPPING"], env_file["MIN_ROUNDS"], env_file["ROUNDS"]) == ("until-decided", "3", str(MAX))
 
@@ -254,7 +259,7 @@ def test_flaggems_repeat_runs_the_round_it_is_given_in_an_until_decided_campaign
     env = env_for(tmp_path)
     result = subprocess.run(
         [sys.executable, "-m", "zlstore", "run", "campaign", "--plan", str(plan), "--root", str(root)]
-        + ["--rounds", "4", "--until-decided", "--min-rounds", "2", "--devices", "0,0", "--switch", SWITCH]
+        + ["--rounds", "3", "--until-decided", "--min-rounds", "2", "--devices", "0,0", "--switch", SWITCH]
         + ["--command", REPEAT.replace("{dtype} ", "{dtype} --values " + ",".join(VALUES) + " ")]
         + ["--poll", "0.2", "--status-every", "100", "--db", str(db), "--json"],
         env=env,
