@@ -19,7 +19,12 @@ two hosts (runner.py, slurm.py).
 An op is its command in its own process group, killed with its children
 after a bound derived from CELL_TIMEOUT and the rounds (op_timeout_s). The
 cells it left unfinished then get a cell.env with RC 124 (TRUNCATED: a cost
-problem, not a verdict) and the card goes on with its next op."""
+problem, not a verdict) and the card goes on with its next op.
+
+In a campaign that stops when decided (adaptive.py) the command runs one
+round (ROUND): locally the runner starts the card once per step, each op at
+the round plans/step<N>.tsv gives it (--step); on Slurm the card runs its
+ops round after round and decides them itself, from a store of its own."""
 
 import json
 import os

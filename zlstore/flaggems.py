@@ -14,7 +14,8 @@ compiled .ttgir files listed in index.tsv.
 `run_cell` is what `zlstore run screen` calls through `zlstore flaggems
 cell` (the runner writes cell.env); `repeat` is what `zlstore run campaign`
 calls through `zlstore flaggems repeat` once per op: every round's cells
-under <AB_ROOT>/ab_<timestamp>/<op>/r<N>/<side>/, each with cell.env last."""
+under <AB_ROOT>/ab_<timestamp>/<op>/r<N>/<side>/, each with cell.env last
+(in a campaign that stops when decided, once per round: ROUND alone)."""
 
 import json
 import os

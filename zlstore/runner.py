@@ -8,7 +8,9 @@ one after another within a card, each op the user's command with the card's
 own AB_ROOT; locally each card records its cells as their cell.env gets RC,
 on Slurm (slurm.py) this process records them from the shared tree. Every
 command runs in its own process group, so a timeout or a Ctrl-C kills it
-with its children."""
+with its children. A campaign that stops when decided (adaptive.py) runs
+locally in steps, one round of each op that goes on, re-planned between
+them by measured times; on Slurm each card decides its own ops."""
 
 import json
 import os
