@@ -762,8 +762,9 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--adaptive-roots",
         type=int,
-        default=20,
-        help="roots per noise of the until-decided campaign's simulated targets (0: none; about 1 s a root)",
+        default=40,
+        help="roots per noise of the until-decided campaign's simulated targets, as BENCHMARKS.md's "
+        "(0: none; 1-3 s a root)",
     )
     ap.add_argument("--json", default=str(BENCH / "results.json"), help="where to write the table")
     args = ap.parse_args(argv)

@@ -109,7 +109,9 @@ CREATE TABLE IF NOT EXISTS roots (
     env TEXT,                           -- that file as a JSON object
     files_sig TEXT,                     -- content signature of the root-level files
     ingested_at TEXT,
-    identity TEXT                       -- name and env file, hashed (layout.root_identity); not unique: see roots.py
+    identity TEXT,                      -- name and env file, hashed (layout.root_identity); not unique: see roots.py
+    stopping TEXT,                      -- campaign.env STOPPING (layout.stopping): 'fixed' or 'until-decided'; NULL: no env file
+    min_rounds INTEGER                  -- campaign.env MIN_ROUNDS: an until-decided campaign's floor of rounds
 );
 
 -- One side of one op in one round on one card: one benchmark process.
@@ -406,7 +408,9 @@ CREATE TABLE IF NOT EXISTS ab_range_rows (
     noise_floor REAL,
     clears_floor INTEGER,
     floor_note TEXT,
-    judged INTEGER
+    judged INTEGER,
+    stop_round INTEGER,                 -- until-decided campaign: the round its op stopped after (op_stops)
+    stop_reason TEXT                    -- and why (sequential.STOP_REASONS); NULL: running, or a fixed campaign
 );
 CREATE INDEX IF NOT EXISTS ab_range_rows_key ON ab_range_rows(root_id, op, dtype, shape, caliber_id);
 CREATE INDEX IF NOT EXISTS ab_range_rows_unjudged ON ab_range_rows(root_id) WHERE judged IS NULL;
@@ -430,6 +434,24 @@ CREATE TABLE IF NOT EXISTS ab_stale_ranges (
     dtype TEXT,
     shape TEXT NOT NULL
 );
+
+-- The ops of an until-decided campaign (roots.stopping) that stopped
+-- running rounds: after which round and why (zlstore/sequential.py:
+-- STOP_REASONS; decided: every range of it faster, slower or no change
+-- under the anytime-valid rule). Written by the campaign's runner after
+-- each round (sequential.record_stops), kept once written: a resumed
+-- campaign keeps what was decided. A range shows its op's stop
+-- (ab_range_rows.stop_round, stop_reason; ranges.py).
+CREATE TABLE IF NOT EXISTS op_stops (
+    id INTEGER PRIMARY KEY,
+    root_id INTEGER NOT NULL REFERENCES roots(id) ON DELETE CASCADE,
+    op TEXT NOT NULL,                   -- the cell op
+    dtype TEXT,                         -- the cell dtype ('' the default set, NULL unknown)
+    round INTEGER NOT NULL,             -- the last round it ran
+    reason TEXT NOT NULL,
+    recorded_at TEXT
+);
+CREATE INDEX IF NOT EXISTS op_stops_root ON op_stops(root_id, op, dtype);
 
 -- What the stored judgements of ab_range_rows were made under: the
 -- view judging_basis as it was then.
@@ -546,6 +568,15 @@ BEGIN
     INSERT INTO ab_stale_rounds (root_id, card, repeat_dir, cell_op, cell_dtype, round)
     SELECT DISTINCT root_id, pair_card, repeat_dir, op, dtype, round FROM cells
     WHERE root_id = NEW.id AND side IN ('before', 'after');
+END;
+
+-- A root's stopping rule decides how its ranges are tested (ranges.py):
+-- a change computes them again.
+CREATE TRIGGER roots_stopping_marks_ranges AFTER UPDATE OF stopping ON roots
+WHEN OLD.stopping IS NOT NEW.stopping
+BEGIN
+    INSERT INTO ab_stale_ranges (root_id, op, dtype, shape)
+    SELECT DISTINCT root_id, op, dtype, shape FROM ab_range_rows WHERE root_id = NEW.id;
 END;
 
 CREATE TRIGGER measurements_update_marks_round AFTER UPDATE ON measurements
@@ -1353,6 +1384,10 @@ SELECT
     j.cards, j.root_kind, j.caliber_id,
     calibers.backend, calibers.bench_level, calibers.cudagraph, calibers.isolate_tuner_cache, calibers.direct_repeat, calibers.shape_mode, calibers.flagtune,
     j.root_id,
+    -- an until-decided campaign (stopping): the round the range's op
+    -- stopped after and why (op_stops); its ranges are judged by the
+    -- anytime-valid rule (zlstore/stats.py)
+    j.stopping, j.stop_round, j.stop_reason,
     j.root_path,
     -- field -> its values where the range's cells ran on different things (range_environment_differences)
     differs.environment_differs
@@ -1519,7 +1554,7 @@ settled AS MATERIALIZED (
 )
 SELECT
     settled.range_rowid,
-    r.root_id, r.op, r.dtype, r.shape, r.caliber_id, r.rounds, r.min, r.median, r.max, r.fallback, r.fallback_rows, r.cards, r.rejected, r.rejected_reasons, r.log_mean, r.log_sd, r.effect, r.ci_low, r.ci_high, r.p_value, r.q_value, r.json_head, r.json_tail,
+    r.root_id, r.op, r.dtype, r.shape, r.caliber_id, r.rounds, r.min, r.median, r.max, r.fallback, r.fallback_rows, r.cards, r.rejected, r.rejected_reasons, r.log_mean, r.log_sd, r.effect, r.ci_low, r.ci_high, r.p_value, r.q_value, r.json_head, r.json_tail, r.stop_round, r.stop_reason,
     settled.finding, settled.finding_position, settled.to_settle, settled.noise_floor, settled.clears_floor,
     settled.floor_note,
     -- the judged members between the kept ones, written as the fragments
@@ -1549,10 +1584,10 @@ WITH thresholds AS MATERIALIZED (
     SELECT q_max, min_effect FROM judging_settings
 )
 SELECT
-    r.rowid AS range_rowid, r.root_id, r.op, r.dtype, r.shape, r.caliber_id, r.rounds, r.min, r.median, r.max, r.fallback, r.fallback_rows, r.cards, r.rejected, r.rejected_reasons, r.log_mean, r.log_sd, r.effect, r.ci_low, r.ci_high, r.p_value, r.q_value, r.json_head, r.json_tail,
+    r.rowid AS range_rowid, r.root_id, r.op, r.dtype, r.shape, r.caliber_id, r.rounds, r.min, r.median, r.max, r.fallback, r.fallback_rows, r.cards, r.rejected, r.rejected_reasons, r.log_mean, r.log_sd, r.effect, r.ci_low, r.ci_high, r.p_value, r.q_value, r.json_head, r.json_tail, r.stop_round, r.stop_reason,
     r.finding, r.finding_position, r.to_settle, r.noise_floor, r.clears_floor, r.floor_note,
     roots.name AS root, roots.kind AS root_kind, roots.path AS root_path, t.q_max, t.min_effect,
-    j.json
+    roots.stopping, j.json
 FROM ab_range_rows r
 JOIN roots ON roots.id = r.root_id AND roots.kind <> 'screen'
 JOIN ab_range_json j ON j.range_rowid = r.rowid
@@ -1560,10 +1595,10 @@ CROSS JOIN thresholds t
 WHERE r.judged IS NOT NULL AND (SELECT current FROM judging_basis)
 UNION ALL
 SELECT
-    u.range_rowid, u.root_id, u.op, u.dtype, u.shape, u.caliber_id, u.rounds, u.min, u.median, u.max, u.fallback, u.fallback_rows, u.cards, u.rejected, u.rejected_reasons, u.log_mean, u.log_sd, u.effect, u.ci_low, u.ci_high, u.p_value, u.q_value, u.json_head, u.json_tail,
+    u.range_rowid, u.root_id, u.op, u.dtype, u.shape, u.caliber_id, u.rounds, u.min, u.median, u.max, u.fallback, u.fallback_rows, u.cards, u.rejected, u.rejected_reasons, u.log_mean, u.log_sd, u.effect, u.ci_low, u.ci_high, u.p_value, u.q_value, u.json_head, u.json_tail, u.stop_round, u.stop_reason,
     u.finding, u.finding_position, u.to_settle, u.noise_floor, u.clears_floor, u.floor_note,
     roots.name, roots.kind, roots.path, t.q_max, t.min_effect,
-    u.json
+    roots.stopping, u.json
 FROM ab_range_unjudged u
 JOIN roots ON roots.id = u.root_id AND roots.kind <> 'screen'
 CROSS JOIN thresholds t;
@@ -1799,7 +1834,7 @@ DELETE FROM ab_range_rows WHERE rowid IN (
 INSERT INTO ab_range_rows (
             root_id, op, dtype, shape, caliber_id, rounds, min, median, max,
             fallback, fallback_rows, cards, rejected, rejected_reasons, log_mean, log_sd,
-            effect, ci_low, ci_high, p_value, json_head, json_tail)
+            effect, ci_low, ci_high, p_value, json_head, json_tail, stop_round, stop_reason)
         WITH keyed AS MATERIALIZED (
             SELECT k.key_id, s.root_id, s.card, s.repeat_dir, s.cell_op, s.cell_dtype, s.round, s.reason,
                    s.before_caliber_id AS caliber_id,
@@ -1835,22 +1870,39 @@ INSERT INTO ab_range_rows (
             FROM keyed WHERE reason IS NOT NULL
             GROUP BY key_id
         ),
+        -- An until-decided campaign's op stops once its ranges are decided
+        -- (zlstore/sequential.py): each range shows the stop of the cell
+        -- op and dtype whose rounds it comes from (the latest, where a
+        -- row op's shape was measured by the cells of two).
+        stopped AS MATERIALIZED (
+            SELECT c.key_id, max(st.round) AS stop_round, st.reason AS stop_reason
+            FROM (SELECT DISTINCT key_id, root_id, cell_op AS op, cell_dtype AS dtype FROM keyed) c
+            JOIN op_stops st ON st.root_id = c.root_id AND st.op IS c.op AND st.dtype IS c.dtype
+            GROUP BY c.key_id
+        ),
+        -- A fixed-round root is tested by the t-test; an until-decided one
+        -- (roots.stopping) by the anytime-valid t-test, whose interval and
+        -- p-value hold whenever the rounds stopped (zlstore/stats.py).
         tested AS (
             SELECT g.*, exp(g.log_mean) AS effect,
                    CASE WHEN g.rounds >= 3
-                        THEN t_critical(g.rounds - 1) * g.log_sd / sqrt(g.rounds) END AS half_width,
-                   t_test_p(g.log_mean, g.log_sd, g.rounds) AS p_value
+                        THEN CASE WHEN g.anytime THEN anytime_t(g.rounds) ELSE t_critical(g.rounds - 1) END
+                             * g.log_sd / sqrt(g.rounds) END AS half_width,
+                   CASE WHEN g.anytime THEN anytime_p(g.log_mean, g.log_sd, g.rounds)
+                        ELSE t_test_p(g.log_mean, g.log_sd, g.rounds) END AS p_value
             FROM (
-                SELECT k.root_id, k.op, k.dtype, k.shape, ranges.caliber_id, ranges.rounds,
+                SELECT k.key_id, k.root_id, k.op, k.dtype, k.shape, ranges.caliber_id, ranges.rounds,
                        ranges.min, ranges.median, ranges.max, ranges.fallback, ranges.fallback_rows, ranges.cards,
                        coalesce(rejected.rejected, 0) AS rejected, rejected.rejected_reasons,
-                       ranges.log_mean, ranges.log_sd
+                       ranges.log_mean, ranges.log_sd,
+                       roots.stopping IS 'until-decided' AS anytime
                 FROM ranges
                 JOIN temp.ab_keys_unique k ON k.key_id = ranges.key_id
+                JOIN roots ON roots.id = k.root_id
                 LEFT JOIN rejected ON rejected.key_id = ranges.key_id
                 UNION ALL
-                SELECT k.root_id, k.op, k.dtype, k.shape, NULL, 0,
-                       NULL, NULL, NULL, 0, 0, 0, rejected.rejected, rejected.rejected_reasons, NULL, NULL
+                SELECT k.key_id, k.root_id, k.op, k.dtype, k.shape, NULL, 0,
+                       NULL, NULL, NULL, 0, 0, 0, rejected.rejected, rejected.rejected_reasons, NULL, NULL, 0
                 FROM rejected
                 JOIN temp.ab_keys_unique k ON k.key_id = rejected.key_id
                 WHERE NOT EXISTS (SELECT 1 FROM keyed WHERE keyed.key_id = rejected.key_id AND keyed.reason IS NULL)
@@ -1864,10 +1916,12 @@ INSERT INTO ab_range_rows (
             b.fallback, b.fallback_rows, b.cards, b.rejected, b.rejected_reasons, b.log_mean, b.log_sd,
             b.effect, b.ci_low, b.ci_high, b.p_value,
             '"root": ' || json_quote(roots.name) || ', ' || '"op": ' || json_quote(b.op) || ', ' || '"dtype": ' || json_quote(b.dtype) || ', ' || '"shape": ' || json_quote(b.shape) || ', ' || '"rounds": ' || json_quote(b.rounds) || ', ' || '"effect": ' || json_quote(b.effect) || ', ' || '"ci_low": ' || json_quote(b.ci_low) || ', ' || '"ci_high": ' || json_quote(b.ci_high) || ', ' || '"p_value": ' || json_quote(b.p_value),
-            '"min": ' || json_quote(b.min) || ', ' || '"median": ' || json_quote(b.median) || ', ' || '"max": ' || json_quote(b.max) || ', ' || '"fallback": ' || json_quote(b.fallback) || ', ' || '"fallback_rows": ' || json_quote(b.fallback_rows) || ', ' || '"rejected": ' || json_quote(b.rejected) || ', ' || '"rejected_reasons": ' || json_quote(b.rejected_reasons) || ', ' || '"log_mean": ' || json_quote(b.log_mean) || ', ' || '"log_sd": ' || json_quote(b.log_sd) || ', ' || '"cards": ' || json_quote(b.cards) || ', ' || '"root_kind": ' || json_quote(roots.kind) || ', ' || '"caliber_id": ' || json_quote(b.caliber_id) || ', ' || '"backend": ' || json_quote(calibers.backend) || ', ' || '"bench_level": ' || json_quote(calibers.bench_level) || ', ' || '"cudagraph": ' || json_quote(calibers.cudagraph) || ', ' || '"isolate_tuner_cache": ' || json_quote(calibers.isolate_tuner_cache) || ', ' || '"direct_repeat": ' || json_quote(calibers.direct_repeat) || ', ' || '"shape_mode": ' || json_quote(calibers.shape_mode) || ', ' || '"flagtune": ' || json_quote(calibers.flagtune) || ', ' || '"root_id": ' || json_quote(b.root_id)
+            '"min": ' || json_quote(b.min) || ', ' || '"median": ' || json_quote(b.median) || ', ' || '"max": ' || json_quote(b.max) || ', ' || '"fallback": ' || json_quote(b.fallback) || ', ' || '"fallback_rows": ' || json_quote(b.fallback_rows) || ', ' || '"rejected": ' || json_quote(b.rejected) || ', ' || '"rejected_reasons": ' || json_quote(b.rejected_reasons) || ', ' || '"log_mean": ' || json_quote(b.log_mean) || ', ' || '"log_sd": ' || json_quote(b.log_sd) || ', ' || '"cards": ' || json_quote(b.cards) || ', ' || '"root_kind": ' || json_quote(roots.kind) || ', ' || '"caliber_id": ' || json_quote(b.caliber_id) || ', ' || '"backend": ' || json_quote(calibers.backend) || ', ' || '"bench_level": ' || json_quote(calibers.bench_level) || ', ' || '"cudagraph": ' || json_quote(calibers.cudagraph) || ', ' || '"isolate_tuner_cache": ' || json_quote(calibers.isolate_tuner_cache) || ', ' || '"direct_repeat": ' || json_quote(calibers.direct_repeat) || ', ' || '"shape_mode": ' || json_quote(calibers.shape_mode) || ', ' || '"flagtune": ' || json_quote(calibers.flagtune) || ', ' || '"root_id": ' || json_quote(b.root_id) || ', ' || '"stopping": ' || json_quote(roots.stopping) || ', ' || '"stop_round": ' || json_quote(stopped.stop_round) || ', ' || '"stop_reason": ' || json_quote(stopped.stop_reason),
+            stopped.stop_round, stopped.stop_reason
         FROM bounded b
         JOIN roots ON roots.id = b.root_id
-        LEFT JOIN calibers ON calibers.id = b.caliber_id;
+        LEFT JOIN calibers ON calibers.id = b.caliber_id
+        LEFT JOIN stopped ON stopped.key_id = b.key_id;
 
 DELETE FROM ab_stale_ranges;
 

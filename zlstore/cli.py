@@ -1950,6 +1950,12 @@ def ab(store, root, rejected, op, finding, sort, fail_on, out):
     min_effect ({min_effect}). Findings come first; the op's noise floor (zlstore
     noise) is printed beside each range, and no longer decides it.
 
+    A campaign run until decided (campaign.env STOPPING=until-decided) is
+    tested by the anytime-valid t-test instead: its interval and q hold
+    after any round (docs/judging.md); each range's note says the round its
+    op stopped after and why (decided, max rounds, failed), --json has them
+    as stop_round and stop_reason.
+
     A row pairs only when it is counted on both sides of its round and both
     cells have the same known caliber. Each line says how many rows of that
     key did not pair and whether a paired row was timed by the direct

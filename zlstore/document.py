@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, List, Mapping, Optional, Sequence
 
-from . import files, judge, output, report
+from . import files, judge, layout, output, report
 
 FORMATS = ("md", "html")
 
@@ -133,7 +133,9 @@ def campaign_document(store, found: Mapping) -> Document:
         Section(
             "Findings",
             lines=[
-                "effect: geometric mean of before / after over the rounds (above 1: faster "
+                report.ab_method(rows[0], sum(1 for r in rows if r["p_value"] is not None)) + "."
+                if rows and rows[0].get("stopping") == layout.STOPPING_UNTIL_DECIDED
+                else "effect: geometric mean of before / after over the rounds (above 1: faster "
                 "with the switch); q: t-test on the rounds' log ratios, Benjamini-Hochberg "
                 "over the root's tested ranges."
             ],

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 from . import db as dbmod
-from . import caliber, derive, floors, macros, provenance, roots
+from . import caliber, derive, floors, macros, provenance, roots, sequential
 from .db import now
 from .cellwriter import stored_environment
 from .fingerprints import cell_rules
@@ -141,6 +141,7 @@ READ_TABLES = (
     "fingerprints",
     "recorded_verdicts",
     "partitions",
+    "op_stops",
     "ingest_runs",
     "ingest_problems",
 )
@@ -594,6 +595,7 @@ class Merger:
                 self._calibers()
                 root_id = self._root_row(source_path, source)
                 self._cells(source_path, source, root_id)
+                self._stops(source, root_id)
                 derive.derive(self.conn, final=False)  # the rest once per merge (_merge_all)
                 self.conn.execute("INSERT INTO temp.merge_roots VALUES (?, ?)", (source["id"], root_id))
             return root_id
@@ -615,6 +617,26 @@ class Merger:
                 self.conn.execute("SELECT count(*) FROM src.cells WHERE root_id = ?", (source["id"],)).fetchone()[0]
             )  # passed over: the bar still ends full
             return None
+
+    def _stops(self, source: dict, root_id: int):
+        """The source's op stops of an until-decided campaign that the target
+        lacks (sequential.record_stops: a stop once written is kept, so the
+        stores of a --slurm campaign's tasks, each with its own ops', add up),
+        with their ranges computed again to show them."""
+        added = self.conn.execute(
+            f"""INSERT INTO main.op_stops (root_id, op, dtype, round, reason, recorded_at)
+               SELECT ?, s.op, s.dtype, s.round, s.reason, s.recorded_at FROM src.op_stops s
+               WHERE s.root_id = ? AND s.reason IN ({", ".join("?" * len(sequential.STOP_REASONS))}) AND NOT EXISTS (
+                   SELECT 1 FROM main.op_stops t WHERE t.root_id = ? AND t.op = s.op AND t.dtype IS s.dtype)
+               ORDER BY s.id""",
+            (root_id, source["id"], *sequential.STOP_REASONS, root_id),
+        ).rowcount
+        if added:
+            self.conn.execute(
+                """INSERT INTO ab_stale_ranges (root_id, op, dtype, shape)
+                   SELECT DISTINCT root_id, op, dtype, shape FROM ab_slot_rows WHERE root_id = ?""",
+                (root_id,),
+            )
 
     def _calibers(self):
         """Every source caliber in the target, and temp.merge_calibers: source id -> target id."""

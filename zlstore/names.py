@@ -330,6 +330,10 @@ FINDINGS = (
     ),
 )
 FINDING_NAMES = tuple(f.name for f in FINDINGS)
+# The findings that decide a range: an until-decided campaign's op stops
+# once every range of it has one (zlstore/sequential.py); the others need
+# rounds.
+DECIDING_FINDINGS = FINDING_NAMES[:3]
 
 # The settings judging reads (the settings table), with their defaults:
 # current_rule, the fingerprint rule the verdicts use (ttgir.RULES);

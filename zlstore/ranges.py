@@ -104,8 +104,8 @@ STEPS = [
         -- row op's shape was measured by the cells of two).
         stopped AS MATERIALIZED (
             SELECT c.key_id, max(st.round) AS stop_round, st.reason AS stop_reason
-            FROM (SELECT DISTINCT key_id, root_id, cell_op, cell_dtype FROM keyed) c
-            JOIN op_stops st ON st.root_id = c.root_id AND st.op IS c.cell_op AND st.dtype IS c.cell_dtype
+            FROM (SELECT DISTINCT key_id, root_id, cell_op AS op, cell_dtype AS dtype FROM keyed) c
+            JOIN op_stops st ON st.root_id = c.root_id AND st.op IS c.op AND st.dtype IS c.dtype
             GROUP BY c.key_id
         ),
         -- A fixed-round root is tested by the t-test; an until-decided one

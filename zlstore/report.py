@@ -6,7 +6,7 @@ import itertools
 import textwrap
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from . import caliber, judge, output, provenance
+from . import caliber, judge, layout, output, provenance
 
 
 def _grouped(rows: Sequence[dict]):
@@ -267,6 +267,8 @@ def ab_note(row: Mapping) -> str:
     """What a range's finding does not say: what would settle it, unpaired
     rows, fallback timing, a noise floor that is missing or not cleared."""
     notes = []
+    if row.get("stop_reason"):  # an until-decided campaign's op stopped (zlstore/sequential.py)
+        notes.append(f"stopped after round {row['stop_round']}: {row['stop_reason']}")
     if row["to_settle"]:
         notes.append(row["to_settle"])
     if row["rejected"]:
@@ -368,14 +370,7 @@ def ab(
     for name, group in _grouped(noted):
         group = list(group)
         tested = sum(1 for r in group if r["p_value"] is not None)
-        lines.extend(
-            wrapped(
-                f"{name}  (effect: geometric mean of before / after over the rounds, above 1 faster; "
-                f"q: t-test on the rounds' log ratios, Benjamini-Hochberg over the root's {tested} "
-                "tested ranges)",
-                width,
-            )
-        )
+        lines.extend(wrapped(f"{name}  ({ab_method(group[0], tested)})", width))
         if environments is not None:
             lines.extend(wrapped(environment_heading(environments.get(group[0].get("root_id"), [])), width, "    "))
         floors = [
@@ -396,6 +391,18 @@ def ab(
     for line in ab_summary_lines(summary if summary is not None else judge.ab_summary_of(rows, settings)):
         lines.extend(wrapped(line, width))
     return "\n".join(lines)
+
+
+def ab_method(row: Mapping, tested: int) -> str:
+    """How a root's ranges were tested: today's t-test, or an until-decided
+    campaign's anytime-valid one (layout.STOPPING_UNTIL_DECIDED)."""
+    effect = "effect: geometric mean of before / after over the rounds, above 1 faster"
+    if row.get("stopping") == layout.STOPPING_UNTIL_DECIDED:
+        return (
+            f"{effect}; until decided: anytime-valid interval and q (the t-test's e-process, "
+            f"e-BH over the root's {tested} tested ranges), valid after any round"
+        )
+    return f"{effect}; q: t-test on the rounds' log ratios, Benjamini-Hochberg over the root's {tested} tested ranges"
 
 
 def wrapped(line: str, width: Optional[int], indent: str = "  ") -> List[str]:

@@ -16,17 +16,13 @@ from typing import Iterable, List, Optional, Tuple
 
 from . import derive
 from .db import write_transaction
-from .names import FINDING_NAMES
+from .names import DECIDING_FINDINGS
 
 # Why an op of an until-decided campaign stopped running rounds, in the
 # order shown: every range of it decided; MAX rounds reached with some
 # range undecided; its cells failed (the runner says so).
 DECIDED, MAX_ROUNDS, FAILED = "decided", "max rounds", "failed"
 STOP_REASONS = (DECIDED, MAX_ROUNDS, FAILED)
-
-# The findings that decide a range (names.FINDINGS): the others need rounds.
-DECIDING_FINDINGS = ("faster", "slower", "no change")
-assert set(DECIDING_FINDINGS) <= set(FINDING_NAMES), "a deciding finding that names.FINDINGS does not define"
 
 # The (cell op, dtype) pairs of a root that still need a round: every op of
 # its cells (or of its plan, where none ran yet), less those stopped, that
@@ -45,11 +41,11 @@ ran AS (
     WHERE root_id = :root AND side IN ('before', 'after') AND superseded_at IS NULL
     GROUP BY op, dtype
 ),
-keys AS (
-    SELECT DISTINCT cell_op, cell_dtype, op, dtype, shape FROM ab_slot_rows WHERE root_id = :root
+keys AS (  -- the ranges of each op's rounds: (the cells' op and dtype, the rows')
+    SELECT DISTINCT cell_op AS run_op, cell_dtype AS run_dtype, op, dtype, shape FROM ab_slot_rows WHERE root_id = :root
 ),
 undecided AS (
-    SELECT DISTINCT k.cell_op, k.cell_dtype
+    SELECT DISTINCT k.run_op, k.run_dtype
     FROM keys k
     JOIN ab_range_judgements j ON j.root_id = :root AND j.op IS k.op AND j.dtype IS k.dtype AND j.shape = k.shape
     WHERE j.finding NOT IN ({", ".join(f"'{name}'" for name in DECIDING_FINDINGS)})
@@ -58,8 +54,8 @@ SELECT ops.op, ops.dtype FROM ops
 LEFT JOIN ran ON ran.op = ops.op AND ran.dtype IS ops.dtype
 WHERE NOT EXISTS (SELECT 1 FROM op_stops st WHERE st.root_id = :root AND st.op = ops.op AND st.dtype IS ops.dtype)
   AND (coalesce(ran.rounds, 0) < :min_rounds
-       OR EXISTS (SELECT 1 FROM undecided u WHERE u.cell_op = ops.op AND u.cell_dtype IS ops.dtype)
-       OR NOT EXISTS (SELECT 1 FROM keys k WHERE k.cell_op = ops.op AND k.cell_dtype IS ops.dtype))
+       OR EXISTS (SELECT 1 FROM undecided u WHERE u.run_op = ops.op AND u.run_dtype IS ops.dtype)
+       OR NOT EXISTS (SELECT 1 FROM keys k WHERE k.run_op = ops.op AND k.run_dtype IS ops.dtype))
 ORDER BY ops.op, ops.dtype
 """
 
