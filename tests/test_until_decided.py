@@ -280,3 +280,21 @@ def test_flaggems_repeat_runs_the_round_it_is_given_in_an_until_decided_campaign
         # one repeat directory per round: each run of the command wrote the round it was given
         assert len({p.parents[2] for _, _, p in mine}) == last
         assert all(layout.read_env(p / "cell.env", [])["ROUND"] == str(r) for r, _, p in mine)
+
+
+def test_min_rounds_goes_with_until_decided_and_under_the_most_rounds(tmp_path):
+    plan = write_plan(tmp_path / "partition.tsv", [(0, "sort", "", 0.1)])
+    env = base_env(tmp_path)
+    for extra, said in (
+        (["--rounds", 4, "--min-rounds", 2], "--min-rounds goes with --until-decided"),
+        (["--rounds", 4, "--until-decided", "--min-rounds", 5], "--min-rounds 5 is more than --rounds 4"),
+    ):
+        root = tmp_path / "runs" / "campaign_no"
+        result = run(campaign(tmp_path, plan, root, tmp_path / "no.db", *extra), env)
+        assert result.returncode == 2 and said in result.stderr, result.stderr
+        assert not root.exists()
+    # a resume is a campaign of the kind it started as
+    fixed = tmp_path / "runs" / "campaign_fixed"
+    assert run(campaign(tmp_path, plan, fixed, tmp_path / "no.db", "--rounds", 1), env).returncode == 0
+    resumed = run(ZLSTORE_RESUME(fixed, tmp_path / "no.db") + ["--until-decided"], env)
+    assert resumed.returncode == 2 and "is a campaign of fixed rounds" in resumed.stderr
