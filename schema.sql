@@ -38,7 +38,8 @@
 --       "side_cells SIDE KEY: ALIAS": the FROM and WHERE of those cells
 --       (cells c), the ones that claim the side
 --   "timeout_rcs": the exit statuses of a cell killed at its timeout;
---       "strictest_rule", "min_rounds": the values
+--       "strictest_rule", "min_rounds", "until_decided": the values (the
+--       last: names.STOPPINGS' until-decided, a root's stopping rule)
 --   "fact NAME SIDE" / "fact NAME": what holds of a side (before or after)
 --       or of the pair, over the columns of a row of inputs (names.FACTS,
 --       which the conditions are built from): a pair's note says them
@@ -435,7 +436,7 @@ CREATE TABLE IF NOT EXISTS op_stops (
     id INTEGER PRIMARY KEY,
     root_id INTEGER NOT NULL REFERENCES roots(id) ON DELETE CASCADE,
     op TEXT NOT NULL,                   -- the cell op
-    dtype TEXT,                         -- the cell dtype ('' the default set, NULL unknown)
+    dtype TEXT,                         -- the cell dtype ('' the default set; NULL, unknown, is matched as '')
     round INTEGER NOT NULL,             -- the last round it ran
     reason TEXT NOT NULL,
     recorded_at TEXT
@@ -1505,6 +1506,11 @@ settled AS MATERIALIZED (
                         THEN 'a quieter card: a round varies by about '
                              || printf('%.1f%%', 100 * (exp(judged.log_sd) - 1))
                     ELSE 'more rounds: at least ' || max(needed, judged.rounds + 1) || ' in all'
+                         -- counted with today's t quantile: the interval of an until-decided
+                         -- campaign (valid after every round) is wider, so a lower bound there
+                         || CASE WHEN (SELECT roots.stopping FROM ab_range_rows x JOIN roots ON roots.id = x.root_id
+                                       WHERE x.rowid = judged.range_rowid) = [[until_decided]]
+                                 THEN ' (more under the anytime-valid interval)' ELSE '' END
                 END
                 FROM (SELECT CAST(ceil(
                           ((1.96 + 2.37 / df + 2.82 / (df * df)) * spread) * ((1.96 + 2.37 / df + 2.82 / (df * df)) * spread))

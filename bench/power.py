@@ -484,11 +484,16 @@ def main(argv=None) -> int:
                 "roots_per_cell": args.roots,
                 "rows": rows,
                 "targets": [dict(zip(("what", "value", "target", "met"), c)) for c in checks],
+                "until_decided": {
+                    "roots_per_noise": args.adaptive_roots,
+                    "rows": adaptive_rows(counts),
+                    "targets": [dict(zip(("what", "value", "target", "met"), c)) for c in adaptive_targets(counts)],
+                },
             },
             indent=2,
         )
     )
-    return 0 if all(c[3] for c in checks) else 1
+    return 0 if all(c[3] for c in checks + adaptive_checks) else 1
 
 
 if __name__ == "__main__":

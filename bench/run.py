@@ -663,22 +663,7 @@ def table(results: dict, args) -> dict:
         )
     elif conc:
         row("8 writers / 1 writer", conc["why"], None, "", ">= 0.5", None)
-    for what, value, target, met in results.get("adaptive") or ():
-        how = f"bench/power.py --adaptive-only --adaptive-roots {args.adaptive_roots}: simulated, no timing"
-        if isinstance(value, float):
-            row(what, how, value, "", target, met)
-        else:  # a few figures in one text
-            rows.append(
-                {
-                    "figure": f"{what}: {value}",
-                    "how": how,
-                    "value": None,
-                    "unit": "",
-                    "target": target,
-                    "met": met,
-                    "n": None,
-                }
-            )
+    rows.extend(adaptive_rows(results.get("adaptive") or (), args.adaptive_roots))
     return {
         "rows": rows,
         "machine": machine(),
@@ -690,6 +675,24 @@ def table(results: dict, args) -> dict:
         "memory4": results.get("memory4"),
         "concurrency": conc,
     }
+
+
+def adaptive_rows(targets, roots: int) -> list:
+    """The until-decided campaign's targets (power.adaptive_targets) as rows of the table."""
+    how = f"bench/power.py --adaptive-only --adaptive-roots {roots}: simulated, no timing"
+    return [
+        {
+            # a few figures in one text go into the figure's name
+            "figure": what if isinstance(value, float) else f"{what}: {value}",
+            "how": how,
+            "value": value if isinstance(value, float) else None,
+            "unit": "",
+            "target": target,
+            "met": met,
+            "n": None,
+        }
+        for what, value, target, met in targets
+    ]
 
 
 def machine() -> dict:

@@ -286,3 +286,22 @@ def test_a_store_of_release_14_learns_each_roots_stopping(two_roots):
     assert got.keys() == expected.keys()
     for key, (p_value, ci_low) in expected.items():
         assert got[key] == (pytest.approx(p_value), pytest.approx(ci_low))
+
+
+def test_forgetting_a_root_forgets_its_stops(two_roots):
+    db_path, _ = two_roots
+    with Store(db_path) as store:
+        sequential.record_stops(store.conn, root_id(store, "ab_adaptive"), [("softmax", "float16")], 3, "decided")
+    assert invoke(db_path, "forget", "ab_adaptive").exit_code == 0
+    with Store(db_path) as store:
+        assert store.conn.execute("SELECT count(*) FROM op_stops").fetchone()[0] == 0
+
+
+def test_what_would_settle_an_until_decided_range_is_a_lower_bound(two_roots):
+    db_path, _ = two_roots
+    with Store(db_path) as store:
+        notes = {
+            r["root"]: r["to_settle"] for r in judge.ab_ranges(store) if r["finding"] == "inconclusive" and r["to_settle"]
+        }
+    assert "more under the anytime-valid interval" in notes["ab_adaptive"]
+    assert all("anytime" not in text for root, text in notes.items() if root == "ab_fixed")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
 
-from . import caliber, provenance
+from . import caliber, names, provenance, stats
 
 SIDES = ("before", "after")
 TORCH_DTYPES = frozenset(
@@ -781,12 +781,13 @@ ROOT_NUMBERS = {"ROUNDS": to_int, "CARDS": to_int, "MIN_ROUNDS": to_int}
 # the fixed-sample t-test. UNTIL_DECIDED: an op stops once every range of
 # it is decided under the anytime-valid rule (zlstore/sequential.py), after
 # at least MIN_ROUNDS and at most ROUNDS rounds, and the root's ranges are
-# judged by that rule.
+# judged by that rule. The values are names.STOPPINGS (the SQL's, too).
 STOPPING_KEY, MIN_ROUNDS_KEY = "STOPPING", "MIN_ROUNDS"
-STOPPING_FIXED, STOPPING_UNTIL_DECIDED = "fixed", "until-decided"
-STOPPINGS = (STOPPING_FIXED, STOPPING_UNTIL_DECIDED)
-# The floor of rounds an until-decided campaign runs before any op may stop.
-DEFAULT_MIN_ROUNDS = 3
+STOPPING_FIXED, STOPPING_UNTIL_DECIDED = names.STOPPINGS
+STOPPINGS = names.STOPPINGS
+# The floor of rounds an until-decided campaign runs before any op may stop:
+# by default the rounds a range needs for a test at all.
+DEFAULT_MIN_ROUNDS = stats.MIN_ROUNDS
 
 
 def stopping(env: Mapping[str, str]) -> str:

@@ -31,7 +31,7 @@ def schema_source() -> str:
 
 _MACRO = re.compile(
     r"\[\[(current_side|side_cells|caliber|environment|round|range|verdicts|verdict|reasons|reason|findings|finding|case|rules|timeout_rcs|strictest_rule"
-    r"|min_rounds|setting|clears_floor|fact)(?: ([^:\]]*?))?(?:: (.*?))?\]\]"
+    r"|min_rounds|until_decided|setting|clears_floor|fact)(?: ([^:\]]*?))?(?:: (.*?))?\]\]"
 )
 
 
@@ -177,6 +177,7 @@ _VALUES = {
     "timeout_rcs": lambda: ", ".join(str(rc) for rc in names.TIMEOUT_RCS),
     "strictest_rule": lambda: _sql_literal(ttgir.STRICTEST_RULE),
     "min_rounds": lambda: str(stats.MIN_ROUNDS),
+    "until_decided": lambda: _sql_literal(names.STOPPINGS[1]),
     "clears_floor": lambda: floors.CLEARS,
 }
 

@@ -627,7 +627,8 @@ class Merger:
             f"""INSERT INTO main.op_stops (root_id, op, dtype, round, reason, recorded_at)
                SELECT ?, s.op, s.dtype, s.round, s.reason, s.recorded_at FROM src.op_stops s
                WHERE s.root_id = ? AND s.reason IN ({", ".join("?" * len(sequential.STOP_REASONS))}) AND NOT EXISTS (
-                   SELECT 1 FROM main.op_stops t WHERE t.root_id = ? AND t.op = s.op AND t.dtype IS s.dtype)
+                   SELECT 1 FROM main.op_stops t
+                   WHERE t.root_id = ? AND t.op = s.op AND coalesce(t.dtype, '') = coalesce(s.dtype, ''))
                ORDER BY s.id""",
             (root_id, source["id"], *sequential.STOP_REASONS, root_id),
         ).rowcount

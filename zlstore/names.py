@@ -335,6 +335,12 @@ FINDING_NAMES = tuple(f.name for f in FINDINGS)
 # rounds.
 DECIDING_FINDINGS = FINDING_NAMES[:3]
 
+# A campaign's stopping rules (campaign.env STOPPING, read by
+# layout.stopping into roots.stopping): "fixed", every op runs ROUNDS rounds
+# and today's t-test judges it; "until-decided", an op stops once its ranges
+# are decided and the anytime-valid test judges it (zlstore/sequential.py).
+STOPPINGS = ("fixed", "until-decided")
+
 # The settings judging reads (the settings table), with their defaults:
 # current_rule, the fingerprint rule the verdicts use (ttgir.RULES);
 # q_max, the false-discovery rate a finding is held to; min_effect, the

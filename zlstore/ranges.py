@@ -16,7 +16,6 @@ macros.render_schema's macros, rendered there.
 """
 
 from . import caliber
-from .layout import STOPPING_UNTIL_DECIDED
 
 
 def _json_fields(*columns: str) -> str:
@@ -104,8 +103,11 @@ STEPS = [
         -- row op's shape was measured by the cells of two).
         stopped AS MATERIALIZED (
             SELECT c.key_id, max(st.round) AS stop_round, st.reason AS stop_reason
-            FROM (SELECT DISTINCT key_id, root_id, cell_op AS op, cell_dtype AS dtype FROM keyed) c
-            JOIN op_stops st ON st.root_id = c.root_id AND st.op IS c.op AND st.dtype IS c.dtype
+            FROM (  -- nothing to read in a store without stops (every fixed campaign's): asked once
+                SELECT DISTINCT key_id, root_id, cell_op AS op, cell_dtype AS dtype FROM keyed
+                WHERE EXISTS (SELECT 1 FROM op_stops)
+            ) c
+            JOIN op_stops st ON st.root_id = c.root_id AND st.op IS c.op AND coalesce(st.dtype, '') = coalesce(c.dtype, '')
             GROUP BY c.key_id
         ),
         -- A fixed-round root is tested by the t-test; an until-decided one
@@ -123,7 +125,7 @@ STEPS = [
                        ranges.min, ranges.median, ranges.max, ranges.fallback, ranges.fallback_rows, ranges.cards,
                        coalesce(rejected.rejected, 0) AS rejected, rejected.rejected_reasons,
                        ranges.log_mean, ranges.log_sd,
-                       roots.stopping IS '{STOPPING_UNTIL_DECIDED}' AS anytime
+                       roots.stopping IS [[until_decided]] AS anytime
                 FROM ranges
                 JOIN temp.ab_keys_unique k ON k.key_id = ranges.key_id
                 JOIN roots ON roots.id = k.root_id

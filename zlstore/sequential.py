@@ -52,7 +52,8 @@ undecided AS (
 )
 SELECT ops.op, ops.dtype FROM ops
 LEFT JOIN ran ON ran.op = ops.op AND ran.dtype IS ops.dtype
-WHERE NOT EXISTS (SELECT 1 FROM op_stops st WHERE st.root_id = :root AND st.op = ops.op AND st.dtype IS ops.dtype)
+WHERE NOT EXISTS (SELECT 1 FROM op_stops st
+                  WHERE st.root_id = :root AND st.op = ops.op AND coalesce(st.dtype, '') = coalesce(ops.dtype, ''))
   AND (coalesce(ran.rounds, 0) < :min_rounds
        OR EXISTS (SELECT 1 FROM undecided u WHERE u.run_op = ops.op AND u.run_dtype IS ops.dtype)
        OR NOT EXISTS (SELECT 1 FROM keys k WHERE k.run_op = ops.op AND k.run_dtype IS ops.dtype))
@@ -87,7 +88,8 @@ def record_stops(
     with write_transaction(conn):
         for op, dtype in ops:
             stopped = conn.execute(
-                "SELECT 1 FROM op_stops WHERE root_id = ? AND op = ? AND dtype IS ?", (root_id, op, dtype)
+                "SELECT 1 FROM op_stops WHERE root_id = ? AND op = ? AND coalesce(dtype, '') = coalesce(?, '')",
+                (root_id, op, dtype),
             ).fetchone()
             if stopped:
                 continue
@@ -98,7 +100,7 @@ def record_stops(
             conn.execute(
                 """INSERT INTO ab_stale_ranges (root_id, op, dtype, shape)
                    SELECT DISTINCT root_id, op, dtype, shape FROM ab_slot_rows
-                   WHERE root_id = ? AND cell_op IS ? AND cell_dtype IS ?""",
+                   WHERE root_id = ? AND cell_op IS ? AND coalesce(cell_dtype, '') = coalesce(?, '')""",
                 (root_id, op, dtype),
             )
         derive.derive(conn)
