@@ -3,7 +3,8 @@ harness does (run.log with `[INFO] {json}` records, triton_cache/<hash>/*.ttgir,
 cell.env last), with chosen latencies, sleeps, failures and hangs.
 
     fake_bench.py repeat OP [DTYPE]   plays ab_repeat.sh: $AB_ROOT/ab_<ts>/<op>/r<R>/<side>/
-                                      for R in 1..$ROUNDS, cell.env included
+                                      for R in 1..$ROUNDS (R = $ROUND alone where it is
+                                      set, unless FAKE_IGNORE_ROUND), cell.env included
     fake_bench.py cell                plays one screening cell in $OUT_DIR ($OP, $DTYPE,
                                       $SIDE, $SWITCH_VALUE); prints its run.log records to
                                       stdout and leaves cell.env to zlstore
@@ -19,6 +20,7 @@ Controls (environment):
                     repeat, after making the cell's directory and the start of its run.log)
     FAKE_FAIL       ops whose repeat run stops after round 1 with exit status 3
     FAKE_PID_DIR    a directory to leave one file per process started (name = pid)
+    FAKE_IGNORE_ROUND  1: run every round even where $ROUND names one (an old harness)
 """
 
 import datetime
@@ -141,7 +143,11 @@ def repeat(op, dtype):
         flush=True,
     )
     run_dir = root / datetime.datetime.now().strftime("ab_%Y%m%d_%H%M%S")
-    for round_ in range(1, rounds + 1):
+    while run_dir.exists():  # one round a run: two runs in a second
+        run_dir = run_dir.with_name(run_dir.name + "_")
+    asked = os.environ.get("ROUND") if not os.environ.get("FAKE_IGNORE_ROUND") else None
+    print(f"fake_bench repeat ROUND={asked}", flush=True)
+    for round_ in [int(asked)] if asked else range(1, rounds + 1):
         for side in ("before", "after"):
             if op in _items("FAKE_HANG") or f"{op}:{side}" in _items("FAKE_HANG"):
                 # as the harness does: the cell's directory and the start of its run.log, then nothing

@@ -337,7 +337,17 @@ STAGES = (
     ),
     (
         "running screens and campaigns: cells written as they end",
-        ("harness.py", "procs.py", "plan.py", "display.py", "runner.py", "card.py", "slurm.py", "flaggems.py"),
+        (
+            "harness.py",
+            "procs.py",
+            "plan.py",
+            "adaptive.py",
+            "display.py",
+            "runner.py",
+            "card.py",
+            "slurm.py",
+            "flaggems.py",
+        ),
     ),
     ("serving: the store in datasette", ("datasette_site.py", "datasette_plugin.py", "serve.py")),
     ("the front doors: the library's API and the command line", ("__init__.py", "cli.py", "__main__.py")),

@@ -19,19 +19,25 @@ two hosts (runner.py, slurm.py).
 An op is its command in its own process group, killed with its children
 after a bound derived from CELL_TIMEOUT and the rounds (op_timeout_s). The
 cells it left unfinished then get a cell.env with RC 124 (TRUNCATED: a cost
-problem, not a verdict) and the card goes on with its next op."""
+problem, not a verdict) and the card goes on with its next op.
+
+In a campaign that stops when decided (adaptive.py) the command runs one
+round (ROUND): locally the runner starts the card once per step, each op at
+the round plans/step<N>.tsv gives it (--step); on Slurm the card runs its
+ops round after round and decides them itself, from a store of its own."""
 
 import json
 import os
 import shlex
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, IO, List, Optional, Sequence, Tuple
 
-from . import caliber, layout, provenance
+from . import adaptive, caliber, layout, provenance
 from . import plan as planmod
 from .db import now as utc_now
 from .names import EXIT_INTERRUPTED, TIMEOUT_RC
@@ -115,32 +121,44 @@ class CardPlan:
     switch: Optional[str]
     visible: Optional[str]  # the backend's visible-devices variable
     caliber: List[Tuple[str, str]]  # campaign.env's caliber variables
+    stopping: Optional[adaptive.Stopping] = None  # until-decided: an op's rounds run one at a time
+    op_rounds: Dict[Tuple[str, str], int] = field(default_factory=dict)  # a step's round per op
 
-    @property
-    def op_timeout_s(self) -> float:
-        return op_timeout_s(self.cell_timeout, self.rounds)
+    def rounds_per_run(self, round_: Optional[int]) -> int:
+        """How many rounds one run of the command makes: one when a round is asked."""
+        return 1 if round_ is not None else self.rounds
+
+    def op_timeout_s(self, round_: Optional[int] = None) -> float:
+        return op_timeout_s(self.cell_timeout, self.rounds_per_run(round_))
 
 
-def read_card_plan(root, card: int, only: Optional[str] = None) -> CardPlan:
+def read_card_plan(root, card: int, only: Optional[str] = None, step: Optional[int] = None) -> CardPlan:
     """The card's ops (all of them, or those `only` names, op[:dtype]
-    comma-separated, in the plan's order) and the campaign's settings."""
+    comma-separated, in the plan's order) and the campaign's settings; with
+    step, the ops and rounds of an until-decided campaign's step N
+    (plans/step<N>.tsv) instead of partition.tsv's."""
     root = Path(root).resolve()
     env = layout.read_env(root / layout.CAMPAIGN_ENV, [])
     if env is None:
         raise CardError(f"{root} has no {layout.CAMPAIGN_ENV}: not a campaign root")
+    source = adaptive.step_path(root, step) if step is not None else root / layout.PARTITION_TSV
+    op_rounds: Dict[Tuple[str, str], int] = {}
     try:
-        plan = planmod.read_partition_tsv(root / layout.PARTITION_TSV)
+        if step is not None:
+            plan, op_rounds = planmod.read_step_tsv(source)
+        else:
+            plan = planmod.read_partition_tsv(source)
     except OSError as error:
-        raise CardError(f"{root}: cannot read {layout.PARTITION_TSV}: {error}") from None
+        raise CardError(f"{root}: cannot read {source.name}: {error}") from None
     if card >= len(plan.cards):
-        raise CardError(f"{root}: no card {card} in {layout.PARTITION_TSV} (cards 0..{len(plan.cards) - 1})")
+        raise CardError(f"{root}: no card {card} in {source.name} (cards 0..{len(plan.cards) - 1})")
     ops = list(plan.cards[card].ops)
     if only is not None:
         wanted = planmod.parse_op_spec(only)
         for op, dtype in wanted:
             if not any(o.op == op and (dtype is None or o.dtype == dtype) for o in ops):
                 label = f"{op}:{dtype}" if dtype else op
-                raise CardError(f"op {label} is not one of card {card}'s ops in {root / layout.PARTITION_TSV}")
+                raise CardError(f"op {label} is not one of card {card}'s ops in {source}")
         ops = [o for o in ops if any(o.op == op and (dtype is None or o.dtype == dtype) for op, dtype in wanted)]
     command = read_command(root)
     if not command:
@@ -160,6 +178,8 @@ def read_card_plan(root, card: int, only: Optional[str] = None) -> CardPlan:
         env.get("SWITCH") or None,
         env.get("BACKEND_VISIBLE_DEVICES") or None,
         caliber_items(env),
+        adaptive.stopping(env),
+        op_rounds,
     )
 
 
@@ -341,6 +361,11 @@ class Recorder:
             self.as_they_are(event.get("leftovers") or [])
             for message in event.get("problems") or []:
                 self.problem(event, message)
+        elif event["event"] == "stopped":  # a card that decides alone: its stop, in this store too
+            self.flush()
+            adaptive.record(
+                self.store.conn, self.root, [(event["op"], event["dtype"])], event["round"], event["reason"]
+            )
 
     def add(self, relpaths: Sequence[str]):
         now = time.monotonic()
@@ -404,8 +429,11 @@ class Card:
         device: Optional[str] = None,
         poll_s: float = 0.5,
         grace: float = KILL_GRACE_S,
+        decider: Optional[Recorder] = None,
     ):
         self.plan, self.status, self.recorder = plan, status, recorder
+        # until-decided without a step: the card decides its own ops from the store this records into
+        self.decider = decider or recorder
         self.device, self.poll_s, self.grace = device, poll_s, grace
         self.directory = card_dir(plan.root, plan.card)
         self.proc: Optional[subprocess.Popen] = None
@@ -421,7 +449,7 @@ class Card:
             return str(self.device if self.device is not None else self.plan.card)
         return os.environ.get(self.plan.visible or "CUDA_VISIBLE_DEVICES")
 
-    def op_env(self, op: Op) -> Dict[str, str]:
+    def op_env(self, op: Op, round_: Optional[int] = None) -> Dict[str, str]:
         """The op's environment: the caliber campaign.env recorded (the same
         on every host and after a resume), the card's own AB_ROOT and
         device, ZL_ISOLATE_TUNER_CACHE=1 (eight processes on one tuner
@@ -444,6 +472,10 @@ class Card:
         )
         if plan.switch:
             env["SWITCH"] = plan.switch
+        if round_ is not None:
+            env["ROUND"] = str(round_)  # run this round only (the harness author's contract: docs/campaigns.md)
+        else:
+            env.pop("ROUND", None)  # one inherited would make the command run a single round
         if plan.visible and self.device != INHERIT:
             devices = self.visible_devices()
             assert devices is not None  # the card's own, given the condition above
@@ -458,9 +490,9 @@ class Card:
         if not cells:
             return
         relpaths = [str(Path(c).relative_to(self.plan.root)) for c in cells]
-        if self.recorder is not None:  # recorded before they are announced
-            self.recorder.add(relpaths)
-            self.recorder.flush()
+        for recorder in {id(r): r for r in (self.recorder, self.decider) if r is not None}.values():
+            recorder.add(relpaths)  # recorded before they are announced
+            recorder.flush()
         self.status.event("cells", op=op.op, dtype=op.dtype, paths=relpaths)
 
     def run(self) -> int:
@@ -470,32 +502,87 @@ class Card:
         self.directory.mkdir(parents=True, exist_ok=True)
         (self.plan.root / LOG_DIR).mkdir(exist_ok=True)
         watch = self.watch = CellWatch(self.directory)
-        failed = 0
-        for op in self.plan.ops:
-            self.current = op
-            try:
-                result = self.run_op(op, watch)
-            except Exception as error:  # the card goes on with its next op
-                self.stop_op()
-                result = OpResult(
-                    1, 0.0, problems=[f"op {op.label} on card {self.plan.card}: {type(error).__name__}: {error}"]
-                )
-            self.current = None
-            failed += result.rc != 0
-            event = dict(
-                op=op.op,
-                dtype=op.dtype,
-                rc=result.rc,
-                elapsed_s=round(result.elapsed_s, 3),
-                timed_out=result.timed_out,
-                leftovers=result.leftovers,
-                problems=result.problems,
+        if self.plan.stopping is not None and not self.plan.op_rounds:
+            failed = self.run_until_decided(watch)
+        else:
+            failed = sum(
+                self.run_one(op, watch, self.plan.op_rounds.get((op.op, op.dtype))).rc != 0 for op in self.plan.ops
             )
-            if self.recorder is not None:
-                self.recorder.apply({"event": "done", **event})
-            self.status.event("done", **event)
         self.status.event("finished")
         return 1 if failed else 0
+
+    def run_one(self, op: Op, watch: "CellWatch", round_: Optional[int] = None) -> "OpResult":
+        """One run of the op's command (every round, or round_ alone), reported as done."""
+        self.current = op
+        try:
+            result = self.run_op(op, watch, round_)
+        except Exception as error:  # the card goes on with its next op
+            self.stop_op()
+            result = OpResult(
+                1, 0.0, problems=[f"op {op.label} on card {self.plan.card}: {type(error).__name__}: {error}"]
+            )
+        self.current = None
+        event = dict(
+            op=op.op,
+            dtype=op.dtype,
+            rc=result.rc,
+            elapsed_s=round(result.elapsed_s, 3),
+            timed_out=result.timed_out,
+            leftovers=result.leftovers,
+            problems=result.problems,
+        )
+        if round_ is not None:
+            event["round"] = round_
+        for recorder in {id(r): r for r in (self.recorder, self.decider) if r is not None}.values():
+            recorder.apply({"event": "done", **event})
+        self.status.event("done", **event)
+        return result
+
+    def run_until_decided(self, watch: "CellWatch") -> int:
+        """An until-decided campaign's ops on this card alone (Slurm, or
+        `run card` by hand): a round of each op that goes on, then the
+        stops, until none goes on. Each decision is the card's own, from
+        the store it records into; each stop is an event ("stopped") that
+        the submitter records in its store too. A resumed card takes up
+        each op after its complete rounds. Returns how many ops failed."""
+        plan, decider = self.plan, self.decider
+        assert plan.stopping is not None and decider is not None
+        store, root, rule = decider.store, plan.root, plan.stopping
+        found = layout.find_cell_dirs(self.directory) if self.directory.is_dir() else []
+        if found:
+            store.record(found)  # what an earlier run of this card left
+        done = adaptive.complete_rounds(store.conn, root)
+        mine = {adaptive.key(op): op for op in plan.ops}
+        current = {k: done.get(k, 0) for k in mine}
+        progress = adaptive.Progress(rule, {}, {})
+        started = {k: r for k, r in current.items() if r > 0}
+        going = set(adaptive.after_round(store, root, rule, started, [], progress)) if started else set()
+        going |= {k for k, r in current.items() if r == 0}
+        self._said_stops(progress, set())
+        failed_ops = 0
+        while going:
+            ran: Dict[Tuple[str, str], int] = {}
+            failed = set()
+            for op in plan.ops:
+                k = adaptive.key(op)
+                if k not in going:
+                    continue
+                adaptive.supersede_after(store, root, k, current[k])
+                ran[k] = current[k] + 1
+                if self.run_one(op, watch, ran[k]).rc != 0:
+                    failed.add(k)
+            before = set(progress.stops)
+            going = set(adaptive.after_round(store, root, rule, ran, failed, progress))
+            current.update(ran)
+            failed_ops += len(failed)
+            self._said_stops(progress, before)
+            self.status.event("round", round=max(ran.values()), line=progress.line(max(ran.values()), len(going)))
+        return failed_ops
+
+    def _said_stops(self, progress: "adaptive.Progress", before: set):
+        for (op, dtype), (round_, reason) in sorted(progress.stops.items()):
+            if (op, dtype) not in before:
+                self.status.event("stopped", op=op, dtype=dtype, round=round_, reason=reason)
 
     def stop_op(self):
         if self.proc is not None:
@@ -516,14 +603,21 @@ class Card:
             dtype=self.current.dtype if self.current else None,
         )
 
-    def run_op(self, op: Op, watch: CellWatch) -> OpResult:
+    def run_op(self, op: Op, watch: CellWatch, round_: Optional[int] = None) -> OpResult:
+        """The op's command: every round, or round_ alone (ROUND, {round})."""
         plan, card = self.plan, self.plan.card
         watch.start_op()
-        command = fill(plan.command, {"op": op.op, "dtype": op.dtype, "card": card, "rounds": plan.rounds})
-        timeout = plan.op_timeout_s
+        values: Dict[str, object] = {"op": op.op, "dtype": op.dtype, "card": card, "rounds": plan.rounds}
+        if round_ is not None:
+            values["round"] = round_
+        command = fill(plan.command, values)
+        timeout = plan.op_timeout_s(round_)
         t0 = time.monotonic()
+        published = set(watch.reported)
         with open(plan.root / LOG_DIR / op_log_name(card, op.op, op.dtype), "ab") as log:
-            self.proc = proc = start_group(command, self.op_env(op), log)  # in this directory: relative paths work
+            self.proc = proc = start_group(
+                command, self.op_env(op, round_), log
+            )  # in this directory: relative paths work
             self.status.event(
                 "start",
                 op=op.op,
@@ -553,7 +647,8 @@ class Card:
                 write_truncated_env(Path(cell), plan, op, now - watch.first_seen.get(cell, now), self.environment)
             self.publish(op, watch.newly_finished())
             result.problems.append(
-                f"{where}: killed at its timeout of {format(timeout, 'g')} s ((2 x {plan.rounds} rounds + 1) x "
+                f"{where}: killed at its timeout of {format(timeout, 'g')} s "
+                f"((2 x {plan.rounds_per_run(round_)} rounds + 1) x "
                 f"CELL_TIMEOUT {format(plan.cell_timeout, 'g')} s); {len(unfinished)} unfinished cells "
                 f"recorded with RC {TIMEOUT_RC} (TRUNCATED)"
             )
@@ -567,7 +662,21 @@ class Card:
                     f"{where}: {len(unfinished)} cells had no cell.env with RC when the command returned; "
                     f"stored as they are: {', '.join(result.leftovers[:3])}"
                 )
+        if round_ is not None:
+            other = sorted({str(r) for r in map(_round_of, watch.reported - published) if r != round_})
+            if other:  # its cells would claim rounds another run claims too
+                result.problems.append(
+                    f"{where}: asked for round {round_} (ROUND={round_}) but wrote round(s) "
+                    f"{', '.join(other)}: the command must run only the round it is given"
+                )
+                result.rc = result.rc or 1
         return result
+
+
+def _round_of(cell: str) -> Optional[int]:
+    """The round a cell's path names (.../r<N>/<side>)."""
+    name = Path(cell).parent.name
+    return int(name[1:]) if name[:1] == "r" and name[1:].isdigit() else None
 
 
 def run_card(
@@ -580,23 +689,36 @@ def run_card(
     device: Optional[str] = None,
     poll_s: float = 0.5,
     out: Optional[IO] = None,
+    step: Optional[int] = None,
 ) -> int:
     """`zlstore run card`: the card's ops, reported in its status file (and
     as JSON lines on out), recorded into db when one is given. Returns the
     exit status: 0 every op ran cleanly, 1 some op failed, 130 interrupted
     (SIGINT or SIGTERM: Ctrl-C, scancel, a Slurm time limit)."""
-    plan = read_card_plan(root, card, ops)
+    plan = read_card_plan(root, card, ops, step)
     missing = [f.env for f in caliber.missing(dict(plan.caliber)) if f.env != "ZL_ISOLATE_TUNER_CACHE"]
     if missing:
         raise CardError(
             f"{plan.root / layout.CAMPAIGN_ENV} lacks the caliber variables {', '.join(missing)}: "
             "every cell would have an unknown caliber"
         )
-    store = None
+    store = own = None
+    scratch = None
     if db is not None:
         store = Store(db)
+    elif plan.stopping is not None and step is None:
+        # deciding alone with no database (a Slurm task): a store of its own, on this host, for the decisions only
+        scratch = tempfile.TemporaryDirectory(prefix=f"zlstore-card{card}-")
+        own = Store(Path(scratch.name) / "decide.db")
     status = Status(plan.root, card, run_id, out)
-    runner = Card(plan, status, Recorder(store, plan.root, card) if store else None, device, poll_s)
+    runner = Card(
+        plan,
+        status,
+        Recorder(store, plan.root, card) if store else None,
+        device,
+        poll_s,
+        decider=Recorder(own, plan.root, card) if own else None,
+    )
     try:
         with interrupts():
             return runner.run()
@@ -605,5 +727,8 @@ def run_card(
             runner.interrupted()
         return EXIT_INTERRUPTED
     finally:
-        if store is not None:
-            store.close()
+        for opened in (store, own):
+            if opened is not None:
+                opened.close()
+        if scratch is not None:
+            scratch.cleanup()

@@ -1139,7 +1139,22 @@ def slurm_options(fn):
     "--command",
     "command",
     default=None,
-    help="Op command template; {op} {dtype} {card} {rounds}. Required unless --resume.",
+    help="Op command template; {op} {dtype} {card} {rounds}, and {round} with --until-decided. "
+    "Required unless --resume.",
+)
+@click.option(
+    "--until-decided",
+    is_flag=True,
+    help="Run each op a round at a time and stop it once every range of it is decided (faster, slower or "
+    "no change under the anytime-valid rule), after at most --rounds; the ops that go on are re-planned "
+    "over the cards by their measured times after each round. The command runs the round it is given "
+    "({round}, $ROUND): docs/campaigns.md.",
+)
+@click.option(
+    "--min-rounds",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --until-decided: the rounds every op runs before it may stop (default 3).",
 )
 @click.option(
     "--root",
@@ -1195,6 +1210,8 @@ def run_campaign(
     extra_ops,
     include_hinted,
     command,
+    until_decided,
+    min_rounds,
     root_dir,
     resume,
     cell_timeout,
@@ -1235,8 +1252,18 @@ def run_campaign(
     host), Ctrl-C cancels the array (scancel), and a task Slurm kills is
     named with its reason. --resume runs only the cards with ops left.
 
+    --until-decided makes --rounds the most an op runs: each op runs a
+    round at a time (the command gets {round} and ROUND, and runs that
+    round only), and after each round an op stops once every range of it
+    is decided, after at least --min-rounds; the rest are re-planned over
+    the cards, longest first by their measured times. After each round it
+    says how many ops are decided and go on, and the cell-hours the
+    decided ops saved. On Slurm each task decides its own ops. --resume
+    keeps what is decided.
+
     It ends with the totals and what to run next; --json gives them with
-    each card's (the other formats: a row per card).
+    each card's (the other formats: a row per card; until decided, --json
+    adds each stopped op's round and reason).
 
     Exit status: 0 every op ran cleanly; 1 some op failed or a task was
     killed (the other cards went on); 2 it could not start (the message
@@ -1249,6 +1276,7 @@ def run_campaign(
         zlstore plan ab_rlc_20261012_101500 --cards 8 --rounds 6 --out partition.tsv
         zlstore run campaign --plan partition.tsv --rounds 6 --command 'bash ab_repeat.sh {op} {dtype}'
         zlstore run campaign --slurm --partition gpu --time 12:00:00 --plan partition.tsv --command 'bash ab_repeat.sh {op} {dtype}'
+        zlstore run campaign --screen-root screen_h200 --cards 2 --rounds 12 --until-decided --command 'zlstore flaggems repeat {op} {dtype}'
     """
     from . import runner  # lazy: the note at the top
     from .slurm import SlurmError, SlurmOptions  # lazy: the note at the top
@@ -1284,6 +1312,8 @@ def run_campaign(
             cell_timeout=cell_timeout,
             slurm=options,
             include_hinted=include_hinted,
+            until_decided=until_decided,
+            min_rounds=min_rounds,
         )
         if screen_root and not (plan_path or resume or ops or include_hinted):  # planned here: as plan says it
             left_out = runner.hinted_ops(store, store.root(screen_root))
@@ -1327,13 +1357,19 @@ def run_campaign(
     "--run-id", default=None, help="Written into the status file, so a watcher tells this run from an earlier one."
 )
 @click.option(
+    "--step",
+    type=click.IntRange(min=1),
+    default=None,
+    help="An --until-decided campaign's step N: the ops and rounds of plans/step<N>.tsv, one round each.",
+)
+@click.option(
     "--poll",
     type=click.FloatRange(min=0.05),
     default=0.5,
     show_default=True,
     help="Seconds between looks for finished cells.",
 )
-def run_card(root, card, ops, db_path, device, run_id, poll):
+def run_card(root, card, ops, db_path, device, run_id, poll, step):
     """Run one card of a campaign root: its ops from partition.tsv, in turn.
 
     What `run campaign` starts once per card, locally or as a Slurm array
@@ -1343,7 +1379,9 @@ def run_card(root, card, ops, db_path, device, run_id, poll):
     appended to <root>/status/card<N>.json, replaced whole each time, and
     printed as a JSON line. With --db each finished cell is recorded there;
     without, nothing is written but the tree (on Slurm the submitting
-    process records).
+    process records). In an --until-decided campaign without --step (a
+    Slurm task) the card runs its ops a round at a time and decides them
+    itself, from --db or a store of its own in a temporary directory.
 
     Exit status: 0 every op ran cleanly; 1 some op failed; 2 usage (no such
     card, an op not in its plan); 130 interrupted (SIGINT, SIGTERM: scancel
@@ -1360,7 +1398,7 @@ def run_card(root, card, ops, db_path, device, run_id, poll):
         raise click.UsageError("--card is required outside a Slurm array task")
     try:
         status = cardmod.run_card(
-            root, card, ops=ops, db=db_path, run_id=run_id, device=device, poll_s=poll, out=sys.stdout
+            root, card, ops=ops, db=db_path, run_id=run_id, device=device, poll_s=poll, out=sys.stdout, step=step
         )
     except (cardmod.CardError, ValueError) as error:
         raise click.UsageError(str(error))
@@ -1547,16 +1585,39 @@ def flaggems_cell(checkout, python, tests, pytest_args):
     show_default=True,
     help="Seconds per cell; a cell that hits it is killed with its process group, RC 124.",
 )
+@click.option(
+    "--round",
+    "only_round",
+    envvar="ROUND",
+    show_envvar=True,
+    type=click.IntRange(min=1),
+    default=None,
+    help="Run this round only, into r<N> (what an --until-decided campaign asks, through ROUND).",
+)
 @click.option("--card", envvar="CARD", show_envvar=True, type=click.IntRange(min=0), default=0, show_default=True)
 @flaggems_options
 @output_options
 def flaggems_repeat(
-    op, dtype, ab_root, rounds, switch, values, cell_timeout, card, checkout, python, tests, pytest_args, out
+    op,
+    dtype,
+    ab_root,
+    rounds,
+    switch,
+    values,
+    cell_timeout,
+    only_round,
+    card,
+    checkout,
+    python,
+    tests,
+    pytest_args,
+    out,
 ):
     """Every round of one op: what `zlstore run campaign` runs per op.
 
-    Writes <AB_ROOT>/ab_<timestamp>/OP/r<N>/<side>/ for N in 1..ROUNDS,
-    before then after, each cell with its run.log, index.tsv and cell.env
+    Writes <AB_ROOT>/ab_<timestamp>/OP/r<N>/<side>/ for N in 1..ROUNDS
+    (with --round N, or ROUND=N as an --until-decided campaign sets it,
+    round N alone), before then after, each cell with its run.log, index.tsv and cell.env
     (the caliber variables of the environment, RC last). DTYPE '' is the
     op's own set of dtypes. BENCH_LEVEL is required (FlagGems' --level). A
     failed or killed cell does not stop the rounds. Progress goes to
@@ -1606,6 +1667,7 @@ def flaggems_repeat(
             card=card,
             warn=lambda text: click.echo(output.for_terminal(text), err=True),
             report=report,
+            only_round=only_round,
         )
     except fg.CannotStart as error:
         raise Fault(str(error))

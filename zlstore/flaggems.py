@@ -14,7 +14,8 @@ compiled .ttgir files listed in index.tsv.
 `run_cell` is what `zlstore run screen` calls through `zlstore flaggems
 cell` (the runner writes cell.env); `repeat` is what `zlstore run campaign`
 calls through `zlstore flaggems repeat` once per op: every round's cells
-under <AB_ROOT>/ab_<timestamp>/<op>/r<N>/<side>/, each with cell.env last."""
+under <AB_ROOT>/ab_<timestamp>/<op>/r<N>/<side>/, each with cell.env last
+(in a campaign that stops when decided, once per round: ROUND alone)."""
 
 import json
 import os
@@ -730,8 +731,11 @@ def repeat(
     env: Optional[Mapping[str, str]] = None,
     warn: Callable[[str], None] = lambda text: None,
     report: Callable[[CellRun], None] = lambda run: None,
+    only_round: Optional[int] = None,
 ) -> List[CellRun]:
-    """rounds x (before, after) cells of one op in a new repeat directory, each
+    """rounds x (before, after) cells of one op in a new repeat directory (or
+    round only_round alone, into r<only_round>: an until-decided campaign
+    runs an op's rounds one at a time), each
     capped at cell_timeout, each cell.env written last with RC; a failed or
     killed cell does not stop the rounds. KeyboardInterrupt (SIGINT, SIGTERM)
     kills the running benchmark and leaves its cell without cell.env:
@@ -744,7 +748,7 @@ def repeat(
     ran_on = environment(bench, env)  # probes first: nothing is written where the benchmark cannot start
     run_dir = new_run_dir(Path(ab_root).resolve())
     runs = []
-    for round_ in range(1, rounds + 1):
+    for round_ in [only_round] if only_round is not None else range(1, rounds + 1):
         for side, value in zip(layout.SIDES, values):
             out = run_dir / op / f"r{round_}" / side
             run = run_cell(bench, out, op, dtype, switch, value, level, cell_timeout, env)

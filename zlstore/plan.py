@@ -8,7 +8,7 @@ partitioning only keeps the other cards from waiting (ARTIFACTS.md)."""
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from . import files, output
 from .layout import PARTITION_COLUMNS, repeated_columns
@@ -191,6 +191,41 @@ def partition_tsv(plan: Plan) -> bytes:
 def write_partition_tsv(plan: Plan, path) -> Path:
     """Whole or not at all, through no planted link (files.replace_atomic)."""
     return files.replace_atomic(path, partition_tsv(plan))
+
+
+# -- a round's plan (until-decided campaigns): partition.tsv's columns and the round --
+
+
+def step_tsv(plan: Plan, rounds: Dict[Tuple[str, str], int]) -> bytes:
+    """One step of an until-decided campaign: partition.tsv's rows, each
+    with the round its op runs in this step (a resumed op may be a round
+    behind the others)."""
+    lines = ["\t".join(PARTITION_COLUMNS + ("round",))]
+    for card in plan.cards:
+        for op in card.ops:
+            lines.append(f"{card.card}\t{op.op}\t{op.dtype}\t{_minutes(op.weight_s)}\t{rounds[(op.op, op.dtype)]}")
+    return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def write_step_tsv(plan: Plan, rounds: Dict[Tuple[str, str], int], path) -> Path:
+    return files.replace_atomic(path, step_tsv(plan, rounds))
+
+
+def read_step_tsv(path) -> Tuple[Plan, Dict[Tuple[str, str], int]]:
+    """A step's plan and each op's round."""
+    plan = read_partition_tsv(path)
+    lines = [line.rstrip("\r") for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    header = [h.strip() for h in lines[0].split("\t")]
+    if "round" not in header:
+        raise PlanError(f"{path}: no round column in the header {header}")
+    rounds = {}
+    for number, line in enumerate(lines[1:], 2):
+        row = dict(zip(header, (v.strip() for v in line.split("\t"))))
+        try:
+            rounds[(row["op"], row.get("dtype") or "")] = int(row["round"])
+        except (KeyError, ValueError) as error:
+            raise PlanError(f"{path}:{number}: {error}") from None
+    return plan, rounds
 
 
 def read_partition_tsv(path) -> Plan:

@@ -656,9 +656,19 @@ def campaign(result) -> str:
     """A campaign's closing lines: totals, each failure, and what to run next
     (campaign_next), so that either works pasted as printed."""
     lines = [
-        f"{result.root}: {result.done} ops run, {result.skipped} skipped as complete, "
+        f"{result.root}: {result.done} {'op rounds' if result.stops is not None else 'ops'} run, "
+        f"{result.skipped} skipped as {'stopped' if result.stops is not None else 'complete'}, "
         f"{len(result.failed)} failed; {result.cells} cells recorded"
     ]
+    if result.stops is not None:  # until decided (runner.CampaignResult.stops)
+        reasons: dict = {}
+        for stop in result.stops:
+            reasons[stop["reason"]] = reasons.get(stop["reason"], 0) + 1
+        said = ", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items())) or "none yet"
+        lines.append(
+            f"stopped ops: {said}; the decided ops saved {result.saved_cell_hours:.3g} cell-hours "
+            "(their rounds left to the most, at their measured times)"
+        )
     lines.extend(f"failed: {failure}" for failure in result.failed)
     then = campaign_next(result)
     if result.interrupted:

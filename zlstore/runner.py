@@ -8,7 +8,9 @@ one after another within a card, each op the user's command with the card's
 own AB_ROOT; locally each card records its cells as their cell.env gets RC,
 on Slurm (slurm.py) this process records them from the shared tree. Every
 command runs in its own process group, so a timeout or a Ctrl-C kills it
-with its children."""
+with its children. A campaign that stops when decided (adaptive.py) runs
+locally in steps, one round of each op that goes on, re-planned between
+them by measured times; on Slurm each card decides its own ops."""
 
 import json
 import os
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, IO, List, Mapping, Optional, Sequence, Tuple, Union
 
-from . import caliber, derive, flaggems, judge, layout, provenance
+from . import adaptive, caliber, derive, flaggems, judge, layout, provenance
 from . import plan as planmod
 from .harness import (
     DEFAULT_CELL_TIMEOUT,
@@ -512,6 +514,7 @@ class CampaignConfig:
     status_every_s: float = 30.0
     cell_timeout: float = DEFAULT_CELL_TIMEOUT
     slurm: Optional[SlurmOptions] = None  # run the cards as one Slurm job array
+    stopping: Optional[adaptive.Stopping] = None  # until decided, at most `rounds`; None: every round
 
 
 class CaliberMissing(RunError):
@@ -605,6 +608,8 @@ def campaign_config(
     cell_timeout: Optional[float] = None,
     slurm=None,
     include_hinted: bool = False,
+    until_decided: bool = False,
+    min_rounds: Optional[int] = None,
 ) -> CampaignConfig:
     """A campaign's config from the command's options. With resume, the
     root's campaign.env fills what was not given (rounds, command, switch,
@@ -612,14 +617,20 @@ def campaign_config(
     submitted with) and its partition.tsv is the plan; otherwise the plan is
     plan_path's, or computed from the screening root as `zlstore plan` does.
     The switch and screening root default to the screening root's own.
+    until_decided: rounds is the most an op runs; it stops once decided,
+    after at least min_rounds (a resume keeps what campaign.env says).
     RunError when the options do not make a campaign; LookupError or
     ValueError (PlanError) from the root or the plan."""
     screen_row = None
+    stopping = _stopping(until_decided, min_rounds, rounds)
     if resume:
         if not root_dir:
             raise RunError("--resume needs --root: the campaign root to continue")
         env, plan = read_campaign(root_dir)
         rounds = int(env.get("ROUNDS") or rounds)
+        if stopping is not None and adaptive.stopping(env) is None:
+            raise RunError(f"--until-decided: {root_dir} is a campaign of fixed rounds; resume it without")
+        stopping = adaptive.stopping(env)
         command = command or env.get("COMMAND")
         switch = switch or env.get("SWITCH") or None
         screen_root = screen_root or env.get("SCREEN_ROOT") or None
@@ -653,7 +664,20 @@ def campaign_config(
         status_every_s=status_every_s,
         cell_timeout=cell_timeout or DEFAULT_CELL_TIMEOUT,
         slurm=slurm,
+        stopping=stopping,
     )
+
+
+def _stopping(until_decided: bool, min_rounds: Optional[int], rounds: int) -> Optional[adaptive.Stopping]:
+    """--until-decided and --min-rounds as a campaign's stopping settings (None: fixed rounds)."""
+    if not until_decided:
+        if min_rounds is not None:
+            raise RunError("--min-rounds goes with --until-decided")
+        return None
+    stopping = adaptive.Stopping(rounds, min_rounds or layout.DEFAULT_MIN_ROUNDS)
+    if stopping.min_rounds > rounds:
+        raise RunError(f"--min-rounds {stopping.min_rounds} is more than --rounds {rounds}, the most an op runs")
+    return stopping
 
 
 def op_label(op: str, dtype: str) -> str:
@@ -672,6 +696,7 @@ def prepare_campaign(config: CampaignConfig, caliber_values: Dict[str, str]) -> 
         raise RunError(f"{root} exists and is not empty; continue it with --resume, or choose another --root")
     _make_root(root)
     items = [("KIND", "campaign"), ("ROUNDS", config.rounds), ("CARDS", len(config.plan.cards))]
+    items += adaptive.env_items(config.stopping)
     items += [(k, v) for k, v in (("SWITCH", config.switch), ("SCREEN_ROOT", config.screen_root)) if v]
     items += [
         ("HOST", socket.gethostname()),
@@ -773,6 +798,8 @@ class CampaignResult:
     resume_command: Optional[str] = None  # what continues it, as printed
     where: str = "this host"  # this host, or the Slurm job
     db_arg: str = ""  # " --db FILE" for the printed commands, when not the default
+    stops: Optional[List[dict]] = None  # until decided: each stopped op's round and reason
+    saved_cell_hours: Optional[float] = None  # until decided: the decided ops' rounds left to MAX, measured
 
     @property
     def failed(self) -> List[str]:
@@ -821,6 +848,7 @@ class CampaignResult:
             "done": self.done,
             "skipped": self.skipped,
             "cells": self.cells,
+            **({"stops": self.stops, "saved_cell_hours": self.saved_cell_hours} if self.stops is not None else {}),
         }
 
 
@@ -854,7 +882,8 @@ class LocalLauncher:
         if self.devices is not None and len(self.devices) < cards:
             raise RunError(f"--devices names {len(self.devices)} devices for {cards} cards")
 
-    def start(self, root: Path, run_id: str, todo: Dict[int, List[Op]]):
+    def start(self, root: Path, run_id: str, todo: Dict[int, List[Op]], step: Optional[int] = None):
+        self.procs = {}
         for card, ops in sorted(todo.items()):
             argv = [
                 sys.executable,
@@ -876,6 +905,8 @@ class LocalLauncher:
             ]
             if self.devices:
                 argv += ["--device", self.devices[card]]
+            if step is not None:
+                argv += ["--step", str(step)]
             with open(Path(root) / "logs" / f"card{card}.out", "ab") as out:
                 self.procs[card] = subprocess.Popen(
                     argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
@@ -933,6 +964,7 @@ class _Cards:
         self.states, self.display, self.recorders = states, display, recorders
         self.readers = {card: StatusReader(root, card, run_id) for card in cards}
         self.tasks: dict = {}
+        self.op_rc: Dict[Tuple[str, str], int] = {}  # each op's exit status, as its card said
 
     def update(self, tasks: dict):
         """The cards' new events first (a card says it finished before its
@@ -942,6 +974,8 @@ class _Cards:
             for event in reader.new_events():
                 if recorder is not None:
                     recorder.apply(event)
+                if event["event"] == "done":
+                    self.op_rc[(event["op"], event["dtype"])] = event["rc"]
                 _apply(event, card, self.states[card], self.display, counted=recorder is None)
             if recorder is not None:
                 recorder.flush()
@@ -988,12 +1022,19 @@ def _apply(event: dict, card: int, state: CardState, display: Display, counted: 
         if rc != 0:
             why = "killed at its op timeout" if event.get("timed_out") else f"exit status {rc}"
             state.failed.append(f"card {card} {op_label(op, dtype)}: {why}")
-        display.event(f"card {card}: {op_label(op, dtype)} done, exit status {rc}, {event['elapsed_s']:.1f} s")
+        which = f" round {event['round']}" if event.get("round") is not None else ""
+        display.event(f"card {card}: {op_label(op, dtype)}{which} done, exit status {rc}, {event['elapsed_s']:.1f} s")
         for problem in event.get("problems") or []:
             display.event("problem: " + problem)
     elif kind == "finished":
         state.finished = now
         display.event(f"card {card}: finished")
+    elif kind == "stopped":  # a card deciding its own ops (Slurm)
+        display.event(
+            f"card {card}: {op_label(event['op'], event['dtype'])} stopped after round {event['round']}: {event['reason']}"
+        )
+    elif kind == "round":
+        display.event(f"card {card}: {event['line']}")
     elif kind == "interrupted":
         _stopped(state, now)
 
@@ -1078,6 +1119,7 @@ def run_campaign(store, config: CampaignConfig, stream: IO = sys.stderr) -> Camp
     states = [CardState(c.card, list(c.ops), remaining=list(c.ops)) for c in plan.cards]
     display = Display(root.name, states, stream, config.status_every_s)
     todo = {c.card: list(c.ops) for c in plan.cards if c.ops}
+    resumed = None
     if config.resume:
         live = launcher.live(root)
         if live:
@@ -1085,8 +1127,41 @@ def run_campaign(store, config: CampaignConfig, stream: IO = sys.stderr) -> Camp
                 f"refusing to resume {root}: {'; '.join(live)} still runs; wait for it or stop it "
                 "(scancel on Slurm), then --resume"
             )
-        todo = _resume(store, root, plan, config.rounds, states, display)
-    run_id = f"{timestamp()}-{os.getpid()}"
+        if config.stopping is not None:
+            todo, resumed = _resume_until_decided(store, root, plan, config.stopping, states, display)
+        else:
+            todo = _resume(store, root, plan, config.rounds, states, display)
+    progress = None
+    if config.stopping is not None and config.slurm is None:
+        interrupted, progress = _until_decided(store, config, root, launcher, states, display, resumed)
+    else:  # fixed rounds; or until decided on Slurm, where each task decides its own ops (card.py)
+        interrupted = _run_cards(store, config, root, launcher, todo, states, display)
+        if config.stopping is not None:
+            progress = _stops_of(store, root, config.stopping, plan)
+    last = display.final()
+    result = CampaignResult(root, interrupted, states, last, where=launcher.where(), db_arg=db_arg(store.path))
+    if progress is not None:
+        result.stops, result.saved_cell_hours = progress.as_rows(), round(progress.saved_hours(), 6)
+    if interrupted or result.unfinished:
+        result.resume_command = resume_command(root, store.path, config.slurm is not None)
+    return result
+
+
+def _run_cards(
+    store,
+    config: CampaignConfig,
+    root: Path,
+    launcher,
+    todo: Dict[int, List[Op]],
+    states: List[CardState],
+    display: Display,
+    step: Optional[int] = None,
+    op_rc: Optional[dict] = None,
+) -> bool:
+    """One `zlstore run card` per card with ops in todo (of step N, given
+    one), watched until every one ended; Ctrl-C stops them all. Returns
+    whether it was interrupted; op_rc gets each op's exit status."""
+    run_id = f"{timestamp()}-{os.getpid()}" + (f"-s{step}" if step is not None else "")
     recorders = {card: Recorder(store, root, card) for card in todo} if launcher.records_here else None
     cards = _Cards(root, run_id, states, display, list(todo), recorders)
     interrupted = False
@@ -1095,7 +1170,10 @@ def run_campaign(store, config: CampaignConfig, stream: IO = sys.stderr) -> Camp
             if todo:
                 if launcher.note:
                     display.event(launcher.note)
-                launcher.start(root, run_id, todo)
+                if step is not None:
+                    launcher.start(root, run_id, todo, step)
+                else:
+                    launcher.start(root, run_id, todo)
                 display.title = f"{root.name} ({launcher.where()})"
                 _watch(cards, launcher, config.poll_s, display)
     except KeyboardInterrupt:
@@ -1113,11 +1191,142 @@ def run_campaign(store, config: CampaignConfig, stream: IO = sys.stderr) -> Camp
             launcher.kill(cards.pgids())
             cards.update(launcher.poll())
     _task_failures(cards, launcher, cancelled=interrupted)
-    last = display.final()
-    result = CampaignResult(root, interrupted, states, last, where=launcher.where(), db_arg=db_arg(store.path))
-    if interrupted or result.unfinished:
-        result.resume_command = resume_command(root, store.path, config.slurm is not None)
-    return result
+    if op_rc is not None:
+        op_rc.update(cards.op_rc)
+    return interrupted
+
+
+# -- until decided: a round at a time (adaptive.py) ----------------------------
+
+
+def _step_plan(plan: Plan, going: List[Op], seconds: Dict[Tuple[str, str], float], rule, first: bool) -> Plan:
+    """The ops that go on, over the plan's cards: the first step as the plan
+    put them; later ones longest-first by each op's measured time per round
+    (the screen's share of a round where none is measured yet)."""
+
+    def weight(op: Op) -> float:
+        measured = seconds.get(adaptive.key(op))
+        if measured:
+            return measured
+        share = op.weight_s / rule.max_rounds
+        return share if share == share and share > 0 else 1.0
+
+    wanted = {adaptive.key(op) for op in going}
+    if first:
+        cards = [
+            planmod.Card(c.card, [Op(o.op, o.dtype, weight(o)) for o in c.ops if adaptive.key(o) in wanted])
+            for c in plan.cards
+        ]
+        return Plan(cards, 0.0)
+    return planmod.make_plan([Op(o.op, o.dtype, weight(o)) for o in going], len(plan.cards))
+
+
+def _until_decided(
+    store, config: CampaignConfig, root: Path, launcher, states, display, resumed
+) -> Tuple[bool, "adaptive.Progress"]:
+    """Locally: a step per round, every card running one round of the ops
+    that go on (plans/step<N>.tsv), then the stops (adaptive.after_round)
+    and a line saying how many ops are decided, go on, and the cell-hours
+    saved; re-planned over the cards by measured times for the next round.
+    Returns (interrupted, the stops)."""
+    rule, plan = config.stopping, config.plan
+    assert rule is not None
+    progress = adaptive.Progress(rule, {}, adaptive.round_seconds(store.conn, root))
+    if resumed is None:
+        going, current = list(plan.ops), {adaptive.key(op): 0 for op in plan.ops}
+    else:
+        going, current, progress.stops = resumed
+    steps = [int(p.stem[4:]) for p in (root / adaptive.PLANS_DIR).glob("step*.tsv") if p.stem[4:].isdigit()]
+    step = max(steps, default=0)
+    interrupted = False
+    try:
+        with interrupts():  # between the steps too: a stop half-recorded is rolled back, and said again on resume
+            while going:
+                step += 1
+                step_plan = _step_plan(plan, going, progress.seconds, rule, first=step == 1)
+                rounds = {adaptive.key(op): current[adaptive.key(op)] + 1 for op in going}
+                path = adaptive.step_path(root, step)
+                path.parent.mkdir(exist_ok=True)
+                planmod.write_step_tsv(step_plan, rounds, path)
+                todo = {c.card: list(c.ops) for c in step_plan.cards if c.ops}
+                for state in states:
+                    ops = list(step_plan.cards[state.card].ops) if state.card < len(step_plan.cards) else []
+                    state.ops, state.remaining, state.current = ops, list(ops), None
+                    state.started = state.finished = None
+                    state.state = "" if ops else "done"
+                order = "; ".join(
+                    f"card {c.card}: "
+                    + ", ".join(f"{o.label} r{rounds[adaptive.key(o)]} ({o.weight_s:.3g} s)" for o in c.ops)
+                    for c in step_plan.cards
+                    if c.ops
+                )
+                display.event(
+                    f"step {step}: {len(going)} ops, longest first by {'measured time' if step > 1 else 'the plan'}: {order}"
+                )
+                op_rc: Dict[Tuple[str, str], int] = {}
+                interrupted = _run_cards(store, config, root, launcher, todo, states, display, step, op_rc)
+                if interrupted:
+                    break
+                failed = [k for k in rounds if op_rc.get(k, 1) != 0]
+                left = adaptive.after_round(store, root, rule, rounds, failed, progress)
+                for k in rounds:
+                    if k in progress.stops and k not in left:
+                        display.event(
+                            f"{op_label(*k)} stopped after round {progress.stops[k][0]}: {progress.stops[k][1]}"
+                        )
+                current.update(rounds)
+                going = [op for op in plan.ops if adaptive.key(op) in set(left)]
+                display.event(progress.line(max(rounds.values()), len(going)))
+    except KeyboardInterrupt:
+        interrupted = True
+        display.event("interrupted between two rounds")
+    return interrupted, progress
+
+
+def _resume_until_decided(store, root: Path, plan: Plan, rule, states: List[CardState], display: Display):
+    """What a resumed until-decided campaign runs: every cell the earlier
+    runs left stored, the ops still undecided taken up after their complete
+    rounds (the half-run round's cells superseded), the decided ones kept
+    so. Returns (todo per card of partition.tsv, (ops going on, their
+    complete rounds, the stops so far))."""
+    summary = store.ingest_summary([root], command="run campaign --resume")
+    display.event(f"resume: {summary.line()}")
+    conn = store.conn
+    done = adaptive.complete_rounds(conn, root)
+    going = {adaptive.key(op) for op in adaptive.undecided(conn, root, plan.ops, rule.min_rounds)}
+    at_max = [k for k in going if done.get(k, 0) >= rule.max_rounds]
+    adaptive.record(conn, root, at_max, rule.max_rounds, "max rounds")
+    going -= set(at_max)
+    stops = adaptive.recorded_stops(conn, root)
+    unsaid = [adaptive.key(op) for op in plan.ops if adaptive.key(op) not in going and adaptive.key(op) not in stops]
+    for k in unsaid:  # decided by the round the run was stopped after, before it could say so
+        adaptive.record(conn, root, [k], done.get(k, 0), "decided")
+    stops = adaptive.recorded_stops(conn, root)
+    todo: Dict[int, List[Op]] = {}
+    for card in plan.cards:
+        state = states[card.card]
+        for op in card.ops:
+            k = adaptive.key(op)
+            if k not in going:
+                state.remaining.remove(op)
+                state.skipped += 1
+                round_, reason = stops.get(k, (done.get(k, 0), "decided"))
+                display.event(f"{op.label}: stopped before, after round {round_} ({reason}), not run again")
+                continue
+            todo.setdefault(card.card, []).append(op)
+            n = adaptive.supersede_after(store, root, k, done.get(k, 0))
+            display.event(
+                f"{op.label}: goes on after its {done.get(k, 0)} complete rounds"
+                + (f"; the {n} cells of its unfinished round are kept in the store, marked superseded" if n else "")
+            )
+    going_ops = [op for op in plan.ops if adaptive.key(op) in going]
+    return todo, (going_ops, {adaptive.key(op): done.get(adaptive.key(op), 0) for op in plan.ops}, stops)
+
+
+def _stops_of(store, root: Path, rule, plan: Plan) -> "adaptive.Progress":
+    """The stops the cards deciding alone said (Slurm), as the store recorded them."""
+    stops = adaptive.recorded_stops(store.conn, root)
+    return adaptive.Progress(rule, stops, adaptive.round_seconds(store.conn, root))
 
 
 def _campaign_preflight(store, config: CampaignConfig, caliber_values: Dict[str, str]):
@@ -1146,7 +1355,10 @@ def _campaign_preflight(store, config: CampaignConfig, caliber_values: Dict[str,
         )
         if config.switch:
             env["SWITCH"] = config.switch
-        command = fill(config.command, {"op": op.op, "dtype": op.dtype, "card": card, "rounds": config.rounds})
+        values: Dict[str, object] = {"op": op.op, "dtype": op.dtype, "card": card, "rounds": config.rounds}
+        if config.stopping is not None:
+            values["round"] = env["ROUND"] = "1"
+        command = fill(config.command, values)
         try:
             flaggems.preflight(command, env, timeout=min(config.cell_timeout, flaggems.PROBE_TIMEOUT_S))
         except flaggems.CannotStart as error:
