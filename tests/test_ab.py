@@ -235,4 +235,5 @@ def test_ab_json_keys_are_the_view_columns(example_store_path):
     from zlstore import Store
 
     with Store(example_store_path) as store:
-        assert list(rows[0]) == [c.name for c in store.db["ab_ranges"].columns]
+        # and last, what a finding's op's IR did (irchanges.py): null for any other range
+        assert list(rows[0]) == [c.name for c in store.db["ab_ranges"].columns] + ["ir_changes"]

@@ -189,3 +189,36 @@ def test_no_c1_control_reaches_the_terminal(hostile):
 
 def test_facts_of_a_text_past_the_line_cap_are_not_read():
     assert irfacts.read("a\n" * (irfacts.MAX_LINES + 1)) is None
+
+
+@pytest.mark.parametrize(
+    "data, size",
+    [
+        (b"not zlib at all", 15),
+        (__import__("zlib").compress(b"a" * 50_000_000), 100),  # a bomb: 50 MB from 50 kB, claiming 100 bytes
+        (__import__("zlib").compress(b"abc"), 2**50),  # a size claim of 2^50
+    ],
+    ids=["not zlib", "bomb", "claim"],
+)
+def test_a_blob_taken_on_trust_is_not_read(tmp_path, data, size):
+    """A merged store's IR blob that does not unpack to its size: the
+    kernel is shown, not read (and never inflated past its claim), its
+    status from the stored hashes."""
+    screening_root(
+        tmp_path / "runs",
+        ROOT,
+        {"blob": {"before": [("AAA", "k_kernel", TEXT["k"])], "after": [("BBB", "k_kernel", TEXT["k+1"])]}},
+    )
+    db = tmp_path / "s.db"
+    with Store(db) as store:
+        store.ingest(tmp_path / "runs")
+        ir_hash = store.conn.execute(
+            "SELECT ir_hash FROM kernels k JOIN cells c ON c.id = k.cell_id WHERE c.side = 'after'"
+        ).fetchone()[0]
+        store.conn.execute("UPDATE blobs SET data = ?, size = ? WHERE hash = ?", (data, size, ir_hash))
+        store.conn.commit()
+    result = CliRunner().invoke(cli, ["diff", ROOT, "blob", "--json", "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)["kernels"]
+    assert row["status"] == "changed" and row["tiles_after"] is None
+    assert row["diff"].splitlines()[-1].startswith(irdiff.CUT + "not diffed: a stored text does not unpack")

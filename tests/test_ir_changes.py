@@ -49,7 +49,7 @@ def test_ab_json_gives_each_finding_its_ops_ir_change(trees):
     assert [{k: v for k, v in r.items() if k != "ir_changes"} for r in document["rows"]] == plain
     findings = [r for r in document["rows"] if r["finding"] in ("faster", "slower")]
     assert findings and all(r["op"] == "bmm" for r in findings)
-    assert all("ir_changes" not in r for r in document["rows"] if r not in findings)
+    assert all(r["ir_changes"] is None for r in document["rows"] if r not in findings)
     for row in findings:
         changes = row["ir_changes"]
         assert changes["root"] == "screen_b"  # the campaign's screening root: the pair kernel_diff shows

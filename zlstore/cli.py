@@ -1982,9 +1982,10 @@ def ab(store, root, rejected, op, finding, sort, fail_on, out):
     lines of its own below it; -t/--fmt print the table's columns (the
     note a column), --json and --csv every column. --json is
     {"summary": the closing lines' counts and thresholds, "rows": [...]};
-    a faster or slower range's row has "ir_changes": what changed in its
-    op's IR (as zlstore diff sums it up), the command that shows it and
-    its kernel_diff page under zlstore serve.
+    in --json, --nl and --csv a faster or slower range's "ir_changes" is
+    what changed in its op's IR (as zlstore diff sums it up), the command
+    that shows it and its kernel_diff page under zlstore serve (null for
+    any other range).
 
     Exit status: 0 done; 1 --fail-on: a range has one of its findings
     (each is named on stderr, after the output); 2 an unknown root, a
@@ -2030,7 +2031,7 @@ def ab(store, root, rejected, op, finding, sort, fail_on, out):
                 )
             else:
                 if out.kind != "human":
-                    rows = judge.with_environment_differs(rows)
+                    rows = irchanges.with_ir_changes_rows(store, judge.with_environment_differs(rows))
                 emit(
                     out,
                     rows,

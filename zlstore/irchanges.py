@@ -133,18 +133,33 @@ def for_findings(store, found: Mapping, rows: Sequence[Mapping]) -> List[dict]:
 
 def with_ir_changes(store, text: str) -> str:
     """ab's --json rows (output.json_text's layout, one object a line, as
-    SQLite wrote them) with "ir_changes" added to each finding's object;
-    every other line as it was, unparsed."""
+    SQLite wrote them) with "ir_changes" last in each: a finding's op's IR
+    change (brief), null for any other range; only a finding's line is
+    parsed."""
     said = re.compile('"finding": ?"(?:' + "|".join(map(re.escape, SAID)) + ')"')
     lines = text.split("\n")
     cache: Dict[tuple, dict] = {}
     for k, line in enumerate(lines):
+        end = line.rfind("}") + 1
+        if not end:
+            continue
         if not said.search(line):
+            lines[k] = line[: end - 1] + ', "ir_changes": null}' + line[end:]
             continue
-        start, end = line.find("{"), line.rfind("}") + 1
+        start = line.find("{")
         row = json.loads(line[start:end])
-        if row.get("finding") not in SAID or not row.get("root_path"):
-            continue
-        row["ir_changes"] = brief(_cached(store, cache, row["root_path"], row["op"], row["dtype"]))
+        row["ir_changes"] = _brief_of(store, cache, row)
         lines[k] = line[:start] + json.dumps(row, ensure_ascii=False) + line[end:]
     return "\n".join(lines)
+
+
+def with_ir_changes_rows(store, rows: Sequence[Mapping]) -> List[dict]:
+    """ab's rows with "ir_changes" last, as with_ir_changes gives them."""
+    cache: Dict[tuple, dict] = {}
+    return [{**row, "ir_changes": _brief_of(store, cache, row)} for row in rows]
+
+
+def _brief_of(store, cache: Dict[tuple, dict], row: Mapping) -> Optional[dict]:
+    if row.get("finding") not in SAID or not row.get("root_path"):
+        return None
+    return brief(_cached(store, cache, row["root_path"], row["op"], row["dtype"]))

@@ -39,10 +39,11 @@ import json
 import re
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Type, cast
+
+from isal import isal_zlib
 
 from . import irfacts, irsummary, layout, names, output, ttgir
-from .parse import unpacked
 
 # The statuses of a pair of kernels, in the order a report lists them.
 CHANGED, ONLY_BEFORE, ONLY_AFTER, SAME = "changed", "only before", "only after", "same"
@@ -67,6 +68,10 @@ BY_RULE, BY_STRICTEST, BY_SHARED, BY_SIGNATURE, BY_CONFIG, BY_TILES, BY_ORDER = 
 # alignment (_Anchored); the diff stops after MAX_DIFF_LINES lines, each
 # cut to MAX_LINE_CHARS. Each cut says so in a line of its own.
 MAX_DIFF_BYTES = 64 << 20
+# A stored text claiming more than this is not unpacked at all.
+MAX_STORED_BYTES = 256 << 20
+# What isal raises on data that is not zlib (IsalError; its stubs call it an instance).
+UNPACK_ERROR = cast(Type[Exception], isal_zlib.error)
 MAX_ALIGNED_LINES = 5_000
 MAX_DIFF_LINES = 5_000
 MAX_LINE_CHARS = 4_000
@@ -130,6 +135,7 @@ class Kernel:
     digest: str = ""  # under the rule
     strictest_digest: str = ""  # under the strictest rule
     facts: Optional[irfacts.Facts] = field(repr=False, default=None)  # of the text under the rule
+    readable: bool = True  # False: its stored bytes did not unpack (_stored_text); raw is empty
 
     def text(self) -> str:
         return self.raw.decode("utf-8", "surrogateescape")
@@ -390,9 +396,12 @@ def _kernels(conn, side: Side, rule: ttgir.Rule, strictest: ttgir.Rule) -> List[
     ):
         kid, name, cache_dir, ir_hash, cl, warps, stages, shared, size, data, digest, strictest_digest = row
         path = "/".join(p for p in (side.path, layout.TRITON_CACHE, cache_dir, name + ".ttgir") if p)
-        raw = unpacked(data, size)
+        raw = _stored_text(data, size)
+        readable = raw is not None
+        if raw is None:  # not read: equal only to the same stored bytes
+            raw, digest, strictest_digest = b"", digest or ir_hash, strictest_digest or ir_hash
         if ir_hash not in facts:
-            facts[ir_hash] = _facts(rule, raw)
+            facts[ir_hash] = _facts(rule, raw) if readable else None
         kernels.append(
             Kernel(
                 kid,
@@ -408,9 +417,25 @@ def _kernels(conn, side: Side, rule: ttgir.Rule, strictest: ttgir.Rule) -> List[
                 digest or ttgir.raw_digest(rule, raw, ir_hash),
                 strictest_digest or ttgir.raw_digest(strictest, raw, ir_hash),
                 facts[ir_hash],
+                readable,
             )
         )
     return kernels
+
+
+def _stored_text(data: bytes, size: int) -> Optional[bytes]:
+    """A stored text's bytes; None where its size is past MAX_STORED_BYTES
+    or its data does not unpack to that many bytes (a merged store's blob
+    taken on trust): never more than size + 1 bytes are made, so a zlib
+    bomb costs no more."""
+    if not isinstance(size, int) or not 0 <= size <= MAX_STORED_BYTES or not isinstance(data, bytes):
+        return None
+    unpacker = isal_zlib.decompressobj()
+    try:
+        raw = unpacker.decompress(data, size + 1)
+    except (UNPACK_ERROR, ValueError):
+        return None
+    return raw if len(raw) == size and not unpacker.unconsumed_tail else None
 
 
 def _facts(rule: ttgir.Rule, raw: bytes) -> Optional[irfacts.Facts]:
@@ -647,10 +672,13 @@ def unified_diff(
     lines = [f"--- {heads[0]}\n", f"+++ {heads[1]}\n"]
     large = [k for k in (before, after) if k is not None and len(k.raw) > MAX_DIFF_BYTES]
     cut: List[str] = []
-    if large:
+    if any(k is not None and not k.readable for k in (before, after)):
+        cut.append("not diffed: a stored text does not unpack to the size the store gives it")
+        hunks: List[str] = []
+    elif large:
         size = max(len(k.raw) for k in large) / (1 << 20)
         cut.append(f"not diffed: {size:.0f} MB, over the {MAX_DIFF_BYTES >> 20} MB a text this diff reads")
-        hunks: List[str] = []
+        hunks = []
     else:
         hunks = _hunks(_normalized(rule, before, raw), _normalized(rule, after, raw), context, cut)
     if not hunks and not cut:
