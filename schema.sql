@@ -1279,11 +1279,11 @@ WHERE rule = (SELECT current_rule FROM judging_settings);
 CREATE VIEW noise_floors AS
 WITH pooled AS (
     SELECT f.op, f.dtype, f.shape, f.caliber_id, f.machine,
+           CASE WHEN f.machine IS NULL THEN f.root_id END AS unknown_root,
            sum(f.n) AS n, max(f.floor) AS floor, sum(f.fallback_rows) AS fallback_rows,
-           count(*) AS n_roots, group_concat(f.name, ',') AS roots, f.rule
-    FROM (SELECT o.*, roots.name FROM noise_floor_rows o JOIN roots ON roots.id = o.root_id
-          WHERE o.rule = (SELECT current_rule FROM judging_settings)
-          ORDER BY roots.name) f  -- the roots named in the same order in every store
+           count(*) AS n_roots, f.rule
+    FROM noise_floor_rows f
+    WHERE f.rule = (SELECT current_rule FROM judging_settings)
     GROUP BY f.op, f.dtype, f.shape, f.caliber_id, f.machine, CASE WHEN f.machine IS NULL THEN f.root_id END
 )
 SELECT
@@ -1296,7 +1296,12 @@ SELECT
     json_extract(p.machine, '$[2]') AS runtime,
     p.n,
     p.floor,
-    p.roots,
+    (SELECT group_concat(name, ',') FROM (  -- by name: the same text in every store
+        SELECT roots.name FROM noise_floor_rows o JOIN roots ON roots.id = o.root_id
+        WHERE o.rule = p.rule AND o.op IS p.op AND o.dtype IS p.dtype AND o.shape = p.shape
+          AND o.caliber_id = p.caliber_id AND o.machine IS p.machine
+          AND (p.unknown_root IS NULL OR o.root_id = p.unknown_root)
+        ORDER BY roots.name)) AS roots,
     p.n_roots,
     (SELECT range_label FROM verdict_kinds WHERE verdict = [[verdict NO_IR_DIFF]]) AS label,
     p.fallback_rows,
@@ -1483,32 +1488,18 @@ floor_sources AS MATERIALIZED (
        OR (f.root_id = j.screen_root_id AND (f.machine IS NULL OR j.machine IS NULL OR f.machine = j.machine))
 ),
 -- A range's floor: its shape's under its caliber, over those sources, with
--- the rows and the screening roots (by name, in order) it rests on.
+-- the rows it rests on (the screening roots: finding_inputs).
 range_floors AS MATERIALIZED (
-    SELECT range_rowid, max(floor) AS floor, sum(n) AS n, group_concat(name, ',') AS roots
-    FROM (
-        SELECT unjudged.range_rowid, f.floor, f.n, roots.name
-        FROM unjudged
-        CROSS JOIN ab_range_rows r ON r.rowid = unjudged.range_rowid
-        CROSS JOIN noise_floor_rows f
-            ON f.rule = (SELECT current_rule FROM judging_settings)
-           AND f.op IS r.op AND f.dtype IS r.dtype AND f.shape = r.shape AND f.caliber_id = r.caliber_id
-        JOIN floor_sources src
-            ON src.root_id = r.root_id AND src.source_root_id = f.root_id AND src.machine IS f.machine
-        JOIN roots ON roots.id = f.root_id
-        ORDER BY unjudged.range_rowid, roots.name
-    )
-    GROUP BY range_rowid
+    SELECT unjudged.range_rowid, max(f.floor) AS floor, sum(f.n) AS n
+    FROM unjudged
+    CROSS JOIN ab_range_rows r ON r.rowid = unjudged.range_rowid
+    CROSS JOIN noise_floor_rows f
+        ON f.rule = (SELECT current_rule FROM judging_settings)
+       AND f.op IS r.op AND f.dtype IS r.dtype AND f.shape = r.shape AND f.caliber_id = r.caliber_id
+    JOIN floor_sources src
+        ON src.root_id = r.root_id AND src.source_root_id = f.root_id AND src.machine IS f.machine
+    GROUP BY unjudged.range_rowid
 ),
--- The row the finding's CASE reads (names.FINDING_INPUTS): a range to
--- judge, with the thresholds beside it. rounds: its paired rounds; ci_low,
--- ci_high: its effect's 95% interval (NULL under min_rounds); q_value: its
--- p-value adjusted over the root's tested ranges; q_max: the
--- false-discovery rate a finding is held to; min_effect: the smallest
--- change worth a finding, as a fraction; min_rounds: fewer paired rounds
--- get no test. Beside them, what the judgement shows with the finding:
--- the noise floor of the range's shape and caliber on its machine, and
--- whether the range clears it.
 finding_inputs AS NOT MATERIALIZED (  -- read where judged reads it, not copied first
     SELECT
         r.rounds, r.ci_low, r.ci_high, r.q_value,
@@ -1517,7 +1508,17 @@ finding_inputs AS NOT MATERIALIZED (  -- read where judged reads it, not copied 
         t.thresholds_json,
         floors.floor AS noise_floor,
         floors.n AS floor_rows,
-        floors.roots AS floor_roots,
+        CASE WHEN floors.floor IS NOT NULL THEN (  -- the screening roots, by name: the same text in every store
+            SELECT group_concat(name, ',') FROM (
+                SELECT DISTINCT roots.name
+                FROM noise_floor_rows f
+                JOIN floor_sources src
+                    ON src.root_id = r.root_id AND src.source_root_id = f.root_id AND src.machine IS f.machine
+                JOIN roots ON roots.id = f.root_id
+                WHERE f.rule = (SELECT current_rule FROM judging_settings)
+                  AND f.op IS r.op AND f.dtype IS r.dtype AND f.shape = r.shape AND f.caliber_id = r.caliber_id
+                ORDER BY roots.name))
+        END AS floor_roots,
         CASE WHEN floors.floor IS NOT NULL THEN [[clears_floor]] END AS clears_floor
     FROM unjudged
     CROSS JOIN ab_range_rows r ON r.rowid = unjudged.range_rowid
