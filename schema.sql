@@ -377,6 +377,8 @@ CREATE TABLE IF NOT EXISTS ab_range_rows (
     min REAL,
     median REAL,
     max REAL,
+    latency_before REAL,                -- the median over the paired rounds of a side's latency
+    latency_after REAL,                 -- (the benchmark's unit: ms), each round's the mean of its rows
     fallback INTEGER NOT NULL,
     fallback_rows INTEGER NOT NULL,
     cards INTEGER NOT NULL,
@@ -1375,6 +1377,9 @@ CROSS JOIN settings_now s;
 --     min_rounds; 'inconclusive' otherwise, with to_settle saying what
 --     would settle it (judging_settings holds q_max and min_effect).
 --   min, median, max: the range of the ratio over the paired rounds.
+--   latency_before, latency_after: each side's latency in the benchmark's
+--     unit (ms), the median over the paired rounds (a round's the mean of
+--     its rows of the shape): what the effect is the ratio of.
 --   noise_floor: the floor of the range's shape under its caliber on its
 --     machine (noise_floors; from its own screening root and the roots of
 --     its own known machine, never another's: ../shared/ARTIFACTS.md,
@@ -1397,7 +1402,7 @@ SELECT
     j.effect, j.ci_low, j.ci_high, j.p_value,
     j.q_value, j.finding, j.finding_position, j.to_settle,
     j.noise_floor, j.clears_floor, j.floor_note, j.floor_rows, j.floor_roots, j.q_max, j.min_effect,
-    j.min, j.median, j.max,
+    j.min, j.median, j.max, j.latency_before, j.latency_after,
     j.fallback, j.fallback_rows, j.rejected, j.rejected_reasons,
     j.log_mean, j.log_sd,
     j.cards, j.root_kind, j.caliber_id,
@@ -1672,6 +1677,35 @@ SELECT
 FROM ab_range_unjudged u
 JOIN roots ON roots.id = u.root_id AND roots.kind <> 'screen'
 CROSS JOIN thresholds t;
+
+-- Each root's switch and its before and after values: what its cells
+-- recorded (cell.env SWITCH_VALUE; several values ' | '-joined), else
+-- the root env file's SWITCH_VALUES=before,after (zlstore flaggems writes
+-- it), else NULL (unknown). `zlstore ab` and the report name the switch by
+-- them: "TRITON_F32_DEFAULT: ieee -> tf32".
+CREATE VIEW root_switches AS
+WITH given AS (  -- SWITCH_VALUES of the env file, where it names two
+    SELECT id, trim(substr(sv, 1, instr(sv, ',') - 1)) AS before, trim(substr(sv, instr(sv, ',') + 1)) AS after
+    FROM (SELECT id, CAST(json_extract(env, '$.SWITCH_VALUES') AS TEXT) AS sv FROM roots WHERE json_valid(env))
+    WHERE instr(sv, ',') > 0
+)
+SELECT
+    roots.id AS root_id,
+    roots.name AS root,
+    roots.kind,
+    coalesce(roots.switch, (SELECT min(switch) FROM cells WHERE cells.root_id = roots.id)) AS switch,
+    coalesce(
+        (SELECT group_concat(value, ' | ') FROM (
+            SELECT DISTINCT switch_value AS value FROM cells
+            WHERE cells.root_id = roots.id AND side = 'before' AND switch_value IS NOT NULL ORDER BY value)),
+        nullif(given.before, '')) AS value_before,
+    coalesce(
+        (SELECT group_concat(value, ' | ') FROM (
+            SELECT DISTINCT switch_value AS value FROM cells
+            WHERE cells.root_id = roots.id AND side = 'after' AND switch_value IS NOT NULL ORDER BY value)),
+        nullif(given.after, '')) AS value_after
+FROM roots
+LEFT JOIN given ON given.id = roots.id;
 
 -- When a root ran: its env file's STARTED_AT, else its first cell's, else
 -- when it was ingested. The order `zlstore history` reads roots in.

@@ -116,12 +116,19 @@ def made_from(db_path: Path) -> dict:
             "SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view') "
             "AND name NOT LIKE 'sqlite_%' ORDER BY name"
         ).fetchall()
+        hidden = {name for name, table in database.get("tables", {}).items() if table.get("hidden")}
+        # The index page counts the rows of the tables it lists, not of the
+        # hidden ones: those hold a walk's bookkeeping (walked_dirs keeps only
+        # directories older than unchanged.RACY_NS, two seconds, so its count
+        # depends on how fast a loaded machine copied and ingested the examples).
         listing = [
             {
                 "name": name,
                 "type": kind,
-                "hidden": bool(database.get("tables", {}).get(name, {}).get("hidden")),
-                "rows": conn.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0] if kind == "table" else None,
+                "hidden": name in hidden,
+                "rows": conn.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0]
+                if kind == "table" and name not in hidden
+                else None,
             }
             for name, kind in objects
         ]

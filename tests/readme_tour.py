@@ -97,6 +97,21 @@ def several_roots_setup(db: str) -> List[str]:
     ]
 
 
+def real_sandbox(name: str, *trees: str) -> Sandbox:
+    """A Sandbox at a fixed place, /tmp/zlstore-docs-NAME (the paths a
+    transcript prints are the same from run to run), with the real trees
+    of tests/data/real (paths below it) unpacked into it."""
+    import atexit
+
+    root = Path("/tmp") / f"zlstore-docs-{name}"
+    shutil.rmtree(root, ignore_errors=True)
+    box = Sandbox(root)
+    atexit.register(shutil.rmtree, root, True)
+    for tree in trees:
+        subprocess.run(["tar", "xJf", str(REPO / "tests" / "data" / "real" / tree), "-C", str(root)], check=True)
+    return box
+
+
 def code_block(lines: Sequence[str]) -> str:
     """A fenced console block; trailing blanks dropped (tables pad their last column).
     (Fenced, not indented: cog re-indents what it writes to its marker's column.)"""
@@ -307,7 +322,17 @@ STAGES = (
     ),
     (
         "judging and reporting: what the stored results say",
-        ("judge.py", "history.py", "irdiff.py", "report.py", "forest.py", "document.py"),
+        (
+            "judge.py",
+            "history.py",
+            "irfacts.py",
+            "irsummary.py",
+            "irdiff.py",
+            "irchanges.py",
+            "report.py",
+            "forest.py",
+            "document.py",
+        ),
     ),
     (
         "running screens and campaigns: cells written as they end",

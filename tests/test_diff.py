@@ -218,7 +218,7 @@ def test_only_loc_paths_differ_v3_against_v4(store):
 def test_several_kernels_of_one_name_pair_by_text_first(store):
     document = irdiff.diff(store, ROOT, "several")
     rows = document["kernels"]
-    assert [(r["status"], r["paired_by"]) for r in rows] == [("same", irdiff.BY_RULE), ("changed", irdiff.BY_CONFIG)]
+    assert [(r["status"], r["paired_by"]) for r in rows] == [("same", irdiff.BY_RULE), ("changed", irdiff.BY_SHARED)]
     assert (rows[0]["cache_dir_before"], rows[0]["cache_dir_after"]) == ("A0", "B1")
     assert (rows[1]["cache_dir_before"], rows[1]["cache_dir_after"]) == ("A1", "B0")
     assert (rows[1]["convert_layouts_before"], rows[1]["convert_layouts_after"]) == (2, 3)
@@ -238,7 +238,7 @@ def test_several_of_one_name_pair_by_launch_configuration(store):
     assert [
         (r["cache_dir_before"], r["cache_dir_after"], r["num_warps_before"], r["num_warps_after"]) for r in rows
     ] == [("A0", "B1", 4, 4), ("A1", "B0", 8, 8)]
-    assert [(r["status"], r["paired_by"]) for r in rows] == [("changed", irdiff.BY_CONFIG)] * 2
+    assert [(r["status"], r["paired_by"]) for r in rows] == [("changed", irdiff.BY_SHARED)] * 2
 
 
 def test_same_side_of_two_roots(store):
@@ -272,19 +272,23 @@ def run(standin, *args, color=False):
     return CliRunner().invoke(cli, ["diff", *args, "--db", str(standin[0])], color=color)
 
 
-def test_cli_prints_the_table_then_the_diff(standin):
+def test_cli_prints_the_summary_the_table_then_with_full_the_diff(standin):
     result = run(standin, ROOT, "cl:float16")
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert out.startswith(f"cl:float16 in {ROOT}, screening pair, under v3 (the current rule): IR_CHANGED\n")
-    assert re.search(r"^k_kernel\s+changed\s+2 -> 3\s+4\s+3\s+0\s+same num_warps", out, re.M)
-    assert re.search(r"^other_kernel\s+same\s+2\s+", out, re.M)
-    assert "\n1 changed, 1 same (v3: " in out and "\n--- " in out and "\n+++ " in out and "\n@@ " in out
+    assert "\nwhat changed, of 2 kernel pairs:\n" in out and "\n  ttg.convert_layout +1 in 1 of 2\n" in out
+    assert out.index("what changed") < out.index("\nkernel ")
+    assert re.search(r"^k_kernel\s+changed\s+256\s+2 -> 3\s+4\s+3\s+0\s+same config", out, re.M)
+    assert re.search(r"^other_kernel\s+same\s+512\s+2\s+", out, re.M)
+    assert "\n1 changed, 1 same (v3: " in out and "\n--- " not in out and "--full shows each pair's diff" in out
     assert "\x1b[" not in out  # piped: plain
+    full = run(standin, ROOT, "cl:float16", "--full").stdout
+    assert "\n--- " in full and "\n+++ " in full and "\n@@ " in full and full.startswith(out.split("\n--full")[0])
 
 
 def test_cli_colors_the_diff_on_a_terminal(standin):
-    out = run(standin, ROOT, "cl", color=True).stdout
+    out = run(standin, ROOT, "cl", "--full", color=True).stdout
     assert re.search(r"\x1b\[32m\+.*ttg\.convert_layout", out)  # an added line, green
     assert "\x1b[33mk_kernel" in out  # a changed kernel, yellow
 
@@ -295,8 +299,9 @@ def test_cli_json_and_the_table_formats(standin):
     assert document["kernels"][0]["status"] == "same"
     csv = run(standin, ROOT, "added", "--csv").stdout.splitlines()
     assert csv[0] == ",".join(irdiff.ROW_COLUMNS) and len(csv) == 3
-    no_diff = run(standin, ROOT, "cl", "--no-diff").stdout
+    no_diff = run(standin, ROOT, "cl", "--no-diff", "--full").stdout
     assert "\n--- " not in no_diff and "k_kernel" in no_diff
+    assert json.loads(run(standin, ROOT, "cl", "--no-diff", "--json").stdout)["kernels"][0]["diff"] == ""
 
 
 def test_cli_no_triton_and_ir_unread_exit_1(standin):
@@ -334,7 +339,7 @@ def test_cli_in_a_real_process_on_a_pipe(standin):
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    assert re.search(r"^new_kernel\s+only after\s+1\s", done.stdout, re.M) and "\x1b[" not in done.stdout
+    assert re.search(r"^new_kernel\s+only after\s+2048\s+1\s", done.stdout, re.M) and "\x1b[" not in done.stdout
 
 
 # -- datasette ------------------------------------------------------------------------------
@@ -467,7 +472,7 @@ def test_an_ir_text_colors_nothing_on_a_terminal(tmp_path):
     db = tmp_path / "s.db"
     with Store(db) as store:
         store.ingest(tmp_path / "runs")
-    shown = CliRunner().invoke(cli, ["diff", ROOT, "esc", "--db", str(db)], color=True).stdout
+    shown = CliRunner().invoke(cli, ["diff", ROOT, "esc", "--full", "--db", str(db)], color=True).stdout
     assert "\x1b[2J" not in shown and "\x07" not in shown and "\\x1b[2J\\x1b]0;owned\\x07" in shown
     assert "\x1b[32m+" in shown  # diff's own colors stay
     document = json.loads(CliRunner().invoke(cli, ["diff", ROOT, "esc", "--json", "--db", str(db)]).stdout)

@@ -390,7 +390,7 @@ def test_two_cells_at_once_share_no_working_directory_or_cache(tmp_path):
         procs.append(
             subprocess.Popen(
                 shlex.split(CELL),
-                env=side_env(tmp_path, out, STANDIN_SLEEP=1.5),
+                env=side_env(tmp_path, out, STANDIN_MEET=f"{tmp_path / 'meet'}:2"),
                 cwd=tmp_path,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -585,10 +585,13 @@ def test_diff_pairs_the_autotuned_configs_of_a_real_switch(screened):
         zl(["diff", str(screened["root"]), "mm:float32", "--json", "--db", str(screened["db"])], screened["env"]).stdout
     )
     rows = document["kernels"]
-    assert [(r["status"], r["paired_by"]) for r in rows] == [("changed", irdiff.BY_SHAPES)] * 2
+    assert [(r["status"], r["paired_by"]) for r in rows] == [("changed", irdiff.BY_SIGNATURE)] * 2
+    assert all(r["tiles_before"] == r["tiles_after"] for r in rows)
     assert sorted((r["shared_before"], r["shared_after"]) for r in rows) == [(32768, 49152), (65536, 98304)]
     for row in rows:
         changed = [
             line for line in row["diff"].splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))
         ]
         assert len(changed) == 2 and all("inputPrecision" in line for line in changed), row["diff"]
+    said = {c["text"]: c["kernels"] for c in document["summary"]["changes"]}
+    assert said == {"tt.dot: inputPrecision ieee -> tf32": 2}  # from the IR, no op named by hand

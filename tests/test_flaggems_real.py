@@ -194,7 +194,12 @@ def test_diff_of_bmms_real_pair(real):
     memory; ieee's tt.dot on FMA layouts becomes a wgmma (warp_group_dot)."""
     document = json.loads(zl(real["db"], "diff", f"screen_{real['run']}", "bmm:float32", "--json"))
     bmm = [r for r in document["kernels"] if r["kernel"] == "bmm_kernel"]
-    assert [(r["status"], r["paired_by"]) for r in bmm] == [("changed", irdiff.BY_SHAPES)] * 2
+    assert [(r["status"], r["paired_by"]) for r in bmm] == [("changed", irdiff.BY_SIGNATURE)] * 2
+    assert all(r["tiles_before"] == r["tiles_after"] for r in bmm)  # config to config
+    assert sorted(r["tiles_before"] for r in bmm) == ["32x128 128x32 128x128", "32x64 64x32 64x64"]
+    said = {c["text"]: c["kernels"] for c in document["summary"]["changes"]}
+    assert said["tt.dot -> ttng.warp_group_dot"] == 2 and document["summary"]["pairs"] == 5
+    assert said["ttng.warp_group_dot: inputPrecision = 0 : i32 added"] == 2
     assert sorted((r["shared_before"], r["shared_after"]) for r in bmm) == [(32768, 49152), (65536, 98304)]
     for row in bmm:
         removed = [l for l in row["diff"].splitlines() if l.startswith("-") and " tt.dot " in l]

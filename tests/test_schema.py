@@ -2,16 +2,20 @@
 create from several processes at once, shipped inside the wheel."""
 
 import re
+import shutil
 import sqlite3
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from zlstore import Store, caliber, db, judge, macros, migrations
 from zlstore.cli import cli
+
+DATA = Path(__file__).parent / "data"
 
 
 def columns(store, table):
@@ -202,3 +206,63 @@ def test_the_rendered_schema_in_docs_is_the_sql_that_runs(tmp_path):
     assert rendered_sql.TARGET.read_text(encoding="utf-8") == expected, (
         "docs/schema.rendered.sql is stale: run .venv/bin/python docs/rendered_sql.py and commit it"
     )
+
+
+def test_an_sqlite_older_than_the_sql_needs_is_refused_naming_both_versions(tmp_path):
+    with pytest.raises(db.StoreError, match=r"needs SQLite 3\.35\.0 or newer.*links SQLite 3\.34\.1"):
+        db.require_sqlite(tmp_path / "z.db", (3, 34, 1))
+    db.require_sqlite(tmp_path / "z.db", db.SQLITE_MINIMUM)  # the minimum itself is enough
+
+
+def test_a_store_is_neither_opened_nor_created_under_a_too_old_sqlite(tmp_path, monkeypatch):
+    """The check comes before the file is touched: no empty store is left behind."""
+    monkeypatch.setattr(db, "SQLITE_MINIMUM", (99, 0, 0))
+    (tmp_path / "runs").mkdir()
+    result = CliRunner().invoke(cli, ["ingest", str(tmp_path / "runs"), "--db", str(tmp_path / "z.db")])
+    assert result.exit_code == 2, result.output
+    assert "needs SQLite 99.0.0 or newer" in result.output
+    assert not (tmp_path / "z.db").exists()
+
+
+def schema_shape(path) -> dict:
+    """Every table's columns in order (name, type, not null, primary key),
+    every index's columns and SQL, every view's and trigger's SQL."""
+    conn = sqlite3.connect(path)
+    shape = {}
+    objects = conn.execute(
+        "SELECT name, type, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name"
+    ).fetchall()
+    for name, kind, sql in objects:
+        if kind == "table":
+            shape[kind, name] = [(r[1], r[2], r[3], r[5]) for r in conn.execute(f'PRAGMA table_xinfo("{name}")')]
+        elif kind == "index":
+            shape[kind, name] = ([r[2] for r in conn.execute(f'PRAGMA index_xinfo("{name}")')], sql)
+        else:
+            shape[kind, name] = sql
+    conn.close()
+    return shape
+
+
+@pytest.mark.parametrize("release", ["store-v1.db", "store-v3.db"])
+def test_a_store_upgraded_from_an_old_release_has_the_schema_of_a_new_one(tmp_path, release):
+    """ALTER TABLE ADD COLUMN appends where schema.sql lists a column in its
+    place: the upgrade rebuilds such a table in schema.sql's order, and keeps
+    every row (with foreign keys on, dropping cells would have cascaded to
+    its measurements)."""
+    Store(tmp_path / "new.db").close()
+    old = tmp_path / release
+    shutil.copy(DATA / release, old)
+    before = sqlite3.connect(old)
+    counts = {
+        t: before.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("cells", "measurements", "kernels")
+    }
+    before.close()
+    assert counts["measurements"] > 0
+    Store(old).close()
+    new, upgraded = schema_shape(tmp_path / "new.db"), schema_shape(old)
+    assert sorted(upgraded) == sorted(new)
+    assert [key for key in new if upgraded[key] != new[key]] == []
+    after = sqlite3.connect(old)
+    assert {t: after.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in counts} == counts
+    assert after.execute("PRAGMA foreign_key_check").fetchall() == []
+    after.close()

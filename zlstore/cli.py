@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from . import db as dbmod
-from . import files, irdiff, judge, layout, output, report, ttgir
+from . import files, irchanges, irdiff, judge, layout, output, report, ttgir
 from . import history as historymod
 from . import plan as planmod
 from .plan import MAX_CARDS
@@ -65,6 +65,7 @@ class Fault(click.ClickException):
     """A usage or environment error the message explains: exit status 2."""
 
     exit_code = EXIT_USAGE
+    about_database = False  # a fault of the database file itself (database_faults)
 
     def format_message(self) -> str:
         return output.for_terminal(self.message)  # it may name a directory or a source's table
@@ -200,7 +201,7 @@ def _naming_the_environment(db_path):
     except dbmod.StoreError as error:
         raise Fault(f"{error}{note}") from None
     except Fault as fault:
-        if not getattr(fault, "about_database", False):
+        if not fault.about_database:
             raise
         raise Fault(f"{fault.message}{note}") from None
 
@@ -291,9 +292,9 @@ def output_options(fn=None, *, tsv_help="TSV: a header, then the rows, tab-separ
             raise click.UsageError(" and ".join(flags[name][0] for name in chosen) + " go one at a time")
         if arrays and chosen and chosen[0] not in ("as_json", "nl"):
             raise click.UsageError("--arrays goes with --json or --nl")
-        kind = {"as_json": "json", "nl": "nl", "as_csv": "csv", "as_tsv": "tsv", "as_table": "table"}
+        kinds = {"as_json": "json", "nl": "nl", "as_csv": "csv", "as_tsv": "tsv", "as_table": "table"}
         if chosen:
-            kind = kind[chosen[0]]
+            kind = kinds[chosen[0]]
         else:  # -c or --no-headers alone: a table of those columns; --arrays alone: JSON
             kind = "json" if arrays else "table" if (columns or no_headers) else "human"
         out = output.Format(kind, fmt or "simple", tuple(columns), not no_headers, arrays)
@@ -1912,7 +1913,10 @@ def ab(store, root, rejected, op, finding, sort, fail_on, out):
     (what would settle it, unpaired rows, the floor's absence) goes on
     lines of its own below it; -t/--fmt print the table's columns (the
     note a column), --json and --csv every column. --json is
-    {"summary": the closing lines' counts and thresholds, "rows": [...]}.
+    {"summary": the closing lines' counts and thresholds, "rows": [...]};
+    a faster or slower range's row has "ir_changes": what changed in its
+    op's IR (as zlstore diff sums it up), the command that shows it and
+    its kernel_diff page under zlstore serve.
 
     Exit status: 0 done; 1 --fail-on: a range has one of its findings
     (each is named on stderr, after the output); 2 an unknown root, a
@@ -1944,7 +1948,9 @@ def ab(store, root, rejected, op, finding, sort, fail_on, out):
                 emit(out, rows, human=lambda: report.rejected(rows))
         elif out.kind in ("json", "nl"):  # built by SQLite: a campaign has thousands of ranges
             summary = judge.ab_summary(store, found, op, finding)
-            text = output.JSONText(judge.ab_ranges_json(store, found, op, finding, sort))
+            text = output.JSONText(
+                irchanges.with_ir_changes(store, judge.ab_ranges_json(store, found, op, finding, sort))
+            )
             emit(out, [], document=output.Summarized(summary, text))
         else:
             summary = judge.ab_summary(store, found, op, finding)
@@ -1967,6 +1973,7 @@ def ab(store, root, rejected, op, finding, sort, fail_on, out):
                         differences,
                         summary=summary,
                         width=terminal_width(),
+                        switches=judge.root_switches(store, found),
                     ),
                     shown=lambda: report.ab_shown(rows, differences),
                 )
@@ -2070,7 +2077,8 @@ def compare(store, root_a, root_b, rule, out):
     "out_path",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Write to FILE (default: stdout; --md then writes the picture as ./ROOT.svg).",
+    help="Write to FILE (default: stdout; --md then writes the picture as ./ROOT.svg, said on stderr). "
+    "A FIFO or device (/dev/null) is written into.",
 )
 @db_option
 def report_command(store, root, fmt, out_path):
@@ -2102,8 +2110,8 @@ def report_command(store, root, fmt, out_path):
         result = document.write(store, root, fmt, out_path)
     if result["text"] is not None:  # markdown for a file or a pipe, exact; on a terminal, escaped
         click.echo(output.for_terminal(result["text"]) if sys.stdout.isatty() else result["text"], nl=False)
-    for path in result["written"]:
-        click.echo(output.for_terminal(f"wrote {path}"), err=True)
+    for line in result["said"]:
+        click.echo(output.for_terminal(line), err=True)
 
 
 @cli.command()
@@ -2188,16 +2196,21 @@ def history(store, op_spec, shape, switch, out):
 )
 @click.option("--raw", is_flag=True, help="Diff the stored text as compiled, not the text the rule hashes.")
 @click.option("--kernel", default=None, help="Only the kernels of this name.")
-@click.option("--no-diff", "no_diff", is_flag=True, help="Only the kernel table, no text diff.")
+@click.option("--no-diff", "no_diff", is_flag=True, help="No text diff (--json, --full).")
+@click.option("--full", is_flag=True, help="Every kernel pair's row, then each one's unified diff.")
 @db_option
 @output_options
 @judging_defaults
-def diff(store, first, second, round_, card, side, rule, raw, kernel, no_diff, out):
-    """Which kernels changed between two cells, and how: the kernels of
-    both sides paired by name, each same, changed, only before or only
-    after under the fingerprint rule, with convert_layout, num_warps,
-    num_stages and shared memory per side, then the unified diff of the
-    text the rule hashes (--raw: as compiled), headed by each file's path.
+def diff(store, first, second, round_, card, side, rule, raw, kernel, no_diff, full, out):
+    """Which kernels changed between two cells, and how: first what
+    changed, per operation and attribute, in how many kernel pairs
+    ("tt.dot -> ttng.warp_group_dot in 40 of 51"), from the normalized
+    IR; then the kernels of both sides paired by name, each same, changed,
+    only before or only after under the fingerprint rule, with tile shapes,
+    convert_layout, num_warps, num_stages and shared memory per side (past
+    a dozen pairs, equal rows grouped); with --full every pair and the
+    unified diff of the text the rule hashes (--raw: as compiled), headed
+    by each file's path.
 
     ROOT OP[:DTYPE]: the screening pair of OP in ROOT; with --round N (and
     --card C where it ran on several), that round of a repeat run or
@@ -2207,11 +2220,15 @@ def diff(store, first, second, round_, card, side, rule, raw, kernel, no_diff, o
 
     Several kernels of one name pair by the same text under the rule,
     then the same text under the strictest rule ({strictest_rule}: they differ only in
-    what it leaves out, e.g. source locations), then the same num_warps,
-    num_stages and shared memory, then the order they were stored in;
-    `paired by` says which. A kernel changed under the rule but not under
-    {strictest_rule} says so. The diff is colored on a terminal, plain when piped; --json
-    gives all of it, --csv, --tsv and -t the kernel table.
+    what it leaves out, e.g. source locations), then the same autotune
+    config (tile shapes, num_warps, num_stages) and signature, preferring
+    the same shared memory, then the same config, then the same tile
+    shapes, then the order they were stored in; `paired by` says which.
+    A kernel changed under the rule but not under {strictest_rule} says so. A diff
+    is cut past 5,000 lines (and a text past 64 MB not diffed), with a
+    line that says so. The text is colored on a terminal, plain when
+    piped; --json gives all of it (the summary, every pair and its diff),
+    --csv, --tsv and -t the kernel table.
 
     Exit status: 0 done; 1 the IR cannot answer: neither side compiled a
     .ttgir (NO_TRITON), a side's IR was not read in full (IR_UNREAD), or a
@@ -2222,7 +2239,7 @@ def diff(store, first, second, round_, card, side, rule, raw, kernel, no_diff, o
 
         \b
         zlstore diff ab_rlc_20261130_025432 abs:float16
-        zlstore diff ab_rlc_20261130_025432 abs --rule v4 --no-diff
+        zlstore diff ab_rlc_20261130_025432 abs --rule v4 --full
         zlstore diff campaign_20261130_030313 topk:float16 --round 2
         zlstore diff ab_old:topk ab_new:topk --side after
     """
@@ -2238,12 +2255,12 @@ def diff(store, first, second, round_, card, side, rule, raw, kernel, no_diff, o
                 side=side,
                 raw=raw,
                 kernel=kernel,
-                with_diff=not no_diff,
+                with_diff=not no_diff and (full or out.kind != "human"),
             )
         except irdiff.DiffError as error:
             raise click.UsageError(str(error)) from None
     if out.kind == "human":  # its own escaping and colors: click drops the colors on a pipe
-        click.echo(irdiff.text(document, click.style, output.for_terminal))
+        click.echo(irdiff.text(document, click.style, output.for_terminal, full=full))
     else:
         emit(out, document["kernels"], columns=irdiff.ROW_COLUMNS, document=document)
     for note in document["notes"] if out.kind != "human" else ():

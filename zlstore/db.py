@@ -28,7 +28,11 @@ from .errors import SchemaError, StoreError  # noqa: F401
 
 # The schema version of this release: migrations.py takes an older store to
 # it, check_contents refuses a newer one.
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
+# The oldest SQLite whose SQL the schema and the derivations use: MATERIALIZED
+# common table expressions and RETURNING came in 3.35.0 (2021-03-12). Older
+# ones fail deep inside a view with "near MATERIALIZED: syntax error".
+SQLITE_MINIMUM = (3, 35, 0)
 BUSY_TIMEOUT_MS = 60_000
 WRITE_ATTEMPTS = 10
 
@@ -70,6 +74,7 @@ def connect(path, wal: bool = True, immutable: bool = False) -> sqlite3.Connecti
     relies on. wal=False leaves the journal mode as the file has it (a file
     that may not be changed); immutable: read a file in a directory this user
     cannot write, which no writer can be using (open_checked decides)."""
+    require_sqlite(path)
     target, uri = (f"file:{Path(path).resolve()}?immutable=1", True) if immutable else (str(path), False)
     conn = sqlite3.connect(
         target, uri=uri, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
@@ -83,6 +88,17 @@ def connect(path, wal: bool = True, immutable: bool = False) -> sqlite3.Connecti
         retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL"))
         conn.execute("PRAGMA synchronous = NORMAL")
     return conn
+
+
+def require_sqlite(path, version: tuple = sqlite3.sqlite_version_info) -> None:
+    """Refuse, naming both versions, an SQLite older than the SQL here needs,
+    before anything is opened or created."""
+    if tuple(version) < SQLITE_MINIMUM:
+        needed, have = (".".join(map(str, v)) for v in (SQLITE_MINIMUM, version))
+        raise StoreError(
+            f"{path}: zlstore needs SQLite {needed} or newer, and this Python's sqlite3 module links "
+            f"SQLite {have}: use a Python built against a newer SQLite"
+        )
 
 
 # -- Ctrl-C ----------------------------------------------------------------------

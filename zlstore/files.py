@@ -61,6 +61,52 @@ def replace_atomic(path, data: bytes) -> Path:
     return path
 
 
+def check_replaceable(path) -> Path:
+    """Refuse, before anything is written, what replace_atomic would: a
+    directory, FIFO or device at path, or a directory to hold it that is
+    missing or not writable. A command that writes several files checks
+    each first, so that a refusal leaves nothing behind."""
+    path = Path(path)
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as error:
+        raise _cannot(f"write {path}", error) from None
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        raise CannotWrite(None, f"cannot write {path}: it is {file_kind(mode)}, not a regular file; left as it is")
+    parent = path.parent
+    if not parent.is_dir():
+        raise CannotWrite(None, f"cannot write {path}: no directory {parent}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise CannotWrite(None, f"cannot write {path}: the directory {parent} is not writable")
+    return path
+
+
+def is_stream(path) -> bool:
+    """Whether an output file a user named (-o) is a FIFO, a terminal or
+    another device (or a link to one: /dev/stdout), written into as other
+    tools do (write_stream), not replaced."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def write_stream(path, data: bytes) -> Path:
+    """Write data into the special file at path (is_stream): opened for
+    writing, never created nor replaced."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOCTTY)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    except OSError as error:
+        raise _cannot(f"write {path}", error) from None
+    return path
+
+
 def keep_once(path, kept) -> bool:
     """Keep the file at path as kept, unless kept exists in any form (a file,
     a directory, a link, even a dangling one): what is there is never

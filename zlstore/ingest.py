@@ -490,7 +490,7 @@ class Ingester:
             {"run": self.run_id, **bounds},
         ).fetchone()[0]
 
-    def _write_all(self, prepared, total: int, batch: Optional[_Batch], require_finished: bool, progress):
+    def _write_all(self, prepared, total: int, batch: Optional[_Batch], require_finished: bool, progress):  # noqa: C901 -- every way a batch may be undone
         """Store each (cell, what a worker prepared) in batches, or each in
         a transaction of its own (batch None). The summary counts a batch's
         cells when it commits: a batch rolled back (a full disk) counts none."""
@@ -629,7 +629,7 @@ class Ingester:
             self.problem(problem)
             return "failed"
 
-    def _cell(self, cell: Union[Path, str], require_finished: bool, prepared=None) -> str:
+    def _cell(self, cell: Union[Path, str], require_finished: bool, prepared=None) -> str:  # noqa: C901 -- every way a cell may be refused
         """cell: a str only where a worker prepared it (no Path per cell then)."""
         key = str(cell)
         if prepared is not None and isinstance(prepared[2], ParsedCell):

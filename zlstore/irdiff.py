@@ -2,40 +2,46 @@
 
 A fingerprint says only *that* two cells' IR differs. This module pairs the
 kernels of two cells by name and says, per pair, whether the text a
-fingerprint rule hashes is the same, with the counts that say what kind of
-change it is (convert_layout, num_warps, num_stages, shared memory) and the
-unified diff of the normalized text (or of the text as compiled).
+fingerprint rule hashes is the same, with the tile shapes and the counts
+that say what kind of change it is (convert_layout, num_warps, num_stages,
+shared memory) and the unified diff of the normalized text (or of the text
+as compiled), bounded (MAX_DIFF_BYTES and the rest); and first, over the
+pairs, what changed (irsummary.py).
 
 Two sides come from: a screening pair (`ROOT OP`), one round of a repeat
 run or campaign (`ROOT OP --round N`), or the same side of two roots
 (`ROOT_A:OP ROOT_B:OP`: two compiler builds; A is "before", B "after").
 
 Kernels of one name on both sides are paired in this order, each step
-over what the steps before left unpaired (PAIRING):
+over what the steps before left unpaired (PAIRING), each in linear time:
 
 1. the same text under the rule in force (they are `same`);
 2. the same text under the strictest rule (v4): they differ only in what
    it leaves out, e.g. source locations;
-3. the same launch configuration (num_warps, num_stages, shared memory),
-   in the order the kernels were stored (by cache directory);
-4. the same tensor shapes: an autotuned config's block sizes, which a
-   switch that changes layouts, dot precision or shared memory leaves as
-   they are (on the H100, bmm's 64x64 and 128x128 configs each needed more
-   shared memory under tf32, and step 5 alone paired 64 with 128);
-5. in the order they were stored.
+3. the same autotune config (tile shapes, num_warps, num_stages: what
+   identifies a config, irfacts.py), the same signature (argument types
+   and attributes: the specialization) and the same shared memory;
+4. the same config and signature: shared memory is what a switch changes
+   (on the H100 tf32 raised both of bmm's configs' shared memory, and
+   pairing by it before the tile shapes paired 128x32 with 64x32);
+5. the same config;
+6. the same tile shapes;
+7. in the order they were stored.
 
 What is left over is `only before` or `only after`. Everything here reads
 the store and the fingerprint rules (ttgir.py); nothing is written, and no
 file of the runs/ tree is read: the IR is the stored IR.
 """
 
+import bisect
 import difflib
 import json
 import re
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from . import layout, names, output, ttgir
+from . import irfacts, irsummary, layout, names, output, ttgir
 from .parse import unpacked
 
 # The statuses of a pair of kernels, in the order a report lists them.
@@ -46,13 +52,26 @@ STATUSES = (CHANGED, ONLY_BEFORE, ONLY_AFTER, SAME)
 PAIRING = (
     "same text under the rule",
     "same text under the strictest rule",
-    "same num_warps, num_stages and shared memory, in stored order",
-    "same tensor shapes (block sizes), in stored order",
+    "same config, signature and shared memory",
+    "same config and signature",
+    "same config",
+    "same tile shapes",
     "stored order (by cache directory)",
 )
-BY_RULE, BY_STRICTEST, BY_CONFIG, BY_SHAPES, BY_ORDER = PAIRING
-# The shapes of the tensors a kernel's IR works on (tensor<64x32x...>: "64x32x").
-TENSOR_SHAPE = re.compile(rb"tensor<((?:\d+x)+)")
+BY_RULE, BY_STRICTEST, BY_SHARED, BY_SIGNATURE, BY_CONFIG, BY_TILES, BY_ORDER = PAIRING
+
+# The bounds of one pair's unified diff: texts longer than MAX_DIFF_BYTES
+# are not diffed; difflib (quadratic in bad cases) aligns at most
+# MAX_ALIGNED_LINES a side of the lines between those both sides begin
+# and end with, and past that the lines each side holds once anchor the
+# alignment (_Anchored); the diff stops after MAX_DIFF_LINES lines, each
+# cut to MAX_LINE_CHARS. Each cut says so in a line of its own.
+MAX_DIFF_BYTES = 64 << 20
+MAX_ALIGNED_LINES = 5_000
+MAX_DIFF_LINES = 5_000
+MAX_LINE_CHARS = 4_000
+# How a cut is said: a line that no diff reader takes for a line of the texts.
+CUT = "\\ zlstore: "
 
 SIDES = ("before", "after")
 
@@ -110,15 +129,24 @@ class Kernel:
     raw: bytes = field(repr=False, default=b"")
     digest: str = ""  # under the rule
     strictest_digest: str = ""  # under the strictest rule
+    facts: Optional[irfacts.Facts] = field(repr=False, default=None)  # of the text under the rule
 
     def text(self) -> str:
         return self.raw.decode("utf-8", "surrogateescape")
 
-    def config(self) -> tuple:
-        return (self.num_warps, self.num_stages, self.shared)
+    def tiles(self) -> object:
+        """What identifies the autotune config's block sizes; a text not
+        read (too long) is like no other."""
+        return self.facts.tiles if self.facts is not None else ("unread", self.id)
 
-    def shapes(self) -> frozenset:
-        return frozenset(TENSOR_SHAPE.findall(self.raw))
+    def config(self) -> tuple:
+        return (self.tiles(), self.num_warps, self.num_stages)
+
+    def signature(self) -> tuple:
+        return (*self.config(), self.facts.signature if self.facts is not None else None)
+
+    def specialized(self) -> tuple:
+        return (*self.signature(), self.shared)
 
     def as_dict(self) -> dict:
         return {
@@ -126,7 +154,11 @@ class Kernel:
             "path": self.path,
             "ir_hash": self.ir_hash,
             **{c: getattr(self, c) for c in COUNTS},
+            "tiles": self.tile_text(),
         }
+
+    def tile_text(self) -> Optional[str]:
+        return irfacts.tile_text(self.facts.tiles) if self.facts is not None else None
 
 
 @dataclass
@@ -345,14 +377,22 @@ def _kernels(conn, side: Side, rule: ttgir.Rule, strictest: ttgir.Rule) -> List[
     if side.cell_id is None:
         return []
     kernels = []
+    facts: Dict[str, Optional[irfacts.Facts]] = {}  # by IR hash: many kernels share a text
+    # The digests the store holds (those its fingerprints were made of: the
+    # verdict and this diff agree), computed only where it has none.
     for row in conn.execute(
         "SELECT k.id, k.name, k.cache_dir, k.ir_hash, k.convert_layouts, k.num_warps, k.num_stages, k.shared, "
-        "b.size, b.data FROM kernels k JOIN blobs b ON b.hash = k.ir_hash WHERE k.cell_id = ? ORDER BY k.id",
-        (side.cell_id,),
+        "b.size, b.data, "
+        "(SELECT digest FROM ir_digests d WHERE d.ir_hash = k.ir_hash AND d.rule = ?), "
+        "(SELECT digest FROM ir_digests d WHERE d.ir_hash = k.ir_hash AND d.rule = ?) "
+        "FROM kernels k JOIN blobs b ON b.hash = k.ir_hash WHERE k.cell_id = ? ORDER BY k.id",
+        (rule.name, strictest.name, side.cell_id),
     ):
-        kid, name, cache_dir, ir_hash, cl, warps, stages, shared, size, data = row
+        kid, name, cache_dir, ir_hash, cl, warps, stages, shared, size, data, digest, strictest_digest = row
         path = "/".join(p for p in (side.path, layout.TRITON_CACHE, cache_dir, name + ".ttgir") if p)
         raw = unpacked(data, size)
+        if ir_hash not in facts:
+            facts[ir_hash] = _facts(rule, raw)
         kernels.append(
             Kernel(
                 kid,
@@ -365,23 +405,51 @@ def _kernels(conn, side: Side, rule: ttgir.Rule, strictest: ttgir.Rule) -> List[
                 stages,
                 shared,
                 raw,
-                ttgir.raw_digest(rule, raw, ir_hash),
-                ttgir.raw_digest(strictest, raw, ir_hash),
+                digest or ttgir.raw_digest(rule, raw, ir_hash),
+                strictest_digest or ttgir.raw_digest(strictest, raw, ir_hash),
+                facts[ir_hash],
             )
         )
     return kernels
 
 
+def _facts(rule: ttgir.Rule, raw: bytes) -> Optional[irfacts.Facts]:
+    if len(raw) > irfacts.MAX_CHARS or raw.count(b"\n") > irfacts.MAX_LINES:
+        return None
+    return irfacts.read(rule.normalized(raw.decode("utf-8", "surrogateescape")))
+
+
 def _take(before: List[Kernel], after: List[Kernel], key, how: str, pairs: List[tuple]):
     """Pair each unpaired before kernel with the first unpaired after kernel
-    of equal key, in stored order; remove both from the lists."""
-    for b in list(before):
-        for a in after:
-            if key(b) == key(a):
-                pairs.append((b, a, how))
-                before.remove(b)
-                after.remove(a)
-                break
+    of equal key, in stored order; remove both from the lists. Each key is
+    computed once: linear in the kernels."""
+    waiting: Dict[object, deque] = {}
+    for a in after:
+        waiting.setdefault(key(a), deque()).append(a)
+    left, taken = [], set()
+    for b in before:
+        queue = waiting.get(key(b))
+        if queue:
+            a = queue.popleft()
+            pairs.append((b, a, how))
+            taken.add(id(a))
+        else:
+            left.append(b)
+    before[:] = left
+    after[:] = [a for a in after if id(a) not in taken]
+
+
+# Each step's key, in PAIRING's order.
+_STEPS = (
+    (lambda k: k.digest, BY_RULE),
+    (lambda k: k.strictest_digest, BY_STRICTEST),
+    (Kernel.specialized, BY_SHARED),
+    (Kernel.signature, BY_SIGNATURE),
+    (Kernel.config, BY_CONFIG),
+    (Kernel.tiles, BY_TILES),
+    (lambda k: None, BY_ORDER),
+)
+assert tuple(how for _, how in _STEPS) == PAIRING
 
 
 def pair_kernels(before: Sequence[Kernel], after: Sequence[Kernel]) -> List[tuple]:
@@ -396,22 +464,166 @@ def pair_kernels(before: Sequence[Kernel], after: Sequence[Kernel]) -> List[tupl
     for name in sorted(by_name):
         b, a = by_name[name]
         found: List[tuple] = []
-        _take(b, a, lambda k: k.digest, BY_RULE, found)
-        _take(b, a, lambda k: k.strictest_digest, BY_STRICTEST, found)
-        _take(b, a, Kernel.config, BY_CONFIG, found)
-        _take(b, a, Kernel.shapes, BY_SHAPES, found)
-        _take(b, a, lambda k: None, BY_ORDER, found)
+        for key, how in _STEPS:
+            if not (b and a):
+                break
+            _take(b, a, key, how, found)
         found.extend((k, None, None) for k in b)
         found.extend((None, k, None) for k in a)
         pairs.extend(found)
     return pairs
 
 
+def _lines(text: str) -> List[str]:
+    """A text's lines with their ends, split at "\\n" alone (a "\\r" or a
+    form feed is the line's own text, as diff(1) has it)."""
+    parts = text.split("\n")
+    lines = [part + "\n" for part in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return lines
+
+
 def _normalized(rule: ttgir.Rule, kernel: Optional[Kernel], raw: bool) -> List[str]:
     if kernel is None:
         return []
     text = kernel.text()
-    return (text if raw else rule.normalized(text)).splitlines(keepends=True)
+    return _lines(text if raw else rule.normalized(text))
+
+
+def _common(a: List[str], b: List[str]) -> Tuple[int, int]:
+    """How many lines a and b begin with, and end with, in common."""
+    n = min(len(a), len(b))
+    head = 0
+    while head < n and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < n - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    return head, tail
+
+
+def _hunks(a: List[str], b: List[str], context: int, cut: List[str]) -> List[str]:
+    """The hunks of a unified diff of a and b, as difflib makes them, for
+    the lines between those both begin and end with; past
+    MAX_ALIGNED_LINES of them a side, aligned on the lines each side holds
+    once (_Anchored: linear but for a sort) instead of by difflib alone
+    (quadratic in bad cases)."""
+    head, tail = _common(a, b)
+    start = max(0, head - context)
+    a_mid, b_mid = a[start : len(a) - max(0, tail - context)], b[start : len(b) - max(0, tail - context)]
+    if max(len(a_mid), len(b_mid)) > MAX_ALIGNED_LINES:
+        matcher: difflib.SequenceMatcher = _Anchored(a_mid, b_mid, cut)
+    else:
+        matcher = difflib.SequenceMatcher(None, a_mid, b_mid)
+    out = []
+    for group in matcher.get_grouped_opcodes(context):
+        first, last = group[0], group[-1]
+        out.append(
+            f"@@ -{_span(start + first[1], last[2] - first[1])} +{_span(start + first[3], last[4] - first[3])} @@\n"
+        )
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                out.extend(" " + line for line in a_mid[i1:i2])
+                continue
+            room = MAX_DIFF_LINES + 1 - len(out)  # unified_diff cuts at MAX_DIFF_LINES: the rest is not made
+            out.extend("-" + line for line in a_mid[i1 : i1 + max(0, min(i2 - i1, room))])
+            room = MAX_DIFF_LINES + 1 - len(out)
+            out.extend("+" + line for line in b_mid[j1 : j1 + max(0, min(j2 - j1, room))])
+        if len(out) > MAX_DIFF_LINES:
+            break
+    return out
+
+
+class _Anchored(difflib.SequenceMatcher):
+    """The opcodes of two long texts: the lines that each side holds once,
+    in the longest order both keep (patience diff's anchors), are equal;
+    between two anchors, difflib aligns what lies there where it is short,
+    and what is not short is one replacement (cut says so)."""
+
+    def __init__(self, a: List[str], b: List[str], cut: List[str]):
+        super().__init__(None, [], [], autojunk=False)  # no index of b: the opcodes are made here
+        self._ops = self._anchored(a, b, cut)
+
+    def get_opcodes(self):  # get_grouped_opcodes reads it
+        return self._ops
+
+    @staticmethod
+    def _anchored(a: List[str], b: List[str], cut: List[str]) -> List[tuple]:
+        seen_a, seen_b = Counter(a), Counter(b)
+        where_b = {line: j for j, line in enumerate(b) if seen_b[line] == 1}
+        pairs = [(i, where_b[line]) for i, line in enumerate(a) if seen_a[line] == 1 and line in where_b]
+        if any(p[1] >= q[1] for p, q in zip(pairs, pairs[1:])):  # a line moved
+            pairs = _longest_increasing(pairs)
+        ops: List[tuple] = []
+        long_gaps = 0
+        run_i = run_j = i0 = j0 = 0  # the equal lines a[run_i:i0], b[run_j:j0] run on to here
+        for i, j in pairs + [(len(a), len(b))]:
+            if i == i0 and j == j0:
+                i0, j0 = i + 1, j + 1
+                continue
+            ops.append(("equal", run_i, i0, run_j, j0))
+            if i == i0 or j == j0:
+                ops.append(("delete" if i > i0 else "insert", i0, i, j0, j))
+            elif i - i0 <= ALIGNED_GAP and j - j0 <= ALIGNED_GAP:
+                gap = difflib.SequenceMatcher(None, a[i0:i], b[j0:j]).get_opcodes()
+                ops.extend((tag, i0 + p, i0 + q, j0 + r, j0 + t) for tag, p, q, r, t in gap)
+            else:
+                long_gaps += 1
+                ops.append(("replace", i0, i, j0, j))
+            run_i, run_j, i0, j0 = i, j, i + 1, j + 1
+        ops.append(("equal", run_i, min(i0, len(a)), run_j, min(j0, len(b))))
+        if long_gaps:
+            cut.append(
+                f"{long_gaps} stretches of more than {ALIGNED_GAP} lines between lines of one side's own "
+                "are not aligned"
+            )
+        return _merged(ops)
+
+
+# Between two anchors, difflib aligns at most this many lines a side.
+ALIGNED_GAP = 2_000
+
+
+def _longest_increasing(pairs: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
+    """The longest run of pairs (sorted by their first) whose second
+    rises too: patience sorting, n log n."""
+    tops: List[int] = []  # per length, the smallest second ending such a run
+    ends: List[int] = []  # per length, the index of the pair ending it
+    back = [-1] * len(pairs)
+    for k, (_, j) in enumerate(pairs):
+        pos = bisect.bisect_left(tops, j)
+        if pos == len(tops):
+            tops.append(j)
+            ends.append(k)
+        else:
+            tops[pos], ends[pos] = j, k
+        back[k] = ends[pos - 1] if pos else -1
+    run, k = [], ends[-1] if ends else -1
+    while k >= 0:
+        run.append(pairs[k])
+        k = back[k]
+    return run[::-1]
+
+
+def _merged(ops: List[tuple]) -> List[tuple]:
+    """Opcodes with empty ones dropped and neighbours of one tag joined."""
+    out: List[tuple] = []
+    for tag, i1, i2, j1, j2 in ops:
+        if i1 == i2 and j1 == j2:
+            continue
+        if out and out[-1][0] == tag and out[-1][2] == i1 and out[-1][4] == j1:
+            out[-1] = (tag, out[-1][1], i2, out[-1][3], j2)
+        else:
+            out.append((tag, i1, i2, j1, j2))
+    return out or [("equal", 0, 0, 0, 0)]
+
+
+def _span(start: int, length: int) -> str:
+    """A hunk's range as unified diff writes it (1-based; empty: the line before)."""
+    if length == 1:
+        return str(start + 1)
+    return f"{start + 1 if length else start},{length}"
 
 
 def unified_diff(
@@ -423,18 +635,51 @@ def unified_diff(
     context: int = 3,
 ) -> str:
     """The unified diff of the two kernels' texts as the rule hashes them
-    (raw: as compiled), headed by their file paths ('' where equal)."""
+    (raw: as compiled), headed by their file paths ('' where equal),
+    within the bounds above: each cut is a line of its own, starting with
+    CUT. Text that is not UTF-8 shows as \\x escapes, so that the diff is
+    valid in JSON and sends no byte to a terminal that it would obey."""
     what = "as compiled" if raw else f"normalized by {rule.name}"
     heads = [
         f"{k.path} ({label}, {what})" if k is not None else f"/dev/null ({label}: no such kernel)"
         for k, label in zip((before, after), labels)
     ]
-    lines = list(
-        difflib.unified_diff(
-            _normalized(rule, before, raw), _normalized(rule, after, raw), heads[0], heads[1], n=context
-        )
+    lines = [f"--- {heads[0]}\n", f"+++ {heads[1]}\n"]
+    large = [k for k in (before, after) if k is not None and len(k.raw) > MAX_DIFF_BYTES]
+    cut: List[str] = []
+    if large:
+        size = max(len(k.raw) for k in large) / (1 << 20)
+        cut.append(f"not diffed: {size:.0f} MB, over the {MAX_DIFF_BYTES >> 20} MB a text this diff reads")
+        hunks: List[str] = []
+    else:
+        hunks = _hunks(_normalized(rule, before, raw), _normalized(rule, after, raw), context, cut)
+    if not hunks and not cut:
+        return ""
+    if len(hunks) > MAX_DIFF_LINES:
+        cut.append(f"cut after {MAX_DIFF_LINES} lines")
+        hunks = hunks[:MAX_DIFF_LINES]
+    for line in hunks:
+        if len(line) > MAX_LINE_CHARS:
+            line = line[:MAX_LINE_CHARS] + f"... [{len(line) - MAX_LINE_CHARS} characters cut]\n"
+        lines.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    lines.extend(f"{CUT}{note} (the whole texts: the files above)\n" for note in cut)
+    return printable("".join(lines))
+
+
+# A lone surrogate: a byte that is not UTF-8, as surrogateescape decodes it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """text with each byte that was not UTF-8 (a lone surrogate) as a \\x
+    escape: JSON takes it, and no C1 control byte (0x9b: a terminal's CSI)
+    reaches a terminal raw."""
+    if not _SURROGATE.search(text):
+        return text
+    return _SURROGATE.sub(
+        lambda m: f"\\x{ord(m.group()) - 0xDC00:02x}" if ord(m.group()) >= 0xDC80 else f"\\u{ord(m.group()):04x}",
+        text,
     )
-    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
 
 
 def _status(before: Optional[Kernel], after: Optional[Kernel]) -> str:
@@ -483,7 +728,25 @@ def diff_sides(
     if kernel is not None and not pairs:
         known = sorted({k.name for ks in kernels.values() for k in ks})
         raise DiffError(f"no kernel {kernel!r} on either side; the kernels: {', '.join(known) or 'none'}")
-    return _document(rule_obj, before, after, pairs, made, raw, kernel)
+    document = _document(rule_obj, before, after, pairs, made, raw, kernel)
+    document["summary"] = summary_of(pairs)
+    return document
+
+
+def summary_of(pairs: Sequence[Pair]) -> dict:
+    """The change summary (irsummary.summarize) of a diff's pairs: the
+    changed ones, over every pair with both sides."""
+    facts = [
+        (p.name, p.before.facts if p.before else None, p.after.facts if p.after else None)
+        for p in pairs
+        if p.status != SAME
+    ]
+    unread = sum(
+        1 for p in pairs if p.before is not None and p.after is not None and None in (p.before.facts, p.after.facts)
+    )
+    summary = irsummary.summarize(facts, unread)
+    summary["pairs"] = sum(1 for p in pairs if p.before is not None and p.after is not None)
+    return summary
 
 
 def _document(
@@ -546,6 +809,8 @@ def _pair_dict(p: Pair) -> dict:
         for c in COUNTS:
             row[f"{c}_{side}"] = getattr(k, c) if k is not None else None
     for side, k in zip(SIDES, (p.before, p.after)):
+        row[f"tiles_{side}"] = k.tile_text() if k is not None else None
+    for side, k in zip(SIDES, (p.before, p.after)):
         row[f"cache_dir_{side}"] = k.cache_dir if k is not None else None
         row[f"path_{side}"] = k.path if k is not None else None
     row["diff"] = p.diff
@@ -556,6 +821,7 @@ def _pair_dict(p: Pair) -> dict:
 ROW_COLUMNS = (
     ("kernel", "status", "paired_by", "note")
     + tuple(f"{c}_{s}" for s in SIDES for c in COUNTS)
+    + tuple(f"tiles_{s}" for s in SIDES)
     + tuple(f"{w}_{s}" for s in SIDES for w in ("cache_dir", "path"))
 )
 
@@ -597,7 +863,7 @@ def kernel_diff_json(conn, before_cell_id, after_cell_id, rule: Optional[str] = 
             {
                 "kernel": r["kernel"],
                 "status": r["status"],
-                **{c: _value(r, c) for c in COUNTS},
+                **{c: _value(r, c) for c in ("tiles", *COUNTS)},
                 "paired_by": r["paired_by"],
                 "note": r["note"],
                 "diff": r["diff"],
@@ -607,9 +873,25 @@ def kernel_diff_json(conn, before_cell_id, after_cell_id, rule: Optional[str] = 
     )
 
 
+def ir_changes_json(conn, before_cell_id, after_cell_id, rule: Optional[str] = None) -> str:
+    """What changed in two stored cells' IR (the summary, as `zlstore diff`
+    prints it first) as a JSON array: per change its text, the kernel
+    pairs it happened in, and the pairs there are: the SQL function
+    zlstore_ir_changes, which the canned query ir_changes reads."""
+    before, after = (
+        _stored_side(conn, label, cell_id) for label, cell_id in zip(SIDES, (before_cell_id, after_cell_id))
+    )
+    summary = diff_sides(conn, before, after, rule or current_rule(conn), with_diff=False)["summary"]
+    return json.dumps(
+        [{"change": printable(c["text"]), "kernels": c["kernels"], "of": summary["pairs"]} for c in summary["changes"]]
+    )
+
+
 def register(conn) -> None:
-    """zlstore_kernel_diff(before_cell_id, after_cell_id, rule) on conn."""
+    """zlstore_kernel_diff and zlstore_ir_changes (before_cell_id,
+    after_cell_id, rule) on conn."""
     conn.create_function("zlstore_kernel_diff", 3, lambda b, a, rule: kernel_diff_json(conn, b, a, rule))
+    conn.create_function("zlstore_ir_changes", 3, lambda b, a, rule: ir_changes_json(conn, b, a, rule))
 
 
 # -- the command's one call -------------------------------------------------------
@@ -658,7 +940,19 @@ def diff(
             (before.cell_id if before.cell_id is not None else after.cell_id, rule_name),
         ).fetchone()
         document["verdict"], document["hint"], document["verdict_note"] = verdict or (None, None, None)
-    return document
+    return _printable_all(document)
+
+
+def _printable_all(value):
+    """A document with printable() applied to every string in it (a kernel
+    name or path holding a byte that is not UTF-8, too): valid JSON."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {k: _printable_all(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_printable_all(v) for v in value]
+    return value
 
 
 # -- the text for people -------------------------------------------------------------
@@ -704,41 +998,75 @@ def _heading(document: dict) -> List[str]:
     return lines
 
 
-def text(document: dict, style=_plain, escape=lambda line: line) -> str:
-    """diff_sides' document as `zlstore diff` prints it: where the sides
-    came from, the kernel table, the count per status with the notes, and
-    each diff. style(text, fg=..., bold=...): how to color (click.style on
-    a terminal; the default leaves text plain); escape(text): what each
-    line's own text becomes first (for a terminal: its control characters
-    shown, so that an IR text or a path colors nothing but what style does)."""
-    lines: List[Tuple[str, dict]] = [(line, {}) for line in _heading(document)]
-    rows = document["kernels"]
-    if rows:
-        table = [
+# Past this many kernel rows, the default text groups equal rows (--full
+# lists each): an autotuned op's 51 kernels fit a screen.
+GROUP_PAST = 12
+_TABLE = ("kernel", "status", "tiles", *COUNTS, "paired by", "note")
+_HEADERS = ("kernel", "status", "tiles", "convert_layout", "num_warps", "num_stages", "shared", "paired by", "note")
+
+
+def _table_rows(rows: List[dict], grouped: bool) -> List[Tuple[dict, dict]]:
+    """(table row, a pair row it stands for): one per pair, or with grouped
+    one per distinct table row with the number of pairs it stands for."""
+    table = [
+        (
             {
                 "kernel": r["kernel"],
                 "status": r["status"],
-                **{c: _value(r, c) for c in COUNTS},
+                **{c: _value(r, c) for c in ("tiles", *COUNTS)},
                 "paired by": r["paired_by"] or "",
                 "note": r["note"] or "",
-            }
-            for r in rows
-        ]
-        headers = ["kernel", "status", "convert_layout", "num_warps", "num_stages", "shared", "paired by", "note"]
-        rendered = output.table(
-            table, ["kernel", "status", *COUNTS, "paired by", "note"], headers=headers, align=["left"] * len(headers)
+            },
+            r,
         )
+        for r in rows
+    ]
+    if not grouped:
+        return table
+    groups: Dict[tuple, list] = {}
+    for shown, row in table:
+        groups.setdefault(tuple(shown.values()), [shown, row, 0])[2] += 1
+    return [({"kernels": n, **shown}, row) for shown, row, n in groups.values()]
+
+
+def text(document: dict, style=_plain, escape=lambda line: line, full: bool = False) -> str:
+    """diff_sides' document as `zlstore diff` prints it: where the sides
+    came from, what changed (the summary), the kernel table (past
+    GROUP_PAST pairs, equal rows grouped), the count per status with the
+    notes, and with full every pair's row and diff. style(text, fg=...,
+    bold=...): how to color (click.style on a terminal; the default leaves
+    text plain); escape(text): what each line's own text becomes first (for
+    a terminal: its control characters shown, so that an IR text or a path
+    colors nothing but what style does)."""
+    lines: List[Tuple[str, dict]] = [(line, {}) for line in _heading(document)]
+    summary = document.get("summary")
+    if summary and (summary["changes"] or document["counts"][CHANGED]):
+        lines.append(("", {}))
+        lines.append((f"what changed, of {summary['pairs']} kernel pairs:", {"bold": True}))
+        said = irsummary.lines(summary) or ["no operation or attribute: --full shows how the texts differ"]
+        lines.extend((f"  {line}", {}) for line in said)
+    rows = document["kernels"]
+    grouped = not full and len(rows) > GROUP_PAST
+    if rows:
+        table = _table_rows(rows, grouped)
+        columns = (["kernels"] if grouped else []) + list(_TABLE)
+        headers = (["kernels"] if grouped else []) + list(_HEADERS)
+        rendered = output.table([shown for shown, _ in table], columns, headers=headers, align=["left"] * len(headers))
         body = rendered.split("\n")
         lines.append(("", {}))
         lines.extend((line, {}) for line in body[:2])
-        for line, row in zip(body[2:], rows):
+        for line, (_, row) in zip(body[2:], table):
             color = _STATUS_COLOR.get(row["status"])
             lines.append((line, {"fg": color} if color else {}))
     counts = ", ".join(f"{n} {status}" for status, n in document["counts"].items() if n)
     lines.append(("", {}))
     lines.append((f"{counts or 'no kernels'} ({document['rule']}: {document['rule_description']})", {}))
+    if grouped:
+        lines.append((f"{len(rows)} kernel pairs, equal rows grouped; --full lists each with its diff", {}))
+    elif not full and any(r["status"] != SAME for r in rows):
+        lines.append(("--full shows each pair's diff", {}))
     lines.extend((f"note: {note}", {}) for note in document["notes"])
-    for row in rows:
+    for row in rows if full else ():
         if row["diff"]:
             lines.append(("", {}))
             for line in row["diff"].rstrip("\n").split("\n"):
@@ -747,4 +1075,4 @@ def text(document: dict, style=_plain, escape=lambda line: line) -> str:
                     lines.append((line, {"bold": True}))
                 else:
                     lines.append((line, {"fg": color} if color else {}))
-    return "\n".join(style(escape(line), **how) if how else escape(line) for line, how in lines)
+    return "\n".join(style(escape(printable(line)), **how) if how else escape(printable(line)) for line, how in lines)

@@ -439,7 +439,13 @@ def ab_summary(store, root=None, ops=None, findings=None) -> dict:
             params,
         )
     }
-    return _ab_summary(counted, judging_settings(store))
+    summary = _ab_summary(counted, judging_settings(store))
+    summary["switches"] = [  # the switch of each root shown, by its values (ieee -> tf32)
+        {k: row[k] for k in ("root", "switch", "value_before", "value_after")}
+        for row in root_switches(store, root).values()
+        if row["kind"] != "screen"
+    ]
+    return summary
 
 
 def ab_summary_of(rows: Sequence[dict], settings: Mapping) -> dict:
@@ -635,6 +641,13 @@ def root_environments(store, root=None) -> Dict[int, List[dict]]:
     ):
         by_root.setdefault(row["root_id"], []).append(row)
     return by_root
+
+
+def root_switches(store, root=None) -> Dict[int, dict]:
+    """Per root id: its switch and the switch's values before and after
+    (the view root_switches; a value None where no cell or env file says)."""
+    where, params = _root_clause(store, root)
+    return {row["root_id"]: row for row in _rows(store, f"SELECT * FROM root_switches WHERE 1{where}", params)}
 
 
 def root_names(store) -> Dict[int, str]:

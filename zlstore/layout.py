@@ -847,7 +847,7 @@ def check_cell_env(env: Mapping[str, str], ref: "RootRef", file: str, problems: 
             )
 
 
-def resolve_cell(ref: RootRef, root: Root, cell_env: Optional[Dict[str, str]]) -> Dict[str, object]:
+def resolve_cell(ref: RootRef, root: Root, cell_env: Optional[Dict[str, str]]) -> Dict[str, object]:  # noqa: C901 -- ARTIFACTS.md's order of sources, one take() per value
     """A cell's values, each with its source, by the order ARTIFACTS.md gives:
     cell.env, path, root env file, screen.tsv (partition.tsv in a campaign)."""
     env = cell_env or {}

@@ -5,6 +5,7 @@ which applies them, then schema.sql's tables, triggers and views."""
 
 import hashlib
 import json
+import re
 import sqlite3
 from typing import Callable, Dict, Optional
 
@@ -294,6 +295,17 @@ def _floors_per_shape_and_machine(conn):
             conn.execute(f"ALTER TABLE ab_range_rows ADD COLUMN {column}")
 
 
+@migration(16, rederive=True)
+def _side_latencies(conn):
+    """Release 16 keeps each range's latency before and after (the median
+    over its rounds, in the benchmark's unit), which ab and the report show
+    beside the effect: every range is computed again (rederive)."""
+    present = {row[1] for row in conn.execute("PRAGMA table_info(ab_range_rows)")}
+    for column in ("latency_before", "latency_after"):
+        if column not in present:  # a store relabelled by hand, as tests make older releases, may have them
+            conn.execute(f"ALTER TABLE ab_range_rows ADD COLUMN {column} REAL")
+
+
 def _stored_schema_hash(conn):
     try:
         row = conn.execute("SELECT value FROM settings WHERE key = 'schema_hash'").fetchone()
@@ -314,6 +326,18 @@ def ensure_schema(
     parts = schema_parts()
     if user_version(conn) == db.SCHEMA_VERSION and _stored_schema_hash(conn) == parts["hash"]:
         return db.SCHEMA_VERSION
+    # A table rebuilt in schema.sql's column order (_columns_in_schema_order)
+    # is dropped and created again: with foreign keys on, dropping cells would
+    # cascade to every measurement. The pragma is a no-op inside a
+    # transaction, so it is set here, and foreign_key_check runs before commit.
+    conn.execute("PRAGMA foreign_keys = OFF")
+    try:
+        return _ensure_schema(conn, parts, defaults, derive)
+    finally:
+        conn.execute("PRAGMA foreign_keys = ON")
+
+
+def _ensure_schema(conn, parts, defaults, derive) -> int:
     with write_transaction(conn):
         version = user_version(conn)
         if version > db.SCHEMA_VERSION:  # check_contents says so first, naming the file
@@ -325,12 +349,14 @@ def ensure_schema(
         migrated = range(max(version, 1) + 1, db.SCHEMA_VERSION + 1) if version > 0 or "cells" in existing else ()
         for target in migrated:
             MIGRATIONS[target](conn)
+        recreate = bool(migrated) or _stored_schema_hash(conn) != parts["hash"]
+        if recreate:
+            _drop_views_and_triggers(conn)
+        if migrated:
+            _columns_in_schema_order(conn, parts["tables"])
         for statement in split_statements(parts["tables"]):
             conn.execute(statement)
-        if migrated or _stored_schema_hash(conn) != parts["hash"]:
-            for kind in ("view", "trigger"):
-                for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = ?", (kind,)).fetchall():
-                    conn.execute(f"DROP {kind.upper()} IF EXISTS [{name}]")
+        if recreate:
             for statement in split_statements(parts["triggers"]) + split_statements(parts["views"]):
                 conn.execute(statement)
         conn.execute(
@@ -344,3 +370,45 @@ def ensure_schema(
             derive(conn, every=any(target in REDERIVE for target in migrated))
         conn.execute(f"PRAGMA user_version = {db.SCHEMA_VERSION}")
     return db.SCHEMA_VERSION
+
+
+def _drop_views_and_triggers(conn: sqlite3.Connection) -> None:
+    for kind in ("view", "trigger"):
+        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = ?", (kind,)).fetchall():
+            conn.execute(f"DROP {kind.upper()} IF EXISTS [{name}]")
+
+
+_CREATE_TABLE = re.compile(r"^(?:\s*--[^\n]*\n)*\s*CREATE TABLE IF NOT EXISTS (\w+) \(")
+
+
+def _columns_in_schema_order(conn: sqlite3.Connection, tables_sql: str) -> None:
+    """Rebuild each table whose columns an upgrade left in another order than
+    schema.sql's: ALTER TABLE ADD COLUMN appends, while schema.sql lists a
+    column where it belongs. Afterwards an upgraded store has the same tables,
+    columns in order, indexes, triggers and views as a new one (test_schema),
+    so that `SELECT *`, `.schema` and datasette show both alike. Indexes go
+    with the old table; schema.sql's CREATE INDEX statements, run next, make
+    them again. Foreign keys are off (ensure_schema): nothing cascades."""
+    wanted = sqlite3.connect(":memory:")
+    for statement in split_statements(tables_sql):
+        wanted.execute(statement)
+    for statement in split_statements(tables_sql):
+        match = _CREATE_TABLE.match(statement)
+        if not match:
+            continue
+        name = match.group(1)
+        columns = [row[1] for row in wanted.execute(f"PRAGMA table_info([{name}])")]
+        have = [row[1] for row in conn.execute(f"PRAGMA table_info([{name}])")]
+        if not have or have == columns or sorted(have) != sorted(columns):
+            continue  # new (created next), already in order, or not this release's table: the migrations' business
+        listed = ", ".join(f"[{c}]" for c in columns)
+        conn.execute(_CREATE_TABLE.sub(f"CREATE TABLE [zl_reordered_{name}] (", statement, count=1))
+        conn.execute(f"INSERT INTO [zl_reordered_{name}] ({listed}) SELECT {listed} FROM [{name}]")
+        conn.execute(f"DROP TABLE [{name}]")
+        conn.execute(f"ALTER TABLE [zl_reordered_{name}] RENAME TO [{name}]")
+        broken = conn.execute("PRAGMA foreign_key_check").fetchmany(3)
+        if broken:
+            raise SchemaError(
+                f"rebuilding {name} left rows whose references are missing (table, rowid, parent): {broken}"
+            )
+    wanted.close()

@@ -330,6 +330,9 @@ FINDINGS = (
     ),
 )
 FINDING_NAMES = tuple(f.name for f in FINDINGS)
+# The findings that say the switch changed a shape (faster, slower): what a
+# report shows first.
+EFFECT_FINDINGS = FINDING_NAMES[:2]
 
 # The settings judging reads (the settings table), with their defaults:
 # current_rule, the fingerprint rule the verdicts use (ttgir.RULES);
@@ -376,6 +379,8 @@ RANGE_COLUMNS = (
     "min",
     "median",
     "max",
+    "latency_before",
+    "latency_after",
     "fallback",
     "fallback_rows",
     "cards",

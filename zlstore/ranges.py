@@ -59,13 +59,14 @@ STEPS = [
     # key's rows that did not pair are counted beside it, and a key with no
     # pair at all gets a row of its own (caliber_id NULL).
     f"""INSERT INTO ab_range_rows (
-            root_id, op, dtype, shape, caliber_id, rounds, min, median, max,
+            root_id, op, dtype, shape, caliber_id, rounds, min, median, max, latency_before, latency_after,
             fallback, fallback_rows, cards, rejected, rejected_reasons, log_mean, log_sd,
             effect, ci_low, ci_high, p_value, json_head, json_tail)
         WITH keyed AS MATERIALIZED (
             SELECT k.key_id, [[round: s.{{k}}]], s.reason,
                    s.before_caliber_id AS caliber_id,
                    CASE WHEN s.reason IS NULL THEN s.latency_before / s.latency_after END AS ratio,
+                   s.latency_before, s.latency_after,
                    max(s.before_fallback, s.after_fallback) AS fallback
             FROM temp.ab_keys_unique k
             JOIN roots ON roots.id = k.root_id AND roots.kind <> 'screen'
@@ -78,6 +79,7 @@ STEPS = [
         -- the rounds' ratios.
         per_round AS (
             SELECT key_id, caliber_id, card, avg(ln(ratio)) AS round_log, max(fallback) AS fallback,
+                   avg(latency_before) AS round_before, avg(latency_after) AS round_after,
                    sum(fallback) AS fallback_rows
             FROM keyed WHERE reason IS NULL
             GROUP BY key_id, caliber_id, [[round: {{k}}]]
@@ -85,6 +87,7 @@ STEPS = [
         ranges AS (
             SELECT key_id, caliber_id, count(*) AS rounds, exp(min(round_log)) AS min,
                 median(exp(round_log)) AS median, exp(max(round_log)) AS max, max(fallback) AS fallback,
+                median(round_before) AS latency_before, median(round_after) AS latency_after,
                 sum(fallback_rows) AS fallback_rows, count(DISTINCT card) AS cards, avg(round_log) AS log_mean,
                 CASE WHEN count(*) > 1 THEN sqrt(max(0.0,
                     (sum(round_log * round_log) - count(*) * avg(round_log) * avg(round_log)) / (count(*) - 1)))
@@ -104,7 +107,8 @@ STEPS = [
                    t_test_p(g.log_mean, g.log_sd, g.rounds) AS p_value
             FROM (
                 SELECT k.root_id, k.op, k.dtype, k.shape, ranges.caliber_id, ranges.rounds,
-                       ranges.min, ranges.median, ranges.max, ranges.fallback, ranges.fallback_rows, ranges.cards,
+                       ranges.min, ranges.median, ranges.max, ranges.latency_before, ranges.latency_after,
+                       ranges.fallback, ranges.fallback_rows, ranges.cards,
                        coalesce(rejected.rejected, 0) AS rejected, rejected.rejected_reasons,
                        ranges.log_mean, ranges.log_sd
                 FROM ranges
@@ -112,7 +116,7 @@ STEPS = [
                 LEFT JOIN rejected ON rejected.key_id = ranges.key_id
                 UNION ALL
                 SELECT k.root_id, k.op, k.dtype, k.shape, NULL, 0,
-                       NULL, NULL, NULL, 0, 0, 0, rejected.rejected, rejected.rejected_reasons, NULL, NULL
+                       NULL, NULL, NULL, NULL, NULL, 0, 0, 0, rejected.rejected, rejected.rejected_reasons, NULL, NULL
                 FROM rejected
                 JOIN temp.ab_keys_unique k ON k.key_id = rejected.key_id
                 WHERE NOT EXISTS (SELECT 1 FROM keyed WHERE keyed.key_id = rejected.key_id AND keyed.reason IS NULL)
@@ -123,7 +127,7 @@ STEPS = [
             FROM tested t
         )
         SELECT b.root_id, b.op, b.dtype, b.shape, b.caliber_id, b.rounds, b.min, b.median, b.max,
-            b.fallback, b.fallback_rows, b.cards, b.rejected, b.rejected_reasons, b.log_mean, b.log_sd,
+            b.latency_before, b.latency_after, b.fallback, b.fallback_rows, b.cards, b.rejected, b.rejected_reasons, b.log_mean, b.log_sd,
             b.effect, b.ci_low, b.ci_high, b.p_value,
             {
         _json_fields(
@@ -143,6 +147,8 @@ STEPS = [
             "b.min",
             "b.median",
             "b.max",
+            "b.latency_before",
+            "b.latency_after",
             "b.fallback",
             "b.fallback_rows",
             "b.rejected",

@@ -3,11 +3,13 @@ rows and results the library returns to strings. No click and no I/O here,
 so the wording can be tested without a terminal and the CLI stays wiring."""
 
 import itertools
+import math
 import textwrap
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from . import caliber, judge, output, provenance
 from .history import switch_text as history_switch_text
+from .names import FINDING_NAMES
 
 
 def _grouped(rows: Sequence[dict]):
@@ -305,8 +307,40 @@ def thresholds_text(settings: Mapping) -> str:
     )
 
 
-AB_COLUMNS = ["op", "dtype", "shape", "rounds", "effect", "interval", "q_value", "finding", "floor", "note"]
-AB_HEADERS = ["op", "dtype", "shape", "rounds", "effect", "95% interval", "q", "finding", "noise floor", "note"]
+AB_COLUMNS = ["op", "dtype", "shape", "rounds", "latency", "effect", "interval", "q_value", "finding", "floor", "note"]
+AB_HEADERS = [
+    "op",
+    "dtype",
+    "shape",
+    "rounds",
+    "ms before -> after",
+    "effect",
+    "95% interval",
+    "q",
+    "finding",
+    "noise floor",
+    "note",
+]
+
+
+def latency_text(row: Mapping) -> str:
+    """Each side's latency beside the effect: the medians over the rounds,
+    before -> after, in the benchmark's unit (ms); nothing where no round paired."""
+    if row.get("latency_before") is None or row.get("latency_after") is None:
+        return ""
+    return f"{output.cell_text(row['latency_before'])} -> {output.cell_text(row['latency_after'])}"
+
+
+def switch_text(row: Optional[Mapping]) -> str:
+    """A root's switch with its values, as a pull request names it:
+    "TRITON_F32_DEFAULT: ieee -> tf32" (a root_switches row)."""
+    if not row:
+        return "(unknown switch)"
+    name = row.get("switch") or "(unnamed switch)"
+    before, after = row.get("value_before"), row.get("value_after")
+    if before is None and after is None:
+        return f"{name}: values not recorded"
+    return f"{name}: {before if before is not None else '?'} -> {after if after is not None else '?'}"
 
 
 def caliber_notes(rows: Sequence[Mapping]) -> Dict[int, str]:
@@ -342,11 +376,42 @@ def ab_shown(rows: Sequence[dict], differences: Optional[Mapping[tuple, Mapping]
             "note": "; ".join(filter(None, (by_caliber.get(i), ab_note(row), differs[i]))),
             "interval": interval_text(row),
             "floor": floor_text(row),
+            "latency": latency_text(row),
             "effect": row["effect"] if row["p_value"] is not None else None,
         }
         for i, row in enumerate(rows)
     ]
     return output.Shown(noted, ["root"] + AB_COLUMNS, ["root"] + AB_HEADERS)
+
+
+def log_effect(row: Mapping) -> float:
+    """How far a range's effect lies from 1, on the log scale (0 without a test)."""
+    effect = row.get("effect") if row.get("p_value") is not None else None
+    return math.log(effect) if effect is not None and 0 < effect < math.inf else 0.0
+
+
+OP_SUMMARY_COLUMNS = ["op", "dtype", "ranges", *FINDING_NAMES, "effects"]
+OP_SUMMARY_HEADERS = ["op", "dtype", "ranges", *FINDING_NAMES, "effect min .. max"]
+
+
+def op_summary(rows: Sequence[Mapping]) -> List[dict]:
+    """Per op and dtype of ab_ranges rows: how many ranges, how many of
+    each finding, and the span of the effects of those with a test."""
+    ops: Dict[tuple, dict] = {}
+    for row in rows:
+        key = (row["op"], row["dtype"])
+        op = ops.setdefault(key, {"op": row["op"], "dtype": row["dtype"], "ranges": 0, "tested": []})
+        op["ranges"] += 1
+        op[row["finding"]] = op.get(row["finding"], 0) + 1
+        if row.get("p_value") is not None and row.get("effect") is not None:
+            op["tested"].append(row["effect"])
+    summary = []
+    for key in sorted(ops, key=lambda k: (str(k[0]), str(k[1]))):
+        op = ops[key]
+        tested = op.pop("tested")
+        span = f"{output.cell_text(min(tested))} .. {output.cell_text(max(tested))}" if tested else ""
+        summary.append({**{name: 0 for name in FINDING_NAMES}, **op, "effects": span})
+    return summary
 
 
 def ab(
@@ -356,8 +421,10 @@ def ab(
     differences: Optional[Mapping[tuple, Mapping]] = None,
     summary: Optional[Mapping] = None,
     width: Optional[int] = None,
+    switches: Optional[Mapping[int, Mapping]] = None,
 ) -> str:
-    """The A/B ranges per root, findings first, each with its effect,
+    """The A/B ranges per root (headed by its switch and values, from
+    switches: root id -> root_switches row), findings first, each with each side's latency and its effect,
     interval, q-value, finding and the op's noise floor beside it, and a
     note below it where it has one (what would settle it, what its cells
     differ in besides the switch; wrapped to width, so that the table fits
@@ -371,27 +438,35 @@ def ab(
         tested = sum(1 for r in group if r["p_value"] is not None)
         lines.extend(
             wrapped(
-                f"{name}  (effect: geometric mean of before / after over the rounds, above 1 faster; "
+                f"{name}  (latency: each side's median over the rounds, in ms; "
+                "effect: geometric mean of before / after over the rounds, above 1 faster; "
                 f"q: t-test on the rounds' log ratios, Benjamini-Hochberg over the root's {tested} "
                 "tested ranges)",
                 width,
             )
         )
+        if switches is not None:
+            lines.extend(wrapped(f"  switch {switch_text(switches.get(group[0].get('root_id')))}", width, "    "))
         if environments is not None:
             lines.extend(wrapped(environment_heading(environments.get(group[0].get("root_id"), [])), width, "    "))
         floors = [
             {**row, "floor": "+-" + output.cell_text(row["noise_floor"]) if row["noise_floor"] is not None else "none"}
             for row in group
         ]
-        table = output.table(floors, AB_COLUMNS[:-1], AB_HEADERS[:-1]).split("\n")
-        floor_in_table = width is None or max(map(len, table)) < width
-        if not floor_in_table:  # too wide for the terminal: the floor joins the note
-            table = output.table(floors, AB_COLUMNS[:-2], AB_HEADERS[:-2]).split("\n")
+        # Too wide for the terminal: the floor joins the note, then the latencies do.
+        kept = [c for c in AB_COLUMNS[:-1]]
+        table = output.table(floors, kept, [AB_HEADERS[AB_COLUMNS.index(c)] for c in kept]).split("\n")
+        for column in ("floor", "latency"):
+            if width is None or max(map(len, table)) < width:
+                break
+            kept.remove(column)
+            table = output.table(floors, kept, [AB_HEADERS[AB_COLUMNS.index(c)] for c in kept]).split("\n")
         lines.extend(table[:2])
         for row, line in zip(group, table[2:]):
             lines.append(line)
-            floor = row["floor_note"] if row["noise_floor"] is None else None if floor_in_table else floor_text(row)
-            note = "; ".join(filter(None, (row["note"], floor and f"noise floor: {floor}")))
+            floor = row["floor_note"] if row["noise_floor"] is None else None if "floor" in kept else floor_text(row)
+            latency = None if "latency" in kept or not row["latency"] else f"ms before -> after: {row['latency']}"
+            note = "; ".join(filter(None, (row["note"], latency, floor and f"noise floor: {floor}")))
             lines.extend(note_lines("note", note, width))
         lines.append("")
     for line in ab_summary_lines(summary if summary is not None else judge.ab_summary_of(rows, settings)):

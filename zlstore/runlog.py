@@ -390,7 +390,7 @@ def _parse_body(b: bytes) -> Tuple[Any, bool, bool]:
 # ---------------------------------------------------------------- the log
 
 
-def parse_runlog(data: bytes) -> RunLog:
+def parse_runlog(data: bytes) -> RunLog:  # noqa: C901 -- one pass over a run.log, a branch per kind of line
     """Every measurement record of a run.log as rows, and whatever could not
     be read as problems. Works on bytes and decodes only candidate lines, so
     a large log of noise costs little more than splitting it into lines."""

@@ -125,7 +125,7 @@ def _skip_ws(s: str, i: int) -> int:
     return i
 
 
-def _parse_dict(s: str, open_pos: int):
+def _parse_dict(s: str, open_pos: int):  # noqa: C901 -- the scanner of MLIR attribute dictionaries: a branch per token kind, the hot path of a fingerprint
     """Parse the attribute dictionary whose "{" is at open_pos.
 
     Returns (close_pos, edits, emptied) or None when it is not a well-formed
@@ -193,7 +193,7 @@ def _parse_dict(s: str, open_pos: int):
     return close, edits, False
 
 
-def _skip_value(s: str, p: int, edits: list) -> Optional[int]:
+def _skip_value(s: str, p: int, edits: list) -> Optional[int]:  # noqa: C901 -- the scanner of an MLIR attribute value: a branch per token kind
     """Skip an attribute value starting at p; return the position of the ","
     or "}" that ends it, or None.  Nested dictionaries are parsed (their edits
     appended); an emptied nested dictionary stays as "{}" (it is a value)."""

@@ -25,6 +25,9 @@ Controls for tests (environment):
     STANDIN_PID_DIR  a directory to leave one file per process (name = pid)
     STANDIN_TRACE    a file to append one JSON line per benchmark start and end
                      (pid, op, cwd, the caches, the switch value, time)
+    STANDIN_MEET     DIR:N: after its start, each benchmark leaves a file in DIR
+                     and waits (60 s at most) until N have, so that N cells
+                     overlap however slowly a loaded machine starts them
 """
 
 import base64
@@ -72,6 +75,20 @@ def _pid(pid):
     if directory:
         Path(directory).mkdir(parents=True, exist_ok=True)
         (Path(directory) / str(pid)).write_text("")
+
+
+def _meet():
+    """Wait for the others that STANDIN_MEET names: an overlap a test can
+    rely on without counting on how fast processes start."""
+    meet = os.environ.get("STANDIN_MEET")
+    if not meet:
+        return
+    directory, count = meet.rsplit(":", 1)
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    (Path(directory) / str(os.getpid())).write_text("")
+    deadline = time.monotonic() + 60
+    while len(list(Path(directory).iterdir())) < int(count) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _trace(event, op):
@@ -344,6 +361,7 @@ class Benchmark:
         f32_default = os.environ.get(F32_DEFAULT_VAR) or F32_DEFAULT
         hang = self.op_name in _items("STANDIN_HANG") or f"{self.op_name}:{f32_default}" in _items("STANDIN_HANG")
         _trace("start", self.op_name)
+        _meet()
         dtypes = [d for d in self.dtypes if not Config.user_desired_dtypes or d in Config.user_desired_dtypes]
         for dtype in dtypes:
             ety = ELEMENT_TYPES[dtype]
