@@ -1719,58 +1719,35 @@ SELECT
              roots.ingested_at) AS started_at
 FROM roots;
 
--- What each root tested: its switch (the env file's SWITCH, else its
--- cells'), the value the switch had before and after (its cells'
--- SWITCH_VALUE, else the env file's SWITCH_VALUES), and whether its axis is
--- dead: an A/A run (one value on both sides), a screening root whose
--- switch changed no IR (screen_roots' axis), or a campaign whose own
--- screening root is one. Two roots' results are comparable only with the
--- same switch and values (../shared/ARTIFACTS.md, Across roots); a dead
--- axis is never part of a switch's history.
-CREATE VIEW root_switches AS
+-- Whether each root's axis is dead: an A/A run (one value on both sides,
+-- root_switches), a screening root whose switch changed no IR
+-- (screen_roots' axis), or a campaign whose own screening root
+-- (root_screens) is one; else live or unknown, as its screen says. Two
+-- roots' results are comparable only with the same switch and values
+-- (../shared/ARTIFACTS.md, Across roots); a dead axis is never part of a
+-- switch's history.
+CREATE VIEW root_axes AS
 WITH axes AS MATERIALIZED (  -- once per query: screen_roots judges every screening pair
     SELECT root_id, axis FROM screen_roots
-),
-named AS (
-    SELECT
-        r.id AS root_id,
-        r.kind,
-        coalesce(nullif(r.switch, ''), (
-            SELECT switch FROM cells WHERE root_id = r.id AND switch <> ''
-            GROUP BY switch ORDER BY count(*) DESC, switch LIMIT 1)) AS switch,
-        coalesce((
-            SELECT switch_value FROM cells WHERE root_id = r.id AND side = 'before' AND switch_value IS NOT NULL
-            GROUP BY switch_value ORDER BY count(*) DESC, switch_value LIMIT 1),
-            nullif(substr(json_extract(r.env, '$.SWITCH_VALUES'), 1,
-                          instr(json_extract(r.env, '$.SWITCH_VALUES') || ',', ',') - 1), '')) AS before_value,
-        coalesce((
-            SELECT switch_value FROM cells WHERE root_id = r.id AND side = 'after' AND switch_value IS NOT NULL
-            GROUP BY switch_value ORDER BY count(*) DESC, switch_value LIMIT 1),
-            nullif(substr(json_extract(r.env, '$.SWITCH_VALUES'),
-                          instr(json_extract(r.env, '$.SWITCH_VALUES') || ',', ',') + 1), '')) AS after_value
-    FROM roots r
 )
 SELECT
-    n.root_id,
-    n.switch,
-    n.before_value,
-    n.after_value,
+    w.root_id,
     CASE
-        WHEN n.before_value IS NOT NULL AND n.before_value = n.after_value THEN 'dead'
+        WHEN w.value_before IS NOT NULL AND w.value_before = w.value_after THEN 'dead'
         ELSE coalesce(
-            (SELECT axis FROM axes a WHERE a.root_id = n.root_id),
+            (SELECT axis FROM axes a WHERE a.root_id = w.root_id),
             (SELECT a.axis FROM root_screens o JOIN axes a ON a.root_id = o.screen_root_id
-             WHERE o.root_id = n.root_id),
+             WHERE o.root_id = w.root_id),
             'unknown')
     END AS axis
-FROM named n;
+FROM root_switches w;
 
 -- One operator across every root that measured it, in time order: a
 -- campaign's or repeat run's A/B range per shape (effect, interval,
 -- finding) and a screening pair's verdict with its labelled range (the
 -- noise floor for NO_IR_DIFF, indicative for IR_CHANGED: never a result),
--- with the switch its root tested, the switch's values and whether its
--- axis is dead (root_switches). `zlstore history` and the dashboard's
+-- with the switch its root tested, the switch's values (root_switches)
+-- and whether its axis is dead (root_axes). `zlstore history` and the dashboard's
 -- history chart read it: a series is one shape of one switch.
 CREATE VIEW op_history AS
 SELECT
@@ -1778,17 +1755,19 @@ SELECT
     r.effect, r.ci_low, r.ci_high, r.q_value, r.finding,
     NULL AS verdict, NULL AS range_label, r.min, r.median, r.max,
     r.caliber_id, r.root_id,
-    w.switch, w.before_value, w.after_value, w.axis
+    w.switch, w.value_before, w.value_after, x.axis
 FROM ab_ranges r
 JOIN root_times t ON t.root_id = r.root_id
 LEFT JOIN root_switches w ON w.root_id = r.root_id
+LEFT JOIN root_axes x ON x.root_id = r.root_id
 UNION ALL
 SELECT
     t.started_at, v.root, 'screen', v.op, v.dtype, NULL, 1,
     NULL, NULL, NULL, NULL, NULL,
     v.verdict, v.range_label, v.min, v.median, v.max,
     v.caliber_id, v.root_id,
-    w.switch, w.before_value, w.after_value, w.axis
+    w.switch, w.value_before, w.value_after, x.axis
 FROM verdicts v
 JOIN root_times t ON t.root_id = v.root_id
-LEFT JOIN root_switches w ON w.root_id = v.root_id;
+LEFT JOIN root_switches w ON w.root_id = v.root_id
+LEFT JOIN root_axes x ON x.root_id = v.root_id;

@@ -388,6 +388,8 @@ CREATE TABLE IF NOT EXISTS ab_range_rows (
     min REAL,
     median REAL,
     max REAL,
+    latency_before REAL,                -- the median over the paired rounds of a side's latency
+    latency_after REAL,                 -- (the benchmark's unit: ms), each round's the mean of its rows
     fallback INTEGER NOT NULL,
     fallback_rows INTEGER NOT NULL,
     cards INTEGER NOT NULL,
@@ -1402,6 +1404,9 @@ CROSS JOIN settings_now s;
 --     min_rounds; 'inconclusive' otherwise, with to_settle saying what
 --     would settle it (judging_settings holds q_max and min_effect).
 --   min, median, max: the range of the ratio over the paired rounds.
+--   latency_before, latency_after: each side's latency in the benchmark's
+--     unit (ms), the median over the paired rounds (a round's the mean of
+--     its rows of the shape): what the effect is the ratio of.
 --   noise_floor: the floor of the range's shape under its caliber on its
 --     machine (noise_floors; from its own screening root and the roots of
 --     its own known machine, never another's: ../shared/ARTIFACTS.md,
@@ -1424,7 +1429,7 @@ SELECT
     j.effect, j.ci_low, j.ci_high, j.p_value,
     j.q_value, j.finding, j.finding_position, j.to_settle,
     j.noise_floor, j.clears_floor, j.floor_note, j.floor_rows, j.floor_roots, j.q_max, j.min_effect,
-    j.min, j.median, j.max,
+    j.min, j.median, j.max, j.latency_before, j.latency_after,
     j.fallback, j.fallback_rows, j.rejected, j.rejected_reasons,
     j.log_mean, j.log_sd,
     j.cards, j.root_kind, j.caliber_id,
@@ -1653,7 +1658,7 @@ settled AS MATERIALIZED (
 )
 SELECT
     settled.range_rowid,
-    r.root_id, r.op, r.dtype, r.shape, r.caliber_id, r.rounds, r.min, r.median, r.max, r.fallback, r.fallback_rows, r.cards, r.rejected, r.rejected_reasons, r.log_mean, r.log_sd, r.effect, r.ci_low, r.ci_high, r.p_value, r.q_value, r.json_head, r.json_tail,
+    r.root_id, r.op, r.dtype, r.shape, r.caliber_id, r.rounds, r.min, r.median, r.max, r.latency_before, r.latency_after, r.fallback, r.fallback_rows, r.cards, r.rejected, r.rejected_reasons, r.log_mean, r.log_sd, r.effect, r.ci_low, r.ci_high, r.p_value, r.q_value, r.json_head, r.json_tail,
     settled.finding, settled.finding_position, settled.to_settle, settled.noise_floor, settled.clears_floor,
     settled.floor_note, settled.floor_rows, settled.floor_roots,
     -- the judged members between the kept ones, written as the fragments
@@ -1685,7 +1690,7 @@ WITH thresholds AS MATERIALIZED (
     SELECT q_max, min_effect FROM judging_settings
 )
 SELECT
-    r.rowid AS range_rowid, r.root_id, r.op, r.dtype, r.shape, r.caliber_id, r.rounds, r.min, r.median, r.max, r.fallback, r.fallback_rows, r.cards, r.rejected, r.rejected_reasons, r.log_mean, r.log_sd, r.effect, r.ci_low, r.ci_high, r.p_value, r.q_value, r.json_head, r.json_tail,
+    r.rowid AS range_rowid, r.root_id, r.op, r.dtype, r.shape, r.caliber_id, r.rounds, r.min, r.median, r.max, r.latency_before, r.latency_after, r.fallback, r.fallback_rows, r.cards, r.rejected, r.rejected_reasons, r.log_mean, r.log_sd, r.effect, r.ci_low, r.ci_high, r.p_value, r.q_value, r.json_head, r.json_tail,
     r.finding, r.finding_position, r.to_settle, r.noise_floor, r.clears_floor, r.floor_note,
     r.floor_rows, r.floor_roots,
     roots.name AS root, roots.kind AS root_kind, roots.path AS root_path, t.q_max, t.min_effect,
@@ -1697,7 +1702,7 @@ CROSS JOIN thresholds t
 WHERE r.judged IS NOT NULL AND (SELECT current FROM judging_basis)
 UNION ALL
 SELECT
-    u.range_rowid, u.root_id, u.op, u.dtype, u.shape, u.caliber_id, u.rounds, u.min, u.median, u.max, u.fallback, u.fallback_rows, u.cards, u.rejected, u.rejected_reasons, u.log_mean, u.log_sd, u.effect, u.ci_low, u.ci_high, u.p_value, u.q_value, u.json_head, u.json_tail,
+    u.range_rowid, u.root_id, u.op, u.dtype, u.shape, u.caliber_id, u.rounds, u.min, u.median, u.max, u.latency_before, u.latency_after, u.fallback, u.fallback_rows, u.cards, u.rejected, u.rejected_reasons, u.log_mean, u.log_sd, u.effect, u.ci_low, u.ci_high, u.p_value, u.q_value, u.json_head, u.json_tail,
     u.finding, u.finding_position, u.to_settle, u.noise_floor, u.clears_floor, u.floor_note,
     u.floor_rows, u.floor_roots,
     roots.name, roots.kind, roots.path, t.q_max, t.min_effect,
@@ -1705,6 +1710,35 @@ SELECT
 FROM ab_range_unjudged u
 JOIN roots ON roots.id = u.root_id AND roots.kind <> 'screen'
 CROSS JOIN thresholds t;
+
+-- Each root's switch and its before and after values: what its cells
+-- recorded (cell.env SWITCH_VALUE; several values ' | '-joined), else
+-- the root env file's SWITCH_VALUES=before,after (zlstore flaggems writes
+-- it), else NULL (unknown). `zlstore ab` and the report name the switch by
+-- them: "TRITON_F32_DEFAULT: ieee -> tf32".
+CREATE VIEW root_switches AS
+WITH given AS (  -- SWITCH_VALUES of the env file, where it names two
+    SELECT id, trim(substr(sv, 1, instr(sv, ',') - 1)) AS before, trim(substr(sv, instr(sv, ',') + 1)) AS after
+    FROM (SELECT id, CAST(json_extract(env, '$.SWITCH_VALUES') AS TEXT) AS sv FROM roots WHERE json_valid(env))
+    WHERE instr(sv, ',') > 0
+)
+SELECT
+    roots.id AS root_id,
+    roots.name AS root,
+    roots.kind,
+    coalesce(roots.switch, (SELECT min(switch) FROM cells WHERE cells.root_id = roots.id)) AS switch,
+    coalesce(
+        (SELECT group_concat(value, ' | ') FROM (
+            SELECT DISTINCT switch_value AS value FROM cells
+            WHERE cells.root_id = roots.id AND side = 'before' AND switch_value IS NOT NULL ORDER BY value)),
+        nullif(given.before, '')) AS value_before,
+    coalesce(
+        (SELECT group_concat(value, ' | ') FROM (
+            SELECT DISTINCT switch_value AS value FROM cells
+            WHERE cells.root_id = roots.id AND side = 'after' AND switch_value IS NOT NULL ORDER BY value)),
+        nullif(given.after, '')) AS value_after
+FROM roots
+LEFT JOIN given ON given.id = roots.id;
 
 -- When a root ran: its env file's STARTED_AT, else its first cell's, else
 -- when it was ingested. The order `zlstore history` reads roots in.
@@ -1718,58 +1752,35 @@ SELECT
              roots.ingested_at) AS started_at
 FROM roots;
 
--- What each root tested: its switch (the env file's SWITCH, else its
--- cells'), the value the switch had before and after (its cells'
--- SWITCH_VALUE, else the env file's SWITCH_VALUES), and whether its axis is
--- dead: an A/A run (one value on both sides), a screening root whose
--- switch changed no IR (screen_roots' axis), or a campaign whose own
--- screening root is one. Two roots' results are comparable only with the
--- same switch and values (../shared/ARTIFACTS.md, Across roots); a dead
--- axis is never part of a switch's history.
-CREATE VIEW root_switches AS
+-- Whether each root's axis is dead: an A/A run (one value on both sides,
+-- root_switches), a screening root whose switch changed no IR
+-- (screen_roots' axis), or a campaign whose own screening root
+-- (root_screens) is one; else live or unknown, as its screen says. Two
+-- roots' results are comparable only with the same switch and values
+-- (../shared/ARTIFACTS.md, Across roots); a dead axis is never part of a
+-- switch's history.
+CREATE VIEW root_axes AS
 WITH axes AS MATERIALIZED (  -- once per query: screen_roots judges every screening pair
     SELECT root_id, axis FROM screen_roots
-),
-named AS (
-    SELECT
-        r.id AS root_id,
-        r.kind,
-        coalesce(nullif(r.switch, ''), (
-            SELECT switch FROM cells WHERE root_id = r.id AND switch <> ''
-            GROUP BY switch ORDER BY count(*) DESC, switch LIMIT 1)) AS switch,
-        coalesce((
-            SELECT switch_value FROM cells WHERE root_id = r.id AND side = 'before' AND switch_value IS NOT NULL
-            GROUP BY switch_value ORDER BY count(*) DESC, switch_value LIMIT 1),
-            nullif(substr(json_extract(r.env, '$.SWITCH_VALUES'), 1,
-                          instr(json_extract(r.env, '$.SWITCH_VALUES') || ',', ',') - 1), '')) AS before_value,
-        coalesce((
-            SELECT switch_value FROM cells WHERE root_id = r.id AND side = 'after' AND switch_value IS NOT NULL
-            GROUP BY switch_value ORDER BY count(*) DESC, switch_value LIMIT 1),
-            nullif(substr(json_extract(r.env, '$.SWITCH_VALUES'),
-                          instr(json_extract(r.env, '$.SWITCH_VALUES') || ',', ',') + 1), '')) AS after_value
-    FROM roots r
 )
 SELECT
-    n.root_id,
-    n.switch,
-    n.before_value,
-    n.after_value,
+    w.root_id,
     CASE
-        WHEN n.before_value IS NOT NULL AND n.before_value = n.after_value THEN 'dead'
+        WHEN w.value_before IS NOT NULL AND w.value_before = w.value_after THEN 'dead'
         ELSE coalesce(
-            (SELECT axis FROM axes a WHERE a.root_id = n.root_id),
+            (SELECT axis FROM axes a WHERE a.root_id = w.root_id),
             (SELECT a.axis FROM root_screens o JOIN axes a ON a.root_id = o.screen_root_id
-             WHERE o.root_id = n.root_id),
+             WHERE o.root_id = w.root_id),
             'unknown')
     END AS axis
-FROM named n;
+FROM root_switches w;
 
 -- One operator across every root that measured it, in time order: a
 -- campaign's or repeat run's A/B range per shape (effect, interval,
 -- finding) and a screening pair's verdict with its labelled range (the
 -- noise floor for NO_IR_DIFF, indicative for IR_CHANGED: never a result),
--- with the switch its root tested, the switch's values and whether its
--- axis is dead (root_switches). `zlstore history` and the dashboard's
+-- with the switch its root tested, the switch's values (root_switches)
+-- and whether its axis is dead (root_axes). `zlstore history` and the dashboard's
 -- history chart read it: a series is one shape of one switch.
 CREATE VIEW op_history AS
 SELECT
@@ -1777,20 +1788,22 @@ SELECT
     r.effect, r.ci_low, r.ci_high, r.q_value, r.finding,
     NULL AS verdict, NULL AS range_label, r.min, r.median, r.max,
     r.caliber_id, r.root_id,
-    w.switch, w.before_value, w.after_value, w.axis
+    w.switch, w.value_before, w.value_after, x.axis
 FROM ab_ranges r
 JOIN root_times t ON t.root_id = r.root_id
 LEFT JOIN root_switches w ON w.root_id = r.root_id
+LEFT JOIN root_axes x ON x.root_id = r.root_id
 UNION ALL
 SELECT
     t.started_at, v.root, 'screen', v.op, v.dtype, NULL, 1,
     NULL, NULL, NULL, NULL, NULL,
     v.verdict, v.range_label, v.min, v.median, v.max,
     v.caliber_id, v.root_id,
-    w.switch, w.before_value, w.after_value, w.axis
+    w.switch, w.value_before, w.value_after, x.axis
 FROM verdicts v
 JOIN root_times t ON t.root_id = v.root_id
-LEFT JOIN root_switches w ON w.root_id = v.root_id;
+LEFT JOIN root_switches w ON w.root_id = v.root_id
+LEFT JOIN root_axes x ON x.root_id = v.root_id;
 
 -- ===== derive: the scratch tables (pairing.SETUP, ranges.SETUP) =====
 CREATE TEMP TABLE IF NOT EXISTS ab_rounds_now (root_id, card, repeat_dir, cell_op, cell_dtype, round, before_cell_id, after_cell_id, before_caliber_id, after_caliber_id, before_claims, after_claims, before_copies, after_copies);
@@ -1987,13 +2000,14 @@ DELETE FROM ab_range_rows WHERE rowid IN (
          AND g.shape = k.shape);
 
 INSERT INTO ab_range_rows (
-            root_id, op, dtype, shape, caliber_id, rounds, min, median, max,
+            root_id, op, dtype, shape, caliber_id, rounds, min, median, max, latency_before, latency_after,
             fallback, fallback_rows, cards, rejected, rejected_reasons, log_mean, log_sd,
             effect, ci_low, ci_high, p_value, json_head, json_tail)
         WITH keyed AS MATERIALIZED (
             SELECT k.key_id, s.root_id, s.card, s.repeat_dir, s.cell_op, s.cell_dtype, s.round, s.reason,
                    s.before_caliber_id AS caliber_id,
                    CASE WHEN s.reason IS NULL THEN s.latency_before / s.latency_after END AS ratio,
+                   s.latency_before, s.latency_after,
                    max(s.before_fallback, s.after_fallback) AS fallback
             FROM temp.ab_keys_unique k
             JOIN roots ON roots.id = k.root_id AND roots.kind <> 'screen'
@@ -2006,6 +2020,7 @@ INSERT INTO ab_range_rows (
         -- the rounds' ratios.
         per_round AS (
             SELECT key_id, caliber_id, card, avg(ln(ratio)) AS round_log, max(fallback) AS fallback,
+                   avg(latency_before) AS round_before, avg(latency_after) AS round_after,
                    sum(fallback) AS fallback_rows
             FROM keyed WHERE reason IS NULL
             GROUP BY key_id, caliber_id, root_id, card, repeat_dir, cell_op, cell_dtype, round
@@ -2013,6 +2028,7 @@ INSERT INTO ab_range_rows (
         ranges AS (
             SELECT key_id, caliber_id, count(*) AS rounds, exp(min(round_log)) AS min,
                 median(exp(round_log)) AS median, exp(max(round_log)) AS max, max(fallback) AS fallback,
+                median(round_before) AS latency_before, median(round_after) AS latency_after,
                 sum(fallback_rows) AS fallback_rows, count(DISTINCT card) AS cards, avg(round_log) AS log_mean,
                 CASE WHEN count(*) > 1 THEN sqrt(max(0.0,
                     (sum(round_log * round_log) - count(*) * avg(round_log) * avg(round_log)) / (count(*) - 1)))
@@ -2032,7 +2048,8 @@ INSERT INTO ab_range_rows (
                    t_test_p(g.log_mean, g.log_sd, g.rounds) AS p_value
             FROM (
                 SELECT k.root_id, k.op, k.dtype, k.shape, ranges.caliber_id, ranges.rounds,
-                       ranges.min, ranges.median, ranges.max, ranges.fallback, ranges.fallback_rows, ranges.cards,
+                       ranges.min, ranges.median, ranges.max, ranges.latency_before, ranges.latency_after,
+                       ranges.fallback, ranges.fallback_rows, ranges.cards,
                        coalesce(rejected.rejected, 0) AS rejected, rejected.rejected_reasons,
                        ranges.log_mean, ranges.log_sd
                 FROM ranges
@@ -2040,7 +2057,7 @@ INSERT INTO ab_range_rows (
                 LEFT JOIN rejected ON rejected.key_id = ranges.key_id
                 UNION ALL
                 SELECT k.root_id, k.op, k.dtype, k.shape, NULL, 0,
-                       NULL, NULL, NULL, 0, 0, 0, rejected.rejected, rejected.rejected_reasons, NULL, NULL
+                       NULL, NULL, NULL, NULL, NULL, 0, 0, 0, rejected.rejected, rejected.rejected_reasons, NULL, NULL
                 FROM rejected
                 JOIN temp.ab_keys_unique k ON k.key_id = rejected.key_id
                 WHERE NOT EXISTS (SELECT 1 FROM keyed WHERE keyed.key_id = rejected.key_id AND keyed.reason IS NULL)
@@ -2051,10 +2068,10 @@ INSERT INTO ab_range_rows (
             FROM tested t
         )
         SELECT b.root_id, b.op, b.dtype, b.shape, b.caliber_id, b.rounds, b.min, b.median, b.max,
-            b.fallback, b.fallback_rows, b.cards, b.rejected, b.rejected_reasons, b.log_mean, b.log_sd,
+            b.latency_before, b.latency_after, b.fallback, b.fallback_rows, b.cards, b.rejected, b.rejected_reasons, b.log_mean, b.log_sd,
             b.effect, b.ci_low, b.ci_high, b.p_value,
             '"root": ' || json_quote(roots.name) || ', ' || '"op": ' || json_quote(b.op) || ', ' || '"dtype": ' || json_quote(b.dtype) || ', ' || '"shape": ' || json_quote(b.shape) || ', ' || '"rounds": ' || json_quote(b.rounds) || ', ' || '"effect": ' || json_quote(b.effect) || ', ' || '"ci_low": ' || json_quote(b.ci_low) || ', ' || '"ci_high": ' || json_quote(b.ci_high) || ', ' || '"p_value": ' || json_quote(b.p_value),
-            '"min": ' || json_quote(b.min) || ', ' || '"median": ' || json_quote(b.median) || ', ' || '"max": ' || json_quote(b.max) || ', ' || '"fallback": ' || json_quote(b.fallback) || ', ' || '"fallback_rows": ' || json_quote(b.fallback_rows) || ', ' || '"rejected": ' || json_quote(b.rejected) || ', ' || '"rejected_reasons": ' || json_quote(b.rejected_reasons) || ', ' || '"log_mean": ' || json_quote(b.log_mean) || ', ' || '"log_sd": ' || json_quote(b.log_sd) || ', ' || '"cards": ' || json_quote(b.cards) || ', ' || '"root_kind": ' || json_quote(roots.kind) || ', ' || '"caliber_id": ' || json_quote(b.caliber_id) || ', ' || '"backend": ' || json_quote(calibers.backend) || ', ' || '"bench_level": ' || json_quote(calibers.bench_level) || ', ' || '"cudagraph": ' || json_quote(calibers.cudagraph) || ', ' || '"isolate_tuner_cache": ' || json_quote(calibers.isolate_tuner_cache) || ', ' || '"direct_repeat": ' || json_quote(calibers.direct_repeat) || ', ' || '"shape_mode": ' || json_quote(calibers.shape_mode) || ', ' || '"flagtune": ' || json_quote(calibers.flagtune) || ', ' || '"root_id": ' || json_quote(b.root_id)
+            '"min": ' || json_quote(b.min) || ', ' || '"median": ' || json_quote(b.median) || ', ' || '"max": ' || json_quote(b.max) || ', ' || '"latency_before": ' || json_quote(b.latency_before) || ', ' || '"latency_after": ' || json_quote(b.latency_after) || ', ' || '"fallback": ' || json_quote(b.fallback) || ', ' || '"fallback_rows": ' || json_quote(b.fallback_rows) || ', ' || '"rejected": ' || json_quote(b.rejected) || ', ' || '"rejected_reasons": ' || json_quote(b.rejected_reasons) || ', ' || '"log_mean": ' || json_quote(b.log_mean) || ', ' || '"log_sd": ' || json_quote(b.log_sd) || ', ' || '"cards": ' || json_quote(b.cards) || ', ' || '"root_kind": ' || json_quote(roots.kind) || ', ' || '"caliber_id": ' || json_quote(b.caliber_id) || ', ' || '"backend": ' || json_quote(calibers.backend) || ', ' || '"bench_level": ' || json_quote(calibers.bench_level) || ', ' || '"cudagraph": ' || json_quote(calibers.cudagraph) || ', ' || '"isolate_tuner_cache": ' || json_quote(calibers.isolate_tuner_cache) || ', ' || '"direct_repeat": ' || json_quote(calibers.direct_repeat) || ', ' || '"shape_mode": ' || json_quote(calibers.shape_mode) || ', ' || '"flagtune": ' || json_quote(calibers.flagtune) || ', ' || '"root_id": ' || json_quote(b.root_id)
         FROM bounded b
         JOIN roots ON roots.id = b.root_id
         LEFT JOIN calibers ON calibers.id = b.caliber_id;
