@@ -1308,11 +1308,11 @@ WHERE rule = (SELECT current_rule FROM judging_settings);
 CREATE VIEW noise_floors AS
 WITH pooled AS (
     SELECT f.op, f.dtype, f.shape, f.caliber_id, f.machine,
-           CASE WHEN f.machine IS NULL THEN f.root_id END AS unknown_root,
            sum(f.n) AS n, max(f.floor) AS floor, sum(f.fallback_rows) AS fallback_rows,
-           count(*) AS n_roots, f.rule
-    FROM noise_floor_rows f
-    WHERE f.rule = (SELECT current_rule FROM judging_settings)
+           count(*) AS n_roots, group_concat(f.name, ',') AS roots, f.rule
+    FROM (SELECT o.*, roots.name FROM noise_floor_rows o JOIN roots ON roots.id = o.root_id
+          WHERE o.rule = (SELECT current_rule FROM judging_settings)
+          ORDER BY roots.name) f  -- the roots named in the same order in every store
     GROUP BY f.op, f.dtype, f.shape, f.caliber_id, f.machine, CASE WHEN f.machine IS NULL THEN f.root_id END
 )
 SELECT
@@ -1325,12 +1325,7 @@ SELECT
     json_extract(p.machine, '$[2]') AS runtime,
     p.n,
     p.floor,
-    (SELECT group_concat(name, ',') FROM (  -- by name: the same text in every store
-        SELECT roots.name FROM noise_floor_rows o JOIN roots ON roots.id = o.root_id
-        WHERE o.rule = p.rule AND o.op IS p.op AND o.dtype IS p.dtype AND o.shape = p.shape
-          AND o.caliber_id = p.caliber_id AND o.machine IS p.machine
-          AND (p.unknown_root IS NULL OR o.root_id = p.unknown_root)
-        ORDER BY roots.name)) AS roots,
+    p.roots,
     p.n_roots,
     (SELECT range_label FROM verdict_kinds WHERE verdict = 'NO_IR_DIFF') AS label,
     p.fallback_rows,
@@ -1520,18 +1515,32 @@ floor_sources AS MATERIALIZED (
        OR (f.root_id = j.screen_root_id AND (f.machine IS NULL OR j.machine IS NULL OR f.machine = j.machine))
 ),
 -- A range's floor: its shape's under its caliber, over those sources, with
--- the rows it rests on (the screening roots: finding_inputs).
+-- the rows and the screening roots (by name, in order) it rests on.
 range_floors AS MATERIALIZED (
-    SELECT unjudged.range_rowid, max(f.floor) AS floor, sum(f.n) AS n
-    FROM unjudged
-    CROSS JOIN ab_range_rows r ON r.rowid = unjudged.range_rowid
-    CROSS JOIN noise_floor_rows f
-        ON f.rule = (SELECT current_rule FROM judging_settings)
-       AND f.op IS r.op AND f.dtype IS r.dtype AND f.shape = r.shape AND f.caliber_id = r.caliber_id
-    JOIN floor_sources src
-        ON src.root_id = r.root_id AND src.source_root_id = f.root_id AND src.machine IS f.machine
-    GROUP BY unjudged.range_rowid
+    SELECT range_rowid, max(floor) AS floor, sum(n) AS n, group_concat(name, ',') AS roots
+    FROM (
+        SELECT unjudged.range_rowid, f.floor, f.n, roots.name
+        FROM unjudged
+        CROSS JOIN ab_range_rows r ON r.rowid = unjudged.range_rowid
+        CROSS JOIN noise_floor_rows f
+            ON f.rule = (SELECT current_rule FROM judging_settings)
+           AND f.op IS r.op AND f.dtype IS r.dtype AND f.shape = r.shape AND f.caliber_id = r.caliber_id
+        JOIN floor_sources src
+            ON src.root_id = r.root_id AND src.source_root_id = f.root_id AND src.machine IS f.machine
+        JOIN roots ON roots.id = f.root_id
+        ORDER BY unjudged.range_rowid, roots.name
+    )
+    GROUP BY range_rowid
 ),
+-- The row the finding's CASE reads (names.FINDING_INPUTS): a range to
+-- judge, with the thresholds beside it. rounds: its paired rounds; ci_low,
+-- ci_high: its effect's 95% interval (NULL under min_rounds); q_value: its
+-- p-value adjusted over the root's tested ranges; q_max: the
+-- false-discovery rate a finding is held to; min_effect: the smallest
+-- change worth a finding, as a fraction; min_rounds: fewer paired rounds
+-- get no test. Beside them, what the judgement shows with the finding:
+-- the noise floor of the range's shape and caliber on its machine, and
+-- whether the range clears it.
 finding_inputs AS NOT MATERIALIZED (  -- read where judged reads it, not copied first
     SELECT
         r.rounds, r.ci_low, r.ci_high, r.q_value,
@@ -1540,17 +1549,7 @@ finding_inputs AS NOT MATERIALIZED (  -- read where judged reads it, not copied 
         t.thresholds_json,
         floors.floor AS noise_floor,
         floors.n AS floor_rows,
-        CASE WHEN floors.floor IS NOT NULL THEN (  -- the screening roots, by name: the same text in every store
-            SELECT group_concat(name, ',') FROM (
-                SELECT DISTINCT roots.name
-                FROM noise_floor_rows f
-                JOIN floor_sources src
-                    ON src.root_id = r.root_id AND src.source_root_id = f.root_id AND src.machine IS f.machine
-                JOIN roots ON roots.id = f.root_id
-                WHERE f.rule = (SELECT current_rule FROM judging_settings)
-                  AND f.op IS r.op AND f.dtype IS r.dtype AND f.shape = r.shape AND f.caliber_id = r.caliber_id
-                ORDER BY roots.name))
-        END AS floor_roots,
+        floors.roots AS floor_roots,
         CASE WHEN floors.floor IS NOT NULL THEN (r.min > 1 + floors.floor OR r.max < 1 - floors.floor) END AS clears_floor
     FROM unjudged
     CROSS JOIN ab_range_rows r ON r.rowid = unjudged.range_rowid
@@ -1711,35 +1710,6 @@ FROM ab_range_unjudged u
 JOIN roots ON roots.id = u.root_id AND roots.kind <> 'screen'
 CROSS JOIN thresholds t;
 
--- Each root's switch and its before and after values: what its cells
--- recorded (cell.env SWITCH_VALUE; several values ' | '-joined), else
--- the root env file's SWITCH_VALUES=before,after (zlstore flaggems writes
--- it), else NULL (unknown). `zlstore ab` and the report name the switch by
--- them: "TRITON_F32_DEFAULT: ieee -> tf32".
-CREATE VIEW root_switches AS
-WITH given AS (  -- SWITCH_VALUES of the env file, where it names two
-    SELECT id, trim(substr(sv, 1, instr(sv, ',') - 1)) AS before, trim(substr(sv, instr(sv, ',') + 1)) AS after
-    FROM (SELECT id, CAST(json_extract(env, '$.SWITCH_VALUES') AS TEXT) AS sv FROM roots WHERE json_valid(env))
-    WHERE instr(sv, ',') > 0
-)
-SELECT
-    roots.id AS root_id,
-    roots.name AS root,
-    roots.kind,
-    coalesce(roots.switch, (SELECT min(switch) FROM cells WHERE cells.root_id = roots.id)) AS switch,
-    coalesce(
-        (SELECT group_concat(value, ' | ') FROM (
-            SELECT DISTINCT switch_value AS value FROM cells
-            WHERE cells.root_id = roots.id AND side = 'before' AND switch_value IS NOT NULL ORDER BY value)),
-        nullif(given.before, '')) AS value_before,
-    coalesce(
-        (SELECT group_concat(value, ' | ') FROM (
-            SELECT DISTINCT switch_value AS value FROM cells
-            WHERE cells.root_id = roots.id AND side = 'after' AND switch_value IS NOT NULL ORDER BY value)),
-        nullif(given.after, '')) AS value_after
-FROM roots
-LEFT JOIN given ON given.id = roots.id;
-
 -- When a root ran: its env file's STARTED_AT, else its first cell's, else
 -- when it was ingested. The order `zlstore history` reads roots in.
 CREATE VIEW root_times AS
@@ -1752,35 +1722,64 @@ SELECT
              roots.ingested_at) AS started_at
 FROM roots;
 
--- Whether each root's axis is dead: an A/A run (one value on both sides,
--- root_switches), a screening root whose switch changed no IR
--- (screen_roots' axis), or a campaign whose own screening root
--- (root_screens) is one; else live or unknown, as its screen says. Two
--- roots' results are comparable only with the same switch and values
--- (../shared/ARTIFACTS.md, Across roots); a dead axis is never part of a
--- switch's history.
-CREATE VIEW root_axes AS
+-- What each root tested: its switch (the env file's SWITCH, else its
+-- cells'), the value the switch had before and after (its cells'
+-- SWITCH_VALUE, else the env file's SWITCH_VALUES), and whether its axis is
+-- dead: an A/A run (one value on both sides; cells that recorded several
+-- values give them ' | '-joined), a screening root whose
+-- switch changed no IR (screen_roots' axis), or a campaign whose own
+-- screening root is one. Two roots' results are comparable only with the
+-- same switch and values (../shared/ARTIFACTS.md, Across roots); a dead
+-- axis is never part of a switch's history.
+CREATE VIEW root_switches AS
 WITH axes AS MATERIALIZED (  -- once per query: screen_roots judges every screening pair
     SELECT root_id, axis FROM screen_roots
+),
+named AS (
+    SELECT
+        r.id AS root_id,
+        r.name AS root,
+        r.kind,
+        coalesce(nullif(r.switch, ''), (
+            SELECT switch FROM cells WHERE root_id = r.id AND switch <> ''
+            GROUP BY switch ORDER BY count(*) DESC, switch LIMIT 1)) AS switch,
+        coalesce((
+            SELECT group_concat(switch_value, ' | ') FROM (
+                SELECT DISTINCT switch_value FROM cells
+                WHERE root_id = r.id AND side = 'before' AND switch_value IS NOT NULL ORDER BY switch_value)),
+            nullif(substr(json_extract(r.env, '$.SWITCH_VALUES'), 1,
+                          instr(json_extract(r.env, '$.SWITCH_VALUES') || ',', ',') - 1), '')) AS before_value,
+        coalesce((
+            SELECT group_concat(switch_value, ' | ') FROM (
+                SELECT DISTINCT switch_value FROM cells
+                WHERE root_id = r.id AND side = 'after' AND switch_value IS NOT NULL ORDER BY switch_value)),
+            nullif(substr(json_extract(r.env, '$.SWITCH_VALUES'),
+                          instr(json_extract(r.env, '$.SWITCH_VALUES') || ',', ',') + 1), '')) AS after_value
+    FROM roots r
 )
 SELECT
-    w.root_id,
+    n.root_id,
+    n.root,
+    n.kind,
+    n.switch,
+    n.before_value,
+    n.after_value,
     CASE
-        WHEN w.value_before IS NOT NULL AND w.value_before = w.value_after THEN 'dead'
+        WHEN n.before_value IS NOT NULL AND n.before_value = n.after_value THEN 'dead'
         ELSE coalesce(
-            (SELECT axis FROM axes a WHERE a.root_id = w.root_id),
+            (SELECT axis FROM axes a WHERE a.root_id = n.root_id),
             (SELECT a.axis FROM root_screens o JOIN axes a ON a.root_id = o.screen_root_id
-             WHERE o.root_id = w.root_id),
+             WHERE o.root_id = n.root_id),
             'unknown')
     END AS axis
-FROM root_switches w;
+FROM named n;
 
 -- One operator across every root that measured it, in time order: a
 -- campaign's or repeat run's A/B range per shape (effect, interval,
 -- finding) and a screening pair's verdict with its labelled range (the
 -- noise floor for NO_IR_DIFF, indicative for IR_CHANGED: never a result),
--- with the switch its root tested, the switch's values (root_switches)
--- and whether its axis is dead (root_axes). `zlstore history` and the dashboard's
+-- with the switch its root tested, the switch's values and whether its
+-- axis is dead (root_switches). `zlstore history` and the dashboard's
 -- history chart read it: a series is one shape of one switch.
 CREATE VIEW op_history AS
 SELECT
@@ -1788,22 +1787,20 @@ SELECT
     r.effect, r.ci_low, r.ci_high, r.q_value, r.finding,
     NULL AS verdict, NULL AS range_label, r.min, r.median, r.max,
     r.caliber_id, r.root_id,
-    w.switch, w.value_before, w.value_after, x.axis
+    w.switch, w.before_value, w.after_value, w.axis
 FROM ab_ranges r
 JOIN root_times t ON t.root_id = r.root_id
 LEFT JOIN root_switches w ON w.root_id = r.root_id
-LEFT JOIN root_axes x ON x.root_id = r.root_id
 UNION ALL
 SELECT
     t.started_at, v.root, 'screen', v.op, v.dtype, NULL, 1,
     NULL, NULL, NULL, NULL, NULL,
     v.verdict, v.range_label, v.min, v.median, v.max,
     v.caliber_id, v.root_id,
-    w.switch, w.value_before, w.value_after, x.axis
+    w.switch, w.before_value, w.after_value, w.axis
 FROM verdicts v
 JOIN root_times t ON t.root_id = v.root_id
-LEFT JOIN root_switches w ON w.root_id = v.root_id
-LEFT JOIN root_axes x ON x.root_id = v.root_id;
+LEFT JOIN root_switches w ON w.root_id = v.root_id;
 
 -- ===== derive: the scratch tables (pairing.SETUP, ranges.SETUP) =====
 CREATE TEMP TABLE IF NOT EXISTS ab_rounds_now (root_id, card, repeat_dir, cell_op, cell_dtype, round, before_cell_id, after_cell_id, before_caliber_id, after_caliber_id, before_claims, after_claims, before_copies, after_copies);

@@ -58,8 +58,8 @@ def test_ab_and_the_report_name_the_switch_with_its_values(real_store, tmp_path)
         {
             "root": "campaign_20261130_030313",
             "switch": "TRITON_F32_DEFAULT",
-            "value_before": "ieee",
-            "value_after": "tf32",
+            "before_value": "ieee",
+            "after_value": "tf32",
         }
     ]
     out = tmp_path / "r.md"

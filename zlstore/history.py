@@ -144,7 +144,7 @@ def history(
                     "root": row["root"],
                     "kind": row["kind"],
                     "started_at": row["started_at"],
-                    "switch": {"name": row["switch"], "before": row["value_before"], "after": row["value_after"]},
+                    "switch": {"name": row["switch"], "before": row["before_value"], "after": row["after_value"]},
                     "axis": row["axis"],
                     "environment": _main_environment(environments.get(row["root_id"], [])),
                     "caliber": calibers.get(row["caliber_id"]),

@@ -441,7 +441,7 @@ def ab_summary(store, root=None, ops=None, findings=None) -> dict:
     }
     summary = _ab_summary(counted, judging_settings(store))
     summary["switches"] = [  # the switch of each root shown, by its values (ieee -> tf32)
-        {k: row[k] for k in ("root", "switch", "value_before", "value_after")}
+        {k: row[k] for k in ("root", "switch", "before_value", "after_value")}
         for row in root_switches(store, root).values()
         if row["kind"] != "screen"
     ]
@@ -645,9 +645,11 @@ def root_environments(store, root=None) -> Dict[int, List[dict]]:
 
 def root_switches(store, root=None) -> Dict[int, dict]:
     """Per root id: its switch and the switch's values before and after
-    (the view root_switches; a value None where no cell or env file says)."""
+    (the view root_switches; a value None where no cell or env file says).
+    Not its axis: that judges every screening pair of the store."""
     where, params = _root_clause(store, root)
-    return {row["root_id"]: row for row in _rows(store, f"SELECT * FROM root_switches WHERE 1{where}", params)}
+    columns = "root_id, root, kind, switch, before_value, after_value"
+    return {row["root_id"]: row for row in _rows(store, f"SELECT {columns} FROM root_switches WHERE 1{where}", params)}
 
 
 def root_names(store) -> Dict[int, str]:

@@ -337,7 +337,7 @@ def switch_text(row: Optional[Mapping]) -> str:
     if not row:
         return "(unknown switch)"
     name = row.get("switch") or "(unnamed switch)"
-    before, after = row.get("value_before"), row.get("value_after")
+    before, after = row.get("before_value"), row.get("after_value")
     if before is None and after is None:
         return f"{name}: values not recorded"
     return f"{name}: {before if before is not None else '?'} -> {after if after is not None else '?'}"
