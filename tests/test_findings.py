@@ -238,9 +238,10 @@ def test_findings_come_first_and_the_summary_counts_them(tmp_path):
         store.ingest(tmp_path / "runs")
     result = invoke(db, "ab")
     lines = [line for line in result.stdout.splitlines() if not line.startswith("    ")]  # notes below rows
-    assert lines[1] == "  ran on: unknown (its cells record no environment)"
-    at = lines[2].index("finding")
-    findings = [line[at : at + len("too few rounds")].strip() for line in lines[4:11]]
+    header = next(i for i, line in enumerate(lines) if line.startswith("op "))
+    assert "  ran on: unknown (its cells record no environment)" in lines[1:header]
+    at = lines[header].index("finding")
+    findings = [line[at : at + len("too few rounds")].strip() for line in lines[header + 2 : header + 9]]
     assert findings == ["faster", "faster", "no change", "no change", "inconclusive", "inconclusive", "inconclusive"]
     assert "2 faster, 0 slower, 2 no change, 3 inconclusive, 0 too few rounds" in lines[-1]
 
