@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from . import db as dbmod
-from . import files, irdiff, judge, layout, output, report, ttgir
+from . import files, interrupts, irdiff, judge, layout, output, report, ttgir
 from . import history as historymod
 from . import plan as planmod
 from .plan import MAX_CARDS
@@ -76,6 +76,9 @@ class ZlstoreGroup(click.Group):
     with Python's status 1."""
 
     def invoke(self, ctx):
+        # the command line, for what Ctrl-C says to run again (click 8.2 renamed protected_args)
+        protected = getattr(ctx, "_protected_args", None)
+        words = [*(ctx.protected_args if protected is None else protected), *ctx.args]
         with dbmod.interruptible():
             try:
                 try:
@@ -83,7 +86,7 @@ class ZlstoreGroup(click.Group):
                 finally:
                     sys.stdout.flush()  # a write error on stdout (a full disk) shows here, not at exit
             except KeyboardInterrupt:
-                _interrupted()
+                _interrupted(words)
             except BrokenPipeError:
                 _quiet_stdout()
                 sys.exit(EXIT_BROKEN_PIPE)
@@ -99,14 +102,14 @@ class ZlstoreGroup(click.Group):
                 sys.exit(EXIT_USAGE)
             except Exception as error:
                 if dbmod.interrupted(error):  # Ctrl-C inside SQLite, or inside one of zlstore's SQL functions
-                    _interrupted()
+                    _interrupted(words)
                 if isinstance(error, sqlite3.DatabaseError) and dbmod.is_environment_error(error):
                     raise Fault(f"SQLite: {error}") from None
                 _internal(error)
 
 
-def _interrupted():
-    click.echo("interrupted", err=True)
+def _interrupted(words):
+    click.echo(output.for_terminal(interrupts.interrupted_text(words)), err=True)
     sys.exit(EXIT_INTERRUPTED)
 
 
