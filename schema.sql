@@ -1424,7 +1424,7 @@ notes AS MATERIALIZED (
             WHEN NOT EXISTS (SELECT 1 FROM noise_floor_rows o  -- the common case: an index probe
                              WHERE o.rule = (SELECT current_rule FROM judging_settings)
                                AND o.op IS lacking.op AND o.dtype IS lacking.dtype)
-                THEN 'none: no NO_IR_DIFF pair screened'
+                THEN 'none: no screened pair of the op kept its IR (NO_IR_DIFF) to measure its noise'
             ELSE coalesce((
             SELECT 'none under this caliber; ' || group_concat(other, '; ')
             FROM (
@@ -1439,7 +1439,7 @@ notes AS MATERIALIZED (
                 ORDER BY other  -- the same text in every store, whatever its caliber ids
             )
             HAVING count(*) > 0
-        ), 'none: no NO_IR_DIFF pair screened') END AS floor_note
+        ), 'none: no screened pair of the op kept its IR (NO_IR_DIFF) to measure its noise') END AS floor_note
     FROM (SELECT DISTINCT op, dtype, caliber_id FROM judged WHERE noise_floor IS NULL AND rounds > 0) lacking
 ),
 settled AS MATERIALIZED (
@@ -1466,9 +1466,20 @@ settled AS MATERIALIZED (
                     WHEN judged.log_sd IS NULL THEN 'no test: a ratio of the rounds is not a finite number'
                     WHEN judged.log_sd = 0
                         THEN 'the rounds agree exactly, at the minimum effect: more rounds would not settle it'
+                    -- the cause a reader can see: a round timed only a few
+                    -- times (direct_repeat, a caliber field) varies with each
+                    -- timing; otherwise the card itself is noisy
+                    WHEN (needed IS NULL OR needed > 30)
+                         AND CAST((SELECT c.direct_repeat FROM calibers c WHERE c.id = judged.caliber_id) AS INTEGER)
+                             BETWEEN 1 AND 9
+                        THEN 'steadier rounds: a round varies by about '
+                             || printf('%.1f%%', 100 * (exp(judged.log_sd) - 1))
+                             || ', each timed only ' || (SELECT c.direct_repeat FROM calibers c WHERE c.id = judged.caliber_id)
+                             || 'x (direct_repeat): a larger ZL_DIRECT_REPEAT, more than 30 rounds otherwise'
                     WHEN needed IS NULL OR needed > 30
                         THEN 'a quieter card: a round varies by about '
                              || printf('%.1f%%', 100 * (exp(judged.log_sd) - 1))
+                             || ', too much for 30 rounds to settle'
                     ELSE 'more rounds: at least ' || max(needed, judged.rounds + 1) || ' in all'
                 END
                 FROM (SELECT CAST(ceil(

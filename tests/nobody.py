@@ -80,8 +80,9 @@ def _readable_copy() -> Path:
                 target,
                 copy_function=_link_or_copy,
                 dirs_exist_ok=True,
-                ignore=lambda _, names: [n for n in names if n in _NOT_COPIED or n.startswith("__editable__")]
-                + ["zlstore"],
+                ignore=lambda _, names: (
+                    [n for n in names if n in _NOT_COPIED or n.startswith("__editable__")] + ["zlstore"]
+                ),
             )
     shutil.copytree(REPO / "zlstore", target / "zlstore", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy2(REPO / "schema.sql", target / "zlstore" / "schema.sql")  # where a wheel has it

@@ -278,7 +278,7 @@ def test_a_switch_that_changes_no_ir_is_a_dead_axis(tmp_path):
         assert judge.screen_roots(store)[0]["axis"] == "dead"
     result = invoke(db, "screen")
     assert "the switch FLAGTREE_TYPO_ENHANCE changed no IR in any of its 2 pairs, even under v4" in result.stderr
-    assert "axis dead under v4" in result.stdout
+    assert "the switch changed no IR, even under v4" in result.stdout
     # one pair that changes makes it live, and the warning goes
     (root / "exp_float16_after" / "triton_cache").rename(tmp_path / "old_cache")
     generator.write_cell(

@@ -190,4 +190,8 @@ main()
         text=True,
         timeout=120,
     )
-    assert done.returncode == 130 and done.stderr == "interrupted before the command started: nothing was read or written\n" and done.stdout == ""
+    assert (
+        done.returncode == 130
+        and done.stderr == "interrupted before the command started: nothing was read or written\n"
+        and done.stdout == ""
+    )

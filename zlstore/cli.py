@@ -6,7 +6,6 @@ import functools
 import json
 import math
 import os
-import shutil
 import sqlite3
 import sys
 import time
@@ -1665,13 +1664,10 @@ def names_option(flag, metavar, help_text):
 
 
 def terminal_width():
-    """The width a table's notes and long lines are wrapped to: the
-    terminal's ($COLUMNS where set); None where stdout is no terminal (a
-    pipe, a file: notes wrap at report.WIDTH, the rest stays one line, as a
-    script reads it)."""
-    if sys.stdout.isatty():
-        return shutil.get_terminal_size((report.WIDTH, 24)).columns
-    return None
+    """The width a table's notes and long lines are wrapped to
+    (output.terminal_width: $COLUMNS, else the terminal's; None through a
+    pipe or to a file: notes wrap at report.WIDTH, the rest stays one line)."""
+    return output.terminal_width()
 
 
 @cli.command()

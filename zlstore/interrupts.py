@@ -20,7 +20,19 @@ _KEPT = {
     "running it again rewrites the rest",
 }
 # The commands that only read: an interrupt changed nothing.
-_READ_ONLY = {"serve", "metadata", "problems", "screen", "ab", "noise", "compare", "report", "history", "diff", "export"}
+_READ_ONLY = {
+    "serve",
+    "metadata",
+    "problems",
+    "screen",
+    "ab",
+    "noise",
+    "compare",
+    "report",
+    "history",
+    "diff",
+    "export",
+}
 _READ = "nothing was written (the command only reads)"
 _OTHER = "what it committed before is kept, whole; nothing is half-written"
 

@@ -330,7 +330,7 @@ def missing_sides(conn: sqlite3.Connection, root_ids: Optional[List[int]] = None
                     present,
                     None,
                     (
-                        f"{names.MISSING_SIDE}: {op} {dtype or '(no dtype)'} has a {there} cell and no {missing} cell stored "
+                        f"{names.MISSING_SIDE}: {op} {dtype or '(no dtype)'} has a cell on the {there} side and none on the {missing} side stored "
                         f"(the run stopped before it, or its directory is gone or was not ingested): the pair is NO_ROWS "
                         f"for that, not for its dtype"
                     ),
