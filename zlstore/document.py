@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, List, Mapping, Optional, Sequence
 
-from . import files, judge, output, report
+from . import files, judge, output, report, roots
 
 FORMATS = ("md", "html")
 
@@ -54,7 +54,7 @@ class Document:
 def provenance_rows(store, found: Mapping) -> List[dict]:
     """Facts about where a root's numbers came from, as its roots row records them."""
     facts = (
-        ("root directory", found.get("path")),
+        ("root directory", roots.path_text(found.get("path"))),
         ("host", found.get("host")),
         ("started at", found.get("started_at")),
         ("env file", found.get("env_file")),
