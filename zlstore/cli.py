@@ -1907,10 +1907,12 @@ def ab(store, root, rejected, op, finding, sort, fail_on, out):
     on one side only), NOT_COUNTED (error_msg or an unusable latency).
 
     --op, --finding and --sort pick and order the ranges (the summary
-    counts the ranges picked). The table fits a terminal: a range's note
-    (what would settle it, unpaired rows, the floor's absence) goes on
-    lines of its own below it; -t/--fmt print the table's columns (the
-    note a column), --json and --csv every column. --json is
+    counts the ranges picked). The text fits the terminal ($COLUMNS, also
+    through a pipe): a range's note (what would settle it, unpaired rows)
+    goes on lines of its own below it, an op's missing noise floor once
+    under the table, and a table too wide leaves out its rightmost columns
+    and names them last; -t/--fmt print the table's columns (the note a
+    column), --json and --csv every column. --json is
     {"summary": the closing lines' counts and thresholds, "rows": [...]}.
 
     Exit status: 0 done; 1 --fail-on: a range has one of its findings
