@@ -9,8 +9,12 @@ import csv
 import io
 import json
 import math
+import os
 import re
 import shlex
+import shutil
+import sys
+import textwrap
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, List, Mapping, Optional, Sequence, Union
 
@@ -54,10 +58,6 @@ def terminal_width() -> Optional[int]:
     (also through a pipe: COLUMNS=100 zlstore ab | less), else the
     terminal's; None where stdout is no terminal (a pipe, a file: lines stay
     whole, as a script reads them)."""
-    import os  # noqa: PLC0415 (only where a width is asked)
-    import shutil  # noqa: PLC0415
-    import sys  # noqa: PLC0415
-
     columns = os.environ.get("COLUMNS", "")
     if columns.isdigit() and int(columns) > 0:
         return int(columns)
@@ -76,8 +76,6 @@ def fitted_lines(text: str, width: Optional[int]) -> str:
     a range line) wrapped at spaces, continued two columns further in."""
     if width is None:
         return text
-    import textwrap  # noqa: PLC0415
-
     lines = []
     for line in text.split("\n"):
         if len(line) <= width:
