@@ -1587,7 +1587,7 @@ notes AS MATERIALIZED (
                                 AND src.machine IS o.machine
                              WHERE o.rule = (SELECT current_rule FROM judging_settings)
                                AND o.op IS lacking.op AND o.dtype IS lacking.dtype)
-                THEN 'none: no NO_IR_DIFF pair of this op on its machine'
+                THEN 'none: no screened pair of this op on its machine kept its IR (NO_IR_DIFF) to measure its noise'
             WHEN EXISTS (SELECT 1 FROM noise_floor_rows o
                          JOIN floor_sources src
                              ON src.root_id = lacking.root_id AND src.source_root_id = o.root_id
@@ -1640,9 +1640,20 @@ settled AS MATERIALIZED (
                     WHEN judged.log_sd IS NULL THEN 'no test: a ratio of the rounds is not a finite number'
                     WHEN judged.log_sd = 0
                         THEN 'the rounds agree exactly, at the minimum effect: more rounds would not settle it'
+                    -- the cause a reader can see: a round timed only a few
+                    -- times (direct_repeat, a caliber field) varies with each
+                    -- timing; otherwise the card itself is noisy
+                    WHEN (needed IS NULL OR needed > 30)
+                         AND CAST((SELECT c.direct_repeat FROM calibers c WHERE c.id = judged.caliber_id) AS INTEGER)
+                             BETWEEN 1 AND 9
+                        THEN 'steadier rounds: a round varies by about '
+                             || printf('%.1f%%', 100 * (exp(judged.log_sd) - 1))
+                             || ', each timed only ' || (SELECT c.direct_repeat FROM calibers c WHERE c.id = judged.caliber_id)
+                             || 'x (direct_repeat): a larger ZL_DIRECT_REPEAT, more than 30 rounds otherwise'
                     WHEN needed IS NULL OR needed > 30
                         THEN 'a quieter card: a round varies by about '
                              || printf('%.1f%%', 100 * (exp(judged.log_sd) - 1))
+                             || ', too much for 30 rounds to settle'
                     ELSE 'more rounds: at least ' || max(needed, judged.rounds + 1) || ' in all'
                          -- counted with today's t quantile: the interval of an until-decided
                          -- campaign (valid after every round) is wider, so a lower bound there

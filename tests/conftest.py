@@ -15,11 +15,24 @@ def pytest_configure(config):
     """A suite started in the background by a shell without job control
     inherits SIGINT ignored, and so would every process it starts: the
     Ctrl-C tests would then test nothing (their process runs to its end).
-    Python's own handler back, as in a terminal."""
+    Python's own handler back, as in a terminal; and no $COLUMNS."""
+    import os
     import signal
 
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # Text for people fits $COLUMNS even through a pipe (output.terminal_width):
+    # a shell that exports it would change what the tests and the processes
+    # they start read (those about widths set it themselves). GNU readline,
+    # once imported (pytest's debugger support does), sets COLUMNS in the C
+    # environment that processes inherit, not in os.environ: imported here
+    # first, so that what it set is unset for good.
+    try:
+        import readline  # noqa: F401
+    except ImportError:
+        pass
+    os.environ.pop("COLUMNS", None)
+    os.unsetenv("COLUMNS")
 
 
 # A stand-in for FlagGems' benchmark, run by zlstore flaggems in its own

@@ -42,15 +42,17 @@ def write_repeat_root(
     dtype: str = "float16",
     started_at: Optional[str] = None,
     environment: Callable[[str, int], Dict[str, str]] = lambda side, rnd: {},
+    caliber: Optional[Dict[str, str]] = None,
 ) -> Dict[str, List[float]]:
     """A repeat root dest/name with `rounds` rounds of one op over `shapes`
     (STARTED_AT in its root.env where given; environment(side, round): the
-    ENV_* keys of that cell's cell.env). Returns the written log ratios per
-    shape key (the oracle's input)."""
+    ENV_* keys of that cell's cell.env; caliber: variables that differ from
+    generator.SCREEN_CALIBER). Returns the written log ratios per shape key
+    (the oracle's input)."""
     rng = random.Random(f"{name}:{seed}")
     root = Path(dest) / name
     root.mkdir(parents=True, exist_ok=True)
-    caliber = dict(generator.SCREEN_CALIBER)
+    caliber = dict(generator.SCREEN_CALIBER, **(caliber or {}))
     (root / "root.env").write_text(
         "KIND=repeat\n"
         + f"SWITCH={generator.SWITCH}\n"

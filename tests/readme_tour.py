@@ -21,8 +21,11 @@ REPO = Path(__file__).resolve().parent.parent
 VENV = Path(sys.prefix)
 ACTIVATE = ". .venv/bin/activate"
 _DONE = "@@ zlstore readme: command done @@"
-# What a reader's shell would not have set: zlstore's and the harness's variables.
-_UNSET = re.compile(r"^(ZLSTORE_|ZL_|FAKE_|BENCH_LEVEL$|SHAPE_MODE$|USE_FLAGTUNE$|CELL_TIMEOUT$|VIRTUAL_ENV$|PYTHON)")
+# What a reader's shell would not have set: zlstore's and the harness's
+# variables; and the terminal's width (a page shows the text as a pipe gets it).
+_UNSET = re.compile(
+    r"^(ZLSTORE_|ZL_|FAKE_|BENCH_LEVEL$|SHAPE_MODE$|USE_FLAGTUNE$|CELL_TIMEOUT$|VIRTUAL_ENV$|PYTHON|COLUMNS$|LINES$)"
+)
 
 
 class Sandbox:
@@ -295,6 +298,7 @@ STAGES = (
             "errors.py",
             "db.py",
             "output.py",
+            "interrupts.py",
             "forked.py",
         ),
     ),

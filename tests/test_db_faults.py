@@ -22,6 +22,7 @@ from click.testing import CliRunner
 
 from zlstore import Store, db
 from zlstore.cli import cli
+from .nobody import SETPRIV, nobody_python
 
 ZLSTORE = [sys.executable, "-m", "zlstore"]
 SCREEN_ROOT = "ab_rlc_20261012_101500"
@@ -258,9 +259,13 @@ def test_a_new_database_in_a_missing_directory_is_named(tmp_path, runs):
 
 
 def as_nobody(argv, **kwargs):
-    """argv run as user nobody where this is root; as this user otherwise."""
+    """argv (this Python's) run as user nobody where this is root, by a
+    Python that reaches this checkout's zlstore as nobody (nobody_python);
+    as this user otherwise."""
     if os.geteuid() == 0:
-        argv = ["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups", *argv]
+        python, env = nobody_python()
+        argv = SETPRIV + python + list(argv[1:])
+        kwargs.setdefault("env", env)
     return subprocess.run(argv, capture_output=True, text=True, timeout=120, **kwargs)
 
 

@@ -363,6 +363,9 @@ def test_datasette_page_of_a_pair(standin):
     assert '<pre class="zlstore-diff">' in page
     assert re.search(r'<span class="add">\+ *%\d+ = ttg\.convert_layout', page)
     assert re.search(r'<span class="head">--- .*k_kernel\.ttgir \(before, normalized by v3\)</span>', page)
+    # titled by its title, not its SQL; a long line wraps in its column, never past the page's edge
+    assert re.search(r"<title>Which kernels changed in one screening pair: diff</title>", page), page[:500]
+    assert "white-space:pre-wrap" in page and "white-space:pre;" not in page
     v4 = fetch(ds, f"/diff/kernel_diff.json?_shape=array&root={ROOT}&op=locs&dtype={DTYPE}&rule=v4").json()
     assert [r["status"] for r in v4] == ["same"]
 

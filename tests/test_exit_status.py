@@ -143,7 +143,9 @@ def test_ctrl_c_in_any_command_exits_130_in_one_line(scene, monkeypatch):
     monkeypatch.setattr(judge, "verdicts", interrupted)
     result = CliRunner().invoke(cli, ["screen", "--db", str(scene["store"])])
     assert result.exit_code == EXIT_INTERRUPTED == 130
-    assert result.stderr == "interrupted\n"
+    assert result.stderr == (
+        f"interrupted: nothing was written (the command only reads); to finish: zlstore screen --db {scene['store']}\n"
+    )
 
 
 def interrupt_when(process, ready, timeout=60):
@@ -172,7 +174,7 @@ def test_ctrl_c_to_a_real_process(scene, tmp_path):
     )
     _, err = interrupt_when(process, started.exists)
     assert process.returncode == 130
-    assert err == "interrupted\n"
+    assert err.startswith("interrupted: nothing was written") and err.count("\n") == 1
 
 
 def test_ctrl_c_mid_ingest_keeps_what_was_stored_and_exits_130(tmp_path):
@@ -185,7 +187,11 @@ def test_ctrl_c_mid_ingest_keeps_what_was_stored_and_exits_130(tmp_path):
     )
     _, err = interrupt_when(process, lambda: stored_cells(db_path) >= 10)
     assert process.returncode == 130, err
-    assert err.strip().splitlines()[-1] == "interrupted" and "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert "Traceback" not in err
+    assert last.startswith("interrupted: every cell stored before it is kept, whole") and last.endswith(
+        f"to finish: zlstore ingest {root} --db {db_path}"
+    ), last
     with Store(db_path) as store:
         stored = store.conn.execute("SELECT count(*) FROM cells").fetchone()[0]
         assert stored >= 10

@@ -279,7 +279,7 @@ def test_a_switch_that_changes_no_ir_is_a_dead_axis(tmp_path):
         assert judge.screen_roots(store)[0]["axis"] == "dead"
     result = invoke(db, "screen")
     assert "the switch FLAGTREE_TYPO_ENHANCE changed no IR in any of its 2 pairs, even under v4" in result.stderr
-    assert "axis dead under v4" in result.stdout
+    assert "the switch changed no IR, even under v4" in result.stdout
     # one pair that changes makes it live, and the warning goes
     (root / "exp_float16_after" / "triton_cache").rename(tmp_path / "old_cache")
     generator.write_cell(
@@ -379,3 +379,22 @@ def test_a_release_3_store_upgrades_to_findings(tmp_path):
         assert lacking == 0
         assert store.setting("backfill_screen_fingerprints") is None
         assert judge.screen_roots(store)[0]["axis"] == "live"
+
+
+def test_a_range_too_noisy_to_settle_names_the_cause_it_can_see(tmp_path):
+    """An inconclusive range whose rounds vary too much for 30 rounds says
+    why in the reader's words: a round timed only a few times
+    (direct_repeat=1) is the cause it can see; with many timings a round,
+    the card."""
+    noisy = [Shape(1.05, 0.6)]
+    write_repeat_root(tmp_path / "runs", "ab_once", noisy, rounds=4, seed=3, caliber={"ZL_DIRECT_REPEAT": "1"})
+    write_repeat_root(tmp_path / "runs", "ab_many", noisy, rounds=4, seed=3)
+    with Store(tmp_path / "s.db") as store:
+        store.ingest(tmp_path / "runs")
+        once = next(iter(ranges_of(store, "ab_once").values()))
+        many = next(iter(ranges_of(store, "ab_many").values()))
+    assert once["finding"] == many["finding"] == "inconclusive"
+    assert once["to_settle"].startswith("steadier rounds: a round varies by about ")
+    assert "each timed only 1x (direct_repeat): a larger ZL_DIRECT_REPEAT" in once["to_settle"]
+    assert many["to_settle"].startswith("a quieter card: a round varies by about ")
+    assert "direct_repeat" not in many["to_settle"]

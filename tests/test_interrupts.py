@@ -51,7 +51,9 @@ def test_ctrl_c_inside_sql_during_a_merge(example_store_path, tmp_path, ctrl_c_i
     result = invoke(target, "merge", example_store_path)
     assert ctrl_c_in_median == [1]
     assert result.exit_code == 130, result.output
-    assert "Traceback" not in result.output and result.stderr.strip().splitlines()[-1] == "interrupted"
+    assert "Traceback" not in result.output and result.stderr.strip().splitlines()[-1].startswith(
+        "interrupted: the roots merged before it are kept, whole"
+    )
     conn = sound(target)
     assert conn.execute("SELECT count(*) FROM ingest_problems WHERE message LIKE '%not merged%'").fetchone() == (0,)
     (state,) = conn.execute("SELECT summary FROM ingest_runs WHERE command = 'merge'").fetchone()
@@ -166,7 +168,7 @@ with db.interruptible():
 
 def test_ctrl_c_while_the_command_line_is_imported():
     """SIGINT as zlstore.cli starts to be imported (a finder on sys.meta_path
-    sends it): "interrupted", exit 130, no traceback."""
+    sends it): "interrupted" (nothing done), exit 130, no traceback."""
     done = subprocess.run(
         [
             sys.executable,
@@ -188,4 +190,8 @@ main()
         text=True,
         timeout=120,
     )
-    assert done.returncode == 130 and done.stderr == "interrupted\n" and done.stdout == ""
+    assert (
+        done.returncode == 130
+        and done.stderr == "interrupted before the command started: nothing was read or written\n"
+        and done.stdout == ""
+    )

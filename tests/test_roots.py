@@ -381,3 +381,17 @@ def test_a_release_3_store_upgrades_and_an_older_duplicate_is_named(tmp_path):
     assert f"zlstore forget '/gone/{floor_tree.SCREEN}'" in result.stderr
     assert invoke(db_path, "forget", f"/gone/{floor_tree.SCREEN}").exit_code == 0
     assert invoke(db_path, "ingest", tree).exit_code == 0
+
+
+def test_a_merged_root_says_what_merged_means_and_how_it_gets_a_path_here(example_store_path, tmp_path):
+    """A root known only from a merged store is stored at merged:<identity>;
+    wherever it is shown for people (the report's root directory), that says
+    what it is and the command that gives it its path on this host."""
+    target = tmp_path / "t.db"
+    merged = invoke(target, "merge", example_store_path)
+    assert merged.exit_code in (0, 1), merged.output
+    assert invoke(target, "report", "campaign_20261013_090000", "-o", tmp_path / "r.md").exit_code == 0
+    line = next(line for line in (tmp_path / "r.md").read_text().splitlines() if "root directory" in line)
+    assert "merged:" in line and "known here only from a merged store" in line
+    assert f"zlstore ingest DIR --db {target} of its tree on this host moves the root to DIR" in line
+    assert roots.path_text("/data/runs/ab_1") == "/data/runs/ab_1"  # a path of this host is as it is

@@ -58,7 +58,7 @@ def test_a_missing_side_is_a_problem_at_ingest_and_its_own_note(example_tree, tm
     assert result.exit_code == 1, result.output
     assert "4 problems" in result.stdout
     assert result.stderr.count("MISSING_SIDE") == 4
-    assert "topk float16 has a before cell and no after cell" in result.stderr
+    assert "topk float16 has a cell on the before side and none on the after side" in result.stderr
     problems = invoke(db_path, "problems", ROOT)
     assert problems.exit_code == 1 and problems.stdout.count("MISSING_SIDE") == 4
     rows = verdict_rows(db_path)

@@ -6,7 +6,6 @@ import functools
 import json
 import math
 import os
-import shutil
 import sqlite3
 import sys
 import time
@@ -16,7 +15,7 @@ from pathlib import Path
 import click
 
 from . import db as dbmod
-from . import files, irchanges, irdiff, judge, layout, output, report, ttgir
+from . import files, interrupts, irchanges, irdiff, judge, layout, output, report, ttgir
 from . import history as historymod
 from . import plan as planmod
 from .plan import MAX_CARDS
@@ -77,6 +76,9 @@ class ZlstoreGroup(click.Group):
     with Python's status 1."""
 
     def invoke(self, ctx):
+        # the command line, for what Ctrl-C says to run again (click 8.2 renamed protected_args)
+        protected = getattr(ctx, "_protected_args", None)
+        words = [*(ctx.protected_args if protected is None else protected), *ctx.args]
         with dbmod.interruptible():
             try:
                 try:
@@ -84,7 +86,7 @@ class ZlstoreGroup(click.Group):
                 finally:
                     sys.stdout.flush()  # a write error on stdout (a full disk) shows here, not at exit
             except KeyboardInterrupt:
-                _interrupted()
+                _interrupted(words)
             except BrokenPipeError:
                 _quiet_stdout()
                 sys.exit(EXIT_BROKEN_PIPE)
@@ -100,14 +102,14 @@ class ZlstoreGroup(click.Group):
                 sys.exit(EXIT_USAGE)
             except Exception as error:
                 if dbmod.interrupted(error):  # Ctrl-C inside SQLite, or inside one of zlstore's SQL functions
-                    _interrupted()
+                    _interrupted(words)
                 if isinstance(error, sqlite3.DatabaseError) and dbmod.is_environment_error(error):
                     raise Fault(f"SQLite: {error}") from None
                 _internal(error)
 
 
-def _interrupted():
-    click.echo("interrupted", err=True)
+def _interrupted(words):
+    click.echo(output.for_terminal(interrupts.interrupted_text(words)), err=True)
     sys.exit(EXIT_INTERRUPTED)
 
 
@@ -1725,13 +1727,10 @@ def names_option(flag, metavar, help_text):
 
 
 def terminal_width():
-    """The width a table's notes and long lines are wrapped to: the
-    terminal's ($COLUMNS where set); None where stdout is no terminal (a
-    pipe, a file: notes wrap at report.WIDTH, the rest stays one line, as a
-    script reads it)."""
-    if sys.stdout.isatty():
-        return shutil.get_terminal_size((report.WIDTH, 24)).columns
-    return None
+    """The width a table's notes and long lines are wrapped to
+    (output.terminal_width: $COLUMNS, else the terminal's; None through a
+    pipe or to a file: notes wrap at report.WIDTH, the rest stays one line)."""
+    return output.terminal_width()
 
 
 @cli.command()
@@ -1977,10 +1976,12 @@ def ab(store, root, rejected, op, finding, sort, fail_on, out):
     on one side only), NOT_COUNTED (error_msg or an unusable latency).
 
     --op, --finding and --sort pick and order the ranges (the summary
-    counts the ranges picked). The table fits a terminal: a range's note
-    (what would settle it, unpaired rows, the floor's absence) goes on
-    lines of its own below it; -t/--fmt print the table's columns (the
-    note a column), --json and --csv every column. --json is
+    counts the ranges picked). The text fits the terminal ($COLUMNS, also
+    through a pipe): a range's note (what would settle it, unpaired rows)
+    goes on lines of its own below it, an op's missing noise floor once
+    under the table, and a table too wide leaves out its rightmost columns
+    and names them last; -t/--fmt print the table's columns (the note a
+    column), --json and --csv every column. --json is
     {"summary": the closing lines' counts and thresholds, "rows": [...]};
     in --json, --nl and --csv a faster or slower range's "ir_changes" is
     what changed in its op's IR (as zlstore diff sums it up), the command

@@ -170,22 +170,49 @@ def prepare_connection(conn):
 # diff in, and the views whose verdict cell links to it.
 KERNEL_DIFF, DIFF_COLUMN, VERDICT_TABLES = "kernel_diff", "ir_diff", ("verdicts", "verdicts_by_rule")
 _DIFF_LINE_CLASS = (("+++", "head"), ("---", "head"), ("@@", "hunk"), ("+", "add"), ("-", "del"))
+# A diff line longer than the column wraps inside it (a hanging indent
+# shows where a line goes on): unwrapped, its column ran past the page's
+# right edge, with the table's scroll bar far below, under the whole diff.
 DIFF_STYLE = (
-    "<style>pre.zlstore-diff{white-space:pre;overflow-x:auto;font-size:0.8em;max-width:60em}"
+    "<style>pre.zlstore-diff{white-space:pre-wrap;overflow-wrap:anywhere;font-size:0.8em;"
+    "width:min(60em,50vw);margin:0}"
+    "pre.zlstore-diff>span{display:block;padding-left:2ch;text-indent:-2ch}"
     "pre.zlstore-diff .add{background:#e6ffec}pre.zlstore-diff .del{background:#ffebe9}"
     "pre.zlstore-diff .hunk{color:#0550ae}pre.zlstore-diff .head{font-weight:bold}</style>"
 )
 
 
 def diff_html(text: str) -> str:
-    """A unified diff as a <pre> a person reads: each line escaped, added
-    and removed lines marked (classes add, del, hunk, head)."""
+    """A unified diff as a <pre> a person reads: each line escaped, in a
+    block of its own (a long one wraps), added and removed lines marked
+    (classes add, del, hunk, head)."""
     lines = []
     for line in text.rstrip("\n").split("\n"):
         kind = next((c for prefix, c in _DIFF_LINE_CLASS if line.startswith(prefix)), None)
-        escaped = html.escape(line)
-        lines.append(f'<span class="{kind}">{escaped}</span>' if kind else escaped)
-    return DIFF_STYLE + '<pre class="zlstore-diff">' + "\n".join(lines) + "</pre>"
+        escaped = html.escape(line) or " "  # an empty line keeps its height
+        lines.append(f'<span class="{kind}">{escaped}</span>' if kind else f"<span>{escaped}</span>")
+    return DIFF_STYLE + '<pre class="zlstore-diff">' + "".join(lines) + "</pre>"
+
+
+# A canned query's page is titled by its title, not its SQL (datasette's
+# query.html titles every query page "database: SQL", kernel_diff's a
+# screenful); any other query page keeps datasette's title.
+QUERY_TEMPLATE = (
+    '{% extends "default:query.html" %}{% block title %}'
+    "{% if canned_query and metadata and metadata.title %}{{ metadata.title }}: {{ database }}"
+    "{% else %}{{ super() }}{% endif %}{% endblock %}"
+)
+
+
+@hookimpl
+def prepare_jinja2_environment(env, datasette):
+    """query.html with QUERY_TEMPLATE's title, unless a --template-dir has its own query.html."""
+    from jinja2 import ChoiceLoader, DictLoader  # noqa: PLC0415 (datasette's own, loaded by now)
+
+    template_dir = getattr(datasette, "template_dir", None)
+    if template_dir and (Path(template_dir) / "query.html").exists():
+        return
+    env.loader = ChoiceLoader([DictLoader({"query.html": QUERY_TEMPLATE}), env.loader])
 
 
 @hookimpl

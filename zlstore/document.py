@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
-from . import files, irchanges, judge, layout, output, report
+from . import files, irchanges, judge, layout, output, report, roots
 from .names import EFFECT_FINDINGS
 
 FORMATS = ("md", "html")
@@ -59,7 +59,7 @@ class Document:
 def provenance_rows(store, found: Mapping) -> List[dict]:
     """Facts about where a root's numbers came from, as its roots row records them."""
     facts = (
-        ("root directory", found.get("path")),
+        ("root directory", roots.path_text(found.get("path"))),
         ("host", found.get("host")),
         ("started at", found.get("started_at")),
         ("env file", found.get("env_file")),

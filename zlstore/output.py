@@ -9,10 +9,14 @@ import csv
 import io
 import json
 import math
+import os
 import re
 import shlex
+import shutil
+import sys
+import textwrap
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, List, Mapping, Optional, Sequence, Union
 
 
 # The database a printed command ("next: zlstore ab ROOT") names, set by the
@@ -38,6 +42,78 @@ def command(*words: Any) -> str:
     db = _HINT_DB.get()
     words = ("zlstore",) + tuple(str(w) for w in words) + (("--db", db) if db else ())
     return " ".join(shlex.quote(w) for w in words)
+
+
+# -- the width of text for people ---------------------------------------------
+
+# The width human text is fitted to while a command renders it (render sets
+# it from terminal_width); None: no limit (a pipe or a file, no $COLUMNS).
+_WIDTH: contextvars.ContextVar = contextvars.ContextVar("zlstore_width", default=None)
+# The headers of the columns each table left out to fit _WIDTH, in order.
+_LEFT_OUT: contextvars.ContextVar = contextvars.ContextVar("zlstore_left_out", default=None)
+
+
+def terminal_width() -> Optional[int]:
+    """The width text for people is fitted to: $COLUMNS where it is set
+    (also through a pipe: COLUMNS=100 zlstore ab | less), else the
+    terminal's; None where stdout is no terminal (a pipe, a file: lines stay
+    whole, as a script reads them)."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size((100, 24)).columns
+    return None
+
+
+def current_width() -> Optional[int]:
+    """The width the text being rendered is fitted to (None: no limit)."""
+    return _WIDTH.get()
+
+
+def fitted_lines(text: str, width: Optional[int]) -> str:
+    """Every line of text within width: a longer one (a heading, a summary,
+    a range line) wrapped at spaces, continued two columns further in."""
+    if width is None:
+        return text
+    lines = []
+    for line in text.split("\n"):
+        if len(line) <= width:
+            lines.append(line)
+            continue
+        indent = line[: len(line) - len(line.lstrip())]
+        lines.extend(
+            textwrap.wrap(
+                line.lstrip(),
+                width=max(20, width),
+                initial_indent=indent,
+                subsequent_indent=indent + "  ",
+                break_on_hyphens=False,
+                break_long_words=True,
+            )
+        )
+    return "\n".join(lines)
+
+
+def left_out_line(headers: Sequence[str], width: int) -> str:
+    """What a table fitted to width left out, and what shows it."""
+    return (
+        f"(left out to fit {width} columns: {', '.join(headers)}; "
+        "-t prints every column, -c NAME the ones named, or widen the terminal)"
+    )
+
+
+@contextlib.contextmanager
+def fitted_to(width: Optional[int]) -> Iterator[List[str]]:
+    """Tables rendered meanwhile fit width (table drops columns); yields the
+    headers they left out."""
+    left_out: List[str] = []
+    tokens = (_WIDTH.set(width), _LEFT_OUT.set(left_out))
+    try:
+        yield left_out
+    finally:
+        _LEFT_OUT.reset(tokens[1])
+        _WIDTH.reset(tokens[0])
 
 
 # -- text for a terminal ------------------------------------------------------
@@ -165,8 +241,15 @@ def render(
 ) -> str:
     """render_exact's text, where it is for people (the default text and -t
     tables) escaped for a terminal (for_terminal) unless not escape."""
-    text = render_exact(fmt, rows, columns, human, document, shown)
-    return for_terminal(text) if escape and fmt.kind in ("human", "table") else text
+    if fmt.kind != "human":
+        text = render_exact(fmt, rows, columns, human, document, shown)
+        return for_terminal(text) if escape and fmt.kind == "table" else text
+    width = terminal_width()
+    with fitted_to(width) as left_out:  # the text for people fits the terminal: tables drop columns
+        text = render_exact(fmt, rows, columns, human, document, shown)
+    if left_out:
+        text += "\n" + left_out_line(list(dict.fromkeys(left_out)), width or 0)
+    return fitted_lines(for_terminal(text) if escape else text, width)
 
 
 def render_exact(
@@ -311,11 +394,17 @@ def table(
     tablefmt: str = "simple",
     align: Optional[Sequence[str]] = None,
     show_headers: bool = True,
+    keep: Sequence[str] = (),
+    width: Optional[int] = None,
 ) -> str:
     """The rows as tabulate's table: numbers written by cell_text and
     right-aligned (or as align says, per column); tabulate's "simple"
     layout (two spaces between columns, a rule under the header) without
-    trailing blanks; no header where show_headers is False."""
+    trailing blanks; no header where show_headers is False. Given a width,
+    or while text is fitted to one (fitted_to: a command's text for a
+    terminal), a table wider than it leaves out columns, the rightmost first, never those in
+    keep (default: the first), then shortens the longest cells (ending in ~), and
+    the columns left out are named under the command's text."""
     columns = list(columns or (rows[0].keys() if rows else []))
     headers = list(headers or columns)
     align = list(
@@ -326,6 +415,19 @@ def table(
         ]
     )
     body = [[cell_text(row.get(c)) for c in columns] for row in rows]
+    width = width if width is not None else _WIDTH.get()
+    if width is not None and tablefmt == "simple" and columns:
+        kept = _fit(
+            body,
+            headers if show_headers else [""] * len(headers),
+            width,
+            {columns.index(c) for c in keep if c in columns} or {0},
+        )
+        left_out = _LEFT_OUT.get()
+        if left_out is not None:
+            left_out.extend(h for i, h in enumerate(headers) if i not in kept)
+        body = [[row[i] for i in kept] for row in body]
+        headers, align = [headers[i] for i in kept], [align[i] for i in kept]
     import tabulate  # noqa: PLC0415 (table_formats says why here)
 
     padding, tabulate.MIN_PADDING = tabulate.MIN_PADDING, 0  # no wider than its widest cell (a module
@@ -342,6 +444,34 @@ def table(
     if tablefmt in ("simple", "plain"):
         text = "\n".join(line.rstrip() for line in text.split("\n"))
     return text
+
+
+def _table_width(body: Sequence[Sequence[str]], headers: Sequence[str], kept: Sequence[int]) -> int:
+    """The width of the simple table of these columns: the widest cell of each, two spaces between."""
+    return sum(max([len(headers[i])] + [len(row[i]) for row in body]) for i in kept) + 2 * (len(kept) - 1)
+
+
+def _fit(body: List[List[str]], headers: Sequence[str], width: int, keep: set) -> List[int]:
+    """The columns (by position) of a table that fits width: the rightmost
+    not in keep left out first; then, if it is still too wide, the longest
+    cells shortened in place (to no less than 8 characters, ending in ~)."""
+    kept = list(range(len(headers)))
+    for i in reversed(range(len(headers))):
+        if _table_width(body, headers, kept) <= width:
+            break
+        if i not in keep:
+            kept.remove(i)
+    while _table_width(body, headers, kept) > width:
+        longest = {i: max((len(row[i]) for row in body), default=0) for i in kept}
+        shorter = [i for i in kept if longest[i] > max(8, len(headers[i]))]
+        if not shorter:
+            break  # nothing left to shorten: fitted_lines wraps what remains
+        widest = max(shorter, key=longest.__getitem__)
+        cut = max(8, len(headers[widest]), longest[widest] - (_table_width(body, headers, kept) - width))
+        for row in body:
+            if len(row[widest]) > cut:
+                row[widest] = row[widest][: cut - 1] + "~"
+    return kept
 
 
 def to_json(value: Any) -> str:

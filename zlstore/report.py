@@ -63,6 +63,24 @@ def hint_line(row: Mapping) -> Optional[str]:
 # fits a terminal; the note goes on a line of its own below it.
 SCREEN_COLUMNS = ["op", "dtype", "verdict", "recorded_verdict", "cl", "rc", "elapsed"]
 SCREEN_HEADERS = ["op", "dtype", "verdict", "recorded", "cl b/a", "rc b/a", "elapsed s b/a"]
+SCREEN_KEEP = ("op", "dtype", "verdict")
+# The screen table's abbreviations, said once under it.
+SCREEN_LEGEND = (
+    "b/a: before / after the switch; cl: convert_layout ops in the side's TTGIR; rc: the side's exit status; "
+    "elapsed s: the side's run time in seconds; recorded: the verdict in the root's screen.tsv"
+)
+
+
+def axis_words(axis: Mapping) -> str:
+    """Whether the root's switch changed any IR (screen_roots' axis), in words."""
+    strictest = axis["strictest_rule"]
+    return {
+        "live": f"the switch changed IR, even under {strictest}",
+        "dead": f"the switch changed no IR, even under {strictest}",
+    }.get(
+        axis["axis"], f"whether the switch changes IR under {strictest} is unknown (a pair is truncated or unmeasured)"
+    )
+
 
 # The width notes are wrapped to where the caller gives none (no terminal).
 WIDTH = 100
@@ -174,7 +192,7 @@ def screen(
         group = list(group)
         calibers = {caliber_text(r) for r in group}
         axis = (axes or {}).get(name)
-        axis_text = f"; axis {axis['axis']} under {axis['strictest_rule']}" if axis else ""
+        axis_text = f"; {axis_words(axis)}" if axis else ""
         lines.extend(wrapped(f"{name}  (rule {rule_name}{axis_text}; caliber: {' | '.join(sorted(calibers))})", width))
         if environments is not None:
             lines.extend(wrapped(environment_heading(environments.get(group[0].get("root_id"), [])), width, "    "))
@@ -184,7 +202,7 @@ def screen(
             at = columns.index("recorded_verdict") + 1
             columns = columns[:at] + ["orig_differs"] + columns[at:]
             headers = headers[:at] + ["orig"] + headers[at:]
-        table = output.table(shown, columns, headers).split("\n")
+        table = output.table(shown, columns, headers, keep=SCREEN_KEEP, width=width).split("\n")
         lines.extend(table[:2])
         for row, line in zip(group, table[2:]):
             lines.append(line)
@@ -194,6 +212,8 @@ def screen(
                 if extra:
                     lines.extend(wrapped(extra, width, "      "))
         lines.append("")
+    if rows:
+        lines.extend(wrapped(SCREEN_LEGEND, width))
     for line in screen_summary_lines(judge.screen_summary(rows, rule_name)):
         lines.extend(wrapped(line, width))
     return "\n".join(lines)
@@ -323,6 +343,8 @@ AB_HEADERS = [
     "noise floor",
     "note",
 ]
+# What a findings table keeps however narrow the terminal: the range's key, its effect and its finding.
+AB_KEEP = ("op", "dtype", "shape", "effect", "finding")
 
 
 def latency_text(row: Mapping) -> str:
@@ -452,21 +474,19 @@ def ab(
             {**row, "floor": "+-" + output.cell_text(row["noise_floor"]) if row["noise_floor"] is not None else "none"}
             for row in group
         ]
-        # Too wide for the terminal: the floor joins the note, then the latencies do.
-        kept = [c for c in AB_COLUMNS[:-1]]
-        table = output.table(floors, kept, [AB_HEADERS[AB_COLUMNS.index(c)] for c in kept]).split("\n")
-        for column in ("floor", "latency"):
-            if width is None or max(map(len, table)) < width:
-                break
-            kept.remove(column)
-            table = output.table(floors, kept, [AB_HEADERS[AB_COLUMNS.index(c)] for c in kept]).split("\n")
+        # too wide for the terminal, the table leaves out its rightmost columns (output.table)
+        table = output.table(floors, AB_COLUMNS[:-1], AB_HEADERS[:-1], keep=AB_KEEP, width=width).split("\n")
         lines.extend(table[:2])
+        floor_notes: Dict[str, List[str]] = {}  # why an op has no floor: the same for its every row, said once
         for row, line in zip(group, table[2:]):
             lines.append(line)
-            floor = row["floor_note"] if row["noise_floor"] is None else None if "floor" in kept else floor_text(row)
-            latency = None if "latency" in kept or not row["latency"] else f"ms before -> after: {row['latency']}"
-            note = "; ".join(filter(None, (row["note"], latency, floor and f"noise floor: {floor}")))
-            lines.extend(note_lines("note", note, width))
+            if row["noise_floor"] is None and row["floor_note"]:
+                floor_notes.setdefault(row["floor_note"], []).append(
+                    row["op"] + (f":{row['dtype']}" if row["dtype"] else "")
+                )
+            lines.extend(note_lines("note", row["note"], width))
+        for why, ops in floor_notes.items():
+            lines.extend(note_lines(f"noise floor of {', '.join(dict.fromkeys(ops))}", why, width))
         lines.append("")
     for line in ab_summary_lines(summary if summary is not None else judge.ab_summary_of(rows, settings)):
         lines.extend(wrapped(line, width))
@@ -544,6 +564,7 @@ def rejected(rows: Sequence[dict]) -> str:
     return output.table(
         [{**row, "detail": row["differences"] or row["not_counted"] or row.get("why_missing") or ""} for row in rows],
         REJECTED_COLUMNS,
+        keep=("op", "dtype", "shape", "reason"),
     )
 
 

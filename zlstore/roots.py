@@ -46,6 +46,17 @@ def merged_path(conn: sqlite3.Connection, identity: Optional[str]) -> str:
     return candidate
 
 
+def path_text(path: Optional[str]) -> Optional[str]:
+    """A stored root's path as people read it: a merged root's (MERGED) says
+    what it is and how it gets a path on this host."""
+    if path is None or not path.startswith(MERGED):
+        return path
+    return (
+        f"{path} (merged: known here only from a merged store, whose tree is on another host; "
+        f"{output.command('ingest', 'DIR')} of its tree on this host moves the root to DIR)"
+    )
+
+
 def known_here(path: str) -> bool:
     """Whether a stored root's path is one an ingest recorded (not a merged
     root's): the only kind anything may write into."""
@@ -330,7 +341,7 @@ def missing_sides(conn: sqlite3.Connection, root_ids: Optional[List[int]] = None
                     present,
                     None,
                     (
-                        f"{names.MISSING_SIDE}: {op} {dtype or '(no dtype)'} has a {there} cell and no {missing} cell stored "
+                        f"{names.MISSING_SIDE}: {op} {dtype or '(no dtype)'} has a cell on the {there} side and none on the {missing} side stored "
                         f"(the run stopped before it, or its directory is gone or was not ingested): the pair is NO_ROWS "
                         f"for that, not for its dtype"
                     ),
