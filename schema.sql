@@ -1547,6 +1547,39 @@ SELECT
              roots.ingested_at) AS started_at
 FROM roots;
 
+-- What a store holds: one row per root, newest first, with its switch and
+-- the values each side ran it with, when it ran (root_times), what its
+-- current cells ran on (field -> its values, JSON; empty: they recorded
+-- nothing), how many current cells it has and its open problems
+-- (open_problems). `zlstore roots` prints it; a served store's front page
+-- shows it first.
+CREATE VIEW store_roots AS
+SELECT
+    roots.name AS root,
+    roots.kind,
+    roots.switch,
+    (SELECT group_concat(DISTINCT switch_value) FROM cells c
+     WHERE c.root_id = roots.id AND c.side = 'before' AND c.superseded_at IS NULL) AS switch_before,
+    (SELECT group_concat(DISTINCT switch_value) FROM cells c
+     WHERE c.root_id = roots.id AND c.side = 'after' AND c.superseded_at IS NULL) AS switch_after,
+    t.started_at,
+    (SELECT json_group_object(field, json(field_values)) FROM (
+        SELECT f.key AS field, json_group_array(DISTINCT f.value) AS field_values
+        FROM (SELECT DISTINCT environment_id FROM cells c
+              WHERE c.root_id = roots.id AND c.superseded_at IS NULL) d
+        JOIN environments e ON e.id = d.environment_id
+        JOIN json_each(json_object([[environment: '{f}', e.{f}]])) f
+        WHERE f.value IS NOT NULL
+        GROUP BY f.key)) AS environment,
+    (SELECT count(*) FROM cells c WHERE c.root_id = roots.id AND c.superseded_at IS NULL) AS cells,
+    (SELECT count(*) FROM ingest_problems p LEFT JOIN cells c ON c.id = p.cell_id
+     WHERE p.closed_by IS NULL AND coalesce(p.root_id, c.root_id) = roots.id) AS open_problems,
+    roots.host,
+    roots.path AS root_path,
+    roots.id AS root_id
+FROM roots
+JOIN root_times t ON t.root_id = roots.id;
+
 -- One operator across every root that measured it, in time order: a
 -- campaign's or repeat run's A/B range per shape (effect, interval,
 -- finding) and a screening pair's verdict with its labelled range (the

@@ -65,12 +65,17 @@ def user_version(conn) -> int:
     return conn.execute("PRAGMA user_version").fetchone()[0]
 
 
-def connect(path, wal: bool = True, immutable: bool = False) -> sqlite3.Connection:
+def connect(path, wal: bool = True, immutable: bool = False, read_only: bool = False) -> sqlite3.Connection:
     """Open (or create) a store's database with the settings every writer
     relies on. wal=False leaves the journal mode as the file has it (a file
     that may not be changed); immutable: read a file in a directory this user
-    cannot write, which no writer can be using (open_checked decides)."""
-    target, uri = (f"file:{Path(path).resolve()}?immutable=1", True) if immutable else (str(path), False)
+    cannot write, which no writer can be using (open_checked decides);
+    read_only: SQLite itself refuses every write to the file (mode=ro), for
+    the commands that only read."""
+    if immutable or read_only:
+        target, uri = f"{Path(path).resolve().as_uri()}?{'immutable=1' if immutable else 'mode=ro'}", True
+    else:
+        target, uri = str(path), False
     conn = sqlite3.connect(
         target, uri=uri, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
     )
@@ -407,17 +412,21 @@ def check_contents(conn: sqlite3.Connection, path, create: bool, quick: Optional
         raise StoreError(f"{path} holds no zlstore store (an SQLite database without tables)")
 
 
-def open_checked(path, create: bool = True, quick: Optional[bool] = None) -> sqlite3.Connection:
+def open_checked(
+    path, create: bool = True, quick: Optional[bool] = None, read_only: bool = False
+) -> sqlite3.Connection:
     """connect(), once check_path and check_contents found the file to be a
     zlstore store this release may use (or, with create, a new one): the
     file is switched to WAL only then, and only where this user may write.
-    A file refused is left byte for byte as it was."""
+    A file refused is left byte for byte as it was. read_only: the
+    connection never writes the file (connect's mode=ro), nor switches it
+    to WAL."""
     path = Path(path)
-    immutable = check_path(path, create)
-    conn = connect(path, wal=False, immutable=immutable)
+    immutable = check_path(path, create and not read_only)
+    conn = connect(path, wal=False, immutable=immutable, read_only=read_only)
     try:
-        check_contents(conn, path, create, quick)
-        if not immutable and writable(path):
+        check_contents(conn, path, create and not read_only, quick)
+        if not immutable and not read_only and writable(path):
             retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL"))
             conn.execute("PRAGMA synchronous = NORMAL")
     except BaseException:

@@ -66,7 +66,6 @@ def history(store, op: str, dtype: Optional[str] = None, shape: Optional[str] = 
     if shape is not None:
         where.append("(shape = ? OR kind = 'screen')")
         params.append(canonical_shape(shape))
-    store.refresh_pairs()
     rows = [
         dict(r)
         for r in store.db.query(

@@ -33,20 +33,56 @@ class Store:
     and the fault, and is left as it was (db.open_checked). check: run
     SQLite's quick_check first (default: for files up to
     db.QUICK_CHECK_MAX_BYTES). A store this user cannot write is read as it
-    is; where its views are older than this release, views_outdated says so."""
+    is; where its views are older than this release, views_outdated says so.
 
-    def __init__(self, path: Optional[PathLike] = None, create: bool = True, check: Optional[bool] = None):
+    read_only: open it for a command that only reads: no statement writes
+    the file (SQLite's mode=ro refuses any), so nothing is upgraded, derived
+    or filled in on open. What the writers keep (derive.py) is read as it
+    is: an older schema through an upgraded copy, another build's views
+    through this release's in the connection's temp schema (temp_views),
+    and derived_stale says whether an edit by hand or a stopped run left
+    work that `zlstore derive` (or any writer) does."""
+
+    def __init__(
+        self,
+        path: Optional[PathLike] = None,
+        create: bool = True,
+        check: Optional[bool] = None,
+        read_only: bool = False,
+    ):
         self.path = Path(path or default_db_path())
-        self.conn = dbmod.open_checked(self.path, create=create, quick=check)
+        self.conn = dbmod.open_checked(self.path, create=create and not read_only, quick=check, read_only=read_only)
         self.views_outdated = False
+        self.temp_views = False  # another build's views, read through this release's (read_only)
         self.read_from_copy: Optional[Path] = None  # an older read-only store: an upgraded copy of it
+        self.derived_on_open = False  # what an edit by hand or a stopped run left, derived (refresh_pairs)
         try:
-            self.schema_version = self._ensure_schema()
-            self.refresh_pairs()
-            self._backfill_screening_fingerprints()
+            if read_only:
+                self.schema_version = self._read_schema()
+            else:
+                self.schema_version = self._ensure_schema()
+                self.derived_on_open = self.refresh_pairs()
+                self._backfill_screening_fingerprints()
         except BaseException:
             self.conn.close()
             raise
+
+    def _read_schema(self) -> int:
+        """The schema as a reader that may not write takes it (read_only)."""
+        needs = migrations.reading_needs(self.conn)
+        if needs == "tables":
+            return self._read_upgraded_copy()
+        if needs == "views":
+            migrations.temp_views(self.conn)
+            self.temp_views = True
+        return dbmod.user_version(self.conn)
+
+    @property
+    def derived_stale(self) -> bool:
+        """Whether derived state waits for a writer: rounds to pair again or
+        noise floors to compute (an edit by hand, a run stopped midway). An
+        unjudged range is not: the views judge it on read."""
+        return derive.pending(self.conn)
 
     def _migrate(self) -> int:
         """The schema created or brought up to this release, its derived tables
