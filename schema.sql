@@ -100,6 +100,10 @@ CREATE TABLE IF NOT EXISTS roots (
     ingested_at TEXT,
     identity TEXT                       -- name and env file, hashed (layout.root_identity); not unique: see roots.py
 );
+-- A page of one root (datasette's ?root=NAME, a canned query's :root) finds
+-- it by name, then its rows by their root_id indexes: without this, SQLite
+-- scans the rows of every root for the few of one.
+CREATE INDEX IF NOT EXISTS roots_name ON roots(name);
 
 -- One side of one op in one round on one card: one benchmark process.
 -- Every inferred value records where it came from (*_source): cell.env,

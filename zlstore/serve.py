@@ -34,6 +34,10 @@ SETTINGS = {
     "sql_time_limit_ms": 5000,
     "facet_time_limit_ms": 500,
     "max_returned_rows": 5000,
+    # A suggested facet is a query per column on every page of a table or
+    # view (two dozen on a wide view): in a team's store, most of a page's
+    # time. The facets the metadata names are still computed.
+    "suggest_facets": False,
 }
 
 NETWORK_WARNING = (
