@@ -111,6 +111,10 @@ CREATE TABLE IF NOT EXISTS roots (
     ingested_at TEXT,
     identity TEXT                       -- name and env file, hashed (layout.root_identity); not unique: see roots.py
 );
+-- A page of one root (datasette's ?root=NAME, a canned query's :root) finds
+-- it by name, then its rows by their root_id indexes: without this, SQLite
+-- scans the rows of every root for the few of one.
+CREATE INDEX IF NOT EXISTS roots_name ON roots(name);
 
 -- One side of one op in one round on one card: one benchmark process.
 -- Every inferred value records where it came from (*_source): cell.env,
@@ -1579,6 +1583,39 @@ SELECT
              (SELECT min(started_at) FROM cells WHERE cells.root_id = roots.id AND started_at <> ''),
              roots.ingested_at) AS started_at
 FROM roots;
+
+-- What a store holds: one row per root, newest first, with its switch and
+-- the values each side ran it with, when it ran (root_times), what its
+-- current cells ran on (field -> its values, JSON; empty: they recorded
+-- nothing), how many current cells it has and its open problems
+-- (open_problems). `zlstore roots` prints it; a served store's front page
+-- shows it first.
+CREATE VIEW store_roots AS
+SELECT
+    roots.name AS root,
+    roots.kind,
+    roots.switch,
+    (SELECT group_concat(DISTINCT switch_value) FROM cells c
+     WHERE c.root_id = roots.id AND c.side = 'before' AND c.superseded_at IS NULL) AS switch_before,
+    (SELECT group_concat(DISTINCT switch_value) FROM cells c
+     WHERE c.root_id = roots.id AND c.side = 'after' AND c.superseded_at IS NULL) AS switch_after,
+    t.started_at,
+    (SELECT json_group_object(field, json(field_values)) FROM (
+        SELECT f.key AS field, json_group_array(DISTINCT f.value) AS field_values
+        FROM (SELECT DISTINCT environment_id FROM cells c
+              WHERE c.root_id = roots.id AND c.superseded_at IS NULL) d
+        JOIN environments e ON e.id = d.environment_id
+        JOIN json_each(json_object('gpu', e.gpu, 'gpu_count', e.gpu_count, 'devices', e.devices, 'driver', e.driver, 'runtime', e.runtime, 'torch', e.torch, 'triton', e.triton, 'triton_commit', e.triton_commit, 'flag_gems', e.flag_gems, 'flaggems_commit', e.flaggems_commit, 'python', e.python, 'hostname', e.hostname)) f
+        WHERE f.value IS NOT NULL
+        GROUP BY f.key)) AS environment,
+    (SELECT count(*) FROM cells c WHERE c.root_id = roots.id AND c.superseded_at IS NULL) AS cells,
+    (SELECT count(*) FROM ingest_problems p LEFT JOIN cells c ON c.id = p.cell_id
+     WHERE p.closed_by IS NULL AND coalesce(p.root_id, c.root_id) = roots.id) AS open_problems,
+    roots.host,
+    roots.path AS root_path,
+    roots.id AS root_id
+FROM roots
+JOIN root_times t ON t.root_id = roots.id;
 
 -- One operator across every root that measured it, in time order: a
 -- campaign's or repeat run's A/B range per shape (effect, interval,

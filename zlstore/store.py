@@ -146,13 +146,17 @@ class Store:
 
     def refresh_pairs(self) -> bool:
         """Derive what an edit by hand left stale (re-pair its rounds), and
-        judge what a run stopped by a full disk left unjudged (derive.stale).
-        A read-only store, or one on a full disk, is read as it is: the
-        views judge an unjudged range when read."""
-        if not derive.stale(self.conn):
+        judge what a run stopped by a full disk left unjudged (derive.stale),
+        or what was judged under another basis (derive.unjudged: a schema
+        upgrade, a setting edited by hand): a reader would otherwise judge
+        every range of the store on the fly, on every page. Called where
+        a writer opens the store; a read-only store, or one on a full disk,
+        is read as it is: the views judge an unjudged range when read."""
+        stale = derive.stale(self.conn)
+        if not stale and not derive.unjudged(self.conn):
             return False
         try:
-            return self.derive()
+            return self.derive(rejudge=not stale)
         except sqlite3.OperationalError as error:
             if dbmod.is_readonly_error(error) or dbmod.is_storage_failure(error):
                 return False
