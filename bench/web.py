@@ -150,7 +150,8 @@ def pages(ds, campaign: str, screen: str) -> dict:
         params = re.findall(r"(?<!:):(\w+)", query.get("sql", ""))
         values = {"root": campaign, "op": op}
         given = {p: values.get(p, "") for p in dict.fromkeys(params)}
-        of_campaign.append(f"/{db}/{quote(name)}?" + urlencode(given))
+        # a question of one campaign (or op) is one campaign's page; one of the whole store is a whole page
+        (of_campaign if {"root", "op"} & set(given) else whole).append(f"/{db}/{quote(name)}?" + urlencode(given))
     return {"campaign": of_campaign, "whole": whole}
 
 

@@ -646,7 +646,9 @@ FROM cells c
 JOIN roots ON roots.id = c.root_id
 LEFT JOIN environments e ON e.id = c.environment_id
 WHERE c.superseded_at IS NULL
-GROUP BY c.root_id, c.environment_id;
+-- roots.name grouped too: a reader's WHERE root = NAME then reaches the
+-- one root's cells (roots_name, cells_root) instead of grouping every root's
+GROUP BY roots.name, c.root_id, c.environment_id;
 
 -- The provenance fields in which the cells of one (root, cell op, dtype)
 -- differ: the two sides of a screening pair, or every round of a campaign's
@@ -1281,7 +1283,7 @@ WHERE f.rule = (SELECT current_rule FROM judging_settings);
 CREATE VIEW screen_roots AS
 WITH settings_now AS MATERIALIZED (SELECT current_rule, strictest_rule FROM judging_settings),
 counts AS (
-    SELECT v.root_id,
+    SELECT v.root_id, roots.name AS root,
            sum(v.rule = s.current_rule) AS pairs,
            sum(v.rule = s.current_rule AND v.verdict = 'IR_CHANGED') AS ir_changed,
            sum(v.rule = s.current_rule AND v.verdict = 'TRUNCATED') AS truncated,
@@ -1289,12 +1291,13 @@ counts AS (
            sum(v.rule = s.strictest_rule AND v.verdict = 'NO_IR_DIFF') AS no_ir_diff_strictest,
            sum(v.rule = s.strictest_rule AND (v.verdict IS NULL OR v.verdict NOT IN (
                'IR_CHANGED', 'NO_IR_DIFF', 'NO_TRITON'))) AS unmeasured
-    FROM verdicts_by_rule v CROSS JOIN settings_now s
+    FROM verdicts_by_rule v CROSS JOIN settings_now s JOIN roots ON roots.id = v.root_id
     WHERE v.rule IN (s.current_rule, s.strictest_rule)
-    GROUP BY v.root_id
+    -- grouped by name too: a reader's WHERE root = NAME reaches one root's pairs
+    GROUP BY roots.name, v.root_id
 )
 SELECT
-    roots.name AS root,
+    counts.root,
     roots.switch,
     counts.pairs,
     counts.ir_changed,

@@ -65,17 +65,12 @@ def user_version(conn) -> int:
     return conn.execute("PRAGMA user_version").fetchone()[0]
 
 
-def connect(path, wal: bool = True, immutable: bool = False, read_only: bool = False) -> sqlite3.Connection:
+def connect(path, wal: bool = True, immutable: bool = False) -> sqlite3.Connection:
     """Open (or create) a store's database with the settings every writer
     relies on. wal=False leaves the journal mode as the file has it (a file
     that may not be changed); immutable: read a file in a directory this user
-    cannot write, which no writer can be using (open_checked decides);
-    read_only: SQLite itself refuses every write to the file (mode=ro), for
-    the commands that only read."""
-    if immutable or read_only:
-        target, uri = f"{Path(path).resolve().as_uri()}?{'immutable=1' if immutable else 'mode=ro'}", True
-    else:
-        target, uri = str(path), False
+    cannot write, which no writer can be using (open_checked decides)."""
+    target, uri = (f"{Path(path).resolve().as_uri()}?immutable=1", True) if immutable else (str(path), False)
     conn = sqlite3.connect(
         target, uri=uri, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
     )
@@ -418,12 +413,11 @@ def open_checked(
     """connect(), once check_path and check_contents found the file to be a
     zlstore store this release may use (or, with create, a new one): the
     file is switched to WAL only then, and only where this user may write.
-    A file refused is left byte for byte as it was. read_only: the
-    connection never writes the file (connect's mode=ro), nor switches it
-    to WAL."""
+    A file refused is left byte for byte as it was. read_only: the file is
+    not switched to WAL (the caller then turns query_only on: read_only())."""
     path = Path(path)
     immutable = check_path(path, create and not read_only)
-    conn = connect(path, wal=False, immutable=immutable, read_only=read_only)
+    conn = connect(path, wal=False, immutable=immutable)
     try:
         check_contents(conn, path, create and not read_only, quick)
         if not immutable and not read_only and writable(path):
@@ -433,6 +427,15 @@ def open_checked(
         conn.close()
         raise
     return conn
+
+
+def read_only(conn: sqlite3.Connection):
+    """From now on SQLite refuses every statement on conn that would change
+    a database (PRAGMA query_only): a command that only reads cannot write,
+    whatever it runs. Not the file's mode=ro: a read-only connection to a
+    WAL store leaves a -wal and -shm behind it, which SQLite deletes when a
+    connection that may write closes last."""
+    conn.execute("PRAGMA query_only = ON")
 
 
 def integrity_problems(conn: sqlite3.Connection, full: bool = False, limit: int = 20) -> List[str]:

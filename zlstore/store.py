@@ -36,8 +36,8 @@ class Store:
     is; where its views are older than this release, views_outdated says so.
 
     read_only: open it for a command that only reads: no statement writes
-    the file (SQLite's mode=ro refuses any), so nothing is upgraded, derived
-    or filled in on open. What the writers keep (derive.py) is read as it
+    the file (SQLite's query_only refuses any: db.read_only), so nothing is
+    upgraded, derived or filled in on open. What the writers keep (derive.py) is read as it
     is: an older schema through an upgraded copy, another build's views
     through this release's in the connection's temp schema (temp_views),
     and derived_stale says whether an edit by hand or a stopped run left
@@ -71,10 +71,13 @@ class Store:
         """The schema as a reader that may not write takes it (read_only)."""
         needs = migrations.reading_needs(self.conn)
         if needs == "tables":
-            return self._read_upgraded_copy()
+            version = self._read_upgraded_copy()
+            dbmod.read_only(self.conn)
+            return version
         if needs == "views":
             migrations.temp_views(self.conn)
             self.temp_views = True
+        dbmod.read_only(self.conn)
         return dbmod.user_version(self.conn)
 
     @property
