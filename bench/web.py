@@ -218,7 +218,9 @@ def main(argv=None) -> int:
     for path in paths["campaign"]:
         a, b = one["campaign"][path], every["campaign"][path]
         rows.append({"page": path, "one_ms": a["ms"], "all_ms": b["ms"], "ratio": b["ms"] / a["ms"], **_flags(a, b)})
-    whole = [{"page": path, "all_ms": every["whole"][path]["ms"], **_flags(every["whole"][path])} for path in paths["whole"]]
+    whole = [
+        {"page": path, "all_ms": every["whole"][path]["ms"], **_flags(every["whole"][path])} for path in paths["whole"]
+    ]
     worst = max(rows, key=lambda r: r["ratio"])
     slowest = max(whole, key=lambda r: r["all_ms"])
     report = {

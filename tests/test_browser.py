@@ -433,4 +433,3 @@ def test_a_team_server_shows_its_pages_once_logged_in(team_server, example_sourc
         shown = {td.text for td in browser.find_elements(By.CSS_SELECTOR, "td.col-root")}
         assert shown == set(example_source[1]["roots"]), shown
         screenshot(browser, "team-server-roots")
-

@@ -193,7 +193,9 @@ def test_every_read_answers_from_a_read_only_mount(example_store_path, tmp_path)
         f"mount --bind {directory} {directory} && mount -o remount,ro,bind {directory} || exit 98; "
         f"touch {directory}/probe 2>/dev/null && exit 99; " + "; ".join(commands)
     )
-    probe = subprocess.run(["unshare", "--mount", "sh", "-c", f"mount --bind {directory} {directory}"], capture_output=True)
+    probe = subprocess.run(
+        ["unshare", "--mount", "sh", "-c", f"mount --bind {directory} {directory}"], capture_output=True
+    )
     if probe.returncode != 0:
         pytest.skip(f"cannot make a mount namespace here: {probe.stderr.decode().strip()[-200:]}")
     result = subprocess.run(["unshare", "--mount", "sh", "-c", script], capture_output=True, text=True, cwd=tmp_path)

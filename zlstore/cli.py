@@ -2064,7 +2064,12 @@ def roots_command(store, out):
         zlstore roots --db team.db --csv
     """
     rows = rootsmod.held(store.conn)
-    emit(out, rows, human=lambda: rootsmod.held_table(rows), shown=lambda: output.Shown(rootsmod.held_shown(rows), rootsmod.HELD_COLUMNS))
+    emit(
+        out,
+        rows,
+        human=lambda: rootsmod.held_table(rows),
+        shown=lambda: output.Shown(rootsmod.held_shown(rows), rootsmod.HELD_COLUMNS),
+    )
 
 
 @cli.command()

@@ -387,7 +387,9 @@ def held_shown(rows: List[dict]) -> List[dict]:
             "values": f"{row['switch_before'] or '?'} -> {row['switch_after'] or '?'}"
             if row["switch_before"] or row["switch_after"]
             else "",
-            "environment": ", ".join(f"{field}={'|'.join(map(str, values))}" for field, values in row["environment"].items())
+            "environment": ", ".join(
+                f"{field}={'|'.join(map(str, values))}" for field, values in row["environment"].items()
+            )
             or "unknown",
         }
         for row in rows
