@@ -427,7 +427,8 @@ def test_a_team_server_shows_its_pages_once_logged_in(team_server, example_sourc
         browser.find_element(By.CSS_SELECTOR, "form input[type=submit], form button").click()
         wait_for(browser, lambda b: "store_roots" in b.page_source, "the front page")
         links = [a.get_attribute("href") for a in browser.find_elements(By.CSS_SELECTOR, "ul a")]
-        assert links[0].endswith("/zlstore/store_roots"), links  # what the store holds comes first
+        store_links = [link for link in links if "/zlstore/" in link]  # not datasette's menu
+        assert store_links[0].endswith("/zlstore/store_roots"), links  # what the store holds comes first
         browser.get(team_server + "/zlstore/store_roots")
         wait_for(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "table.rows-and-columns tbody tr"), "the roots")
         shown = {td.text for td in browser.find_elements(By.CSS_SELECTOR, "td.col-root")}
