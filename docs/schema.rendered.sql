@@ -1611,7 +1611,7 @@ SELECT
         JOIN json_each(json_object('gpu', e.gpu, 'gpu_count', e.gpu_count, 'devices', e.devices, 'driver', e.driver, 'runtime', e.runtime, 'torch', e.torch, 'triton', e.triton, 'triton_commit', e.triton_commit, 'flag_gems', e.flag_gems, 'flaggems_commit', e.flaggems_commit, 'python', e.python, 'hostname', e.hostname)) f
         WHERE f.value IS NOT NULL
         GROUP BY f.key)) AS environment,
-    (SELECT count(*) FROM cells c WHERE c.root_id = roots.id AND c.superseded_at IS NULL) AS cells,
+    (SELECT coalesce(sum(c.superseded_at IS NULL), 0) FROM cells c WHERE c.root_id = roots.id) AS cells,
     (SELECT count(*) FROM ingest_problems p LEFT JOIN cells c ON c.id = p.cell_id
      WHERE p.closed_by IS NULL AND coalesce(p.root_id, c.root_id) = roots.id) AS open_problems,
     roots.host,
