@@ -105,6 +105,10 @@ CREATE TABLE IF NOT EXISTS roots (
     stopping TEXT,                      -- campaign.env STOPPING (layout.stopping): 'fixed' or 'until-decided'; NULL: no env file
     min_rounds INTEGER                  -- campaign.env MIN_ROUNDS: an until-decided campaign's floor of rounds
 );
+-- A page of one root (datasette's ?root=NAME, a canned query's :root) finds
+-- it by name, then its rows by their root_id indexes: without this, SQLite
+-- scans the rows of every root for the few of one.
+CREATE INDEX IF NOT EXISTS roots_name ON roots(name);
 
 -- One side of one op in one round on one card: one benchmark process.
 -- Every inferred value records where it came from (*_source): cell.env,
@@ -675,7 +679,9 @@ FROM cells c
 JOIN roots ON roots.id = c.root_id
 LEFT JOIN environments e ON e.id = c.environment_id
 WHERE c.superseded_at IS NULL
-GROUP BY c.root_id, c.environment_id;
+-- roots.name grouped too: a reader's WHERE root = NAME then reaches the
+-- one root's cells (roots_name, cells_root) instead of grouping every root's
+GROUP BY roots.name, c.root_id, c.environment_id;
 
 -- What makes two environments one machine for a noise floor (ARTIFACTS.md,
 -- Noise floors): the GPU model, driver and runtime (provenance.MACHINE), as
@@ -1354,7 +1360,7 @@ JOIN calibers ON calibers.id = p.caliber_id;
 CREATE VIEW screen_roots AS
 WITH settings_now AS MATERIALIZED (SELECT current_rule, strictest_rule FROM judging_settings),
 counts AS (
-    SELECT v.root_id,
+    SELECT v.root_id, roots.name AS root,
            sum(v.rule = s.current_rule) AS pairs,
            sum(v.rule = s.current_rule AND v.verdict = [[verdict IR_CHANGED]]) AS ir_changed,
            sum(v.rule = s.current_rule AND v.verdict = [[verdict TRUNCATED]]) AS truncated,
@@ -1362,12 +1368,13 @@ counts AS (
            sum(v.rule = s.strictest_rule AND v.verdict = [[verdict NO_IR_DIFF]]) AS no_ir_diff_strictest,
            sum(v.rule = s.strictest_rule AND (v.verdict IS NULL OR v.verdict NOT IN (
                [[verdict IR_CHANGED]], [[verdict NO_IR_DIFF]], [[verdict NO_TRITON]]))) AS unmeasured
-    FROM verdicts_by_rule v CROSS JOIN settings_now s
+    FROM verdicts_by_rule v CROSS JOIN settings_now s JOIN roots ON roots.id = v.root_id
     WHERE v.rule IN (s.current_rule, s.strictest_rule)
-    GROUP BY v.root_id
+    -- grouped by name too: a reader's WHERE root = NAME reaches one root's pairs
+    GROUP BY roots.name, v.root_id
 )
 SELECT
-    roots.name AS root,
+    counts.root,
     roots.switch,
     counts.pairs,
     counts.ir_changed,
@@ -1792,6 +1799,38 @@ SELECT
             'unknown')
     END AS axis
 FROM named n;
+
+-- What a store holds: one row per root, newest first, with its switch and
+-- the values each side ran it with (root_switches), when it ran (root_times), what its
+-- current cells ran on (field -> its values, JSON; empty: they recorded
+-- nothing), how many current cells it has and its open problems
+-- (open_problems). `zlstore roots` prints it; a served store's front page
+-- shows it first.
+CREATE VIEW store_roots AS
+SELECT
+    roots.name AS root,
+    roots.kind,
+    w.switch,
+    w.before_value AS switch_before,
+    w.after_value AS switch_after,
+    t.started_at,
+    (SELECT json_group_object(field, json(field_values)) FROM (
+        SELECT f.key AS field, json_group_array(DISTINCT f.value) AS field_values
+        FROM (SELECT DISTINCT environment_id FROM cells c
+              WHERE c.root_id = roots.id AND c.superseded_at IS NULL) d
+        JOIN environments e ON e.id = d.environment_id
+        JOIN json_each(json_object([[environment: '{f}', e.{f}]])) f
+        WHERE f.value IS NOT NULL
+        GROUP BY f.key)) AS environment,
+    (SELECT coalesce(sum(c.superseded_at IS NULL), 0) FROM cells c WHERE c.root_id = roots.id) AS cells,
+    (SELECT count(*) FROM ingest_problems p LEFT JOIN cells c ON c.id = p.cell_id
+     WHERE p.closed_by IS NULL AND coalesce(p.root_id, c.root_id) = roots.id) AS open_problems,
+    roots.host,
+    roots.path AS root_path,
+    roots.id AS root_id
+FROM roots
+JOIN root_times t ON t.root_id = roots.id
+LEFT JOIN root_switches w ON w.root_id = roots.id;
 
 -- One operator across every root that measured it, in time order: a
 -- campaign's or repeat run's A/B range per shape (effect, interval,

@@ -116,6 +116,10 @@ CREATE TABLE IF NOT EXISTS roots (
     stopping TEXT,                      -- campaign.env STOPPING (layout.stopping): 'fixed' or 'until-decided'; NULL: no env file
     min_rounds INTEGER                  -- campaign.env MIN_ROUNDS: an until-decided campaign's floor of rounds
 );
+-- A page of one root (datasette's ?root=NAME, a canned query's :root) finds
+-- it by name, then its rows by their root_id indexes: without this, SQLite
+-- scans the rows of every root for the few of one.
+CREATE INDEX IF NOT EXISTS roots_name ON roots(name);
 
 -- One side of one op in one round on one card: one benchmark process.
 -- Every inferred value records where it came from (*_source): cell.env,
@@ -686,7 +690,9 @@ FROM cells c
 JOIN roots ON roots.id = c.root_id
 LEFT JOIN environments e ON e.id = c.environment_id
 WHERE c.superseded_at IS NULL
-GROUP BY c.root_id, c.environment_id;
+-- roots.name grouped too: a reader's WHERE root = NAME then reaches the
+-- one root's cells (roots_name, cells_root) instead of grouping every root's
+GROUP BY roots.name, c.root_id, c.environment_id;
 
 -- What makes two environments one machine for a noise floor (ARTIFACTS.md,
 -- Noise floors): the GPU model, driver and runtime (provenance.MACHINE), as
@@ -1381,7 +1387,7 @@ JOIN calibers ON calibers.id = p.caliber_id;
 CREATE VIEW screen_roots AS
 WITH settings_now AS MATERIALIZED (SELECT current_rule, strictest_rule FROM judging_settings),
 counts AS (
-    SELECT v.root_id,
+    SELECT v.root_id, roots.name AS root,
            sum(v.rule = s.current_rule) AS pairs,
            sum(v.rule = s.current_rule AND v.verdict = 'IR_CHANGED') AS ir_changed,
            sum(v.rule = s.current_rule AND v.verdict = 'TRUNCATED') AS truncated,
@@ -1389,12 +1395,13 @@ counts AS (
            sum(v.rule = s.strictest_rule AND v.verdict = 'NO_IR_DIFF') AS no_ir_diff_strictest,
            sum(v.rule = s.strictest_rule AND (v.verdict IS NULL OR v.verdict NOT IN (
                'IR_CHANGED', 'NO_IR_DIFF', 'NO_TRITON'))) AS unmeasured
-    FROM verdicts_by_rule v CROSS JOIN settings_now s
+    FROM verdicts_by_rule v CROSS JOIN settings_now s JOIN roots ON roots.id = v.root_id
     WHERE v.rule IN (s.current_rule, s.strictest_rule)
-    GROUP BY v.root_id
+    -- grouped by name too: a reader's WHERE root = NAME reaches one root's pairs
+    GROUP BY roots.name, v.root_id
 )
 SELECT
-    roots.name AS root,
+    counts.root,
     roots.switch,
     counts.pairs,
     counts.ir_changed,
@@ -1620,7 +1627,7 @@ notes AS MATERIALIZED (
                                 AND src.machine IS o.machine
                              WHERE o.rule = (SELECT current_rule FROM judging_settings)
                                AND o.op IS lacking.op AND o.dtype IS lacking.dtype)
-                THEN 'none: no NO_IR_DIFF pair of this op on its machine'
+                THEN 'none: no screened pair of this op on its machine kept its IR (NO_IR_DIFF) to measure its noise'
             WHEN EXISTS (SELECT 1 FROM noise_floor_rows o
                          JOIN floor_sources src
                              ON src.root_id = lacking.root_id AND src.source_root_id = o.root_id
@@ -1673,9 +1680,20 @@ settled AS MATERIALIZED (
                     WHEN judged.log_sd IS NULL THEN 'no test: a ratio of the rounds is not a finite number'
                     WHEN judged.log_sd = 0
                         THEN 'the rounds agree exactly, at the minimum effect: more rounds would not settle it'
+                    -- the cause a reader can see: a round timed only a few
+                    -- times (direct_repeat, a caliber field) varies with each
+                    -- timing; otherwise the card itself is noisy
+                    WHEN (needed IS NULL OR needed > 30)
+                         AND CAST((SELECT c.direct_repeat FROM calibers c WHERE c.id = judged.caliber_id) AS INTEGER)
+                             BETWEEN 1 AND 9
+                        THEN 'steadier rounds: a round varies by about '
+                             || printf('%.1f%%', 100 * (exp(judged.log_sd) - 1))
+                             || ', each timed only ' || (SELECT c.direct_repeat FROM calibers c WHERE c.id = judged.caliber_id)
+                             || 'x (direct_repeat): a larger ZL_DIRECT_REPEAT, more than 30 rounds otherwise'
                     WHEN needed IS NULL OR needed > 30
                         THEN 'a quieter card: a round varies by about '
                              || printf('%.1f%%', 100 * (exp(judged.log_sd) - 1))
+                             || ', too much for 30 rounds to settle'
                     ELSE 'more rounds: at least ' || max(needed, judged.rounds + 1) || ' in all'
                          -- counted with today's t quantile: the interval of an until-decided
                          -- campaign (valid after every round) is wider, so a lower bound there
@@ -1814,6 +1832,38 @@ SELECT
             'unknown')
     END AS axis
 FROM named n;
+
+-- What a store holds: one row per root, newest first, with its switch and
+-- the values each side ran it with (root_switches), when it ran (root_times), what its
+-- current cells ran on (field -> its values, JSON; empty: they recorded
+-- nothing), how many current cells it has and its open problems
+-- (open_problems). `zlstore roots` prints it; a served store's front page
+-- shows it first.
+CREATE VIEW store_roots AS
+SELECT
+    roots.name AS root,
+    roots.kind,
+    w.switch,
+    w.before_value AS switch_before,
+    w.after_value AS switch_after,
+    t.started_at,
+    (SELECT json_group_object(field, json(field_values)) FROM (
+        SELECT f.key AS field, json_group_array(DISTINCT f.value) AS field_values
+        FROM (SELECT DISTINCT environment_id FROM cells c
+              WHERE c.root_id = roots.id AND c.superseded_at IS NULL) d
+        JOIN environments e ON e.id = d.environment_id
+        JOIN json_each(json_object('gpu', e.gpu, 'gpu_count', e.gpu_count, 'devices', e.devices, 'driver', e.driver, 'runtime', e.runtime, 'torch', e.torch, 'triton', e.triton, 'triton_commit', e.triton_commit, 'flag_gems', e.flag_gems, 'flaggems_commit', e.flaggems_commit, 'python', e.python, 'hostname', e.hostname)) f
+        WHERE f.value IS NOT NULL
+        GROUP BY f.key)) AS environment,
+    (SELECT coalesce(sum(c.superseded_at IS NULL), 0) FROM cells c WHERE c.root_id = roots.id) AS cells,
+    (SELECT count(*) FROM ingest_problems p LEFT JOIN cells c ON c.id = p.cell_id
+     WHERE p.closed_by IS NULL AND coalesce(p.root_id, c.root_id) = roots.id) AS open_problems,
+    roots.host,
+    roots.path AS root_path,
+    roots.id AS root_id
+FROM roots
+JOIN root_times t ON t.root_id = roots.id
+LEFT JOIN root_switches w ON w.root_id = roots.id;
 
 -- One operator across every root that measured it, in time order: a
 -- campaign's or repeat run's A/B range per shape (effect, interval,

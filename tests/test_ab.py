@@ -154,6 +154,7 @@ def test_precedence_when_several_reasons_apply(example_store, example_source):
     with conn:
         conn.execute("UPDATE measurements SET counted = 0 WHERE id = ?", (m_row["before_measurement_id"],))
         conn.execute("DELETE FROM measurements WHERE id = ?", (u_row["after_measurement_id"],))
+    example_store.derive()  # an edit by hand: the explicit step derives it (a read never does)
     after = by_key(judge.ab_rejected(example_store, root), "op", "round", "shape")
     assert after[(m_row["op"], m_row["round"], m_row["shape"])]["reason"] == "CALIBER_MISMATCH"
     assert after[(u_row["op"], u_row["round"], u_row["shape"])]["reason"] == "CALIBER_UNKNOWN"

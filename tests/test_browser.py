@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections import Counter
 from pathlib import Path
@@ -79,6 +80,8 @@ def running(command, log_path):
         while True:
             try:
                 urllib.request.urlopen(base + "/-/versions.json", timeout=2).read()
+                break
+            except urllib.error.HTTPError:  # it answers (403: a server with accounts)
                 break
             except OSError:
                 if process.poll() is not None or time.monotonic() > deadline:
@@ -379,3 +382,55 @@ def test_plain_datasette_leaves_other_databases_alone(driver, plain_server):
     driver.get(plain_server + "/")
     wait_for(driver, lambda b: b.find_elements(By.CSS_SELECTOR, "h1"), "the index page")
     assert driver.find_element(By.CSS_SELECTOR, "h1").text != "zlstore"  # two databases: datasette's own front page
+
+
+@pytest.fixture(scope="module")
+def team_server(example_source, tmp_path_factory):
+    """`zlstore serve` bound beyond loopback (0.0.0.0) with one account, as a
+    team's server runs (docs/stores.md)."""
+    from datasette_auth_passwords.utils import hash_password
+
+    dest = tmp_path_factory.mktemp("team")
+    db = dest / "team.db"
+    with Store(db) as store:
+        store.ingest(example_source[0])
+    users = dest / "users.txt"
+    users.write_text(f"# who may read the team's store\nalice:{hash_password(TEAM_PASSWORD)}\n")
+    command = [sys.executable, "-m", "zlstore", "serve", "--db", str(db), "--host", "0.0.0.0", "--users", str(users)]
+    with running(command, dest / "serve.log") as base:
+        yield base
+
+
+TEAM_PASSWORD = "correct horse battery"
+
+
+def test_a_team_server_refuses_a_request_without_credentials(team_server):
+    for path in ("/", "/zlstore", "/zlstore/ab_ranges", "/zlstore/store_roots.json", "/zlstore.json?sql=select+1"):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(team_server + path, timeout=10)
+        assert refused.value.code == 403, path
+
+
+def test_a_team_server_shows_its_pages_once_logged_in(team_server, example_source):
+    from selenium.webdriver.common.by import By
+
+    with chromium() as browser:
+        browser.get(team_server + "/zlstore/store_roots")
+        assert "403" in browser.title or "Forbidden" in browser.page_source
+        browser.get(team_server + "/-/login")
+        browser.find_element(By.NAME, "username").send_keys("alice")
+        browser.find_element(By.NAME, "password").send_keys("not the password")
+        browser.find_element(By.CSS_SELECTOR, "form input[type=submit], form button").click()
+        wait_for(browser, lambda b: "Invalid username or password" in b.page_source, "the refusal")
+        browser.find_element(By.NAME, "username").send_keys("alice")
+        browser.find_element(By.NAME, "password").send_keys(TEAM_PASSWORD)
+        browser.find_element(By.CSS_SELECTOR, "form input[type=submit], form button").click()
+        wait_for(browser, lambda b: "store_roots" in b.page_source, "the front page")
+        links = [a.get_attribute("href") for a in browser.find_elements(By.CSS_SELECTOR, "ul a")]
+        store_links = [link for link in links if "/zlstore/" in link]  # not datasette's menu
+        assert store_links[0].endswith("/zlstore/store_roots"), links  # what the store holds comes first
+        browser.get(team_server + "/zlstore/store_roots")
+        wait_for(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "table.rows-and-columns tbody tr"), "the roots")
+        shown = {td.text for td in browser.find_elements(By.CSS_SELECTOR, "td.col-root")}
+        assert shown == set(example_source[1]["roots"]), shown
+        screenshot(browser, "team-server-roots")

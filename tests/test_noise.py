@@ -99,11 +99,13 @@ def test_ranges_are_judged_against_the_floor_of_their_caliber(example_store, exa
             "UPDATE cells SET caliber_id = ? WHERE caliber_id = ? AND root_id = (SELECT id FROM roots WHERE name = ?)",
             (other, campaign_caliber, root),
         )
+    example_store.derive()  # an edit by hand: the explicit step derives it (a read never does)
     assert all(r["noise_floor"] is None and r["clears_floor"] is None for r in judge.ab_ranges(example_store, root))
     with conn:
         conn.execute("UPDATE cells SET caliber_id = ? WHERE caliber_id = ?", (screen_caliber, other))
     # the campaign's cells record no machine: its floors are its own
     # screening root's (SCREEN_ROOT), per shape, and no other root's
+    example_store.derive()
     floors = {
         (op, dtype, shape): (n, floor)
         for (op, dtype, shape, _, floor_root), (n, floor) in expected_floors(manifest, "v3").items()

@@ -400,6 +400,7 @@ def test_the_findings_table_fits_a_terminal_and_notes_go_below(example_store_pat
         screen = report.screen(pairs, "v3", width=width)
         assert max(map(len, screen.splitlines())) <= width
         assert "\n    note: after killed at its timeout (rc 124)\n" in screen
+
     # where the floor column would not fit, the table leaves it out, and the command says so
     def header(text):
         return next(line for line in text.splitlines() if line.startswith("op "))

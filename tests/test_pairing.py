@@ -103,9 +103,11 @@ def test_written_piecemeal_equals_recomputed_from_scratch(example_tree, tmp_path
         moved = by_key(judge.ab_ranges(store, campaign.name), "op", "dtype", "shape", "caliber_id")
         assert moved[(key["op"], key["dtype"], key["shape"], key["caliber_id"])]["max"] == pytest.approx(100)
 
-        # A row deleted by hand: the next read re-pairs it.
+        # A row deleted by hand: a read derives nothing; the explicit step (zlstore derive) re-pairs it.
         store.conn.execute("DELETE FROM measurements WHERE id = (SELECT max(id) FROM measurements)")
         judge.ab_ranges(store)
+        assert derive.stale(store.conn)
+        store.derive()
         assert not derive.stale(store.conn)
         assert snapshot(store.conn) == from_scratch(db_path, tmp_path)
         assert all(snapshot(store.conn)[t] for t in ("ab_slot_rows", "ab_range_rows", "ab_round_ranges"))

@@ -256,15 +256,19 @@ def serve_get(db, path, *options):
     return result.stdout
 
 
-def test_serve_port_and_host_as_datasette_spells_them(files, monkeypatch):
+def test_serve_port_and_host_as_datasette_spells_them(files, monkeypatch, tmp_path):
     import uvicorn
 
     calls = []
     monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: calls.append(kwargs))
-    result = CliRunner().invoke(cli, ["serve", "--db", str(files[0]), "-p", "9002", "-h", "0.0.0.0"])
+    users = tmp_path / "users.txt"
+    users.write_text("alice:pbkdf2_sha256$260000$salt$hash\n")
+    result = CliRunner().invoke(
+        cli, ["serve", "--db", str(files[0]), "-p", "9002", "-h", "0.0.0.0", "--users", str(users)]
+    )
     assert result.exit_code == 130, result.output
     assert (calls[-1]["host"], calls[-1]["port"]) == ("0.0.0.0", 9002)
-    assert "warning" in result.stderr
+    assert "0.0.0.0" in result.stderr
     help_text = CliRunner().invoke(cli, ["serve", "--help"]).output
     assert "-h, --host" in help_text and "-p, --port" in help_text
 

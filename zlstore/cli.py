@@ -6,6 +6,7 @@ import functools
 import json
 import math
 import os
+import shlex
 import sqlite3
 import sys
 import time
@@ -17,6 +18,7 @@ import click
 from . import db as dbmod
 from . import files, interrupts, irchanges, irdiff, judge, layout, output, report, ttgir
 from . import history as historymod
+from . import roots as rootsmod
 from . import plan as planmod
 from .plan import MAX_CARDS
 from .store import Store, default_db_path
@@ -208,14 +210,16 @@ def _naming_the_environment(db_path):
         raise Fault(f"{fault.message}{note}") from None
 
 
-def db_option(fn=None, *, create: bool = False, writes: bool = False, check=None):
+def db_option(fn=None, *, create: bool = False, writes: bool = False, check=None, read_only: bool = False):
     """--db, opening the store for the command. create: a missing file becomes
     a new store (the commands that write); otherwise a missing, foreign or
     damaged file is refused (exit 2) and left as it is. writes: refuse before
     any work, in one line, a store this user cannot write. check: quick_check
-    first (default: for small files; db.QUICK_CHECK_MAX_BYTES)."""
+    first (default: for small files; db.QUICK_CHECK_MAX_BYTES). read_only: the
+    command only reads, and the store is opened so that nothing is written
+    (Store's read_only)."""
     if fn is None:
-        return functools.partial(db_option, create=create, writes=writes, check=check)
+        return functools.partial(db_option, create=create, writes=writes, check=check, read_only=read_only)
 
     @click.option(
         "--db",
@@ -236,7 +240,11 @@ def db_option(fn=None, *, create: bool = False, writes: bool = False, check=None
     def _with_store(fn, path, args, kwargs):
         hint_db = None if _is_default(path) else str(path)
         new = create and _is_new(path)
-        with database_faults(path), Store(path, create=create, check=check) as store, output.hints_for(hint_db):
+        with (
+            database_faults(path),
+            Store(path, create=create, check=check, read_only=read_only) as store,
+            output.hints_for(hint_db),
+        ):
             if new:  # a mistyped --db would otherwise be a silent new store
                 click.echo(f"created {path}", err=True)
             if store.views_outdated:
@@ -246,9 +254,12 @@ def db_option(fn=None, *, create: bool = False, writes: bool = False, check=None
                     err=True,
                 )
             if store.read_from_copy is not None and not writes:
+                click.echo(_read_through_copy(store.path), err=True)
+            if read_only and store.derived_stale:
                 click.echo(
-                    f"note: {store.path} is from an older zlstore and read-only for this user: "
-                    f"read through an upgraded copy of it (the file is left as it is)",
+                    f"note: {store.path} holds changes not derived yet (an edit by hand, or a run "
+                    f"stopped midway): answers come from what was derived before; "
+                    f"zlstore derive --db {shlex.quote(str(store.path))} brings it up to date",
                     err=True,
                 )
             if writes:
@@ -256,6 +267,18 @@ def db_option(fn=None, *, create: bool = False, writes: bool = False, check=None
             return fn(*args, store=store, **kwargs)
 
     return wrapper
+
+
+def _read_through_copy(path: Path) -> str:
+    if dbmod.writable(path):
+        return (
+            f"note: {path} is from an older zlstore: read through an upgraded copy of it (a read "
+            f"writes nothing; zlstore derive --db {shlex.quote(str(path))} upgrades it in place)"
+        )
+    return (
+        f"note: {path} is from an older zlstore and read-only for this user: "
+        f"read through an upgraded copy of it (the file is left as it is)"
+    )
 
 
 class _TableFormat(click.ParamType):
@@ -488,8 +511,17 @@ def _metadata_file(ctx, param, value):
     metavar="NAME",
     help="Also answer requests for this host name (a DNS alias of this machine); repeatable.",
 )
+@click.option(
+    "--users",
+    "users_file",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    metavar="FILE",
+    help="Only these people read the store, once logged in at /-/login: one NAME:HASH line each "
+    "(`datasette hash-password` makes a HASH). Required to serve beyond 127.0.0.1.",
+)
 @db_option(check=True)
-def serve(store, host, port, settings, cors, extra_metadata, open_browser, get_path, allow_hosts):
+def serve(store, host, port, settings, cors, extra_metadata, open_browser, get_path, allow_hosts, users_file):
     """Browse the store in datasette: views, canned questions, charts.
 
     The store is served as /zlstore whatever its file is called. Live:
@@ -498,8 +530,10 @@ def serve(store, host, port, settings, cors, extra_metadata, open_browser, get_p
     --host it binds, this machine's name (when bound beyond loopback) and
     each --allow-host; any other Host header gets 400, so a web page whose
     name is made to resolve to this machine (DNS rebinding) cannot read
-    the store. The database is checked (quick_check) before it is served,
-    and never created. For datasette's other options, run plain datasette:
+    the store. Bound beyond 127.0.0.1 it needs --users: only those people
+    read anything, once logged in (docs/stores.md: a team's server). The
+    database is checked (quick_check) before it is served, and never
+    created; a page never writes it. For datasette's other options, run plain datasette:
     `datasette campaign.db` has zlstore's plugin (served as /campaign,
     without the Host check).
 
@@ -512,10 +546,17 @@ def serve(store, host, port, settings, cors, extra_metadata, open_browser, get_p
         zlstore serve --db campaign.db --open
         zlstore serve --db campaign.db -p 8002 --setting max_returned_rows 20000
         zlstore serve --get '/zlstore/verdicts.json?_shape=array'
+        zlstore serve --db team.db --host 0.0.0.0 --users team-users.txt
     """
     from . import serve as serving  # lazy: the note at the top
 
-    options = dict(settings=dict(settings), extra_metadata=extra_metadata, cors=cors)
+    try:
+        users = serving.read_users(users_file) if users_file else None
+    except serving.UsersError as error:
+        raise click.BadParameter(str(error), param_hint="--users") from None
+    if get_path is None and users is None and not serving.is_loopback(host):
+        raise Fault(serving.NEEDS_USERS.format(host=host))
+    options = dict(settings=dict(settings), extra_metadata=extra_metadata, cors=cors, users=users)
     if get_path is not None:
         status, text = serving.get(serving.datasette_app(store.path, **options), get_path)
         click.echo(text)
@@ -537,7 +578,7 @@ def serve(store, host, port, settings, cors, extra_metadata, open_browser, get_p
     help="The database name datasette serves the store under (default: the --db file's "
     "stem, as plain datasette names it).",
 )
-@db_option
+@db_option(read_only=True)
 def metadata_command(store, name):
     """Print zlstore's datasette metadata as JSON, for datasette -m.
 
@@ -657,7 +698,7 @@ def ingest(store, paths, rehash, out):
 
 @cli.command()
 @click.argument("root", required=False)
-@db_option
+@db_option(read_only=True)
 @output_options
 def problems(store, root, out):
     """The problems with the input that are still open: each bad file (and
@@ -734,6 +775,33 @@ def check(store, full, out):
             f"{store.path} is damaged ({len(problems)} problems above); restore it from a copy, "
             f"or ingest the runs/ tree into a new database"
         )
+
+
+@cli.command("derive")
+@db_option(writes=True)
+@output_options
+def derive_command(store, out):
+    """Bring the store up to date for its readers: this release's schema,
+    and every derived table (pairs, ranges, findings, noise floors) the
+    writers keep. The commands that only read (screen, ab, noise, history,
+    diff, report, export, the served pages) never write: every writer
+    (ingest, record, merge, rule, forget) derives before it commits, and
+    this is the explicit step for what is left: a store edited by hand, a
+    run stopped midway, a store from an older zlstore.
+
+    Example:
+
+        \b
+        zlstore derive --db team.db
+    """
+    derived = store.derived_on_open or store.derive()
+    done = {"path": str(store.path), "derived": derived, "schema_version": store.schema_version}
+    emit(
+        out,
+        [done],
+        document=done,
+        human=lambda: f"{store.path}: " + ("derived" if derived else "up to date, nothing to derive"),
+    )
 
 
 @cli.command()
@@ -918,7 +986,7 @@ def plan_options(fn):
     default=None,
     help="Write the plan as partition.tsv (card op dtype weight_min).",
 )
-@db_option
+@db_option(read_only=True)
 @output_options
 def plan(store, screen_root, ops, cards, rounds, extra_ops, include_hinted, out_path, out):
     """Partition a screening root's ops across cards, longest first.
@@ -1737,7 +1805,7 @@ def terminal_width():
 @click.argument("root", required=False)
 @rule_option
 @names_option("--verdict", "V[,V]", "Only pairs with these verdicts: " + ", ".join(judge.VERDICT_NAMES) + ".")
-@db_option
+@db_option(read_only=True)
 @output_options
 @judging_defaults
 def screen(store, root, rule, verdict, out):
@@ -1931,7 +1999,7 @@ def rule(store, rule_name, q_max, min_effect, out):
     "Exit 1, naming each on stderr, when a range (of those shown) has one of "
     "these findings: the gate a CI step runs (e.g. --fail-on slower).",
 )
-@db_option
+@db_option(read_only=True)
 @output_options
 @judging_defaults
 def ab(store, root, rejected, op, finding, sort, fail_on, out):
@@ -2054,9 +2122,36 @@ def ab(store, root, rejected, op, finding, sort, fail_on, out):
         sys.exit(EXIT_PROBLEMS)
 
 
+@cli.command("roots")
+@db_option(read_only=True)
+@output_options
+def roots_command(store, out):
+    """What the store holds: every root, newest first, with its kind, its
+    switch and the values each side ran it with, when it ran, what its
+    cells ran on, its current cells and its open problems (`zlstore
+    problems ROOT` lists them). The same rows as the view store_roots, the
+    first table a served store's front page shows.
+
+    Exit status: 0 done; 2 a bad --db (missing: never created; not a
+    zlstore store; damaged; newer).
+
+    Example:
+
+        \b
+        zlstore roots --db team.db --csv
+    """
+    rows = rootsmod.held(store.conn)
+    emit(
+        out,
+        rows,
+        human=lambda: rootsmod.held_table(rows),
+        shown=lambda: output.Shown(rootsmod.held_shown(rows), rootsmod.HELD_COLUMNS),
+    )
+
+
 @cli.command()
 @click.option("--op", default=None, help="Only this row op.")
-@db_option
+@db_option(read_only=True)
 @output_options
 def noise(store, op, out):
     """Noise floors: per (row op, dtype, shape, caliber, machine), floor =
@@ -2094,7 +2189,7 @@ def noise(store, op, out):
 @click.argument("root_a")
 @click.argument("root_b")
 @rule_option
-@db_option
+@db_option(read_only=True)
 @output_options
 def compare(store, root_a, root_b, rule, out):
     """Two screening roots side by side: verdict and speedup range per (op,
@@ -2150,7 +2245,7 @@ def compare(store, root_a, root_b, rule, out):
     help="Write to FILE (default: stdout; --md then writes the picture as ./ROOT.svg, said on stderr). "
     "A FIFO or device (/dev/null) is written into.",
 )
-@db_option
+@db_option(read_only=True)
 def report_command(store, root, fmt, out_path):
     """A root's report, to paste into a pull request or keep as a CI
     artifact. A campaign or repeat run: the summary line, the findings
@@ -2190,7 +2285,7 @@ def report_command(store, root, fmt, out_path):
 @click.option(
     "--switch", "switch", default=None, help="Only the roots that tested this switch (e.g. TRITON_F32_DEFAULT)."
 )
-@db_option
+@db_option(read_only=True)
 @output_options
 def history(store, op_spec, shape, switch, out):
     """One operator across every stored campaign, repeat run and screening
@@ -2268,7 +2363,7 @@ def history(store, op_spec, shape, switch, out):
 @click.option("--kernel", default=None, help="Only the kernels of this name.")
 @click.option("--no-diff", "no_diff", is_flag=True, help="No text diff (--json, --full).")
 @click.option("--full", is_flag=True, help="Every kernel pair's row, then each one's unified diff.")
-@db_option
+@db_option(read_only=True)
 @output_options
 @judging_defaults
 def diff(store, first, second, round_, card, side, rule, raw, kernel, no_diff, full, out):
@@ -2342,7 +2437,7 @@ def diff(store, first, second, round_, card, side, rule, raw, kernel, no_diff, f
 @cli.command()
 @click.argument("root")
 @rule_option
-@db_option
+@db_option(read_only=True)
 @output_options(tsv_help="The harness's screen.tsv text, as the default prints it.")
 def export(store, root, rule, out):
     """A screening root's verdict table in the harness's screen.tsv column

@@ -75,7 +75,7 @@ def connect(path, wal: bool = True, immutable: bool = False) -> sqlite3.Connecti
     that may not be changed); immutable: read a file in a directory this user
     cannot write, which no writer can be using (open_checked decides)."""
     require_sqlite(path)
-    target, uri = (f"file:{Path(path).resolve()}?immutable=1", True) if immutable else (str(path), False)
+    target, uri = (f"{Path(path).resolve().as_uri()}?immutable=1", True) if immutable else (str(path), False)
     conn = sqlite3.connect(
         target, uri=uri, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
     )
@@ -423,23 +423,35 @@ def check_contents(conn: sqlite3.Connection, path, create: bool, quick: Optional
         raise StoreError(f"{path} holds no zlstore store (an SQLite database without tables)")
 
 
-def open_checked(path, create: bool = True, quick: Optional[bool] = None) -> sqlite3.Connection:
+def open_checked(
+    path, create: bool = True, quick: Optional[bool] = None, read_only: bool = False
+) -> sqlite3.Connection:
     """connect(), once check_path and check_contents found the file to be a
     zlstore store this release may use (or, with create, a new one): the
     file is switched to WAL only then, and only where this user may write.
-    A file refused is left byte for byte as it was."""
+    A file refused is left byte for byte as it was. read_only: the file is
+    not switched to WAL (the caller then turns query_only on: read_only())."""
     path = Path(path)
-    immutable = check_path(path, create)
+    immutable = check_path(path, create and not read_only)
     conn = connect(path, wal=False, immutable=immutable)
     try:
-        check_contents(conn, path, create, quick)
-        if not immutable and writable(path):
+        check_contents(conn, path, create and not read_only, quick)
+        if not immutable and not read_only and writable(path):
             retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL"))
             conn.execute("PRAGMA synchronous = NORMAL")
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def read_only(conn: sqlite3.Connection):
+    """From now on SQLite refuses every statement on conn that would change
+    a database (PRAGMA query_only): a command that only reads cannot write,
+    whatever it runs. Not the file's mode=ro: a read-only connection to a
+    WAL store leaves a -wal and -shm behind it, which SQLite deletes when a
+    connection that may write closes last."""
+    conn.execute("PRAGMA query_only = ON")
 
 
 def integrity_problems(conn: sqlite3.Connection, full: bool = False, limit: int = 20) -> List[str]:

@@ -186,6 +186,13 @@ def unjudged(conn: sqlite3.Connection) -> bool:
     return not readable.fetchone()[0]
 
 
+def pending(conn: sqlite3.Connection) -> bool:
+    """Whether a reader would see pairs or noise floors older than the
+    cells: rounds or floors marked stale and not derived since (an edit by
+    hand, a run stopped midway). Ranges merely unjudged the views judge on read."""
+    return _any(conn, "ab_stale_rounds") or _any(conn, "ab_stale_floors") or _any(conn, "ab_stale_ranges")
+
+
 def stale(conn: sqlite3.Connection) -> bool:
     """Whether derive() has work to do. A judgement made under another
     basis is not (the views judge such a range on the fly): the next write

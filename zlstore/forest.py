@@ -51,7 +51,6 @@ def finding_colors() -> Dict[str, str]:
 def forest_rows(store, root_name: str) -> List[dict]:
     """The rows the dashboard's chart plots for one campaign or repeat root:
     label, effect, ci_low, ci_high, finding, band_low, band_high ..."""
-    store.refresh_pairs()
     return [dict(row) for row in store.db.query(dashboard_chart()["query"], {"root": root_name})]
 
 

@@ -110,7 +110,6 @@ def history(
     if shape is not None:
         where.append("(shape = ? OR kind = 'screen')")
         params.append(canonical_shape(shape))
-    store.refresh_pairs()
     rows = [
         dict(r)
         for r in store.db.query(

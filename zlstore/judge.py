@@ -56,7 +56,6 @@ class CaliberMismatch(JudgeError):
 
 
 def _rows(store, sql: str, params=()) -> List[dict]:
-    store.refresh_pairs()
     return [dict(r) for r in store.db.query(sql, params)]
 
 
@@ -378,8 +377,8 @@ _STORED_JSON = """
 def _ab_source(store) -> bool:
     """Whether the stored judgements are today's (read ab_range_rows), or
     some must be judged on the read (the view ab_range_judgements): a
-    read-only store whose settings were edited by hand."""
-    store.refresh_pairs()
+    read-only store whose settings were edited by hand. The writers keep
+    them (derive.py): a read derives nothing."""
     return not _derive.unjudged(store.conn)
 
 

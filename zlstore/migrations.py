@@ -443,3 +443,21 @@ def _columns_in_schema_order(conn: sqlite3.Connection, tables_sql: str) -> None:
                 f"rebuilding {name} left rows whose references are missing (table, rowid, parent): {broken}"
             )
     wanted.close()
+
+
+def reading_needs(conn: sqlite3.Connection) -> Optional[str]:
+    """What a reader that may not write needs before this release's views
+    answer on conn: None (the store is current), 'views' (its views are
+    another build's: temp_views) or 'tables' (an older schema version: an
+    upgraded copy)."""
+    if user_version(conn) < db.SCHEMA_VERSION:
+        return "tables"
+    return None if _stored_schema_hash(conn) == schema_parts()["hash"] else "views"
+
+
+def temp_views(conn: sqlite3.Connection):
+    """This release's views in conn's temp schema, which SQLite searches
+    before the store's own: a reader of a store whose views another build
+    wrote gets today's views without writing the file."""
+    for statement in split_statements(schema_parts()["views"]):
+        conn.execute(statement.replace("CREATE VIEW", "CREATE TEMP VIEW", 1))

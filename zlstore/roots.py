@@ -371,3 +371,46 @@ def _likely_copy(cells: List[tuple]) -> tuple:
         return rank if placed else 0
 
     return max(cells, key=lambda cell: (not os.path.lexists(cell[2]), -in_its_place(cell), cell[0]))
+
+
+# What `zlstore roots` prints for people, in this order (every column of
+# the view store_roots is in --json and the other formats).
+HELD_COLUMNS = ("root", "kind", "switch", "values", "started_at", "environment", "cells", "open_problems")
+
+
+def held(conn: sqlite3.Connection) -> List[dict]:
+    """What the store holds: one row per root (the view store_roots), the
+    newest first; environment as a dict (field -> its values)."""
+    cursor = conn.execute("SELECT * FROM store_roots ORDER BY started_at DESC, root, root_id")
+    columns = [d[0] for d in cursor.description]
+    rows = [dict(zip(columns, row)) for row in cursor]
+    for row in rows:
+        row["environment"] = json.loads(row["environment"]) if row["environment"] else {}
+    return rows
+
+
+def held_shown(rows: List[dict]) -> List[dict]:
+    """The rows as the table shows them: the switch's values before -> after,
+    and the environment as field=value words (unknown: its cells recorded none)."""
+    return [
+        {
+            **row,
+            "values": f"{row['switch_before'] or '?'} -> {row['switch_after'] or '?'}"
+            if row["switch_before"] or row["switch_after"]
+            else "",
+            "environment": ", ".join(
+                f"{field}={'|'.join(map(str, values))}" for field, values in row["environment"].items()
+            )
+            or "unknown",
+        }
+        for row in rows
+    ]
+
+
+def held_table(rows: List[dict]) -> str:
+    """`zlstore roots` for people: a table, then a count."""
+    if not rows:
+        return "(no roots: zlstore ingest RUNS fills the store)"
+    problems = sum(row["open_problems"] for row in rows)
+    counts = f"{len(rows)} roots, {sum(row['cells'] for row in rows)} current cells, {problems} open problem"
+    return output.table(held_shown(rows), HELD_COLUMNS) + f"\n\n{counts}{'' if problems == 1 else 's'}"

@@ -4,16 +4,20 @@ What the store looks like there (its metadata, canned queries and charts)
 and which requests it answers (HostCheck) are in datasette_site.py, shared
 with zlstore's plugin for plain datasette (zlstore/datasette_plugin.py).
 What only zlstore serve adds is the store's name (/zlstore, whatever the
-file is called), settings for long views, and the Host names it answers to.
+file is called), settings for long views, the Host names it answers to,
+and who may read it: served beyond this machine, only the accounts of
+--users (read_users, auth_metadata: datasette-auth-passwords' login and
+datasette's own allow block).
 """
 
 import contextlib
+import re
 import sqlite3
 import sys
 import threading
 import webbrowser
 from pathlib import Path
-from typing import Optional
+from typing import Dict, Optional
 
 from datasette.app import Datasette
 from datasette.database import Database
@@ -30,12 +34,81 @@ SETTINGS = {
     "sql_time_limit_ms": 5000,
     "facet_time_limit_ms": 500,
     "max_returned_rows": 5000,
+    # A suggested facet is a query per column on every page of a table or
+    # view (two dozen on a wide view): in a team's store, most of a page's
+    # time. The facets the metadata names are still computed.
+    "suggest_facets": False,
 }
 
 NETWORK_WARNING = (
-    "warning: serving on {host}: anyone who can reach this machine on port {port} "
+    "note: serving on {host}, port {port}: whoever logs in (/-/login) with an account of --users "
     "can run arbitrary read-only SQL against {db} through datasette's query page"
 )
+
+
+# -- who may read it: datasette-auth-passwords' accounts --------------------------
+
+AUTH_PLUGIN = "datasette-auth-passwords"
+_USER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.@-]*")  # no "_": the plugin's config key is NAME_password_hash
+_HASH = re.compile(r"pbkdf2_sha256\$\d+\$[^$\s]+\$[^$\s]+")
+
+NEEDS_USERS = (
+    "serving on {host} reaches beyond this machine, and anyone who reaches it could read the whole "
+    "store: give --users FILE (one NAME:HASH line per person who may read it; "
+    "`datasette hash-password` makes a HASH), or serve on 127.0.0.1"
+)
+
+
+class UsersError(ValueError):
+    """A --users file that cannot be used (its path and line in the message)."""
+
+
+def read_users(path) -> Dict[str, str]:
+    """A --users file: NAME:HASH lines (the hash as `datasette hash-password`
+    prints it), blank lines and # comments skipped. UsersError names the
+    file and line of the first bad one, or says the file names nobody."""
+    users: Dict[str, str] = {}
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsersError(f"{path}: cannot read it ({error})") from None
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, _, hashed = line.partition(":")
+        if not _USER_NAME.fullmatch(name) or not _HASH.fullmatch(hashed):
+            raise UsersError(
+                f"{path}:{number}: not NAME:HASH (a name of letters, digits, '.', '@', '-'; "
+                f"a hash as `datasette hash-password` prints it, pbkdf2_sha256$...)"
+            )
+        users[name] = hashed
+    if not users:
+        raise UsersError(f"{path}: names nobody (one NAME:HASH line per person)")
+    return users
+
+
+def auth_metadata(users: Dict[str, str]) -> dict:
+    """Datasette metadata under which only these users read anything: their
+    accounts (datasette-auth-passwords, which logs them in at /-/login) and
+    an instance-wide allow block naming them (a request without their
+    signed cookie gets 403)."""
+    return {
+        "allow": {"id": sorted(users)},
+        "plugins": {AUTH_PLUGIN: {f"{name}_password_hash": hashed for name, hashed in users.items()}},
+    }
+
+
+def _with_auth(extra_metadata: Optional[dict], users: Dict[str, str]) -> dict:
+    merged = dict(extra_metadata or {})
+    auth = auth_metadata(users)
+    merged["allow"] = auth["allow"]
+    merged["plugins"] = {**(merged.get("plugins") or {}), **auth["plugins"]}
+    import datasette_auth_passwords  # noqa: PLC0415 (only a server with accounts needs it)
+
+    if not pm.is_registered(datasette_auth_passwords):
+        pm.register(datasette_auth_passwords, name=AUTH_PLUGIN)
+    return merged
 
 
 def datasette_app(
@@ -45,6 +118,7 @@ def datasette_app(
     allow_hosts=(),
     extra_metadata: Optional[dict] = None,
     cors: bool = False,
+    users: Optional[Dict[str, str]] = None,
 ) -> Datasette:
     """A Datasette serving the store at db_path as /zlstore, mutable: rows
     written while it runs show on the next request. The file must be a
@@ -54,8 +128,11 @@ def datasette_app(
     zlstore's metadata comes from the plugin (zlstore/datasette_plugin.py),
     as in plain datasette; extra_metadata is merged over it, as datasette's
     --metadata is. Requests are answered only for the host names
-    host_names(host, allow_hosts) gives (HostCheck)."""
+    host_names(host, allow_hosts) gives (HostCheck). users (read_users): only
+    they read anything, once logged in at /-/login (auth_metadata)."""
     path = Path(db_path)
+    if users:
+        extra_metadata = _with_auth(extra_metadata, users)
     Store(path, create=False).close()
     immutable = dbmod.check_path(path, create=False)
     if not pm.is_registered(datasette_plugin):
@@ -104,6 +181,8 @@ def serve(
     app_options: datasette_app's settings, extra_metadata and cors."""
     import uvicorn  # only where a server starts: --get and the tests do without
 
+    if not is_loopback(host) and not app_options.get("users"):
+        raise ServeError(NEEDS_USERS.format(host=host))
     ds = datasette_app(db_path, host=host, allow_hosts=allow_hosts, **app_options)
     if not is_loopback(host):
         print(NETWORK_WARNING.format(host=host, port=port, db=db_path), file=sys.stderr)

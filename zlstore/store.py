@@ -33,20 +33,59 @@ class Store:
     and the fault, and is left as it was (db.open_checked). check: run
     SQLite's quick_check first (default: for files up to
     db.QUICK_CHECK_MAX_BYTES). A store this user cannot write is read as it
-    is; where its views are older than this release, views_outdated says so."""
+    is; where its views are older than this release, views_outdated says so.
 
-    def __init__(self, path: Optional[PathLike] = None, create: bool = True, check: Optional[bool] = None):
+    read_only: open it for a command that only reads: no statement writes
+    the file (SQLite's query_only refuses any: db.read_only), so nothing is
+    upgraded, derived or filled in on open. What the writers keep (derive.py) is read as it
+    is: an older schema through an upgraded copy, another build's views
+    through this release's in the connection's temp schema (temp_views),
+    and derived_stale says whether an edit by hand or a stopped run left
+    work that `zlstore derive` (or any writer) does."""
+
+    def __init__(
+        self,
+        path: Optional[PathLike] = None,
+        create: bool = True,
+        check: Optional[bool] = None,
+        read_only: bool = False,
+    ):
         self.path = Path(path or default_db_path())
-        self.conn = dbmod.open_checked(self.path, create=create, quick=check)
+        self.conn = dbmod.open_checked(self.path, create=create and not read_only, quick=check, read_only=read_only)
         self.views_outdated = False
+        self.temp_views = False  # another build's views, read through this release's (read_only)
         self.read_from_copy: Optional[Path] = None  # an older read-only store: an upgraded copy of it
+        self.derived_on_open = False  # what an edit by hand or a stopped run left, derived (refresh_pairs)
         try:
-            self.schema_version = self._ensure_schema()
-            self.refresh_pairs()
-            self._backfill_screening_fingerprints()
+            if read_only:
+                self.schema_version = self._read_schema()
+            else:
+                self.schema_version = self._ensure_schema()
+                self.derived_on_open = self.refresh_pairs()
+                self._backfill_screening_fingerprints()
         except BaseException:
             self.conn.close()
             raise
+
+    def _read_schema(self) -> int:
+        """The schema as a reader that may not write takes it (read_only)."""
+        needs = migrations.reading_needs(self.conn)
+        if needs == "tables":
+            version = self._read_upgraded_copy()
+            dbmod.read_only(self.conn)
+            return version
+        if needs == "views":
+            migrations.temp_views(self.conn)
+            self.temp_views = True
+        dbmod.read_only(self.conn)
+        return dbmod.user_version(self.conn)
+
+    @property
+    def derived_stale(self) -> bool:
+        """Whether derived state waits for a writer: rounds to pair again or
+        noise floors to compute (an edit by hand, a run stopped midway). An
+        unjudged range is not: the views judge it on read."""
+        return derive.pending(self.conn)
 
     def _migrate(self) -> int:
         """The schema created or brought up to this release, its derived tables
@@ -110,13 +149,17 @@ class Store:
 
     def refresh_pairs(self) -> bool:
         """Derive what an edit by hand left stale (re-pair its rounds), and
-        judge what a run stopped by a full disk left unjudged (derive.stale).
-        A read-only store, or one on a full disk, is read as it is: the
-        views judge an unjudged range when read."""
-        if not derive.stale(self.conn):
+        judge what a run stopped by a full disk left unjudged (derive.stale),
+        or what was judged under another basis (derive.unjudged: a schema
+        upgrade, a setting edited by hand): a reader would otherwise judge
+        every range of the store on the fly, on every page. Called where
+        a writer opens the store; a read-only store, or one on a full disk,
+        is read as it is: the views judge an unjudged range when read."""
+        stale = derive.stale(self.conn)
+        if not stale and not derive.unjudged(self.conn):
             return False
         try:
-            return self.derive()
+            return self.derive(rejudge=not stale)
         except sqlite3.OperationalError as error:
             if dbmod.is_readonly_error(error) or dbmod.is_storage_failure(error):
                 return False
