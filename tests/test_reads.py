@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from zlstore import Store
+from zlstore import Store, irchanges, judge
 from zlstore import db as dbmod
 from zlstore.cli import cli
 
@@ -135,10 +135,18 @@ def _ab_statements(db: Path, traced: list, argv) -> int:
     return len(traced)
 
 
+def _ops_with_findings(db: Path) -> int:
+    with Store(db) as store:
+        rows = judge.ab_ranges(store, CAMPAIGN)
+    return len({(r["op"], r["dtype"]) for r in rows if r["finding"] in irchanges.SAID})
+
+
 def test_ab_runs_the_same_statements_whatever_the_number_of_ranges(example_store_path, tmp_path, traced):
     """ab of the examples' campaign (13 ranges) and of a generated campaign
-    of 2 cards x 4 ops x 6 shapes (48 ranges) run as many statements:
-    no statement per range. docs/sql.md gives the count."""
+    of 2 cards x 4 ops x 6 shapes (48 ranges): the text runs as many
+    statements; --json as many too, but for the IR change summary of each
+    op with a finding (read once per op, never per range: the same count
+    for each). docs/sql.md gives the counts."""
     from . import generator
 
     generator.make_campaign_corpus(tmp_path / "runs", cards=2, ops=4, rounds=3, rows=6, kernels=1)
@@ -149,15 +157,19 @@ def test_ab_runs_the_same_statements_whatever_the_number_of_ranges(example_store
     small = copy_store(example_store_path, tmp_path / "small.db")
     with Store(small) as store:
         assert store.conn.execute("SELECT count(*) FROM ab_range_rows").fetchone()[0] < ranges
-    for argv in (["ab", CAMPAIGN, "--json"], ["ab", CAMPAIGN]):
-        counts = {_ab_statements(db, traced, argv) for db in (small, big)}
-        assert len(counts) == 1, (argv, counts)
-        assert counts.pop() <= AB_STATEMENTS[argv[-1] == "--json"]
+    text = {_ab_statements(db, traced, ["ab", CAMPAIGN]) for db in (small, big)}
+    assert len(text) == 1 and text.pop() <= AB_STATEMENTS["text"]
+    ops = {db: _ops_with_findings(db) for db in (small, big)}
+    assert ops[small] != ops[big], "the two campaigns would not tell a per-op cost from a fixed one"
+    counted = {db: _ab_statements(db, traced, ["ab", CAMPAIGN, "--json"]) for db in (small, big)}
+    per_op = (counted[big] - counted[small]) / (ops[big] - ops[small])
+    assert per_op == AB_STATEMENTS["per op with a finding"], per_op
+    assert counted[small] - per_op * ops[small] <= AB_STATEMENTS["json"]
 
 
 # The statements `zlstore ab ROOT` (and --json) runs, opening the store
 # included: docs/sql.md says them.
-AB_STATEMENTS = {False: 39, True: 34}
+AB_STATEMENTS = {"text": 45, "json": 34, "per op with a finding": 17}
 
 
 def test_every_read_answers_from_a_read_only_file_of_another_user(shared_dir, example_store_path):  # noqa: F811
