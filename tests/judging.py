@@ -75,6 +75,8 @@ def judged(db_path) -> dict:
         }
         if "roots" in row and row["roots"]:
             row["roots"] = sorted(row["roots"].split(","))
+        if isinstance(row.get("ir_changes"), dict):  # its command names the store file (--db)
+            row["ir_changes"] = {**row["ir_changes"], "command": None}
         return row
 
     return {
