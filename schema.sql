@@ -1594,7 +1594,7 @@ notes AS MATERIALIZED (
                                 AND src.machine IS o.machine
                              WHERE o.rule = (SELECT current_rule FROM judging_settings)
                                AND o.op IS lacking.op AND o.dtype IS lacking.dtype)
-                THEN 'none: no screened pair of this op on its machine kept its IR (NO_IR_DIFF) to measure its noise'
+                THEN 'none: no screened pair of the op on its machine kept its IR (NO_IR_DIFF) to measure its noise'
             WHEN EXISTS (SELECT 1 FROM noise_floor_rows o
                          JOIN floor_sources src
                              ON src.root_id = lacking.root_id AND src.source_root_id = o.root_id
