@@ -189,3 +189,43 @@ main()
         timeout=120,
     )
     assert done.returncode == 130 and done.stderr == "interrupted\n" and done.stdout == ""
+
+
+# -- Ctrl-C during SQLite's integrity check (issue 46, item 8) ---------------------
+
+
+@pytest.fixture
+def ctrl_c_in_quick_check(monkeypatch):
+    """Every integrity check sends SIGINT to this process from inside the
+    PRAGMA (SQLite's progress handler): Ctrl-C while SQLite checks pages."""
+    check = db.integrity_problems
+
+    def interrupted_check(conn, *args, **kwargs):
+        conn.set_progress_handler(lambda: os.kill(os.getpid(), signal.SIGINT), 1)
+        try:
+            return check(conn, *args, **kwargs)
+        finally:
+            db.let_signals_in(conn)
+
+    monkeypatch.setattr(db, "integrity_problems", interrupted_check)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["check"],
+        ["check", "--full"],
+        ["serve", "--get", "/zlstore/roots.json"],  # the check every open of a small store makes
+        ["merge", "SOURCE"],  # the source's check, in its private copy
+    ],
+)
+def test_an_interrupted_integrity_check_is_interrupted_not_damaged(
+    example_store_path, tmp_path, ctrl_c_in_quick_check, args
+):
+    store = tmp_path / "s.db"
+    shutil.copy(example_store_path, store)
+    target = tmp_path / "t.db" if args[0] == "merge" else store
+    result = invoke(target, *[str(store) if a == "SOURCE" else a for a in args])
+    assert result.exit_code == 130, result.output
+    assert result.stderr.strip().splitlines()[-1] == "interrupted"
+    assert "damaged" not in result.output and "restore" not in result.output and "Traceback" not in result.output

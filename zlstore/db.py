@@ -383,6 +383,7 @@ def check_contents(conn: sqlite3.Connection, path, create: bool, quick: Optional
         ]
         version = user_version(conn)
     except sqlite3.DatabaseError as error:
+        raise_if_interrupted(error)
         raise StoreError(fault_message(path, error)) from None
     if quick is None:
         quick = path.stat().st_size <= QUICK_CHECK_MAX_BYTES
@@ -443,6 +444,7 @@ def integrity_problems(conn: sqlite3.Connection, full: bool = False, limit: int 
             else []
         )
     except sqlite3.DatabaseError as error:  # a page too damaged for the check to go on
+        raise_if_interrupted(error)  # Ctrl-C stopped it: the file is not known to be damaged
         problems = [f"{pragma} stopped: {error}"]
     return problems
 
