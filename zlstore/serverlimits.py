@@ -122,7 +122,7 @@ def stop_all():
             pass
 
 
-class TooMuch(MemoryError):
+class TooMuch(Exception):
     """An aggregate's values past its memory bound."""
 
 
