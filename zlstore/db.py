@@ -5,6 +5,7 @@ datasette reading), so every connection is set up the same way here: WAL,
 a long busy timeout, foreign keys on, and write transactions that take the
 write lock at their start (BEGIN IMMEDIATE) with a bounded retry."""
 
+import _imp
 import contextlib
 import datetime
 import json
@@ -15,6 +16,7 @@ import signal
 import socket
 import sqlite3
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional
@@ -109,7 +111,22 @@ class _Interrupt:
     seen = False
 
 
+# How soon a Ctrl-C that came inside the import system's own locking is
+# raised again (_on_interrupt).
+_IMPORT_RETRY_S = 0.01
+
+
 def _on_interrupt(signum, frame):
+    if _imp.lock_held():
+        # Raised here, KeyboardInterrupt could land between the import
+        # system's taking its lock and the try that gives it back: the lock
+        # stays held, and the next import in another thread (scipy, loaded
+        # in the background by an ingest) waits forever. One Ctrl-C in 60
+        # during an ingest hung it so. Sent again once the import is done.
+        retry = threading.Timer(_IMPORT_RETRY_S, os.kill, (os.getpid(), signum))
+        retry.daemon = True
+        retry.start()
+        return
     _Interrupt.seen = True
     raise KeyboardInterrupt
 
@@ -143,7 +160,9 @@ def interruptible() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        # what was there, or what it asks for once a command is over
+        # (__main__'s: a Ctrl-C at the very end no longer raises anywhere)
+        signal.signal(signal.SIGINT, getattr(previous, "after_command", previous))
 
 
 # -- the run log: whose runs are unfinished ----------------------------------------
@@ -179,6 +198,24 @@ def _gone(owner: dict) -> bool:
     return started is not None and owner.get("pid_started") not in (None, started)
 
 
+ABANDONED = "its process ended before the run finished (killed?); what it committed is kept"
+
+
+def killed(summary: Optional[str], finished: bool) -> bool:
+    """Whether a run's row (its summary, whether it has finished_at) is one
+    whose process was killed before it finished it: closed as such by a
+    later writer (close_abandoned_runs), or not yet, its process gone."""
+    try:
+        owner = json.loads(summary) if summary else {}
+    except ValueError:
+        return False
+    if not isinstance(owner, dict):
+        return False
+    if finished:
+        return owner.get("state") == "interrupted" and owner.get("why") == ABANDONED
+    return owner.get("state") == "running" and _gone(owner)
+
+
 def close_abandoned_runs(conn: sqlite3.Connection, by: Optional[int] = None) -> int:
     """Close the unfinished rows of runs (ingest, record, merge, forget)
     whose process ended without finishing them (a kill -9, a lost node):
@@ -191,11 +228,7 @@ def close_abandoned_runs(conn: sqlite3.Connection, by: Optional[int] = None) -> 
         except ValueError:
             continue
         if isinstance(owner, dict) and owner.get("state") == "running" and _gone(owner):
-            owner.update(
-                state="interrupted",
-                closed_by=by,
-                why="its process ended before the run finished (killed?); what it committed is kept",
-            )
+            owner.update(state="interrupted", closed_by=by, why=ABANDONED)
             conn.execute(
                 "UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?", (now(), json.dumps(owner), run_id)
             )
