@@ -35,6 +35,9 @@ def _exit_as_interrupted():
     """Registered first, run last: a Ctrl-C that came once the command was
     over ends the process as one during it would."""
     if not _late or _status == [EXIT_INTERRUPTED]:
+        # From here Python ends with SIGINT's default action, which would
+        # kill the process without a word: a Ctrl-C now changes nothing.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         return
     try:
         sys.stdout.flush()

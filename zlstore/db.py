@@ -5,7 +5,6 @@ datasette reading), so every connection is set up the same way here: WAL,
 a long busy timeout, foreign keys on, and write transactions that take the
 write lock at their start (BEGIN IMMEDIATE) with a bounded retry."""
 
-import _imp
 import contextlib
 import datetime
 import json
@@ -111,24 +110,32 @@ class _Interrupt:
     seen = False
 
 
-# How soon a Ctrl-C that came inside the import system's own locking is
-# raised again (_on_interrupt).
+# How soon a Ctrl-C that came inside the import system's own code is sent
+# again (_on_interrupt).
 _IMPORT_RETRY_S = 0.01
 
 
 def _on_interrupt(signum, frame):
-    if _imp.lock_held():
+    if frame is not None and frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
         # Raised here, KeyboardInterrupt could land between the import
         # system's taking its lock and the try that gives it back: the lock
         # stays held, and the next import in another thread (scipy, loaded
-        # in the background by an ingest) waits forever. One Ctrl-C in 60
-        # during an ingest hung it so. Sent again once the import is done.
-        retry = threading.Timer(_IMPORT_RETRY_S, os.kill, (os.getpid(), signum))
-        retry.daemon = True
-        retry.start()
+        # in the background by an ingest) waits forever. A Ctrl-C during an
+        # ingest hung it so. Sent again once out of it.
+        _send_again(signum)
         return
     _Interrupt.seen = True
     raise KeyboardInterrupt
+
+
+def _send_again(signum: int):
+    def again():
+        if callable(signal.getsignal(signum)):  # not once Python is ending: the default would kill without a word
+            os.kill(os.getpid(), signum)
+
+    timer = threading.Timer(_IMPORT_RETRY_S, again)
+    timer.daemon = True
+    timer.start()
 
 
 def interrupted(error: Optional[BaseException] = None) -> bool:
