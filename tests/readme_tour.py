@@ -273,6 +273,7 @@ STAGES = (
         "the store and its derivations: schema, writers, the derived tables",
         (
             "macros.py",
+            "ddl.py",
             "migrations.py",
             "floors.py",
             "pairing.py",
@@ -295,7 +296,7 @@ STAGES = (
         "running screens and campaigns: cells written as they end",
         ("harness.py", "procs.py", "plan.py", "display.py", "runner.py", "card.py", "slurm.py", "flaggems.py"),
     ),
-    ("serving: the store in datasette", ("datasette_site.py", "datasette_plugin.py", "serve.py")),
+    ("serving: the store in datasette", ("datasette_site.py", "serverlimits.py", "datasette_plugin.py", "serve.py")),
     ("the front doors: the library's API and the command line", ("__init__.py", "cli.py", "__main__.py")),
 )
 

@@ -410,7 +410,7 @@ GARBAGE = {
     "a probe.json whose env is a number": ('echo \'{"env": 5}\' > "$4"', "env is not an object"),
     "a probe.json whose gpu is a number": ('echo \'{"env": {"gpu": 5}}\' > "$4"', "env.gpu is not text"),
     "a probe.json whose error is a list": ('echo \'{"error": [1]}\' > "$4"', "is not text"),
-    "a probe.json that is not UTF-8": ("printf '{\"env\": \"\\377\"}' > \"$4\"", "not JSON"),
+    "a probe.json that is not UTF-8": ('printf \'{"env": "\\377"}\' > "$4"', "not JSON"),
     "300 MB on one line": ("head -c 300000000 /dev/zero | tr '\\0' x; exit 3", "exit status 3"),
 }
 

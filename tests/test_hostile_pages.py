@@ -202,7 +202,8 @@ def test_median_holds_no_more_than_its_bound(example_store_path):
     in a process that could not have held them."""
     limit = 1536 << 20
     done = subprocess.run(
-        ZLSTORE + ["serve", "--db", str(example_store_path), "--get", "/zlstore.json?" + urlencode({"sql": HUGE_MEDIAN})],
+        ZLSTORE
+        + ["serve", "--db", str(example_store_path), "--get", "/zlstore.json?" + urlencode({"sql": HUGE_MEDIAN})],
         capture_output=True,
         text=True,
         timeout=300,

@@ -28,7 +28,7 @@ def _interrupted_late(signum, frame):
     _late.append(signum)
 
 
-setattr(_interrupted_early, "after_command", _interrupted_late)  # db.interruptible installs it when a command ends
+_interrupted_early.after_command = _interrupted_late  # type: ignore[attr-defined]  # db.interruptible installs it when a command ends
 
 
 def _exit_as_interrupted():

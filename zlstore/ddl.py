@@ -19,6 +19,7 @@ _TOKEN = re.compile(
     re.S | re.X,
 )
 
+
 def tokens(sql: str) -> List[Tuple[str, int, int]]:
     """The tokens of sql, without whitespace and comments: (the token, its
     words upper-cased as SQL's keywords and names are case-blind; strings

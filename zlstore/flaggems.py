@@ -354,8 +354,7 @@ def _probe_result(bench: "Benchmark", result: Path, returncode: int, said: str) 
 
     def garbage(why: str) -> CannotStart:
         return CannotStart(
-            f"FlagGems cannot start: {bench.python} could not run the probe "
-            f"(exit status {returncode}; {why}): {said}"
+            f"FlagGems cannot start: {bench.python} could not run the probe (exit status {returncode}; {why}): {said}"
         )
 
     try:

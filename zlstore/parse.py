@@ -415,7 +415,7 @@ def unpacked(data: bytes, size: int, name: str = "a blob", cap: int = MAX_BLOB_B
                 raise BlobError(f"{name}: inflates past the {size} bytes it claims (a zlib bomb?)")
             if inflater.eof:
                 break
-    except isal_zlib.error as error:
+    except isal_zlib.error as error:  # type: ignore[misc]  # an exception class; its stub says otherwise
         raise BlobError(f"{name}: its data is not a zlib stream ({error})") from None
     if not inflater.eof or inflater.unused_data or data[at + _INFLATE_STEP :]:
         raise BlobError(f"{name}: its data is not one whole zlib stream")

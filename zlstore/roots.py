@@ -371,12 +371,11 @@ def half_ingested(conn: sqlite3.Connection, root_ids: Optional[List[int]] = None
             cut.append((run_id, started_at, given))
         elif finished and _state(summary) == "complete":
             completed.append((run_id, given))
-    problems = []
+    problems: List[Tuple[str, layout.Problem]] = []
     for run_id, started_at, given in cut:
         for path in given:
             if any(
-                later > run_id and any(unchanged.is_at_or_under(path, top) for top in tops)
-                for later, tops in completed
+                later > run_id and any(unchanged.is_at_or_under(path, top) for top in tops) for later, tops in completed
             ):
                 continue
             message = (

@@ -118,6 +118,7 @@ def serve(
     print(f"serving {db_path} at {url}", file=sys.stderr)
     if open_browser:
         threading.Timer(1.0, webbrowser.open, args=(url,)).start()
+
     class Server(uvicorn.Server):
         def handle_exit(self, sig, frame):
             # uvicorn waits for the requests in flight: stop their queries and
