@@ -260,7 +260,12 @@ def test_serve_port_and_host_as_datasette_spells_them(files, monkeypatch):
     import uvicorn
 
     calls = []
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: calls.append(kwargs))
+
+    def run(server, sockets=None):  # as if Ctrl-C stopped it at once
+        calls.append({"host": server.config.host, "port": server.config.port})
+        server.started = True
+
+    monkeypatch.setattr(uvicorn.Server, "run", run)
     result = CliRunner().invoke(cli, ["serve", "--db", str(files[0]), "-p", "9002", "-h", "0.0.0.0"])
     assert result.exit_code == 130, result.output
     assert (calls[-1]["host"], calls[-1]["port"]) == ("0.0.0.0", 9002)
