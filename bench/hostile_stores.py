@@ -2,18 +2,22 @@
 examples, ingested) with a few schema and data mutations (a column missing,
 added, renamed or of another type, a generated column, a table turned into
 a view over an endless query, a trigger, a table dropped, huge blobs, NULLs
-and values of the wrong type (text that is not UTF-8 among them), rows whose parent is gone, a user_version
-from -1 to far ahead, a damaged page), merged by `zlstore merge` in a
-process of its own under a timeout into a copy of a target that already
-holds a root. Prints the cases tried, hangs, tracebacks (or an exit status
-other than 0, 1 and 2), and targets left unsound: SQLite's integrity and
-foreign-key checks fail, pairs left stale, a run left unfinished, or a
-refused source (exit 2) that changed the target at all.
+and values of the wrong type (text that is not UTF-8 among them), rows whose
+parent is gone, a user_version from -1 to far ahead, a damaged page; and,
+since issue 46, a CHECK constraint, generated column, collation or index
+expression of the source's own, and a blob that lies: a zlib bomb, a size
+claim of 2^50, data that is not zlib, a hash or size not its own), merged by
+`zlstore merge` in a process of its own under a timeout into a copy of a
+target that already holds a root. Prints the cases tried, hangs, tracebacks
+(or an exit status other than 0, 1 and 2), and targets left unsound:
+SQLite's integrity and foreign-key checks fail, pairs left stale, a run left
+unfinished, a refused source (exit 2) that changed the target at all, or a
+source with one of issue 46's mutations that was merged at all.
 
     python bench/hostile_stores.py --cases 100 --seed 1
 
-The figures are in docs/security.md (issue 33); tests/test_hostile_stores.py
-holds one case of each kind."""
+The figures are in docs/security.md (issues 33 and 46);
+tests/test_hostile_stores.py holds one case of each kind."""
 
 import argparse
 import collections
@@ -30,6 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(1, str(REPO))
 
+from tests import hostile_ir  # noqa: E402
 from zlstore import db, derive, merge  # noqa: E402
 
 ZLSTORE = [sys.executable, "-m", "zlstore"]
@@ -166,7 +171,97 @@ def user_version(conn, rng):
     return f"user_version {version}"
 
 
+# Issue 46, item 3: what a schema asks SQLite to evaluate. A CHECK runs in
+# quick_check and on every write; a generated column on every read; a
+# collation in every comparison: each must be refused from the schema's
+# text before any of it is evaluated.
+HOSTILE_EXPRESSIONS = [
+    "length(randomblob(900000000)) > 0",
+    "zeroblob(1000000000) IS NOT NULL",
+    "length(printf('%.*c', 900000000, 'x')) > 0",
+    "1",
+]
+
+
+def _edit_schema(conn, table: str, old: str, new: str):
+    conn.execute("PRAGMA writable_schema = ON")
+    conn.execute("UPDATE sqlite_master SET sql = replace(sql, ?, ?) WHERE name = ?", (old, new, table))
+    conn.execute("PRAGMA writable_schema = OFF")
+
+
+def add_check(conn, rng):
+    table = rng.choice(tables(conn))
+    name, declared, _, _ = rng.choice(columns(conn, table))
+    check = rng.choice(HOSTILE_EXPRESSIONS)
+    if rng.random() < 0.5:  # on a column
+        _edit_schema(conn, table, f"{name} {declared}", f"{name} {declared} CHECK ({check})")
+        return f"{table}.{name} CHECK ({check})"
+    sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
+    _edit_schema(conn, table, sql, sql[: sql.rindex(")")] + f", CHECK ({check}))")
+    return f"{table} CHECK ({check})"
+
+
+def add_generated(conn, rng):
+    table = rng.choice(tables(conn))
+    expression = rng.choice(["zeroblob(50000000)", "randomblob(900000000)", "length(printf('%.*c', 900000000, 'x'))"])
+    if rng.random() < 0.5:
+        conn.execute(f"ALTER TABLE {table} ADD COLUMN extra AS ({expression}) VIRTUAL")
+    else:  # STORED, which ALTER TABLE cannot add: in the schema's text, the rows as they are
+        sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
+        _edit_schema(conn, table, sql, sql[: sql.rindex(")")] + f", extra AS ({expression}) STORED)")
+    return f"{table}.extra AS ({expression})"
+
+
+def add_collation(conn, rng):
+    table = rng.choice(tables(conn))
+    name, declared, _, _ = rng.choice(columns(conn, table))
+    collation = rng.choice(["NOCASE", "RTRIM", "hostile_collation"])
+    _edit_schema(conn, table, f"{name} {declared}", f"{name} {declared} COLLATE {collation}")
+    return f"{table}.{name} COLLATE {collation}"
+
+
+def add_index(conn, rng):
+    table = rng.choice(tables(conn))
+    name = rng.choice(columns(conn, table))[0]
+    conn.execute(f'CREATE INDEX hostile_index ON {table} (abs("{name}")) WHERE "{name}" IS NOT NULL')
+    return f"an index on abs({table}.{name})"
+
+
+_BOMB = []
+
+
+def lying_blob(conn, rng):
+    """Issue 46, item 4: a blob whose row lies about it."""
+    how = rng.choice(["bomb", "size 2^50", "not zlib", "hash", "size short", "size long"])
+    row = conn.execute("SELECT rowid, size, data FROM blobs ORDER BY random() LIMIT 1").fetchone()
+    if row is None:
+        raise ValueError("no blob to lie about")
+    rowid, size, data = row
+    if how == "bomb":
+        if not _BOMB:
+            _BOMB.append(hostile_ir.bomb()[0])
+        size, data = size, _BOMB[0]
+    elif how == "size 2^50":
+        size = 1 << 50
+    elif how == "not zlib":
+        data = b"\x00not zlib" * 100
+    elif how == "hash":
+        conn.execute("UPDATE blobs SET hash = ? WHERE rowid = ?", (hashlib.sha256(b"other").hexdigest(), rowid))
+    elif how == "size short":
+        size = max(size - 1, 0)
+    else:
+        size = size + 1
+    conn.execute("UPDATE blobs SET size = ?, data = ? WHERE rowid = ?", (size, data, rowid))
+    return f"a blob: {how}"
+
+
 MUTATIONS = [
+    add_check,
+    add_generated,
+    add_collation,
+    add_index,
+    lying_blob,
+    lying_blob,
     drop_column,
     add_column,
     rename_column,
@@ -180,6 +275,10 @@ MUTATIONS = [
     orphan_rows,
     user_version,
 ]
+
+
+# Issue 46's: a source with any of these applied must be refused.
+MUST_REFUSE = (add_check, add_generated, add_collation, add_index, lying_blob)
 
 
 def damage_page(path: Path, rng) -> str:
@@ -214,11 +313,12 @@ def case(rng, work: Path, source_base: Path, target_base: Path, timeout: float):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
     shutil.copy(source_base, source)
     shutil.copy(target_base, target)
-    done = []
+    done, must_refuse = [], False
     with sqlite3.connect(source, isolation_level=None) as conn:
         for mutation in rng.sample(MUTATIONS, rng.randint(1, 3)):
             try:
                 done.append(mutation(conn, rng))
+                must_refuse |= mutation in MUST_REFUSE
             except (sqlite3.DatabaseError, IndexError, ValueError) as error:
                 done.append(f"{mutation.__name__} not applied ({error})")
     if rng.random() < 0.08:
@@ -236,6 +336,8 @@ def case(rng, work: Path, source_base: Path, target_base: Path, timeout: float):
     faults = unsound(target)
     if outcome == "refused" and sha256(target) != before:
         faults.append("refused, yet the target changed")
+    if outcome == "ok" and must_refuse:
+        faults.append("merged a source it must refuse (issue 46)")
     return done, outcome, merged.stderr.strip().splitlines()[-1:] if merged.stderr.strip() else [], faults
 
 

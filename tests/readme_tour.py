@@ -310,6 +310,7 @@ STAGES = (
         "the store and its derivations: schema, writers, the derived tables",
         (
             "macros.py",
+            "ddl.py",
             "migrations.py",
             "floors.py",
             "pairing.py",
@@ -353,7 +354,7 @@ STAGES = (
             "flaggems.py",
         ),
     ),
-    ("serving: the store in datasette", ("datasette_site.py", "datasette_plugin.py", "serve.py")),
+    ("serving: the store in datasette", ("datasette_site.py", "serverlimits.py", "datasette_plugin.py", "serve.py")),
     ("the front doors: the library's API and the command line", ("__init__.py", "cli.py", "__main__.py")),
 )
 

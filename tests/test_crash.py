@@ -92,3 +92,46 @@ def test_kill_9_mid_ingest_leaves_whole_cells(tmp_path):
         assert summary["cells_unchanged"] == stored
         assert conn.execute("SELECT count(*) FROM cells").fetchone()[0] == CELLS
         assert conn.execute("SELECT count(*) FROM measurements").fetchone()[0] == CELLS * 119
+
+
+def test_a_root_cut_by_kill_9_says_so_until_an_ingest_completes_it(tmp_path):
+    """Issue 46, item 10: screen used to exit 0 with the missing pairs
+    NO_ROWS, and once a later writer closed the killed run, problems said
+    there were none. Now both name the run and the command that completes
+    it, until that ingest has run."""
+    from click.testing import CliRunner
+
+    from zlstore.cli import cli
+
+    def zl(*args):
+        return CliRunner().invoke(cli, [*map(str, args), "--db", str(db_path)])
+
+    root = tmp_path / "ab_rlc_big"
+    make_tree(root)
+    db_path = tmp_path / "crash.db"
+    Store(db_path).close()
+    process = start_ingest(root, db_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while stored_cells(db_path) < 10 and time.time() < deadline and process.poll() is None:
+        time.sleep(0.01)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    assert 0 < stored_cells(db_path) < CELLS, "the kill must land mid-ingest"
+
+    def says_half_ingested(result):
+        return "half-ingested" in result.output and f"zlstore ingest {root}" in result.output
+
+    # before any other writer, the run is still 'running' in the log, its process gone
+    shown, problems = zl("screen"), zl("problems")
+    assert shown.exit_code == 1 and says_half_ingested(shown), shown.output
+    assert problems.exit_code == 1 and says_half_ingested(problems), problems.output
+    # another writer closes the killed run: the root is still half-ingested
+    (tmp_path / "empty").mkdir()
+    zl("ingest", tmp_path / "empty")
+    assert says_half_ingested(zl("problems", root.name))
+    assert zl("screen").exit_code == 1
+    # the ingest that completes it
+    assert zl("ingest", root).exit_code == 0
+    problems, shown = zl("problems", root.name), zl("screen")
+    assert problems.exit_code == 0 and "half-ingested" not in problems.output, problems.output
+    assert shown.exit_code == 0 and "half-ingested" not in shown.output

@@ -390,3 +390,67 @@ def test_a_repeat_that_cannot_start_writes_nothing(tmp_path):
 )
 def test_which_commands_run_flaggems(command, expected):
     assert flaggems.runs_flaggems(command) is expected
+
+
+# == a FLAGGEMS_PYTHON that gives garbage (issue 46, item 9) =======================
+
+
+def fake_python(tmp, body: str) -> Path:
+    """A FLAGGEMS_PYTHON that ignores the probe and runs body ($3: where
+    the probe's result goes)."""
+    path = tmp / "fake-python"
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(0o755)
+    return path
+
+
+GARBAGE = {
+    "output that is not UTF-8": ("printf 'boom \\377\\376 here\\n'; exit 1", "boom"),
+    "a probe.json that is a list": ("echo '[1, 2]' > \"$4\"", "not a JSON object"),
+    "a probe.json whose env is a number": ('echo \'{"env": 5}\' > "$4"', "env is not an object"),
+    "a probe.json whose gpu is a number": ('echo \'{"env": {"gpu": 5}}\' > "$4"', "env.gpu is not text"),
+    "a probe.json whose error is a list": ('echo \'{"error": [1]}\' > "$4"', "is not text"),
+    "a probe.json that is not UTF-8": ('printf \'{"env": "\\377"}\' > "$4"', "not JSON"),
+    "300 MB on one line": ("head -c 300000000 /dev/zero | tr '\\0' x; exit 3", "exit status 3"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GARBAGE))
+def test_garbage_from_flaggems_python_is_a_named_exit_2(tmp_path, case):
+    body, named = GARBAGE[case]
+    python = fake_python(tmp_path, body)
+    done = subprocess.run(
+        ZLSTORE + ["flaggems", "probe", "--flaggems", str(copy_standin(tmp_path)), "--python", str(python)],
+        env=env_for(tmp_path),
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=300,
+    )
+    err = done.stderr.decode("utf-8")  # what it says is UTF-8 whatever the Python printed
+    assert done.returncode == 2, err[-2000:]
+    assert "FlagGems cannot start" in err and named in err and "Traceback" not in err
+    assert len(err) < 5000  # an excerpt, not the output echoed
+
+
+def test_a_hung_probe_s_children_die_with_it(tmp_path, monkeypatch):
+    import os
+    import time
+
+    pids = tmp_path / "pids"
+    python = fake_python(tmp_path, f"sleep 600 & echo $! > {pids}; sleep 600")
+    monkeypatch.setattr(flaggems, "PROBE_TIMEOUT_S", 1.0)
+    with pytest.raises(flaggems.CannotStart, match="took over 1 s"):
+        flaggems.probe(flaggems.Benchmark(copy_standin(tmp_path), python=str(python)), env_for(tmp_path))
+    child = int(pids.read_text())
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        with open(f"/proc/{child}/stat") as stat:  # reaped by nobody in a container: a zombie is dead
+            if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the probe's background child {child} outlived it")

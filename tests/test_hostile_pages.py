@@ -3,9 +3,13 @@ the store; a full stdout, a name with control characters and a median of
 huge values end as they should (issue 33, items 3, 8, 9, 11)."""
 
 import asyncio
+import json
+import resource
+import shutil
 import sqlite3
 import subprocess
 import sys
+import time
 from urllib.parse import urlencode
 
 import pytest
@@ -181,3 +185,119 @@ def test_median_of_huge_values_does_not_overflow():
     assert conn.execute("SELECT median(x) FROM (SELECT 1e308 AS x UNION ALL SELECT 1e308)").fetchone() == (1e308,)
     assert conn.execute("SELECT median(x) FROM (SELECT -1e308 AS x UNION ALL SELECT 1e308)").fetchone() == (0.0,)
     assert conn.execute("SELECT median(column1) FROM (VALUES (1), (2), (4), (7))").fetchone() == (3.0,)
+
+
+# -- zlstore's Python functions under the server's limits (issue 46, items 1, 2) -------
+
+
+HUGE_MEDIAN = (
+    "select median(printf('%.*c', 1000000, 'a') || n) as m from "
+    "(with recursive c(n) as (select 1 union all select n + 1 from c limit 100000) select n from c)"
+)
+
+
+def test_median_holds_no_more_than_its_bound(example_store_path):
+    """100,000 values of 1 MB: the old median kept them all (2-3.6 GB); now
+    the query fails once its values pass serverlimits.MEDIAN_MAX_BYTES,
+    in a process that could not have held them."""
+    limit = 1536 << 20
+    done = subprocess.run(
+        ZLSTORE
+        + ["serve", "--db", str(example_store_path), "--get", "/zlstore.json?" + urlencode({"sql": HUGE_MEDIAN})],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)),
+    )
+    assert done.returncode == 2 and "answered 400" in done.stderr, done.stderr[-2000:]
+    assert "median(): over 256 MB of values" in done.stderr and "MemoryError" not in done.stderr
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # datasette prints callbacks' errors
+def test_median_of_the_usual_size_is_answered(ds):
+    response = query(ds, "select median(column1) as m from (values (1), (2), (4), (7))")
+    assert response.json() == [{"m": 3.0}]
+    conn = sqlite3.connect(":memory:")
+    datasette_plugin.bound(conn)
+    with pytest.raises(sqlite3.OperationalError):
+        conn.execute(HUGE_MEDIAN).fetchone()
+
+
+def _get(port: int, path: str, timeout: float = 120):
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    conn.request("GET", path)
+    response = conn.getresponse()
+    return response.status, response.read().decode("utf-8", "replace")
+
+
+def test_kernel_diff_of_a_million_line_ir_stops_at_the_time_limit(example_store_path, tmp_path):
+    """One .ttgir of 1,000,000 lines a side (28 MB): the old page kept a
+    server thread busy for minutes, stalled every page and Ctrl-C. Now each
+    GET answers at the time limit with a note that says so, other pages
+    answer meanwhile, and Ctrl-C stops the server with diffs in flight."""
+    import threading
+
+    from . import hostile_ir
+    from .test_run import interrupt, wait_until
+    from .test_serve import free_port
+
+    store = tmp_path / "huge.db"
+    with sqlite3.connect(example_store_path) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    shutil.copy(example_store_path, store)
+    root, op, dtype = hostile_ir.huge_pair(store)
+    port = free_port()
+    process = subprocess.Popen(
+        ZLSTORE + ["serve", "--db", str(store), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    page = f"/zlstore/{datasette_plugin.KERNEL_DIFF}.json?" + urlencode(
+        {"root": root, "op": op, "dtype": dtype, "rule": "", "_shape": "array"}
+    )
+    answers: list = []
+
+    def ask():
+        try:
+            answers.append(_get(port, page))
+        except OSError as error:  # the server stopped under it
+            answers.append((None, str(error)))
+
+    try:
+
+        def up():
+            try:
+                return _get(port, "/-/versions.json")[0] == 200
+            except OSError:
+                return False
+
+        wait_until(process, up)
+        diffs = [threading.Thread(target=ask) for _ in range(2)]
+        for thread in diffs:
+            thread.start()
+        time.sleep(1.0)
+        # a third query thread is free: other pages answer while the diffs run
+        assert _get(port, "/-/versions.json")[0] == 200
+        status, body = _get(port, "/zlstore/roots.json?_shape=array")
+        assert status == 200 and root in body
+        for thread in diffs:
+            thread.join(timeout=120)
+        assert [status for status, _ in answers] == [200, 200], answers
+        for _, body in answers:
+            (row,) = json.loads(body)
+            assert row["note"] == "kernel_diff not shown: over the time limit of 5 s", row
+        # Ctrl-C with a diff in flight: the server stops, the diff with it
+        late = threading.Thread(target=ask)
+        late.start()
+        time.sleep(1.0)
+        _, err = interrupt(process)
+        late.join(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "interrupted" and "Traceback" not in err
+    assert not late.is_alive()

@@ -43,6 +43,17 @@ def mutate(path: Path, *statements: str):
             conn.execute(statement)
 
 
+def _schema_edit(table: str, old: str, new: str) -> list:
+    """Statements that change table's definition in place (a clause ALTER
+    TABLE cannot add), its rows left as they are."""
+    return [
+        "PRAGMA ignore_check_constraints = ON",
+        "PRAGMA writable_schema = ON",
+        f"UPDATE sqlite_master SET sql = replace(sql, '{old}', '{new}') WHERE name = '{table}'",
+        "PRAGMA writable_schema = OFF",
+    ]
+
+
 ENDLESS = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT c2.* FROM c2, (SELECT max(n) FROM r)"
 
 # (what is done to the source, what the refusal must name)
@@ -80,6 +91,33 @@ REFUSED = {
         ["UPDATE roots SET name = CAST(X'C328' AS TEXT) WHERE id = (SELECT min(id) FROM roots)"],
         "table roots, column name: text that is not UTF-8",
     ),
+    # issue 46, item 3: what the schema asks SQLite to evaluate, refused from its text before quick_check
+    "a CHECK constraint of the source's own": (
+        _schema_edit(
+            "measurements",
+            "cell_id INTEGER NOT NULL REFERENCES",
+            "cell_id INTEGER NOT NULL CHECK (length(randomblob(900000000)) > 0) REFERENCES",
+        ),
+        "table measurements, column cell_id: CHECK (length(randomblob(900000000)) > 0)",
+    ),
+    "a table constraint of the source's own": (
+        [
+            "PRAGMA writable_schema = ON",
+            "UPDATE sqlite_master SET sql = rtrim(rtrim(sql), ')') || ', CHECK (zeroblob(1000000000) IS NOT NULL))' "
+            "WHERE name = 'roots'",
+            "PRAGMA writable_schema = OFF",
+        ],
+        "table roots: CHECK (zeroblob(1000000000) IS NOT NULL)",
+    ),
+    "a collation": (
+        _schema_edit("roots", "name TEXT NOT NULL,", "name TEXT NOT NULL COLLATE NOCASE,"),
+        "table roots, column name: COLLATE NOCASE",
+    ),
+    "an extra table with a CHECK": (
+        ["CREATE TABLE extra (x CHECK (length(randomblob(900000000)) > 0))"],
+        "table extra, column x: CHECK",
+    ),
+    "an index on an expression": (["CREATE INDEX evil ON cells(abs(id))"], "index evil: ON (abs(id))"),
     "user_version -1": (["PRAGMA user_version = -1"], "schema version -1"),
     "user_version 0": (["PRAGMA user_version = 0"], "does not migrate"),
     "user_version 1": (["PRAGMA user_version = 1"], "does not migrate"),
@@ -322,3 +360,85 @@ def test_a_generated_column_is_read_only_as_this_release_defines_it(source, tmp_
     assert result.exit_code == 2, result.output
     assert "table cells, column pair_card" in result.output
     assert not (tmp_path / "t.db").exists()
+
+
+def test_a_source_s_check_constraint_never_runs_even_in_quick_check(source, tmp_path):
+    """The CHECK of issue 46's item 3 would allocate 900 MB per row in
+    quick_check: refused from the schema's text, before any check runs."""
+    with sqlite3.connect(source) as conn:
+        assert conn.execute("PRAGMA quick_check").fetchone() == ("ok",)
+    mutate(source, *REFUSED["a CHECK constraint of the source's own"][0])
+    target = tmp_path / "t.db"
+    shutil.copy(source, tmp_path / "untouched.db")
+    before = sha256(source)
+    limit = 512 << 20  # a CHECK that ran would need 900 MB: MemoryError, not a refusal
+    done = subprocess.run(
+        ZLSTORE + ["merge", str(source), "--db", str(target)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit + (256 << 20), limit + (256 << 20))),
+    )
+    assert done.returncode == 2, done.stderr
+    assert "CHECK (length(randomblob(900000000)) > 0): not a clause of this release's schema" in done.stderr
+    assert sha256(source) == before and not target.exists()
+
+
+def test_this_release_s_own_clauses_pass(source, tmp_path):
+    """Every CHECK, DEFAULT, generated column and partial index this
+    release writes is its own: an untouched store merges."""
+    merge.source_expressions(sqlite3.connect(source), source)  # nothing raised
+    result = invoke(tmp_path / "t.db", "merge", source)
+    assert result.exit_code in (0, 1), result.output
+
+
+# issue 46, item 4: (how the blob lies, what the refusal says)
+LYING_BLOBS = {
+    "bomb": "inflates past the",
+    "size": "over the 256 MB a blob may inflate to",
+    "not zlib": "not a zlib stream",
+    "hash": "do not hash to it",
+    "short": "not the",
+}
+
+
+@pytest.mark.parametrize("how", sorted(LYING_BLOBS))
+def test_a_blob_that_lies_is_refused_by_name(source, example_store_path, tmp_path, how):
+    from . import hostile_ir
+
+    digest = hostile_ir.lying_blob(source, how)
+    target = tmp_path / "t.db"
+    shutil.copy(example_store_path, target)
+    before = sha256(target)
+    limit = 1 << 30  # a bomb inflated whole would take 300 MB more than the cap lets it
+    done = subprocess.run(
+        ZLSTORE + ["merge", str(source), "--db", str(target)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)),
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"table blobs, blob {digest}" in done.stderr and LYING_BLOBS[how] in done.stderr
+    assert "Traceback" not in done.stderr
+    assert sha256(target) == before
+
+
+@pytest.mark.parametrize("how", ["bomb", "size", "not zlib"])
+def test_diff_never_inflates_a_lying_blob(source, how):
+    """A store that holds one (damaged, or merged by an older release):
+    `zlstore diff` refuses it by name, within the size it claims."""
+    from . import hostile_ir
+
+    hostile_ir.lying_blob(source, how)
+    with sqlite3.connect(source) as conn:
+        root, op, dtype, _, _ = hostile_ir.first_pair(conn)
+    done = subprocess.run(
+        ZLSTORE + ["diff", root, f"{op}:{dtype}", "--db", str(source)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)),
+    )
+    assert done.returncode == 2, done.stderr
+    assert LYING_BLOBS[how] in done.stderr and "Traceback" not in done.stderr

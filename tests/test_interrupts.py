@@ -14,6 +14,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -195,3 +196,118 @@ main()
         and done.stderr == "interrupted before the command started: nothing was read or written\n"
         and done.stdout == ""
     )
+
+
+# -- Ctrl-C during SQLite's integrity check (issue 46, item 8) ---------------------
+
+
+@pytest.fixture
+def ctrl_c_in_quick_check(monkeypatch):
+    """Every integrity check sends SIGINT to this process from inside the
+    PRAGMA (SQLite's progress handler): Ctrl-C while SQLite checks pages."""
+    check = db.integrity_problems
+
+    def interrupted_check(conn, *args, **kwargs):
+        conn.set_progress_handler(lambda: os.kill(os.getpid(), signal.SIGINT), 1)
+        try:
+            return check(conn, *args, **kwargs)
+        finally:
+            db.let_signals_in(conn)
+
+    monkeypatch.setattr(db, "integrity_problems", interrupted_check)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["check"],
+        ["check", "--full"],
+        ["serve", "--get", "/zlstore/roots.json"],  # the check every open of a small store makes
+        ["merge", "SOURCE"],  # the source's check, in its private copy
+    ],
+)
+def test_an_interrupted_integrity_check_is_interrupted_not_damaged(
+    example_store_path, tmp_path, ctrl_c_in_quick_check, args
+):
+    store = tmp_path / "s.db"
+    shutil.copy(example_store_path, store)
+    target = tmp_path / "t.db" if args[0] == "merge" else store
+    result = invoke(target, *[str(store) if a == "SOURCE" else a for a in args])
+    assert result.exit_code == 130, result.output
+    assert result.stderr.strip().splitlines()[-1] == "interrupted"
+    assert "damaged" not in result.output and "restore" not in result.output and "Traceback" not in result.output
+
+
+# -- Ctrl-C at the very end of an ingest (issue 46, item 12) ---------------------------
+
+
+def _ingest_with(tmp_path, tree, setup: str):
+    """`zlstore ingest tree` as the zlstore command runs it (__main__.main),
+    after setup (Python run first in the same process)."""
+    program = (
+        "import atexit, contextlib, os, signal, sys\n"
+        + setup
+        + f"\nsys.argv = ['zlstore', 'ingest', {str(tree)!r}, '--db', {str(tmp_path / 't.db')!r}]\n"
+        + "from zlstore.__main__ import main\nmain()\n"
+    )
+    return subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
+
+
+def _ended_as_one(done):
+    """exit 130 and 'interrupted' as the last line, or the command's own
+    ending without a word of it; never a traceback."""
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
+    assert "Cannot operate on a closed database" not in done.stderr
+    if done.returncode == 130:
+        assert done.stderr.strip().splitlines()[-1] == "interrupted"
+    else:
+        assert done.returncode in (0, 1) and "interrupted" not in done.stderr, (done.returncode, done.stderr)
+
+
+def test_ctrl_c_once_the_command_is_over_ends_it_as_interrupted(example_tree, tmp_path):
+    tree, _ = example_tree
+    setup = (
+        "from zlstore import db\n"
+        "real = db.interruptible\n"
+        "@contextlib.contextmanager\n"
+        "def then_ctrl_c():\n"
+        "    try:\n"
+        "        with real():\n"
+        "            yield\n"
+        "    finally:\n"
+        "        os.kill(os.getpid(), signal.SIGINT)  # the command is over: its database closed, its summary printed\n"
+        "db.interruptible = then_ctrl_c\n"
+    )
+    done = _ingest_with(tmp_path, tree, setup)
+    _ended_as_one(done)
+    assert done.returncode == 130
+
+
+def test_ctrl_c_in_python_s_own_ending_prints_no_traceback(example_tree, tmp_path):
+    """A Ctrl-C in an atexit callback: it used to print 'Exception ignored
+    ... SystemExit: 130' and exit 0 after saying interrupted."""
+    tree, _ = example_tree
+    done = _ingest_with(tmp_path, tree, "atexit.register(lambda: os.kill(os.getpid(), signal.SIGINT))")
+    _ended_as_one(done)
+
+
+def test_ctrl_c_inside_the_import_system_is_raised_once_out_of_it(monkeypatch):
+    """Raised in importlib's own code, KeyboardInterrupt can leave the import
+    lock held, and a thread importing scipy in the background then hangs the
+    ingest (seen at its end). The Ctrl-C is sent again a moment later."""
+    namespace: dict = {}
+    exec(compile("import sys\nframe = sys._getframe()", "<frozen importlib._bootstrap>", "exec"), namespace)
+    received = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        db._on_interrupt(signal.SIGINT, namespace["frame"])  # no KeyboardInterrupt here
+        for _ in range(200):
+            if received:
+                break
+            time.sleep(0.01)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert received == [signal.SIGINT]
+    with pytest.raises(KeyboardInterrupt):
+        db._on_interrupt(signal.SIGINT, sys._getframe())
+    db._Interrupt.seen = False

@@ -260,7 +260,12 @@ def test_serve_port_and_host_as_datasette_spells_them(files, monkeypatch, tmp_pa
     import uvicorn
 
     calls = []
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: calls.append(kwargs))
+
+    def run(server, sockets=None):  # as if Ctrl-C stopped it at once
+        calls.append({"host": server.config.host, "port": server.config.port})
+        server.started = True
+
+    monkeypatch.setattr(uvicorn.Server, "run", run)
     users = tmp_path / "users.txt"
     users.write_text("alice:pbkdf2_sha256$260000$salt$hash\n")
     result = CliRunner().invoke(

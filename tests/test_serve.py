@@ -571,9 +571,14 @@ def test_serve_binds_localhost_and_warns_on_the_network(example_store_path, monk
     import uvicorn
 
     calls = []
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: calls.append(kwargs))
+
+    def run(server, sockets=None):  # as if Ctrl-C stopped it at once
+        calls.append({"host": server.config.host, "port": server.config.port})
+        server.started = True
+
+    monkeypatch.setattr(uvicorn.Server, "run", run)
     result = CliRunner().invoke(cli, ["serve", "--db", str(example_store_path)])
-    assert result.exit_code == 130, result.output  # uvicorn.run returns once Ctrl-C stopped it
+    assert result.exit_code == 130, result.output  # the server returns once Ctrl-C stopped it
     assert calls[-1]["host"] == "127.0.0.1" and calls[-1]["port"] == 8001
     assert "arbitrary" not in result.stderr
     users = tmp_path / "users.txt"

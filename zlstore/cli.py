@@ -1842,9 +1842,11 @@ def screen(store, root, rule, verdict, out):
     under it and a warning on stderr name the fields; --json has them as
     environment_differs.
 
-    Exit status: 0 done; 2 an unknown root, a repeat run or campaign
-    (zlstore ab reads those), an unknown --verdict, or a bad --db (missing:
-    never created; not a zlstore store; damaged; newer).
+    Exit status: 0 done; 1 a root shown is half-ingested (an ingest of it
+    was killed: a warning names the command that completes it); 2 an
+    unknown root, a repeat run or campaign (zlstore ab reads those), an
+    unknown --verdict, or a bad --db (missing: never created; not a zlstore
+    store; damaged; newer).
 
     Example:
 
@@ -1866,6 +1868,11 @@ def screen(store, root, rule, verdict, out):
         {k: v for k, v in differences.items() if k in paired}, {r["root_id"]: r["root"] for r in rows}
     ):
         click.echo(output.for_terminal(line), err=True)
+    from .roots import half_ingested  # noqa: PLC0415 - the store has imported it already
+
+    half = half_ingested(store.conn, sorted({r["root_id"] for r in rows})) if rows else []
+    for message in dict.fromkeys(problem.message for _, problem in half):  # a killed ingest: not a finished root
+        click.echo(output.for_terminal(f"warning: {message}"), err=True)
     if not rows and out.kind == "human":
         click.echo("(no screening pairs: ingest a screening root first)", err=True)
         return
@@ -1878,6 +1885,8 @@ def screen(store, root, rule, verdict, out):
         document=lambda: output.Summarized(judge.screen_summary(rows, rule_name), rows),
         shown=lambda: report.screen_shown(rows),
     )
+    if half:
+        sys.exit(EXIT_PROBLEMS)
 
 
 @cli.command()

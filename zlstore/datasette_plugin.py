@@ -10,6 +10,7 @@ same hooks and adds the Host check (asgi_wrapper), which plain datasette
 does without: whoever runs plain datasette chose datasette's own behaviour."""
 
 import html
+import json
 import sqlite3
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ from urllib.parse import urlencode
 from datasette import hookimpl
 from markupsafe import Markup
 
-from . import datasette_site, irdiff, stats
+from . import datasette_site, irdiff, parse, serverlimits, stats
 from .db import STORE_TABLES
 
 # A zlstore store: zlstore's tables (db.STORE_TABLES) and the views the
@@ -131,6 +132,10 @@ def asgi_wrapper(datasette):
 # are IR texts: 32 MB is far above any Triton kernel's.
 MAX_VALUE_BYTES = 32 << 20
 
+# The time limit of zlstore's Python functions where datasette gives none
+# (a connection bound outside datasette): datasette's default sql_time_limit_ms.
+DEFAULT_TIME_LIMIT_S = 1.0
+
 # Functions no query on a store may call: fts3_tokenizer hands out a
 # pointer into the SQLite library, and its two-argument form replaces a
 # tokenizer on the connection, for every later query.
@@ -143,19 +148,49 @@ def _authorize(action, arg1, arg2, database, trigger) -> int:
     return sqlite3.SQLITE_OK
 
 
-def bound(conn: sqlite3.Connection):
+def bound(conn: sqlite3.Connection, seconds: float = DEFAULT_TIME_LIMIT_S):
     """What one query on conn may take: no value over MAX_VALUE_BYTES, and
     none of DENIED_FUNCTIONS (refused when the query is prepared: "not
-    authorized"). Time is datasette's sql_time_limit_ms (serve.SETTINGS)."""
+    authorized"). Time is datasette's sql_time_limit_ms (serve.SETTINGS),
+    and `seconds` for zlstore's Python functions, which SQLite's limits do
+    not see: median() and zlstore_kernel_diff are registered bounded
+    (serverlimits)."""
     # Connection.setlimit came in Python 3.11: under 3.10 a value may be as
     # long as SQLite's own limit (1 GB); docs/security.md says so.
     if sys.version_info >= (3, 11):
         conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
     conn.set_authorizer(_authorize)
+    conn.create_aggregate("median", 1, serverlimits.BoundedMedian)
+    conn.create_function("zlstore_kernel_diff", 3, lambda b, a, rule: _kernel_diff(conn, seconds, b, a, rule))
+    serverlimits.watch_connection(conn)
+
+
+def _kernel_diff(conn: sqlite3.Connection, seconds: float, before, after, rule) -> str:
+    """irdiff.kernel_diff_json, bounded: the IR it reads capped, the call
+    stopped at the time limit; what stopped it is the answer, one row
+    whose note says so."""
+
+    def stopped(why: str) -> str:
+        return json.dumps([{"kernel": None, "status": None, "note": f"kernel_diff not shown: {why}", "diff": ""}])
+
+    refused = serverlimits.kernel_diff_input(conn, before, after)
+    if refused:
+        return stopped(refused)
+    try:
+        return serverlimits.timed_call(seconds, irdiff.kernel_diff_json, conn, before, after, rule, on_overtime=stopped)
+    except parse.BlobError as error:  # a hostile or damaged store's blob
+        return stopped(str(error))
+
+
+def _time_limit(datasette) -> float:
+    try:
+        return float(datasette.setting("sql_time_limit_ms")) / 1000
+    except (AttributeError, TypeError, ValueError):
+        return DEFAULT_TIME_LIMIT_S
 
 
 @hookimpl
-def prepare_connection(conn):
+def prepare_connection(conn, datasette):
     """median() and the t-test functions (stats.register) and
     zlstore_kernel_diff (irdiff.register) on a store's connections, for
     ad-hoc SQL too, and the bounds on what one query may take (bound);
@@ -163,7 +198,7 @@ def prepare_connection(conn):
     if is_store(conn):
         stats.register(conn)
         irdiff.register(conn)
-        bound(conn)
+        bound(conn, _time_limit(datasette))
 
 
 # The canned query that shows one pair's kernels, the column it puts the

@@ -15,6 +15,7 @@ import signal
 import socket
 import sqlite3
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional
@@ -125,9 +126,32 @@ class _Interrupt:
     seen = False
 
 
+# How soon a Ctrl-C that came inside the import system's own code is sent
+# again (_on_interrupt).
+_IMPORT_RETRY_S = 0.01
+
+
 def _on_interrupt(signum, frame):
+    if frame is not None and frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+        # Raised here, KeyboardInterrupt could land between the import
+        # system's taking its lock and the try that gives it back: the lock
+        # stays held, and the next import in another thread (scipy, loaded
+        # in the background by an ingest) waits forever. A Ctrl-C during an
+        # ingest hung it so. Sent again once out of it.
+        _send_again(signum)
+        return
     _Interrupt.seen = True
     raise KeyboardInterrupt
+
+
+def _send_again(signum: int):
+    def again():
+        if callable(signal.getsignal(signum)):  # not once Python is ending: the default would kill without a word
+            os.kill(os.getpid(), signum)
+
+    timer = threading.Timer(_IMPORT_RETRY_S, again)
+    timer.daemon = True
+    timer.start()
 
 
 def interrupted(error: Optional[BaseException] = None) -> bool:
@@ -159,7 +183,9 @@ def interruptible() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        # what was there, or what it asks for once a command is over
+        # (__main__'s: a Ctrl-C at the very end no longer raises anywhere)
+        signal.signal(signal.SIGINT, getattr(previous, "after_command", previous))
 
 
 # -- the run log: whose runs are unfinished ----------------------------------------
@@ -195,6 +221,24 @@ def _gone(owner: dict) -> bool:
     return started is not None and owner.get("pid_started") not in (None, started)
 
 
+ABANDONED = "its process ended before the run finished (killed?); what it committed is kept"
+
+
+def killed(summary: Optional[str], finished: bool) -> bool:
+    """Whether a run's row (its summary, whether it has finished_at) is one
+    whose process was killed before it finished it: closed as such by a
+    later writer (close_abandoned_runs), or not yet, its process gone."""
+    try:
+        owner = json.loads(summary) if summary else {}
+    except ValueError:
+        return False
+    if not isinstance(owner, dict):
+        return False
+    if finished:
+        return owner.get("state") == "interrupted" and owner.get("why") == ABANDONED
+    return owner.get("state") == "running" and _gone(owner)
+
+
 def close_abandoned_runs(conn: sqlite3.Connection, by: Optional[int] = None) -> int:
     """Close the unfinished rows of runs (ingest, record, merge, forget)
     whose process ended without finishing them (a kill -9, a lost node):
@@ -207,11 +251,7 @@ def close_abandoned_runs(conn: sqlite3.Connection, by: Optional[int] = None) -> 
         except ValueError:
             continue
         if isinstance(owner, dict) and owner.get("state") == "running" and _gone(owner):
-            owner.update(
-                state="interrupted",
-                closed_by=by,
-                why="its process ended before the run finished (killed?); what it committed is kept",
-            )
+            owner.update(state="interrupted", closed_by=by, why=ABANDONED)
             conn.execute(
                 "UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?", (now(), json.dumps(owner), run_id)
             )
@@ -399,6 +439,7 @@ def check_contents(conn: sqlite3.Connection, path, create: bool, quick: Optional
         ]
         version = user_version(conn)
     except sqlite3.DatabaseError as error:
+        raise_if_interrupted(error)
         raise StoreError(fault_message(path, error)) from None
     if quick is None:
         quick = path.stat().st_size <= QUICK_CHECK_MAX_BYTES
@@ -471,6 +512,7 @@ def integrity_problems(conn: sqlite3.Connection, full: bool = False, limit: int 
             else []
         )
     except sqlite3.DatabaseError as error:  # a page too damaged for the check to go on
+        raise_if_interrupted(error)  # Ctrl-C stopped it: the file is not known to be damaged
         problems = [f"{pragma} stopped: {error}"]
     return problems
 

@@ -171,7 +171,7 @@ def _digest_rows(rule: str, rows) -> list:
     """(hash, digest) of (hash, size, zlib data) rows: from the stored bytes,
     which a rule's normalize_raw mostly need not decode (ttgir.raw_digest)."""
     r = ttgir.get_rule(rule)
-    return [(h, ttgir.raw_digest(r, unpacked(data, size), h)) for h, size, data in rows]
+    return [(h, ttgir.raw_digest(r, unpacked(data, size, f"blob {h}"), h)) for h, size, data in rows]
 
 
 def _leaves_sql(rule: ttgir.Rule) -> str:

@@ -22,6 +22,7 @@ import os
 import shlex
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -273,31 +274,8 @@ def probe(bench: "Benchmark", env: Optional[Mapping[str, str]] = None) -> Dict[s
                 "PYTHONDONTWRITEBYTECODE": "1",
             }
         )
-        try:
-            done = subprocess.run(
-                [bench.python, "-c", PROBE_SCRIPT, str(bench.checkout), str(result)],
-                cwd=scratch,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=PROBE_TIMEOUT_S,
-            )
-        except FileNotFoundError:
-            raise CannotStart(
-                f"FlagGems cannot start: there is no {bench.python} (--python, FLAGGEMS_PYTHON)"
-            ) from None
-        except subprocess.TimeoutExpired:
-            raise CannotStart(
-                f"FlagGems cannot start: importing flag_gems with {bench.python} took over {PROBE_TIMEOUT_S:g} s"
-            ) from None
-        try:
-            seen = json.loads(result.read_text())
-        except (OSError, ValueError):
-            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-            raise CannotStart(
-                f"FlagGems cannot start: {bench.python} could not run the probe "
-                f"(exit status {done.returncode}): {' / '.join(tail) or 'no output'}"
-            ) from None
+        returncode, said = _run_probe(bench, result, scratch, env)
+        seen = _probe_result(bench, result, returncode, said)
     if "env" not in seen:
         raise _cannot_start(bench, seen)
     found = {name: seen["env"].get(name) for name in PROBE_KEYS}
@@ -311,7 +289,102 @@ def probe(bench: "Benchmark", env: Optional[Mapping[str, str]] = None) -> Dict[s
     return dict(found)
 
 
+# What the probe's output may cost: its last PROBE_TAIL_BYTES are kept (for
+# the message), the rest read and dropped; its probe.json is read up to
+# PROBE_JSON_MAX_BYTES. A FLAGGEMS_PYTHON that prints 300 MB on one line
+# costs no more memory than a quiet one.
+PROBE_TAIL_BYTES = 64 << 10
+PROBE_JSON_MAX_BYTES = 1 << 20
+EXCERPT_CHARS = 300  # of each of the last three lines quoted in a message
+
+
+def excerpt(data: bytes, lines: int = 3) -> str:
+    """The last lines of a process's output for a message: any bytes (not
+    UTF-8 too), each line cut to EXCERPT_CHARS, joined with ' / '."""
+    tail = data.decode("utf-8", "replace").strip().splitlines()[-lines:]
+    cut = [line if len(line) <= EXCERPT_CHARS else "..." + line[-EXCERPT_CHARS:] for line in tail]
+    return " / ".join(cut) or "no output"
+
+
+def _keep_tail(stream, kept: bytearray):
+    for chunk in iter(lambda: stream.read(1 << 16), b""):
+        kept += chunk
+        del kept[:-PROBE_TAIL_BYTES]
+
+
+def _run_probe(bench: "Benchmark", result: Path, scratch: str, env: Dict[str, str]) -> Tuple[int, str]:
+    """Run PROBE_SCRIPT with bench.python, as the leader of a process group
+    that dies with it (a hang's children too); (its exit status, the end of
+    its output)."""
+    try:
+        proc = subprocess.Popen(
+            [bench.python, "-c", PROBE_SCRIPT, str(bench.checkout), str(result)],
+            cwd=scratch,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except FileNotFoundError:
+        raise CannotStart(f"FlagGems cannot start: there is no {bench.python} (--python, FLAGGEMS_PYTHON)") from None
+    kept = bytearray()
+    assert proc.stdout is not None  # stdout=PIPE
+    reader = threading.Thread(target=_keep_tail, args=(proc.stdout, kept), daemon=True)
+    reader.start()
+    try:
+        proc.wait(timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        kill_group(proc, KILL_GRACE_S)
+        raise CannotStart(
+            f"FlagGems cannot start: importing flag_gems with {bench.python} took over {PROBE_TIMEOUT_S:g} s"
+        ) from None
+    except BaseException:
+        kill_group(proc, STOP_GRACE_S)
+        raise
+    finally:
+        kill_group(proc, STOP_GRACE_S)  # what it left running in the background dies with it
+        reader.join(timeout=5)
+        proc.stdout.close()
+    return proc.returncode, excerpt(bytes(kept))
+
+
+def _probe_result(bench: "Benchmark", result: Path, returncode: int, said: str) -> dict:
+    """What the probe wrote (PROBE_SCRIPT's one JSON object), checked for its
+    shape: CannotStart, with the end of its output, for anything else."""
+
+    def garbage(why: str) -> CannotStart:
+        return CannotStart(
+            f"FlagGems cannot start: {bench.python} could not run the probe (exit status {returncode}; {why}): {said}"
+        )
+
+    try:
+        with open(result, "rb") as f:
+            data = f.read(PROBE_JSON_MAX_BYTES + 1)
+    except OSError:
+        raise garbage("it wrote no probe.json") from None
+    if len(data) > PROBE_JSON_MAX_BYTES:
+        raise garbage(f"its probe.json is over {PROBE_JSON_MAX_BYTES >> 20} MB")
+    try:
+        seen = json.loads(data.decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError among them
+        raise garbage("its probe.json is not JSON") from None
+    text = (str, type(None))
+    if not isinstance(seen, dict):
+        raise garbage("its probe.json is not a JSON object")
+    if "env" in seen:
+        if not isinstance(seen["env"], dict):
+            raise garbage("its probe.json's env is not an object")
+        wrong = [name for name in PROBE_KEYS if not isinstance(seen["env"].get(name), text)]
+        if wrong:
+            raise garbage(f"its probe.json's env.{wrong[0]} is not text")
+    elif not all(isinstance(seen.get(name), text) for name in ("missing", "error", "where")):
+        raise garbage("its probe.json's missing, error or where is not text")
+    return seen
+
+
 def _cannot_start(bench: "Benchmark", seen: dict) -> CannotStart:
+    seen = {name: excerpt(value.encode("utf-8", "replace"), 1) if value else value for name, value in seen.items()}
     where = f" (imported by {seen['where']})" if seen.get("where") else ""
     if seen.get("missing"):
         module = seen["missing"]

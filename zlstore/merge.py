@@ -20,7 +20,9 @@ before anything is merged.
         summary = merge.merge(target, ["host1.db", "host2.db"])
 """
 
+import collections
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -30,10 +32,10 @@ import tempfile
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from . import db as dbmod
-from . import caliber, derive, floors, macros, provenance, roots, sequential
+from . import caliber, ddl, derive, floors, macros, parse, provenance, roots, sequential
 from .db import now
 from .cellwriter import stored_environment
 from .fingerprints import cell_rules
@@ -240,6 +242,45 @@ def _generated(create_sql: str, column: str) -> Optional[str]:
     return " ".join(match.group(1).split()) if match else None
 
 
+def _expressions_of_this_release() -> Dict[Tuple[str, str], collections.Counter]:
+    """{(type, name): the clauses SQLite evaluates (ddl.expressions)} of every
+    table and index this release creates."""
+    with contextlib.closing(sqlite3.connect(":memory:")) as conn:
+        for statement in dbmod.split_statements(macros.schema_parts()["tables"]):
+            conn.execute(statement)
+        return {
+            (kind, name): collections.Counter((_folded(column), key) for column, key, _ in ddl.expressions(sql))
+            for kind, name, sql in conn.execute("SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL")
+        }
+
+
+def _folded(column: Optional[str]) -> Optional[str]:
+    return column.lower() if column is not None else None
+
+
+def source_expressions(conn: sqlite3.Connection, path: Path):
+    """Refuse (SourceError, naming the table or index and the clause) a
+    source whose schema asks SQLite to evaluate anything this release's
+    does not: a CHECK constraint, a DEFAULT, a generated column, a COLLATE,
+    an index's expression or WHERE clause of its own. Read from the text
+    of the schema (ddl.expressions), before quick_check or a migration
+    could evaluate any of it: a source's SQL never runs."""
+    ours = _expressions_of_this_release()
+    rows = conn.execute(
+        "SELECT type, name, sql FROM sqlite_master WHERE type IN ('table', 'index') AND sql IS NOT NULL"
+    ).fetchall()
+    for kind, name, sql in rows:
+        allowed = collections.Counter(ours.get((kind, name), ()))
+        for column, key, written in ddl.expressions(sql):
+            if allowed[(_folded(column), key)] > 0:
+                allowed[(_folded(column), key)] -= 1
+                continue
+            raise SourceError(
+                f"{path}: {kind} {name}{f', column {column}' if column else ''}: {written}: "
+                "not a clause of this release's schema (a source's SQL is never evaluated)"
+            )
+
+
 def _plain(conn: sqlite3.Connection, path: Path) -> Dict[str, str]:
     """Drop the copy's triggers and views, unread: nothing of the source's
     SQL runs in this process (a view over an endless query, a trigger).
@@ -332,6 +373,23 @@ def source_tables(conn: sqlite3.Connection, path: Path, dropped: Optional[Dict[s
             _, name, what = tests[bad[0]]
             raise SourceError(f"{path}: table {table}, column {name}: {what}")
     _text_is_utf8(conn, path, expected)
+    _blobs_sound(conn, path)
+
+
+def _blobs_sound(conn: sqlite3.Connection, path: Path):
+    """Refuse (SourceError, naming the blob) a source blob that is not what
+    its row says: its data not one zlib stream, a size over
+    parse.MAX_BLOB_BYTES or not its inflated size (a zlib bomb costs at
+    most the size it claims: parse.unpacked), a hash not the sha256 of its
+    bytes. One at a time: the memory is one blob's."""
+    for digest, size, data in conn.execute("SELECT hash, size, data FROM blobs"):
+        name = f"table blobs, blob {digest}"
+        try:
+            raw = parse.unpacked(data, size, name)
+        except parse.BlobError as error:
+            raise SourceError(f"{path}: {error}") from None
+        if hashlib.sha256(raw).hexdigest() != digest:
+            raise SourceError(f"{path}: {name}: its bytes do not hash to it (sha256 {hashlib.sha256(raw).hexdigest()})")
 
 
 # What reading a damaged or hostile file can raise: SQLite's errors, and
@@ -391,6 +449,7 @@ def prepare_source(path: Path, copy: Path) -> int:
     conn = _open_copy(copy, path)
     try:
         dropped = _plain(conn, path)
+        source_expressions(conn, path)  # before quick_check, which evaluates CHECK constraints
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         damaged = dbmod.integrity_problems(conn)
         if damaged:

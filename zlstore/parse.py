@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from isal import isal_zlib
 
 from . import layout, outcomes, runlog, ttgir, unchanged
+from .errors import StoreError
 from .layout import Problem
 
 MEASUREMENT_COLUMNS = ("cell_id",) + runlog.STORED_FIELDS  # a row as the parse stores it
@@ -382,10 +383,45 @@ def packed(raw: bytes, kind: str) -> Tuple[int, bytes, Optional[str]]:
     return len(raw), isal_zlib.compress(raw, ZLIB_LEVEL), ttgir.markers(raw) if kind == "ttgir" else None
 
 
-def unpacked(data: bytes, size: int) -> bytes:
-    """A blob's bytes from its stored data and size (the output buffer is
-    then never regrown)."""
-    return isal_zlib.decompress(data, bufsize=max(size, 1))
+class BlobError(StoreError):
+    """A stored blob that is not what its row says: data that is not zlib,
+    a size claim over MAX_BLOB_BYTES or not its inflated size, a zlib bomb.
+    A store's fault (merged from a hostile source, or damaged): the message
+    names the blob."""
+
+
+# The most a blob inflates to: what an ingest reads of one file (a blob is
+# one file's bytes), so a zlib bomb in a store costs at most this much.
+MAX_BLOB_BYTES = layout.MAX_FILE_BYTES
+_INFLATE_STEP = 1 << 20  # compressed bytes fed to the inflater at a time
+
+
+def unpacked(data: bytes, size: int, name: str = "a blob", cap: int = MAX_BLOB_BYTES) -> bytes:
+    """A blob's bytes from its stored data and size: inflated in steps, never
+    past the size it claims (nor past cap), and exactly that size, else
+    BlobError naming it: whatever the store holds, this takes at most
+    min(size, cap) bytes."""
+    if not isinstance(size, int) or not 0 <= size <= cap:
+        raise BlobError(f"{name}: a size of {size!r} bytes, over the {cap >> 20} MB a blob may inflate to")
+    if not isinstance(data, bytes):
+        raise BlobError(f"{name}: its data is {type(data).__name__}, not zlib bytes")
+    inflater = isal_zlib.decompressobj()
+    out = bytearray()
+    try:
+        for at in range(0, max(len(data), 1), _INFLATE_STEP):
+            # max_length: one byte past the claim tells a lie (a bomb) without inflating it
+            out += inflater.decompress(data[at : at + _INFLATE_STEP], size + 1 - len(out))
+            if len(out) > size or inflater.unconsumed_tail:
+                raise BlobError(f"{name}: inflates past the {size} bytes it claims (a zlib bomb?)")
+            if inflater.eof:
+                break
+    except isal_zlib.error as error:  # type: ignore[misc]  # an exception class; its stub says otherwise
+        raise BlobError(f"{name}: its data is not a zlib stream ({error})") from None
+    if not inflater.eof or inflater.unused_data or data[at + _INFLATE_STEP :]:
+        raise BlobError(f"{name}: its data is not one whole zlib stream")
+    if len(out) != size:
+        raise BlobError(f"{name}: inflates to {len(out)} bytes, not the {size} it claims")
+    return bytes(out)
 
 
 class CellParser:

@@ -20,7 +20,7 @@ import sqlite3
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from . import derive, floors, layout, macros, names, output, unchanged
+from . import db, derive, floors, layout, macros, names, output, unchanged
 
 # A root whose path another root of its name holds (a different root of that
 # name was ingested there since, or merged from a store where it was there)
@@ -348,6 +348,62 @@ def missing_sides(conn: sqlite3.Connection, root_ids: Optional[List[int]] = None
                 ),
             )
         )
+    return problems
+
+
+def _state(summary: Optional[str]) -> Optional[str]:
+    try:
+        found = json.loads(summary) if summary else None
+    except ValueError:
+        return None
+    return found.get("state") if isinstance(found, dict) else None
+
+
+def half_ingested(conn: sqlite3.Connection, root_ids: Optional[List[int]] = None) -> List[Tuple[str, layout.Problem]]:
+    """The roots (of root_ids; None: every root) an ingest run was killed in
+    (kill -9, a lost node: db.killed) before it finished, and that no later
+    ingest of the same path (or one above it) has completed: some of their
+    cells may be missing, and their pairs NO_ROWS for that. As (root name,
+    problem) naming the run, the path it was given and the command that
+    completes it; a path of which nothing was stored yet is named with the
+    root ''. Read from the run log: it holds until that ingest runs."""
+    runs = conn.execute(
+        "SELECT id, started_at, paths, summary, finished_at IS NOT NULL FROM ingest_runs "
+        "WHERE command = 'ingest' ORDER BY id"
+    ).fetchall()
+    completed: List[Tuple[int, List[str]]] = []
+    cut: List[Tuple[int, str, List[str]]] = []
+    for run_id, started_at, paths, summary, finished in runs:
+        try:
+            given = [p for p in json.loads(paths or "[]") if isinstance(p, str)]
+        except ValueError:
+            continue
+        if db.killed(summary, bool(finished)):
+            cut.append((run_id, started_at, given))
+        elif finished and _state(summary) == "complete":
+            completed.append((run_id, given))
+    problems: List[Tuple[str, layout.Problem]] = []
+    for run_id, started_at, given in cut:
+        for path in given:
+            if any(
+                later > run_id and any(unchanged.is_at_or_under(path, top) for top in tops) for later, tops in completed
+            ):
+                continue
+            message = (
+                f"half-ingested: ingest run {run_id} (started {started_at}) of {path} was killed before it "
+                f"finished: cells under it may be missing (their pairs NO_ROWS); run {output.command('ingest', path)} "
+                "to complete it"
+            )
+            found = [
+                (root_id, name)
+                for root_id, name, root_path in conn.execute("SELECT id, name, path FROM roots ORDER BY name")
+                if unchanged.is_at_or_under(root_path, path) or unchanged.is_at_or_under(path, root_path)
+            ]
+            if root_ids is not None:
+                found = [(root_id, name) for root_id, name in found if root_id in root_ids]
+            elif not found:
+                found = [(None, "")]
+            problems.extend((name, layout.Problem(path, None, message)) for _, name in found)
     return problems
 
 

@@ -23,7 +23,7 @@ from datasette.app import Datasette
 from datasette.database import Database
 from datasette.plugins import pm
 
-from . import datasette_plugin
+from . import datasette_plugin, serverlimits
 from . import db as dbmod
 from .datasette_site import DB_NAME, LOCAL_NAMES, host_names, is_loopback
 from .store import Store
@@ -197,9 +197,22 @@ def serve(
     print(f"serving {db_path} at {url}", file=sys.stderr)
     if open_browser:
         threading.Timer(1.0, webbrowser.open, args=(url,)).start()
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame):
+            # uvicorn waits for the requests in flight: stop their queries and
+            # zlstore's Python functions in them, so Ctrl-C stops the server at once
+            serverlimits.stop_all()
+            super().handle_exit(sig, frame)
+
+    server = Server(uvicorn.Config(ds.app(), host=host, port=port, log_level="warning", lifespan="on", workers=1))
     try:
-        uvicorn.run(ds.app(), host=host, port=port, log_level="warning", lifespan="on", workers=1)
+        server.run()
     except SystemExit as stopped:  # uvicorn's way to say it could not start, after logging why
         raise ServeError(
             f"could not serve on {host}:{port} (uvicorn's message above says why; exit status {stopped.code})"
         ) from None
+    except KeyboardInterrupt:  # a second Ctrl-C: as uvicorn.run takes it
+        pass
+    if not server.started:
+        raise ServeError(f"could not serve on {host}:{port} (uvicorn's message above says why)")

@@ -228,13 +228,15 @@ class Store:
             )
         ]
         of = None if found is None else [found["id"]]
-        derived = roots.claimed_twice(self.conn, of) + roots.missing_sides(self.conn, of)
+        derived = (
+            roots.claimed_twice(self.conn, of) + roots.missing_sides(self.conn, of) + roots.half_ingested(self.conn, of)
+        )
         rows += [
             {
                 "file": p.file,
                 "line": None,
                 "message": p.message,
-                "root": name,
+                "root": name or None,
                 "cell": None,
                 "command": None,
                 "found_at": None,
