@@ -200,10 +200,11 @@ def test_facts_of_a_text_past_the_line_cap_are_not_read():
     ],
     ids=["not zlib", "bomb", "claim"],
 )
-def test_a_blob_taken_on_trust_is_not_read(tmp_path, data, size):
-    """A merged store's IR blob that does not unpack to its size: the
-    kernel is shown, not read (and never inflated past its claim), its
-    status from the stored hashes."""
+def test_a_blob_taken_on_trust_is_refused_by_name(tmp_path, data, size):
+    """A stored IR blob that does not unpack to its size (a damaged store,
+    a merged one taken on trust): diff refuses it by name, exit 2, and
+    never inflates it past its claim (parse.unpacked, the one reader of
+    blobs)."""
     screening_root(
         tmp_path / "runs",
         ROOT,
@@ -218,7 +219,5 @@ def test_a_blob_taken_on_trust_is_not_read(tmp_path, data, size):
         store.conn.execute("UPDATE blobs SET data = ?, size = ? WHERE hash = ?", (data, size, ir_hash))
         store.conn.commit()
     result = CliRunner().invoke(cli, ["diff", ROOT, "blob", "--json", "--db", str(db)])
-    assert result.exit_code == 0, result.output
-    (row,) = json.loads(result.stdout)["kernels"]
-    assert row["status"] == "changed" and row["tiles_after"] is None
-    assert row["diff"].splitlines()[-1].startswith(irdiff.CUT + "not diffed: a stored text does not unpack")
+    assert result.exit_code == 2, result.output
+    assert f"blob {ir_hash}" in result.output and "Traceback" not in result.output

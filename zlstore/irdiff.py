@@ -43,7 +43,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Type, cast
 
 from isal import isal_zlib
 
-from . import irfacts, irsummary, layout, names, output, ttgir
+from . import irfacts, irsummary, layout, names, output, parse, ttgir
 
 # The statuses of a pair of kernels, in the order a report lists them.
 CHANGED, ONLY_BEFORE, ONLY_AFTER, SAME = "changed", "only before", "only after", "same"
@@ -396,7 +396,7 @@ def _kernels(conn, side: Side, rule: ttgir.Rule, strictest: ttgir.Rule) -> List[
     ):
         kid, name, cache_dir, ir_hash, cl, warps, stages, shared, size, data, digest, strictest_digest = row
         path = "/".join(p for p in (side.path, layout.TRITON_CACHE, cache_dir, name + ".ttgir") if p)
-        raw = _stored_text(data, size)
+        raw = _stored_text(data, size, f"the stored IR of {path} (blob {ir_hash})")
         readable = raw is not None
         if raw is None:  # not read: equal only to the same stored bytes
             raw, digest, strictest_digest = b"", digest or ir_hash, strictest_digest or ir_hash
@@ -423,19 +423,16 @@ def _kernels(conn, side: Side, rule: ttgir.Rule, strictest: ttgir.Rule) -> List[
     return kernels
 
 
-def _stored_text(data: bytes, size: int) -> Optional[bytes]:
+def _stored_text(data: bytes, size: int, name: str) -> Optional[bytes]:
     """A stored text's bytes; None where its size is past MAX_STORED_BYTES
-    or its data does not unpack to that many bytes (a merged store's blob
-    taken on trust): never more than size + 1 bytes are made, so a zlib
-    bomb costs no more."""
-    if not isinstance(size, int) or not 0 <= size <= MAX_STORED_BYTES or not isinstance(data, bytes):
+    but one an ingest stores (too long to diff: shown as not diffed). A blob
+    that claims more than that, or lies about its
+    size or is no zlib stream (a damaged store, a merged one taken on trust)
+    is refused by name (parse.unpacked's BlobError): never more than size +
+    1 bytes are made, so a zlib bomb costs no more."""
+    if isinstance(size, int) and MAX_STORED_BYTES < size <= parse.MAX_BLOB_BYTES:
         return None
-    unpacker = isal_zlib.decompressobj()
-    try:
-        raw = unpacker.decompress(data, size + 1)
-    except (UNPACK_ERROR, ValueError):
-        return None
-    return raw if len(raw) == size and not unpacker.unconsumed_tail else None
+    return parse.unpacked(data, size, name)
 
 
 def _facts(rule: ttgir.Rule, raw: bytes) -> Optional[irfacts.Facts]:
