@@ -67,8 +67,8 @@ REFUSED = {
         "table kernels: a view",
     ),
     "no roots.identity": (["ALTER TABLE roots DROP COLUMN identity"], "table roots, column identity: missing"),
-    "no roots.env": (  # SQLite drops a column no view reads: root_switches reads it
-        ["DROP VIEW root_switches", "ALTER TABLE roots DROP COLUMN env"],
+    "no roots.env": (  # SQLite drops only a column no view reads: root_switches does (store_roots through it)
+        ["DROP VIEW store_roots", "DROP VIEW root_switches", "ALTER TABLE roots DROP COLUMN env"],
         "table roots, column env: missing",
     ),
     "a column this release lacks": (["ALTER TABLE cells ADD COLUMN evil TEXT"], "table cells, column evil"),
