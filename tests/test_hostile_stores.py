@@ -67,8 +67,13 @@ REFUSED = {
         "table kernels: a view",
     ),
     "no roots.identity": (["ALTER TABLE roots DROP COLUMN identity"], "table roots, column identity: missing"),
-    "no roots.env": (  # SQLite drops only a column no view reads: root_switches does (store_roots through it)
-        ["DROP VIEW store_roots", "DROP VIEW root_switches", "ALTER TABLE roots DROP COLUMN env"],
+    "no roots.env": (  # SQLite drops only a column no view reads, and views read it: they go first
+        [
+            "PRAGMA writable_schema = ON",
+            "DELETE FROM sqlite_master WHERE type = 'view'",
+            "PRAGMA writable_schema = OFF",
+            "ALTER TABLE roots DROP COLUMN env",
+        ],
         "table roots, column env: missing",
     ),
     "a column this release lacks": (["ALTER TABLE cells ADD COLUMN evil TEXT"], "table cells, column evil"),
