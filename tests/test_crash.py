@@ -58,7 +58,9 @@ def start_ingest(root, db_path, **popen) -> subprocess.Popen:
     )
 
 
-def test_kill_9_mid_ingest_leaves_whole_cells(tmp_path):
+def killed_mid_ingest(tmp_path):
+    """A big tree's ingest killed with SIGKILL once it stored 10 cells: the
+    tree, the store and the dead process."""
     root = tmp_path / "ab_rlc_big"
     make_tree(root)
     db_path = tmp_path / "crash.db"
@@ -69,6 +71,11 @@ def test_kill_9_mid_ingest_leaves_whole_cells(tmp_path):
         time.sleep(0.01)
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
+    return root, db_path, process
+
+
+def test_kill_9_mid_ingest_leaves_whole_cells(tmp_path):
+    root, db_path, process = killed_mid_ingest(tmp_path)
     assert process.returncode == -signal.SIGKILL
 
     with Store(db_path) as store:
@@ -106,16 +113,7 @@ def test_a_root_cut_by_kill_9_says_so_until_an_ingest_completes_it(tmp_path):
     def zl(*args):
         return CliRunner().invoke(cli, [*map(str, args), "--db", str(db_path)])
 
-    root = tmp_path / "ab_rlc_big"
-    make_tree(root)
-    db_path = tmp_path / "crash.db"
-    Store(db_path).close()
-    process = start_ingest(root, db_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 60
-    while stored_cells(db_path) < 10 and time.time() < deadline and process.poll() is None:
-        time.sleep(0.01)
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait()
+    root, db_path, process = killed_mid_ingest(tmp_path)
     assert 0 < stored_cells(db_path) < CELLS, "the kill must land mid-ingest"
 
     def says_half_ingested(result):

@@ -26,19 +26,25 @@ def _cannot(what: str, error: OSError) -> CannotWrite:
     return CannotWrite(error.errno, f"cannot {what}: {error.strerror or error}")
 
 
+def _refuse_special(path: Path) -> None:
+    """A directory, FIFO or device at path is left as it is: replacing it
+    would destroy what is there and write nothing anyone reads."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise _cannot(f"write {path}", error) from None
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        raise CannotWrite(None, f"cannot write {path}: it is {file_kind(mode)}, not a regular file; left as it is")
+
+
 def replace_atomic(path, data: bytes) -> Path:
     """Write data to path whole or not at all (flushed to disk first). A
     directory, FIFO or device at path is refused, not replaced: renaming
     over it would destroy what is there and write nothing anyone reads."""
     path = Path(path)
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        mode = None
-    except OSError as error:
-        raise _cannot(f"write {path}", error) from None
-    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
-        raise CannotWrite(None, f"cannot write {path}: it is {file_kind(mode)}, not a regular file; left as it is")
+    _refuse_special(path)
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as error:
@@ -67,14 +73,7 @@ def check_replaceable(path) -> Path:
     missing or not writable. A command that writes several files checks
     each first, so that a refusal leaves nothing behind."""
     path = Path(path)
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        mode = None
-    except OSError as error:
-        raise _cannot(f"write {path}", error) from None
-    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
-        raise CannotWrite(None, f"cannot write {path}: it is {file_kind(mode)}, not a regular file; left as it is")
+    _refuse_special(path)
     parent = path.parent
     if not parent.is_dir():
         raise CannotWrite(None, f"cannot write {path}: no directory {parent}")

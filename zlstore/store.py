@@ -287,8 +287,11 @@ class Store:
         rule_obj = ttgir.get_rule(rule)
         conn = self.conn
         new, rows = fingerprints.lacking(conn, str(self.path), rule_obj, batch, root_kind)
-        if not new and not rows:
-            return 0  # nothing lacked: no write lock taken
+        if not rows:
+            # no fingerprint lacked (at most some of the digests cached beside
+            # them, which the next ingest stores): no write, so that a read
+            # under any rule works on a store opened read-only
+            return 0
         with dbmod.bulk_checkpoints(conn), dbmod.write_transaction(conn):
             # in key order: the workers answer in any order, and a B-tree
             # takes sorted keys with fewer page splits
