@@ -85,7 +85,7 @@ class Sandbox:
 def several_roots_setup(db: str) -> List[str]:
     """Commands that unpack the store of several switches and GPUs
     (tests/several_roots.py: the real trees and the synthetic dead-axis
-    one) under trees/ and ingest them into db, in its order."""
+    one, whose names say which is which) under trees/ and ingest them into db, in its order."""
     from . import several_roots
 
     unpack = f"PYTHONPATH={REPO} python -c 'from tests import several_roots; several_roots.unpack(\"trees\")'"
