@@ -61,7 +61,7 @@ def write_repeat_root(
     )
     logs: Dict[str, List[float]] = {shape_key(i): [] for i in range(len(shapes))}
     for rnd in range(1, rounds + 1):
-        rows = {"before": [], "after": []}
+        rows: Dict[str, List[generator.RowSpec]] = {"before": [], "after": []}
         for i, shape in enumerate(shapes):
             before = round(BASE_MS * math.exp(rng.gauss(0, shape.sigma)), 9)
             after = round(BASE_MS / shape.effect * math.exp(rng.gauss(0, shape.sigma)), 9)

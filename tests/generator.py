@@ -566,6 +566,7 @@ def _table(op_name: str, dtype: str, level: str, rows: List[RowSpec], ansi: bool
         sp = ""
         base = _base(r)
         if ok and base:
+            assert r.latency is not None  # counted: a finite positive latency
             sp = f"{base / r.latency:.3f}"
         out.append(f"{status:<12}{_num(base):>18}{_num(r.latency):>20}{sp:>21}          {r.shape}")
         if r.error_msg:
@@ -895,12 +896,13 @@ def _verdicts(b: CellSpec, a: CellSpec, kb: List[_K], ka: List[_K]) -> Dict[str,
     return out
 
 
-def _pair_ratios(b: CellSpec, a: CellSpec) -> Tuple[List[float], List[dict]]:
+def _pair_ratios(b: CellSpec, a: CellSpec) -> Tuple[List[dict], List[dict]]:
     """Ratios (before/after) of rows counted on both sides, and the rows that
     did not pair with why (MISSING_SIDE / NOT_COUNTED)."""
     rb = {(r["op"], r["dtype"], r["shape"]): r for r in expected_rows(b)}
     ra = {(r["op"], r["dtype"], r["shape"]): r for r in expected_rows(a)}
-    ratios, unpaired = [], []
+    ratios: List[dict] = []
+    unpaired: List[dict] = []
     for key in list(rb) + [k for k in ra if k not in rb]:
         x, y = rb.get(key), ra.get(key)
         if x is None or y is None:
@@ -972,7 +974,7 @@ class _Tree:
         src: Dict[str, Optional[str]] = {}
         vals: Dict[str, Any] = {}
         # value <- cell.env, then the path, then the root env, then screen.tsv
-        path_vals = {"op": spec.op, "side": spec.side}
+        path_vals: Dict[str, Any] = {"op": spec.op, "side": spec.side}
         if kind == "screen":
             path_vals["round"] = 0
             if spec.dtype:
@@ -999,7 +1001,7 @@ class _Tree:
                 vals[name], src[name] = overrides[name]
             else:
                 vals[name], src[name] = None, None
-        cal = {}
+        cal: Dict[str, Optional[str]] = {}
         for var in _CAL_ENV:
             fname = _CAL_NAME[var]
             if env.get(var):
@@ -1096,7 +1098,7 @@ def _screen_root(
         b, a = specs["before"], specs["after"]
         kb, ka = p["before_k"], p["after_k"]
         for side, spec, ks in (("before", b, kb), ("after", a, ka)):
-            ov = None
+            ov: Optional[Dict[str, Tuple[Any, str]]] = None
             if spec.cell_env == "none":
                 ov = {"rc": (spec.rc, "screen.tsv"), "elapsed_s": (round(spec.elapsed_s, 1), "screen.tsv")}
                 if not spec.dtype:
@@ -1454,7 +1456,7 @@ def _campaign(tree: _Tree, name: str, screen_root: str, screen1: Dict[str, dict]
         ("layer_norm", "float16", 1): "missing",  # after: the third shape absent
         ("rand", "", 2): "error",  # after: one row with error_msg
     }
-    runs = {}  # card -> list of (ab_root, [(op, dtype)])
+    runs: Dict[int, List[Tuple[str, List[Tuple[str, str]]]]] = {}  # card -> list of (ab_root, [(op, dtype)])
     for c, op, dt, _ in plan:
         ab = f"card{c}/ab_20261013_{90000 + c:06d}"
         if (op, dt) in later:
@@ -1836,7 +1838,7 @@ def make_campaign_corpus(  # noqa: C901 -- the test oracle: a generated tree's c
     assert len(set(names)) == len(names)
     R = random.Random(f"corpus:{seed}")
     dtypes = ("float16", "float32", "bfloat16", "float16", "float32", "")
-    entries = []
+    entries: List[Dict[str, Any]] = []
     for i, op in enumerate(names):
         dt = dtypes[R.randrange(len(dtypes))]
         kind = ("changed", "changed", "changed", "changed", "changed", "changed", "annot", "annot", "loc", "same")[

@@ -150,7 +150,9 @@ def code_blocks(text: str) -> List[List[str]]:
     spaces), each as its lines without the fence or the indent. A block
     fenced as ```text is a picture of something (a directory tree), not
     commands: it is left out."""
-    blocks, current, blank, fenced, shown = [], [], 0, False, True
+    blocks: List[List[str]] = []
+    current: List[str] = []
+    blank, fenced, shown = 0, False, True
     for line in text.splitlines():
         if fenced:
             if line.startswith("```"):
@@ -182,14 +184,15 @@ def steps(text: str) -> List[Tuple[str, Optional[List[str]]]]:
     """(command, the output printed after it) for each '$ command' of a
     transcript block; (command, None) for each line of a block of bare
     commands (shown without output)."""
-    out = []
+    out: List[Tuple[str, Optional[List[str]]]] = []
     for block in code_blocks(text):
         if block[0].startswith("$ "):
             for line in block:
                 if line.startswith("$ "):
-                    out.append((line[2:], []))
+                    printed: List[str] = []
+                    out.append((line[2:], printed))
                 else:
-                    out[-1][1].append(line)
+                    printed.append(line)
         else:
             out.extend((line, None) for line in block if line.strip())
     return [(command, _trimmed(output)) for command, output in out]
@@ -264,7 +267,9 @@ def command_reference() -> str:
 def first_sentence(text: str, limit: int = 150) -> str:
     """A text's first sentence; a long one up to its first ':' or ',' outside parentheses."""
     paragraph = " ".join(text.split("\n\n")[0].split())
-    sentence = re.match(r"(.+?)[.!?](?:\s|$)", paragraph + " ").group(1)
+    match = re.match(r"(.+?)[.!?](?:\s|$)", paragraph + " ")
+    assert match, f"no sentence in {paragraph!r}"
+    sentence = match.group(1)
     if len(sentence) > limit:
         depth = 0
         for i, char in enumerate(sentence):

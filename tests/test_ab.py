@@ -96,7 +96,7 @@ def test_rejected_counts_on_each_range(example_store, example_source):
     _, manifest = example_source
     root = campaign(manifest)["root"]
     rows = by_key(judge.ab_ranges(example_store, root), "op", "dtype", "shape")
-    expected = {}
+    expected: dict[tuple[str, str, str], int] = {}
     for e in campaign(manifest)["rejected"]:
         expected[(e["op"], e["dtype"], e["shape"])] = expected.get((e["op"], e["dtype"], e["shape"]), 0) + 1
     for key, row in rows.items():

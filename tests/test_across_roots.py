@@ -215,7 +215,7 @@ def test_the_history_chart_never_joins_two_switches(stores):
         for switch in ("", "TRITON_F32_DEFAULT"):
             points = conn.execute(f"SELECT label, switch FROM ({query})", {"op": "bmm", "switch": switch}).fetchall()
             assert points
-            series = {}
+            series: dict[str, set[str]] = {}
             for label, name in points:
                 series.setdefault(label, set()).add(name)
             assert all(len(names) == 1 for names in series.values())

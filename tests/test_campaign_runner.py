@@ -68,11 +68,13 @@ def test_an_op_that_hangs_is_killed_at_its_bound_recorded_truncated_and_the_card
     ]  # card 0 went on
     hung = next(root.glob("card0/*/hung/r1/after"))
     env_file = layout.read_env(hung / "cell.env", [])
+    assert env_file is not None
     assert env_file["RC"] == "124" and env_file["CELL_TIMEOUT"] == "0.5" and list(env_file)[-1] == "RC"
     assert query(db, "SELECT caliber_id IS NOT NULL FROM cells WHERE rc = 124") == [(1,)]  # its caliber is known
     problems = [m for (m,) in query(db, "SELECT message FROM ingest_problems")]
     assert any("hung" in m and "killed at its timeout of 1.5 s" in m and "RC 124" in m for m in problems), problems
-    assert layout.read_env(root / "campaign.env", [])["CELL_TIMEOUT"] == "0.5"
+    campaign_env = layout.read_env(root / "campaign.env", [])
+    assert campaign_env is not None and campaign_env["CELL_TIMEOUT"] == "0.5"
     assert "CELL_TIMEOUT=0.5" in (root / "logs" / "card0_hung.log").read_text()
 
 

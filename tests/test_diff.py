@@ -91,7 +91,7 @@ TEXT = {
     "m1B": ttgir_text("multi_kernel", variant=1, loc_root=LOC_B),
 }
 
-PAIRS = {
+PAIRS: dict[str, dict[str, list[tuple]]] = {
     # one convert_layout more in k_kernel; other_kernel unchanged
     "cl": {
         "before": [("AAA", "k_kernel", TEXT["k"]), ("BBB", "other_kernel", TEXT["other"])],

@@ -32,7 +32,9 @@ def patched(before: str, diff: str) -> str:
     out, at = [], 0
     for hunk in re.split(r"^(?=@@ )", diff, flags=re.M)[1:]:
         head, *body = hunk.split("\n")
-        start = int(re.match(r"@@ -(\d+)", head).group(1))
+        match = re.match(r"@@ -(\d+)", head)
+        assert match, head
+        start = int(match.group(1))
         removed = head.split()[1]
         start = start - 1 if "," not in removed or removed.split(",")[1] != "0" else start
         out.extend(lines[at:start])

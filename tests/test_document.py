@@ -36,7 +36,9 @@ def marks(svg_text):
         gid = group.get("id", "")
         if re.fullmatch(r"(interval|effect)-\d+", gid):
             style = " ".join(el.get("style", "") for el in group.iter())
-            found[gid] = re.search(r"(?:stroke|fill): (#[0-9a-f]{6})", style).group(1)
+            colour = re.search(r"(?:stroke|fill): (#[0-9a-f]{6})", style)
+            assert colour, gid
+            found[gid] = colour.group(1)
     return found
 
 

@@ -227,8 +227,8 @@ def test_ab_json_is_the_view_row_for_row(tmp_path):
     assert [key(r) for r in rows] == sorted(key(v) for v in view)  # --json: by key
     view = sorted(view, key=key)
     for r, v in zip(rows, view):
-        for key in ("effect", "ci_low", "ci_high", "p_value", "q_value", "log_sd"):
-            assert r[key] == pytest.approx(v[key], rel=1e-14)
+        for column in ("effect", "ci_low", "ci_high", "p_value", "q_value", "log_sd"):
+            assert r[column] == pytest.approx(v[column], rel=1e-14)
         assert (r["finding"], r["to_settle"]) == (v["finding"], v["to_settle"])
 
 

@@ -240,7 +240,8 @@ def test_screen_runs_flaggems_cells_and_the_store_judges_them(screened):
     # the TRUNCATED side was killed at its cap with its sleeper, its first record kept
     assert survivors(screened["tmp"]) == []
     hung = root / "topk_float16_after"
-    assert layout.read_env(hung / "cell.env", [])["RC"] == "124"
+    hung_env = layout.read_env(hung / "cell.env", [])
+    assert hung_env is not None and hung_env["RC"] == "124"
     assert b"killed at" in (hung / "run.log").read_bytes()
     assert_cell_files(hung)
 
@@ -248,6 +249,7 @@ def test_screen_runs_flaggems_cells_and_the_store_judges_them(screened):
 def test_screen_cells_carry_the_switch_values_the_caliber_and_their_sources(screened):
     root, db = screened["root"], screened["db"]
     root_env = layout.read_env(root / "root.env", [])
+    assert root_env is not None
     assert root_env["SWITCH"] == SWITCH and root_env["SWITCH_VALUES"] == "ieee,tf32"
     cells = query(db, "SELECT * FROM cells ORDER BY path")
     assert len(cells) == 8
@@ -326,7 +328,7 @@ def test_campaign_runs_flaggems_repeats_and_the_store_pairs_them(campaign):
     assert result.returncode == 1, result.stderr  # topk's killed cells fail its op
     assert "topk:float16: exit status 1" in result.stdout
     ranges = json.loads(zl(["ab", str(root), "--json", "--db", str(db)], campaign["env"]).stdout)["rows"]
-    by_op = {}
+    by_op: dict[tuple[str, str], list[dict]] = {}
     for r in ranges:
         by_op.setdefault((r["op"], r["dtype"]), []).append(r)
     assert {k: len(v) for k, v in by_op.items() if k != ("topk", "float16")} == {
@@ -347,6 +349,7 @@ def test_campaign_runs_flaggems_repeats_and_the_store_pairs_them(campaign):
     for cell in cells:
         path = Path(cell["path"])
         env = layout.read_env(path / "cell.env", [])
+        assert env is not None
         assert list(env)[-1] == "RC" and env["NODEID"] == f"benchmark/test_{cell['op']}.py::-m {cell['op']}"
         assert cell["caliber_id"] is not None and cell["caliber_source"] == "cell.env"
         assert cell["switch_value"] == dict(zip(layout.SIDES, VALUES))[cell["side"]]
@@ -397,8 +400,9 @@ def test_two_cells_at_once_share_no_working_directory_or_cache(tmp_path):
             )
         )
     for proc in procs:
+        assert proc.stdout is not None  # stdout=PIPE
         assert proc.wait(timeout=120) == 0, proc.stdout.read()
-    spans = {}
+    spans: dict[str, dict[str, float]] = {}
     for trace in traces(tmp_path):
         spans.setdefault(trace["cwd"], {})[trace["event"]] = trace["time"]
     assert set(spans) == {str(out) for out in outs}
@@ -426,6 +430,7 @@ def test_a_cell_told_to_stop_kills_the_benchmark_and_keeps_its_records(tmp_path)
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
+    assert proc.stdout is not None  # stdout=PIPE
     try:
         deadline = time.monotonic() + 60
         while not (tmp_path / "pids").exists() or not any((tmp_path / "pids").iterdir()):
@@ -560,6 +565,7 @@ def test_screen_cells_record_what_they_ran_on(screened):
         assert cell["flaggems_commit"] == repo_commit()  # the checkout the benchmark ran from
     assert len({c["environment_id"] for c in cells}) == 1  # one row for the one environment
     env = layout.read_env(root / "abs_float16_before" / "cell.env", [])
+    assert env is not None
     assert env["ENV_GPU"] == "NVIDIA H200" and list(env)[-1] == "RC"
     screen = zl(["screen", str(root), "--db", str(db)], screened["env"])
     assert "  ran on: NVIDIA H200 x1, driver 570.86.15" in screen.stdout.splitlines()[1]

@@ -252,6 +252,7 @@ def test_cells_record_what_the_benchmarks_own_python_saw(tmp_path):
     checkout's, in every cell.env of a screen and of a repeat."""
     checkout = copy_standin(tmp_path, git=True)
     commit = provenance.git_commit(checkout)
+    assert commit is not None  # the copy is a git checkout
     root, db = tmp_path / "runs" / "screen_p", tmp_path / "z.db"
     env = env_for(tmp_path)
     result = zl(

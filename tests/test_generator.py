@@ -9,6 +9,7 @@ import json
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -129,7 +130,7 @@ def test_ttgir_target_bytes(target):
 
 
 def _spec(**kw):
-    base = dict(
+    base: dict[str, Any] = dict(
         op="topk",
         dtype="float16",
         side="before",

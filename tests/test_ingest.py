@@ -406,8 +406,9 @@ def test_tsv_rows_read_as_dict_zip_gives_them(tmp_path, header, lines):
     (get, [], items, equality), whatever a line's count of fields."""
     path = tmp_path / "screen.tsv"
     path.write_text("\n".join([header, *lines, ""]))
-    problems = []
+    problems: list[layout.Problem] = []
     rows = layout.read_tsv(path, problems)
+    assert rows is not None
     names = [h.strip() for h in header.split("\t")]
     expected = [dict(zip(names, [v.strip() for v in line.split("\t")])) for line in lines]
     assert [line for line, _ in rows] == list(range(2, 2 + len(lines)))

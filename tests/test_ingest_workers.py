@@ -118,7 +118,7 @@ def test_an_error_in_a_worker_outside_a_cell_is_raised_here(example_source, tmp_
 
 
 def children(pid) -> set:
-    found = set()
+    found: set[int] = set()
     for task in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{task}/children") as f:
@@ -168,7 +168,8 @@ def start_ingest(tmp_path):
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
-    workers, deadline = set(), time.time() + 60
+    workers: set[int] = set()
+    deadline = time.time() + 60
     while not workers and time.time() < deadline and process.poll() is None:
         workers |= children(process.pid)
         time.sleep(0.01)
@@ -318,7 +319,7 @@ def test_a_bulk_ingest_writes_and_derives_with_a_larger_page_cache_and_gives_the
     from zlstore import db, derive, ingest
 
     source, _ = example_source
-    seen = {"cells": set(), "final": set()}
+    seen: dict[str, set[int]] = {"cells": set(), "final": set()}
     cell, derived = ingest.Ingester.cell, derive.derive
 
     def watched_cell(self, *args, **kwargs):

@@ -27,7 +27,8 @@ from .test_roots import CAMPAIGN, ingest, settled  # noqa: F401
 @pytest.fixture
 def ctrl_c_in_median(monkeypatch):
     """The first median() computed sends SIGINT to this process."""
-    finalize, sent = stats.Median.finalize, []
+    finalize = stats.Median.finalize
+    sent: list[int] = []
 
     def interrupted_finalize(self):
         if not sent:

@@ -57,5 +57,6 @@ def test_the_same_shapes_and_results_make_a_replacement():
 
 def test_tile_shapes_come_from_ranges_where_there_is_no_dot():
     facts = irfacts.read(BEFORE)
+    assert facts is not None
     assert facts.tiles == ((), (("0", "128"),), ()) and irfacts.tile_text(facts.tiles) == "128"
     assert facts.signature.startswith("my.func public @k(%a: !my.ptr {my.align = 16 : i32})")

@@ -13,7 +13,7 @@ from .judging import invoke, json_out, screen_pairs
 def expected_floors(manifest, rule):
     """(row op, row dtype, shape, caliber, root) -> (n, floor) from the
     NO_IR_DIFF pairs' paired rows."""
-    floors = {}
+    floors: dict[tuple, tuple[int, float]] = {}
     for root, _, _, spec in screen_pairs(manifest):
         if spec["verdict"][rule] != "NO_IR_DIFF":
             continue

@@ -41,7 +41,7 @@ def strings(path: Path, skip=()):
     """Every string constant of a module (f-strings' literal parts too), but
     the values of the module-level names in skip."""
     tree = ast.parse(path.read_text())
-    skipped = set()
+    skipped: set[int] = set()
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) in skip for t in node.targets):
             skipped.update(id(n) for n in ast.walk(node.value))

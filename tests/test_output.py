@@ -140,7 +140,7 @@ def printed(example_source, example_store_path, tmp_path_factory):
     with sqlite3.connect(example_store_path) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     work = tmp_path_factory.mktemp("output")
-    results = {}
+    results: dict[str, dict[str, tuple[int, str]]] = {}
     for name, (arguments, _, database, _) in COMMANDS.items():
         results[name] = {}
         path = work / name.replace(" ", "_") / "store.db"
@@ -177,6 +177,7 @@ def test_every_format_parses_and_says_the_same_rows(printed, name):
     for fmt, delimiter in (("csv", ","), ("tsv", "\t")):
         reader = csv.DictReader(io.StringIO(printed[name][fmt][1]), delimiter=delimiter)
         found = [{k: text(v) for k, v in row.items() if k not in VOLATILE} for row in reader]
+        assert reader.fieldnames is not None
         assert set(reader.fieldnames) - set(VOLATILE) == set(columns), fmt
         assert order(found) == order(as_text), fmt
 

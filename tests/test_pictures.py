@@ -20,6 +20,7 @@ DOCS = REPO / "docs"
 
 def load_pictures():
     spec = importlib.util.spec_from_file_location("docs_pictures", DOCS / "pictures.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

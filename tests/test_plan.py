@@ -43,9 +43,10 @@ def seed_ops():
 def test_seed_batch_critical_path_is_the_heaviest_op():
     plan = make_plan(seed_ops(), 8)
     assert plan.ideal_s / 60 == pytest.approx(45.4)
-    assert plan.heaviest.op == "topk"
+    assert plan.heaviest is not None and plan.heaviest.op == "topk"
     assert plan.makespan_s == pytest.approx(70.6 * 60)  # the floor, reached
     assert plan.makespan_s == plan.heaviest_s
+    assert plan.critical_card is not None
     assert [o.op for o in plan.critical_card.ops] == ["topk"]
     assert plan.hash_makespan_s > plan.makespan_s
     # every op placed exactly once

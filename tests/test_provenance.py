@@ -5,6 +5,7 @@ and `zlstore history`, one op across roots over time with what changed."""
 import json
 import subprocess
 import sys
+from typing import Callable
 
 import pytest
 from click.testing import CliRunner
@@ -228,6 +229,11 @@ CAMPAIGNS = [  # (name, when, triton, effect of shape 0)
 ]
 
 
+def on_triton(version: str) -> Callable[[str, int], dict[str, str]]:
+    """Every cell's environment: the H200's, with this Triton build."""
+    return lambda side, rnd: dict(H200, ENV_TRITON=version)
+
+
 @pytest.fixture(scope="module")
 def three_campaigns(tmp_path_factory):
     """Three repeat runs of softmax over two shapes, a month apart, each on
@@ -243,7 +249,7 @@ def three_campaigns(tmp_path_factory):
             rounds=4,
             seed=3,
             started_at=when,
-            environment=lambda side, rnd, t=triton: dict(H200, ENV_TRITON=t),
+            environment=on_triton(triton),
         )
     db = tmp / "s.db"
     with Store(db) as store:

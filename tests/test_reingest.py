@@ -94,11 +94,13 @@ def no_listings(monkeypatch, top) -> list:
 def walk_listings(monkeypatch) -> list:
     """From here on every directory the walk lists goes into the list returned."""
     listed = []
-    monkeypatch.setattr(
-        unchanged.Listings,
-        "add",
-        lambda self, directory, *a, real=unchanged.Listings.add: listed.append(directory) or real(self, directory, *a),
-    )
+    real = unchanged.Listings.add
+
+    def add(self, directory, *a):
+        listed.append(directory)
+        return real(self, directory, *a)
+
+    monkeypatch.setattr(unchanged.Listings, "add", add)
     return listed
 
 
@@ -256,7 +258,13 @@ def test_a_fresh_cell_is_read_again_until_its_times_settle(store, tmp_path, monk
     sigs = [r[0] for r in store.conn.execute("SELECT stat_sig FROM cells")]
     assert all(s.startswith(unchanged.RACY) for s in sigs)
     scanned = []
-    monkeypatch.setattr(parse, "scan_cell", lambda cell, scan=parse.scan_cell: scanned.append(cell) or scan(cell))
+    scan = parse.scan_cell
+
+    def scan_cell(cell):
+        scanned.append(cell)
+        return scan(cell)
+
+    monkeypatch.setattr(parse, "scan_cell", scan_cell)
     again = store.ingest(root)
     assert (again["cells_unchanged"], again["cells_replaced"], len(scanned)) == (2, 0, 2)
 
@@ -284,11 +292,13 @@ def test_shares_in_forked_processes_find_what_one_walk_finds(store, tmp_path, mo
     (runs / "ab_rlc_7" / "op9_float16_after").mkdir()  # new, late in the walk
     shutil.copy(runs / "ab_rlc_7" / "op0_float16_after" / "run.log", runs / "ab_rlc_7" / "op9_float16_after")
     order = []
-    monkeypatch.setattr(
-        ingest.Ingester,
-        "cell",
-        lambda self, cell, *a, real=ingest.Ingester.cell: order.append(cell) or real(self, cell, *a),
-    )
+    real = ingest.Ingester.cell
+
+    def ingester_cell(self, cell, *a):
+        order.append(cell)
+        return real(self, cell, *a)
+
+    monkeypatch.setattr(ingest.Ingester, "cell", ingester_cell)
     summary = store.ingest(runs)
     assert (summary["cells_replaced"], summary["cells_added"], summary["cells_unchanged"], summary["roots"]) == (
         2,
@@ -362,6 +372,7 @@ def test_a_directory_with_a_new_entry_is_listed_again(store, tmp_path, monkeypat
     before = os.stat(new.parent) if new.parent.exists() else None
     write_cell(new, record(op=new.parts[-3]), env={"RC": 0})
     if change == "times put back":  # mtime as it was: the ctime still tells the change
+        assert before is not None
         os.utime(new.parent, ns=(before.st_atime_ns, before.st_mtime_ns))
         assert os.stat(new.parent).st_mtime_ns == before.st_mtime_ns
     listed = walk_listings(monkeypatch)

@@ -75,9 +75,9 @@ def test_no_row_of_the_example_store_without_a_range_verdict_gets_a_range_line(e
         if row["verdict"] in ("NO_ROWS", "TRUNCATED", "NO_TRITON"):
             assert line is None, row
         elif row["verdict"] == "NO_IR_DIFF":
-            assert "(noise floor; not a result)" in line
+            assert line is not None and "(noise floor; not a result)" in line
         elif row["verdict"] == "IR_CHANGED":
-            assert line.startswith("    speedup range (indicative (one round); not a result): ")
+            assert line is not None and line.startswith("    speedup range (indicative (one round); not a result): ")
 
 
 def test_no_screening_range_is_a_result():
@@ -89,7 +89,7 @@ def test_no_screening_range_is_a_result():
         "(min .. median .. max of before/after over 3 rows)"
     )
     changed = report.range_line(pair("IR_CHANGED", judge.BY_NAME["IR_CHANGED"].range_label))
-    assert changed.startswith("    speedup range (indicative (one round); not a result): ")
+    assert changed is not None and changed.startswith("    speedup range (indicative (one round); not a result): ")
 
 
 def test_a_hinted_pair_says_what_alone_differs():
@@ -111,7 +111,9 @@ def test_a_range_with_no_paired_row_says_where_to_look():
 
 def test_a_range_with_fallback_rows_says_so():
     line = report.range_line(pair("IR_CHANGED", "result", fallback=1))
-    assert line.endswith("; includes rows timed by the direct fallback (BENCHMARK_DIRECT_NO_CUDAGRAPH)")
+    assert line is not None and line.endswith(
+        "; includes rows timed by the direct fallback (BENCHMARK_DIRECT_NO_CUDAGRAPH)"
+    )
 
 
 def test_screen_ends_with_every_verdict_counted():

@@ -28,7 +28,7 @@ def test_moves_and_counts_under_every_rule(example_store, example_source, rule):
     result = judge.rescore(example_store, rule=rule)
     moved = {(m["root"], m["op"], m["dtype"], m["from"], m["to"]) for m in result["moved"]}
     assert moved == expected_moves(manifest, rule)
-    counts = {}
+    counts: dict[tuple[str, str], int] = {}
     for *_, f, t in expected_moves(manifest, rule):
         counts[(f, t)] = counts.get((f, t), 0) + 1
     assert {(c["from"], c["to"]): c["n"] for c in result["counts"]} == counts

@@ -316,6 +316,7 @@ def test_forget_killed_midway_leaves_the_store_as_before(ingested):
     process = subprocess.Popen(
         [sys.executable, "-c", STALLED_FORGET, str(db_path), CAMPAIGN], stdout=subprocess.PIPE, text=True
     )
+    assert process.stdout is not None  # stdout=PIPE
     try:
         assert process.stdout.readline().strip() == "deleted, not committed"
     finally:

@@ -56,7 +56,7 @@ def wait_gone(pids, timeout=10.0):
 
 
 def descendants(pid: int) -> set:
-    children = {}
+    children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
@@ -156,14 +156,17 @@ def test_screen_kills_a_hanging_side_with_its_children_and_judges_it_truncated(t
     # the hanging side and the sleeper it spawned are gone
     assert wait_gone(pid_files(tmp_path)) == []
     hung = layout.read_env(root / "sort_after" / "cell.env", [])
+    assert hung is not None
     assert hung["RC"] == "124" and 1.5 < float(hung["ELAPSED_S"]) < 30
     assert hung["SWITCH_VALUE"] == "1" and hung["CELL_TIMEOUT"] == "2"
     good = layout.read_env(root / "topk_float16_before" / "cell.env", [])
+    assert good is not None
     assert good["RC"] == "0" and good["OP"] == "topk" and good["DTYPE"] == "float16" and good["ROUND"] == "0"
     assert good["SWITCH"] == "FLAGTREE_MUSA_RLC_ENHANCE" and good["SWITCH_VALUE"] == "0"
     assert good["BENCH_LEVEL"] == "core" and good["ZL_BACKEND"] == "cuda"
     assert list(good)[-1] == "RC"
     root_env = layout.read_env(root / "root.env", [])
+    assert root_env is not None
     assert root_env["KIND"] == "screen" and root_env["SWITCH"] == "FLAGTREE_MUSA_RLC_ENHANCE"
     assert root_env["SHAPE_MODE"] == "file"
 
@@ -171,7 +174,9 @@ def test_screen_kills_a_hanging_side_with_its_children_and_judges_it_truncated(t
         ((op, dtype), verdict) for op, dtype, verdict in query(db, "SELECT op, dtype, verdict FROM verdicts")
     )
     assert verdicts == {("topk", "float16"): "IR_CHANGED", ("rand", ""): "NO_IR_DIFF", ("sort", ""): "TRUNCATED"}
-    rows = {row["op"]: row for _, row in layout.read_tsv(root / "screen.tsv", [])}
+    screen_tsv = layout.read_tsv(root / "screen.tsv", [])
+    assert screen_tsv is not None
+    rows = {row["op"]: row for _, row in screen_tsv}
     assert rows["sort"]["verdict"] == "TRUNCATED" and rows["sort"]["rc_after"] == "124"
     assert rows["topk"]["verdict"] == "IR_CHANGED"
     assert "TRUNCATED" in result.stdout
@@ -366,6 +371,7 @@ def test_campaign_records_cells_while_running_and_goes_on_after_a_failed_op(tmp_
     paths = query(db, "SELECT path, card FROM cells")
     assert all(Path(p).is_relative_to(root / f"card{c}") for p, c in paths)
     campaign_env = layout.read_env(root / "campaign.env", [])
+    assert campaign_env is not None
     assert campaign_env["KIND"] == "campaign" and campaign_env["ROUNDS"] == "2" and campaign_env["CARDS"] == "3"
     assert campaign_env["ZL_ISOLATE_TUNER_CACHE"] == "1"
     assert (root / "partition.tsv").read_text() == plan.read_text()

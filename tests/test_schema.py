@@ -136,7 +136,10 @@ def test_concurrent_creation_of_a_new_database(tmp_path):
         )
         for _ in range(6)
     ]
-    results = [(p.wait(timeout=60), p.stderr.read()) for p in processes]
+    results = []
+    for p in processes:
+        assert p.stderr is not None  # stderr=PIPE
+        results.append((p.wait(timeout=60), p.stderr.read()))
     assert all(code == 0 for code, _ in results), results
     with Store(path) as store:
         assert store.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
@@ -194,6 +197,7 @@ def test_the_rendered_schema_in_docs_is_the_sql_that_runs(tmp_path):
 
     script = Path(db.__file__).resolve().parent.parent / "docs" / "rendered_sql.py"
     spec = importlib.util.spec_from_file_location("rendered_sql", script)
+    assert spec is not None and spec.loader is not None
     rendered_sql = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(rendered_sql)
     expected = rendered_sql.rendered()
@@ -228,7 +232,7 @@ def schema_shape(path) -> dict:
     """Every table's columns in order (name, type, not null, primary key),
     every index's columns and SQL, every view's and trigger's SQL."""
     conn = sqlite3.connect(path)
-    shape = {}
+    shape: dict[tuple[str, str], object] = {}
     objects = conn.execute(
         "SELECT name, type, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name"
     ).fetchall()

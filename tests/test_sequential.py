@@ -70,9 +70,12 @@ def test_the_interval_ends_where_the_evalue_reaches_one_over_alpha(n):
     assert stats.t_evalue(t, n) == pytest.approx(level, rel=1e-9)
     assert stats.t_evalue(t * 0.99, n) < level < stats.t_evalue(t * 1.01, n)
     # wider than the fixed-sample interval: the price of looking every round
-    assert t > stats.t_critical(n - 1)
+    critical = stats.t_critical(n - 1)
+    assert critical is not None and t > critical
     mean = t / math.sqrt(n)  # at sd 1, the mean whose t is t
-    assert stats.anytime_p(mean * 1.0001, 1.0, n) < 1 - stats.CONFIDENCE < stats.anytime_p(mean * 0.9999, 1.0, n)
+    above, below = stats.anytime_p(mean * 1.0001, 1.0, n), stats.anytime_p(mean * 0.9999, 1.0, n)
+    assert above is not None and below is not None
+    assert above < 1 - stats.CONFIDENCE < below
 
 
 def test_aa_ranges_looked_at_after_every_round_stay_under_alpha():
@@ -93,8 +96,10 @@ def test_aa_ranges_looked_at_after_every_round_stay_under_alpha():
                 continue
             mean = total / n
             sd = math.sqrt(max(0.0, (squares - n * mean * mean) / (n - 1)))
-            seen["t"] |= stats.t_test_p(mean, sd, n) <= 0.05
-            seen["anytime"] |= stats.anytime_p(mean, sd, n) <= 0.05
+            t_p, anytime_p = stats.t_test_p(mean, sd, n), stats.anytime_p(mean, sd, n)
+            assert t_p is not None and anytime_p is not None
+            seen["t"] |= t_p <= 0.05
+            seen["anytime"] |= anytime_p <= 0.05
         for rule in crossed:
             crossed[rule] += seen[rule]
     assert crossed["anytime"] / ranges <= 0.05
@@ -156,7 +161,9 @@ def test_an_until_decided_root_is_judged_by_the_anytime_rule_a_fixed_one_as_toda
         # the e-process's, from the brute-force Bayes factor, where it is until-decided
         e = sum(w * brute_force_evalue(x, g) for w, g in stats.ANYTIME_PRIOR)
         assert adaptive[key]["p_value"] == pytest.approx(min(1.0, 1 / e), rel=1e-4)
-        half = stats.anytime_t(n) * sd / math.sqrt(n)
+        anytime_t = stats.anytime_t(n)
+        assert anytime_t is not None
+        half = anytime_t * sd / math.sqrt(n)
         assert adaptive[key]["ci_low"] == pytest.approx(math.exp(mean - half))
         assert adaptive[key]["stopping"] == "until-decided"
         # the same rounds: an interval valid after every round is wider

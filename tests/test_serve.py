@@ -381,7 +381,7 @@ def test_campaign_progress_of_a_finished_campaign(ds, example_store_path, manife
     got = {r["card"]: r for r in rows(ds, "/zlstore/campaign_progress")}  # the latest campaign
     ops = Counter(p["card"] for p in campaign["partition"])
     assert set(got) == set(ops)
-    elapsed = defaultdict(float)
+    elapsed: defaultdict[int, float] = defaultdict(float)
     for rel, cell in manifest["cell_index"].items():
         if rel.startswith(CAMPAIGN + "/"):
             elapsed[cell["card"]] += cell["elapsed_s"]
@@ -397,7 +397,7 @@ def test_screening_cost(ds, example_store_path, manifest):
     require_views(example_store_path, "verdicts")
     got = {(r["op"], r["dtype"]): r for r in rows(ds, "/zlstore/screening_cost", root=CAMPAIGN)}
     screen = manifest["screen"][manifest["campaign"]["screen_root"]]
-    repeat = defaultdict(float)
+    repeat: defaultdict[tuple[str, str], float] = defaultdict(float)
     for rel, cell in manifest["cell_index"].items():
         if rel.startswith(CAMPAIGN + "/"):
             repeat[(cell["op"], cell["dtype"])] += cell["elapsed_s"]

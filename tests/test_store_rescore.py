@@ -221,7 +221,7 @@ def test_rescore_of_odd_bytes_equals_the_files_on_disk(tmp_path, workers):
 def test_nothing_to_compute_takes_no_write_lock(example_store):
     """resolve_rule calls compute_fingerprints on every query with a rule:
     when the store lacks nothing it must not write (nor wait for the lock)."""
-    statements = []
+    statements: list[str] = []
     example_store.conn.set_trace_callback(statements.append)
     try:
         assert example_store.compute_fingerprints("v3") == 0
@@ -270,11 +270,13 @@ def test_a_text_its_rule_leaves_alone_is_not_read(example_store, monkeypatch):
     release 3)."""
     monkeypatch.setattr(fingerprinting, "worker_count", lambda n: 0)  # read here, where it can be seen
     read = []
-    monkeypatch.setattr(
-        fingerprinting,
-        "_read_blobs",
-        lambda conn, hashes, real=fingerprinting._read_blobs: read.extend(hashes) or real(conn, hashes),
-    )
+    real = fingerprinting._read_blobs
+
+    def read_blobs(conn, hashes):
+        read.extend(hashes)
+        return real(conn, hashes)
+
+    monkeypatch.setattr(fingerprinting, "_read_blobs", read_blobs)
     import zlib
 
     holds = {
@@ -285,7 +287,9 @@ def test_a_text_its_rule_leaves_alone_is_not_read(example_store, monkeypatch):
         )
     }
     for rule in ("v3", "v4"):
-        triggers = [t.encode() for t in ttgir.get_rule(rule).triggers]
+        rule_triggers = ttgir.get_rule(rule).triggers
+        assert rule_triggers is not None
+        triggers = [t.encode() for t in rule_triggers]
         expected = tree_fingerprints(example_store, rule)
         forget(example_store, rule)
         read.clear()

@@ -67,6 +67,7 @@ def test_a_big_effect_stops_before_max_and_an_a_a_op_does_not_stop_on_a_finding(
     assert saved > 0 and abs(summary["saved_cell_hours"] - saved) < 1e-6
     assert f"the decided ops saved {saved:.3g} cell-hours so far" in result.stderr
     env_file = layout.read_env(root / "campaign.env", [])
+    assert env_file is not None
     assert (env_file["STOPPING"], env_file["MIN_ROUNDS"], env_file["ROUNDS"]) == ("until-decided", "3", str(MAX))
 
 
@@ -130,7 +131,8 @@ def test_without_the_option_a_campaign_gives_its_command_no_round(tmp_path):
     result = run(campaign(tmp_path, plan, root, db, "--rounds", 2), env)
     assert result.returncode == 0, result.stderr
     assert query(db, "SELECT round, count(*) FROM cells GROUP BY round") == [(1, 2), (2, 2)]
-    assert "STOPPING" not in layout.read_env(root / "campaign.env", [])
+    env_file = layout.read_env(root / "campaign.env", [])
+    assert env_file is not None and "STOPPING" not in env_file
     assert not (root / adaptive.PLANS_DIR).exists()
 
 
@@ -193,7 +195,8 @@ class TasksWithoutADatabase(runner.LocalLauncher):
     def check(self, cards):
         pass
 
-    def start(self, root, run_id, todo):
+    def start(self, root, run_id, todo, step=None):
+        assert step is None  # it stands in for the Slurm launcher, which is given no step
         for card, ops in sorted(todo.items()):
             argv = [sys.executable, "-m", "zlstore", "run", "card", str(root), "--card", str(card)]
             argv += ["--ops", ",".join(card_mod.op_spec(o) for o in ops), "--run-id", run_id, "--poll", "0.2"]
@@ -225,6 +228,7 @@ def test_on_slurm_each_task_decides_its_own_ops_and_the_submitter_records_the_st
         result = runner.run_campaign(store, config, stream=stream)
     said = stream.getvalue()
     assert not result.failed and not result.interrupted, said
+    assert result.stops is not None, said
     by_op = {s["op"]: (s["round"], s["reason"]) for s in result.stops}
     assert by_op["bmm"][1] == "decided" and by_op["bmm"][0] < MAX, said
     assert f"card 0: bmm:float16 stopped after round {by_op['bmm'][0]}: decided" in said
@@ -279,7 +283,9 @@ def test_flaggems_repeat_runs_the_round_it_is_given_in_an_until_decided_campaign
         )
         # one repeat directory per round: each run of the command wrote the round it was given
         assert len({p.parents[2] for _, _, p in mine}) == last
-        assert all(layout.read_env(p / "cell.env", [])["ROUND"] == str(r) for r, _, p in mine)
+        for r, _, p in mine:
+            cell_env = layout.read_env(p / "cell.env", [])
+            assert cell_env is not None and cell_env["ROUND"] == str(r), p
 
 
 def test_min_rounds_goes_with_until_decided_and_under_the_most_rounds(tmp_path):
