@@ -1794,13 +1794,6 @@ def names_option(flag, metavar, help_text):
     )
 
 
-def terminal_width():
-    """The width a table's notes and long lines are wrapped to
-    (output.terminal_width: $COLUMNS, else the terminal's; None through a
-    pipe or to a file: notes wrap at report.WIDTH, the rest stays one line)."""
-    return output.terminal_width()
-
-
 @cli.command()
 @click.argument("root", required=False)
 @rule_option
@@ -1881,7 +1874,7 @@ def screen(store, root, rule, verdict, out):
     emit(
         out,
         rows,
-        human=lambda: report.screen(rows, rule_name, axes, environments, differences, terminal_width()),
+        human=lambda: report.screen(rows, rule_name, axes, environments, differences, output.terminal_width()),
         document=lambda: output.Summarized(judge.screen_summary(rows, rule_name), rows),
         shown=lambda: report.screen_shown(rows),
     )
@@ -2119,7 +2112,7 @@ def ab(store, root, rejected, op, finding, sort, fail_on, out):
                         judge.root_environments(store, found),
                         differences,
                         summary=summary,
-                        width=terminal_width(),
+                        width=output.terminal_width(),
                         switches=judge.root_switches(store, found),
                     ),
                     shown=lambda: report.ab_shown(rows, differences),

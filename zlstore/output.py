@@ -66,11 +66,6 @@ def terminal_width() -> Optional[int]:
     return None
 
 
-def current_width() -> Optional[int]:
-    """The width the text being rendered is fitted to (None: no limit)."""
-    return _WIDTH.get()
-
-
 def fitted_lines(text: str, width: Optional[int]) -> str:
     """Every line of text within width: a longer one (a heading, a summary,
     a range line) wrapped at spaces, continued two columns further in."""
