@@ -11,7 +11,6 @@ with both sides."""
 
 import json
 import re
-from pathlib import PurePath
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import urlencode
 
@@ -33,14 +32,16 @@ _FIRST_ROUND = (
 
 
 def _screening_root(store, found: Mapping) -> Optional[dict]:
+    """The screening pair's root: found itself, or a campaign's own
+    screening root as the view root_screens resolves SCREEN_ROOT (the one
+    definition, which the noise floors use too)."""
     if found["kind"] == "screen":
         return dict(found)
-    given = found.get("screen_root")  # as campaign.env says it: a path on the machine that ran it
-    if not given:
-        return None
-    rows = store.conn.execute("SELECT path FROM roots WHERE name = ? AND kind = 'screen'", (PurePath(given).name,))
-    paths = [r[0] for r in rows]
-    return judge._root(store, paths[0]) if len(paths) == 1 else None
+    row = store.conn.execute(
+        "SELECT s.path FROM root_screens o JOIN roots s ON s.id = o.screen_root_id WHERE o.root_id = ?",
+        (found["id"],),
+    ).fetchone()
+    return judge._root(store, row[0]) if row else None
 
 
 def kernel_diff_url(root: str, op: str, dtype: Optional[str], rule: str, base: str = SERVE_URL) -> str:
