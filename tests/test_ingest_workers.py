@@ -380,3 +380,22 @@ def test_workers_count_the_cores_this_process_may_use():
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "0"
+
+
+def test_workers_keep_what_each_cell_ran_on(tmp_path, monkeypatch):
+    """The real trees (whose cells record their GPU, driver and runtime in
+    cell.env) ingested by workers and by one process store the same
+    environments: a worker's cell used to reach the writer without them,
+    so every campaign of 64 cells or more read as run on an unknown machine
+    (and its noise floors as another machine's)."""
+    from . import several_roots
+
+    several_roots.unpack(tmp_path / "trees")
+    alone = ingest_with(0, tmp_path / "trees", tmp_path / "alone.db", monkeypatch)
+    shared = ingest_with(2, tmp_path / "trees", tmp_path / "shared.db", monkeypatch)
+    assert alone == shared and alone["cells_added"] > parallel.PARALLEL_MIN_CELLS
+    one, two = contents(tmp_path / "alone.db"), contents(tmp_path / "shared.db")
+    assert one["environments"] and one["environments"] == two["environments"]
+    assert one["cells"] == two["cells"]
+    with sqlite3.connect(tmp_path / "shared.db") as conn:
+        assert conn.execute("SELECT count(*) FROM cells WHERE environment_id IS NOT NULL").fetchone()[0] > 0

@@ -130,6 +130,7 @@ def _reduce(parsed: ParsedCell):
             str(parsed.files.path),
             parsed.ref,
             parsed.values["caliber"],
+            parsed.values.get("environment"),
             parsed.cell_columns(),
             [tuple(k) for k in parsed.kernels],
             tuple(parsed.texts),
@@ -145,7 +146,20 @@ def _reduce(parsed: ParsedCell):
 
 
 def _portable_cell(
-    path, ref, caliber_values, columns, kernels, texts, index, content_sig, problems, runs, fingerprints, packed, reread
+    path,
+    ref,
+    caliber_values,
+    environment,
+    columns,
+    kernels,
+    texts,
+    index,
+    content_sig,
+    problems,
+    runs,
+    fingerprints,
+    packed,
+    reread,
 ) -> ParsedCell:
     """A ParsedCell as a worker sent it: what the writer needs, nothing more
     (its rows as they are INSERTed: insert_runs)."""
@@ -154,7 +168,7 @@ def _portable_cell(
         None,
         ref,
         None,
-        {"caliber": caliber_values},
+        {"caliber": caliber_values, "environment": environment},
         None,
         kernels,
         dict.fromkeys(texts, (None, None)),
