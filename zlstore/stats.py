@@ -96,11 +96,20 @@ def t_test_p(log_mean, log_sd, n) -> Optional[float]:
 # value may be read after every round). It depends on the data only
 # through t and n, in closed form (Rouder et al. 2009, eq. 1 with g fixed):
 #     E(t, n) = (1 + n g)^(-1/2) * ((1 + t^2 / v) / (1 + t^2 / (v (1 + n g))))^(n / 2),  v = n - 1.
-# A mixture of e-values is one: ANYTIME_PRIOR weighs a few g so that a
-# large effect is called within a few rounds (a wide g) and a small one by
-# the last (a narrow g). docs/judging.md says why these; bench/power.py
-# measures them.
-ANYTIME_PRIOR = ((0.5, 2.0), (0.5, 20.0))  # (weight, g): weights sum to 1
+# A mixture of e-values is one: ANYTIME_PRIOR weighs a few g, fixed in
+# advance, over the standardized effects (mean / sd of a round's log ratio)
+# campaigns meet, from about 1 (a 10% effect at 5% noise per side) to
+# about 65 (2.5x at 1%). Each g caps what n rounds can show: E never
+# exceeds (1 + n g)^((n - 1) / 2), so the wide g decides when the earliest
+# rounds can count at all. e-BH's bar in a root of m ranges with k findings
+# is m / (0.05 k), 40 to 80 in a root of 40: with g 2 and 20 alone, 3
+# rounds could never pass it (their cap, 34); g = 200 lifts the cap to 201
+# and a quiet large effect stops at round 3. g = 20 serves a large effect
+# at moderate noise (2.5x at 5%: 13) at round 4, g = 2 the moderate effects
+# of the last rounds (the interval at 12 rounds is t* 4.07, the narrowest
+# one g gives, g = 1, 3.68). docs/judging.md says why these;
+# bench/power.py measures them.
+ANYTIME_PRIOR = ((0.4, 2.0), (0.3, 20.0), (0.3, 200.0))  # (weight, g): weights sum to 1
 
 
 def t_evalue(t: float, n: int) -> float:
