@@ -412,7 +412,7 @@ def adaptive_targets(counts: dict) -> list:
     # often, and the t-test's region is the most powerful of those that do
     # not depend on the unit of time (uniformly most powerful invariant)
     needed = float(np.quantile(four["round4_op_p"], 0.95))
-    return [
+    checks = [
         (
             "A/A shapes called faster or slower at any look, adaptive rule (worst noise)",
             worst_adaptive,
@@ -474,6 +474,11 @@ def adaptive_targets(counts: dict) -> list:
             "report",
             None,
         ),
+    ]
+    # the counts are numpy's: a met must be JSON's bool, a value a float
+    return [
+        (what, float(value) if isinstance(value, float) else value, target, None if met is None else bool(met))
+        for what, value, target, met in checks
     ]
 
 
