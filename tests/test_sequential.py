@@ -175,6 +175,30 @@ def test_an_until_decided_root_is_judged_by_the_anytime_rule_a_fixed_one_as_toda
     assert {adaptive[k]["finding"] for k in large} == {"faster"}
 
 
+def test_a_quiet_large_effect_is_decided_at_three_rounds_in_a_root_of_forty(tmp_path):
+    """e-BH's bar in a root of 40 ranges with 10 findings is 40 / (0.05 x 10)
+    = 80. A 2.5x whose rounds agree within 1% passes it at round 3: the
+    prior's wide component lets 3 rounds show that much (with g 2 and 20
+    alone no e-value at 3 rounds could exceed 34, and such an op ran a
+    round it did not need); the shapes without effect are not called."""
+    bar = 40 / (0.05 * 10)
+    assert stats.t_evalue(1e6, 3) > bar
+    shapes = [Shape(2.5, 0.01)] * 10 + [Shape(1.0, 0.01)] * 30
+    runs = tmp_path / "runs"
+    write_repeat_root(runs, "ab_quiet", shapes, rounds=3, seed=3)
+    env = runs / "ab_quiet" / layout.ROOT_ENV
+    env.write_text(env.read_text() + f"{layout.STOPPING_KEY}={layout.STOPPING_UNTIL_DECIDED}\n")
+    with Store(tmp_path / "s.db") as store:
+        store.ingest(runs)
+        found = {r["shape"]: r["finding"] for r in judge.ab_ranges(store, "ab_quiet")}
+        rid = root_id(store, "ab_quiet")
+        assert {r for (r,) in store.conn.execute("SELECT stopping FROM roots WHERE id = ?", (rid,))} == {
+            "until-decided"
+        }
+    assert [found[shape_key(i)] for i in range(10)] == ["faster"] * 10
+    assert not {found[shape_key(i)] for i in range(10, 40)} & {"faster", "slower"}
+
+
 def test_undecided_ops_and_their_stops(two_roots):
     db_path, _ = two_roots
     with Store(db_path) as store:
