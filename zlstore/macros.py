@@ -226,6 +226,24 @@ def render_schema(text: str) -> str:
     return _MACRO.sub(expand, text)
 
 
+# Every SQL text built from the macros, but schema.sql's (schema_parts),
+# by name: docs/rendered_sql.py writes each out after schema.sql, and
+# tests/test_one_home.py fails where a module renders SQL that is not here
+# (a call of render_schema outside this module, or of statement inside a
+# function, which an import would not register).
+STATEMENTS: Dict[str, str] = {}
+
+
+def statement(name: str, template: str) -> str:
+    """TEMPLATE rendered (render_schema), registered as NAME ("module.what")
+    in STATEMENTS. Call it at a module's top level, so that importing the
+    module registers what it runs; a name is one text."""
+    rendered = render_schema(template)
+    if STATEMENTS.setdefault(name, rendered) != rendered:
+        raise SchemaError(f"two SQL texts are registered as {name!r}")
+    return rendered
+
+
 def schema_parts() -> Dict[str, str]:
     """The rendered schema split at its section markers: tables, triggers
     and views."""
