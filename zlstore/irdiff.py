@@ -258,13 +258,13 @@ def _dtype(conn, root: dict, op: str, dtype: Optional[str]) -> Optional[str]:
 _SIDE = macros.statement(
     "irdiff.side",
     """WITH asked AS (
-        SELECT DISTINCT [[round: c.{c} AS {k}]] FROM cells c
+        SELECT DISTINCT [[round: c.{c} AS {k}]], c.side FROM cells c
         WHERE c.root_id = :root AND c.op = :op AND c.dtype IS :dtype AND c.round IS :round
           AND (:card IS NULL OR c.card IS :card) AND c.side = :side
     ),
     sides AS (
-        SELECT (SELECT cell_id FROM ([[current_side :side round: a]])) AS cell_id,
-               (SELECT claims FROM ([[current_side :side round: a]])) AS claims
+        SELECT (SELECT cell_id FROM ([[current_side a.side round: a]])) AS cell_id,
+               (SELECT claims FROM ([[current_side a.side round: a]])) AS claims
         FROM asked a
     )
     SELECT c.*, s.claims, (SELECT count(*) FROM kernels k WHERE k.cell_id = c.id) AS stored_kernels
