@@ -318,7 +318,7 @@ def test_no_module_picks_the_cell_of_a_side_by_hand():
 # How runner.py and roots.py rendered theirs before (at 2519149): inside a
 # function, with each call, where no import registers it and the rendered
 # copies in docs/ never showed it.
-BEFORE_RENDERED = '''
+BEFORE_RENDERED = """
 from .macros import render_schema
 
 
@@ -329,11 +329,11 @@ def _pairs(store, root, where):
 def claimed_twice(conn):
     claimants = macros.render_schema("SELECT c.id FROM [[side_cells ? round: ?]] ORDER BY c.id")
     return macros.statement("roots.claimants", "SELECT 1")
-'''
+"""
 
 
-def _called(node, name: str) -> bool:
-    func = node.func if isinstance(node, ast.Call) else None
+def _called(node: ast.Call, name: str) -> bool:
+    func = node.func
     return (isinstance(func, ast.Name) and func.id == name) or (isinstance(func, ast.Attribute) and func.attr == name)
 
 
@@ -348,10 +348,9 @@ def unregistered(source: str) -> list:
         if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
         for n in ast.walk(f)
     }
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
     return sorted(
-        n.lineno
-        for n in ast.walk(tree)
-        if _called(n, "render_schema") or (_called(n, "statement") and id(n) in in_functions)
+        n.lineno for n in calls if _called(n, "render_schema") or (_called(n, "statement") and id(n) in in_functions)
     )
 
 

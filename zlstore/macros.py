@@ -1,13 +1,16 @@
 """The SQL macros, expanded from the one definition of each name, rule and threshold.
 
-schema.sql's text (schema_source), and render_schema, which expands its
-"[[...]]" macros.
+schema.sql's text (schema_source), render_schema, which expands its
+"[[...]]" macros, and statement, the registry of every other SQL text
+built from them (STATEMENTS).
 
 Every SQL text that names a verdict, reason, finding, the round key, the
-caliber or a threshold goes through render_schema: schema.sql, pairing.py,
-ranges.py, floors.py, the canned queries. docs/schema.rendered.sql is schema.sql and
-derive.py's steps rendered (docs/rendered_sql.py writes it), for a reader who
-wants the SQL that runs; docs/development.md says why the macros stay.
+caliber or a threshold goes through render_schema: schema.sql (schema_parts)
+and, registered by name through statement, derive.py's steps (pairing.py,
+ranges.py, floors.py), the few of other modules and the canned queries.
+docs/schema.rendered.sql and docs/queries.rendered.sql are all of them
+rendered (docs/rendered_sql.py writes them), for a reader who wants the SQL
+that runs; docs/development.md says why the macros stay.
 This is the one part of the store's plumbing that imports zlstore's
 definitions (names, caliber, provenance, floors, stats, ttgir)."""
 
