@@ -8,6 +8,42 @@
 -- queries of zlstore/metadata.yaml that datasette runs. Edit the module or
 -- metadata.yaml, never this.
 
+-- ===== adaptive.round =====
+WITH rounds AS (
+        SELECT DISTINCT c.root_id AS root_id, c.pair_card AS card, c.repeat_dir AS repeat_dir, c.op AS cell_op, c.dtype AS cell_dtype, c.round AS round FROM cells c
+        WHERE c.root_id = (SELECT id FROM roots WHERE path = ?) AND c.round >= 1
+          AND c.side IN ('before', 'after') AND c.op = ? AND COALESCE(c.dtype, '') = ? AND c.round = ?
+    ),
+    sides AS (
+        SELECT r.cell_op, r.cell_dtype, r.round,
+            (SELECT cell_id FROM (SELECT max(c.id) AS cell_id, count(*) AS claims FROM cells c
+WHERE c.root_id = r.root_id AND c.pair_card IS r.card AND c.repeat_dir IS r.repeat_dir AND c.op IS r.cell_op AND c.dtype IS r.cell_dtype AND c.round IS r.round AND c.side = 'before' AND c.superseded_at IS NULL)) AS before_cell_id,
+            (SELECT cell_id FROM (SELECT max(c.id) AS cell_id, count(*) AS claims FROM cells c
+WHERE c.root_id = r.root_id AND c.pair_card IS r.card AND c.repeat_dir IS r.repeat_dir AND c.op IS r.cell_op AND c.dtype IS r.cell_dtype AND c.round IS r.round AND c.side = 'after' AND c.superseded_at IS NULL)) AS after_cell_id
+        FROM rounds r
+    )
+    SELECT s.cell_op, COALESCE(s.cell_dtype, ''), s.round, b.rc AS before_rc, a.rc AS after_rc
+    FROM sides s LEFT JOIN cells b ON b.id = s.before_cell_id LEFT JOIN cells a ON a.id = s.after_cell_id
+    WHERE s.before_cell_id IS NOT NULL OR s.after_cell_id IS NOT NULL;
+
+-- ===== adaptive.rounds =====
+WITH rounds AS (
+        SELECT DISTINCT c.root_id AS root_id, c.pair_card AS card, c.repeat_dir AS repeat_dir, c.op AS cell_op, c.dtype AS cell_dtype, c.round AS round FROM cells c
+        WHERE c.root_id = (SELECT id FROM roots WHERE path = ?) AND c.round >= 1
+          AND c.side IN ('before', 'after')
+    ),
+    sides AS (
+        SELECT r.cell_op, r.cell_dtype, r.round,
+            (SELECT cell_id FROM (SELECT max(c.id) AS cell_id, count(*) AS claims FROM cells c
+WHERE c.root_id = r.root_id AND c.pair_card IS r.card AND c.repeat_dir IS r.repeat_dir AND c.op IS r.cell_op AND c.dtype IS r.cell_dtype AND c.round IS r.round AND c.side = 'before' AND c.superseded_at IS NULL)) AS before_cell_id,
+            (SELECT cell_id FROM (SELECT max(c.id) AS cell_id, count(*) AS claims FROM cells c
+WHERE c.root_id = r.root_id AND c.pair_card IS r.card AND c.repeat_dir IS r.repeat_dir AND c.op IS r.cell_op AND c.dtype IS r.cell_dtype AND c.round IS r.round AND c.side = 'after' AND c.superseded_at IS NULL)) AS after_cell_id
+        FROM rounds r
+    )
+    SELECT s.cell_op, COALESCE(s.cell_dtype, ''), s.round, b.rc AS before_rc, a.rc AS after_rc
+    FROM sides s LEFT JOIN cells b ON b.id = s.before_cell_id LEFT JOIN cells a ON a.id = s.after_cell_id
+    WHERE s.before_cell_id IS NOT NULL OR s.after_cell_id IS NOT NULL;
+
 -- ===== irdiff.claimants =====
 SELECT c.id, c.relpath FROM cells c
 WHERE c.root_id = ? AND c.pair_card IS ? AND c.repeat_dir IS ? AND c.op IS ? AND c.dtype IS ? AND c.round IS ? AND c.side = ? AND c.superseded_at IS NULL ORDER BY c.id;
@@ -272,24 +308,6 @@ INSERT INTO ab_stale_rounds (root_id, card, repeat_dir, cell_op, cell_dtype, rou
 -- ===== roots.claimants =====
 SELECT c.id, c.relpath, c.path, c.op, c.dtype, c.side, c.round, c.card, c.repeat_dir FROM cells c
 WHERE c.root_id = ? AND c.pair_card IS ? AND c.repeat_dir IS ? AND c.op IS ? AND c.dtype IS ? AND c.round IS ? AND c.side = ? AND c.superseded_at IS NULL ORDER BY c.id;
-
--- ===== runner.complete_rounds =====
-WITH rounds AS (
-        SELECT DISTINCT c.root_id AS root_id, c.pair_card AS card, c.repeat_dir AS repeat_dir, c.op AS cell_op, c.dtype AS cell_dtype, c.round AS round FROM cells c JOIN roots ON roots.id = c.root_id
-        WHERE roots.path = ? AND c.round BETWEEN 1 AND ? AND c.side IN ('before', 'after')
-    ),
-    sides AS (
-        SELECT r.cell_op, r.cell_dtype, r.round,
-            (SELECT cell_id FROM (SELECT max(c.id) AS cell_id, count(*) AS claims FROM cells c
-WHERE c.root_id = r.root_id AND c.pair_card IS r.card AND c.repeat_dir IS r.repeat_dir AND c.op IS r.cell_op AND c.dtype IS r.cell_dtype AND c.round IS r.round AND c.side = 'before' AND c.superseded_at IS NULL)) AS before_cell_id,
-            (SELECT cell_id FROM (SELECT max(c.id) AS cell_id, count(*) AS claims FROM cells c
-WHERE c.root_id = r.root_id AND c.pair_card IS r.card AND c.repeat_dir IS r.repeat_dir AND c.op IS r.cell_op AND c.dtype IS r.cell_dtype AND c.round IS r.round AND c.side = 'after' AND c.superseded_at IS NULL)) AS after_cell_id
-        FROM rounds r
-    )
-    SELECT s.cell_op, COALESCE(s.cell_dtype, ''), COUNT(DISTINCT s.round)
-    FROM sides s JOIN cells b ON b.id = s.before_cell_id JOIN cells a ON a.id = s.after_cell_id
-    WHERE b.rc IS NOT NULL AND a.rc IS NOT NULL
-    GROUP BY s.cell_op, COALESCE(s.cell_dtype, '');
 
 -- ===== runner.hinted_ops =====
 SELECT op, COALESCE(dtype, ''), hint FROM verdicts WHERE root_id = ? AND hint IS NOT NULL ORDER BY op, dtype;

@@ -744,31 +744,9 @@ def read_campaign(root: Path) -> Tuple[Dict[str, str], Plan]:
     return env, planmod.read_partition_tsv(root / layout.PARTITION_TSV)
 
 
-# Per (op, dtype) of a campaign root (its path), how many of its rounds
-# 1..N have a current cell ([[current_side]]) with an RC on both sides.
-_COMPLETE_ROUNDS = statement(
-    "runner.complete_rounds",
-    """WITH rounds AS (
-        SELECT DISTINCT [[round: c.{c} AS {k}]] FROM cells c JOIN roots ON roots.id = c.root_id
-        WHERE roots.path = ? AND c.round BETWEEN 1 AND ? AND c.side IN ('before', 'after')
-    ),
-    sides AS (
-        SELECT r.cell_op, r.cell_dtype, r.round,
-            (SELECT cell_id FROM ([[current_side 'before' round: r]])) AS before_cell_id,
-            (SELECT cell_id FROM ([[current_side 'after' round: r]])) AS after_cell_id
-        FROM rounds r
-    )
-    SELECT s.cell_op, COALESCE(s.cell_dtype, ''), COUNT(DISTINCT s.round)
-    FROM sides s JOIN cells b ON b.id = s.before_cell_id JOIN cells a ON a.id = s.after_cell_id
-    WHERE b.rc IS NOT NULL AND a.rc IS NOT NULL
-    GROUP BY s.cell_op, COALESCE(s.cell_dtype, '')""",
-)
-
-
 def complete_ops(store, root: Path, rounds: int) -> set:
     """(op, dtype) pairs with all 2 x rounds current cells of the campaign recorded."""
-    rows = store.conn.execute(_COMPLETE_ROUNDS, (str(Path(root).resolve()), rounds)).fetchall()
-    return {(op, dtype) for op, dtype, n in rows if n >= rounds}
+    return {op for op, done in adaptive.complete_rounds(store.conn, root).items() if done >= rounds}
 
 
 def supersede(store, root: Path, card: int, op: str, dtype: str) -> int:
