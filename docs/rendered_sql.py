@@ -58,14 +58,17 @@ QUERIES_HEADER = (
 
 
 def registered() -> Dict[str, str]:
-    """Every statement the package registers: each module imported, as
-    `zlstore` would import it, so that its top-level registrations run."""
+    """Every statement the package registers: each module that imports
+    macros (where statement is) imported, so that its top-level
+    registrations run."""
     sys.path.insert(0, str(REPO))
     from zlstore import macros
 
-    for path in sorted((REPO / "zlstore").glob("*.py")):
-        if path.stem not in ("__init__", "__main__"):
-            importlib.import_module(f"zlstore.{path.stem}")
+    package = REPO / "zlstore"
+    for path in sorted(package.rglob("*.py")):
+        if path.stem != "__main__" and "macros" in path.read_text(encoding="utf-8"):
+            parts = path.relative_to(package).with_suffix("").parts
+            importlib.import_module(".".join(("zlstore", *parts[: -1 if parts[-1] == "__init__" else None])))
     return dict(macros.STATEMENTS)
 
 
