@@ -7,6 +7,7 @@
 -- run to bring the derived tables up to date (zlstore/derive.py: the steps of
 -- pairing.py, ranges.py and floors.py), in the order derive() runs them. Edit schema.sql or
 -- the Python that defines a name (zlstore/names.py, caliber.py, ...), never this.
+-- The other statements built from the macros are in queries.rendered.sql.
 
 -- ===== schema.sql, rendered =====
 -- zlstore: the one schema.

@@ -113,6 +113,19 @@ def test_a_copied_screening_cell_makes_its_pair_a_duplicate_until_the_copy_is_fo
     assert invoke(db_path, "forget", copy).exit_code == names.EXIT_USAGE  # gone already
 
 
+def test_a_diff_of_a_side_two_cells_claim_names_both_until_the_copy_is_forgotten(example_tree, tmp_path):
+    """zlstore diff reads a side's cell as the pairing does ([[current_side]]):
+    where two claim it, it names both instead of reading one of them."""
+    runs, _, root, op, dtype, cell, copy, db_path = copied_after_cell(example_tree, tmp_path)
+    invoke(db_path, "ingest", runs)
+    refused = invoke(db_path, "diff", root, f"{op}:{dtype}", "--no-diff")
+    assert refused.exit_code == names.EXIT_USAGE
+    assert f"2 cells claim the after side ({names.DUPLICATE}): {cell.name}, {copy.name}" in refused.stderr
+    assert invoke(db_path, "forget", copy).exit_code == 0
+    read = invoke(db_path, "diff", root, f"{op}:{dtype}", "--no-diff", "--json")
+    assert read.exit_code != names.EXIT_USAGE and json.loads(read.stdout)["after"]["path"] == str(cell)
+
+
 def test_a_round_directory_copied_with_its_cell_env_pairs_nothing_of_that_round(example_tree, tmp_path):
     runs, manifest = example_tree
     expected = judged(reference(tmp_path, runs))

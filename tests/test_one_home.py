@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from zlstore import db, floors, macros, names
+from zlstore import db, floors, macros, names, stats
 
 PACKAGE = Path(db.__file__).resolve().parent
 SCHEMA = PACKAGE.parent / "schema.sql"
@@ -279,6 +279,142 @@ def test_the_current_cell_of_a_side_is_defined_only_by_its_macro():
     assert all(re.search(CURRENT_SIDE, before) for before in BEFORE_CURRENT_SIDE)
     assert copies(CURRENT_SIDE, exempt={"macros.py"}) == []
     used = sorted({where for where, text in texts(exempt={"macros.py"}) if "[[current_side " in text})
-    assert used == ["pairing.py", "schema.sql"]
+    assert used == ["adaptive.py", "irdiff.py", "pairing.py", "schema.sql"]
     rendered = macros.render_schema("[[current_side 'after' op: k]]")
     assert re.search(CURRENT_SIDE, rendered) and "c.side = 'after'" in rendered
+
+
+# A side's cells picked by hand: the rows (or ids) of the current cells of
+# one side, or the sides of the current cells counted per op.
+HAND_PICKED = (
+    r"(?s)^(?=.*superseded_at IS NULL)"
+    r"(?=.*(SELECT\s+(\w+\.)?(\*|id\b)[^;]*\bside\s*=|(?i:count)\(\s*DISTINCT[^)]*\bside\b))"
+)
+# irdiff._cell and runner.complete_ops as they were written before (at 2519149).
+BEFORE_HAND_PICKED = (
+    """SELECT c.*, (SELECT count(*) FROM kernels k WHERE k.cell_id = c.id) AS stored_kernels FROM cells c
+        WHERE c.root_id = ? AND c.op = ? AND c.dtype IS ? AND c.side = ? AND c.round IS ?
+        AND c.superseded_at IS NULL""",
+    """SELECT cells.op, COALESCE(cells.dtype, ''), COUNT(DISTINCT cells.round || ':' || cells.side)
+           FROM cells JOIN roots ON roots.id = cells.root_id
+           WHERE roots.path = ? AND cells.round BETWEEN 1 AND ? AND cells.side IN ('before', 'after')
+             AND cells.rc IS NOT NULL AND cells.superseded_at IS NULL
+           GROUP BY cells.op, COALESCE(cells.dtype, '')""",
+)
+
+
+def sql_texts(source: str) -> list:
+    """Every string constant of a module, and each f-string whole, with the
+    module-level string constants it names filled in (adaptive.py built
+    its queries from one: f"SELECT ... {_CURRENT} AND ...")."""
+    tree = ast.parse(source)
+    constants = {
+        target.id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    found = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            parts = [
+                str(part.value) if isinstance(part, ast.Constant) else constants.get(getattr(part.value, "id", ""), "")
+                for part in node.values
+                if isinstance(part, (ast.Constant, ast.FormattedValue))
+            ]
+            found.append("".join(parts))
+    return found
+
+
+# adaptive.complete_rounds as it was written before (at 2519149): its
+# conditions in a constant, its query an f-string.
+BEFORE_ADAPTIVE = '''
+_CURRENT = """FROM cells JOIN roots ON roots.id = cells.root_id
+    WHERE roots.path = ? AND cells.superseded_at IS NULL AND cells.round >= 1
+      AND cells.side IN ('before', 'after')"""
+
+
+def complete_rounds(conn, root):
+    return conn.execute(
+        f"""SELECT cells.op, COALESCE(cells.dtype, ''), cells.round {_CURRENT} AND cells.rc IS NOT NULL
+            GROUP BY cells.op, COALESCE(cells.dtype, ''), cells.round HAVING COUNT(DISTINCT cells.side) = 2""",
+        (str(root),),
+    )
+'''
+
+
+def test_no_module_picks_the_cell_of_a_side_by_hand():
+    """irdiff (the cell a diff reads), the runner (which ops of a resumed
+    campaign are complete) and adaptive (which rounds of an op are) choose
+    a side's cell through [[current_side]] too, as the views and the
+    pairing do."""
+    assert all(re.search(HAND_PICKED, before) for before in BEFORE_HAND_PICKED)
+    assert any(re.search(HAND_PICKED, text) for text in sql_texts(BEFORE_ADAPTIVE))
+    found = [("schema.sql", statement) for statement in schema_statements()]
+    found += [(p.name, text) for p in modules() if p.name != "macros.py" for text in sql_texts(p.read_text())]
+    assert sorted({where for where, text in found if re.search(HAND_PICKED, text)}) == []
+    used = sorted({where for where, text in found if "[[current_side " in text})
+    assert {"irdiff.py", "adaptive.py"} <= set(used)
+
+
+# -- every SQL text built from the macros: registered by name ---------------
+
+# How runner.py and roots.py rendered theirs before (at 2519149): inside a
+# function, with each call, where no import registers it and the rendered
+# copies in docs/ never showed it.
+BEFORE_RENDERED = """
+from .macros import render_schema
+
+
+def _pairs(store, root, where):
+    return store.conn.execute(render_schema(f"SELECT op FROM verdicts WHERE root_id = ? AND {where}"), (root,))
+
+
+def claimed_twice(conn):
+    claimants = macros.render_schema("SELECT c.id FROM [[side_cells ? round: ?]] ORDER BY c.id")
+    return macros.statement("roots.claimants", "SELECT 1")
+"""
+
+
+def _called(node: ast.Call, name: str) -> bool:
+    func = node.func
+    return (isinstance(func, ast.Name) and func.id == name) or (isinstance(func, ast.Attribute) and func.attr == name)
+
+
+def unregistered(source: str) -> list:
+    """Where source renders SQL that importing it does not register: a call
+    of render_schema (only macros.py renders), or of macros.statement inside
+    a function (it registers only when the function runs), as lines."""
+    tree = ast.parse(source)
+    in_functions = {
+        id(n)
+        for f in ast.walk(tree)
+        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        for n in ast.walk(f)
+    }
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    return sorted(
+        n.lineno for n in calls if _called(n, "render_schema") or (_called(n, "statement") and id(n) in in_functions)
+    )
+
+
+def test_every_sql_text_built_from_the_macros_is_registered_when_its_module_is_imported():
+    assert unregistered(BEFORE_RENDERED) == [6, 10, 11]
+    found = {
+        str(path.relative_to(PACKAGE)): unregistered(path.read_text())
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.name != "macros.py"
+    }
+    assert {where: lines for where, lines in found.items() if lines} == {}
+    # the modules that render SQL do it through the registry
+    registering = sorted(p for p, text in ((p.name, p.read_text()) for p in modules()) if "statement(" in text)
+    assert {"pairing.py", "roots.py", "runner.py", "derive.py", "datasette_site.py", "irdiff.py"} <= set(registering)
+
+
+def test_a_name_is_registered_for_one_sql_text():
+    assert macros.statement("test_one_home.same", "SELECT [[min_rounds]]") == f"SELECT {stats.MIN_ROUNDS}"
+    macros.statement("test_one_home.same", "SELECT [[min_rounds]]")  # the same text again: the same statement
+    with pytest.raises(db.SchemaError, match="test_one_home.same"):
+        macros.statement("test_one_home.same", "SELECT 2")
+    del macros.STATEMENTS["test_one_home.same"]

@@ -188,10 +188,11 @@ def test_a_database_made_by_release_1_opens(tmp_path):
         assert store.conn.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION
 
 
-def test_the_rendered_schema_in_docs_is_the_sql_that_runs(tmp_path):
-    """docs/schema.rendered.sql is what a reader opens to see the real view
-    text: stale (schema.sql or a macro's definition changed since it was
-    written) fails here, with the command that writes it again."""
+def test_the_rendered_sql_in_docs_is_the_sql_that_runs(tmp_path):
+    """docs/schema.rendered.sql and docs/queries.rendered.sql are what a
+    reader opens to see the real SQL text: stale (schema.sql, a macro's
+    definition or a registered statement changed since they were written)
+    fails here, with the command that writes them again."""
     import importlib.util
     from pathlib import Path
 
@@ -200,16 +201,23 @@ def test_the_rendered_schema_in_docs_is_the_sql_that_runs(tmp_path):
     assert spec is not None and spec.loader is not None
     rendered_sql = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(rendered_sql)
-    expected = rendered_sql.rendered()
-    assert "[[" not in expected.replace("[[[", "")
-    # each view and trigger as a store holds it is in the file, word for word
+    files = rendered_sql.rendered()
+    everything = "".join(files.values())
+    assert "[[" not in everything.replace("[[[", "")
+    # each view and trigger as a store holds it is in the files, word for word
     store = Store(tmp_path / "z.db")
     held = store.conn.execute("SELECT sql FROM sqlite_master WHERE type IN ('view', 'trigger')").fetchall()
     store.close()
-    assert len(held) > 20 and all(sql in expected for (sql,) in held)
-    assert rendered_sql.TARGET.read_text(encoding="utf-8") == expected, (
-        "docs/schema.rendered.sql is stale: run .venv/bin/python docs/rendered_sql.py and commit it"
-    )
+    assert len(held) > 20 and all(sql in files[rendered_sql.SCHEMA] for (sql,) in held)
+    # and each statement the modules register, the canned queries among them
+    registered = rendered_sql.registered()
+    assert {"pairing.every_round", "roots.claimants", "derive.rounds.1"} <= set(registered)
+    assert any(name.startswith("metadata.database.queries.") for name in registered)
+    assert all(text.strip() in everything for text in registered.values())
+    for target, expected in files.items():
+        assert target.read_text(encoding="utf-8") == expected, (
+            f"docs/{target.name} is stale: run .venv/bin/python docs/rendered_sql.py and commit it"
+        )
 
 
 def test_an_sqlite_older_than_the_sql_needs_is_refused_naming_both_versions(tmp_path):

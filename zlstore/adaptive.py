@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from . import derive, layout, sequential
+from . import derive, layout, macros, sequential
 from .db import now as utc_now
 from .db import write_transaction
 from .plan import Op
@@ -62,16 +62,39 @@ _CURRENT = """FROM cells JOIN roots ON roots.id = cells.root_id
       AND cells.side IN ('before', 'after')"""
 
 
+# Per round (names.ROUND_KEY) from round 1 on of a root (its path) with a
+# current cell ([[current_side]]), the RC of each side's (NULL where the
+# side has none, or its cell no RC): of every op (_ROUNDS), or of one op's
+# round (_ROUND: its op, dtype and round too). A round that a resumed op
+# ran again in a new directory is another round key: its earlier, superseded
+# one has no current cell.
+_SIDES = """WITH rounds AS (
+        SELECT DISTINCT [[round: c.{c} AS {k}]] FROM cells c
+        WHERE c.root_id = (SELECT id FROM roots WHERE path = ?) AND c.round >= 1
+          AND c.side IN ('before', 'after')<one op>
+    ),
+    sides AS (
+        SELECT r.cell_op, r.cell_dtype, r.round,
+            (SELECT cell_id FROM ([[current_side 'before' round: r]])) AS before_cell_id,
+            (SELECT cell_id FROM ([[current_side 'after' round: r]])) AS after_cell_id
+        FROM rounds r
+    )
+    SELECT s.cell_op, COALESCE(s.cell_dtype, ''), s.round, b.rc AS before_rc, a.rc AS after_rc
+    FROM sides s LEFT JOIN cells b ON b.id = s.before_cell_id LEFT JOIN cells a ON a.id = s.after_cell_id
+    WHERE s.before_cell_id IS NOT NULL OR s.after_cell_id IS NOT NULL"""
+_ROUNDS = macros.statement("adaptive.rounds", _SIDES.replace("<one op>", ""))
+_ROUND = macros.statement(
+    "adaptive.round", _SIDES.replace("<one op>", " AND c.op = ? AND COALESCE(c.dtype, '') = ? AND c.round = ?")
+)
+
+
 def complete_rounds(conn, root: Path) -> Dict[Key, int]:
     """Per op, how many rounds from round 1 on have both sides recorded with
     an RC (a round after a gap does not count: it is run again)."""
     rounds: Dict[Key, set] = {}
-    for op, dtype, round_ in conn.execute(
-        f"""SELECT cells.op, COALESCE(cells.dtype, ''), cells.round {_CURRENT} AND cells.rc IS NOT NULL
-            GROUP BY cells.op, COALESCE(cells.dtype, ''), cells.round HAVING COUNT(DISTINCT cells.side) = 2""",
-        (str(Path(root).resolve()),),
-    ):
-        rounds.setdefault((op, dtype), set()).add(round_)
+    for op, dtype, round_, before, after in conn.execute(_ROUNDS, (str(Path(root).resolve()),)):
+        if before is not None and after is not None:
+            rounds.setdefault((op, dtype), set()).add(round_)
     done = {}
     for k, found in rounds.items():
         n = 0
@@ -107,13 +130,8 @@ def round_seconds(conn, root: Path) -> Dict[Key, float]:
 
 def round_ok(conn, root: Path, op: Key, round_: int) -> bool:
     """Both sides of the op's round recorded, each with RC 0."""
-    rows = conn.execute(
-        f"""SELECT cells.side, cells.rc {_CURRENT} AND cells.op = ? AND COALESCE(cells.dtype, '') = ?
-            AND cells.round = ?""",
-        (str(Path(root).resolve()), op[0], op[1], round_),
-    ).fetchall()
-    sides = {side for side, rc in rows if rc == 0}
-    return sides == set(layout.SIDES) and all(rc == 0 for _, rc in rows)
+    rows = conn.execute(_ROUND, (str(Path(root).resolve()), op[0], op[1], round_)).fetchall()
+    return bool(rows) and all(before == 0 and after == 0 for *_, before, after in rows)
 
 
 def supersede_after(store, root: Path, op: Key, after: int, card: Optional[int] = None) -> int:

@@ -32,7 +32,7 @@ import yaml
 from datasette.utils import tilde_encode
 
 from . import caliber, judge, provenance
-from .macros import render_schema
+from .macros import statement
 
 # The store is always served under this name, whatever its file is called, so
 # that links to a view or a canned query (/zlstore/verdicts) can be shared.
@@ -133,22 +133,38 @@ def _expand_table(table: dict) -> dict:
     return table
 
 
-def _expand_sql(node):
-    """Expand the schema's macros in every "sql" / "query" string below node."""
-    if isinstance(node, dict):
-        return {
-            key: render_schema(value) if key in ("sql", "query") and isinstance(value, str) else _expand_sql(value)
-            for key, value in node.items()
-        }
-    if isinstance(node, list):
-        return [_expand_sql(item) for item in node]
-    return node
+def _sql_texts(node, path=()):
+    """(path, text) of every "sql" / "query" string below node, path its keys
+    and list positions."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        if key in ("sql", "query") and isinstance(value, str):
+            yield (*path, key), value
+        else:
+            yield from _sql_texts(value, (*path, key))
 
 
 @functools.lru_cache(maxsize=None)
 def _source() -> dict:
     text = resources.files("zlstore").joinpath("metadata.yaml").read_text(encoding="utf-8")
     return yaml.safe_load(text)
+
+
+# Every SQL text of the metadata with the schema's macros expanded,
+# registered as "metadata.KEY.KEY...", by where it is.
+_SQL = {path: statement(".".join(map(str, ("metadata", *path))), text) for path, text in _sql_texts(_source())}
+
+
+def _expand_sql(node, path=()):
+    """node with each "sql" / "query" string below it expanded (_SQL)."""
+    if isinstance(node, dict):
+        return {
+            key: _SQL.get((*path, key), value) if key in ("sql", "query") else _expand_sql(value, (*path, key))
+            for key, value in node.items()
+        }
+    if isinstance(node, list):
+        return [_expand_sql(item, (*path, n)) for n, item in enumerate(node)]
+    return node
 
 
 def _suffix(db_name: str, db_names) -> str:

@@ -95,7 +95,6 @@ when schema.sql's rendered hash differs) and `backfill_screen_fingerprints`
 the store for writing).
 """
 
-import functools
 import sqlite3
 from typing import Dict, List
 
@@ -117,10 +116,16 @@ STAGES = (
 )
 
 
-@functools.lru_cache(maxsize=None)
+# Each stage's statements with their macros expanded, registered as
+# "derive.STAGE.N" (macros.STATEMENTS).
+_STATEMENTS = {
+    name: [macros.statement(f"derive.{name}.{n}", step) for n, step in enumerate(steps, 1)] for name, _, steps in STAGES
+}
+
+
 def statements() -> Dict[str, List[str]]:
-    """Each stage's statements with their macros expanded, once per process."""
-    return {name: [macros.render_schema(step) for step in steps] for name, _, steps in STAGES}
+    """Each stage's statements, rendered."""
+    return _STATEMENTS
 
 
 def _run(conn: sqlite3.Connection, stage: str):

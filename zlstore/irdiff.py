@@ -43,7 +43,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Type, cast
 
 from isal import isal_zlib
 
-from . import irfacts, irsummary, layout, names, output, parse, ttgir
+from . import irfacts, irsummary, layout, macros, names, output, parse, ttgir
 
 # The statuses of a pair of kernels, in the order a report lists them.
 CHANGED, ONLY_BEFORE, ONLY_AFTER, SAME = "changed", "only before", "only after", "same"
@@ -250,6 +250,30 @@ def _dtype(conn, root: dict, op: str, dtype: Optional[str]) -> Optional[str]:
     return dtype
 
 
+# The current cell of the side asked for ([[current_side]], the one
+# definition) of each round (names.ROUND_KEY) that has a cell of that side
+# of op and dtype in that round (on that card, where given), with how many
+# cells claim it; and the cells that claim the side of a round (its key's
+# values, then the side).
+_SIDE = macros.statement(
+    "irdiff.side",
+    """WITH asked AS (
+        SELECT DISTINCT [[round: c.{c} AS {k}]], c.side FROM cells c
+        WHERE c.root_id = :root AND c.op = :op AND c.dtype IS :dtype AND c.round IS :round
+          AND (:card IS NULL OR c.card IS :card) AND c.side = :side
+    ),
+    sides AS (
+        SELECT (SELECT cell_id FROM ([[current_side a.side round: a]])) AS cell_id,
+               (SELECT claims FROM ([[current_side a.side round: a]])) AS claims
+        FROM asked a
+    )
+    SELECT c.*, s.claims, (SELECT count(*) FROM kernels k WHERE k.cell_id = c.id) AS stored_kernels
+    FROM sides s JOIN cells c ON c.id = s.cell_id
+    ORDER BY c.id""",
+)
+_CLAIMANTS = macros.statement("irdiff.claimants", "SELECT c.id, c.relpath FROM [[side_cells ? round: ?]] ORDER BY c.id")
+
+
 def _cell(
     conn, root: dict, op: str, dtype: Optional[str], side: str, round_: Optional[int], card: Optional[int], label: str
 ) -> Side:
@@ -276,16 +300,9 @@ def _cell(
             f"{root['name']} is a {kind} root: give --round N (its rounds of {_spelled(op, dtype)}: "
             f"{', '.join(map(str, rounds)) or 'none'})"
         )
-    sql = (
-        "SELECT c.*, (SELECT count(*) FROM kernels k WHERE k.cell_id = c.id) AS stored_kernels FROM cells c "
-        "WHERE c.root_id = ? AND c.op = ? AND c.dtype IS ? AND c.side = ? AND c.round IS ? "
-        "AND c.superseded_at IS NULL"
+    cursor = conn.execute(
+        _SIDE, {"root": root["id"], "op": op, "dtype": dtype, "round": round_, "card": card, "side": side}
     )
-    params = [root["id"], op, dtype, side, round_]
-    if card is not None:
-        sql += " AND c.card IS ?"
-        params.append(card)
-    cursor = conn.execute(sql + " ORDER BY c.id", params)
     columns = [d[0] for d in cursor.description]
     rows = [dict(zip(columns, r)) for r in cursor.fetchall()]
     where = (
@@ -305,13 +322,18 @@ def _cell(
             ]
             raise DiffError(f"no {side} cell of {where}; its rounds: {', '.join(map(str, rounds)) or 'none'}")
         return Side(label, root["name"], root["path"], kind, op, dtype, side, round_, card, None, None)
-    if len(rows) > 1:
+    if len(rows) > 1 or rows[0]["claims"] > 1:
         cards = sorted({r["card"] for r in rows}, key=lambda c: (c is None, c))
         if card is None and len(cards) > 1:
             raise DiffError(f"{where}: the {side} side ran on cards {', '.join(map(str, cards))}; give --card")
+        claimants = sorted(
+            claimant
+            for r in rows
+            for claimant in conn.execute(_CLAIMANTS, (*(r[c.cells] for c in names.ROUND_KEY), side))
+        )
         raise DiffError(
-            f"{where}: {len(rows)} cells claim the {side} side ({names.DUPLICATE}): "
-            f"{', '.join(r['relpath'] for r in rows)}; forget the copy (zlstore forget)"
+            f"{where}: {len(claimants)} cells claim the {side} side ({names.DUPLICATE}): "
+            f"{', '.join(relpath for _, relpath in claimants)}; forget the copy (zlstore forget)"
         )
     c = rows[0]
     return Side(

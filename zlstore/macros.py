@@ -1,13 +1,16 @@
 """The SQL macros, expanded from the one definition of each name, rule and threshold.
 
-schema.sql's text (schema_source), and render_schema, which expands its
-"[[...]]" macros.
+schema.sql's text (schema_source), render_schema, which expands its
+"[[...]]" macros, and statement, the registry of every other SQL text
+built from them (STATEMENTS).
 
 Every SQL text that names a verdict, reason, finding, the round key, the
-caliber or a threshold goes through render_schema: schema.sql, pairing.py,
-ranges.py, floors.py, the canned queries. docs/schema.rendered.sql is schema.sql and
-derive.py's steps rendered (docs/rendered_sql.py writes it), for a reader who
-wants the SQL that runs; docs/development.md says why the macros stay.
+caliber or a threshold goes through render_schema: schema.sql (schema_parts)
+and, registered by name through statement, derive.py's steps (pairing.py,
+ranges.py, floors.py), the few of other modules and the canned queries.
+docs/schema.rendered.sql and docs/queries.rendered.sql are all of them
+rendered (docs/rendered_sql.py writes them), for a reader who wants the SQL
+that runs; docs/development.md says why the macros stay.
 This is the one part of the store's plumbing that imports zlstore's
 definitions (names, caliber, provenance, floors, stats, ttgir)."""
 
@@ -224,6 +227,24 @@ def render_schema(text: str) -> str:
         return _sql_literal(names.SETTINGS[arg]) if kind == "setting" else _sql_literal(arg)
 
     return _MACRO.sub(expand, text)
+
+
+# Every SQL text built from the macros, but schema.sql's (schema_parts),
+# by name: docs/rendered_sql.py writes each out after schema.sql, and
+# tests/test_one_home.py fails where a module renders SQL that is not here
+# (a call of render_schema outside this module, or of statement inside a
+# function, which an import would not register).
+STATEMENTS: Dict[str, str] = {}
+
+
+def statement(name: str, template: str) -> str:
+    """TEMPLATE rendered (render_schema), registered as NAME ("module.what")
+    in STATEMENTS. Call it at a module's top level, so that importing the
+    module registers what it runs; a name is one text."""
+    rendered = render_schema(template)
+    if STATEMENTS.setdefault(name, rendered) != rendered:
+        raise SchemaError(f"two SQL texts are registered as {name!r}")
+    return rendered
 
 
 def schema_parts() -> Dict[str, str]:

@@ -174,9 +174,12 @@ STEPS = [
 # A re-paired screening round can move every rule's floors.
 _SCREEN_ROUNDS = """
     SELECT 1 FROM temp.ab_rounds_now r JOIN roots ON roots.id = r.root_id AND roots.kind = 'screen' LIMIT 1"""
-_EVERY_ROUND = macros.render_schema("""
+_EVERY_ROUND = macros.statement(
+    "pairing.every_round",
+    """
     INSERT INTO ab_stale_rounds ([[round: {k}]])
-    SELECT DISTINCT [[round: {c}]] FROM cells WHERE side IN ('before', 'after')""")
+    SELECT DISTINCT [[round: {c}]] FROM cells WHERE side IN ('before', 'after')""",
+)
 
 
 def screening_rounds_paired(conn: sqlite3.Connection) -> bool:

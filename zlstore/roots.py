@@ -256,6 +256,11 @@ def _drop_unused_texts(conn: sqlite3.Connection) -> int:
 
 
 _CELL_COLUMNS = ("id", "relpath", "path", "op", "dtype", "side", "round", "card", "repeat_dir")
+# The cells that claim a side of a round: the round key's values, then the side, as parameters.
+_CLAIMANTS = macros.statement(
+    "roots.claimants",
+    f"SELECT {', '.join(f'c.{name}' for name in _CELL_COLUMNS)} FROM [[side_cells ? round: ?]] ORDER BY c.id",
+)
 
 
 def claimed_twice(
@@ -273,7 +278,6 @@ def claimed_twice(
     # The view's round key columns: names.ROUND_KEY's, a cell's op and dtype as op and dtype.
     view_names = [{"cell_op": "op", "cell_dtype": "dtype"}.get(column.name, column.name) for column in names.ROUND_KEY]
     key = ", ".join(view_names)
-    claimants = macros.render_schema(f"SELECT {columns} FROM [[side_cells ? round: ?]] ORDER BY c.id")
     problems, named = [], set()
     for root, side, claims, latest, *round_key in conn.execute(
         f"SELECT root, side, claims, latest_cell_id, {key} FROM duplicate_cells {where} "
@@ -284,7 +288,7 @@ def claimed_twice(
         card, op, dtype, round_ = said["card"], said["op"], said["dtype"], said["round"]
         # The cells one by one, not the view's lines: a path may hold a newline.
         if claims > 1:
-            cells = conn.execute(claimants, (*round_key, side)).fetchall()
+            cells = conn.execute(_CLAIMANTS, (*round_key, side)).fetchall()
             what = f"{claims} stored cells claim the {side} side of {op} {dtype or '(no dtype)'}, round {round_}" + (
                 f" on card {card}" if card is not None else ""
             )

@@ -43,7 +43,7 @@ from .harness import (
 from .names import EXIT_INTERRUPTED, TIMEOUT_RC
 from .db import now as utc_now
 from .db import write_transaction
-from .macros import render_schema
+from .macros import statement
 from .display import CardState, Display
 from .plan import Op, Plan, PlanError
 from .card import Recorder, StatusReader, Task, op_spec, read_command, still_running
@@ -115,17 +115,23 @@ def screen_pairs(store, screen_root: str) -> Tuple[dict, Dict[Tuple[str, str], d
     return root, pairs
 
 
-def _pairs(store, root: dict, where: str, column: Optional[str] = None) -> List[tuple]:
-    """(op, dtype[, column]) of a screening root's pairs under the current
-    rule (view verdicts) where the condition holds, in op order."""
-    rows = store.conn.execute(
-        render_schema(
-            f"SELECT op, COALESCE(dtype, ''){', ' + column if column else ''} FROM verdicts "
-            f"WHERE root_id = ? AND {where} ORDER BY op, dtype"
-        ),
-        (root["id"],),
-    ).fetchall()
-    return [tuple(row) for row in rows]
+# (op, dtype[, column]) of a screening root's pairs under the current rule
+# (view verdicts) where a condition holds, in op order.
+_PAIRS = "SELECT op, COALESCE(dtype, ''){column} FROM verdicts WHERE root_id = ? AND {where} ORDER BY op, dtype"
+_IR_CHANGED = statement("runner.ir_changed_ops", _PAIRS.format(column="", where="verdict = [[verdict IR_CHANGED]]"))
+_IR_CHANGED_UNHINTED = statement(
+    "runner.ir_changed_unhinted_ops",
+    _PAIRS.format(column="", where="verdict = [[verdict IR_CHANGED]] AND hint IS NULL"),
+)
+_HINTED = statement("runner.hinted_ops", _PAIRS.format(column=", hint", where="hint IS NOT NULL"))
+_UNJUDGED = statement(
+    "runner.unjudged_ops",
+    _PAIRS.format(column=", verdict", where="verdict IN ([[verdict DUPLICATE_CELL]], [[verdict IR_UNREAD]])"),
+)
+
+
+def _pairs(store, root: dict, sql: str) -> List[tuple]:
+    return [tuple(row) for row in store.conn.execute(sql, (root["id"],)).fetchall()]
 
 
 def ir_changed_ops(store, root: dict, include_hinted: bool = False) -> List[Tuple[str, str]]:
@@ -134,21 +140,21 @@ def ir_changed_ops(store, root: dict, include_hinted: bool = False) -> List[Tupl
     rule leaves out (hinted_ops): on real runs FlagGems' loc() cache paths
     make most generated kernels such, and a campaign on them measures
     nothing the switch changed."""
-    return _pairs(store, root, "verdict = [[verdict IR_CHANGED]]" + ("" if include_hinted else " AND hint IS NULL"))
+    return _pairs(store, root, _IR_CHANGED if include_hinted else _IR_CHANGED_UNHINTED)
 
 
 def hinted_ops(store, root: dict) -> List[Tuple[str, str, str]]:
     """The IR_CHANGED pairs of a screening root that carry a hint under the
     current rule (verdicts.hint): (op, dtype, hint). A campaign on them would
     measure nothing the switch changed."""
-    return _pairs(store, root, "hint IS NOT NULL", "hint")
+    return _pairs(store, root, _HINTED)
 
 
 def unjudged_ops(store, root: dict) -> List[Tuple[str, str, str]]:
     """The pairs of a screening root whose IR verdict could not be made
     (DUPLICATE_CELL, IR_UNREAD): (op, dtype, verdict). Their IR may have
     changed; a plan of the IR_CHANGED pairs leaves them out, and says so."""
-    return _pairs(store, root, "verdict IN ([[verdict DUPLICATE_CELL]], [[verdict IR_UNREAD]])", "verdict")
+    return _pairs(store, root, _UNJUDGED)
 
 
 def resolve_ops(pairs: Dict[Tuple[str, str], dict], specs, root_name: str) -> List[Tuple[str, str]]:
@@ -740,15 +746,7 @@ def read_campaign(root: Path) -> Tuple[Dict[str, str], Plan]:
 
 def complete_ops(store, root: Path, rounds: int) -> set:
     """(op, dtype) pairs with all 2 x rounds current cells of the campaign recorded."""
-    rows = store.conn.execute(
-        """SELECT cells.op, COALESCE(cells.dtype, ''), COUNT(DISTINCT cells.round || ':' || cells.side)
-           FROM cells JOIN roots ON roots.id = cells.root_id
-           WHERE roots.path = ? AND cells.round BETWEEN 1 AND ? AND cells.side IN ('before', 'after')
-             AND cells.rc IS NOT NULL AND cells.superseded_at IS NULL
-           GROUP BY cells.op, COALESCE(cells.dtype, '')""",
-        (str(Path(root).resolve()), rounds),
-    ).fetchall()
-    return {(op, dtype) for op, dtype, n in rows if n >= 2 * rounds}
+    return {op for op, done in adaptive.complete_rounds(store.conn, root).items() if done >= rounds}
 
 
 def supersede(store, root: Path, card: int, op: str, dtype: str) -> int:
