@@ -9,8 +9,9 @@ the full scan and then a content hash decide.
 
 This module is the writer, which owns the transaction and walks the tree:
 a cell's files are read and parsed by parse.py, on a large tree in worker
-processes (parallel.py); its root is stored by rootwriter.py, its rows
-written by cellwriter.py."""
+processes (parallel.py); each cell is stored by cellingest.py (its root by
+rootwriter.py, its rows by cellwriter.py); the run's row and its problems
+are its run record (journal.py)."""
 
 import contextlib
 import gc

@@ -1,6 +1,8 @@
-"""The run record: a writing run's row in the run log and the problems it
-finds, one object for every writer (ingest, record, merge, forget, a
-campaign's op that failed outside any cell).
+"""The run record: a writing run's row in the run log and its problems, one
+object for every writer.
+
+The writers are ingest, record, merge, forget and a campaign's op that
+failed outside any cell.
 
 A run's row in `ingest_runs` names its process while it runs (host, pid,
 the process's start time), so that a later writer can tell a run that was
@@ -10,10 +12,16 @@ stays open while what it names is stored as it was read (a cell's, a
 root's own), or, where it names neither, until a later run covers its file;
 a forget closes those of what it removed.
 
+A merge carries the runs and problems of each source it reads into the
+target's log (RunRecord.carry), matched by content, so that merging twice
+adds nothing.
+
 Everything here writes inside the transaction its caller holds, but for
 RunRecord.problem and RunRecord.close_covered, which take the run's write
 (RunRecord.write: an ingest's savepoint, where a batch is open), and
-RunRecord.close, a transaction of its own."""
+RunRecord.close and RunRecord.carry, each a transaction of its own. This is
+the one module that writes ingest_runs and ingest_problems
+(tests/test_journal.py)."""
 
 import json
 import os
@@ -115,6 +123,25 @@ def log_problem(conn: sqlite3.Connection, command: str, paths: List[str], file: 
         record = RunRecord(conn, command)
         record.logged(paths, {"problems": [message]})
         record.store([Problem(file, None, message)])
+
+
+# -- a merged store's log: matched by content ----------------------------------
+
+# An open problem of the target that is the same as {row}'s (another copy
+# of it: two stores that ingested the same tree both found it).
+_OPEN_TWIN = """SELECT 1 FROM main.ingest_problems o WHERE o.closed_by IS NULL {other}
+                AND o.file = {row}.file AND o.line IS {row}.line AND o.message = {row}.message
+                AND o.cell_id IS {row}.cell_id AND o.root_id IS {row}.root_id"""
+
+
+# A source's run as the target keeps it. One the source had not finished
+# (its process killed, or still running when the copy was taken) is closed
+# in the target, shown as interrupted, its summary kept inside: the same
+# text each time that source is merged, so that it is matched, not added again.
+_CARRIED_SUMMARY = """CASE WHEN s.finished_at IS NULL
+                           THEN json_object('state', 'interrupted', 'why', 'unfinished in its store when merged',
+                                            'summary', s.summary)
+                           ELSE s.summary END"""
 
 
 # -- the problems under a run's paths ------------------------------------------
@@ -277,3 +304,79 @@ class RunRecord:
             f"AND (run_id = :run OR {' OR '.join(clauses) or '0'})",
             {"run": self.run_id, **bounds},
         ).fetchone()[0]
+
+    # -- a merged store's log ----------------------------------------------
+
+    def carry(self) -> int:
+        """A merge's: the runs and problems of the source attached as src
+        (merge.Merger) that the target lacks (the same start, command,
+        paths and summary), in one transaction.
+        Each problem of the source, brought now or by an earlier merge, is
+        tied to the target's cell or root it names, and is open there while
+        it is open in the source and the target holds what it names as the
+        source read it (a cell of the same content, root files of the same
+        signature), as an ingest keeps its own; one the source closed is
+        closed. One that names neither stays as the target has it. Returns how
+        many runs it added."""
+        conn = self.conn
+        with db.write_transaction(conn):
+            conn.execute(
+                "CREATE TEMP TABLE IF NOT EXISTS merge_runs (src_id INTEGER PRIMARY KEY, dst_id INTEGER, new INTEGER)"
+            )
+            conn.execute("DELETE FROM temp.merge_runs")
+            conn.execute(f"""INSERT INTO temp.merge_runs
+                            SELECT s.id, (SELECT min(t.id) FROM main.ingest_runs t WHERE t.started_at = s.started_at
+                                          AND t.command IS s.command AND t.paths IS s.paths
+                                          AND t.summary IS {_CARRIED_SUMMARY}), 0
+                            FROM src.ingest_runs s""")
+            missing = conn.execute(
+                f"""SELECT s.id, s.started_at, coalesce(s.finished_at, :now), s.command, s.paths, {_CARRIED_SUMMARY}
+                    FROM src.ingest_runs s JOIN temp.merge_runs m ON m.src_id = s.id
+                    WHERE m.dst_id IS NULL ORDER BY s.id""",
+                {"now": db.now()},
+            ).fetchall()
+            for source_id, *values in missing:
+                run_id = insert_finished(conn, values)
+                conn.execute("UPDATE temp.merge_runs SET dst_id = ?, new = 1 WHERE src_id = ?", (run_id, source_id))
+            conn.execute("DROP TABLE IF EXISTS temp.merge_problems")
+            conn.execute(
+                """CREATE TEMP TABLE merge_problems AS
+                            SELECT p.id AS src_id, r.dst_id AS run_id, r.new, p.file, p.line, p.message,
+                                   tc.id AS cell_id, CASE WHEN p.root_id IS NOT NULL THEN mr.dst_id END AS root_id,
+                                   p.cell_id IS NOT NULL OR p.root_id IS NOT NULL AS tied,
+                                   CASE WHEN p.closed_by IS NOT NULL THEN coalesce(closer.dst_id, :run)
+                                        WHEN p.cell_id IS NOT NULL AND (tc.id IS NULL
+                                             OR tc.content_sig IS NOT sc.content_sig) THEN :run
+                                        WHEN p.cell_id IS NULL AND p.root_id IS NOT NULL AND (tr.id IS NULL
+                                             OR tr.files_sig IS NOT sr.files_sig) THEN :run END AS closed_by
+                            FROM src.ingest_problems p
+                            JOIN temp.merge_runs r ON r.src_id = p.run_id
+                            LEFT JOIN temp.merge_runs closer ON closer.src_id = p.closed_by
+                            LEFT JOIN src.cells sc ON sc.id = p.cell_id
+                            LEFT JOIN src.roots sr ON sr.id = coalesce(p.root_id, sc.root_id)
+                            LEFT JOIN temp.merge_roots mr ON mr.src_id = sr.id
+                            LEFT JOIN main.roots tr ON tr.id = mr.dst_id
+                            LEFT JOIN main.cells tc ON tc.root_id = mr.dst_id AND tc.relpath = sc.relpath""",
+                {"run": self.run_id},
+            )
+            # One problem is listed once: two stores that ingested the same
+            # tree both found it, and a copy of one open in the target (the
+            # same file, line, message, cell or root) comes closed by this merge.
+            conn.execute(
+                f"""INSERT INTO ingest_problems (run_id, file, line, message, cell_id, root_id, closed_by)
+                            SELECT run_id, file, line, message, cell_id, root_id,
+                                   coalesce(closed_by, CASE WHEN EXISTS ({_OPEN_TWIN.format(row="p", other="")})
+                                                            THEN :run END)
+                            FROM temp.merge_problems p WHERE new ORDER BY src_id""",
+                {"run": self.run_id},
+            )
+            conn.execute(f"""UPDATE main.ingest_problems AS t
+                            SET cell_id = coalesce(p.cell_id, t.cell_id), root_id = coalesce(p.root_id, t.root_id),
+                                closed_by = CASE WHEN p.closed_by IS NOT NULL THEN coalesce(t.closed_by, p.closed_by)
+                                                 WHEN p.tied AND NOT EXISTS ({_OPEN_TWIN.format(row="t", other="AND o.id <> t.id")})
+                                                 THEN NULL ELSE t.closed_by END
+                            FROM temp.merge_problems p
+                            WHERE NOT p.new AND t.run_id = p.run_id AND t.file = p.file AND t.line IS p.line
+                              AND t.message = p.message""")
+            conn.execute("INSERT OR IGNORE INTO temp.merge_carried SELECT dst_id FROM temp.merge_runs")
+            return len(missing)

@@ -153,7 +153,7 @@ class Merger:
                         root_id = self._merge_root(copier, path, source_root)
                         if root_id is not None:
                             merged_roots.add(root_id)
-                    copier.log()
+                    self.summary.counts["log_runs_added"] += self.record.carry()
             # Each root's transaction derived its rounds' pairs and ranges;
             # the floors, q-values and judgements, which move with every root,
             # are derived once, here: the merge's final derivation.

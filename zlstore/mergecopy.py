@@ -1,10 +1,12 @@
-"""Copying one attached source store (schema src) into the target: each
-root's row, cells and their rows, recorded verdicts, plan and op stops, in
-the transaction merge.Merger holds for the root, and then the source's run
-log. What is copied is matched by content (a root by its identity, a cell
-by its path inside its root, an IR text by its hash), so that copying twice
-adds nothing; the problems a copy finds are the merge's own, through its
-run record (journal.py)."""
+"""Copying what the target lacks of one source store into it, by content.
+
+Each root's row, cells and their rows, recorded verdicts, plan and op stops
+are copied from the source attached as src, in the transaction
+merge.Merger holds for the root (the source's run log is carried by the
+run record: journal.RunRecord.carry). What is copied is matched by
+content (a root by its identity, a cell by its path inside its root, an IR
+text by its hash), so that copying twice adds nothing; the problems a copy
+finds are the merge's own, through its run record (journal.py)."""
 
 import json
 import sqlite3
@@ -12,30 +14,12 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from . import db as dbmod
-from . import caliber, floors, journal, provenance, roots, sequential
+from . import caliber, floors, provenance, roots, sequential
 from .cellwriter import stored_environment
-from .db import now
 from .journal import RunRecord
 from .layout import Problem
 
 CHUNK_CELLS = 1024  # cells copied per statement group: the progress bar moves this often
-
-
-# An open problem of the target that is the same as {row}'s (another copy
-# of it: two stores that ingested the same tree both found it).
-_OPEN_TWIN = """SELECT 1 FROM main.ingest_problems o WHERE o.closed_by IS NULL {other}
-                AND o.file = {row}.file AND o.line IS {row}.line AND o.message = {row}.message
-                AND o.cell_id IS {row}.cell_id AND o.root_id IS {row}.root_id"""
-
-
-# A source's run as the target keeps it. One the source had not finished
-# (its process killed, or still running when the copy was taken) is closed
-# in the target, shown as interrupted, its summary kept inside: the same
-# text each time that source is merged, so that it is matched, not added again.
-_CARRIED_SUMMARY = """CASE WHEN s.finished_at IS NULL
-                           THEN json_object('state', 'interrupted', 'why', 'unfinished in its store when merged',
-                                            'summary', s.summary)
-                           ELSE s.summary END"""
 
 
 def newer_than(a: tuple, b: tuple) -> bool:
@@ -354,77 +338,3 @@ class SourceCopier:
             ).rowcount
             if count:
                 counts[count] += added
-
-    # -- the source's run log ---------------------------------------------------
-
-    def log(self):
-        """The source's ingest runs and their problems that the target lacks
-        (the same start, command, paths and summary), in one transaction.
-        Each problem of the source, brought now or by an earlier merge, is
-        tied to the target's cell or root it names, and is open there while
-        it is open in the source and the target holds what it names as the
-        source read it (a cell of the same content, root files of the same
-        signature), as an ingest keeps its own; one the source closed is
-        closed. One that names neither stays as the target has it."""
-        conn = self.conn
-        with dbmod.write_transaction(conn):
-            conn.execute(
-                "CREATE TEMP TABLE IF NOT EXISTS merge_runs (src_id INTEGER PRIMARY KEY, dst_id INTEGER, new INTEGER)"
-            )
-            conn.execute("DELETE FROM temp.merge_runs")
-            conn.execute(f"""INSERT INTO temp.merge_runs
-                            SELECT s.id, (SELECT min(t.id) FROM main.ingest_runs t WHERE t.started_at = s.started_at
-                                          AND t.command IS s.command AND t.paths IS s.paths
-                                          AND t.summary IS {_CARRIED_SUMMARY}), 0
-                            FROM src.ingest_runs s""")
-            missing = conn.execute(
-                f"""SELECT s.id, s.started_at, coalesce(s.finished_at, :now), s.command, s.paths, {_CARRIED_SUMMARY}
-                    FROM src.ingest_runs s JOIN temp.merge_runs m ON m.src_id = s.id
-                    WHERE m.dst_id IS NULL ORDER BY s.id""",
-                {"now": now()},
-            ).fetchall()
-            for source_id, *values in missing:
-                run_id = journal.insert_finished(conn, values)
-                conn.execute("UPDATE temp.merge_runs SET dst_id = ?, new = 1 WHERE src_id = ?", (run_id, source_id))
-            conn.execute("DROP TABLE IF EXISTS temp.merge_problems")
-            conn.execute(
-                """CREATE TEMP TABLE merge_problems AS
-                            SELECT p.id AS src_id, r.dst_id AS run_id, r.new, p.file, p.line, p.message,
-                                   tc.id AS cell_id, CASE WHEN p.root_id IS NOT NULL THEN mr.dst_id END AS root_id,
-                                   p.cell_id IS NOT NULL OR p.root_id IS NOT NULL AS tied,
-                                   CASE WHEN p.closed_by IS NOT NULL THEN coalesce(closer.dst_id, :run)
-                                        WHEN p.cell_id IS NOT NULL AND (tc.id IS NULL
-                                             OR tc.content_sig IS NOT sc.content_sig) THEN :run
-                                        WHEN p.cell_id IS NULL AND p.root_id IS NOT NULL AND (tr.id IS NULL
-                                             OR tr.files_sig IS NOT sr.files_sig) THEN :run END AS closed_by
-                            FROM src.ingest_problems p
-                            JOIN temp.merge_runs r ON r.src_id = p.run_id
-                            LEFT JOIN temp.merge_runs closer ON closer.src_id = p.closed_by
-                            LEFT JOIN src.cells sc ON sc.id = p.cell_id
-                            LEFT JOIN src.roots sr ON sr.id = coalesce(p.root_id, sc.root_id)
-                            LEFT JOIN temp.merge_roots mr ON mr.src_id = sr.id
-                            LEFT JOIN main.roots tr ON tr.id = mr.dst_id
-                            LEFT JOIN main.cells tc ON tc.root_id = mr.dst_id AND tc.relpath = sc.relpath""",
-                {"run": self.record.run_id},
-            )
-            # One problem is listed once: two stores that ingested the same
-            # tree both found it, and a copy of one open in the target (the
-            # same file, line, message, cell or root) comes closed by this merge.
-            conn.execute(
-                f"""INSERT INTO ingest_problems (run_id, file, line, message, cell_id, root_id, closed_by)
-                            SELECT run_id, file, line, message, cell_id, root_id,
-                                   coalesce(closed_by, CASE WHEN EXISTS ({_OPEN_TWIN.format(row="p", other="")})
-                                                            THEN :run END)
-                            FROM temp.merge_problems p WHERE new ORDER BY src_id""",
-                {"run": self.record.run_id},
-            )
-            conn.execute(f"""UPDATE main.ingest_problems AS t
-                            SET cell_id = coalesce(p.cell_id, t.cell_id), root_id = coalesce(p.root_id, t.root_id),
-                                closed_by = CASE WHEN p.closed_by IS NOT NULL THEN coalesce(t.closed_by, p.closed_by)
-                                                 WHEN p.tied AND NOT EXISTS ({_OPEN_TWIN.format(row="t", other="AND o.id <> t.id")})
-                                                 THEN NULL ELSE t.closed_by END
-                            FROM temp.merge_problems p
-                            WHERE NOT p.new AND t.run_id = p.run_id AND t.file = p.file AND t.line IS p.line
-                              AND t.message = p.message""")
-            conn.execute("INSERT OR IGNORE INTO temp.merge_carried SELECT dst_id FROM temp.merge_runs")
-            self.summary.counts["log_runs_added"] += len(missing)

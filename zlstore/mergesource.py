@@ -1,7 +1,8 @@
-"""The stores a merge reads, checked before anything of them is read: each
-copied privately (SQLite's backup, never the source's SQL), its triggers
-and views dropped unread, brought to this release's schema where it is
-older, and every table merge reads compared with this release's (columns,
+"""The stores a merge reads, checked before the target is changed.
+
+Each is copied privately (SQLite's backup, never the source's SQL), its
+triggers and views dropped unread, brought to this release's schema where
+it is older, and every table merge reads compared with this release's (columns,
 types, clauses SQLite would evaluate, values, blobs). A source that fails a
 check is refused (SourceError, naming the table and column) before the
 target is changed."""
