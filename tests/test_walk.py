@@ -22,6 +22,7 @@ CLASSES = {
     "RootWriter": "zlstore.rootwriter",
     "RunRecord": "zlstore.journal",
     "CellIngest": "zlstore.cellingest",
+    "Merger": "zlstore.merge",
     "CellWriter": "zlstore.cellwriter",
 }
 

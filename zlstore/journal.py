@@ -229,14 +229,17 @@ class RunRecord:
 
     # -- its problems --------------------------------------------------------
 
-    def problem(self, problem: Problem, store: bool = True):
-        """Tell a problem of the run and store it, in the run's write."""
+    def problem(self, problem: Problem):
+        """Tell a problem of the run and store it, in the run's write (told
+        only, where the run's row could not be written)."""
         self.problems.append(problem)
-        if store and self.run_id is not None:
+        if self.run_id is not None:
             with self.write():
                 self.store([problem])
 
-    def store(self, problems: List[Problem], cell_id: Optional[int] = None, root_id: Optional[int] = None, tell=False):
+    def store(
+        self, problems: List[Problem], cell_id: Optional[int] = None, root_id: Optional[int] = None, tell: bool = False
+    ):
         """Store problems of the run (tell: and tell them), in the caller's
         transaction. A cell's (or a root's) stay open while it is stored as
         it was read; others until a later run covers their file (open_count)."""
