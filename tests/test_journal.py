@@ -31,7 +31,7 @@ def sql_texts(source: str) -> list:
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in parts:
             found.append((node.lineno, node.value))
         elif isinstance(node, ast.JoinedStr):
-            text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+            text = "".join(str(v.value) if isinstance(v, ast.Constant) else "{}" for v in node.values)
             found.append((node.lineno, text))
     return found
 
