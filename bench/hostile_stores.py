@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(1, str(REPO))
 
 from tests import hostile_ir  # noqa: E402
-from zlstore import db, derive, merge  # noqa: E402
+from zlstore import db, derive, mergesource  # noqa: E402
 
 ZLSTORE = [sys.executable, "-m", "zlstore"]
 EXAMPLES = REPO / "examples" / "runs"
@@ -49,7 +49,7 @@ def columns(conn, table):
 def tables(conn):
     return [
         t
-        for t in merge.READ_TABLES
+        for t in mergesource.READ_TABLES
         if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (t,)).fetchone()
     ]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from zlstore import Store, db, merge, roots
+from zlstore import Store, db, merge, mergesource, roots
 
 from .judging import invoke
 from .test_roots import SCREEN, ingest, settled  # noqa: F401
@@ -395,7 +395,7 @@ def test_a_source_s_check_constraint_never_runs_even_in_quick_check(source, tmp_
 def test_this_release_s_own_clauses_pass(source, tmp_path):
     """Every CHECK, DEFAULT, generated column and partial index this
     release writes is its own: an untouched store merges."""
-    merge.source_expressions(sqlite3.connect(source), source)  # nothing raised
+    mergesource.source_expressions(sqlite3.connect(source), source)  # nothing raised
     result = invoke(tmp_path / "t.db", "merge", source)
     assert result.exit_code in (0, 1), result.output
 

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from zlstore import Store, db, derive, stats
+from zlstore import Store, db, derive, journal, stats
 
 from .judging import invoke
 from .test_roots import CAMPAIGN, ingest, settled  # noqa: F401
@@ -113,9 +113,10 @@ def test_a_killed_run_s_log_row_is_closed_by_the_next_writer(example_tree, tmp_p
             f"""
 import os, signal
 from zlstore import Store, db
+from zlstore.journal import RunRecord
 store = Store({str(target)!r})
 with db.write_transaction(store.conn):
-    db.start_run(store.conn, "merge", ["elsewhere.db"])
+    RunRecord(store.conn, "merge").start(["elsewhere.db"])
 os.kill(os.getpid(), signal.SIGKILL)
 """,
         ]
@@ -134,9 +135,9 @@ def test_a_running_run_of_a_live_process_is_left_open(tmp_path):
     """Not a timeout: a run whose process is alive (this one) stays open."""
     with Store(tmp_path / "t.db") as store:
         with db.write_transaction(store.conn):
-            run_id = db.start_run(store.conn, "ingest", [])
+            run_id = journal.RunRecord(store.conn, "ingest").start([])
         with db.write_transaction(store.conn):
-            assert db.close_abandoned_runs(store.conn) == 0
+            assert journal.close_abandoned_runs(store.conn) == 0
         assert store.conn.execute("SELECT finished_at FROM ingest_runs WHERE id = ?", (run_id,)).fetchone() == (None,)
 
 

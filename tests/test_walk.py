@@ -20,6 +20,9 @@ CLASSES = {
     "Ingester": "zlstore.ingest",
     "_Batch": "zlstore.ingest",
     "RootWriter": "zlstore.rootwriter",
+    "RunRecord": "zlstore.journal",
+    "CellIngest": "zlstore.cellingest",
+    "Merger": "zlstore.merge",
     "CellWriter": "zlstore.cellwriter",
 }
 
@@ -31,7 +34,7 @@ def walk() -> str:
 
 
 def named(section: str) -> list:
-    """The dotted names the walk puts in backticks (`db.start_run`,
+    """The dotted names the walk puts in backticks (`journal.close_abandoned_runs`,
     `Ingester._write`, `ab_range_rows.q_value`, `rootwriter.py`)."""
     return sorted(set(re.findall(r"`([A-Za-z_][A-Za-z_0-9]*(?:\.[A-Za-z_][A-Za-z_0-9]*)+)`", section)))
 

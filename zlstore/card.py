@@ -44,7 +44,8 @@ from .names import EXIT_INTERRUPTED, TIMEOUT_RC
 from .plan import Op
 from .procs import KILL_GRACE_S, group_alive, interrupts, kill_group, shell_rc, start_group
 from .store import Store
-from .harness import DEFAULT_CELL_TIMEOUT, caliber_items, env_text, fill, log_problem, write_atomic
+from .harness import DEFAULT_CELL_TIMEOUT, caliber_items, env_text, fill, write_atomic
+from .journal import log_problem
 
 STATUS_DIR = "status"
 LOG_DIR = "logs"
@@ -397,7 +398,7 @@ class Recorder:
 
     def problem(self, event: dict, message: str):
         log_problem(
-            self.store,
+            self.store.conn,
             f"run campaign card {self.card}",
             [str(card_dir(self.root, self.card))],
             str(self.root / LOG_DIR / op_log_name(self.card, event["op"], event["dtype"])),

@@ -1,7 +1,7 @@
 """Writing one parsed cell's rows, inside the transaction its caller holds.
 
-The writer (ingest.py) decides whether a cell is stored and owns the
-transaction; this writes what parse.py made of the cell: its cells row,
+The writer (cellingest.py, for ingest.py) decides whether a cell is stored
+and ingest.py owns the transaction; this writes what parse.py made of the cell: its cells row,
 measurements, kernels, fingerprints, and the IR texts and digests the
 store does not hold yet. What it stored it remembers (a campaign's rounds
 compile the same IR), in two steps: pending while the cell's writes may

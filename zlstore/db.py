@@ -7,12 +7,10 @@ write lock at their start (BEGIN IMMEDIATE) with a bounded retry."""
 
 import contextlib
 import datetime
-import json
 import os
 import random
 import shlex
 import signal
-import socket
 import sqlite3
 import sys
 import threading
@@ -188,107 +186,12 @@ def interruptible() -> Iterator[None]:
         signal.signal(signal.SIGINT, getattr(previous, "after_command", previous))
 
 
-# -- the run log: whose runs are unfinished ----------------------------------------
-
-
-def _process_start(pid) -> Optional[str]:
-    """When the process started (in clock ticks since boot: /proc), so that a
-    pid used again by another process is not taken for the one recorded."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[19].decode()
-    except (OSError, IndexError):
-        return None
-
-
-def _running_owner() -> dict:
-    return {"state": "running", "host": socket.gethostname(), "pid": os.getpid(), "pid_started": _process_start("self")}
-
-
-def _gone(owner: dict) -> bool:
-    """Whether the process an unfinished run's row names is known to have
-    ended: on this host, and no process of that pid, or one started at
-    another time. A run of another host is never judged from here."""
-    if owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
-        return False
-    try:
-        os.kill(owner["pid"], 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # another user's process: alive
-        pass
-    started = _process_start(owner["pid"])
-    return started is not None and owner.get("pid_started") not in (None, started)
-
-
-ABANDONED = "its process ended before the run finished (killed?); what it committed is kept"
-
-
-def killed(summary: Optional[str], finished: bool) -> bool:
-    """Whether a run's row (its summary, whether it has finished_at) is one
-    whose process was killed before it finished it: closed as such by a
-    later writer (close_abandoned_runs), or not yet, its process gone."""
-    try:
-        owner = json.loads(summary) if summary else {}
-    except ValueError:
-        return False
-    if not isinstance(owner, dict):
-        return False
-    if finished:
-        return owner.get("state") == "interrupted" and owner.get("why") == ABANDONED
-    return owner.get("state") == "running" and _gone(owner)
-
-
-def close_abandoned_runs(conn: sqlite3.Connection, by: Optional[int] = None) -> int:
-    """Close the unfinished rows of runs (ingest, record, merge, forget)
-    whose process ended without finishing them (a kill -9, a lost node):
-    finished_at is set and the summary says interrupted. Inside the
-    caller's write transaction. Returns how many."""
-    closed = 0
-    for run_id, summary in conn.execute("SELECT id, summary FROM ingest_runs WHERE finished_at IS NULL").fetchall():
-        try:
-            owner = json.loads(summary) if summary else {}
-        except ValueError:
-            continue
-        if isinstance(owner, dict) and owner.get("state") == "running" and _gone(owner):
-            owner.update(state="interrupted", closed_by=by, why=ABANDONED)
-            conn.execute(
-                "UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?", (now(), json.dumps(owner), run_id)
-            )
-            closed += 1
-    return closed
-
-
-def start_run(conn: sqlite3.Connection, command: str, paths: list) -> int:
-    """The run log's row for a writing run, inside the caller's write
-    transaction: it names this process until the run finishes
-    (finish_run), and the runs an earlier killed process left unfinished
-    are closed first."""
-    close_abandoned_runs(conn)
-    return inserted_id(
-        conn.execute(
-            "INSERT INTO ingest_runs (started_at, command, paths, summary) VALUES (?, ?, ?, ?)",
-            (now(), command, json.dumps(paths), json.dumps(_running_owner())),
-        )
-    )
-
-
 def inserted_id(cursor: sqlite3.Cursor) -> int:
     """The rowid of the row an INSERT's cursor added (sqlite3 types lastrowid
     Optional: it is None only where nothing was ever inserted)."""
     rowid = cursor.lastrowid
     assert rowid is not None
     return rowid
-
-
-def finish_run(conn: sqlite3.Connection, run_id: int, summary: dict, state: Optional[str] = None):
-    """A run's row gets its summary (state: 'interrupted' where Ctrl-C
-    stopped it; what it committed is kept), in the caller's transaction."""
-    if state is not None:
-        summary = {**summary, "state": state}
-    conn.execute(
-        "UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?", (now(), json.dumps(summary), run_id)
-    )
 
 
 def insert_sql(table: str, columns, verb: str = "INSERT") -> str:

@@ -2,7 +2,7 @@
 read from its text alone: its CHECK constraints, DEFAULT values, generated
 columns, COLLATE sequences, an index's expressions and WHERE clause.
 
-Merge compares a source's with this release's (merge.source_expressions)
+Merge compares a source's with this release's (mergesource.source_expressions)
 before anything of the source's could be evaluated: SQLite runs a CHECK
 in quick_check and on every write, a generated column on every read, a
 collation in every comparison. Reading them from the text needs no

@@ -5,13 +5,11 @@ timestamps; the defaults (CELL_TIMEOUT, the switch's two values); and a
 problem outside any cell, in the ingest log."""
 
 import datetime
-import json
 import shlex
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import caliber, files, layout, provenance
-from .db import now, write_transaction
 
 DEFAULT_CELL_TIMEOUT = 2400.0
 DEFAULT_SWITCH_VALUES = ("0", "1")  # the switch off (before) and on (after)
@@ -103,16 +101,3 @@ def write_cell_env(
 
 def num(value: float) -> str:
     return format(value, "g")
-
-
-def log_problem(store, command: str, paths: List[str], file: str, message: str):
-    """A problem outside any cell (a failed op command) in the ingest log."""
-    conn = store.conn
-    with write_transaction(conn):
-        run_id = conn.execute(
-            "INSERT INTO ingest_runs (started_at, finished_at, command, paths, summary) VALUES (?, ?, ?, ?, ?)",
-            (now(), now(), command, json.dumps(paths), json.dumps({"problems": [message]})),
-        ).lastrowid
-        conn.execute(
-            "INSERT INTO ingest_problems (run_id, file, line, message) VALUES (?, ?, NULL, ?)", (run_id, file, message)
-        )

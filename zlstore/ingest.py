@@ -9,8 +9,9 @@ the full scan and then a content hash decide.
 
 This module is the writer, which owns the transaction and walks the tree:
 a cell's files are read and parsed by parse.py, on a large tree in worker
-processes (parallel.py); its root is stored by rootwriter.py, its rows
-written by cellwriter.py."""
+processes (parallel.py); each cell is stored by cellingest.py (its root by
+rootwriter.py, its rows by cellwriter.py); the run's row and its problems
+are its run record (journal.py)."""
 
 import contextlib
 import gc
@@ -20,10 +21,11 @@ import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from . import db, derive, fingerprints, layout, parallel, parse, roots, stats, unchanged
-from .cellwriter import CellWriter, NotStored
+from .cellingest import CellIngest
+from .cellwriter import NotStored
 from .db import (
     bulk_cache,
     bulk_checkpoints,
@@ -33,9 +35,8 @@ from .db import (
     scratch_in_memory,
     write_transaction,
 )
+from .journal import RunRecord
 from .layout import Problem
-from .parse import ParsedCell, bounded
-from .rootwriter import RootWriter
 
 # What a summary reports, in the order it is printed.
 COUNTS = (
@@ -97,11 +98,6 @@ class Summary:
         )
 
 
-# The stat signature of a cell not read in full: matches no signature, so
-# that the next ingest reads the cell again (a file inside triton_cache that
-# is made readable keeps its directory's times).
-UNREAD_SIG = "unread:"
-
 BATCH_SECONDS = 2.0  # a whole-tree ingest commits its cells this often
 # ... and pairs the rounds of its last cells this often, uncommitted, and
 # computes their ranges: the run's last commit, paid after the workers are
@@ -143,37 +139,6 @@ class CellPaths:
                 start = end + 1
 
 
-class _KnownCells(Dict[str, Tuple[int, str, str]]):
-    """path -> (id, stat_sig, content_sig), read from the cells table on first use."""
-
-    def __init__(self, conn):
-        super().__init__()
-        self.conn = conn
-
-    complete = False  # after preload(): a path not in the dict is not stored
-
-    def preload(self, tops):
-        """Every stored cell under tops, one query per top: an ingest of a
-        whole tree asks once, not once per cell."""
-        for top in map(str, tops):
-            for path, *row in self.conn.execute(
-                f"SELECT path, id, stat_sig, content_sig FROM cells WHERE {unchanged.AT_OR_UNDER}",
-                unchanged.at_or_under(top),
-            ):
-                self[path] = tuple(row)
-        self.complete = True
-
-    def get(self, key, default=None):
-        if not dict.__contains__(self, key):
-            if self.complete:
-                return default
-            row = self.conn.execute("SELECT id, stat_sig, content_sig FROM cells WHERE path = ?", (key,)).fetchone()
-            if row is None:
-                return default
-            self[key] = tuple(row)
-        return dict.get(self, key, default)
-
-
 class StoreStopped(Exception):
     """The database cannot take more writes (disk full, I/O error): the run
     stops, with what it committed."""
@@ -198,19 +163,6 @@ def _outermost(paths: List[Path]) -> List[Path]:
         for path in dict.fromkeys(paths)
         if not os.path.lexists(path) or not any(parent in given for parent in path.parents)
     ]
-
-
-_BOUNDS = ("at", "low", "high")  # unchanged.at_or_under's, by name
-
-
-def _file_at_or_under(prefix: str = "") -> str:
-    """A file column's test for a path and every path under it, given
-    _file_bounds(path, prefix): several paths in one query, each its prefix."""
-    return unchanged.at_or_under_test("file", *(f":{prefix}{name}" for name in _BOUNDS))
-
-
-def _file_bounds(path: str, prefix: str = "") -> dict:
-    return {prefix + name: bound for name, bound in zip(_BOUNDS, unchanged.at_or_under(path))}
 
 
 class _Batch:
@@ -294,42 +246,40 @@ def fewer_collections(bulk: bool = True):
 
 
 class Ingester:
-    """One ingest or record run over one store."""
+    """One ingest or record run over one store: the walk and the batches. A
+    cell is stored by cellingest.CellIngest; the run's row and its problems
+    are its RunRecord (journal.py)."""
 
     def __init__(self, store, command: str = "ingest", rehash: bool = False):
         self.store = store
         self.conn: sqlite3.Connection = store.conn
         self.command = command
         self.summary = Summary()
-        self.root_refs: dict = {}  # layout.root_of's cache: markers per directory, roots per parent
-        # Looked up per path (index hits): `zlstore record` of one cell must
-        # not read every cell of the store.
-        self.cells = _KnownCells(self.conn)
-        self.run_id: Optional[int] = None
-        self.cell_writer = CellWriter(self.conn)
-        self.root_writer = RootWriter(
+        # a problem told on its own is a log row: its write derives nothing
+        self.record = RunRecord(self.conn, command, self.summary.problems, write=lambda: self._write(deriving=False))
+        self.rehash = rehash  # read every cell: its content hash decides, not its stat signature
+        self.cell_ingest = CellIngest(
             self.conn,
-            write=self._write,
-            problem=self.problem,
-            store_problems=self._store_problems,
-            close_problems=self._close_problems,
-            caliber_id=self.cell_writer.caliber_id,
-            summary=self.summary,
+            self.record,
+            self._write,
+            self.summary,
+            parse.CellParser(fingerprints.ingest_rules(self.conn)),
+            rehash,
         )
+        self.root_writer = self.cell_ingest.root_writer
         self.roots = self.root_writer.roots  # the roots met, by path: the run counts them
         self.roots_met: set = set()  # by _find: roots of cells found, as strings
         self.batch: Optional[_Batch] = None  # a whole-tree ingest's open batch
         self.bulk = False  # a whole tree's cells, written in batches (_write_cells)
         self.data_version: Optional[int] = None  # the store's, when this run last took the lock
-        self.parser = parse.CellParser(fingerprints.ingest_rules(self.conn))
-        self.rehash = rehash  # read every cell: its content hash decides, not its stat signature
 
     # -- the run -----------------------------------------------------------
 
     def run(
         self, paths: Iterable, progress: Optional[Callable[[int, int], None]] = None, require_finished: bool = False
     ) -> Summary:
-        """Store the cells under paths: the run's row; the cells found; the
+        """Store the cells under paths: the run's row (RunRecord.start, in a
+        transaction of its own that derives nothing); the cells found; the
         cells written, in batches each derived before it commits; the
         problems closed and counted; the run's summary row; then the final
         derivation (derive.py). On a full disk (or a failing one) the run
@@ -337,7 +287,8 @@ class Ingester:
         names the cause; the next run, with space, stores the rest."""
         paths = _outermost([_resolved(p) for p in paths])
         try:
-            self._start(paths)
+            with self._write(deriving=False):
+                self.record.start(paths)
             cells = self._found(paths, require_finished)
             self._write_cells(cells, paths, require_finished, progress)
             self._count_open_problems(paths)
@@ -346,14 +297,14 @@ class Ingester:
                 raise
             # Ctrl-C (in Python, or inside SQLite): what was committed is
             # kept; the run's row says it was interrupted
-            self._forget_uncommitted()
+            self.cell_ingest.forget_uncommitted()
             if self.conn.in_transaction:
                 self.conn.execute("ROLLBACK")
             self._finish("interrupted")
             raise KeyboardInterrupt from None
         except StoreStopped as stop:
             self.summary.state = f"stopped: {stop}"
-            self._forget_uncommitted()
+            self.cell_ingest.forget_uncommitted()
             if self.conn.in_transaction:
                 self.conn.execute("ROLLBACK")
             self.summary.counts["roots"] = self._stored_roots()
@@ -369,21 +320,15 @@ class Ingester:
             self._derive_final()  # then the run's final derivation: a transaction of its own
         return self.summary
 
-    def _start(self, paths: List[Path]):
-        """The run's row in ingest_runs (state running), in a transaction of
-        its own: a log row, which derives nothing."""
-        with self._write(deriving=False):
-            self.run_id = db.start_run(self.conn, self.command, [str(p) for p in paths])
-
     def _found(self, paths: List[Path], require_finished: bool) -> "CellPaths":
         """The cells under paths to store (_find); a path that holds none is a problem."""
         cells = CellPaths()
         for path in paths:
             if not os.path.lexists(path):
-                self.problem(Problem(str(path), None, "no such file or directory"))
+                self.record.problem(Problem(str(path), None, "no such file or directory"))
                 continue
             if not self._find(path, cells, require_finished):
-                self.problem(Problem(str(path), None, "no cell directories found (no run.log or cell.env)"))
+                self.record.problem(Problem(str(path), None, "no cell directories found (no run.log or cell.env)"))
         return cells
 
     def _write_cells(self, cells: "CellPaths", paths: List[Path], require_finished: bool, progress):
@@ -392,10 +337,11 @@ class Ingester:
         it commits (_Batch.commit); a record's or a small tree's each in a
         transaction of its own, derived before it commits (_write)."""
         workers = 0 if require_finished else parallel.worker_count(len(cells))
+        known = self.cell_ingest.known
         if workers or len(cells) > parallel.PARALLEL_MIN_CELLS:  # a forked worker must not query the store
-            self.cells.preload(paths)
+            known.preload(paths)
         prepared = (
-            parallel.prepared(cells, workers, parallel.Preparer(self.parser, self.cells, self.rehash))
+            parallel.prepared(cells, workers, parallel.Preparer(self.cell_ingest.parser, known, self.rehash))
             if workers
             else ((cell, None) for cell in cells)
         )
@@ -416,11 +362,12 @@ class Ingester:
             )
 
     def _count_open_problems(self, paths: List[Path]):
-        """Close the problems the run's paths no longer have, and count those
-        still open, with the rounds claimed twice and the screening pairs
-        missing a side (roots.py), which are named, not stored."""
-        self._close_covered(paths)
-        self.summary.open_problems = self._open_problems(paths)
+        """Close the problems the run's paths no longer have
+        (RunRecord.close_covered), and count those still open
+        (RunRecord.open_count), with the rounds claimed twice and the
+        screening pairs missing a side (roots.py), which are named, not stored."""
+        self.record.close_covered(paths)
+        self.summary.open_problems = self.record.open_count(paths)
         root_ids = sorted({root_id for _, root_id in self.roots.values()})
         twice = roots.claimed_twice(self.conn, root_ids, [str(path) for path in paths])
         self.summary.problems.extend(problem for _, problem in twice)
@@ -433,17 +380,9 @@ class Ingester:
     def _finish(self, state: Optional[str] = None):
         """The run's row gets its summary (what was committed, nothing else;
         after Ctrl-C, state 'interrupted'), in a transaction of its own that
-        derives nothing: on a full disk this small one may still fit where
-        the final derivation does not."""
-        if self.run_id is None:
-            return
-        try:
-            with write_transaction(self.conn):
-                db.finish_run(self.conn, self.run_id, self.summary.as_dict(), state)
-        except sqlite3.DatabaseError as error:
-            if state is None and not is_storage_failure(error):
-                raise
-            # interrupted, or a full disk: the next writer closes the row (db.close_abandoned_runs)
+        derives nothing (RunRecord.close): on a full disk this small one may
+        still fit where the final derivation does not."""
+        self.record.close(self.summary.as_dict(), state)
 
     def _derive_final(self):
         """The run's final derivation (Store.derive), in a transaction of its
@@ -452,7 +391,7 @@ class Ingester:
         derives what is left. On a full disk a range left unjudged is judged
         by the views when read (ab_range_unjudged), and stored by the next
         writer that has room."""
-        if self.run_id is None:  # the run's row could not be written: nor anything else
+        if self.record.run_id is None:  # the run's row could not be written: nor anything else
             return
         try:
             self.store.derive()
@@ -464,31 +403,6 @@ class Ingester:
         """The roots this run met that are stored (after a rollback, some may not be)."""
         ids = [root_id for _, root_id in self.roots.values()]
         return sum(1 for root_id in ids if self.conn.execute("SELECT 1 FROM roots WHERE id = ?", (root_id,)).fetchone())
-
-    def _close_covered(self, paths: List[Path]):
-        """Close the earlier problems under paths that no stored cell or root
-        holds (a cell that could not be stored, a directory that could not be
-        listed): this run looked at their files again, and named what it found."""
-        where = f"closed_by IS NULL AND run_id < :run AND cell_id IS NULL AND root_id IS NULL AND {_file_at_or_under()}"
-        covered = [{"run": self.run_id, **_file_bounds(str(path))} for path in paths]
-        covered = [
-            bounds
-            for bounds in covered  # most runs close nothing: no write lock for them
-            if self.conn.execute(f"SELECT 1 FROM ingest_problems WHERE {where} LIMIT 1", bounds).fetchone()
-        ]
-        if covered:
-            with self._write(deriving=False):
-                for bounds in covered:
-                    self.conn.execute(f"UPDATE ingest_problems SET closed_by = :run WHERE {where}", bounds)
-
-    def _open_problems(self, paths: List[Path]) -> int:
-        """The problems still open in what this run covered, and its own."""
-        clauses = " OR ".join(_file_at_or_under(f"p{i}_") for i in range(len(paths)))
-        bounds = {k: v for i, path in enumerate(paths) for k, v in _file_bounds(str(path), f"p{i}_").items()}
-        return self.conn.execute(
-            f"SELECT count(*) FROM ingest_problems WHERE closed_by IS NULL AND (run_id = :run OR {clauses or '0'})",
-            {"run": self.run_id, **bounds},
-        ).fetchone()[0]
 
     def _write_all(self, prepared, total: int, batch: Optional[_Batch], require_finished: bool, progress):  # noqa: C901 -- every way a batch may be undone
         """Store each (cell, what a worker prepared) in batches, or each in
@@ -537,7 +451,7 @@ class Ingester:
                 walked: List[Problem] = []
                 n = cells.add(top, layout.cell_paths(str(top), walked))
                 for problem in walked:
-                    self.problem(problem)
+                    self.record.problem(problem)
                 return n
             found = unchanged.sort_out(self.conn, str(top), parallel.worker_count)
             cells.add(top, found.changed)
@@ -546,7 +460,7 @@ class Ingester:
                 raise StoreStopped(error) from error
             raise
         for problem in found.problems:
-            self.problem(problem)
+            self.record.problem(problem)
         self.summary.counts["cells_unchanged"] += found.unchanged
         for _, root, kind, parts, first_unchanged in found.roots:
             if root not in self.roots_met:
@@ -579,41 +493,17 @@ class Ingester:
                 raise StoreStopped(error) from error
             raise
 
-    def problem(self, problem: Problem, store: bool = True):
-        self.summary.problems.append(problem)
-        if store and self.run_id is not None:
-            with self._write(deriving=False):
-                self._store_problems([problem])
-
-    def _store_problems(self, problems: List[Problem], cell_id: Optional[int] = None, root_id: Optional[int] = None):
-        """A cell's (or a root's) problems stay open while it is stored as
-        it was read; others until a later run covers their file (open_problems)."""
-        self.conn.executemany(
-            "INSERT INTO ingest_problems (run_id, file, line, message, cell_id, root_id) VALUES (?, ?, ?, ?, ?, ?)",
-            [(self.run_id, p.file, p.line, p.message, cell_id, root_id) for p in problems],
-        )
-
-    def _close_problems(self, cell_id: Optional[int] = None, root_id: Optional[int] = None):
-        """Close the open problems of a cell, or a root's own (not its
-        cells'): they were its old files'."""
-        where = "cell_id = ?" if root_id is None else "root_id = ? AND cell_id IS NULL"
-        self.conn.execute(
-            f"UPDATE ingest_problems SET closed_by = ? WHERE {where} AND closed_by IS NULL",
-            (self.run_id, cell_id if root_id is None else root_id),
-        )
-
-    # -- one cell ----------------------------------------------------------
-
     def cell(self, cell: Path, require_finished: bool = False, prepared=None) -> str:
-        """Store one cell; returns what happened: added, replaced, unchanged,
-        unfinished or failed."""
+        """Store one cell (CellIngest.store); returns what happened: added,
+        replaced, unchanged, unfinished or failed. One bad cell never stops
+        the run: it is a problem."""
         try:
-            return self._cell(cell, require_finished, prepared)
+            return self.cell_ingest.store(cell, require_finished, prepared)
         except (KeyboardInterrupt, SystemExit, StoreStopped):
-            self._forget_uncommitted()
+            self.cell_ingest.forget_uncommitted()
             raise
-        except Exception as error:  # one bad cell never stops the run
-            self._forget_uncommitted()
+        except Exception as error:
+            self.cell_ingest.forget_uncommitted()
             db.raise_if_interrupted(error)  # Ctrl-C inside SQLite is no problem of the cell
             if is_storage_failure(error):
                 raise StoreStopped(error) from error
@@ -626,110 +516,16 @@ class Ingester:
                 )
             else:
                 problem = Problem(str(cell), None, f"not stored: {type(error).__name__}: {error}")
-            self.problem(problem)
+            self.record.problem(problem)
             return "failed"
-
-    def _cell(self, cell: Union[Path, str], require_finished: bool, prepared=None) -> str:  # noqa: C901 -- every way a cell may be refused
-        """cell: a str only where a worker prepared it (no Path per cell then)."""
-        key = str(cell)
-        if prepared is not None and isinstance(prepared[2], ParsedCell):
-            # first: the worker sends each text once, and later cells of the
-            # op need it even when this one goes no further
-            self.cell_writer.packed.update(prepared[2].packed)
-        if not layout.storable(key):
-            raise NotStored(
-                "its path holds bytes that are not UTF-8, which the store cannot keep as a path (rename the directory)",
-                key,
-            )
-        if require_finished and not self._finished(cell):  # before the root: store nothing at all
-            self.summary.counts["cells_unfinished"] += 1
-            self.summary.unfinished.append(key)
-            return "unfinished"
-        if prepared is not None and isinstance(prepared[2], tuple):
-            prepared = None  # the worker failed on it: fail here, the same way
-        if prepared is None:
-            cell_path = Path(cell)
-            bounded(self.root_refs, parse.ROOT_CACHE_ENTRIES)
-            ref = layout.locate_root(cell_path, self.root_refs)
-        else:
-            ref, files_sig, parsed = prepared
-        root, root_id = self.root_writer.root(ref)
-        if prepared is None:
-            files, parsed = parse.scan_cell(cell_path), None
-            files_sig = files.stat_sig
-        known = self.cells.get(key)
-        stat_sig = files_sig + root.files_sig
-        if known and not self.rehash and known[1] == stat_sig:
-            self.summary.counts["cells_unchanged"] += 1
-            return "unchanged"
-        if parsed is None:
-            if prepared is not None:  # the worker saw it unchanged; this process does not
-                files = parse.scan_cell(Path(cell))
-                stat_sig = files.stat_sig + root.files_sig
-            parsed = self.parser.parse(files, ref, root)
-        else:
-            parsed.root = root
-        if parsed.reread:
-            stat_sig = UNREAD_SIG
-        if known and known[2] == parsed.content_sig:
-            with self._write():
-                self.conn.execute("UPDATE cells SET stat_sig = ? WHERE id = ?", (stat_sig, known[0]))
-            self.cells[key] = (known[0], stat_sig, known[2])
-            self.summary.counts["cells_unchanged"] += 1
-            return "unchanged"
-        with self._write():
-            # Another writer may have stored this cell since we looked.
-            row = self.conn.execute(
-                "SELECT id, content_sig FROM cells WHERE root_id = ? AND relpath = ?",
-                (root_id, parsed.cell_columns()[1]),
-            ).fetchone()
-            if row and row[1] == parsed.content_sig:
-                outcome = "unchanged"
-                self.conn.execute("UPDATE cells SET stat_sig = ? WHERE id = ?", (stat_sig, row[0]))
-                cell_id = row[0]
-            else:
-                if row:  # its problems were the old files': closed
-                    self._close_problems(cell_id=row[0])
-                    self.conn.execute("DELETE FROM cells WHERE id = ?", (row[0],))
-                cell_id = self.cell_writer.write(parsed, root_id, stat_sig)
-                if parsed.problems:
-                    self._store_problems(parsed.problems, cell_id=cell_id)
-                outcome = "replaced" if row else "added"
-        self.summary.counts["ir_texts_added"] += self.cell_writer.kept(parsed)
-        if not self.cells.complete:  # a whole tree: each path comes once, keep nothing per cell
-            self.cells[key] = (cell_id, stat_sig, parsed.content_sig)
-        self.summary.counts["cells_" + outcome] += 1
-        if outcome != "unchanged":  # an unchanged cell's problems were told when it was stored
-            self.summary.counts["rows_added"] += parsed.row_count
-            self.summary.counts["kernels_added"] += len(parsed.kernels)
-            self.summary.problems.extend(parsed.problems)
-        return outcome
 
     def _see_other_writers(self):
         """Called with the write lock just taken. Where another process
         committed since (PRAGMA data_version moved: a forget, a record,
-        another ingest), what this run remembers of the store may be gone:
-        a forgotten root's id, its blobs and digests, a caliber. Forget it
-        all (a root only if its row is gone): it is looked up again. A kernel
-        written against a blob that a forget removed failed its cell."""
+        another ingest), what this run remembers of the store may be gone
+        (CellIngest.forget_cached). A kernel written against a blob that a
+        forget removed failed its cell."""
         version = self.conn.execute("PRAGMA data_version").fetchone()[0]
         if self.data_version is not None and version != self.data_version:
-            self.root_writer.forget_gone()
-            self.cell_writer.forget_stored()
-            self.cells.clear()
-            self.cells.complete = False
+            self.cell_ingest.forget_cached()
         self.data_version = version
-
-    def _forget_uncommitted(self):
-        """A rolled-back transaction takes its blobs and calibers with it."""
-        self.cell_writer.forget_uncommitted()
-
-    def _finished(self, cell: Union[Path, str]) -> bool:
-        """The harness writes cell.env last, with RC: before that the cell is
-        still running. A cell.env that cannot be read is not a running cell:
-        NotStored, naming it."""
-        refused: List[Problem] = []
-        done = layout.finished(cell, refused, str(layout.locate_root(Path(cell), self.root_refs).path))
-        if refused:
-            raise NotStored(refused[0].message, refused[0].file)
-        return done

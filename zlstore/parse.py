@@ -286,7 +286,7 @@ class ParsedCell:
     fingerprints: Optional[tuple] = None
     packed: Dict[str, Tuple[int, bytes, Optional[str]]] = field(default_factory=dict)  # ir_hash -> packed(its text)
     columns: Optional[tuple] = None  # cell_columns()
-    reread: bool = False  # something was not read: the next ingest reads the cell again (ingest.UNREAD_SIG)
+    reread: bool = False  # something was not read: the next ingest reads the cell again (cellingest.UNREAD_SIG)
     runs: Optional[List[Tuple[bool, List[tuple]]]] = None  # insert_runs(): what a worker sends of the rows
 
     def cell_columns(self) -> tuple:

@@ -20,7 +20,7 @@ import sqlite3
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from . import db, derive, floors, layout, macros, names, output, unchanged
+from . import derive, floors, journal, layout, macros, names, output, unchanged
 
 # A root whose path another root of its name holds (a different root of that
 # name was ingested there since, or merged from a store where it was there)
@@ -365,7 +365,7 @@ def _state(summary: Optional[str]) -> Optional[str]:
 
 def half_ingested(conn: sqlite3.Connection, root_ids: Optional[List[int]] = None) -> List[Tuple[str, layout.Problem]]:
     """The roots (of root_ids; None: every root) an ingest run was killed in
-    (kill -9, a lost node: db.killed) before it finished, and that no later
+    (kill -9, a lost node: journal.killed) before it finished, and that no later
     ingest of the same path (or one above it) has completed: some of their
     cells may be missing, and their pairs NO_ROWS for that. As (root name,
     problem) naming the run, the path it was given and the command that
@@ -382,7 +382,7 @@ def half_ingested(conn: sqlite3.Connection, root_ids: Optional[List[int]] = None
             given = [p for p in json.loads(paths or "[]") if isinstance(p, str)]
         except ValueError:
             continue
-        if db.killed(summary, bool(finished)):
+        if journal.killed(summary, bool(finished)):
             cut.append((run_id, started_at, given))
         elif finished and _state(summary) == "complete":
             completed.append((run_id, given))

@@ -9,10 +9,11 @@ partition, inside the writer's transactions (ingest.py)."""
 import json
 import sqlite3
 from pathlib import Path
-from typing import Callable, ContextManager, Dict, Mapping, Optional, Tuple
+from typing import Callable, ContextManager, Dict, List, Mapping, Optional, Tuple
 
 from . import caliber, layout, names, roots
 from .db import insert_sql, now
+from .journal import RunRecord
 from .layout import Problem
 
 # A screen.tsv line as recorded_verdicts keeps it: where it was read; the
@@ -33,27 +34,22 @@ _REAL_COLUMNS = ("elapsed_before", "elapsed_after")
 
 class RootWriter:
     """The roots of one run, by path. What it needs of the run is given:
-    write, a write transaction (or savepoint) of the run's; problem, which
-    tells and stores a problem of the run; store_problems and
-    close_problems, a root's own problems (open while it is stored as it was
-    read); caliber_id, the id of a caliber, created where new; summary, the
-    run's Summary (ingest.py), which lists the roots moved and the problems
-    found."""
+    record, the run's RunRecord (journal.py), which tells and stores the
+    problems a root has (its own stay open while it is stored as it was
+    read); write, a write transaction (or savepoint) of the run's;
+    caliber_id, the id of a caliber, created where new; moved, the run's
+    list of the roots it met at a new path."""
 
     def __init__(
         self,
         conn: sqlite3.Connection,
         *,
+        record: RunRecord,
         write: Callable[[], ContextManager],
-        problem: Callable[[Problem], None],
-        store_problems: Callable[..., None],
-        close_problems: Callable[..., None],
         caliber_id: Callable[[Optional[tuple]], Optional[int]],
-        summary,
+        moved: List[Dict[str, str]],
     ):
-        self.conn = conn
-        self.write, self.problem, self.caliber_id, self.summary = write, problem, caliber_id, summary
-        self.store_problems, self.close_problems = store_problems, close_problems
+        self.conn, self.record, self.write, self.caliber_id, self.moved = conn, record, write, caliber_id, moved
         self.roots: Dict[Path, Tuple[layout.Root, int]] = {}
 
     def root(self, ref: layout.RootRef) -> Tuple[layout.Root, int]:
@@ -97,7 +93,7 @@ class RootWriter:
             root_id = same[0][0]
             if here:
                 away = roots.set_aside(self.conn, path)
-                self.problem(
+                self.record.problem(
                     Problem(
                         path,
                         None,
@@ -105,21 +101,22 @@ class RootWriter:
                     )
                 )
             moved_from = roots.relocate(self.conn, root_id, path)
-            self.summary.moved.append({"root": root.name, "from": moved_from, "to": path})
+            self.moved.append({"root": root.name, "from": moved_from, "to": path})
             files_sig = self.conn.execute("SELECT files_sig FROM roots WHERE id = ?", (root_id,)).fetchone()[0]
         else:
             root_id = files_sig = None
             others = roots.namesakes(self.conn, root.name, identity)
             if others:
-                self.problem(Problem(path, None, roots.namesake_message(root.name, root.env_file, root.env, others)))
+                self.record.problem(
+                    Problem(path, None, roots.namesake_message(root.name, root.env_file, root.env, others))
+                )
         if root_id is None or files_sig != root.files_sig:
             layout.check_root_numbers(root)
             known = root_id is not None
             root_id = self._upsert_root(root, root_id)
             if known:  # its problems were the old files': closed
-                self.close_problems(root_id=root_id)
-            self.store_problems(root.problems, root_id=root_id)
-            self.summary.problems.extend(root.problems)
+                self.record.close_problems(root_id=root_id)
+            self.record.store(root.problems, root_id=root_id, tell=True)
         return root_id
 
     def _stored_twice(self, root: layout.Root, root_id: int):
@@ -127,7 +124,7 @@ class RootWriter:
         were known by identity holds a moved tree twice."""
         for _, path in roots.with_identity(self.conn, root.identity):
             if path != str(root.path):
-                self.problem(
+                self.record.problem(
                     Problem(
                         str(root.path),
                         None,

@@ -3,7 +3,6 @@ operations the CLI, the runners and datasette share."""
 
 import contextlib
 import functools
-import json
 import os
 import shutil
 import sqlite3
@@ -13,8 +12,8 @@ from typing import Callable, Iterable, Optional, Union
 
 from . import db as dbmod
 from . import derive, fingerprints, floors, migrations, roots, ttgir, unchanged
-from .db import now
 from .ingest import Ingester
+from .journal import RunRecord
 
 PathLike = Union[str, os.PathLike]
 
@@ -362,20 +361,10 @@ class Store:
         except LookupError as error:
             raise LookupError(f"{error}; nor is a cell stored at or under {at}") from None
         with dbmod.write_transaction(self.conn):
-            run_id = dbmod.start_run(self.conn, "forget", [at if found is None else found["path"]])
-            # What is forgotten has no open problem left in the store (a
-            # later ingest of its files names them again).
+            record = RunRecord(self.conn, "forget")
+            record.start([at if found is None else found["path"]])
             cell_ids = [cell[0] for cell in cells]
-            self.conn.execute(
-                "UPDATE ingest_problems SET closed_by = ? WHERE closed_by IS NULL AND (cell_id IN "
-                "(SELECT value FROM json_each(?)) OR root_id = ? OR cell_id IN (SELECT id FROM cells WHERE root_id = ?))",
-                (
-                    run_id,
-                    json.dumps(cell_ids),
-                    None if found is None else found["id"],
-                    None if found is None else found["id"],
-                ),
-            )
+            record.close_forgotten(cell_ids, None if found is None else found["id"])
             if found is None:
                 summary = {
                     "root": cells[0][1],
@@ -385,7 +374,5 @@ class Store:
                 }
             else:
                 summary = {"root": found["name"], "path": found["path"], **roots.forget(self.conn, found["id"])}
-            self.conn.execute(
-                "UPDATE ingest_runs SET finished_at = ?, summary = ? WHERE id = ?", (now(), json.dumps(summary), run_id)
-            )
+            record.finish(summary)
         return summary
