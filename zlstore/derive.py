@@ -5,12 +5,14 @@ campaign is written once and read many times. So the pairs, the ranges
 over rounds, their findings and the noise floors are tables, and every
 writer calls derive() inside its own write transaction, before it commits:
 a committed store never holds stale pairs. Triggers in schema.sql only mark
-work (the three stale queues); they compute nothing. derive() runs, in
+work (the four stale queues); they compute nothing. derive() runs, in
 this order, the steps of:
 
 1. pairing.py: the stale rounds paired again; their row identities queued
    for their ranges; a screening round among them marks every rule's
-   noise floors stale;
+   noise floors stale; screenpairs.py: the screening pairs of those
+   rounds (marked before pairing) and of changed recorded verdicts found
+   again;
 2. ranges.py: the stale ranges computed again; not final, their roots'
    q-values are taken away until the final derivation (ranges.PENDING);
 3. floors.py, final only: the stale noise floors;
@@ -48,6 +50,17 @@ reader knows it is current (docs/development.md shows this list):
 - `ab_duplicate_rounds`. Rounds a side of which several current cells
   claim, or whose cell another copies (view `cell_copies`). Refreshed by
   `pairing.STEPS`. Current as `ab_slot_rows`.
+- `screen_stale_pairs` (a queue). From the keys (root, cell op, dtype)
+  of stale rounds of a screening root (`screenpairs.MARK`, before
+  pairing), a recorded verdict inserted, deleted or edited and a root's
+  kind changed (triggers `recorded_verdicts_*_marks_pair`,
+  `roots_kind_marks_rounds`). Emptied by `screenpairs.STEPS`. Current when
+  empty.
+- `screen_pair_rows`, the screening pairs. From a screening root's cells
+  of either side and its recorded verdicts: the current cell of each side
+  (`[[current_side]]`), its claimants, the recorded verdicts and
+  `environment_differences`. Refreshed by `screenpairs.STEPS`, every
+  writer. Current when `screen_stale_pairs` is empty.
 - `ab_stale_ranges` (a queue). From the row identities (root, op, dtype,
   shape) of the rounds just paired again. Filled by `pairing.STEPS`,
   emptied by `ranges.STEPS`. Current when empty.
@@ -99,13 +112,19 @@ import functools
 import sqlite3
 from typing import Dict, List
 
-from . import floors, macros, pairing, ranges
+from . import floors, macros, pairing, ranges, screenpairs
 
 # The stages of a derivation, in the order derive() runs them: a name, what
 # it does (docs/rendered_sql.py's headings), and its statements.
 STAGES = (
-    ("setup", "the scratch tables (pairing.SETUP, ranges.SETUP)", pairing.SETUP + ranges.SETUP),
+    (
+        "setup",
+        "the scratch tables (pairing.SETUP, ranges.SETUP, screenpairs.SETUP)",
+        pairing.SETUP + ranges.SETUP + screenpairs.SETUP,
+    ),
+    ("mark", "the stale rounds' screening pairs marked, before pairing (screenpairs.MARK)", screenpairs.MARK),
     ("rounds", "the stale rounds paired again (pairing.STEPS)", pairing.STEPS),
+    ("pairs", "the stale screening pairs found again (screenpairs.STEPS)", screenpairs.STEPS),
     ("ranges", "the stale ranges computed again (ranges.STEPS)", ranges.STEPS),
     ("pending", "a batch's pending ranges, final=False only (ranges.PENDING)", ranges.PENDING),
     ("floors", "the stale noise floors, final only (floors.STEPS)", floors.STEPS),
@@ -130,6 +149,16 @@ def _run(conn: sqlite3.Connection, stage: str):
 
 def _any(conn: sqlite3.Connection, table: str) -> bool:
     return conn.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone() is not None
+
+
+# The queues of work for derive(): rounds, floors, ranges, screening pairs.
+_QUEUES = ("ab_stale_rounds", "ab_stale_floors", "ab_stale_ranges", "screen_stale_pairs")
+
+
+def _any_of(conn: sqlite3.Connection, tables) -> bool:
+    """Whether any of the tables holds a row: one statement (a reader asks on open)."""
+    tests = " OR ".join(f"EXISTS (SELECT 1 FROM {table})" for table in tables)
+    return bool(conn.execute(f"SELECT {tests}").fetchone()[0])
 
 
 def _unjudged_rows(conn: sqlite3.Connection) -> bool:
@@ -158,13 +187,17 @@ def derive(conn: sqlite3.Connection, final: bool = True, rejudge: bool = False, 
     rounds = _any(conn, "ab_stale_rounds")
     floors_stale = final and _any(conn, "ab_stale_floors")
     judge = final and (rejudge or _unjudged_rows(conn))
-    if not rounds and not floors_stale and not judge and not _any(conn, "ab_stale_ranges"):
+    pairs = _any(conn, "screen_stale_pairs")
+    if not rounds and not pairs and not floors_stale and not judge and not _any(conn, "ab_stale_ranges"):
         return False
     _run(conn, "setup")
     if rounds:
+        _run(conn, "mark")
         _run(conn, "rounds")
         if pairing.screening_rounds_paired(conn):
             floors.mark_every(conn)
+    if _any(conn, "screen_stale_pairs"):
+        _run(conn, "pairs")
     if _any(conn, "ab_stale_ranges"):
         _run(conn, "ranges")
         if not final:
@@ -190,11 +223,11 @@ def pending(conn: sqlite3.Connection) -> bool:
     """Whether a reader would see pairs or noise floors older than the
     cells: rounds or floors marked stale and not derived since (an edit by
     hand, a run stopped midway). Ranges merely unjudged the views judge on read."""
-    return _any(conn, "ab_stale_rounds") or _any(conn, "ab_stale_floors") or _any(conn, "ab_stale_ranges")
+    return _any_of(conn, _QUEUES)
 
 
 def stale(conn: sqlite3.Connection) -> bool:
     """Whether derive() has work to do. A judgement made under another
     basis is not (the views judge such a range on the fly): the next write
     that judges stores it again."""
-    return _any(conn, "ab_stale_rounds") or _any(conn, "ab_stale_floors") or _unjudged_rows(conn)
+    return _any_of(conn, ("ab_stale_rounds", "ab_stale_floors", "screen_stale_pairs")) or _unjudged_rows(conn)

@@ -337,6 +337,14 @@ def _until_decided_campaigns(conn):
     )
 
 
+@migration(18, rederive=True)
+def _screening_pairs_kept(conn):
+    """Release 18 keeps the screening pairs in a table (screen_pair_rows,
+    created from schema.sql's tables), so that a page of one screening root
+    reads its own pairs: every round is paired again (rederive), which
+    finds every screening pair."""
+
+
 def _stored_schema_hash(conn):
     try:
         row = conn.execute("SELECT value FROM settings WHERE key = 'schema_hash'").fetchone()
