@@ -528,6 +528,25 @@ CREATE TABLE IF NOT EXISTS screen_stale_pairs (
     dtype TEXT
 );
 
+-- The IR change behind a campaign's findings: per (campaign or repeat
+-- root, row op, dtype, rule) with a faster or slower range, its op's IR
+-- change summary as `zlstore ab --json` shows it (irchanges.op_changes,
+-- JSON), read from the cells before_cell_id and after_cell_id (its
+-- screening root's pair, screen_root_id, or its own first round; NULL: no
+-- pair answered, see the JSON's problem). Kept by the writers' final
+-- derivation (irchanges.derive_changes), so that ab reads them.
+CREATE TABLE IF NOT EXISTS ir_change_rows (
+    root_id INTEGER NOT NULL,
+    op TEXT,
+    dtype TEXT,
+    rule TEXT NOT NULL,
+    screen_root_id INTEGER,
+    before_cell_id INTEGER,
+    after_cell_id INTEGER,
+    changes TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ir_change_rows_key ON ir_change_rows(root_id, op, dtype, rule);
+
 -- Per (rule, screening root, row op, dtype, shape, caliber, machine): the
 -- noise floor its NO_IR_DIFF pairs give under that rule (see the view
 -- noise_floors, which shows the current rule's pooled per machine, and

@@ -18,7 +18,9 @@ this order, the steps of:
 3. floors.py, final only: the stale noise floors;
 4. ranges.py, final only: Benjamini-Hochberg over each touched root's
    family, then the judgement of every range whose stored one cannot be
-   read.
+   read;
+5. irchanges.py, final only: the IR change of each op with a faster or
+   slower range that lacks one (derive_changes), which `ab --json` reads.
 
 Final is the default: a batch of a whole-tree ingest and a merged root
 pass final=False, because the run's own final derivation follows
@@ -96,6 +98,14 @@ reader knows it is current (docs/development.md shows this list):
   cells' environments (`environment_machines`) and their `ab_slot_rows`.
   Refreshed by `floors.STEPS`, final only. Current when `ab_stale_floors`
   is empty.
+
+- `ir_change_rows`. From the findings (`ab_range_rows.finding` faster or
+  slower) and the op's pair of cells (its campaign's screening pair, else
+  its first round): irchanges.op_changes' summary, under the current rule.
+  Refreshed by a final derivation (`irchanges.derive_changes`): a row whose
+  cells are gone, superseded or no longer the pair goes, a missing one is
+  summed up. Current when every finding's op has one; a reader without one
+  sums it up on read.
 
 Caches, outside derive(): `ir_digests` (an IR text's digest under a rule:
 written with the cell's fingerprints by ingest and
@@ -206,6 +216,10 @@ def derive(conn: sqlite3.Connection, final: bool = True, rejudge: bool = False, 
         _run(conn, "floors")
     if final and (rejudge or _unjudged_rows(conn)):
         _run(conn, "judging")
+    if final:
+        from . import irchanges  # noqa: PLC0415 - here: it reads through judge.py, which imports this module
+
+        irchanges.derive_changes(conn)
     return True
 
 
