@@ -57,6 +57,9 @@ HIDDEN_TABLES = (
     "noise_floor_rows",
     "ab_judgement_basis",
     "ab_range_json",
+    "screen_pair_rows",
+    "screen_stale_pairs",
+    "ir_change_rows",
 )
 
 
