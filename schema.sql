@@ -558,6 +558,17 @@ CREATE TABLE IF NOT EXISTS noise_floor_rows (
 );
 CREATE INDEX IF NOT EXISTS noise_floor_rows_shape ON noise_floor_rows(rule, op, dtype, shape, caliber_id);
 
+-- Per rule with noise floors, its floors as judging_basis spells them
+-- (the view noise_floor_texts_now): written with the floors
+-- (zlstore/floors.py), so that a reader asking whether the stored
+-- judgements are current reads one row instead of every floor of the
+-- store. A floor edited by hand drops its rule's row (triggers below), and
+-- judging_basis spells the floors on the fly until the next writer.
+CREATE TABLE IF NOT EXISTS noise_floor_texts (
+    rule TEXT PRIMARY KEY,
+    text TEXT NOT NULL
+);
+
 CREATE TABLE IF NOT EXISTS ab_stale_floors (
     rule TEXT PRIMARY KEY
 );
@@ -573,6 +584,23 @@ WHEN EXISTS (SELECT 1 FROM cells JOIN roots ON roots.id = cells.root_id
              WHERE cells.id = OLD.cell_id AND roots.kind = 'screen')
 BEGIN
     INSERT OR IGNORE INTO ab_stale_floors (rule) VALUES (OLD.rule);
+END;
+
+-- A noise floor inserted, edited or deleted: its rule's spelled floors
+-- (noise_floor_texts) are another's now; floors.py writes them again.
+CREATE TRIGGER noise_floor_rows_insert_drops_text AFTER INSERT ON noise_floor_rows
+BEGIN
+    DELETE FROM noise_floor_texts WHERE rule = NEW.rule;
+END;
+
+CREATE TRIGGER noise_floor_rows_update_drops_text AFTER UPDATE ON noise_floor_rows
+BEGIN
+    DELETE FROM noise_floor_texts WHERE rule IN (OLD.rule, NEW.rule);
+END;
+
+CREATE TRIGGER noise_floor_rows_delete_drops_text AFTER DELETE ON noise_floor_rows
+BEGIN
+    DELETE FROM noise_floor_texts WHERE rule = OLD.rule;
 END;
 
 -- A verdict the harness recorded is part of its screening pair's row
@@ -1502,6 +1530,19 @@ FROM ab_range_judgements j
 LEFT JOIN calibers ON calibers.id = j.caliber_id
 LEFT JOIN differs ON differs.root_id = j.root_id AND differs.op IS j.op AND differs.dtype IS j.dtype;
 
+-- Per rule, its noise floors spelled out (NULL: none), the part of
+-- judging_basis that says the floors: every noise_floor_rows row of the
+-- rule in a fixed order. floors.py stores it (noise_floor_texts).
+CREATE VIEW noise_floor_texts_now AS
+SELECT
+    r.rule,
+    (SELECT group_concat(floor_text, ';') FROM (
+        SELECT root_id || ',' || quote(op) || ',' || quote(dtype) || ',' || quote(shape) || ',' || caliber_id
+               || ',' || quote(machine) || ',' || n || ',' || quote(floor) AS floor_text
+        FROM noise_floor_rows o WHERE o.rule = r.rule
+        ORDER BY root_id, op, dtype, shape, caliber_id)) AS text
+FROM fingerprint_rules r;
+
 -- What a range's judgement rests on beyond its own row: the settings
 -- (judging_settings), this release's schema (its findings' SQL), the
 -- current rule's noise floors and each campaign's screening root; the basis the stored judgements were made
@@ -1513,12 +1554,10 @@ WITH now AS MATERIALIZED (
     SELECT
         s.current_rule || '|' || s.q_max || '|' || s.min_effect || '|' || s.min_rounds
         || '|' || coalesce((SELECT value FROM settings WHERE key = 'schema_hash'), '')
-        || '|' || coalesce((
-            SELECT group_concat(floor_text, ';') FROM (
-                SELECT root_id || ',' || quote(op) || ',' || quote(dtype) || ',' || quote(shape) || ',' || caliber_id
-                       || ',' || quote(machine) || ',' || n || ',' || quote(floor) AS floor_text
-                FROM noise_floor_rows WHERE rule = s.current_rule
-                ORDER BY root_id, op, dtype, shape, caliber_id)), '')
+        -- the current rule's floors, as the writers spelled them, else spelled now
+        || '|' || coalesce(
+            (SELECT text FROM noise_floor_texts WHERE rule = s.current_rule),
+            (SELECT text FROM noise_floor_texts_now WHERE rule = s.current_rule), '')
         || '|' || coalesce((  -- which screening root is each campaign's own
             SELECT group_concat(own, ';') FROM (
                 SELECT root_id || '>' || screen_root_id AS own FROM root_screens

@@ -60,6 +60,7 @@ HIDDEN_TABLES = (
     "screen_pair_rows",
     "screen_stale_pairs",
     "ir_change_rows",
+    "noise_floor_texts",
 )
 
 

@@ -98,6 +98,11 @@ reader knows it is current (docs/development.md shows this list):
   cells' environments (`environment_machines`) and their `ab_slot_rows`.
   Refreshed by `floors.STEPS`, final only. Current when `ab_stale_floors`
   is empty.
+- `noise_floor_texts`, per rule. From `noise_floor_rows`, spelled as
+  `judging_basis` reads them (view `noise_floor_texts_now`). Refreshed by
+  `floors.STEPS` with the floors; a floor edited by hand drops its rule's
+  (triggers `noise_floor_rows_*_drops_text`). Current when present:
+  judging_basis spells the floors itself where it is not.
 
 - `ir_change_rows`. From the findings (`ab_range_rows.finding` faster or
   slower) and the op's pair of cells (its campaign's screening pair, else
