@@ -15,7 +15,7 @@ import sqlite3
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import urlencode
 
-from . import irdiff, irsummary, judge, names, output
+from . import irdiff, irsummary, judge, names, output, pagenames
 
 # What a finding says the switch did (names.FINDINGS' first two: faster,
 # slower): the ranges that get their op's IR change.
@@ -47,11 +47,8 @@ def _screening_root(store, found: Mapping) -> Optional[dict]:
 
 def kernel_diff_url(root: str, op: str, dtype: Optional[str], rule: str, base: str = SERVE_URL) -> str:
     """The kernel_diff page of a screening pair, as zlstore serve shows it."""
-    from .datasette_plugin import KERNEL_DIFF  # noqa: PLC0415 - datasette is imported only for a link
-    from .datasette_site import DB_NAME  # noqa: PLC0415
-
     query = urlencode({"root": root, "op": op, "dtype": dtype or "", "rule": rule})
-    return f"{base}/{DB_NAME}/{KERNEL_DIFF}?{query}"
+    return f"{base}/{pagenames.DB_NAME}/{pagenames.KERNEL_DIFF}?{query}"
 
 
 def op_changes(store, root, op: str, dtype: Optional[str], rule: Optional[str] = None) -> dict:
@@ -231,6 +228,13 @@ _WANTED = f"""SELECT DISTINCT r.root_id, roots.path, r.op, r.dtype
     ORDER BY r.root_id, r.op, r.dtype"""
 
 
+# The change another campaign of the same screening root stored for the
+# op: read from the same screening pair, it says the same.
+_SHARED = """SELECT c.screen_root_id, c.before_cell_id, c.after_cell_id, c.changes FROM ir_change_rows c
+    WHERE c.screen_root_id = (SELECT o.screen_root_id FROM root_screens o WHERE o.root_id = ?)
+      AND c.op IS ? AND c.dtype IS ? AND c.rule = ? AND c.before_cell_id IS NOT NULL LIMIT 1"""
+
+
 class _OnConnection:
     """What op_changes reads of a Store, on a writer's connection inside
     its transaction (derive.derive has the connection, not the Store)."""
@@ -258,12 +262,17 @@ def derive_changes(conn: sqlite3.Connection) -> int:
     store = _OnConnection(conn)
     wanted = conn.execute(_WANTED, (*SAID, store.current_rule)).fetchall()
     for root_id, path, op, dtype in wanted:
-        changes, screen_id, before_id, after_id, words = _op_changes(store, path, op, dtype)
-        if words is not None:
-            changes["command"] = words
+        shared = conn.execute(_SHARED, (root_id, op, dtype, store.current_rule)).fetchone()
+        if shared is not None:  # another campaign of the same screening root: the same pair, the same change
+            screen_id, before_id, after_id, text = shared
+        else:
+            changes, screen_id, before_id, after_id, words = _op_changes(store, path, op, dtype)
+            if words is not None:
+                changes["command"] = words
+            text = json.dumps(brief(changes))
         conn.execute(
             "INSERT INTO ir_change_rows (root_id, op, dtype, rule, screen_root_id, before_cell_id, after_cell_id, changes) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (root_id, op, dtype, store.current_rule, screen_id, before_id, after_id, json.dumps(brief(changes))),
+            (root_id, op, dtype, store.current_rule, screen_id, before_id, after_id, text),
         )
     return len(wanted)
