@@ -125,9 +125,10 @@ the store for writing).
 
 import functools
 import sqlite3
-from typing import Dict, List
+from typing import Callable, Dict, List
 
 from . import floors, macros, pairing, ranges, screenpairs
+from .derivedstate import _any, _unjudged_rows, pending, stale, unjudged  # noqa: F401 (derive.pending etc. for its callers)
 
 # The stages of a derivation, in the order derive() runs them: a name, what
 # it does (docs/rendered_sql.py's headings), and its statements.
@@ -151,6 +152,15 @@ STAGES = (
 )
 
 
+# The steps of a final derivation written in Python, after the SQL's: a
+# module registers its own on import (irchanges.derive_changes, each
+# finding's IR change: the command line and `from zlstore import Store`
+# import it), so that this module imports none of what they read (irdiff
+# reads through judge). A writer without it leaves the IR changes to be
+# summed up on read, as a store of an older release has them.
+FINAL_STEPS: List[Callable[[sqlite3.Connection], object]] = []
+
+
 @functools.lru_cache(maxsize=None)
 def statements() -> Dict[str, List[str]]:
     """Each stage's statements with their macros expanded, once per process."""
@@ -160,25 +170,6 @@ def statements() -> Dict[str, List[str]]:
 def _run(conn: sqlite3.Connection, stage: str):
     for statement in statements()[stage]:
         conn.execute(statement)
-
-
-def _any(conn: sqlite3.Connection, table: str) -> bool:
-    return conn.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone() is not None
-
-
-# The queues of work for derive(): rounds, floors, ranges, screening pairs.
-_QUEUES = ("ab_stale_rounds", "ab_stale_floors", "ab_stale_ranges", "screen_stale_pairs")
-
-
-def _any_of(conn: sqlite3.Connection, tables) -> bool:
-    """Whether any of the tables holds a row: one statement (a reader asks on open)."""
-    tests = " OR ".join(f"EXISTS (SELECT 1 FROM {table})" for table in tables)
-    return bool(conn.execute(f"SELECT {tests}").fetchone()[0])
-
-
-def _unjudged_rows(conn: sqlite3.Connection) -> bool:
-    """Ranges to compute again, or computed and not judged since."""
-    return _any(conn, "ab_stale_ranges") or _any(conn, "ab_range_rows WHERE judged IS NULL")
 
 
 def derive(conn: sqlite3.Connection, final: bool = True, rejudge: bool = False, every: bool = False) -> bool:
@@ -222,31 +213,6 @@ def derive(conn: sqlite3.Connection, final: bool = True, rejudge: bool = False, 
     if final and (rejudge or _unjudged_rows(conn)):
         _run(conn, "judging")
     if final:
-        from . import irchanges  # noqa: PLC0415 - here: it reads through judge.py, which imports this module
-
-        irchanges.derive_changes(conn)
+        for step in FINAL_STEPS:
+            step(conn)
     return True
-
-
-def unjudged(conn: sqlite3.Connection) -> bool:
-    """Whether a range's stored judgement cannot be read: the range is to
-    be computed again, it has none, or it was made under another basis (the
-    settings, this release, the current rule's noise floors)."""
-    if _unjudged_rows(conn):
-        return True
-    readable = conn.execute("SELECT current OR NOT EXISTS (SELECT 1 FROM ab_range_rows) FROM judging_basis")
-    return not readable.fetchone()[0]
-
-
-def pending(conn: sqlite3.Connection) -> bool:
-    """Whether a reader would see pairs or noise floors older than the
-    cells: rounds or floors marked stale and not derived since (an edit by
-    hand, a run stopped midway). Ranges merely unjudged the views judge on read."""
-    return _any_of(conn, _QUEUES)
-
-
-def stale(conn: sqlite3.Connection) -> bool:
-    """Whether derive() has work to do. A judgement made under another
-    basis is not (the views judge such a range on the fly): the next write
-    that judges stores it again."""
-    return _any_of(conn, ("ab_stale_rounds", "ab_stale_floors", "screen_stale_pairs")) or _unjudged_rows(conn)

@@ -15,7 +15,7 @@ import sqlite3
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import urlencode
 
-from . import irdiff, irsummary, judge, names, output, pagenames
+from . import derive, irdiff, irsummary, judge, names, output, pagenames
 
 # What a finding says the switch did (names.FINDINGS' first two: faster,
 # slower): the ranges that get their op's IR change.
@@ -276,3 +276,6 @@ def derive_changes(conn: sqlite3.Connection) -> int:
             (root_id, op, dtype, store.current_rule, screen_id, before_id, after_id, text),
         )
     return len(wanted)
+
+
+derive.FINAL_STEPS.append(derive_changes)
