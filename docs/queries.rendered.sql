@@ -192,7 +192,8 @@ SELECT j.root, j.reason, j.op, j.dtype,
        group_concat(DISTINCT j.not_counted) AS not_counted
 FROM ab_rejected j
 LEFT JOIN rejection_reasons rr ON rr.reason = j.reason
-WHERE :root = '' OR j.root = :root
+-- one root's rows by its index; every root's when :root is empty
+WHERE j.root IN (SELECT name FROM roots WHERE name = :root UNION ALL SELECT name FROM roots WHERE :root = '')
 GROUP BY j.root, j.reason, j.op, j.dtype
 ORDER BY j.root, rr.position, j.op, j.dtype;
 
@@ -228,20 +229,24 @@ repeats AS (
     FROM campaign JOIN cells ON cells.root_id = campaign.id AND cells.superseded_at IS NULL
     GROUP BY campaign.id, cells.op, cells.dtype
 )
-SELECT campaign.name AS root, campaign.screen_root, repeats.op, repeats.dtype,
-       v.verdict AS screen_verdict,
-       v.elapsed_before + v.elapsed_after AS screen_s,
-       repeats.rounds, repeats.cells, repeats.repeat_s,
-       round(repeats.repeat_s / (v.elapsed_before + v.elapsed_after), 3) AS repeat_per_screen,
-       round(repeats.repeat_s / (v.elapsed_before + v.elapsed_after) / repeats.rounds, 3) AS per_round,
-       (SELECT p.weight_min FROM partitions p WHERE p.root_id = campaign.id
-           AND p.op = repeats.op AND p.dtype IS repeats.dtype) AS planned_min,
-       round(repeats.repeat_s / 60.0, 2) AS actual_min
-FROM campaign
-JOIN repeats ON repeats.root_id = campaign.id
-LEFT JOIN verdicts v
-    ON v.root_id = campaign.screen_id AND v.op = repeats.op AND v.dtype IS repeats.dtype
-ORDER BY campaign.name, repeats.repeat_s DESC;
+SELECT root, screen_root, op, dtype, screen_verdict, screen_s, rounds, cells, repeat_s,
+       round(repeat_s / screen_s, 3) AS repeat_per_screen,
+       round(repeat_s / screen_s / rounds, 3) AS per_round,
+       planned_min, actual_min
+FROM (
+    -- each op's screening pair looked up in its root by index, not joined to every pair
+    SELECT campaign.name AS root, campaign.screen_root, repeats.op, repeats.dtype,
+           (SELECT v.verdict FROM verdicts v WHERE v.root_id = campaign.screen_id
+               AND v.op = repeats.op AND v.dtype IS repeats.dtype) AS screen_verdict,
+           (SELECT v.elapsed_before + v.elapsed_after FROM verdicts v WHERE v.root_id = campaign.screen_id
+               AND v.op = repeats.op AND v.dtype IS repeats.dtype) AS screen_s,
+           repeats.rounds, repeats.cells, repeats.repeat_s,
+           (SELECT p.weight_min FROM partitions p WHERE p.root_id = campaign.id
+               AND p.op = repeats.op AND p.dtype IS repeats.dtype) AS planned_min,
+           round(repeats.repeat_s / 60.0, 2) AS actual_min
+    FROM campaign
+    JOIN repeats ON repeats.root_id = campaign.id
+    ORDER BY campaign.name, repeats.repeat_s DESC LIMIT -1)  -- kept whole: each lookup once;
 
 -- ===== metadata.plugins.datasette-dashboards.campaign.charts.progress.query =====
 WITH campaign AS (

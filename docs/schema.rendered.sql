@@ -500,6 +500,54 @@ CREATE TABLE IF NOT EXISTS ab_duplicate_rounds (
 );
 CREATE INDEX IF NOT EXISTS ab_duplicate_rounds_root ON ab_duplicate_rounds(root_id);
 
+-- One row per screening pair (root, cell op, dtype) of a screening root:
+-- the current cell of each side and how many current cells claim it (the
+-- view verdicts_by_rule reads these; they are not an interface), the
+-- verdicts the harness recorded, and the environment fields its cells
+-- differ in (environment_differences, a JSON object). Kept by the writers
+-- (zlstore/screenpairs.py), so that a page of one root reads that root's
+-- pairs by index instead of building every pair of the store.
+CREATE TABLE IF NOT EXISTS screen_pair_rows (
+    root_id INTEGER NOT NULL,
+    op TEXT,
+    dtype TEXT,
+    before_cell_id INTEGER,
+    after_cell_id INTEGER,
+    before_claims INTEGER,
+    after_claims INTEGER,
+    recorded_verdict TEXT,
+    orig_verdict TEXT,
+    environment_differs TEXT
+);
+CREATE INDEX IF NOT EXISTS screen_pair_rows_key ON screen_pair_rows(root_id, op, dtype);
+
+-- The screening pairs to find again (screenpairs.py): the keys of stale
+-- screening rounds, and of a root whose recorded verdicts changed.
+CREATE TABLE IF NOT EXISTS screen_stale_pairs (
+    root_id INTEGER NOT NULL,
+    op TEXT,
+    dtype TEXT
+);
+
+-- The IR change behind a campaign's findings: per (campaign or repeat
+-- root, row op, dtype, rule) with a faster or slower range, its op's IR
+-- change summary as `zlstore ab --json` shows it (irchanges.op_changes,
+-- JSON), read from the cells before_cell_id and after_cell_id (its
+-- screening root's pair, screen_root_id, or its own first round; NULL: no
+-- pair answered, see the JSON's problem). Kept by the writers' final
+-- derivation (irchanges.derive_changes), so that ab reads them.
+CREATE TABLE IF NOT EXISTS ir_change_rows (
+    root_id INTEGER NOT NULL,
+    op TEXT,
+    dtype TEXT,
+    rule TEXT NOT NULL,
+    screen_root_id INTEGER,
+    before_cell_id INTEGER,
+    after_cell_id INTEGER,
+    changes TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ir_change_rows_key ON ir_change_rows(root_id, op, dtype, rule);
+
 -- Per (rule, screening root, row op, dtype, shape, caliber, machine): the
 -- noise floor its NO_IR_DIFF pairs give under that rule (see the view
 -- noise_floors, which shows the current rule's pooled per machine, and
@@ -522,6 +570,17 @@ CREATE TABLE IF NOT EXISTS noise_floor_rows (
 );
 CREATE INDEX IF NOT EXISTS noise_floor_rows_shape ON noise_floor_rows(rule, op, dtype, shape, caliber_id);
 
+-- Per rule with noise floors, its floors as judging_basis spells them
+-- (the view noise_floor_texts_now): written with the floors
+-- (zlstore/floors.py), so that a reader asking whether the stored
+-- judgements are current reads one row instead of every floor of the
+-- store. A floor edited by hand drops its rule's row (triggers below), and
+-- judging_basis spells the floors on the fly until the next writer.
+CREATE TABLE IF NOT EXISTS noise_floor_texts (
+    rule TEXT PRIMARY KEY,
+    text TEXT NOT NULL
+);
+
 CREATE TABLE IF NOT EXISTS ab_stale_floors (
     rule TEXT PRIMARY KEY
 );
@@ -537,6 +596,42 @@ WHEN EXISTS (SELECT 1 FROM cells JOIN roots ON roots.id = cells.root_id
              WHERE cells.id = OLD.cell_id AND roots.kind = 'screen')
 BEGIN
     INSERT OR IGNORE INTO ab_stale_floors (rule) VALUES (OLD.rule);
+END;
+
+-- A noise floor inserted, edited or deleted: its rule's spelled floors
+-- (noise_floor_texts) are another's now; floors.py writes them again.
+CREATE TRIGGER noise_floor_rows_insert_drops_text AFTER INSERT ON noise_floor_rows
+BEGIN
+    DELETE FROM noise_floor_texts WHERE rule = NEW.rule;
+END;
+
+CREATE TRIGGER noise_floor_rows_update_drops_text AFTER UPDATE ON noise_floor_rows
+BEGIN
+    DELETE FROM noise_floor_texts WHERE rule IN (OLD.rule, NEW.rule);
+END;
+
+CREATE TRIGGER noise_floor_rows_delete_drops_text AFTER DELETE ON noise_floor_rows
+BEGIN
+    DELETE FROM noise_floor_texts WHERE rule = OLD.rule;
+END;
+
+-- A verdict the harness recorded is part of its screening pair's row
+-- (screen_pair_rows): recorded, edited or gone, the pair is found again.
+CREATE TRIGGER recorded_verdicts_insert_marks_pair AFTER INSERT ON recorded_verdicts
+BEGIN
+    INSERT INTO screen_stale_pairs (root_id, op, dtype) VALUES (NEW.root_id, NEW.op, NEW.dtype);
+END;
+
+CREATE TRIGGER recorded_verdicts_delete_marks_pair AFTER DELETE ON recorded_verdicts
+BEGIN
+    INSERT INTO screen_stale_pairs (root_id, op, dtype) VALUES (OLD.root_id, OLD.op, OLD.dtype);
+END;
+
+CREATE TRIGGER recorded_verdicts_update_marks_pair AFTER UPDATE OF root_id, file, line, op, dtype, verdict
+ON recorded_verdicts
+BEGIN
+    INSERT INTO screen_stale_pairs (root_id, op, dtype)
+    VALUES (OLD.root_id, OLD.op, OLD.dtype), (NEW.root_id, NEW.op, NEW.dtype);
 END;
 
 -- Every insert, delete or edit of a cell marks its round (names.ROUND_KEY)
@@ -586,6 +681,9 @@ BEGIN
     INSERT INTO ab_stale_rounds (root_id, card, repeat_dir, cell_op, cell_dtype, round)
     SELECT DISTINCT root_id, pair_card, repeat_dir, op, dtype, round FROM cells
     WHERE root_id = NEW.id AND side IN ('before', 'after');
+    INSERT INTO screen_stale_pairs (root_id, op, dtype)
+    SELECT root_id, op, dtype FROM recorded_verdicts WHERE root_id = NEW.id
+    UNION SELECT root_id, op, dtype FROM screen_pair_rows WHERE root_id = NEW.id;
 END;
 
 -- A root's stopping rule decides how its ranges are tested (ranges.py):
@@ -1132,39 +1230,7 @@ WHERE s.reason IS NOT NULL;
 -- screen.tsv.orig (NO_KERNEL read as NO_TRITON). The caliber is the pair's
 -- common caliber (NULL when unknown or when the sides differ; see note).
 CREATE VIEW verdicts_by_rule AS
-WITH differs AS MATERIALIZED (  -- once per query, not once per pair and rule
-    SELECT root_id, op, dtype, json_group_object(field, json("values")) AS environment_differs
-    FROM environment_differences
-    GROUP BY root_id, op, dtype
-),
-pair_keys AS (
-    SELECT cells.root_id, cells.op, cells.dtype
-    FROM cells JOIN roots ON roots.id = cells.root_id
-    WHERE roots.kind = 'screen' AND cells.side IN ('before', 'after')
-    UNION
-    SELECT recorded_verdicts.root_id, recorded_verdicts.op, recorded_verdicts.dtype
-    FROM recorded_verdicts JOIN roots ON roots.id = recorded_verdicts.root_id
-    WHERE roots.kind = 'screen'
-),
-pairs AS MATERIALIZED (
-    SELECT
-        k.root_id, k.op, k.dtype,
-        (SELECT cell_id FROM (SELECT max(c.id) AS cell_id, count(*) AS claims FROM cells c
-WHERE c.root_id = k.root_id AND c.op IS k.op AND c.dtype IS k.dtype AND c.side = 'before' AND c.superseded_at IS NULL)) AS before_cell_id,
-        (SELECT cell_id FROM (SELECT max(c.id) AS cell_id, count(*) AS claims FROM cells c
-WHERE c.root_id = k.root_id AND c.op IS k.op AND c.dtype IS k.dtype AND c.side = 'after' AND c.superseded_at IS NULL)) AS after_cell_id,
-        (SELECT claims FROM (SELECT max(c.id) AS cell_id, count(*) AS claims FROM cells c
-WHERE c.root_id = k.root_id AND c.op IS k.op AND c.dtype IS k.dtype AND c.side = 'before' AND c.superseded_at IS NULL)) AS before_claims,
-        (SELECT claims FROM (SELECT max(c.id) AS cell_id, count(*) AS claims FROM cells c
-WHERE c.root_id = k.root_id AND c.op IS k.op AND c.dtype IS k.dtype AND c.side = 'after' AND c.superseded_at IS NULL)) AS after_claims,
-        (SELECT rv.verdict FROM recorded_verdicts rv WHERE rv.root_id = k.root_id
-            AND rv.file = 'screen.tsv' AND rv.op IS k.op AND rv.dtype IS k.dtype
-            ORDER BY rv.line LIMIT 1) AS recorded_verdict,
-        (SELECT rv.verdict FROM recorded_verdicts rv WHERE rv.root_id = k.root_id
-            AND rv.file = 'screen.tsv.orig' AND rv.op IS k.op AND rv.dtype IS k.dtype
-            ORDER BY rv.line LIMIT 1) AS orig_verdict
-    FROM pair_keys k
-),
+WITH
 rules AS (
     SELECT rule FROM fingerprint_rules
 ),
@@ -1194,8 +1260,9 @@ verdict_inputs AS (
         -- shown beside the verdict, not read by it
         b.convert_layouts AS before_convert_layouts, a.convert_layouts AS after_convert_layouts,
         b.elapsed_s AS before_elapsed_s, a.elapsed_s AS after_elapsed_s,
-        sb.fingerprint = sa.fingerprint AS strictest_same
-    FROM pairs
+        sb.fingerprint = sa.fingerprint AS strictest_same,
+        pairs.environment_differs
+    FROM screen_pair_rows pairs  -- kept by the writers (screenpairs.py): one root's pairs by index
     CROSS JOIN rules
     LEFT JOIN cells b ON b.id = pairs.before_cell_id
     LEFT JOIN cells a ON a.id = pairs.after_cell_id
@@ -1248,7 +1315,7 @@ judged AS (
             3), '') AS note,
         before_convert_layouts AS cl_before, after_convert_layouts AS cl_after,
         before_elapsed_s AS elapsed_before, after_elapsed_s AS elapsed_after,
-        strictest_same
+        strictest_same, environment_differs
     FROM verdict_inputs
 )
 SELECT
@@ -1290,9 +1357,8 @@ SELECT
     judged.after_cell_id,
     judged.root_id,
     -- field -> its values where the pair's two cells ran on different things (environment_differences)
-    differs.environment_differs
+    judged.environment_differs
 FROM judged
-LEFT JOIN differs ON differs.root_id = judged.root_id AND differs.op IS judged.op AND differs.dtype IS judged.dtype
 JOIN roots ON roots.id = judged.root_id
 JOIN fingerprint_rules rules ON rules.rule = judged.rule
 LEFT JOIN verdict_kinds kinds ON kinds.verdict = judged.verdict
@@ -1314,14 +1380,7 @@ SELECT
     c.path AS present_cell,
     c.relpath AS present_relpath,
     v.root_id
-FROM (SELECT k.root_id, k.op, k.dtype,
-             (SELECT cell_id FROM (SELECT max(c.id) AS cell_id, count(*) AS claims FROM cells c
-WHERE c.root_id = k.root_id AND c.op IS k.op AND c.dtype IS k.dtype AND c.side = 'before' AND c.superseded_at IS NULL)) AS before_cell_id,
-             (SELECT cell_id FROM (SELECT max(c.id) AS cell_id, count(*) AS claims FROM cells c
-WHERE c.root_id = k.root_id AND c.op IS k.op AND c.dtype IS k.dtype AND c.side = 'after' AND c.superseded_at IS NULL)) AS after_cell_id
-      FROM (SELECT DISTINCT root_id, op, dtype FROM cells
-            WHERE side IN ('before', 'after') AND superseded_at IS NULL
-              AND root_id IN (SELECT id FROM roots WHERE kind = 'screen')) k) v
+FROM screen_pair_rows v  -- kept by the writers (screenpairs.py)
 JOIN roots ON roots.id = v.root_id
 JOIN cells c ON c.id = coalesce(v.before_cell_id, v.after_cell_id)
 WHERE (v.before_cell_id IS NULL) <> (v.after_cell_id IS NULL);
@@ -1387,19 +1446,31 @@ JOIN calibers ON calibers.id = p.caliber_id;
 -- that changes).
 CREATE VIEW screen_roots AS
 WITH settings_now AS MATERIALIZED (SELECT current_rule, strictest_rule FROM judging_settings),
+-- per screening root with pairs, its counts, each from its own pairs: a
+-- correlated subquery, not a GROUP BY over every root's, so that a
+-- reader's filter on the root (root = NAME, root_id = ID, root_switches'
+-- lookup of one root's axis) reads one root's pairs by index
 counts AS (
-    SELECT v.root_id, roots.name AS root,
-           sum(v.rule = s.current_rule) AS pairs,
-           sum(v.rule = s.current_rule AND v.verdict = 'IR_CHANGED') AS ir_changed,
-           sum(v.rule = s.current_rule AND v.verdict = 'TRUNCATED') AS truncated,
-           sum(v.rule = s.strictest_rule AND v.verdict = 'IR_CHANGED') AS ir_changed_strictest,
-           sum(v.rule = s.strictest_rule AND v.verdict = 'NO_IR_DIFF') AS no_ir_diff_strictest,
-           sum(v.rule = s.strictest_rule AND (v.verdict IS NULL OR v.verdict NOT IN (
+    SELECT roots.id AS root_id, roots.name AS root,
+           (SELECT count(*) FROM verdicts_by_rule v
+            WHERE v.root_id = roots.id AND v.rule = s.current_rule) AS pairs,
+           (SELECT count(*) FROM verdicts_by_rule v
+            WHERE v.root_id = roots.id AND v.rule = s.current_rule
+              AND v.verdict = 'IR_CHANGED') AS ir_changed,
+           (SELECT count(*) FROM verdicts_by_rule v
+            WHERE v.root_id = roots.id AND v.rule = s.current_rule
+              AND v.verdict = 'TRUNCATED') AS truncated,
+           (SELECT count(*) FROM verdicts_by_rule v
+            WHERE v.root_id = roots.id AND v.rule = s.strictest_rule
+              AND v.verdict = 'IR_CHANGED') AS ir_changed_strictest,
+           (SELECT count(*) FROM verdicts_by_rule v
+            WHERE v.root_id = roots.id AND v.rule = s.strictest_rule
+              AND v.verdict = 'NO_IR_DIFF') AS no_ir_diff_strictest,
+           (SELECT count(*) FROM verdicts_by_rule v
+            WHERE v.root_id = roots.id AND v.rule = s.strictest_rule AND (v.verdict IS NULL OR v.verdict NOT IN (
                'IR_CHANGED', 'NO_IR_DIFF', 'NO_TRITON'))) AS unmeasured
-    FROM verdicts_by_rule v CROSS JOIN settings_now s JOIN roots ON roots.id = v.root_id
-    WHERE v.rule IN (s.current_rule, s.strictest_rule)
-    -- grouped by name too: a reader's WHERE root = NAME reaches one root's pairs
-    GROUP BY roots.name, v.root_id
+    FROM roots CROSS JOIN settings_now s
+    WHERE roots.kind = 'screen' AND EXISTS (SELECT 1 FROM screen_pair_rows p WHERE p.root_id = roots.id)
 )
 SELECT
     counts.root,
@@ -1418,7 +1489,7 @@ SELECT
     s.current_rule AS rule,
     s.strictest_rule,
     roots.path AS root_path,
-    roots.id AS root_id
+    counts.root_id
 FROM counts
 JOIN roots ON roots.id = counts.root_id
 CROSS JOIN settings_now s;
@@ -1481,6 +1552,19 @@ FROM ab_range_judgements j
 LEFT JOIN calibers ON calibers.id = j.caliber_id
 LEFT JOIN differs ON differs.root_id = j.root_id AND differs.op IS j.op AND differs.dtype IS j.dtype;
 
+-- Per rule, its noise floors spelled out (NULL: none), the part of
+-- judging_basis that says the floors: every noise_floor_rows row of the
+-- rule in a fixed order. floors.py stores it (noise_floor_texts).
+CREATE VIEW noise_floor_texts_now AS
+SELECT
+    r.rule,
+    (SELECT group_concat(floor_text, ';') FROM (
+        SELECT root_id || ',' || quote(op) || ',' || quote(dtype) || ',' || quote(shape) || ',' || caliber_id
+               || ',' || quote(machine) || ',' || n || ',' || quote(floor) AS floor_text
+        FROM noise_floor_rows o WHERE o.rule = r.rule
+        ORDER BY root_id, op, dtype, shape, caliber_id)) AS text
+FROM fingerprint_rules r;
+
 -- What a range's judgement rests on beyond its own row: the settings
 -- (judging_settings), this release's schema (its findings' SQL), the
 -- current rule's noise floors and each campaign's screening root; the basis the stored judgements were made
@@ -1492,12 +1576,10 @@ WITH now AS MATERIALIZED (
     SELECT
         s.current_rule || '|' || s.q_max || '|' || s.min_effect || '|' || s.min_rounds
         || '|' || coalesce((SELECT value FROM settings WHERE key = 'schema_hash'), '')
-        || '|' || coalesce((
-            SELECT group_concat(floor_text, ';') FROM (
-                SELECT root_id || ',' || quote(op) || ',' || quote(dtype) || ',' || quote(shape) || ',' || caliber_id
-                       || ',' || quote(machine) || ',' || n || ',' || quote(floor) AS floor_text
-                FROM noise_floor_rows WHERE rule = s.current_rule
-                ORDER BY root_id, op, dtype, shape, caliber_id)), '')
+        -- the current rule's floors, as the writers spelled them, else spelled now
+        || '|' || coalesce(
+            (SELECT text FROM noise_floor_texts WHERE rule = s.current_rule),
+            (SELECT text FROM noise_floor_texts_now WHERE rule = s.current_rule), '')
         || '|' || coalesce((  -- which screening root is each campaign's own
             SELECT group_concat(own, ';') FROM (
                 SELECT root_id || '>' || screen_root_id AS own FROM root_screens
@@ -1792,10 +1874,7 @@ FROM roots;
 -- same switch and values (../shared/ARTIFACTS.md, Across roots); a dead
 -- axis is never part of a switch's history.
 CREATE VIEW root_switches AS
-WITH axes AS MATERIALIZED (  -- once per query: screen_roots judges every screening pair
-    SELECT root_id, axis FROM screen_roots
-),
-named AS (
+WITH named AS (
     SELECT
         r.id AS root_id,
         r.name AS root,
@@ -1827,9 +1906,10 @@ SELECT
     CASE
         WHEN n.before_value IS NOT NULL AND n.before_value = n.after_value THEN 'dead'
         ELSE coalesce(
-            (SELECT axis FROM axes a WHERE a.root_id = n.root_id),
-            (SELECT a.axis FROM root_screens o JOIN axes a ON a.root_id = o.screen_root_id
-             WHERE o.root_id = n.root_id),
+            -- a root's own pairs by index (screen_pair_rows), not every root's
+            (SELECT axis FROM screen_roots a WHERE a.root_id = n.root_id),
+            (SELECT a.axis FROM screen_roots a
+             WHERE a.root_id = (SELECT o.screen_root_id FROM root_screens o WHERE o.root_id = n.root_id)),
             'unknown')
     END AS axis
 FROM named n;
@@ -1882,7 +1962,9 @@ SELECT
     w.switch, w.before_value, w.after_value, w.axis
 FROM ab_ranges r
 JOIN root_times t ON t.root_id = r.root_id
-LEFT JOIN root_switches w ON w.root_id = r.root_id
+-- once per root, not per row: DISTINCT keeps the subquery whole, and the
+-- reader's filter on the root reaches it through r.root
+LEFT JOIN (SELECT DISTINCT * FROM root_switches) w ON w.root = r.root
 UNION ALL
 SELECT
     t.started_at, v.root, 'screen', v.op, v.dtype, NULL, 1,
@@ -1892,9 +1974,9 @@ SELECT
     w.switch, w.before_value, w.after_value, w.axis
 FROM verdicts v
 JOIN root_times t ON t.root_id = v.root_id
-LEFT JOIN root_switches w ON w.root_id = v.root_id;
+LEFT JOIN (SELECT DISTINCT * FROM root_switches) w ON w.root = v.root;
 
--- ===== derive: the scratch tables (pairing.SETUP, ranges.SETUP) =====
+-- ===== derive: the scratch tables (pairing.SETUP, ranges.SETUP, screenpairs.SETUP) =====
 CREATE TEMP TABLE IF NOT EXISTS ab_rounds_now (root_id, card, repeat_dir, cell_op, cell_dtype, round, before_cell_id, after_cell_id, before_caliber_id, after_caliber_id, before_claims, after_claims, before_copies, after_copies);
 
 CREATE TEMP TABLE IF NOT EXISTS ab_keys_now (root_id, op, dtype, shape);
@@ -1904,6 +1986,15 @@ CREATE TEMP TABLE IF NOT EXISTS ab_keys_unique (key_id INTEGER PRIMARY KEY, root
 CREATE TEMP TABLE IF NOT EXISTS ab_judged_now (range_rowid INTEGER PRIMARY KEY, finding, finding_position, to_settle, noise_floor, clears_floor, floor_note, floor_rows, floor_roots, json);
 
 DELETE FROM temp.ab_keys_unique;
+
+CREATE TEMP TABLE IF NOT EXISTS screen_pairs_now (root_id, op, dtype);
+
+
+-- ===== derive: the stale rounds' screening pairs marked, before pairing (screenpairs.MARK) =====
+INSERT INTO screen_stale_pairs (root_id, op, dtype)
+        SELECT DISTINCT s.root_id, s.cell_op, s.cell_dtype FROM ab_stale_rounds s
+        WHERE NOT EXISTS (SELECT 1 FROM roots WHERE roots.id = s.root_id AND roots.kind <> 'screen')
+           OR s.root_id IN (SELECT root_id FROM screen_pair_rows);
 
 
 -- ===== derive: the stale rounds paired again (pairing.STEPS) =====
@@ -2079,6 +2170,58 @@ INSERT INTO ab_stale_ranges (root_id, op, dtype, shape)
 DELETE FROM ab_stale_rounds;
 
 
+-- ===== derive: the stale screening pairs found again (screenpairs.STEPS) =====
+DELETE FROM temp.screen_pairs_now;
+
+INSERT INTO temp.screen_pairs_now SELECT DISTINCT root_id, op, dtype FROM screen_stale_pairs;
+
+DELETE FROM screen_pair_rows WHERE rowid IN (
+        SELECT p.rowid FROM temp.screen_pairs_now n
+        CROSS JOIN screen_pair_rows p ON p.root_id = n.root_id AND p.op IS n.op AND p.dtype IS n.dtype);
+
+INSERT INTO screen_pair_rows (
+            root_id, op, dtype, before_cell_id, after_cell_id, before_claims, after_claims,
+            recorded_verdict, orig_verdict, environment_differs)
+        WITH k AS MATERIALIZED (
+            SELECT n.root_id, n.op, n.dtype
+            FROM temp.screen_pairs_now n
+            JOIN roots ON roots.id = n.root_id AND roots.kind = 'screen'
+            WHERE EXISTS (SELECT 1 FROM cells c WHERE c.root_id = n.root_id AND c.op IS n.op
+                          AND c.dtype IS n.dtype AND c.side IN ('before', 'after'))
+               OR EXISTS (SELECT 1 FROM recorded_verdicts rv WHERE rv.root_id = n.root_id
+                          AND rv.op IS n.op AND rv.dtype IS n.dtype)
+        ),
+        -- field -> its values where the pair's two cells ran on different
+        -- things (environment_differences), of the stale pairs' roots only
+        differs AS MATERIALIZED (
+            SELECT root_id, op, dtype, json_group_object(field, json("values")) AS environment_differs
+            FROM environment_differences
+            WHERE root_id IN (SELECT root_id FROM k)
+            GROUP BY root_id, op, dtype
+        )
+        SELECT
+            k.root_id, k.op, k.dtype,
+            (SELECT cell_id FROM (SELECT max(c.id) AS cell_id, count(*) AS claims FROM cells c
+WHERE c.root_id = k.root_id AND c.op IS k.op AND c.dtype IS k.dtype AND c.side = 'before' AND c.superseded_at IS NULL)),
+            (SELECT cell_id FROM (SELECT max(c.id) AS cell_id, count(*) AS claims FROM cells c
+WHERE c.root_id = k.root_id AND c.op IS k.op AND c.dtype IS k.dtype AND c.side = 'after' AND c.superseded_at IS NULL)),
+            (SELECT claims FROM (SELECT max(c.id) AS cell_id, count(*) AS claims FROM cells c
+WHERE c.root_id = k.root_id AND c.op IS k.op AND c.dtype IS k.dtype AND c.side = 'before' AND c.superseded_at IS NULL)),
+            (SELECT claims FROM (SELECT max(c.id) AS cell_id, count(*) AS claims FROM cells c
+WHERE c.root_id = k.root_id AND c.op IS k.op AND c.dtype IS k.dtype AND c.side = 'after' AND c.superseded_at IS NULL)),
+            (SELECT rv.verdict FROM recorded_verdicts rv WHERE rv.root_id = k.root_id
+                AND rv.file = 'screen.tsv' AND rv.op IS k.op AND rv.dtype IS k.dtype
+                ORDER BY rv.line LIMIT 1),
+            (SELECT rv.verdict FROM recorded_verdicts rv WHERE rv.root_id = k.root_id
+                AND rv.file = 'screen.tsv.orig' AND rv.op IS k.op AND rv.dtype IS k.dtype
+                ORDER BY rv.line LIMIT 1),
+            d.environment_differs
+        FROM k
+        LEFT JOIN differs d ON d.root_id = k.root_id AND d.op IS k.op AND d.dtype IS k.dtype;
+
+DELETE FROM screen_stale_pairs;
+
+
 -- ===== derive: the stale ranges computed again (ranges.STEPS) =====
 INSERT INTO temp.ab_keys_unique (root_id, op, dtype, shape)
         SELECT DISTINCT root_id, op, dtype, shape FROM ab_stale_ranges;
@@ -2219,6 +2362,10 @@ INSERT INTO noise_floor_rows (rule, root_id, op, dtype, shape, caliber_id, machi
            AND s.before_cell_id = quiet.before_cell_id AND s.after_cell_id = quiet.after_cell_id
            AND s.reason IS NULL
         GROUP BY quiet.rule, quiet.root_id, s.op, s.dtype, s.shape, s.before_caliber_id, quiet.machine;
+
+INSERT OR REPLACE INTO noise_floor_texts (rule, text)
+        SELECT rule, text FROM noise_floor_texts_now
+        WHERE rule IN (SELECT rule FROM ab_stale_floors) AND text IS NOT NULL;
 
 DELETE FROM ab_stale_floors;
 

@@ -39,7 +39,7 @@ def trees(tmp_path_factory):
         store.ingest(dest / "runs")
     with Store(alone) as store:  # the campaign without its screening root
         store.ingest(dest / "runs" / "campaign_b")
-    return {"both": both, "alone": alone}
+    return {"both": both, "alone": alone, "runs": dest / "runs"}
 
 
 def test_ab_json_gives_each_finding_its_ops_ir_change(trees):
@@ -108,3 +108,26 @@ def test_the_report_links_each_finding_to_its_kernels(trees, tmp_path):
     md = tmp_path / "report.md"
     zl(trees["both"], "report", "campaign_b", "-o", str(md))
     assert "- [bmm:float32: its kernels under zlstore serve (kernel_diff)](http://" in md.read_text()
+
+
+def test_the_writers_keep_each_findings_change_current(trees, tmp_path):
+    """ab --json reads the IR changes the writers stored (ir_change_rows):
+    a campaign ingested before its screening root has its first round's;
+    once the screening root is ingested, its screening pair's, as
+    op_changes reads them now."""
+    db = tmp_path / "later.db"
+    with Store(db) as store:
+        store.ingest(trees["runs"] / "campaign_b")
+    before = json.loads(zl(db, "ab", "campaign_b", "--json"))
+    assert {r["ir_changes"]["root"] for r in before["rows"] if r["ir_changes"]} == {"campaign_b"}
+    with Store(db) as store:
+        assert store.conn.execute("SELECT count(*) FROM ir_change_rows").fetchone()[0] > 0
+        store.ingest(trees["runs"] / "screen_b")
+    after = json.loads(zl(db, "ab", "campaign_b", "--json"))
+    findings = [r for r in after["rows"] if r["ir_changes"]]
+    assert findings and {r["ir_changes"]["root"] for r in findings} == {"screen_b"}
+    with Store(db, read_only=True) as store:
+        for row in findings:
+            now = irchanges.brief(irchanges.op_changes(store, "campaign_b", row["op"], row["dtype"]))
+            assert {**row["ir_changes"], "command": None} == {**now, "command": None}
+            assert row["ir_changes"]["command"] == now["command"] + f" --db {db}"

@@ -104,3 +104,31 @@ def test_a_store_of_release_10_keeps_one_range_per_screening_pair(example_store_
             == 0
         )
         assert store.conn.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION
+
+
+def test_the_kept_pairs_follow_a_verdict_edited_by_hand_a_new_cell_and_a_forgotten_root(example_tree, tmp_path):
+    """The writers keep the screening pairs (screen_pair_rows): a recorded
+    verdict edited by hand shows once derived, a cell added later makes its
+    side current, and a forgotten root leaves none of its pairs."""
+    import sqlite3
+
+    root = one_root(example_tree, tmp_path)
+    db_path = tmp_path / "t.db"
+    assert invoke(db_path, "record", root / "topk_float16_before").exit_code == 0
+    assert verdict_rows(db_path)[("topk", "float16")]["after_cell_id"] is None
+    assert invoke(db_path, "record", root / "topk_float16_after").exit_code == 0
+    assert verdict_rows(db_path)[("topk", "float16")]["after_cell_id"] is not None
+    assert invoke(db_path, "ingest", root).exit_code == 0
+    recorded = verdict_rows(db_path)[("topk", "float16")]["recorded_verdict"]
+    edited = "NO_IR_DIFF" if recorded != "NO_IR_DIFF" else "IR_CHANGED"
+    with sqlite3.connect(db_path) as conn:
+        conn.execute(
+            "UPDATE recorded_verdicts SET verdict = ? WHERE op = 'topk' AND dtype = 'float16' AND file = 'screen.tsv'",
+            (edited,),
+        )
+    assert invoke(db_path, "derive").exit_code == 0
+    assert verdict_rows(db_path)[("topk", "float16")]["recorded_verdict"] == edited
+    assert invoke(db_path, "forget", ROOT).exit_code == 0
+    with Store(db_path) as store:
+        assert store.conn.execute("SELECT count(*) FROM screen_pair_rows").fetchone()[0] == 0
+        assert store.conn.execute("SELECT count(*) FROM screen_stale_pairs").fetchone()[0] == 0

@@ -15,6 +15,7 @@ def __getattr__(name):
     Ctrl-C during start-up is handled (zlstore/__main__.py)."""
     if name in __all__:
         from . import store  # on first use: `import zlstore` alone loads nothing (above)
+        from . import irchanges  # noqa: F401 - its step of a final derivation (derive.FINAL_STEPS), as the CLI's
 
         return getattr(store, name)
     raise AttributeError(f"module 'zlstore' has no attribute {name!r}")

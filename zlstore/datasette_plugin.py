@@ -19,7 +19,7 @@ from urllib.parse import urlencode
 from datasette import hookimpl
 from markupsafe import Markup
 
-from . import datasette_site, irdiff, parse, serverlimits, stats
+from . import datasette_site, irdiff, pagenames, parse, serverlimits, stats
 from .db import STORE_TABLES
 
 # A zlstore store: zlstore's tables (db.STORE_TABLES) and the views the
@@ -203,7 +203,7 @@ def prepare_connection(conn, datasette):
 
 # The canned query that shows one pair's kernels, the column it puts the
 # diff in, and the views whose verdict cell links to it.
-KERNEL_DIFF, DIFF_COLUMN, VERDICT_TABLES = "kernel_diff", "ir_diff", ("verdicts", "verdicts_by_rule")
+KERNEL_DIFF, DIFF_COLUMN, VERDICT_TABLES = pagenames.KERNEL_DIFF, "ir_diff", ("verdicts", "verdicts_by_rule")
 _DIFF_LINE_CLASS = (("+++", "head"), ("---", "head"), ("@@", "hunk"), ("+", "add"), ("-", "del"))
 # A diff line longer than the column wraps inside it (a hanging indent
 # shows where a line goes on): unwrapped, its column ran past the page's

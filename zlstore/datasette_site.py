@@ -31,12 +31,12 @@ from typing import Any, Callable, Dict, List, Optional
 import yaml
 from datasette.utils import tilde_encode
 
-from . import caliber, judge, provenance
+from . import caliber, judge, pagenames, provenance
 from .macros import statement
 
-# The store is always served under this name, whatever its file is called, so
-# that links to a view or a canned query (/zlstore/verdicts) can be shared.
-DB_NAME = "zlstore"
+# The store is always served under this name (pagenames.py), whatever its
+# file is called, so that links to a view or a canned query can be shared.
+DB_NAME = pagenames.DB_NAME
 
 # Tables a person browsing a campaign does not need: IR texts, digests,
 # ingest bookkeeping, and the pairing the views read (ab_slots, ab_ranges,
@@ -57,6 +57,10 @@ HIDDEN_TABLES = (
     "noise_floor_rows",
     "ab_judgement_basis",
     "ab_range_json",
+    "screen_pair_rows",
+    "screen_stale_pairs",
+    "ir_change_rows",
+    "noise_floor_texts",
 )
 
 

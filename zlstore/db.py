@@ -27,7 +27,7 @@ from .errors import SchemaError, StoreError  # noqa: F401
 
 # The schema version of this release: migrations.py takes an older store to
 # it, check_contents refuses a newer one.
-SCHEMA_VERSION = 17
+SCHEMA_VERSION = 18
 # The oldest SQLite whose SQL the schema and the derivations use: MATERIALIZED
 # common table expressions and RETURNING came in 3.35.0 (2021-03-12). Older
 # ones fail deep inside a view with "near MATERIALIZED: syntax error".

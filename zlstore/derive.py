@@ -5,18 +5,22 @@ campaign is written once and read many times. So the pairs, the ranges
 over rounds, their findings and the noise floors are tables, and every
 writer calls derive() inside its own write transaction, before it commits:
 a committed store never holds stale pairs. Triggers in schema.sql only mark
-work (the three stale queues); they compute nothing. derive() runs, in
+work (the four stale queues); they compute nothing. derive() runs, in
 this order, the steps of:
 
 1. pairing.py: the stale rounds paired again; their row identities queued
    for their ranges; a screening round among them marks every rule's
-   noise floors stale;
+   noise floors stale; screenpairs.py: the screening pairs of those
+   rounds (marked before pairing) and of changed recorded verdicts found
+   again;
 2. ranges.py: the stale ranges computed again; not final, their roots'
    q-values are taken away until the final derivation (ranges.PENDING);
 3. floors.py, final only: the stale noise floors;
 4. ranges.py, final only: Benjamini-Hochberg over each touched root's
    family, then the judgement of every range whose stored one cannot be
-   read.
+   read;
+5. irchanges.py, final only: the IR change of each op with a faster or
+   slower range that lacks one (derive_changes), which `ab --json` reads.
 
 Final is the default: a batch of a whole-tree ingest and a merged root
 pass final=False, because the run's own final derivation follows
@@ -48,6 +52,17 @@ reader knows it is current (docs/development.md shows this list):
 - `ab_duplicate_rounds`. Rounds a side of which several current cells
   claim, or whose cell another copies (view `cell_copies`). Refreshed by
   `pairing.STEPS`. Current as `ab_slot_rows`.
+- `screen_stale_pairs` (a queue). From the keys (root, cell op, dtype)
+  of stale rounds of a screening root (`screenpairs.MARK`, before
+  pairing), a recorded verdict inserted, deleted or edited and a root's
+  kind changed (triggers `recorded_verdicts_*_marks_pair`,
+  `roots_kind_marks_rounds`). Emptied by `screenpairs.STEPS`. Current when
+  empty.
+- `screen_pair_rows`, the screening pairs. From a screening root's cells
+  of either side and its recorded verdicts: the current cell of each side
+  (`[[current_side]]`), its claimants, the recorded verdicts and
+  `environment_differences`. Refreshed by `screenpairs.STEPS`, every
+  writer. Current when `screen_stale_pairs` is empty.
 - `ab_stale_ranges` (a queue). From the row identities (root, op, dtype,
   shape) of the rounds just paired again. Filled by `pairing.STEPS`,
   emptied by `ranges.STEPS`. Current when empty.
@@ -83,6 +98,19 @@ reader knows it is current (docs/development.md shows this list):
   cells' environments (`environment_machines`) and their `ab_slot_rows`.
   Refreshed by `floors.STEPS`, final only. Current when `ab_stale_floors`
   is empty.
+- `noise_floor_texts`, per rule. From `noise_floor_rows`, spelled as
+  `judging_basis` reads them (view `noise_floor_texts_now`). Refreshed by
+  `floors.STEPS` with the floors; a floor edited by hand drops its rule's
+  (triggers `noise_floor_rows_*_drops_text`). Current when present:
+  judging_basis spells the floors itself where it is not.
+
+- `ir_change_rows`. From the findings (`ab_range_rows.finding` faster or
+  slower) and the op's pair of cells (its campaign's screening pair, else
+  its first round): irchanges.op_changes' summary, under the current rule.
+  Refreshed by a final derivation (`irchanges.derive_changes`): a row whose
+  cells are gone, superseded or no longer the pair goes, a missing one is
+  summed up. Current when every finding's op has one; a reader without one
+  sums it up on read.
 
 Caches, outside derive(): `ir_digests` (an IR text's digest under a rule:
 written with the cell's fingerprints by ingest and
@@ -96,15 +124,22 @@ the store for writing).
 """
 
 import sqlite3
-from typing import Dict, List
+from typing import Callable, Dict, List
 
-from . import floors, macros, pairing, ranges
+from . import floors, macros, pairing, ranges, screenpairs
+from .derivedstate import _any, _unjudged_rows, pending, stale, unjudged  # noqa: F401 (derive.pending etc. for its callers)
 
 # The stages of a derivation, in the order derive() runs them: a name, what
 # it does (docs/rendered_sql.py's headings), and its statements.
 STAGES = (
-    ("setup", "the scratch tables (pairing.SETUP, ranges.SETUP)", pairing.SETUP + ranges.SETUP),
+    (
+        "setup",
+        "the scratch tables (pairing.SETUP, ranges.SETUP, screenpairs.SETUP)",
+        pairing.SETUP + ranges.SETUP + screenpairs.SETUP,
+    ),
+    ("mark", "the stale rounds' screening pairs marked, before pairing (screenpairs.MARK)", screenpairs.MARK),
     ("rounds", "the stale rounds paired again (pairing.STEPS)", pairing.STEPS),
+    ("pairs", "the stale screening pairs found again (screenpairs.STEPS)", screenpairs.STEPS),
     ("ranges", "the stale ranges computed again (ranges.STEPS)", ranges.STEPS),
     ("pending", "a batch's pending ranges, final=False only (ranges.PENDING)", ranges.PENDING),
     ("floors", "the stale noise floors, final only (floors.STEPS)", floors.STEPS),
@@ -123,6 +158,15 @@ _STATEMENTS = {
 }
 
 
+# The steps of a final derivation written in Python, after the SQL's: a
+# module registers its own on import (irchanges.derive_changes, each
+# finding's IR change: the command line and `from zlstore import Store`
+# import it), so that this module imports none of what they read (irdiff
+# reads through judge). A writer without it leaves the IR changes to be
+# summed up on read, as a store of an older release has them.
+FINAL_STEPS: List[Callable[[sqlite3.Connection], object]] = []
+
+
 def statements() -> Dict[str, List[str]]:
     """Each stage's statements, rendered."""
     return _STATEMENTS
@@ -131,15 +175,6 @@ def statements() -> Dict[str, List[str]]:
 def _run(conn: sqlite3.Connection, stage: str):
     for statement in statements()[stage]:
         conn.execute(statement)
-
-
-def _any(conn: sqlite3.Connection, table: str) -> bool:
-    return conn.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone() is not None
-
-
-def _unjudged_rows(conn: sqlite3.Connection) -> bool:
-    """Ranges to compute again, or computed and not judged since."""
-    return _any(conn, "ab_stale_ranges") or _any(conn, "ab_range_rows WHERE judged IS NULL")
 
 
 def derive(conn: sqlite3.Connection, final: bool = True, rejudge: bool = False, every: bool = False) -> bool:
@@ -163,13 +198,17 @@ def derive(conn: sqlite3.Connection, final: bool = True, rejudge: bool = False, 
     rounds = _any(conn, "ab_stale_rounds")
     floors_stale = final and _any(conn, "ab_stale_floors")
     judge = final and (rejudge or _unjudged_rows(conn))
-    if not rounds and not floors_stale and not judge and not _any(conn, "ab_stale_ranges"):
+    pairs = _any(conn, "screen_stale_pairs")
+    if not rounds and not pairs and not floors_stale and not judge and not _any(conn, "ab_stale_ranges"):
         return False
     _run(conn, "setup")
     if rounds:
+        _run(conn, "mark")
         _run(conn, "rounds")
         if pairing.screening_rounds_paired(conn):
             floors.mark_every(conn)
+    if _any(conn, "screen_stale_pairs"):
+        _run(conn, "pairs")
     if _any(conn, "ab_stale_ranges"):
         _run(conn, "ranges")
         if not final:
@@ -178,28 +217,7 @@ def derive(conn: sqlite3.Connection, final: bool = True, rejudge: bool = False, 
         _run(conn, "floors")
     if final and (rejudge or _unjudged_rows(conn)):
         _run(conn, "judging")
+    if final:
+        for step in FINAL_STEPS:
+            step(conn)
     return True
-
-
-def unjudged(conn: sqlite3.Connection) -> bool:
-    """Whether a range's stored judgement cannot be read: the range is to
-    be computed again, it has none, or it was made under another basis (the
-    settings, this release, the current rule's noise floors)."""
-    if _unjudged_rows(conn):
-        return True
-    readable = conn.execute("SELECT current OR NOT EXISTS (SELECT 1 FROM ab_range_rows) FROM judging_basis")
-    return not readable.fetchone()[0]
-
-
-def pending(conn: sqlite3.Connection) -> bool:
-    """Whether a reader would see pairs or noise floors older than the
-    cells: rounds or floors marked stale and not derived since (an edit by
-    hand, a run stopped midway). Ranges merely unjudged the views judge on read."""
-    return _any(conn, "ab_stale_rounds") or _any(conn, "ab_stale_floors") or _any(conn, "ab_stale_ranges")
-
-
-def stale(conn: sqlite3.Connection) -> bool:
-    """Whether derive() has work to do. A judgement made under another
-    basis is not (the views judge such a range on the fly): the next write
-    that judges stores it again."""
-    return _any(conn, "ab_stale_rounds") or _any(conn, "ab_stale_floors") or _unjudged_rows(conn)

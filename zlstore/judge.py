@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import caliber as _caliber
-from . import derive as _derive
+from . import derivedstate as _derived
 from . import files as _files
 from . import layout as _layout
 from . import output as _output
@@ -379,7 +379,7 @@ def _ab_source(store) -> bool:
     some must be judged on the read (the view ab_range_judgements): a
     read-only store whose settings were edited by hand. The writers keep
     them (derive.py): a read derives nothing."""
-    return not _derive.unjudged(store.conn)
+    return not _derived.unjudged(store.conn)
 
 
 def ab_ranges_json(store, root=None, ops=None, findings=None, sort: Optional[str] = None) -> str:

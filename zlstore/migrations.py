@@ -337,6 +337,16 @@ def _until_decided_campaigns(conn):
     )
 
 
+@migration(18, rederive=True)
+def _screening_pairs_kept(conn):
+    """Release 18 keeps the screening pairs in a table (screen_pair_rows,
+    created from schema.sql's tables), so that a page of one screening root
+    reads its own pairs, and the IR change of each op with a finding
+    (ir_change_rows), so that `ab --json` reads it: every round is paired
+    again (rederive), which finds every screening pair, and the final
+    derivation sums up the IR changes."""
+
+
 def _stored_schema_hash(conn):
     try:
         row = conn.execute("SELECT value FROM settings WHERE key = 'schema_hash'").fetchone()
