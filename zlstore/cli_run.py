@@ -6,6 +6,7 @@ by cli.py."""
 import json
 import os
 import sys
+from typing import Any
 
 import click
 
@@ -27,7 +28,7 @@ from .plan import MAX_CARDS
 # the command's.
 _CARD = click.IntRange(min=0)
 _SECONDS = click.FloatRange(min=0, min_open=True)
-RUNNING_OPTIONS = {
+RUNNING_OPTIONS: dict[str, dict[str, Any]] = {
     "ops": {"param_decls": ("--ops",)},
     "cards": {"param_decls": ("--cards",), "type": click.IntRange(min=1, max=MAX_CARDS)},
     "rounds": {"param_decls": ("--rounds",), "type": click.IntRange(min=1)},
