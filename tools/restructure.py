@@ -363,6 +363,18 @@ def rewrite_imports(path: Path, source: str, module: str, new_module: str, known
         if new is None:
             continue
         first, last = node.lineno - 1, node.end_lineno - 1
+        if len(new) == 1 and isinstance(node, ast.ImportFrom):
+            # the same names from one place: only `from X` changes, the rest
+            # of the statement (its layout, its comments) stays as written
+            same = re.match(r"from (\S+) import (.*)", new[0])
+            spelled = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in node.names)
+            if same and same.group(2) == spelled:
+                head = re.compile(r"from\s+[.\w]+\s+import")
+                line = lines[first]
+                lines[first] = line[: node.col_offset] + head.sub(
+                    f"from {same.group(1)} import", line[node.col_offset :], count=1
+                )
+                continue
         indent = lines[first][: node.col_offset]
         tail = lines[last][node.end_col_offset :].rstrip("\n")
         comment = tail.strip()
