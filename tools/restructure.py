@@ -190,6 +190,67 @@ SPECIAL = [
     ),
 ]
 
+# The module list (cog) is wider by the folders' names: zlstore/serve/datasette_plugin.py.
+SPECIAL += [
+    ("docs/development.md", "readme_tour.layout(width=29)", "readme_tour.layout(width=36)"),
+    ("docs/development.md", "{'schema.sql':<29}", "{'schema.sql':<36}"),
+    ("docs/development.md", "{path:<29}", "{path:<36}"),
+]
+
+# Paragraphs replaced whole: (file, how the paragraph starts, the new one).
+PARAGRAPHS = [
+    (
+        "docs/development.md",
+        "**Stages, not subpackages.**",
+        """**Stages as folders.** The package's tree shows its stages; a reader
+listing it sees where a result is read, stored, shown, run and served.
+`tools/restructure.py` made the move (issue 44) and says which module went
+where (`MOVES`). Each folder, and why it earns one:
+
+- `zlstore/` itself holds what every stage shares (names, the caliber,
+  provenance, canonical JSON, statistics, connections, output, Ctrl-C,
+  worker processes) and the front doors (`Store` through `__init__.py`,
+  `cli.py`, `clicommon.py`, `__main__.py`). The shared modules get no
+  folder of their own: every stage imports them, and `from .. import
+  names` reads as what it is, the package's own vocabulary. `forked.py`
+  is here rather than in `run/`: an ingest's workers (`read/parallel.py`)
+  are forked through it too.
+- `read/`: a runs tree read, a cell's files, values and IR, without the
+  store. The one stage with no database: nothing in it imports the store,
+  so it can be read, and changed, alone.
+- `store/`: the schema (`macros`, `ddl`, `migrations`), the derivation
+  (`pairing`, `ranges`, `floors`, `derive`, `sequential`), the writers
+  (`roots`, `rootwriter`, `cellwriter`, `fingerprints`, `ingest`, `merge`)
+  and `Store` itself (`store/store.py`; `from zlstore import Store` as
+  before). One folder, not three: each writer runs the derivation inside
+  its own transaction, and both use the macros, so three folders would
+  import one another both ways. `sequential.py` is here rather than in
+  `run/`: a merge records an op's stops.
+- `show/`: what the stored results say, reading only: the judging
+  queries, history, the IR's facts, diffs and summaries, the reports and
+  the document.
+- `run/`: running screens and campaigns (`runner`, `card`, `plan`,
+  `slurm`, `flaggems`, `harness`, `procs`, `adaptive`, `display`), the
+  kind of module datasette groups in `views/`, with the commands that
+  start them beside them: `run/commands.py` (`zlstore plan`, `zlstore run
+  ...`, `zlstore flaggems ...`, and `running_options`, the one
+  declaration of the options they share). The commands import
+  `clicommon.py`, so the stage list below names them with the front doors.
+- `serve/`: the store in datasette: the plugin, the site's metadata and
+  canned queries, the server's limits, `zlstore serve`. `metadata.yaml`
+  stays at the package's top, package data beside `schema.sql`'s place in
+  the wheel: `show/forest.py` reads the chart it defines too.
+- `pytest_plugins/`: standalone files loaded into FlagGems' benchmark, in
+  no stage.
+
+A module keeps its name in its folder, even where the folder has the same
+name (`store/store.py`, `serve/serve.py`), so that the docs, the one-home
+table above and `git log --follow` name it as before. Each folder's
+`__init__.py` holds only its docstring: importing one module of a stage
+loads nothing else of it.""",
+    ),
+]
+
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".sql", ".yaml", ".yml", ".txt", ".cfg", ".ini", ".sh"}
 TOP_FILES = ["README.md", "BENCHMARKS.md", "pyproject.toml", ".ci/run"]
 SCOPES = ["zlstore", "tests", "bench", "docs"]
@@ -335,6 +396,23 @@ def statements_for(node, module, is_package, inside_package, known, new_module=N
 NOTES: list = []
 
 
+def respelled(node, new: list, lines: list) -> bool:
+    """Where node becomes one statement of the same names from one place,
+    change only its `from X` in lines, so that the rest of it (its layout,
+    its comments) stays as written; whether it did."""
+    if len(new) != 1 or not isinstance(node, ast.ImportFrom):
+        return False
+    same = re.match(r"from (\S+) import (.*)", new[0])
+    spelled = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in node.names)
+    if not same or same.group(2) != spelled:
+        return False
+    first = node.lineno - 1
+    head = re.compile(r"from\s+[.\w]+\s+import")
+    line = lines[first]
+    lines[first] = line[: node.col_offset] + head.sub(f"from {same.group(1)} import", line[node.col_offset :], count=1)
+    return True
+
+
 def rewrite_imports(path: Path, source: str, module: str, new_module: str, known: set) -> str:
     """source with its zlstore imports pointing at the new places. module:
     the dotted name the file's relative imports are resolved against (its
@@ -363,18 +441,8 @@ def rewrite_imports(path: Path, source: str, module: str, new_module: str, known
         if new is None:
             continue
         first, last = node.lineno - 1, node.end_lineno - 1
-        if len(new) == 1 and isinstance(node, ast.ImportFrom):
-            # the same names from one place: only `from X` changes, the rest
-            # of the statement (its layout, its comments) stays as written
-            same = re.match(r"from (\S+) import (.*)", new[0])
-            spelled = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in node.names)
-            if same and same.group(2) == spelled:
-                head = re.compile(r"from\s+[.\w]+\s+import")
-                line = lines[first]
-                lines[first] = line[: node.col_offset] + head.sub(
-                    f"from {same.group(1)} import", line[node.col_offset :], count=1
-                )
-                continue
+        if respelled(node, new, lines):
+            continue
         indent = lines[first][: node.col_offset]
         tail = lines[last][node.end_col_offset :].rstrip("\n")
         comment = tail.strip()
@@ -413,52 +481,34 @@ def text_files() -> list:
     return [REPO / p for p in listed if (REPO / p).is_file() and (Path(p).suffix in TEXT_SUFFIXES or p == ".ci/run")]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="only list what would move")
-    args = parser.parse_args()
+def refusals(pending: list) -> list:
+    """Why this run must not start: modules the mapping does not know, a
+    module both at its old place and its new one, changes not committed."""
+    found = [
+        f"zlstore/{m}.py is a module the mapping does not know: add it to MOVES (or STAYS) in tools/restructure.py"
+        for m in unknown_modules()
+    ]
+    found += [
+        f"zlstore/{old}.py and {new_path(old).relative_to(REPO)} both exist"
+        for old in MOVES
+        if old_path(old).exists() and new_path(old).exists()
+    ]
+    if pending and git("status", "--porcelain", "--untracked-files=no").strip():
+        found.append("the tree has changes not committed: commit them first, so that this run's can be read apart")
+    return found
 
-    unknown = unknown_modules()
-    if unknown:
-        print(
-            "restructure: zlstore/ holds modules the mapping does not know; add each to MOVES "
-            "(or STAYS) in tools/restructure.py:\n  " + "\n  ".join(f"zlstore/{m}.py" for m in unknown),
-            file=sys.stderr,
-        )
-        return 2
-    clashes = [old for old in MOVES if old_path(old).exists() and new_path(old).exists()]
-    if clashes:
-        print(f"restructure: both the old and the new file exist for {clashes}", file=sys.stderr)
-        return 2
-    pending = [old for old in MOVES if old_path(old).exists()]
-    if args.check:
-        for old in pending:
-            print(f"zlstore/{old}.py -> {new_path(old).relative_to(REPO)}")
-        return 1 if pending else 0
 
-    known = set(OLD_DOTTED) | NEW_MODULES | {module_of(p) for p in PACKAGE.rglob("*.py")}
-
-    # 1. every text: dotted names (zlstore.runner.f) and paths (zlstore/runner.py)
+def rewrite_texts(rewrite, suffixes=None) -> None:
     for path in text_files():
+        if suffixes and path.suffix not in suffixes:
+            continue
         text = path.read_text(encoding="utf-8")
-        new = rewrite_paths(rewrite_dotted(text))
+        new = rewrite(path, text)
         if new != text:
             path.write_text(new, encoding="utf-8")
 
-    # 2. the Python imports, before anything moves: each file's relative
-    # imports resolved from where it is, spelled from where it goes
-    for path in text_files():
-        if path.suffix != ".py":
-            continue
-        module = module_of(path)
-        stem = path.stem
-        goes = f"zlstore.{MOVES[stem]}" if path.parent == PACKAGE and stem in PENDING else module
-        source = path.read_text(encoding="utf-8")
-        rewritten = rewrite_imports(path, source, module, goes, known)
-        if rewritten != source:
-            path.write_text(rewritten, encoding="utf-8")
 
-    # 3. the folders and the moves
+def move(pending: list) -> None:
     for folder, doc in FOLDERS.items():
         init = PACKAGE / folder / "__init__.py"
         if not init.exists():
@@ -470,15 +520,9 @@ def main() -> int:
     for old in pending:
         git("mv", str(old_path(old).relative_to(REPO)), str(new_path(old).relative_to(REPO)))
 
-    # Markdown's imports (cog blocks)
-    for path in text_files():
-        if path.suffix == ".md":
-            text = path.read_text(encoding="utf-8")
-            new = rewrite_markdown_imports(text, known)
-            if new != text:
-                path.write_text(new, encoding="utf-8")
 
-    # 4. the STAGES of tests/readme_tour.py: each module by its path under zlstore/
+def restage() -> None:
+    """The STAGES of tests/readme_tour.py: each module by its path under zlstore/."""
     tour = REPO / "tests" / "readme_tour.py"
     text = tour.read_text(encoding="utf-8")
     start = text.index("STAGES = (")
@@ -491,7 +535,9 @@ def main() -> int:
     text = text[:start] + re.sub(r'"(\w+)\.py"', staged, text[start:end]) + text[end:]
     tour.write_text(text, encoding="utf-8")
 
-    # 5. the exact edits
+
+def exact_edits() -> list:
+    """SPECIAL and PARAGRAPHS applied; what found nothing."""
     failed = []
     for name, old, new in SPECIAL:
         path = REPO / name
@@ -500,13 +546,62 @@ def main() -> int:
             path.write_text(text.replace(old, new), encoding="utf-8")
         elif new not in text:
             failed.append(f"{name}: neither {old.strip()!r} nor its replacement")
+    for name, start, new in PARAGRAPHS:
+        path = REPO / name
+        text = path.read_text(encoding="utf-8")
+        if new in text:
+            continue
+        if start not in text:
+            failed.append(f"{name}: no paragraph starting {start!r}")
+            continue
+        at = text.index(start)
+        end = text.find("\n\n", at)
+        path.write_text(text[:at] + new + text[end if end >= 0 else len(text) :], encoding="utf-8")
+    return failed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="only list what would move")
+    args = parser.parse_args()
+
+    pending = [old for old in MOVES if old_path(old).exists()]
+    refused = refusals(pending)
+    if refused:
+        print("restructure: nothing done:\n  " + "\n  ".join(refused), file=sys.stderr)
+        return 2
+    if args.check:
+        for old in pending:
+            print(f"zlstore/{old}.py -> {new_path(old).relative_to(REPO)}")
+        return 1 if pending else 0
+    known = set(OLD_DOTTED) | NEW_MODULES | {module_of(p) for p in PACKAGE.rglob("*.py")}
+
+    # 1. every text: dotted names (zlstore.runner.f) and paths (zlstore/runner.py)
+    rewrite_texts(lambda path, text: rewrite_paths(rewrite_dotted(text)))
+
+    # 2. the Python imports, before anything moves: each file's relative
+    # imports resolved from where it is, spelled from where it goes
+    def imports(path, text):
+        module = module_of(path)
+        goes = f"zlstore.{MOVES[path.stem]}" if path.parent == PACKAGE and path.stem in PENDING else module
+        return rewrite_imports(path, text, module, goes, known)
+
+    rewrite_texts(imports, {".py"})
+
+    # 3. the folders and the moves; then what names modules by their place
+    move(pending)
+    rewrite_texts(lambda path, text: rewrite_markdown_imports(text, known), {".md"})
+    restage()
+    failed = exact_edits()
     if failed:
         print("restructure: these exact edits found nothing:\n  " + "\n  ".join(failed), file=sys.stderr)
         return 2
     for note in NOTES:
         print(f"restructure: {note}", file=sys.stderr)
-    moved = len(pending)
-    print(f"restructure: {moved} modules moved; now run ruff format, the tests and cog (docs/development.md)")
+    print(
+        f"restructure: {len(pending)} modules moved. Next: pip install -e . (the datasette entry point), "
+        "ruff format, cog -r on every page with a cog part, then the tests (docs/development.md)"
+    )
     return 0
 
 
