@@ -261,7 +261,7 @@ loads nothing else of it.""",
 ]
 
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".sql", ".yaml", ".yml", ".txt", ".cfg", ".ini", ".sh"}
-TOP_FILES = ["README.md", "BENCHMARKS.md", "pyproject.toml", ".ci/run"]
+TOP_FILES = ["README.md", "BENCHMARKS.md", "pyproject.toml", ".ci/run", "schema.sql"]
 SCOPES = ["zlstore", "tests", "bench", "docs"]
 
 
