@@ -470,16 +470,27 @@ def rewrite_imports(path: Path, source: str, module: str, new_module: str, known
     return "".join(lines)
 
 
-def rewrite_markdown_imports(text: str, known: set) -> str:
-    """`from zlstore import a, b` on one line (cog blocks in Markdown)."""
+def rewrite_text_imports(text: str, known: set) -> str:
+    """`from zlstore import a, b` written as text: on a line of a cog block
+    in Markdown, or inside a string of Python code (`python -c "import os;
+    from zlstore import parallel"`). Where the names now live in several
+    folders, the statements are joined as the text around them is: a line
+    each, or `; ` inside a line."""
 
     def one(match):
-        indent, names = match.group(1), match.group(2)
-        node = ast.parse(f"from zlstore import {names}").body[0]
+        start, names = match.group(1), match.group(2)
+        try:
+            node = ast.parse(f"from zlstore import {names.strip()}").body[0]
+        except SyntaxError:
+            return match.group(0)
         new = statements_for(node, "docs", False, False, known)
-        return match.group(0) if new is None else "\n".join(indent + s for s in new)
+        if new is None:
+            return match.group(0)
+        indent = start if start.strip() == "" else ""
+        joiner = "\n" + indent if start.strip() == "" else "; "
+        return start + joiner.join(new)
 
-    return re.sub(r"(?m)^([ \t]*)from zlstore import ([\w ,]+)$", one, text)
+    return re.sub(r"(?m)(^[ \t]*|[\"';][ \t]*)from zlstore import ([A-Za-z_][\w ,]*?)[ \t]*(?=\\n|;|\"|'|$)", one, text)
 
 
 # -- the run ---------------------------------------------------------------------------------
@@ -599,7 +610,7 @@ def main() -> int:
 
     # 3. the folders and the moves; then what names modules by their place
     move(pending)
-    rewrite_texts(lambda path, text: rewrite_markdown_imports(text, known), {".md"})
+    rewrite_texts(lambda path, text: rewrite_text_imports(text, known), {".md", ".py"})
     restage()
     failed = exact_edits()
     if failed:
