@@ -367,7 +367,10 @@ STAGES = (
         ),
     ),
     ("serving: the store in datasette", ("datasette_site.py", "serverlimits.py", "datasette_plugin.py", "serve.py")),
-    ("the front doors: the library's API and the command line", ("__init__.py", "cli.py", "__main__.py")),
+    (
+        "the front doors: the library's API and the command line",
+        ("__init__.py", "clicommon.py", "cli_run.py", "cli.py", "__main__.py"),
+    ),
 )
 
 
