@@ -35,25 +35,30 @@ def pytest_configure(config):
     os.unsetenv("COLUMNS")
 
 
-# The modules that take longest (--durations on two cores), longest first.
+# The modules that take longest (the sum of --durations=0 on two cores), longest first.
 # With -n, xdist hands out whole modules (--dist loadscope) in collection
 # order: a long module collected last (test_until_decided.py, near the end of
 # the alphabet) would run alone while the other worker idles. Started first,
 # they overlap the short ones. Only the order changes: every test still runs.
 LONGEST_FIRST = (
     "test_flaggems.py",
-    "test_until_decided.py",
-    "test_reads.py",
     "test_across_roots.py",
-    "test_readme.py",
+    "test_containment.py",
     "test_hostile_stores.py",
-    "test_flaggems_probe.py",
     "test_db_faults.py",
-    "test_run.py",
-    "test_fuzz.py",
-    "test_campaign_runner.py",
+    "test_until_decided.py",
     "test_merge.py",
-    "test_one_home.py",
+    "test_flaggems_probe.py",
+    "test_output.py",
+    "test_report_readable.py",
+    "test_exit_status.py",
+    "test_reads.py",
+    "test_duplicate_cells.py",
+    "test_serve.py",
+    "test_ingest.py",
+    "test_hostile_pages.py",
+    "test_ingest_workers.py",
+    "test_readme.py",
 )
 
 
