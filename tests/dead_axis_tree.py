@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 from . import generator
+from .real_caliber import REAL_CALIBER
 
 SWITCH = "ZL_DEAD_AXIS"
 VALUES = ("off", "on")
@@ -35,15 +36,6 @@ ENVIRONMENT = {
     "ENV_RUNTIME": "cuda 12.8",
     "ENV_TRITON": "3.6.0",
     "ENV_HOSTNAME": HOST,
-}
-CALIBER = {
-    "ZL_BACKEND": "cuda",
-    "BENCH_LEVEL": "core",
-    "ZL_ENABLE_CUDAGRAPH": "0",
-    "ZL_ISOLATE_TUNER_CACHE": "1",
-    "ZL_DIRECT_REPEAT": "1",
-    "SHAPE_MODE": "default",
-    "USE_FLAGTUNE": "0",
 }
 # (op, dtype): [(shape, after latency in ms, before / after ratio in the
 # screen, the ratios of rounds 1..3)]
@@ -72,7 +64,7 @@ def _cell(path: Path, op: str, dtype: str, side: str, round_: int, ratio_of: Dic
         round=round_,
         card=0,
         started_at=STARTED_AT,
-        caliber=dict(CALIBER),
+        caliber=dict(REAL_CALIBER),
         rows=rows,
         # the switch changes nothing: one IR on both sides
         kernels={f"{op}_kernel": generator.ttgir_text(f"{op}_kernel", seed=1)},
@@ -91,7 +83,7 @@ def write(dest) -> Tuple[Path, Path]:
     dest = Path(dest)
     screen, campaign = dest / SCREEN, dest / CAMPAIGN
     screen.mkdir(parents=True, exist_ok=True)
-    common = [("SWITCH", SWITCH), ("SWITCH_VALUES", ",".join(VALUES)), ("HOST", HOST), *CALIBER.items()]
+    common = [("SWITCH", SWITCH), ("SWITCH_VALUES", ",".join(VALUES)), ("HOST", HOST), *REAL_CALIBER.items()]
     _env(screen / "root.env", [("KIND", "screen"), *common, ("STARTED_AT", STARTED_AT)])
     for (op, dtype), shapes in OPS.items():
         ratios = {str(shape): screen_ratio for shape, _, screen_ratio, _ in shapes}

@@ -12,7 +12,8 @@ import pytest
 from zlstore import flaggems, outcomes
 from zlstore.pytest_plugins import zlstore_compat
 
-from .test_flaggems import H200_CALIBER, STANDIN, env_for
+from .real_caliber import REAL_CALIBER
+from .test_flaggems import STANDIN, env_for
 
 
 def cell(tmp_path, op, dtype="float32", **standin):
@@ -26,7 +27,7 @@ def cell(tmp_path, op, dtype="float32", **standin):
         dtype,
         "TRITON_F32_DEFAULT",
         "ieee",
-        H200_CALIBER["BENCH_LEVEL"],
+        REAL_CALIBER["BENCH_LEVEL"],
         60,
         env,
     )

@@ -10,15 +10,7 @@ from click.testing import CliRunner
 from zlstore import Store
 from zlstore.cli import cli
 
-CAL = dict(
-    ZL_BACKEND="cuda",
-    BENCH_LEVEL="core",
-    ZL_ENABLE_CUDAGRAPH="0",
-    ZL_ISOLATE_TUNER_CACHE="1",
-    ZL_DIRECT_REPEAT="1",
-    SHAPE_MODE="default",
-    USE_FLAGTUNE="0",
-)
+from .real_caliber import REAL_CALIBER
 
 
 def _campaign(root, rounds, per_round):
@@ -27,7 +19,7 @@ def _campaign(root, rounds, per_round):
     os.makedirs(root)
     with open(os.path.join(root, "campaign.env"), "w") as f:
         f.write(f"KIND=campaign\nROUNDS={rounds}\nCARDS=1\nSWITCH=X\n")
-        f.writelines(f"{k}={v}\n" for k, v in CAL.items())
+        f.writelines(f"{k}={v}\n" for k, v in REAL_CALIBER.items())
     with open(os.path.join(root, "partition.tsv"), "w") as f:
         f.write("card\top\tdtype\tweight_min\n0\tabs\tfloat16\t0\n")
     for r, pairs in enumerate(per_round, 1):
@@ -43,7 +35,7 @@ def _campaign(root, rounds, per_round):
                     )
                     + "\n"
                 )
-            env = dict(OP="abs", DTYPE="float16", SIDE=side, ROUND=r, CARD=0, RC=0, **CAL)
+            env = dict(OP="abs", DTYPE="float16", SIDE=side, ROUND=r, CARD=0, RC=0, **REAL_CALIBER)
             with open(os.path.join(d, "cell.env"), "w") as f:
                 f.writelines(f"{k}={v}\n" for k, v in env.items())
 

@@ -23,21 +23,13 @@ from click.testing import CliRunner
 from zlstore import flaggems, harness, irdiff, layout, runner
 from zlstore.cli import cli
 
+from .real_caliber import REAL_CALIBER
+
 HERE = Path(__file__).resolve().parent
 STANDIN = HERE / "flaggems_standin"
 PY = shlex.quote(sys.executable)
 ZLSTORE = [sys.executable, "-m", "zlstore"]
 SWITCH, VALUES = "TRITON_F32_DEFAULT", ("ieee", "tf32")
-# The real H200 run's caliber (tmp/real runs root.env).
-H200_CALIBER = {
-    "ZL_BACKEND": "cuda",
-    "BENCH_LEVEL": "core",
-    "ZL_ENABLE_CUDAGRAPH": "0",
-    "ZL_ISOLATE_TUNER_CACHE": "1",
-    "ZL_DIRECT_REPEAT": "1",
-    "SHAPE_MODE": "default",
-    "USE_FLAGTUNE": "0",
-}
 PYTEST_ARGS = "-- --warmup 25 --iter 100"
 CELL = f"{PY} -m zlstore flaggems cell --flaggems {shlex.quote(str(STANDIN))} --python {PY} {PYTEST_ARGS}"
 # No --values: a campaign's repeats take the values its screening root ran.
@@ -69,10 +61,10 @@ def env_for(tmp, **extra):
         for k, v in os.environ.items()
         if not k.startswith(("ZLSTORE_", "FLAGGEMS_", "STANDIN_", "PYTEST_", "TRITON_"))
         and k not in RUN_VARS
-        and k not in H200_CALIBER
+        and k not in REAL_CALIBER
     }
     env.update(
-        H200_CALIBER,
+        REAL_CALIBER,
         PYTHONPATH=str(HERE.parent),
         STANDIN_PID_DIR=str(tmp / "pids"),
         STANDIN_TRACE=str(tmp / "trace.jsonl"),

@@ -21,20 +21,13 @@ from click.testing import CliRunner
 from zlstore import flaggems, provenance
 from zlstore.cli import cli
 
+from .real_caliber import REAL_CALIBER
+
 HERE = Path(__file__).resolve().parent
 STANDIN = HERE / "flaggems_standin"
 PY = shlex.quote(sys.executable)
 ZLSTORE = [sys.executable, "-m", "zlstore"]
 SWITCH = "TRITON_F32_DEFAULT"
-CALIBER = {
-    "ZL_BACKEND": "cuda",
-    "BENCH_LEVEL": "core",
-    "ZL_ENABLE_CUDAGRAPH": "0",
-    "ZL_ISOLATE_TUNER_CACHE": "1",
-    "ZL_DIRECT_REPEAT": "1",
-    "SHAPE_MODE": "default",
-    "USE_FLAGTUNE": "0",
-}
 # Named like FlagGems' own dependency, and installed nowhere.
 ABSENT = "sqlalchemy_not_installed"
 
@@ -43,9 +36,9 @@ def env_for(tmp, **extra):
     env = {
         k: v
         for k, v in __import__("os").environ.items()
-        if not k.startswith(("ZLSTORE_", "FLAGGEMS_", "STANDIN_", "PYTEST_", "TRITON_")) and k not in CALIBER
+        if not k.startswith(("ZLSTORE_", "FLAGGEMS_", "STANDIN_", "PYTEST_", "TRITON_")) and k not in REAL_CALIBER
     }
-    env.update(CALIBER, PYTHONPATH=str(HERE.parent), STANDIN_IMPORTS=str(tmp / "imports.jsonl"))
+    env.update(REAL_CALIBER, PYTHONPATH=str(HERE.parent), STANDIN_IMPORTS=str(tmp / "imports.jsonl"))
     env.update({k: str(v) for k, v in extra.items()})
     return env
 

@@ -5,6 +5,7 @@ close). Read through Python's ast and tokenize, so that a formatter's layout
 changes nothing."""
 
 import ast
+import functools
 import io
 import re
 import tokenize
@@ -72,12 +73,18 @@ def imported_modules(module: str, node) -> set:
     return found
 
 
+@functools.lru_cache(maxsize=None)
+def parsed(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once for all of these tests."""
+    return ast.parse(path.read_text())
+
+
 def graph(in_functions: bool = False) -> dict:
     """module -> the zlstore modules it imports at its top (in_functions:
     and inside its functions too)."""
     edges = {}
     for module, path in MODULES.items():
-        tree = ast.parse(path.read_text())
+        tree = parsed(path)
         statements = imports(tree, in_functions=False) + (imports(tree, in_functions=True) if in_functions else [])
         edges[module] = set().union(*(imported_modules(module, n) for n in statements))
         edges[module].discard(module)

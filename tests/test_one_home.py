@@ -7,6 +7,7 @@ before (release e4e9785), so that none of them can pass by matching
 nothing."""
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -37,19 +38,31 @@ def schema_statements():
     ]
 
 
+@functools.lru_cache(maxsize=None)
+def parsed(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once for all of these tests (walking
+    every module's tree again for each question was most of their time)."""
+    return ast.parse(path.read_text())
+
+
 def strings(path: Path, skip=()):
     """Every string constant of a module (f-strings' literal parts too), but
     the values of the module-level names in skip."""
-    tree = ast.parse(path.read_text())
+    return list(_strings(path, frozenset(skip)))
+
+
+@functools.lru_cache(maxsize=None)
+def _strings(path: Path, skip: frozenset) -> tuple:
+    tree = parsed(path)
     skipped: set[int] = set()
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) in skip for t in node.targets):
             skipped.update(id(n) for n in ast.walk(node.value))
-    return [
+    return tuple(
         n.value
         for n in ast.walk(tree)
         if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in skipped
-    ]
+    )
 
 
 def texts(exempt=(), skip=()):
@@ -181,17 +194,18 @@ def test_the_noise_floor_is_computed_judged_and_marked_stale_in_floors_py():
 # -- one fork mechanism, one test of a finished cell: each in one module ---
 
 
-def refers(path: Path) -> set:
+@functools.lru_cache(maxsize=None)
+def refers(path: Path) -> frozenset:
     """The names a module's code refers to (f, x.f) and its strings."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Attribute):
             found.add(node.attr)
         elif isinstance(node, ast.Name):
             found.add(node.id)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             found.add(node.value)
-    return found
+    return frozenset(found)
 
 
 @pytest.mark.parametrize(
@@ -209,6 +223,7 @@ def test_one_module_does_it(called, home):
     assert [p.name for p in modules() if called in refers(p)] == [home]
 
 
+@functools.lru_cache(maxsize=None)
 def finished_cell_tests(source: str) -> int:
     """How often source tests whether a cell finished: its cell.env's RC read
     with a fallback (`env.get("RC") or ...`), however it is laid out."""
@@ -247,7 +262,7 @@ def test_exit_statuses_are_defined_in_names_py():
     statuses = {names.EXIT_INTERRUPTED, names.EXIT_BROKEN_PIPE, names.EXIT_INTERNAL, *names.TIMEOUT_RCS}
     defined = []
     for path in modules():
-        for node in ast.parse(path.read_text()).body:
+        for node in parsed(path).body:
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and node.value.value in statuses:
                 defined.append(path.name)
     assert set(defined) == {"names.py"}

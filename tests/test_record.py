@@ -17,7 +17,10 @@ from zlstore.cli import cli
 from . import generator
 from .fake_bench import make_campaign_tree, spec, write_cell
 
-WRITERS, CELLS_PER_WRITER = 8, 300
+# Eight writers start at once and contend from their first cell: 120 cells
+# each keep them at it for the whole run (300 took twice as long);
+# bench/concurrency.py measures the load.
+WRITERS, CELLS_PER_WRITER = 8, 120
 ROUNDS, OPS_PER_CARD = 6, CELLS_PER_WRITER // 12
 
 

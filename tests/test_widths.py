@@ -46,8 +46,11 @@ def test_a_narrow_table_names_what_it_left_out_and_t_prints_it(example_store_pat
     header = next(line for line in narrow.splitlines() if line.startswith("op "))
     assert header.split()[:3] == ["op", "dtype", "shape"] and "finding" in header and "effect" in header
     assert "noise floor" not in header and "q" not in header.split()
+    # the interval is what makes an effect a finding: the latencies go first, it stays
+    assert "95% interval" in header and "ms before -> after" not in header
     left_out = " ".join(narrow[narrow.index("(left out to fit 80 columns: ") :].split())
-    assert "95% interval" in left_out and "noise floor" in left_out and "-t prints every column" in left_out
+    assert "ms before -> after" in left_out and "noise floor" in left_out and "-t prints every column" in left_out
+    assert "95% interval" not in left_out
     # what was left out comes back with -t (a table of every column of the human one) and -c
     table = run(["ab", CAMPAIGN, "-t"], example_store_path, 80).stdout
     header = table.splitlines()[0]

@@ -521,14 +521,6 @@ def judging_settings(store) -> dict:
     return _rows(store, "SELECT * FROM judging_settings")[0]
 
 
-def finding_counts(rows: Sequence[dict]) -> Dict[str, int]:
-    """How many ranges have each finding, in the order they are shown."""
-    counts = {name: 0 for name in FINDING_NAMES}
-    for row in rows:
-        counts[row["finding"]] = counts.get(row["finding"], 0) + 1
-    return counts
-
-
 def screen_roots(store, root=None) -> List[dict]:
     """Per screening root: whether its switch's axis is live (screen_roots)."""
     where, params = _root_clause(store, root)

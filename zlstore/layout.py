@@ -376,10 +376,6 @@ def split_screen_name(name: str) -> Optional[Tuple[str, str, str]]:
     return None
 
 
-def is_cell_dir(path: Path) -> bool:
-    return (path / RUN_LOG).is_file() or (path / CELL_ENV).is_file()
-
-
 def find_cell_dirs(top: Path) -> Iterator[Path]:
     """Every cell directory under top (or top itself), sorted, never entering
     a cell's own triton_cache."""

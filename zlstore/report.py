@@ -343,8 +343,9 @@ AB_HEADERS = [
     "noise floor",
     "note",
 ]
-# What a findings table keeps however narrow the terminal: the range's key, its effect and its finding.
-AB_KEEP = ("op", "dtype", "shape", "effect", "finding")
+# What a findings table keeps however narrow the terminal: the range's key, its effect, its
+# interval (what makes the effect a finding or not: it outlasts the latencies) and its finding.
+AB_KEEP = ("op", "dtype", "shape", "effect", "interval", "finding")
 
 
 def latency_text(row: Mapping) -> str:

@@ -23,7 +23,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, IO, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, IO, List, Optional, Sequence, Tuple, Union
 
 from . import adaptive, caliber, derive, flaggems, judge, layout, provenance
 from . import plan as planmod
@@ -363,12 +363,6 @@ def screen_config(
 
 def _num(value: float) -> str:
     return format(value, "g")
-
-
-def screen_tsv_rows(result: dict) -> List[Mapping[str, str]]:
-    """The rows of the screen.tsv a screening pass wrote (empty when it has
-    none), for the table printed at its end."""
-    return [row for _, row in layout.read_tsv(Path(result["screen_tsv"]), []) or []]
 
 
 def _side_env(
