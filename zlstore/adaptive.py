@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from . import derive, layout, macros, sequential
+from . import derive, files, layout, macros, sequential
 from .db import now as utc_now
 from .db import write_transaction
 from .plan import Op
@@ -174,11 +174,40 @@ def recorded_stops(conn, root: Path) -> Dict[Key, Tuple[int, str]]:
     }
 
 
-def record(conn, root: Path, ops: Iterable[Key], round_: int, reason: str):
+def record(
+    conn, root: Path, ops: Iterable[Key], round_: int, reason: str, card: Optional[int] = None, tree: bool = True
+):
+    """The stops into the store and, unless tree is False (a submitter
+    storing what a card wrote), into the tree's stops file of this writer
+    (the campaign's, or card's when a card decides alone): a store made from
+    the tree alone shows them too."""
     ops = list(ops)
     rid = root_id(conn, root)
     if ops and rid is not None:
         sequential.record_stops(conn, rid, ops, round_, reason)
+        if tree:
+            write_stops(conn, root, rid, ops, card)
+
+
+def stops_path(root: Path, card: Optional[int] = None) -> Path:
+    return Path(root) / layout.STOPS_DIR / (f"card{card}.tsv" if card is not None else "campaign.tsv")
+
+
+def write_stops(conn, root: Path, rid: int, ops: Sequence[Key], card: Optional[int] = None) -> Path:
+    """Add the ops' stops, as the store holds them (the first stop of each),
+    to this writer's stops file, rewritten whole (a kill leaves the old one
+    or the new one, never half); the stops already in it stay."""
+    path = stops_path(root, card)
+    kept = {(s.op, s.dtype): s for s in layout.read_stops(path, [])} if path.is_file() else {}
+    wanted = {(op, dtype or "") for op, dtype in ops}
+    for op, dtype, round_, reason, at in conn.execute(
+        "SELECT op, coalesce(dtype, ''), round, reason, recorded_at FROM op_stops WHERE root_id = ? ORDER BY id",
+        (rid,),
+    ):
+        if (op, dtype) in wanted:
+            kept.setdefault((op, dtype), layout.Stop(op, dtype, round_, reason, at))
+    path.parent.mkdir(exist_ok=True)
+    return files.replace_atomic(path, layout.stops_tsv(kept.values()))
 
 
 @dataclass
@@ -220,7 +249,15 @@ class Progress:
         ]
 
 
-def after_round(store, root: Path, rule: Stopping, ran: Mapping[Key, int], failed: Iterable[Key], progress: Progress):
+def after_round(
+    store,
+    root: Path,
+    rule: Stopping,
+    ran: Mapping[Key, int],
+    failed: Iterable[Key],
+    progress: Progress,
+    card: Optional[int] = None,
+):
     """The stops after ops ran their rounds (ran: op -> the round it ran):
     failed ones (the command failed or a side lacks RC 0), decided ones (not
     among the statistics' undecided), and those at MAX. Records them and
@@ -244,6 +281,6 @@ def after_round(store, root: Path, rule: Stopping, ran: Mapping[Key, int], faile
         by_round.setdefault((ran[k], reason), []).append(k)
         progress.stops[k] = (ran[k], reason)
     for (round_, reason), ops in sorted(by_round.items()):
-        record(conn, root, ops, round_, reason)
+        record(conn, root, ops, round_, reason, card)
     progress.seconds.update(round_seconds(conn, root))
     return going_on

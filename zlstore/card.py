@@ -365,7 +365,12 @@ class Recorder:
         elif event["event"] == "stopped":  # a card that decides alone: its stop, in this store too
             self.flush()
             adaptive.record(
-                self.store.conn, self.root, [(event["op"], event["dtype"])], event["round"], event["reason"]
+                self.store.conn,
+                self.root,
+                [(event["op"], event["dtype"])],
+                event["round"],
+                event["reason"],
+                tree=False,  # the card wrote it in the tree
             )
 
     def add(self, relpaths: Sequence[str]):
@@ -557,7 +562,7 @@ class Card:
         current = {k: done.get(k, 0) for k in mine}
         progress = adaptive.Progress(rule, {}, {})
         started = {k: r for k, r in current.items() if r > 0}
-        going = set(adaptive.after_round(store, root, rule, started, [], progress)) if started else set()
+        going = set(adaptive.after_round(store, root, rule, started, [], progress, plan.card)) if started else set()
         going |= {k for k, r in current.items() if r == 0}
         self._said_stops(progress, set())
         failed_ops = 0
@@ -573,7 +578,7 @@ class Card:
                 if self.run_one(op, watch, ran[k]).rc != 0:
                     failed.add(k)
             before = set(progress.stops)
-            going = set(adaptive.after_round(store, root, rule, ran, failed, progress))
+            going = set(adaptive.after_round(store, root, rule, ran, failed, progress, plan.card))
             current.update(ran)
             failed_ops += len(failed)
             self._said_stops(progress, before)

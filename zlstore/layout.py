@@ -27,6 +27,11 @@ TORCH_DTYPES = frozenset(
 ROOT_ENV, CAMPAIGN_ENV = "root.env", "campaign.env"
 SCREEN_TSV, SCREEN_TSV_ORIG, PARTITION_TSV = "screen.tsv", "screen.tsv.orig", "partition.tsv"
 ROOT_FILES = (ROOT_ENV, CAMPAIGN_ENV, SCREEN_TSV, SCREEN_TSV_ORIG, PARTITION_TSV)
+# An until-decided campaign's stops, in its tree as in op_stops: one file per
+# writer (stops/campaign.tsv the local runner's, stops/card<N>.tsv a card
+# deciding alone, a Slurm task), each rewritten whole, so none clobbers another.
+STOPS_DIR = "stops"
+STOPS_COLUMNS = ("op", "dtype", "round", "reason", "recorded_at")
 CELL_ENV, RUN_LOG, INDEX_TSV, TRITON_CACHE = "cell.env", "run.log", "index.tsv", "triton_cache"
 
 # The screen.tsv columns in the harness's order (ARTIFACTS.md).
@@ -638,6 +643,7 @@ class Root:
     screen: List[Tuple[int, Mapping[str, str]]] = field(default_factory=list)
     screen_orig: List[Tuple[int, Mapping[str, str]]] = field(default_factory=list)
     partition: List[Tuple[int, Mapping[str, str]]] = field(default_factory=list)
+    stops: List["Stop"] = field(default_factory=list)
     files_sig: str = ""
     problems: List[Problem] = field(default_factory=list)
 
@@ -702,7 +708,57 @@ def load_root(ref: RootRef) -> Root:
     root.screen = read_tsv(ref.path / SCREEN_TSV, root.problems, within) or []
     root.screen_orig = read_tsv(ref.path / SCREEN_TSV_ORIG, root.problems, within) or []
     root.partition = read_tsv(ref.path / PARTITION_TSV, root.problems, within) or []
+    for path in stops_files(ref.path):
+        root.stops.extend(read_stops(path, root.problems, within))
     return root
+
+
+@dataclass(frozen=True)
+class Stop:
+    """A line of a campaign's stops/*.tsv: an op that stopped, when and why."""
+
+    op: str
+    dtype: str
+    round: int
+    reason: str
+    recorded_at: Optional[str]
+
+
+def stops_files(root: Path) -> List[Path]:
+    """The root's stops/*.tsv, in name order (a stop once read stays: the first wins)."""
+    try:
+        return sorted(p for p in (Path(root) / STOPS_DIR).glob("*.tsv") if _is_file(str(p)))
+    except OSError:
+        return []
+
+
+def read_stops(path: Path, problems: List[Problem], within: Optional[str] = None) -> List[Stop]:
+    """A stops file's stops; a line that is not one is a problem naming it
+    (file and line), and the other lines are still read."""
+    stops = []
+    for line, row in read_tsv(path, problems, within) or []:
+        round_ = to_int(row.get("round"))
+        reason, op = row.get("reason") or "", row.get("op") or ""
+        if not op or round_ is None or round_ < 0 or reason not in names.STOP_REASONS:
+            problems.append(
+                Problem(
+                    str(path),
+                    line,
+                    f"not a stop (op, a round from 0, a reason of {', '.join(names.STOP_REASONS)}): "
+                    f"op {op!r}, round {row.get('round')!r}, reason {reason!r}; not stored",
+                )
+            )
+            continue
+        stops.append(Stop(op, row.get("dtype") or "", round_, reason, row.get("recorded_at") or None))
+    return stops
+
+
+def stops_tsv(stops: Iterable[Stop]) -> bytes:
+    """A stops file's bytes (STOPS_COLUMNS), one line per stop, by op."""
+    lines = ["\t".join(STOPS_COLUMNS)]
+    for s in sorted(stops, key=lambda s: (s.op, s.dtype)):
+        lines.append("\t".join((s.op, s.dtype, str(s.round), s.reason, s.recorded_at or "")))
+    return ("\n".join(lines) + "\n").encode()
 
 
 def root_identity(name: str, env_file: Optional[str], env: Optional[Mapping[str, str]]) -> str:
@@ -745,6 +801,12 @@ def root_files_sig(path: Path) -> str:
         except OSError as error:
             data = b"\0refused\0" + str(error).encode("utf-8", "backslashreplace")
         digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    for stops in stops_files(path):  # a stop written after the root was stored: read again
+        try:
+            data = read_bytes(stops, str(path))
+        except OSError as error:
+            data = b"\0refused\0" + str(error).encode("utf-8", "backslashreplace")
+        digest.update(f"{STOPS_DIR}/{stops.name}".encode() + b"\0" + hashlib.sha256(data).digest())
     return digest.hexdigest()
 
 

@@ -345,6 +345,13 @@ DECIDING_FINDINGS = FINDING_NAMES[:3]
 # are decided and the anytime-valid test judges it (zlstore/sequential.py).
 STOPPINGS = ("fixed", "until-decided")
 
+# Why an op of an until-decided campaign stopped running rounds, in the
+# order shown: every range of it decided; MAX rounds reached with some
+# range undecided; its cells failed (the runner says so). Stored in
+# op_stops, and in the campaign tree's stops/*.tsv (layout.STOPS_DIR).
+DECIDED, MAX_ROUNDS, FAILED = "decided", "max rounds", "failed"
+STOP_REASONS = (DECIDED, MAX_ROUNDS, FAILED)
+
 # The settings judging reads (the settings table), with their defaults:
 # current_rule, the fingerprint rule the verdicts use (ttgir.RULES);
 # q_max, the false-discovery rate a finding is held to; min_effect, the

@@ -11,7 +11,7 @@ import sqlite3
 from pathlib import Path
 from typing import Callable, ContextManager, Dict, List, Mapping, Optional, Tuple
 
-from . import caliber, layout, names, roots
+from . import caliber, layout, names, roots, sequential
 from .db import insert_sql, now
 from .journal import RunRecord
 from .layout import Problem
@@ -183,6 +183,8 @@ class RootWriter:
                 if row.get("op")
             ],
         )
+        for stop in root.stops:  # the campaign's stops/*.tsv: kept once stored, as the runner's own
+            sequential.insert_stop(self.conn, root_id, stop.op, stop.dtype, stop.round, stop.reason, stop.recorded_at)
         return root_id
 
 

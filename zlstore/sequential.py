@@ -14,15 +14,12 @@ import datetime
 import sqlite3
 from typing import Iterable, List, Optional, Tuple
 
-from . import derive
+from . import derive, names
 from .db import write_transaction
 from .names import DECIDING_FINDINGS
 
-# Why an op of an until-decided campaign stopped running rounds, in the
-# order shown: every range of it decided; MAX rounds reached with some
-# range undecided; its cells failed (the runner says so).
-DECIDED, MAX_ROUNDS, FAILED = "decided", "max rounds", "failed"
-STOP_REASONS = (DECIDED, MAX_ROUNDS, FAILED)
+# Why an op stopped: names.STOP_REASONS, named here too for the runner.
+DECIDED, MAX_ROUNDS, FAILED, STOP_REASONS = names.DECIDED, names.MAX_ROUNDS, names.FAILED, names.STOP_REASONS
 
 # The (cell op, dtype) pairs of a root that still need a round: every op of
 # its cells (or of its plan, where none ran yet), less those stopped, that
@@ -87,20 +84,38 @@ def record_stops(
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     with write_transaction(conn):
         for op, dtype in ops:
-            stopped = conn.execute(
-                "SELECT 1 FROM op_stops WHERE root_id = ? AND op = ? AND coalesce(dtype, '') = coalesce(?, '')",
-                (root_id, op, dtype),
-            ).fetchone()
-            if stopped:
-                continue
-            conn.execute(
-                "INSERT INTO op_stops (root_id, op, dtype, round, reason, recorded_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (root_id, op, dtype, round_, reason, now),
-            )
-            conn.execute(
-                """INSERT INTO ab_stale_ranges (root_id, op, dtype, shape)
-                   SELECT DISTINCT root_id, op, dtype, shape FROM ab_slot_rows
-                   WHERE root_id = ? AND cell_op IS ? AND coalesce(cell_dtype, '') = coalesce(?, '')""",
-                (root_id, op, dtype),
-            )
+            insert_stop(conn, root_id, op, dtype, round_, reason, now)
         derive.derive(conn)
+
+
+def insert_stop(
+    conn: sqlite3.Connection,
+    root_id: int,
+    op: str,
+    dtype: Optional[str],
+    round_: int,
+    reason: str,
+    recorded_at: Optional[str],
+) -> bool:
+    """One stop into op_stops, inside the caller's transaction, unless the
+    op already has one (the first stop stays); its ranges are marked for
+    derive.derive. Also how ingest reads a campaign tree's stops/*.tsv, so
+    that a store made from the tree alone shows the same stops. Returns
+    whether it was new."""
+    stopped = conn.execute(
+        "SELECT 1 FROM op_stops WHERE root_id = ? AND op = ? AND coalesce(dtype, '') = coalesce(?, '')",
+        (root_id, op, dtype),
+    ).fetchone()
+    if stopped:
+        return False
+    conn.execute(
+        "INSERT INTO op_stops (root_id, op, dtype, round, reason, recorded_at) VALUES (?, ?, ?, ?, ?, ?)",
+        (root_id, op, dtype, round_, reason, recorded_at),
+    )
+    conn.execute(
+        """INSERT INTO ab_stale_ranges (root_id, op, dtype, shape)
+           SELECT DISTINCT root_id, op, dtype, shape FROM ab_slot_rows
+           WHERE root_id = ? AND cell_op IS ? AND coalesce(cell_dtype, '') = coalesce(?, '')""",
+        (root_id, op, dtype),
+    )
+    return True
