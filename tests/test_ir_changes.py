@@ -131,3 +131,25 @@ def test_the_writers_keep_each_findings_change_current(trees, tmp_path):
             now = irchanges.brief(irchanges.op_changes(store, "campaign_b", row["op"], row["dtype"]))
             assert {**row["ir_changes"], "command": None} == {**now, "command": None}
             assert row["ir_changes"]["command"] == now["command"] + f" --db {db}"
+
+
+def test_a_summary_reads_only_the_changed_kernels(trees, monkeypatch):
+    """Parsing IR is most of what a writer's derivation costs: the summary
+    (diff_sides without pair rows, as op_changes asks) says what the full
+    document says, and reads each changed text once, no kernel a pair the
+    rule calls the same."""
+    from zlstore import irdiff, irfacts
+
+    read = []
+    real = irfacts.read
+    monkeypatch.setattr(irfacts, "read", lambda text: read.append(text) or real(text))
+    with Store(trees["both"], read_only=True) as store:
+        before, after = irdiff.pair_cells(store, store.root("screen_b")["path"], "bmm", "float32")
+        full = irdiff.diff_sides(store.conn, before, after, "v3", with_diff=False)
+        full_reads = len(read)
+        read.clear()
+        brief = irdiff.diff_sides(store.conn, before, after, "v3", with_diff=False, rows=False)
+    assert {**full, "kernels": []} == brief and brief["summary"]["changes"]
+    statuses = [r["status"] for r in full["kernels"]]
+    assert "same" in statuses and "changed" in statuses
+    assert len(read) == len(set(read)) == 2 * statuses.count("changed") < full_reads

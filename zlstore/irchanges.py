@@ -81,7 +81,7 @@ def _op_changes(store, root, op: str, dtype: Optional[str], rule: Optional[str] 
             before, after = irdiff.pair_cells(store, found["path"], op, dtype, first[0], first[1])
     except (irdiff.DiffError, LookupError) as error:
         return {**result, "text": None, "problem": str(error).strip("'\"")}, screen_id, None, None, None
-    document = irdiff.diff_sides(store.conn, before, after, rule_name, with_diff=False)
+    document = irdiff.diff_sides(store.conn, before, after, rule_name, with_diff=False, rows=False)
     summary = document["summary"]
     text = irsummary.one_line(summary)
     if not text:

@@ -136,6 +136,18 @@ class Kernel:
     strictest_digest: str = ""  # under the strictest rule
     facts: Optional[irfacts.Facts] = field(repr=False, default=None)  # of the text under the rule
     readable: bool = True  # False: its stored bytes did not unpack (_stored_text); raw is empty
+    # Its facts not read yet (_Pending): read when first asked (read_facts),
+    # since a kernel paired by step 1 and summed up needs none.
+    pending: Optional["_Pending"] = field(repr=False, default=None)
+
+    def read_facts(self) -> Optional[irfacts.Facts]:
+        if self.pending is not None:
+            self.facts, self.pending = self.pending.facts(), None
+        return self.facts
+
+    def unread(self) -> bool:
+        """Whether its facts are None, without reading them."""
+        return self.pending.unread if self.pending is not None else self.facts is None
 
     def text(self) -> str:
         return self.raw.decode("utf-8", "surrogateescape")
@@ -143,13 +155,15 @@ class Kernel:
     def tiles(self) -> object:
         """What identifies the autotune config's block sizes; a text not
         read (too long) is like no other."""
-        return self.facts.tiles if self.facts is not None else ("unread", self.id)
+        facts = self.read_facts()
+        return facts.tiles if facts is not None else ("unread", self.id)
 
     def config(self) -> tuple:
         return (self.tiles(), self.num_warps, self.num_stages)
 
     def signature(self) -> tuple:
-        return (*self.config(), self.facts.signature if self.facts is not None else None)
+        facts = self.read_facts()
+        return (*self.config(), facts.signature if facts is not None else None)
 
     def specialized(self) -> tuple:
         return (*self.signature(), self.shared)
@@ -164,7 +178,8 @@ class Kernel:
         }
 
     def tile_text(self) -> Optional[str]:
-        return irfacts.tile_text(self.facts.tiles) if self.facts is not None else None
+        facts = self.read_facts()
+        return irfacts.tile_text(facts.tiles) if facts is not None else None
 
 
 @dataclass
@@ -401,11 +416,34 @@ def same_side_cells(
 # -- the kernels and their pairs -------------------------------------------------
 
 
-def _kernels(conn, side: Side, rule: ttgir.Rule, strictest: ttgir.Rule) -> List[Kernel]:
+class _Pending:
+    """A text's facts under a rule (_facts), read once when first asked:
+    parsing is most of a diff's cost, and a summary needs only the changed
+    pairs' facts. Whether they are None (unread) is known without reading."""
+
+    def __init__(self, rule: ttgir.Rule, raw: bytes):
+        self.text = _fact_text(rule, raw)
+        self.unread = self.text is None or not irfacts.readable(self.text)
+        self._facts: Optional[irfacts.Facts] = None
+        self._read = False
+
+    def facts(self) -> Optional[irfacts.Facts]:
+        if not self._read:
+            self._facts = None if self.unread or self.text is None else irfacts.read(self.text)
+            self._read, self.text = True, None
+        return self._facts
+
+
+def _kernels(
+    conn, side: Side, rule: ttgir.Rule, strictest: ttgir.Rule, facts: Optional[Dict[str, _Pending]] = None
+) -> List[Kernel]:
+    """side's kernels; facts: their pending facts by digest under rule
+    (texts of one digest have one normalized text, so one reading: a
+    pair the rule calls the same is read once), shared by both sides."""
     if side.cell_id is None:
         return []
     kernels = []
-    facts: Dict[str, Optional[irfacts.Facts]] = {}  # by IR hash: many kernels share a text
+    facts = {} if facts is None else facts
     # The digests the store holds (those its fingerprints were made of: the
     # verdict and this diff agree), computed only where it has none.
     for row in conn.execute(
@@ -422,8 +460,12 @@ def _kernels(conn, side: Side, rule: ttgir.Rule, strictest: ttgir.Rule) -> List[
         readable = raw is not None
         if raw is None:  # not read: equal only to the same stored bytes
             raw, digest, strictest_digest = b"", digest or ir_hash, strictest_digest or ir_hash
-        if ir_hash not in facts:
-            facts[ir_hash] = _facts(rule, raw) if readable else None
+        digest = digest or ttgir.raw_digest(rule, raw, ir_hash)
+        pending = None
+        if readable:
+            pending = facts.get(digest)
+            if pending is None:
+                pending = facts[digest] = _Pending(rule, raw)
         kernels.append(
             Kernel(
                 kid,
@@ -436,10 +478,11 @@ def _kernels(conn, side: Side, rule: ttgir.Rule, strictest: ttgir.Rule) -> List[
                 stages,
                 shared,
                 raw,
-                digest or ttgir.raw_digest(rule, raw, ir_hash),
+                digest,
                 strictest_digest or ttgir.raw_digest(strictest, raw, ir_hash),
-                facts[ir_hash],
+                None,
                 readable,
+                pending,
             )
         )
     return kernels
@@ -457,10 +500,17 @@ def _stored_text(data: bytes, size: int, name: str) -> Optional[bytes]:
     return parse.unpacked(data, size, name)
 
 
-def _facts(rule: ttgir.Rule, raw: bytes) -> Optional[irfacts.Facts]:
+def _fact_text(rule: ttgir.Rule, raw: bytes) -> Optional[str]:
+    """The text whose facts a kernel has: raw normalized by rule; None
+    for a raw text past irfacts' bounds (not normalized either)."""
     if len(raw) > irfacts.MAX_CHARS or raw.count(b"\n") > irfacts.MAX_LINES:
         return None
-    return irfacts.read(rule.normalized(raw.decode("utf-8", "surrogateescape")))
+    return rule.normalized(raw.decode("utf-8", "surrogateescape"))
+
+
+def _facts(rule: ttgir.Rule, raw: bytes) -> Optional[irfacts.Facts]:
+    text = _fact_text(rule, raw)
+    return irfacts.read(text) if text is not None else None
 
 
 def _take(before: List[Kernel], after: List[Kernel], key, how: str, pairs: List[tuple]):
@@ -746,16 +796,20 @@ def diff_sides(
     kernel: Optional[str] = None,
     with_diff: bool = True,
     context: int = 3,
+    rows: bool = True,
 ) -> dict:
     """The kernel pairs of two cells under rule: a document with the rule,
     both sides, a count per status, notes where the IR cannot say much (no
     kernels, IR not read in full), and per pair its status, how it was
     paired, each side's counts and path, and the unified diff (of the raw
     texts where they differ, with raw). kernel: only the pairs of that
-    kernel name."""
+    kernel name. rows=False: no pair rows ("kernels" empty), for a caller
+    that wants the summary and counts only: a same pair's facts (its
+    tiles) are then never read."""
     rule_obj = ttgir.get_rule(rule)
     strictest = ttgir.get_rule(ttgir.STRICTEST_RULE)
-    kernels = {s.label: _kernels(conn, s, rule_obj, strictest) for s in (before, after)}
+    facts: Dict[str, _Pending] = {}
+    kernels = {s.label: _kernels(conn, s, rule_obj, strictest, facts) for s in (before, after)}
     made = pair_kernels(kernels[before.label], kernels[after.label])
     ignored = ttgir.ignored_beyond(rule_obj, strictest)
     pairs = []
@@ -775,7 +829,7 @@ def diff_sides(
     if kernel is not None and not pairs:
         known = sorted({k.name for ks in kernels.values() for k in ks})
         raise DiffError(f"no kernel {kernel!r} on either side; the kernels: {', '.join(known) or 'none'}")
-    document = _document(rule_obj, before, after, pairs, made, raw, kernel)
+    document = _document(rule_obj, before, after, pairs, made, raw, kernel, rows)
     document["summary"] = summary_of(pairs)
     return document
 
@@ -784,12 +838,12 @@ def summary_of(pairs: Sequence[Pair]) -> dict:
     """The change summary (irsummary.summarize) of a diff's pairs: the
     changed ones, over every pair with both sides."""
     facts = [
-        (p.name, p.before.facts if p.before else None, p.after.facts if p.after else None)
+        (p.name, p.before.read_facts() if p.before else None, p.after.read_facts() if p.after else None)
         for p in pairs
         if p.status != SAME
     ]
     unread = sum(
-        1 for p in pairs if p.before is not None and p.after is not None and None in (p.before.facts, p.after.facts)
+        1 for p in pairs if p.before is not None and p.after is not None and (p.before.unread() or p.after.unread())
     )
     summary = irsummary.summarize(facts, unread)
     summary["pairs"] = sum(1 for p in pairs if p.before is not None and p.after is not None)
@@ -797,7 +851,14 @@ def summary_of(pairs: Sequence[Pair]) -> dict:
 
 
 def _document(
-    rule: ttgir.Rule, before: Side, after: Side, pairs: List[Pair], made: List[tuple], raw: bool, kernel: Optional[str]
+    rule: ttgir.Rule,
+    before: Side,
+    after: Side,
+    pairs: List[Pair],
+    made: List[tuple],
+    raw: bool,
+    kernel: Optional[str],
+    rows: bool = True,
 ) -> dict:
     counts = {s: 0 for s in STATUSES}
     for p in pairs:
@@ -839,7 +900,7 @@ def _document(
         "notes": notes,
         "problem": problems[0] if problems else None,
         "pairing": list(PAIRING),
-        "kernels": [_pair_dict(p) for p in pairs],
+        "kernels": [_pair_dict(p) for p in pairs] if rows else [],
     }
 
 
@@ -928,7 +989,7 @@ def ir_changes_json(conn, before_cell_id, after_cell_id, rule: Optional[str] = N
     before, after = (
         _stored_side(conn, label, cell_id) for label, cell_id in zip(SIDES, (before_cell_id, after_cell_id))
     )
-    summary = diff_sides(conn, before, after, rule or current_rule(conn), with_diff=False)["summary"]
+    summary = diff_sides(conn, before, after, rule or current_rule(conn), with_diff=False, rows=False)["summary"]
     return json.dumps(
         [{"change": printable(c["text"]), "kernels": c["kernels"], "of": summary["pairs"]} for c in summary["changes"]]
     )

@@ -192,10 +192,16 @@ class _Tiles:
         return tiles
 
 
+def readable(text: str) -> bool:
+    """Whether read reads text: not past MAX_LINES lines or MAX_CHARS
+    characters."""
+    return len(text) <= MAX_CHARS and text.count("\n") <= MAX_LINES
+
+
 def read(text: str) -> Optional[Facts]:
     """The facts of one IR text; None for a text past MAX_LINES lines or
     MAX_CHARS characters."""
-    if len(text) > MAX_CHARS or text.count("\n") > MAX_LINES:
+    if not readable(text):
         return None
     ops: List[str] = []
     counts: Counter = Counter()
