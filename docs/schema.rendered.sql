@@ -1954,27 +1954,48 @@ LEFT JOIN root_switches w ON w.root_id = roots.id;
 -- axis is dead (root_switches). `zlstore history` and the dashboard's
 -- history chart read it: a series is one shape of one switch.
 CREATE VIEW op_history AS
+-- Each arm starts from its roots' switches and times (once per root:
+-- DISTINCT keeps the subquery whole, and the reader's filter on the root
+-- reaches it) and is a plain join, so that `root = ?` reads that root's
+-- ranges or pairs by index. A campaign's ranges are read as ab_range_judgements reads them
+-- (the judgement stored under today's basis, else judged now), not through
+-- ab_ranges, whose columns op_history does not show cost the whole store.
 SELECT
-    t.started_at, r.root, r.root_kind AS kind, r.op, r.dtype, r.shape, r.rounds,
+    w.started_at, w.root, w.kind, r.op, r.dtype, r.shape, r.rounds,
     r.effect, r.ci_low, r.ci_high, r.q_value, r.finding,
     NULL AS verdict, NULL AS range_label, r.min, r.median, r.max,
     r.caliber_id, r.root_id,
     w.switch, w.before_value, w.after_value, w.axis
-FROM ab_ranges r
-JOIN root_times t ON t.root_id = r.root_id
--- once per root, not per row: DISTINCT keeps the subquery whole, and the
--- reader's filter on the root reaches it through r.root
-LEFT JOIN (SELECT DISTINCT * FROM root_switches) w ON w.root = r.root
+FROM (SELECT DISTINCT s.*, t.started_at FROM root_switches s
+      JOIN root_times t ON t.root_id = s.root_id WHERE s.kind <> 'screen') w
+JOIN ab_range_rows r ON r.root_id = w.root_id
+JOIN ab_range_json j ON j.range_rowid = r.rowid
+WHERE r.judged IS NOT NULL AND (SELECT current FROM judging_basis)
 UNION ALL
 SELECT
-    t.started_at, v.root, 'screen', v.op, v.dtype, NULL, 1,
+    w.started_at, w.root, w.kind, u.op, u.dtype, u.shape, u.rounds,
+    u.effect, u.ci_low, u.ci_high, u.q_value, u.finding,
+    NULL, NULL, u.min, u.median, u.max,
+    u.caliber_id, u.root_id,
+    w.switch, w.before_value, w.after_value, w.axis
+FROM ab_range_unjudged u  -- usually none: then no root's switch is looked up for it
+CROSS JOIN (SELECT DISTINCT s.*, t.started_at FROM root_switches s
+      JOIN root_times t ON t.root_id = s.root_id WHERE s.kind <> 'screen') w ON w.root_id = u.root_id
+-- ab_range_unjudged's own test of which ranges it judges, asked first, so
+-- that the usual store (every range judged under today's basis) does not
+-- build its judging machinery at all
+WHERE NOT (SELECT current FROM judging_basis) OR EXISTS (SELECT 1 FROM ab_range_rows WHERE judged IS NULL)
+UNION ALL
+SELECT
+    w.started_at, w.root, 'screen', v.op, v.dtype, NULL, 1,
     NULL, NULL, NULL, NULL, NULL,
     v.verdict, v.range_label, v.min, v.median, v.max,
     v.caliber_id, v.root_id,
     w.switch, w.before_value, w.after_value, w.axis
-FROM verdicts v
-JOIN root_times t ON t.root_id = v.root_id
-LEFT JOIN (SELECT DISTINCT * FROM root_switches) w ON w.root = v.root;
+-- screening pairs are a screening root's only (screenpairs.py)
+FROM (SELECT DISTINCT s.*, t.started_at FROM root_switches s
+      JOIN root_times t ON t.root_id = s.root_id WHERE s.kind = 'screen') w
+JOIN verdicts v ON v.root = w.root;
 
 -- ===== derive: the scratch tables (pairing.SETUP, ranges.SETUP, screenpairs.SETUP) =====
 CREATE TEMP TABLE IF NOT EXISTS ab_rounds_now (root_id, card, repeat_dir, cell_op, cell_dtype, round, before_cell_id, after_cell_id, before_caliber_id, after_caliber_id, before_claims, after_claims, before_copies, after_copies);
