@@ -80,6 +80,12 @@ MOVES = {
     "ingest": "store.ingest",
     "merge": "store.merge",
     "store": "store.store",
+    "journal": "store.journal",
+    "cellingest": "store.cellingest",
+    "mergesource": "store.mergesource",
+    "mergecopy": "store.mergecopy",
+    "screenpairs": "store.screenpairs",
+    "derivedstate": "store.derivedstate",
     # showing: judging and reporting
     "judge": "show.judge",
     "history": "show.history",
@@ -121,6 +127,7 @@ STAYS = {
     "interrupts",
     "forked",
     "clicommon",
+    "pagenames",
     "cli",
 }
 
