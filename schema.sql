@@ -4,11 +4,11 @@
 -- them, datasette shows them). Tables may change between releases, views keep
 -- their columns.
 --
--- Macros in double brackets are expanded by zlstore/macros.py (render_schema)
+-- Macros in double brackets are expanded by zlstore/store/macros.py (render_schema)
 -- before this file reaches SQLite, so that each name and rule is defined
 -- once: the caliber in zlstore/caliber.py; verdicts, reasons, findings and
--- the round key in zlstore/names.py; the noise floor in zlstore/floors.py;
--- fingerprint rules in zlstore/ttgir.py. The same macros serve the SQL of
+-- the round key in zlstore/names.py; the noise floor in zlstore/store/floors.py;
+-- fingerprint rules in zlstore/read/ttgir.py. The same macros serve the SQL of
 -- derive.py's steps and the canned queries.
 --   "caliber: TEMPLATE": TEMPLATE once per caliber field ({f} = the field
 --       name), joined with ", "; "caliber SEP: TEMPLATE": joined with SEP
@@ -34,7 +34,7 @@
 --   "machine": an environments row e's machine kind (provenance.MACHINE),
 --       NULL where its GPU is unknown
 --   "current_side SIDE KEY: ALIAS": the current cell of a side, defined once
---       (zlstore/macros.py): SELECT cell_id (the latest cell of the side that
+--       (zlstore/store/macros.py): SELECT cell_id (the latest cell of the side that
 --       no later run superseded) and claims (how many such cells) for the
 --       side SIDE of ALIAS's round (KEY round) or screening pair (KEY op);
 --       "side_cells SIDE KEY: ALIAS": the FROM and WHERE of those cells
@@ -162,7 +162,7 @@ CREATE TABLE IF NOT EXISTS cells (
     -- each ran on, or whether a cell.env said it (ARTIFACTS.md, A/B pairing)
     pair_card INTEGER GENERATED ALWAYS AS (CASE WHEN round = 0 THEN NULL ELSE card END) VIRTUAL,
     test_outcome TEXT,                  -- what pytest did with its tests: passed, skipped, deselected, failed, error
-    test_reason TEXT                    -- and why (zlstore/outcomes.py); both NULL where no plugin reported
+    test_reason TEXT                    -- and why (zlstore/read/outcomes.py); both NULL where no plugin reported
 );
 CREATE INDEX IF NOT EXISTS cells_root ON cells(root_id, op, dtype, round, side);
 CREATE UNIQUE INDEX IF NOT EXISTS cells_relpath ON cells(root_id, relpath);
@@ -332,7 +332,7 @@ CREATE INDEX IF NOT EXISTS ingest_problems_root ON ingest_problems(root_id) WHER
 -- "round" is the before and after cell of one cell op and dtype in one round
 -- on one card of one root (and one repeat directory). Every insert or delete
 -- of a cell marks its round stale (triggers below); zlstore recomputes the
--- stale rounds (zlstore/derive.py, pairing.py's steps) inside the same transaction before it
+-- stale rounds (zlstore/store/derive.py, pairing.py's steps) inside the same transaction before it
 -- commits, so what zlstore commits has none (an edit by hand is recomputed
 -- by the next zlstore command that opens or reads the store). The recomputation is the SQL in
 -- pairing.py, which is the one definition of a pair.
@@ -436,7 +436,7 @@ CREATE TABLE IF NOT EXISTS ab_stale_ranges (
 );
 
 -- The ops of an until-decided campaign (roots.stopping) that stopped
--- running rounds: after which round and why (zlstore/sequential.py:
+-- running rounds: after which round and why (zlstore/store/sequential.py:
 -- STOP_REASONS; decided: every range of it faster, slower or no change
 -- under the anytime-valid rule). Written by the campaign's runner after
 -- each round (sequential.record_stops), kept once written: a resumed
@@ -493,7 +493,7 @@ CREATE INDEX IF NOT EXISTS ab_duplicate_rounds_root ON ab_duplicate_rounds(root_
 -- view verdicts_by_rule reads these; they are not an interface), the
 -- verdicts the harness recorded, and the environment fields its cells
 -- differ in (environment_differences, a JSON object). Kept by the writers
--- (zlstore/screenpairs.py), so that a page of one root reads that root's
+-- (zlstore/store/screenpairs.py), so that a page of one root reads that root's
 -- pairs by index instead of building every pair of the store.
 CREATE TABLE IF NOT EXISTS screen_pair_rows (
     root_id INTEGER NOT NULL,
@@ -560,7 +560,7 @@ CREATE INDEX IF NOT EXISTS noise_floor_rows_shape ON noise_floor_rows(rule, op, 
 
 -- Per rule with noise floors, its floors as judging_basis spells them
 -- (the view noise_floor_texts_now): written with the floors
--- (zlstore/floors.py), so that a reader asking whether the stored
+-- (zlstore/store/floors.py), so that a reader asking whether the stored
 -- judgements are current reads one row instead of every floor of the
 -- store. A floor edited by hand drops its rule's row (triggers below), and
 -- judging_basis spells the floors on the fly until the next writer.
@@ -578,7 +578,7 @@ CREATE TABLE IF NOT EXISTS ab_stale_floors (
 -- Fingerprints deleted by hand move their rule's floors (only a screening
 -- cell's can: a campaign has thousands). New ones come from ingest, whose
 -- rounds are re-paired anyway, or from Store.compute_fingerprints, which
--- marks its rule itself (zlstore/floors.py).
+-- marks its rule itself (zlstore/store/floors.py).
 CREATE TRIGGER fingerprints_delete_marks_floors AFTER DELETE ON fingerprints
 WHEN EXISTS (SELECT 1 FROM cells JOIN roots ON roots.id = cells.root_id
              WHERE cells.id = OLD.cell_id AND roots.kind = 'screen')
@@ -969,7 +969,7 @@ CREATE VIEW finding_kinds (position, finding, decided_when, licenses) AS
 VALUES [[findings: ({position}, {name}, {when}, {licenses})]];
 
 -- The fingerprint rules, from the one that keeps the most to the one that
--- leaves the most out (zlstore/ttgir.py): what each leaves out of a
+-- leaves the most out (zlstore/read/ttgir.py): what each leaves out of a
 -- fingerprint, and the hint a verdict under it carries where the strictest
 -- rule finds no difference.
 CREATE VIEW fingerprint_rules (position, rule, description, ignores, strictest_hint) AS
@@ -1026,7 +1026,7 @@ FROM valid;
 -- of rejection_reasons (caliber first: a row under an unknown or different
 -- caliber could never pair, whatever else holds). ab_pairs is reason IS
 -- NULL, ab_rejected the rest: together, every row. Licenses nothing itself.
--- Read from ab_slot_rows, which the writers keep (zlstore/pairing.py holds
+-- Read from ab_slot_rows, which the writers keep (zlstore/store/pairing.py holds
 -- the pairing SQL).
 CREATE VIEW ab_slots AS
 SELECT
@@ -1113,7 +1113,7 @@ WHERE ab_slots.reason IS NULL;
 -- first, then caliber: a row under an unknown or different caliber could
 -- never pair, whatever else.
 -- Why a cell has the rows it has, as pytest saw it (cells.test_outcome and
--- test_reason, from zlstore flaggems' plugin: zlstore/outcomes.py): why is
+-- test_reason, from zlstore flaggems' plugin: zlstore/read/outcomes.py): why is
 -- "skipped: CUDA not available", "deselected: no test matched -m fft (3
 -- deselected)", "error: ..."; for a cell whose tests passed and recorded
 -- nothing with a --dtypes of its own, that the dtype may not be among the
@@ -1480,7 +1480,7 @@ CROSS JOIN settings_now s;
 --     p_value the two-sided t-test of the mean log ratio against 0 (the
 --     rounds are paired: before and after ran back to back); q_value the
 --     p-value adjusted by Benjamini-Hochberg over every tested range of
---     the root (zlstore/stats.py and zlstore/pairing.py compute them).
+--     the root (zlstore/stats.py and zlstore/store/pairing.py compute them).
 --   finding (finding_kinds): 'faster' / 'slower' when q_value <= q_max and
 --     the whole interval lies beyond the minimum effect (above 1 +
 --     min_effect, below 1 / (1 + min_effect)); 'no change' when the whole

@@ -24,7 +24,8 @@ import statistics
 import sys
 import time
 
-from zlstore import caliber, ttgir
+from zlstore import caliber
+from zlstore.read import ttgir
 
 INFO = b"[INFO] {"
 MARKER = b"BENCHMARK_DIRECT_NO_CUDAGRAPH"

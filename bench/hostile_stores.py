@@ -35,7 +35,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(1, str(REPO))
 
 from tests import hostile_ir  # noqa: E402
-from zlstore import db, derive, mergesource  # noqa: E402
+from zlstore import db  # noqa: E402
+from zlstore.store import derive, mergesource  # noqa: E402
 
 ZLSTORE = [sys.executable, "-m", "zlstore"]
 EXAMPLES = REPO / "examples" / "runs"

@@ -18,7 +18,7 @@ sqrt(2) times as much.
 
     python bench/power.py --adaptive-only [--adaptive-roots 40]
 
-The until-decided campaign (issue 42; zlstore/sequential.py), simulated
+The until-decided campaign (issue 42; zlstore/store/sequential.py), simulated
 round by round: roots of 8 ops x 5 shapes (effects none / 2% / 10% / 2.5x,
 two ops each; A/A roots all none) at noise 1% to 10%, MAX 12 rounds, at
 least 3. After every round each running op's ranges are judged, an op all
@@ -52,7 +52,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.effects import Shape, shape_key, write_repeat_root  # noqa: E402
-from zlstore import Store, judge, macros, stats  # noqa: E402
+from zlstore import Store, stats  # noqa: E402
+from zlstore.show import judge  # noqa: E402
+from zlstore.store import macros  # noqa: E402
 from zlstore.names import DECIDING_FINDINGS  # noqa: E402
 
 NOISE = (0.02, 0.05, 0.1, 0.3)  # per side and round: a measurement wanders by about this

@@ -28,7 +28,7 @@ sys.path.insert(0, str(BENCH))
 
 from run import PYTHON, ZLSTORE, compile_package, machine, remove_db, run_command  # noqa: E402
 
-from zlstore import forest  # noqa: E402
+from zlstore.show import forest  # noqa: E402
 
 CAMPAIGN = "campaign_20261013_090000"
 TARGET = 10.0

@@ -42,7 +42,8 @@ sys.path.insert(0, str(BENCH))
 import harness  # noqa: E402
 import merge as merge_bench  # noqa: E402
 import power  # noqa: E402
-from zlstore import Store, judge  # noqa: E402
+from zlstore import Store  # noqa: E402
+from zlstore.show import judge  # noqa: E402
 
 PYTHON = sys.executable
 ZLSTORE = [PYTHON, "-m", "zlstore"]

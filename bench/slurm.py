@@ -46,8 +46,8 @@ sys.path.insert(0, str(REPO))
 from tests.slurm.cluster import Cluster, missing_programs  # noqa: E402
 from tests.test_plan import SEED_MINUTES  # noqa: E402  the seed's batch, in minutes for 6 rounds
 from tests import generator  # noqa: E402
-from zlstore import slurm  # noqa: E402
-from zlstore.plan import Op, make_plan  # noqa: E402
+from zlstore.run import slurm  # noqa: E402
+from zlstore.run.plan import Op, make_plan  # noqa: E402
 
 PYTHON = sys.executable
 FAKE = f"{PYTHON} {REPO / 'tests' / 'fake_bench.py'}"
@@ -197,7 +197,7 @@ def submit_figures(cards: int, repeat: int) -> dict:
             "why": "Slurm is not installed (apt-get install slurmctld slurmd slurm-client munge)",
         }
     cluster = Cluster(cards)
-    os.environ.update(cluster.env)  # for zlstore.slurm's own scontrol calls here
+    os.environ.update(cluster.env)  # for zlstore.run.slurm's own scontrol calls here
     work = Path(tempfile.mkdtemp(prefix="zlstore-bench-campaign-"))
     try:
         floors, runs = [], []

@@ -43,8 +43,8 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path.insert(0, str(REPO))
 
-from zlstore import datasette_site  # noqa: E402
-from zlstore import serve as serving  # noqa: E402
+from zlstore.serve import datasette_site  # noqa: E402
+from zlstore.serve import serve as serving  # noqa: E402
 
 PYTHON = sys.executable
 SCREEN, CAMPAIGN = "ab_rlc_20261012_101500", "campaign_20261013_090000"

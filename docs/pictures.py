@@ -33,7 +33,9 @@ RECORD = DOCS / "pictures.json"
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from zlstore import Store, datasette_site, irdiff  # noqa: E402
+from zlstore import Store  # noqa: E402
+from zlstore.serve import datasette_site  # noqa: E402
+from zlstore.show import irdiff  # noqa: E402
 
 DASHBOARD = "campaign"
 CAMPAIGN = "campaign_20261013_090000"  # the examples' campaign

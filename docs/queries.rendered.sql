@@ -3,7 +3,7 @@
 --
 -- Every other SQL text zlstore builds from the macros of render_schema
 -- (schema.sql and the derivation are in schema.rendered.sql), expanded, by
--- the name it is registered under (zlstore/macros.py: statement): MODULE.WHAT
+-- the name it is registered under (zlstore/store/macros.py: statement): MODULE.WHAT
 -- for a module's own, metadata.KEY... for the canned queries and dashboard
 -- queries of zlstore/metadata.yaml that datasette runs. Edit the module or
 -- metadata.yaml, never this.

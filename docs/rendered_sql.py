@@ -1,7 +1,7 @@
 """Write docs/schema.rendered.sql and docs/queries.rendered.sql: the SQL
 zlstore runs, every macro expanded.
 
-schema.sql, the writers' derivation steps (zlstore/derive.py runs those of
+schema.sql, the writers' derivation steps (zlstore/store/derive.py runs those of
 pairing.py, ranges.py and floors.py) and every other statement built from
 the macros ("[[case verdicts]]", "[[round: {k}]]", ...) are expanded by
 render_schema from the one definition of each name, rule and threshold;
@@ -38,7 +38,7 @@ SCHEMA_HEADER = (
 -- The SQL zlstore runs, with every macro of render_schema expanded: first
 -- schema.sql (the tables, triggers and views a store holds; SQLite keeps the
 -- same text: SELECT sql FROM sqlite_master), then the statements the writers
--- run to bring the derived tables up to date (zlstore/derive.py: the steps of
+-- run to bring the derived tables up to date (zlstore/store/derive.py: the steps of
 -- pairing.py, ranges.py and floors.py), in the order derive() runs them. Edit schema.sql or
 -- the Python that defines a name (zlstore/names.py, caliber.py, ...), never this.
 -- The other statements built from the macros are in queries.rendered.sql.
@@ -49,7 +49,7 @@ QUERIES_HEADER = (
     + """\
 -- Every other SQL text zlstore builds from the macros of render_schema
 -- (schema.sql and the derivation are in schema.rendered.sql), expanded, by
--- the name it is registered under (zlstore/macros.py: statement): MODULE.WHAT
+-- the name it is registered under (zlstore/store/macros.py: statement): MODULE.WHAT
 -- for a module's own, metadata.KEY... for the canned queries and dashboard
 -- queries of zlstore/metadata.yaml that datasette runs. Edit the module or
 -- metadata.yaml, never this.
@@ -62,7 +62,7 @@ def registered() -> Dict[str, str]:
     macros (where statement is) imported, so that its top-level
     registrations run."""
     sys.path.insert(0, str(REPO))
-    from zlstore import macros
+    from zlstore.store import macros
 
     package = REPO / "zlstore"
     for path in sorted(package.rglob("*.py")):
@@ -75,7 +75,7 @@ def registered() -> Dict[str, str]:
 def rendered() -> Dict[Path, str]:
     """Each file's text, by its path."""
     statements = registered()
-    from zlstore import derive, macros
+    from zlstore.store import derive, macros
 
     schema = [SCHEMA_HEADER, "\n-- ===== schema.sql, rendered =====\n", macros.render_schema(macros.schema_source())]
     schema[-1] = schema[-1].rstrip("\n") + "\n"

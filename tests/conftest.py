@@ -97,7 +97,7 @@ def example_store_path(example_source, tmp_path_factory):
     """A database holding the example tree, ingested once per session
     (read-only use), and holding every fingerprint rule, as after
     `zlstore rescore --rule v4` (an ingest computes v1-v3 only)."""
-    from zlstore import ttgir
+    from zlstore.read import ttgir
 
     source, _ = example_source
     path = tmp_path_factory.mktemp("store") / "example.db"

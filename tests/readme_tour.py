@@ -310,72 +310,84 @@ STAGES = (
     ),
     (
         "reading a runs tree: a cell's files, its values, its IR, without the store's derivations",
-        ("layout.py", "runlog.py", "outcomes.py", "ttgir.py", "parse.py", "parallel.py", "unchanged.py", "files.py"),
+        (
+            "read/layout.py",
+            "read/runlog.py",
+            "read/outcomes.py",
+            "read/ttgir.py",
+            "read/parse.py",
+            "read/parallel.py",
+            "read/unchanged.py",
+            "read/files.py",
+        ),
     ),
     (
         "the store and its derivations: schema, writers, the derived tables",
         (
-            "macros.py",
-            "ddl.py",
-            "migrations.py",
-            "floors.py",
-            "pairing.py",
-            "screenpairs.py",
-            "ranges.py",
-            "derivedstate.py",
-            "derive.py",
-            "sequential.py",
-            "roots.py",
-            "journal.py",
-            "rootwriter.py",
-            "cellwriter.py",
-            "fingerprints.py",
-            "cellingest.py",
-            "ingest.py",
-            "mergesource.py",
-            "mergecopy.py",
-            "merge.py",
-            "store.py",
+            "store/macros.py",
+            "store/ddl.py",
+            "store/migrations.py",
+            "store/floors.py",
+            "store/pairing.py",
+            "store/screenpairs.py",
+            "store/ranges.py",
+            "store/derivedstate.py",
+            "store/derive.py",
+            "store/sequential.py",
+            "store/roots.py",
+            "store/journal.py",
+            "store/rootwriter.py",
+            "store/cellwriter.py",
+            "store/fingerprints.py",
+            "store/cellingest.py",
+            "store/ingest.py",
+            "store/mergesource.py",
+            "store/mergecopy.py",
+            "store/merge.py",
+            "store/store.py",
         ),
     ),
     (
         "judging and reporting: what the stored results say",
         (
-            "judge.py",
-            "history.py",
-            "irfacts.py",
-            "irsummary.py",
-            "irdiff.py",
-            "irchanges.py",
-            "report.py",
-            "forest.py",
-            "document.py",
+            "show/judge.py",
+            "show/history.py",
+            "show/irfacts.py",
+            "show/irsummary.py",
+            "show/irdiff.py",
+            "show/irchanges.py",
+            "show/report.py",
+            "show/forest.py",
+            "show/document.py",
         ),
     ),
     (
         "running screens and campaigns: cells written as they end",
         (
-            "harness.py",
-            "procs.py",
-            "plan.py",
-            "adaptive.py",
-            "display.py",
-            "runner.py",
-            "card.py",
-            "slurm.py",
-            "flaggems.py",
+            "run/harness.py",
+            "run/procs.py",
+            "run/plan.py",
+            "run/adaptive.py",
+            "run/display.py",
+            "run/runner.py",
+            "run/card.py",
+            "run/slurm.py",
+            "run/flaggems.py",
         ),
     ),
-    ("serving: the store in datasette", ("datasette_site.py", "serverlimits.py", "datasette_plugin.py", "serve.py")),
+    (
+        "serving: the store in datasette",
+        ("serve/datasette_site.py", "serve/serverlimits.py", "serve/datasette_plugin.py", "serve/serve.py"),
+    ),
     (
         "the front doors: the library's API and the command line",
-        ("__init__.py", "clicommon.py", "cli_run.py", "cli.py", "__main__.py"),
+        ("__init__.py", "clicommon.py", "run/commands.py", "cli.py", "__main__.py"),
     ),
 )
 
 
 def stage_of() -> dict:
-    """module file name -> the index of its stage in STAGES."""
+    """module path under zlstore/ (run/runner.py) -> the index of its stage in STAGES."""
     return {name: i for i, (_, names) in enumerate(STAGES) for name in names}
 
 
@@ -384,7 +396,11 @@ def layout(width: int = 28) -> str:
     by stage (STAGES); a module in no stage, in two, or listed and gone is
     an error."""
     package = REPO / "zlstore"
-    present = {p.name for p in package.glob("*.py")}
+    present = {
+        p.relative_to(package).as_posix()
+        for p in package.rglob("*.py")
+        if "pytest_plugins" not in p.parts and (p.parent == package or p.name != "__init__.py")
+    }
     listed = [name for _, names in STAGES for name in names]
     if set(listed) != present or len(listed) != len(set(listed)):
         twice = sorted({name for name in listed if listed.count(name) > 1})

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from zlstore import judge
+from zlstore.show import judge
 from zlstore.names import DUPLICATE
 
 from .judging import by_key, invoke, json_out, median, screen_pairs

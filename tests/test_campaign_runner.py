@@ -11,9 +11,11 @@ import time
 
 import pytest
 
-from zlstore import Store, card, layout, runner
-from zlstore.display import CardState
-from zlstore.plan import Op, read_partition_tsv
+from zlstore import Store
+from zlstore.run import card, runner
+from zlstore.read import layout
+from zlstore.run.display import CardState
+from zlstore.run.plan import Op, read_partition_tsv
 
 from . import generator
 from .test_run import FAKE, ZLSTORE, base_env, interrupt_when, pid_files, query, wait_gone, write_plan

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from zlstore import caliber, judge
+from zlstore import caliber
+from zlstore.show import judge
 
 from .judging import invoke, json_out, screen_pairs
 

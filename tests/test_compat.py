@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from zlstore import flaggems, outcomes
+from zlstore.run import flaggems
+from zlstore.read import outcomes
 from zlstore.pytest_plugins import zlstore_compat
 
 from .real_caliber import REAL_CALIBER

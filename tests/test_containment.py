@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from zlstore import Store, layout, unchanged
+from zlstore import Store
+from zlstore.read import layout, unchanged
 from zlstore.cli import cli
 
 from .nobody import as_nobody
@@ -337,7 +338,7 @@ def test_a_record_that_cannot_be_read_is_named_for_what_it_is(tmp_path):
 def test_bytes_that_are_not_utf8_are_named_in_any_info_line():
     """A record whose "result" key lost its spelling to a bad byte reads as
     no record: its bytes are still named, so the record is not lost unseen."""
-    from zlstore import runlog
+    from zlstore.read import runlog
 
     log = runlog.parse_runlog(b'noise\n[INFO] {"op_name": "x", "re\xffsult": [{"latency": 0.1}]}\n')
     assert (log.records, [(p.line, p.message) for p in log.problems]) == (0, [(2, "invalid UTF-8 bytes replaced")])
@@ -572,7 +573,7 @@ def corpus(tmp_path_factory):
 
 
 def test_a_full_disk_counts_only_what_was_committed(corpus, small_disk, tmp_path, monkeypatch):
-    from zlstore import ingest as ingesting
+    from zlstore.store import ingest as ingesting
 
     monkeypatch.setattr(ingesting, "BATCH_SECONDS", 0.0)  # a commit per cell: some fit, the rest do not
     db = small_disk / "z.db"

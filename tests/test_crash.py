@@ -9,7 +9,7 @@ import sys
 import time
 
 from zlstore import Store
-from zlstore.fingerprints import cell_rules
+from zlstore.store.fingerprints import cell_rules
 
 from .test_ingest import IR, record, write_cell, write_root_env
 
@@ -48,7 +48,7 @@ def start_ingest(root, db_path, **popen) -> subprocess.Popen:
         [
             sys.executable,
             "-c",
-            "import zlstore.ingest; zlstore.ingest.BATCH_SECONDS = 0.2; from zlstore.cli import cli; cli()",
+            "import zlstore.store.ingest; zlstore.store.ingest.BATCH_SECONDS = 0.2; from zlstore.cli import cli; cli()",
             "ingest",
             str(root),
             "--db",

@@ -19,7 +19,8 @@ import pytest
 from click.testing import CliRunner
 from datasette.app import Datasette
 
-from zlstore import Store, irdiff
+from zlstore import Store
+from zlstore.show import irdiff
 from zlstore.cli import cli
 
 from . import generator

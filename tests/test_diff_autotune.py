@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from zlstore import Store, irdiff
+from zlstore import Store
+from zlstore.show import irdiff
 
 REAL = Path(__file__).resolve().parent / "data" / "real" / "flaggems_20261207"
 ROOT = "screen_tf32_h200"  # the name the device's call gave it; it ran on an H100 (README.md)

@@ -14,7 +14,9 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from zlstore import Store, irdiff, irfacts, ttgir
+from zlstore import Store
+from zlstore.show import irdiff, irfacts
+from zlstore.read import ttgir
 from zlstore.cli import cli
 
 from .test_diff import ROOT, TEXT, screening_root

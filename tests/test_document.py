@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from zlstore import Store, document, forest, judge
+from zlstore import Store
+from zlstore.show import document, forest, judge
 from zlstore.cli import cli
 
 from .test_browser import chromium

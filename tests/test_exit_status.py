@@ -14,7 +14,8 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from zlstore import Store, db, judge
+from zlstore import Store, db
+from zlstore.show import judge
 from zlstore.cli import EXIT_INTERNAL, EXIT_INTERRUPTED, cli
 
 from .test_crash import make_tree, start_ingest, stored_cells
@@ -111,7 +112,7 @@ def test_record_that_stored_nothing_says_so(scene):
 
 # -- a bug: its traceback, and a status of its own ---------------------------------
 
-BROKEN = "import zlstore.judge as j; j.verdicts = lambda *a, **k: 1 / 0; from zlstore.cli import cli; cli()"
+BROKEN = "import zlstore.show.judge as j; j.verdicts = lambda *a, **k: 1 / 0; from zlstore.cli import cli; cli()"
 
 
 def test_an_internal_error_exits_70_with_its_traceback(scene, monkeypatch):
@@ -161,7 +162,7 @@ def interrupt_when(process, ready, timeout=60):
 def test_ctrl_c_to_a_real_process(scene, tmp_path):
     started = tmp_path / "started"
     code = (
-        "import time, pathlib, zlstore.judge as j; "
+        "import time, pathlib, zlstore.show.judge as j; "
         f"j.verdicts = lambda *a, **k: (pathlib.Path({str(started)!r}).touch(), time.sleep(60)); "
         "from zlstore.cli import cli; cli()"
     )

@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from zlstore import Store, judge, layout
+from zlstore import Store
+from zlstore.show import judge
+from zlstore.read import layout
 
 from .judging import invoke, screen_pairs
 

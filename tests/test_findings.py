@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from scipy import stats as scipy_stats
 
-from zlstore import Store, db, judge, stats
+from zlstore import Store, db, stats
+from zlstore.show import judge
 
 from .effects import Shape, shape_key, write_repeat_root
 from .judging import invoke, json_out

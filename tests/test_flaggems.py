@@ -20,7 +20,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from zlstore import flaggems, harness, irdiff, layout, runner
+from zlstore.run import flaggems, harness, runner
+from zlstore.show import irdiff
+from zlstore.read import layout
 from zlstore.cli import cli
 
 from .real_caliber import REAL_CALIBER

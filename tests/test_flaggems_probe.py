@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from zlstore import flaggems, provenance
+from zlstore.run import flaggems
+from zlstore import provenance
 from zlstore.cli import cli
 
 from .real_caliber import REAL_CALIBER

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from zlstore import irdiff
+from zlstore.show import irdiff
 
 REAL = __import__("pathlib").Path(__file__).resolve().parent / "data" / "real" / "flaggems_20261205"
 TREES = {"a": "a_h200_runs.txz", "b": "b_h100_runs.txz"}

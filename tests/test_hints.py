@@ -9,9 +9,10 @@ import sys
 import time
 from pathlib import Path
 
-from zlstore import output, report
-from zlstore.display import CardState
-from zlstore.runner import CampaignResult
+from zlstore import output
+from zlstore.show import report
+from zlstore.run.display import CardState
+from zlstore.run.runner import CampaignResult
 
 from .test_db_faults import copy_store
 from .test_run import FAKE, base_env, interrupt, write_plan

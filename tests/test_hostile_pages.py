@@ -14,7 +14,8 @@ from urllib.parse import urlencode
 
 import pytest
 
-from zlstore import datasette_plugin, serve, stats
+from zlstore.serve import datasette_plugin, serve
+from zlstore import stats
 
 from .judging import invoke, json_out
 from .test_roots import CAMPAIGN, SCREEN, ingest, settled  # noqa: F401

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from zlstore import Store, db, merge, mergesource, roots
+from zlstore import Store, db
+from zlstore.store import merge, mergesource, roots
 
 from .judging import invoke
 from .test_roots import SCREEN, ingest, settled  # noqa: F401

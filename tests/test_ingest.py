@@ -8,8 +8,11 @@ import sqlite3
 import pytest
 from click.testing import CliRunner
 
-from zlstore import Store, db, ingest, judge, layout, ttgir
-from zlstore.fingerprints import cell_rules
+from zlstore import Store, db
+from zlstore.store import ingest
+from zlstore.show import judge
+from zlstore.read import layout, ttgir
+from zlstore.store.fingerprints import cell_rules
 from zlstore.cli import cli
 
 from .conftest import SAMPLES

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from zlstore import Store, layout, parallel, parse
+from zlstore import Store
+from zlstore.read import layout, parallel, parse
 
 from .test_ingest import IR, record, write_cell, write_root_env
 
@@ -268,7 +269,8 @@ def test_a_bulk_ingest_collects_garbage_less_often_in_its_workers_too():
     the bulk write and the workers forked in it, and gives it back."""
     import gc
 
-    from zlstore import forked, ingest
+    from zlstore import forked
+    from zlstore.store import ingest
 
     before = gc.get_threshold()
     with ingest.fewer_collections():
@@ -285,7 +287,7 @@ def test_a_batch_pairs_its_rounds_every_few_cells_and_stores_the_same(example_so
     commits (ingest._Batch.written), so that the run's last commit, paid
     after the workers are done, has only the cells after them to pair. What
     is stored is what one pairing per commit stores."""
-    from zlstore import ingest
+    from zlstore.store import ingest
 
     source, _ = example_source
     left = []  # stale rounds at each commit: what the commit's own pairing has to do
@@ -316,7 +318,8 @@ def test_a_bulk_ingest_writes_and_derives_with_a_larger_page_cache_and_gives_the
     rewrites every range; the connection has the default again afterwards.
     The cache is bounded whatever the campaign (bench/run.py's peak memory
     figure holds its size to it)."""
-    from zlstore import db, derive, ingest
+    from zlstore import db
+    from zlstore.store import derive, ingest
 
     source, _ = example_source
     seen: dict[str, set[int]] = {"cells": set(), "final": set()}
@@ -346,7 +349,8 @@ def test_a_bulk_ingest_checks_its_wal_in_once_after_the_final_derivation(example
     write's checkpoint interval (db.BULK_CHECKPOINT_PAGES): the WAL holding
     the last batch is checked in once, after both, not by each commit. The
     connection has its own interval again afterwards."""
-    from zlstore import db, ingest
+    from zlstore import db
+    from zlstore.store import ingest
 
     seen = {}
     finish, derive_final = ingest.Ingester._finish, ingest.Ingester._derive_final
@@ -373,7 +377,7 @@ def test_workers_count_the_cores_this_process_may_use():
     """A Slurm task given one CPU of a large node (or `taskset -c 0`) forks no
     workers: its one core would be shared three ways."""
     probe = (
-        "import os, sys; from zlstore import parallel\n"
+        "import os, sys; from zlstore.read import parallel\n"
         "os.environ.pop('ZLSTORE_INGEST_WORKERS', None)\n"
         "os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})\n"
         "print(parallel.worker_count(10_000))\n"

@@ -18,7 +18,8 @@ import time
 
 import pytest
 
-from zlstore import Store, db, derive, journal, stats
+from zlstore import Store, db, stats
+from zlstore.store import derive, journal
 
 from .judging import invoke
 from .test_roots import CAMPAIGN, ingest, settled  # noqa: F401
@@ -113,7 +114,7 @@ def test_a_killed_run_s_log_row_is_closed_by_the_next_writer(example_tree, tmp_p
             f"""
 import os, signal
 from zlstore import Store, db
-from zlstore.journal import RunRecord
+from zlstore.store.journal import RunRecord
 store = Store({str(target)!r})
 with db.write_transaction(store.conn):
     RunRecord(store.conn, "merge").start(["elsewhere.db"])

@@ -15,7 +15,8 @@ from urllib.parse import urlsplit
 import pytest
 from datasette.app import Datasette
 
-from zlstore import Store, irchanges, judge
+from zlstore import Store
+from zlstore.show import irchanges, judge
 
 REAL = Path(__file__).resolve().parent / "data" / "real" / "flaggems_20261205" / "b_h100_runs.txz"
 
@@ -138,11 +139,16 @@ def test_a_summary_reads_only_the_changed_kernels(trees, monkeypatch):
     (diff_sides without pair rows, as op_changes asks) says what the full
     document says, and reads each changed text once, no kernel a pair the
     rule calls the same."""
-    from zlstore import irdiff, irfacts
+    from zlstore.show import irdiff, irfacts
 
     read = []
     real = irfacts.read
-    monkeypatch.setattr(irfacts, "read", lambda text: read.append(text) or real(text))
+
+    def counted(text):
+        read.append(text)
+        return real(text)
+
+    monkeypatch.setattr(irfacts, "read", counted)
     with Store(trees["both"], read_only=True) as store:
         before, after = irdiff.pair_cells(store, store.root("screen_b")["path"], "bmm", "float32")
         full = irdiff.diff_sides(store.conn, before, after, "v3", with_diff=False)

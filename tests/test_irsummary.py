@@ -2,7 +2,7 @@
 computed from the IR, never from a list of op names: invented dialects
 and attributes are summed up as Triton's are."""
 
-from zlstore import irfacts, irsummary
+from zlstore.show import irfacts, irsummary
 
 BEFORE = """#lay = #my.grid<{rows = 4, cols = [1, 2]}>
 module attributes {"my.lanes" = 32 : i32} {

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from zlstore import Store, db, derive, merge, roots
+from zlstore import Store, db
+from zlstore.store import derive, merge, roots
 
 from .judging import invoke, json_out, judged
 from .test_roots import CAMPAIGN, SCREEN, every_row, ingest, two_roots_named_alike, settled  # noqa: F401

@@ -5,7 +5,8 @@ is one screening root's (ARTIFACTS.md, Noise floors)."""
 
 import pytest
 
-from zlstore import caliber, judge
+from zlstore import caliber
+from zlstore.show import judge
 
 from .judging import invoke, json_out, screen_pairs
 

@@ -13,14 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from zlstore import db, floors, macros, names, stats
+from zlstore import db, names, stats
+from zlstore.store import floors, macros
 
 PACKAGE = Path(db.__file__).resolve().parent
 SCHEMA = PACKAGE.parent / "schema.sql"
 
 
 def modules():
-    return sorted(PACKAGE.glob("*.py"))
+    return sorted(p for p in PACKAGE.rglob("*.py") if "pytest_plugins" not in p.parts)
 
 
 def sql_code(text: str) -> str:

@@ -17,7 +17,10 @@ import pytest
 from click.testing import CliRunner
 
 from zlstore import db as dbmod
-from zlstore import Store, ingest, judge, merge, output, plan, report
+from zlstore import Store, output
+from zlstore.store import ingest, merge
+from zlstore.show import judge, report
+from zlstore.run import plan
 from zlstore.cli import cli
 
 from .test_cli_help import all_commands
@@ -364,7 +367,7 @@ def test_the_live_view_fits_the_terminal():
     import struct
     import termios
 
-    from zlstore.display import CardState, Display
+    from zlstore.run.display import CardState, Display
 
     controller, terminal = os.openpty()
     try:

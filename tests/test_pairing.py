@@ -1,4 +1,4 @@
-"""The A/B pairing tables (zlstore/pairing.py). Every writer keeps them, cell
+"""The A/B pairing tables (zlstore/store/pairing.py). Every writer keeps them, cell
 by cell or batch by batch; whatever the order of the writes, they must equal
 a recomputation from scratch, and the views must answer from them."""
 
@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from zlstore import Store, derive, judge
+from zlstore import Store
+from zlstore.store import derive
+from zlstore.show import judge
 from zlstore.db import write_transaction
 
 from .judging import by_key, invoke, json_out

@@ -10,7 +10,7 @@ from zlstore import Store
 
 from . import generator
 from zlstore.cli import cli
-from zlstore.plan import MAX_CARDS, Op, PlanError, hash_makespan, make_plan, read_partition_tsv, write_partition_tsv
+from zlstore.run.plan import MAX_CARDS, Op, PlanError, hash_makespan, make_plan, read_partition_tsv, write_partition_tsv
 
 # The seed's batch, in minutes for 6 rounds: topk alone is 70.6 against an
 # ideal share of 45.4 on 8 cards (the other ops are made up to hold that).

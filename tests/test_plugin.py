@@ -19,7 +19,8 @@ from click.testing import CliRunner
 from datasette.app import Datasette
 from datasette.plugins import pm
 
-from zlstore import Store, datasette_plugin, datasette_site, serve
+from zlstore import Store
+from zlstore.serve import datasette_plugin, datasette_site, serve
 from zlstore.cli import cli
 
 from .test_serve import CANNED, PUBLIC_VIEWS, fetch, rows

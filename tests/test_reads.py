@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from zlstore import Store, irchanges, judge
+from zlstore import Store
+from zlstore.show import irchanges, judge
 from zlstore import db as dbmod
 from zlstore.cli import cli
 
@@ -227,7 +228,7 @@ def test_every_page_answers_from_datasette_immutable(example_store_path, tmp_pat
     from datasette.plugins import pm
     from datasette.utils.testing import TestClient
 
-    from zlstore import datasette_plugin
+    from zlstore.serve import datasette_plugin
 
     db = copy_store(example_store_path, tmp_path / "store.db")
     db.chmod(0o444)
@@ -272,5 +273,8 @@ def test_the_python_api_reads_read_only(example_store_path, tmp_path):
     with Store(db, read_only=True) as store:
         with pytest.raises(sqlite3.OperationalError, match="readonly"):
             store.conn.execute("DELETE FROM settings")
-        assert {r["root"] for r in __import__("zlstore.roots").roots.held(store.conn)} >= {CAMPAIGN, SCREEN_ROOT}
-    assert sys.modules["zlstore.roots"]
+        assert {r["root"] for r in __import__("zlstore.store.roots").store.roots.held(store.conn)} >= {
+            CAMPAIGN,
+            SCREEN_ROOT,
+        }
+    assert sys.modules["zlstore.store.roots"]

@@ -11,7 +11,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from zlstore import Store
-from zlstore.fingerprints import cell_rules
+from zlstore.store.fingerprints import cell_rules
 from zlstore.cli import cli
 
 from . import generator

@@ -14,7 +14,9 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from zlstore import forked, ingest, layout, parallel, parse, unchanged
+from zlstore import forked
+from zlstore.store import ingest
+from zlstore.read import layout, parallel, parse, unchanged
 from zlstore.cli import cli
 
 from .test_ingest import IR, record, write_cell, write_root_env

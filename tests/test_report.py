@@ -3,9 +3,9 @@ never say, without a CLI or a terminal in between."""
 
 from pathlib import Path
 
-from zlstore import judge, report
-from zlstore.display import CardState
-from zlstore.runner import CampaignResult
+from zlstore.show import judge, report
+from zlstore.run.display import CardState
+from zlstore.run.runner import CampaignResult
 
 
 def pair(verdict, range_label=None, n_rows=3, fallback=0, **extra):

@@ -22,7 +22,8 @@ import markdown
 import pytest
 from click.testing import CliRunner
 
-from zlstore import Store, db, document, forest
+from zlstore import Store, db
+from zlstore.show import document, forest
 from zlstore.cli import cli
 
 from . import effects

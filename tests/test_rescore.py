@@ -8,7 +8,9 @@ import io
 
 import pytest
 
-from zlstore import Store, judge, layout
+from zlstore import Store
+from zlstore.show import judge
+from zlstore.read import layout
 
 from .judging import RULES, has_orig, invoke, json_out, original_verdict, screen_pairs
 

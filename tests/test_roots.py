@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from zlstore import Store, db, derive, layout, roots, unchanged
+from zlstore import Store, db
+from zlstore.store import derive, roots
+from zlstore.read import layout, unchanged
 
 from .judging import invoke, json_out, judged
 from .test_ingest import record, write_cell, write_root_env
@@ -299,7 +301,8 @@ def test_forget_that_fails_midway_changes_nothing(ingested, monkeypatch):
 
 STALLED_FORGET = """
 import sys, time
-from zlstore import Store, derive
+from zlstore import Store
+from zlstore.store import derive
 done = derive.derive
 def stalled(conn):
     done(conn)

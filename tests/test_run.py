@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from zlstore import layout
+from zlstore.read import layout
 
 from . import generator
 

@@ -12,15 +12,15 @@ from unittest import mock
 import pytest
 
 try:
-    import zlstore.runlog  # noqa: F401
+    import zlstore.read.runlog  # noqa: F401
 except ImportError:  # a fresh clone run with bare `pytest`, package not installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zlstore import runlog
-from zlstore.runlog import (
+from zlstore.read import runlog
+from zlstore.read.runlog import (
     KNOWN_FIELDS,
     NOT_COUNTED_REASONS,
     Problem,
@@ -604,7 +604,7 @@ def test_utf8_bom_at_start_does_not_hide_the_first_record():
 
 def test_runaway_record_is_bounded(monkeypatch):
     """A record that never closes must not swallow the rest of a huge log."""
-    import zlstore.runlog as runlog
+    import zlstore.read.runlog as runlog
 
     monkeypatch.setattr(runlog, "MAX_RECORD_LINES", 5)
     data = _log(_rec(op="a")[:40], *["x" * 10] * 20, _rec(op="b"))

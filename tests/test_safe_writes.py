@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from zlstore import Store, files, harness, plan
+from zlstore import Store
+from zlstore.read import files
+from zlstore.run import harness, plan
 from zlstore.cli import cli
 
 SCREEN_ROOT = "ab_rlc_20261012_101500"

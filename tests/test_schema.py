@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from zlstore import Store, caliber, db, judge, macros, migrations
+from zlstore import Store, caliber, db
+from zlstore.show import judge
+from zlstore.store import macros, migrations
 from zlstore.cli import cli
 
 DATA = Path(__file__).parent / "data"

@@ -5,7 +5,8 @@ dtype without rows."""
 
 import shutil
 
-from zlstore import Store, judge
+from zlstore import Store
+from zlstore.show import judge
 
 from .judging import invoke
 

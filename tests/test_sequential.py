@@ -11,7 +11,10 @@ import pytest
 from scipy import integrate
 from scipy import stats as scipy_stats
 
-from zlstore import Store, judge, layout, sequential, stats
+from zlstore import Store, stats
+from zlstore.show import judge
+from zlstore.read import layout
+from zlstore.store import sequential
 
 from .effects import Shape, shape_key, write_repeat_root
 from .judging import invoke, json_out

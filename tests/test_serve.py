@@ -17,7 +17,9 @@ from urllib.parse import urlencode
 import pytest
 from click.testing import CliRunner
 
-from zlstore import Store, caliber, datasette_site, judge, names, serve
+from zlstore import Store, caliber, names
+from zlstore.serve import datasette_site, serve
+from zlstore.show import judge
 from zlstore.db import StoreError
 from zlstore.cli import cli
 

@@ -15,10 +15,10 @@ import pytest
 from click.testing import CliRunner
 
 from zlstore import Store
-from zlstore import serve as serving
-from zlstore import slurm
+from zlstore.serve import serve as serving
+from zlstore.run import slurm
 from zlstore.cli import cli
-from zlstore.plan import Op
+from zlstore.run.plan import Op
 
 from .test_plan import write_screen_root
 from .test_run import FAKE, ZLSTORE, base_env, interrupt_when, pid_files, query, wait_gone, wait_until, write_plan

@@ -12,9 +12,11 @@ import pytest
 
 from click.testing import CliRunner
 
-from zlstore import Store, layout, runner
+from zlstore import Store
+from zlstore.read import layout
+from zlstore.run import runner
 from zlstore.cli import cli as main
-from zlstore.slurm import SlurmOptions
+from zlstore.run.slurm import SlurmOptions
 
 from .test_run import FAKE, base_env, write_plan
 from .test_until_decided import MAX, TasksWithoutADatabase, campaign, run

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from zlstore import Store, fingerprints as fingerprinting, ttgir
+from zlstore import Store
+from zlstore.store import fingerprints as fingerprinting
+from zlstore.read import ttgir
 
 from .test_ttgir import fingerprint
 

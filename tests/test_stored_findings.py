@@ -11,7 +11,9 @@ import sqlite3
 
 import pytest
 
-from zlstore import Store, db, derive, judge, pairing
+from zlstore import Store, db
+from zlstore.store import derive, pairing
+from zlstore.show import judge
 
 from .effects import Shape, write_repeat_root
 from .nobody import as_nobody

@@ -8,7 +8,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from zlstore import Store, serve
+from zlstore import Store
+from zlstore.serve import serve
 from zlstore.cli import cli
 
 SCREEN_ROOT = "ab_rlc_20261012_101500"

@@ -19,8 +19,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zlstore import ttgir
-from zlstore.ttgir import (
+from zlstore.read import ttgir
+from zlstore.read.ttgir import (
     DEFAULT_RULE,
     RULES,
     Rule,

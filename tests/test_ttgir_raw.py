@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from zlstore import ttgir
+from zlstore.read import ttgir
 
 SE = "surrogateescape"
 

@@ -13,10 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from zlstore import Store, adaptive, layout, runner, sequential
-from zlstore import card as card_mod
-from zlstore import plan as planmod
-from zlstore.slurm import SlurmOptions
+from zlstore import Store
+from zlstore.run import adaptive, runner
+from zlstore.read import layout
+from zlstore.store import sequential
+from zlstore.run import card as card_mod
+from zlstore.run import plan as planmod
+from zlstore.run.slurm import SlurmOptions
 
 from .test_campaign_runner import campaign
 from .test_run import FAKE, base_env, interrupt_when, query, write_plan

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from zlstore import Store, sequential
+from zlstore import Store
+from zlstore.store import sequential
 from zlstore.cli import cli
 
 REAL = Path(__file__).resolve().parent / "data" / "real" / "flaggems_20261208"

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from zlstore import Store, judge
+from zlstore import Store
+from zlstore.show import judge
 
 from .judging import NO_RANGE, RULES, by_key, invoke, json_out, median, screen_pairs
 

@@ -16,14 +16,14 @@ PAGE = REPO / "docs" / "development.md"
 
 # The classes the walk names by their own name, and the module of each.
 CLASSES = {
-    "Store": "zlstore.store",
-    "Ingester": "zlstore.ingest",
-    "_Batch": "zlstore.ingest",
-    "RootWriter": "zlstore.rootwriter",
-    "RunRecord": "zlstore.journal",
-    "CellIngest": "zlstore.cellingest",
-    "Merger": "zlstore.merge",
-    "CellWriter": "zlstore.cellwriter",
+    "Store": "zlstore.store.store",
+    "Ingester": "zlstore.store.ingest",
+    "_Batch": "zlstore.store.ingest",
+    "RootWriter": "zlstore.store.rootwriter",
+    "RunRecord": "zlstore.store.journal",
+    "CellIngest": "zlstore.store.cellingest",
+    "Merger": "zlstore.store.merge",
+    "CellWriter": "zlstore.store.cellwriter",
 }
 
 
@@ -42,13 +42,15 @@ def named(section: str) -> list:
 def resolves(name: str, columns: dict) -> bool:
     first, *rest = name.split(".")
     if rest == ["py"]:
-        return (REPO / "zlstore" / name).is_file()
+        return any((REPO / "zlstore").rglob(name))
     return in_code(first, rest) or (first in columns and rest[0] in columns[first])  # roots: a module and a table
 
 
 def in_code(first: str, rest: list) -> bool:
     try:
-        target = importlib.import_module(CLASSES.get(first, f"zlstore.{first}"))
+        found = sorted((REPO / "zlstore").rglob(f"{first}.py"))
+        dotted = ".".join(found[0].relative_to(REPO).with_suffix("").parts) if found else f"zlstore.{first}"
+        target = importlib.import_module(CLASSES.get(first, dotted))
     except ModuleNotFoundError:
         return False
     for attribute in [first, *rest] if first in CLASSES else rest:

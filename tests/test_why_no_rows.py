@@ -9,7 +9,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from zlstore import Store, outcomes
+from zlstore import Store
+from zlstore.read import outcomes
 from zlstore.cli import cli
 
 from . import effects

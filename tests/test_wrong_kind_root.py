@@ -5,7 +5,7 @@ status 0)."""
 import pytest
 
 from zlstore import output
-from zlstore.judge import WrongKind, root_for
+from zlstore.show.judge import WrongKind, root_for
 
 from .judging import invoke
 

@@ -14,8 +14,8 @@ def __getattr__(name):
     zlstore` alone (the command line's first step) loads nothing, so that
     Ctrl-C during start-up is handled (zlstore/__main__.py)."""
     if name in __all__:
-        from . import store  # on first use: `import zlstore` alone loads nothing (above)
-        from . import irchanges  # noqa: F401 - its step of a final derivation (derive.FINAL_STEPS), as the CLI's
+        from .store import store  # on first use: `import zlstore` alone loads nothing (above)
+        from .show import irchanges  # noqa: F401 - its step of a final derivation (derive.FINAL_STEPS), as the CLI's
 
         return getattr(store, name)
     raise AttributeError(f"module 'zlstore' has no attribute {name!r}")

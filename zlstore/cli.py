@@ -13,10 +13,12 @@ from pathlib import Path
 import click
 
 from . import db as dbmod
-from . import files, interrupts, irchanges, irdiff, judge, layout, output, report, ttgir
-from . import history as historymod
-from . import roots as rootsmod
-from .cli_run import flaggems, plan, run
+from .read import files, layout, ttgir
+from . import interrupts, output
+from .show import irchanges, irdiff, judge, report
+from .show import history as historymod
+from .store import roots as rootsmod
+from .run.commands import flaggems, plan, run
 from .clicommon import Fault, Refusal, database_faults, db_option, emit, output_options
 
 # Commands that need datasette, merge, the runners, Slurm, FlagGems or a
@@ -185,7 +187,7 @@ def cli():
     """
 
 
-# The running commands (plan, the run and flaggems groups) are cli_run.py's.
+# The running commands (plan, the run and flaggems groups) are run/commands.py's.
 for command in (plan, run, flaggems):
     cli.add_command(command)
 
@@ -325,7 +327,7 @@ def serve(store, host, port, settings, cors, extra_metadata, open_browser, get_p
         zlstore serve --get '/zlstore/verdicts.json?_shape=array'
         zlstore serve --db team.db --host 0.0.0.0 --users team-users.txt
     """
-    from . import serve as serving  # lazy: the note at the top
+    from .serve import serve as serving  # lazy: the note at the top
 
     try:
         users = serving.read_users(users_file) if users_file else None
@@ -370,7 +372,7 @@ def metadata_command(store, name):
         zlstore metadata --db campaign.db > metadata.json
         datasette campaign.db -m metadata.json
     """
-    from . import datasette_site  # lazy: datasette and yaml, for this command only, not for --help
+    from .serve import datasette_site  # lazy: datasette and yaml, for this command only, not for --help
 
     click.echo(output.to_json(datasette_site.metadata(name or Path(store.path).stem)))
 
@@ -617,7 +619,7 @@ def forget(store, root, out):
 def _mergeable(ctx, param, sources):
     """Copy and check every source (merge.prepared_sources) before the target
     is opened or anything merged: one refused, and no target is created."""
-    from . import merge as merging  # lazy: the note at the top
+    from .store import merge as merging  # lazy: the note at the top
 
     try:
         ctx.meta["merge_copies"] = ctx.with_resource(merging.prepared_sources([Path(s) for s in sources], None))
@@ -666,7 +668,7 @@ def merge(store, sources, out):
         zlstore merge host1.db host2.db --db all.db
         zlstore merge /scratch/zl/task-*.db --db campaign.db --json
     """
-    from . import merge as merging  # lazy: the note at the top
+    from .store import merge as merging  # lazy: the note at the top
 
     update, finish = progress_reporter("merging")
     try:
@@ -827,7 +829,7 @@ def screen(store, root, rule, verdict, out):
         {k: v for k, v in differences.items() if k in paired}, {r["root_id"]: r["root"] for r in rows}
     ):
         click.echo(output.for_terminal(line), err=True)
-    from .roots import half_ingested  # noqa: PLC0415 - the store has imported it already
+    from .store.roots import half_ingested  # noqa: PLC0415 - the store has imported it already
 
     half = half_ingested(store.conn, sorted({r["root_id"] for r in rows})) if rows else []
     for message in dict.fromkeys(problem.message for _, problem in half):  # a killed ingest: not a finished root
@@ -1237,7 +1239,7 @@ def report_command(store, root, fmt, out_path):
         zlstore report campaign_20261013_090000 --html -o campaign.html
         zlstore report campaign_20261013_090000 -o campaign.md
     """
-    from . import document  # lazy: the note at the top (5 ms; matplotlib comes later, with a picture)
+    from .show import document  # lazy: the note at the top (5 ms; matplotlib comes later, with a picture)
 
     with judge_errors():
         result = document.write(store, root, fmt, out_path)

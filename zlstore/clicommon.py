@@ -13,7 +13,7 @@ import click
 from . import db as dbmod
 from . import output
 from .names import EXIT_USAGE
-from .store import Store, default_db_path
+from .store.store import Store, default_db_path
 
 
 class Fault(click.ClickException):

@@ -335,14 +335,14 @@ FINDING_NAMES = tuple(f.name for f in FINDINGS)
 EFFECT_FINDINGS = FINDING_NAMES[:2]
 
 # The findings that decide a range: an until-decided campaign's op stops
-# once every range of it has one (zlstore/sequential.py); the others need
+# once every range of it has one (zlstore/store/sequential.py); the others need
 # rounds.
 DECIDING_FINDINGS = FINDING_NAMES[:3]
 
 # A campaign's stopping rules (campaign.env STOPPING, read by
 # layout.stopping into roots.stopping): "fixed", every op runs ROUNDS rounds
 # and today's t-test judges it; "until-decided", an op stops once its ranges
-# are decided and the anytime-valid test judges it (zlstore/sequential.py).
+# are decided and the anytime-valid test judges it (zlstore/store/sequential.py).
 STOPPINGS = ("fixed", "until-decided")
 
 # Why an op of an until-decided campaign stopped running rounds, in the
