@@ -3,7 +3,6 @@ that a store made from the tree alone (a team's store, a re-ingest after
 the database is gone) shows the same stops as the store the campaign ran
 with: op_stops and `ab --json`'s stop fields."""
 
-import io
 import json
 import shutil
 import sqlite3
@@ -12,14 +11,11 @@ import pytest
 
 from click.testing import CliRunner
 
-from zlstore import Store
 from zlstore.read import layout
-from zlstore.run import runner
 from zlstore.cli import cli as main
-from zlstore.run.slurm import SlurmOptions
 
-from .test_run import FAKE, base_env, write_plan
-from .test_until_decided import MAX, TasksWithoutADatabase, campaign, run
+from .test_run import base_env, write_plan
+from .test_until_decided import MAX, campaign, run
 
 STOP_COLUMNS = "SELECT op, dtype, round, reason, recorded_at FROM op_stops ORDER BY op, dtype"
 
@@ -71,33 +67,6 @@ def test_a_fresh_ingest_of_the_tree_alone_shows_the_campaign_s_stops(ran, tmp_pa
     # a re-ingest stores nothing twice
     again = CliRunner().invoke(main, ["ingest", str(moved), "--db", str(fresh)])
     assert again.exit_code == 0, again.output
-    assert op_stops(fresh) == op_stops(db)
-
-
-def test_on_slurm_each_task_writes_its_own_stops_file(tmp_path, monkeypatch):
-    root, db = tmp_path / "runs" / "campaign_sl", tmp_path / "sl.db"
-    plan = write_plan(tmp_path / "partition.tsv", [(0, "bmm", "float16", 0.1), (1, "softmax", "float16", 0.1)])
-    for k, v in base_env(tmp_path, FAKE_SPEEDUP=2.5, FAKE_SAME_IR="softmax").items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.setattr(runner, "SlurmLauncher", TasksWithoutADatabase)
-    stream = io.StringIO()
-    with Store(db) as store:
-        config = runner.campaign_config(
-            store,
-            plan_path=plan,
-            rounds=MAX,
-            command=f"{FAKE} repeat {{op}} {{dtype}}",
-            root_dir=root,
-            poll_s=0.2,
-            slurm=SlurmOptions(),
-            until_decided=True,
-        )
-        result = runner.run_campaign(store, config, stream=stream)
-    assert not result.failed and result.stops, stream.getvalue()
-    files = {p.name: [s.op for s in layout.read_stops(p, [])] for p in (root / layout.STOPS_DIR).iterdir()}
-    assert files == {"card0.tsv": ["bmm"], "card1.tsv": ["softmax"]}  # the submitter wrote no file of its own
-    fresh = tmp_path / "fresh.db"
-    assert CliRunner().invoke(main, ["ingest", str(root.parent), "--db", str(fresh)]).exit_code == 0
     assert op_stops(fresh) == op_stops(db)
 
 

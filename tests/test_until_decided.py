@@ -241,6 +241,14 @@ def test_on_slurm_each_task_decides_its_own_ops_and_the_submitter_records_the_st
     assert rounds == {op: r for op, (r, _) in by_op.items()}
     assert not [p for p in tmp_path.rglob("*.db") if p != db]
     assert adaptive.recorded_stops(sqlite3.connect(db), root) == {(op, "float16"): v for op, v in by_op.items()}
+    # each task wrote its own ops' stops into the tree, the submitter none of its own,
+    # and the tree alone gives a fresh store the same stops
+    files = {p.name: [s.op for s in layout.read_stops(p, [])] for p in (root / layout.STOPS_DIR).iterdir()}
+    assert files == {"card0.tsv": ["bmm"], "card1.tsv": ["softmax"]}
+    fresh = tmp_path / "fresh.db"
+    with Store(fresh) as again:
+        again.ingest(root.parent)
+    assert adaptive.recorded_stops(sqlite3.connect(fresh), root) == adaptive.recorded_stops(sqlite3.connect(db), root)
 
 
 def test_on_a_slurm_cluster_until_decided_records_each_task_s_stops(cluster_env, tmp_path):
