@@ -232,12 +232,21 @@ def _duplicate_cells(conn):
     conn.execute("CREATE INDEX IF NOT EXISTS cells_content ON cells(root_id, content_sig)")
 
 
+def _add_columns(conn, table: str, *columns: str) -> None:
+    """ALTER TABLE ADD COLUMN each "name TYPE ..." the table lacks: a store
+    rebuilt since, or relabelled by hand as the tests make older releases,
+    may have it already (table_xinfo: generated columns too)."""
+    present = {row[1] for row in conn.execute(f"PRAGMA table_xinfo({table})")}
+    for column in columns:
+        if column.split()[0] not in present:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
+
+
 @migration(11)
 def _environments(conn):
     """Release 11 records what each cell ran on: cells point at a row of
     environments (created from schema.sql's tables); older cells at none."""
-    if "environment_id" not in {row[1] for row in conn.execute("PRAGMA table_info(cells)")}:  # rebuilt since
-        conn.execute("ALTER TABLE cells ADD COLUMN environment_id INTEGER REFERENCES environments(id)")
+    _add_columns(conn, "cells", "environment_id INTEGER REFERENCES environments(id)")  # rebuilt since
 
 
 @migration(12)
@@ -248,8 +257,7 @@ def _kernel_shared_memory(conn):
     while they are unchanged, so forget a root and ingest it to fill them.
     A store whose version was set back over a table that has it (a test
     replaying an older release's migrations) keeps the column it has."""
-    if "shared" not in {row[1] for row in conn.execute("PRAGMA table_info(kernels)")}:
-        conn.execute("ALTER TABLE kernels ADD COLUMN shared INTEGER")
+    _add_columns(conn, "kernels", "shared INTEGER")
 
 
 @migration(13, rederive=True)
@@ -257,11 +265,9 @@ def _screening_pairs_on_any_card(conn):
     """Release 13 pairs a screening pair's cells whatever card each ran on
     (a side without cell.env has no card): the round key takes the card
     from cells.pair_card, NULL in round 0. Every round is paired again."""
-    if "pair_card" not in {row[1] for row in conn.execute("PRAGMA table_xinfo(cells)")}:
-        conn.execute(
-            "ALTER TABLE cells ADD COLUMN pair_card INTEGER "
-            "GENERATED ALWAYS AS (CASE WHEN round = 0 THEN NULL ELSE card END) VIRTUAL"
-        )
+    _add_columns(
+        conn, "cells", "pair_card INTEGER GENERATED ALWAYS AS (CASE WHEN round = 0 THEN NULL ELSE card END) VIRTUAL"
+    )
     # what was derived under the old key: the rederive keeps it under the new one
     for table in ("ab_slot_rows", "ab_round_ranges", "ab_duplicate_rounds", "ab_stale_rounds"):
         conn.execute(f"DELETE FROM {table} WHERE round = 0")
@@ -273,10 +279,7 @@ def _test_outcomes(conn):
     flaggems' plugin; zlstore/read/outcomes.py): cells.test_outcome (passed,
     skipped, deselected, failed, error) and cells.test_reason, which
     NO_ROWS and MISSING_SIDE show. Cells stored before have neither (NULL)."""
-    present = {row[1] for row in conn.execute("PRAGMA table_xinfo(cells)")}
-    for column in ("test_outcome", "test_reason"):
-        if column not in present:  # a store relabelled by hand, as tests make older releases, may have them
-            conn.execute(f"ALTER TABLE cells ADD COLUMN {column} TEXT")
+    _add_columns(conn, "cells", "test_outcome TEXT", "test_reason TEXT")
 
 
 @migration(15, rederive=True)
@@ -289,10 +292,7 @@ def _floors_per_shape_and_machine(conn):
     tables create the new one) and every round is paired again, which
     computes them all."""
     conn.execute("DROP TABLE IF EXISTS noise_floor_rows")
-    present = {row[1] for row in conn.execute("PRAGMA table_info(ab_range_rows)")}
-    for column in ("floor_rows INTEGER", "floor_roots TEXT"):
-        if column.split()[0] not in present:
-            conn.execute(f"ALTER TABLE ab_range_rows ADD COLUMN {column}")
+    _add_columns(conn, "ab_range_rows", "floor_rows INTEGER", "floor_roots TEXT")
 
 
 @migration(16, rederive=True)
@@ -300,10 +300,7 @@ def _side_latencies(conn):
     """Release 16 keeps each range's latency before and after (the median
     over its rounds, in the benchmark's unit), which ab and the report show
     beside the effect: every range is computed again (rederive)."""
-    present = {row[1] for row in conn.execute("PRAGMA table_info(ab_range_rows)")}
-    for column in ("latency_before", "latency_after"):
-        if column not in present:  # a store relabelled by hand, as tests make older releases, may have them
-            conn.execute(f"ALTER TABLE ab_range_rows ADD COLUMN {column} REAL")
+    _add_columns(conn, "ab_range_rows", "latency_before REAL", "latency_after REAL")
 
 
 @migration(17, rederive=True)
@@ -316,14 +313,8 @@ def _until_decided_campaigns(conn):
     (ab_range_rows.stop_round, stop_reason). Every range is computed again
     (rederive): its JSON gains those keys, and an until-decided root's ranges
     are tested by the anytime-valid rule."""
-    for table, column in (
-        ("roots", "stopping TEXT"),
-        ("roots", "min_rounds INTEGER"),
-        ("ab_range_rows", "stop_round INTEGER"),
-        ("ab_range_rows", "stop_reason TEXT"),
-    ):
-        if column.split()[0] not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
-            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
+    _add_columns(conn, "roots", "stopping TEXT", "min_rounds INTEGER")
+    _add_columns(conn, "ab_range_rows", "stop_round INTEGER", "stop_reason TEXT")
     # layout.stopping and layout.min_rounds as release 17 defines them, over
     # the env file each root's row holds
     conn.execute(
