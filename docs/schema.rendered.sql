@@ -422,7 +422,7 @@ CREATE TABLE IF NOT EXISTS ab_range_rows (
     floor_rows INTEGER,                 -- the paired rows the noise floor rests on
     floor_roots TEXT,                   -- and the screening roots they came from, comma-separated
     stop_round INTEGER,                 -- until-decided campaign: the round its op stopped after (op_stops)
-    stop_reason TEXT                    -- and why (sequential.STOP_REASONS); NULL: running, or a fixed campaign
+    stop_reason TEXT                    -- and why (names.STOP_REASONS); NULL: running, or a fixed campaign
 );
 CREATE INDEX IF NOT EXISTS ab_range_rows_key ON ab_range_rows(root_id, op, dtype, shape, caliber_id);
 CREATE INDEX IF NOT EXISTS ab_range_rows_unjudged ON ab_range_rows(root_id) WHERE judged IS NULL;

@@ -11,7 +11,7 @@ import pytest
 from scipy import integrate
 from scipy import stats as scipy_stats
 
-from zlstore import Store, stats
+from zlstore import Store, names, stats
 from zlstore.show import judge
 from zlstore.read import layout
 from zlstore.store import sequential
@@ -212,7 +212,7 @@ def test_undecided_ops_and_their_stops(two_roots):
         assert sequential.undecided_ops(store.conn, adaptive, min_rounds=3) == [("softmax", "float16")]
         # under the fixed rule every range of the same rounds is decided
         assert sequential.undecided_ops(store.conn, root_id(store, "ab_fixed"), min_rounds=3) == []
-        sequential.record_stops(store.conn, adaptive, [("softmax", "float16")], 4, sequential.MAX_ROUNDS)
+        sequential.record_stops(store.conn, adaptive, [("softmax", "float16")], 4, names.MAX_ROUNDS)
         assert sequential.undecided_ops(store.conn, adaptive, min_rounds=3) == []
 
 
@@ -226,10 +226,10 @@ def test_record_stops_is_idempotent_and_keeps_the_first_stop(two_roots):
         adaptive = root_id(store, "ab_adaptive")
         assert stops(store, "ab_adaptive") == {(None, None)}
         op = ("softmax", "float16")
-        sequential.record_stops(store.conn, adaptive, [op], 3, sequential.DECIDED)
-        sequential.record_stops(store.conn, adaptive, [op], 3, sequential.DECIDED)
+        sequential.record_stops(store.conn, adaptive, [op], 3, names.DECIDED)
+        sequential.record_stops(store.conn, adaptive, [op], 3, names.DECIDED)
         # a resumed campaign that asks again: what was decided stays decided
-        sequential.record_stops(store.conn, adaptive, [op], 4, sequential.MAX_ROUNDS)
+        sequential.record_stops(store.conn, adaptive, [op], 4, names.MAX_ROUNDS)
         rows = store.conn.execute("SELECT op, dtype, round, reason FROM op_stops").fetchall()
         assert rows == [("softmax", "float16", 3, "decided")]
         assert stops(store, "ab_adaptive") == {(3, "decided")}

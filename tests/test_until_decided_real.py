@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from zlstore import Store
+from zlstore import Store, names
 from zlstore.store import sequential
 from zlstore.cli import cli
 
@@ -47,7 +47,7 @@ def test_the_device_store_says_bmm_ran_to_its_last_round_for_one_shape(unpacked)
     rows = by_shape(ab_json(unpacked / "device.db", unpacked / "runs" / "campaign_onecard"))
     assert len(rows) == 5
     assert {row["stop_round"] for row in rows.values()} == {4}
-    assert {row["stop_reason"] for row in rows.values()} == {sequential.MAX_ROUNDS}
+    assert {row["stop_reason"] for row in rows.values()} == {names.MAX_ROUNDS}
     assert rows.pop(SMALL)["finding"] == "inconclusive"
     for shape, row in rows.items():  # the large shapes: tf32's 2.2-2.3x, well past the 2% margin
         assert row["finding"] == "faster", shape

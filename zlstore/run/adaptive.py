@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from .. import names
 from ..store import derive, macros, sequential
 from ..read import files, layout
 from ..db import now as utc_now
@@ -226,19 +227,19 @@ class Progress:
             sum(
                 max(0, self.rule.max_rounds - round_) * self.seconds.get(k, 0.0)
                 for k, (round_, reason) in self.stops.items()
-                if reason == sequential.DECIDED
+                if reason == names.DECIDED
             )
             / 3600.0
         )
 
     def line(self, round_: int, going_on: int) -> str:
-        counts = {reason: 0 for reason in sequential.STOP_REASONS}
+        counts = {reason: 0 for reason in names.STOP_REASONS}
         for _, reason in self.stops.values():
             counts[reason] = counts.get(reason, 0) + 1
-        failed = f", {counts[sequential.FAILED]} failed" if counts[sequential.FAILED] else ""
-        at_max = f", {counts[sequential.MAX_ROUNDS]} stopped at max rounds" if counts[sequential.MAX_ROUNDS] else ""
+        failed = f", {counts[names.FAILED]} failed" if counts[names.FAILED] else ""
+        at_max = f", {counts[names.MAX_ROUNDS]} stopped at max rounds" if counts[names.MAX_ROUNDS] else ""
         return (
-            f"after round {round_} of at most {self.rule.max_rounds}: {counts[sequential.DECIDED]} ops decided, "
+            f"after round {round_} of at most {self.rule.max_rounds}: {counts[names.DECIDED]} ops decided, "
             f"{going_on} continue{failed}{at_max}; the decided ops saved {self.saved_hours():.3g} cell-hours so far "
             f"(their rounds left to {self.rule.max_rounds} at their measured times)"
         )
@@ -271,11 +272,11 @@ def after_round(
     going_on = []
     for k in ran:
         if k in failed:
-            reason = sequential.FAILED
+            reason = names.FAILED
         elif k not in wanted:
-            reason = sequential.DECIDED
+            reason = names.DECIDED
         elif ran[k] >= rule.max_rounds:
-            reason = sequential.MAX_ROUNDS
+            reason = names.MAX_ROUNDS
         else:
             going_on.append(k)
             continue

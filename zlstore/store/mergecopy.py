@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from .. import db as dbmod
-from .. import caliber, provenance
-from . import floors, roots, sequential
+from .. import caliber, names, provenance
+from . import floors, roots
 from .cellwriter import stored_environment
 from .journal import RunRecord
 from ..read.layout import Problem
@@ -69,11 +69,11 @@ class SourceCopier:
         added = self.conn.execute(
             f"""INSERT INTO main.op_stops (root_id, op, dtype, round, reason, recorded_at)
                SELECT ?, s.op, s.dtype, s.round, s.reason, s.recorded_at FROM src.op_stops s
-               WHERE s.root_id = ? AND s.reason IN ({", ".join("?" * len(sequential.STOP_REASONS))}) AND NOT EXISTS (
+               WHERE s.root_id = ? AND s.reason IN ({", ".join("?" * len(names.STOP_REASONS))}) AND NOT EXISTS (
                    SELECT 1 FROM main.op_stops t
                    WHERE t.root_id = ? AND t.op = s.op AND coalesce(t.dtype, '') = coalesce(s.dtype, ''))
                ORDER BY s.id""",
-            (root_id, source["id"], *sequential.STOP_REASONS, root_id),
+            (root_id, source["id"], *names.STOP_REASONS, root_id),
         ).rowcount
         if added:
             self.conn.execute(

@@ -19,8 +19,6 @@ from .. import names
 from ..db import write_transaction
 from ..names import DECIDING_FINDINGS
 
-# Why an op stopped: names.STOP_REASONS, named here too for the runner.
-DECIDED, MAX_ROUNDS, FAILED, STOP_REASONS = names.DECIDED, names.MAX_ROUNDS, names.FAILED, names.STOP_REASONS
 
 # The (cell op, dtype) pairs of a root that still need a round: every op of
 # its cells (or of its plan, where none ran yet), less those stopped, that
@@ -74,12 +72,12 @@ def undecided_ops(conn: sqlite3.Connection, root_id: int, min_rounds: int) -> Li
 def record_stops(
     conn: sqlite3.Connection, root_id: int, ops: Iterable[Tuple[str, Optional[str]]], round_: int, reason: str
 ) -> None:
-    """Records that these ops stopped after round `round_` and why (a STOP_REASONS value),
+    """Records that these ops stopped after round `round_` and why (a names.STOP_REASONS value),
     in the store, idempotently: what is decided stays decided (a --resume keeps it).
     An op already stopped keeps its first stop; its ranges show it
     (ab_ranges.stop_round, stop_reason), computed again in the same transaction."""
-    if reason not in STOP_REASONS:
-        raise ValueError(f"unknown stop reason {reason!r}: one of {', '.join(STOP_REASONS)}")
+    if reason not in names.STOP_REASONS:
+        raise ValueError(f"unknown stop reason {reason!r}: one of {', '.join(names.STOP_REASONS)}")
     if round_ < 0:
         raise ValueError(f"a stop after round {round_}: rounds count from 1")
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
